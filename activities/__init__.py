@@ -1,0 +1,1 @@
+"""Temporal activities: thin adapters over the domain core in ``databuild``."""

@@ -1,0 +1,60 @@
+"""Job execution activity: runs the job on the worker's Spark session in a thread, heartbeating
+progress, and cancels the Spark job group when Temporal cancels the activity."""
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from databuild import protocol as p
+from databuild.errors import DataBuildError
+from databuild.execution import JobExecutor, job_group
+from databuild.job_context import JobContractError
+
+
+class JobActivities:
+    def __init__(self, executor: JobExecutor, max_concurrent: int, heartbeat_every: float = 2.0) -> None:
+        self.executor = executor
+        self.heartbeat_every = heartbeat_every
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="databuild-job")
+
+    @activity.defn(name=p.ACT_RUN_JOB)
+    async def run_job(self, input: p.JobRunInput) -> p.JobOutcome:
+        attempt = activity.info().attempt
+        group = job_group(input.job_run_id, attempt)
+        cancelled = threading.Event()
+        last_message = {"message": "starting"}
+
+        def report(message: str) -> None:
+            last_message["message"] = message
+
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(
+            self._pool,
+            lambda: self.executor.execute(input.job_run_id, attempt, cancelled=cancelled, report=report),
+        )
+        try:
+            while True:
+                done, _ = await asyncio.wait({future}, timeout=self.heartbeat_every)
+                if done:
+                    break
+                activity.heartbeat({**self.executor.spark.progress(group), **last_message})
+            return future.result()
+        except asyncio.CancelledError:
+            cancelled.set()
+            self.executor.spark.cancel_group(group)
+            await asyncio.wait({future})
+            raise
+        except JobContractError as error:
+            raise ApplicationError(str(error), type="JobContractError", non_retryable=True) from error
+        except DataBuildError as error:
+            raise ApplicationError(str(error), type=type(error).__name__) from error
+
+    @activity.defn(name=p.ACT_FAIL_JOB_RUN)
+    async def fail_job_run(self, input: p.FailJobRunInput) -> None:
+        await asyncio.to_thread(self.executor.bel.fail_job_run, input.job_run_id, input.reason)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,3 @@
+"""DataBuild: declarative data builds on Temporal and Spark."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+"""The build event log (BEL)."""
+
+from databuild.bel.store import BuildEventLog
+
+__all__ = ["BuildEventLog"]

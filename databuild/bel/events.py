@@ -1,0 +1,181 @@
+"""The typed events of the build event log. Projections are derived from these alone."""
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import Field, TypeAdapter
+
+from databuild.models import InstanceRef, Model, WantSpec, WantState
+
+
+class WantCreated(Model):
+    type: Literal["WantCreated"] = "WantCreated"
+    want_id: str
+    spec: WantSpec
+    workflow_id: str
+
+
+class WantBuilding(Model):
+    """The want's job run: one it queued (``executed``) or one it delegated to (``delegated``)."""
+
+    type: Literal["WantBuilding"] = "WantBuilding"
+    want_id: str
+    job_run_id: str
+    relation: Literal["executed", "delegated"]
+    decision_seq: int
+
+
+class WantUpstreamBuilding(Model):
+    """The want's job dep-missed; it now waits for these inputs (and subscribes to them)."""
+
+    type: Literal["WantUpstreamBuilding"] = "WantUpstreamBuilding"
+    want_id: str
+    job_run_id: str
+    missing: list[str]
+    derivative_want_ids: list[str]
+
+
+class WantWaitingExternal(Model):
+    type: Literal["WantWaitingExternal"] = "WantWaitingExternal"
+    want_id: str
+    decision_seq: int
+
+
+class WantFinished(Model):
+    type: Literal["WantSucceeded", "WantFailed", "WantExpired", "WantCanceled"]
+    want_id: str
+    state: WantState
+    reason: str | None = None
+    instance_id: str | None = None
+
+
+class WantSlaMissed(Model):
+    type: Literal["WantSlaMissed"] = "WantSlaMissed"
+    want_id: str
+    deadline: datetime
+
+
+class JobRunQueued(Model):
+    type: Literal["JobRunQueued"] = "JobRunQueued"
+    job_run_id: str
+    job_label: str
+    outputs: list[str]
+    params: dict[str, str]
+    want_id: str | None
+    workflow_id: str
+
+
+class JobRunSkipped(Model):
+    type: Literal["JobRunSkipped"] = "JobRunSkipped"
+    job_run_id: str
+    job_label: str
+    outputs: list[str]
+    params: dict[str, str]
+    want_id: str | None
+    workflow_id: str
+    message: str = "job skipped: all target partitions already available"
+
+
+class JobRunStarted(Model):
+    type: Literal["JobRunStarted"] = "JobRunStarted"
+    job_run_id: str
+    attempt: int
+    worker: str
+
+
+class JobRunSucceeded(Model):
+    type: Literal["JobRunSucceeded"] = "JobRunSucceeded"
+    job_run_id: str
+    reads: list[InstanceRef]
+    writes: list[InstanceRef]
+
+
+class JobRunDepMiss(Model):
+    type: Literal["JobRunDepMiss"] = "JobRunDepMiss"
+    job_run_id: str
+    missing: list[str]
+    reads: list[InstanceRef]
+
+
+class JobRunFailed(Model):
+    type: Literal["JobRunFailed"] = "JobRunFailed"
+    job_run_id: str
+    reason: str
+
+
+class Delegation(Model):
+    type: Literal["Delegation"] = "Delegation"
+    want_id: str
+    ref: str
+    delegated_to: str
+    kind: Literal["active", "historical"]
+    message: str
+
+
+class PartitionBuilding(Model):
+    type: Literal["PartitionBuilding"] = "PartitionBuilding"
+    ref: str
+    job_run_id: str
+
+
+class PartitionLive(Model):
+    type: Literal["PartitionLive"] = "PartitionLive"
+    ref: str
+    instance_id: str
+    job_run_id: str | None
+    external: bool = False
+
+
+class PartitionReleased(Model):
+    """The build lock on a partition is released without a new instance (dep-miss)."""
+
+    type: Literal["PartitionReleased"] = "PartitionReleased"
+    ref: str
+    job_run_id: str
+
+
+class PartitionFailed(Model):
+    type: Literal["PartitionFailed"] = "PartitionFailed"
+    ref: str
+    job_run_id: str
+    reason: str
+
+
+Event = Annotated[
+    WantCreated
+    | WantBuilding
+    | WantUpstreamBuilding
+    | WantWaitingExternal
+    | WantFinished
+    | WantSlaMissed
+    | JobRunQueued
+    | JobRunSkipped
+    | JobRunStarted
+    | JobRunSucceeded
+    | JobRunDepMiss
+    | JobRunFailed
+    | Delegation
+    | PartitionBuilding
+    | PartitionLive
+    | PartitionReleased
+    | PartitionFailed,
+    Field(discriminator="type"),
+]
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+FINISH_EVENT_TYPE = {
+    WantState.successful: "WantSucceeded",
+    WantState.failed: "WantFailed",
+    WantState.expired: "WantExpired",
+    WantState.canceled: "WantCanceled",
+}
+
+
+def event_keys(event: Event) -> tuple[str | None, str | None, str | None]:
+    """(want_id, job_run_id, ref) columns that index an event for filtering."""
+    return (
+        getattr(event, "want_id", None),
+        getattr(event, "job_run_id", None) or getattr(event, "delegated_to", None),
+        getattr(event, "ref", None) or getattr(getattr(event, "spec", None), "ref", None),
+    )

@@ -1,0 +1,176 @@
+"""Applies one event to the projection tables. The only code that writes projections, so replaying
+the log through it rebuilds current state exactly."""
+
+from datetime import datetime
+
+from sqlalchemy import Connection, delete, insert, select, update
+
+from databuild.bel import events as ev
+from databuild.bel import schema as s
+from databuild.models import JobRunState, PartitionStatus, WantState
+
+
+def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
+    match event:
+        case ev.WantCreated(want_id=want_id, spec=spec, workflow_id=workflow_id):
+            conn.execute(
+                insert(s.wants).values(
+                    want_id=want_id,
+                    ref=spec.ref,
+                    data_timestamp=spec.data_timestamp,
+                    sla_seconds=None if spec.sla is None else spec.sla.total_seconds(),
+                    ttl_seconds=None if spec.ttl is None else spec.ttl.total_seconds(),
+                    source=spec.source.value,
+                    parent_want_id=spec.parent_want_id,
+                    root_want_id=spec.root_want_id or want_id,
+                    state=WantState.new.value,
+                    sla_missed=False,
+                    sla_deadline=spec.sla_deadline,
+                    reason=None,
+                    job_run_id=None,
+                    decision_seq=0,
+                    workflow_id=workflow_id,
+                    created_at=at,
+                    updated_at=at,
+                )
+            )
+            _subscribe(conn, want_id, [spec.ref], workflow_id)
+        case ev.WantBuilding(want_id=want_id, job_run_id=job_run_id, relation=relation, decision_seq=seq):
+            _set_want(conn, want_id, at, state=WantState.building, job_run_id=job_run_id, decision_seq=seq)
+            _link(conn, want_id, job_run_id, relation)
+        case ev.WantWaitingExternal(want_id=want_id, decision_seq=seq):
+            _set_want(conn, want_id, at, state=WantState.upstream_building, decision_seq=seq)
+        case ev.WantUpstreamBuilding(want_id=want_id, missing=missing):
+            _set_want(conn, want_id, at, state=WantState.upstream_building)
+            workflow_id = conn.execute(
+                select(s.wants.c.workflow_id).where(s.wants.c.want_id == want_id)
+            ).scalar_one()
+            _subscribe(conn, want_id, missing, workflow_id)
+        case ev.WantFinished(want_id=want_id, state=state, reason=reason):
+            _set_want(conn, want_id, at, state=state, reason=reason)
+            conn.execute(delete(s.subscriptions).where(s.subscriptions.c.want_id == want_id))
+        case ev.WantSlaMissed(want_id=want_id):
+            conn.execute(update(s.wants).where(s.wants.c.want_id == want_id).values(sla_missed=True))
+        case ev.JobRunQueued() | ev.JobRunSkipped():
+            skipped = isinstance(event, ev.JobRunSkipped)
+            conn.execute(
+                insert(s.job_runs).values(
+                    job_run_id=event.job_run_id,
+                    job_label=event.job_label,
+                    state=(JobRunState.skipped if skipped else JobRunState.queued).value,
+                    outputs=event.outputs,
+                    params=event.params,
+                    want_id=event.want_id,
+                    attempts=0,
+                    reason=event.message if isinstance(event, ev.JobRunSkipped) else None,
+                    missing=[],
+                    workflow_id=event.workflow_id,
+                    created_at=at,
+                    updated_at=at,
+                )
+            )
+            conn.execute(
+                insert(s.job_run_outputs),
+                [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs],
+            )
+            if skipped and event.want_id:
+                _link(conn, event.want_id, event.job_run_id, "skipped")
+        case ev.JobRunStarted(job_run_id=job_run_id, attempt=attempt):
+            _set_job_run(conn, job_run_id, at, state=JobRunState.running.value, attempts=attempt)
+        case ev.JobRunSucceeded(job_run_id=job_run_id, reads=reads):
+            _set_job_run(conn, job_run_id, at, state=JobRunState.succeeded.value)
+            _record_reads(conn, job_run_id, reads)
+        case ev.JobRunDepMiss(job_run_id=job_run_id, missing=missing, reads=reads):
+            _set_job_run(conn, job_run_id, at, state=JobRunState.dep_miss.value, missing=missing)
+            _record_reads(conn, job_run_id, reads)
+        case ev.JobRunFailed(job_run_id=job_run_id, reason=reason):
+            _set_job_run(conn, job_run_id, at, state=JobRunState.failed.value, reason=reason)
+        case ev.Delegation():
+            conn.execute(
+                insert(s.delegations).values(
+                    want_id=event.want_id, ref=event.ref, delegated_to=event.delegated_to, kind=event.kind, at=at
+                )
+            )
+        case ev.PartitionBuilding(ref=ref, job_run_id=job_run_id):
+            _upsert_partition(conn, ref, at, building_job_run_id=job_run_id)
+        case ev.PartitionLive(ref=ref, instance_id=instance_id, job_run_id=job_run_id, external=external):
+            conn.execute(
+                insert(s.partition_instances).values(
+                    instance_id=instance_id, ref=ref, job_run_id=job_run_id, external=external, created_at=at
+                )
+            )
+            _upsert_partition(
+                conn,
+                ref,
+                at,
+                status=PartitionStatus.live.value,
+                instance_id=instance_id,
+                built_by=job_run_id,
+                building_job_run_id=None,
+                external=external,
+            )
+        case ev.PartitionReleased(ref=ref):
+            _upsert_partition(conn, ref, at, building_job_run_id=None)
+        case ev.PartitionFailed(ref=ref):
+            _upsert_partition(conn, ref, at, status=PartitionStatus.failed.value, building_job_run_id=None)
+        case _:
+            raise TypeError(f"no projection for event {type(event).__name__}")
+
+
+def _set_want(conn: Connection, want_id: str, at: datetime, **values: object) -> None:
+    values = {k: (v.value if isinstance(v, WantState) else v) for k, v in values.items()}
+    conn.execute(update(s.wants).where(s.wants.c.want_id == want_id).values(updated_at=at, **values))
+
+
+def _set_job_run(conn: Connection, job_run_id: str, at: datetime, **values: object) -> None:
+    conn.execute(update(s.job_runs).where(s.job_runs.c.job_run_id == job_run_id).values(updated_at=at, **values))
+
+
+def _link(conn: Connection, want_id: str, job_run_id: str, relation: str) -> None:
+    exists = conn.execute(
+        select(s.want_job_runs.c.relation).where(
+            s.want_job_runs.c.want_id == want_id, s.want_job_runs.c.job_run_id == job_run_id
+        )
+    ).first()
+    if exists is None:
+        conn.execute(insert(s.want_job_runs).values(want_id=want_id, job_run_id=job_run_id, relation=relation))
+
+
+def _subscribe(conn: Connection, want_id: str, refs: list[str], workflow_id: str) -> None:
+    have = set(
+        conn.execute(
+            select(s.subscriptions.c.ref).where(
+                s.subscriptions.c.want_id == want_id, s.subscriptions.c.ref.in_(refs)
+            )
+        ).scalars()
+    )
+    rows = [{"ref": r, "want_id": want_id, "workflow_id": workflow_id} for r in dict.fromkeys(refs) if r not in have]
+    if rows:
+        conn.execute(insert(s.subscriptions), rows)
+
+
+def _record_reads(conn: Connection, job_run_id: str, reads: list[object]) -> None:
+    rows = [
+        {"job_run_id": job_run_id, "ref": r.ref, "instance_id": r.instance_id}  # type: ignore[attr-defined]
+        for r in reads
+    ]
+    if rows:
+        conn.execute(insert(s.read_deps), rows)
+
+
+def _upsert_partition(conn: Connection, ref: str, at: datetime, **values: object) -> None:
+    found = conn.execute(select(s.partitions.c.ref).where(s.partitions.c.ref == ref)).first()
+    if found is None:
+        row: dict[str, object] = {
+            "ref": ref,
+            "status": PartitionStatus.missing.value,
+            "instance_id": None,
+            "built_by": None,
+            "building_job_run_id": None,
+            "external": False,
+            "updated_at": at,
+        }
+        row.update(values)
+        conn.execute(insert(s.partitions).values(**row))
+    else:
+        conn.execute(update(s.partitions).where(s.partitions.c.ref == ref).values(updated_at=at, **values))

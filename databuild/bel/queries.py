@@ -1,0 +1,290 @@
+"""Read side of the build event log: indexed lookups on the projections."""
+
+import fnmatch
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, Select, select
+
+from databuild.bel import schema as s
+from databuild.errors import NotFoundError
+from databuild.models import (
+    EventRecord,
+    InstanceRef,
+    JobRun,
+    JobRunState,
+    Partition,
+    PartitionStatus,
+    Want,
+    WantSource,
+    WantState,
+)
+
+
+def _seconds(value: float | None) -> timedelta | None:
+    return None if value is None else timedelta(seconds=value)
+
+
+def want_from_row(row: Any) -> Want:
+    return Want(
+        want_id=row["want_id"],
+        ref=row["ref"],
+        data_timestamp=row["data_timestamp"],
+        sla=_seconds(row["sla_seconds"]),
+        ttl=_seconds(row["ttl_seconds"]),
+        source=WantSource(row["source"]),
+        parent_want_id=row["parent_want_id"],
+        root_want_id=row["root_want_id"],
+        state=WantState(row["state"]),
+        sla_missed=bool(row["sla_missed"]),
+        reason=row["reason"],
+        job_run_id=row["job_run_id"],
+        workflow_id=row["workflow_id"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def partition_from_row(row: Any) -> Partition:
+    building = row["building_job_run_id"]
+    return Partition(
+        ref=row["ref"],
+        status=PartitionStatus.building if building else PartitionStatus(row["status"]),
+        instance_id=row["instance_id"],
+        built_by=row["built_by"],
+        building_job_run_id=building,
+        external=bool(row["external"]),
+        updated_at=row["updated_at"],
+    )
+
+
+def _prefix(column: Any, prefix: str) -> Any:
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return column.like(escaped + "%", escape="\\")
+
+
+class BelQueries:
+    def __init__(self, reader: Engine) -> None:
+        self.reader = reader
+
+    def _all(self, query: Select[Any]) -> list[Any]:
+        with self.reader.connect() as conn:
+            return list(conn.execute(query).mappings())
+
+    # Wants -------------------------------------------------------------------------------------
+    def want(self, want_id: str) -> Want:
+        rows = self._all(select(s.wants).where(s.wants.c.want_id == want_id))
+        if not rows:
+            raise NotFoundError(f"no want {want_id!r}; list wants with `databuild wants list`")
+        return want_from_row(rows[0])
+
+    def find_want(self, want_id: str) -> Want | None:
+        rows = self._all(select(s.wants).where(s.wants.c.want_id == want_id))
+        return want_from_row(rows[0]) if rows else None
+
+    def wants(
+        self,
+        *,
+        state: WantState | None = None,
+        ref_prefix: str | None = None,
+        root_want_id: str | None = None,
+        parent_want_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Want]:
+        query = select(s.wants)
+        if state is not None:
+            query = query.where(s.wants.c.state == state.value)
+        if ref_prefix:
+            query = query.where(_prefix(s.wants.c.ref, ref_prefix))
+        if root_want_id is not None:
+            query = query.where(s.wants.c.root_want_id == root_want_id)
+        if parent_want_id is not None:
+            query = query.where(s.wants.c.parent_want_id == parent_want_id)
+        query = query.order_by(s.wants.c.created_at.desc(), s.wants.c.want_id).limit(limit).offset(offset)
+        return [want_from_row(r) for r in self._all(query)]
+
+    def sla_misses(self, now: datetime | None = None, limit: int = 1000) -> list[Want]:
+        """Wants whose SLA passed without their partition: flagged ones, and overdue ones not yet flagged."""
+        now = now or datetime.now(UTC)
+        query = (
+            select(s.wants)
+            .where(
+                s.wants.c.sla_deadline.is_not(None),
+                (s.wants.c.sla_missed.is_(True))
+                | (
+                    (s.wants.c.sla_deadline < now)
+                    & s.wants.c.state.not_in([WantState.successful.value, WantState.canceled.value])
+                ),
+            )
+            .order_by(s.wants.c.sla_deadline)
+            .limit(limit)
+        )
+        return [want_from_row(r) for r in self._all(query)]
+
+    def want_job_runs(self, want_id: str) -> list[tuple[str, JobRun]]:
+        rows = self._all(
+            select(s.want_job_runs.c.relation, s.want_job_runs.c.job_run_id)
+            .where(s.want_job_runs.c.want_id == want_id)
+        )
+        runs = {r.job_run_id: r for r in self.job_runs_by_id([row["job_run_id"] for row in rows])}
+        result = [(row["relation"], runs[row["job_run_id"]]) for row in rows]
+        return sorted(result, key=lambda pair: pair[1].created_at)
+
+    # Partitions ----------------------------------------------------------------------------------
+    def partition(self, ref: str) -> Partition:
+        found = self.find_partition(ref)
+        if found is None:
+            raise NotFoundError(f"no partition {ref!r} in the build event log")
+        return found
+
+    def find_partition(self, ref: str) -> Partition | None:
+        rows = self._all(select(s.partitions).where(s.partitions.c.ref == ref))
+        return partition_from_row(rows[0]) if rows else None
+
+    def partitions(
+        self, *, status: PartitionStatus | None = None, ref_prefix: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Partition]:
+        query = select(s.partitions)
+        if status is PartitionStatus.building:
+            query = query.where(s.partitions.c.building_job_run_id.is_not(None))
+        elif status is not None:
+            query = query.where(
+                s.partitions.c.status == status.value, s.partitions.c.building_job_run_id.is_(None)
+            )
+        if ref_prefix:
+            query = query.where(_prefix(s.partitions.c.ref, ref_prefix))
+        query = query.order_by(s.partitions.c.ref).limit(limit).offset(offset)
+        return [partition_from_row(r) for r in self._all(query)]
+
+    def instances(self, ref: str) -> list[InstanceRef]:
+        rows = self._all(
+            select(s.partition_instances).where(s.partition_instances.c.ref == ref)
+            .order_by(s.partition_instances.c.created_at)
+        )
+        return [InstanceRef(ref=r["ref"], instance_id=r["instance_id"]) for r in rows]
+
+    def readers_of(self, instance_id: str) -> list[str]:
+        """Job runs that read this instance."""
+        rows = self._all(select(s.read_deps.c.job_run_id).where(s.read_deps.c.instance_id == instance_id))
+        return [r["job_run_id"] for r in rows]
+
+    # Job runs ------------------------------------------------------------------------------------
+    def job_run(self, job_run_id: str) -> JobRun:
+        runs = self.job_runs_by_id([job_run_id])
+        if not runs:
+            raise NotFoundError(f"no job run {job_run_id!r}; list them with `databuild job-runs list`")
+        return runs[0]
+
+    def job_runs_by_id(self, ids: Sequence[str]) -> list[JobRun]:
+        if not ids:
+            return []
+        rows = self._all(select(s.job_runs).where(s.job_runs.c.job_run_id.in_(list(ids))))
+        return self._hydrate_runs(rows)
+
+    def job_runs(
+        self, *, state: JobRunState | None = None, job_label: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[JobRun]:
+        query = select(s.job_runs)
+        if state is not None:
+            query = query.where(s.job_runs.c.state == state.value)
+        if job_label is not None:
+            query = query.where(s.job_runs.c.job_label == job_label)
+        query = query.order_by(s.job_runs.c.created_at.desc(), s.job_runs.c.job_run_id).limit(limit).offset(offset)
+        return self._hydrate_runs(self._all(query))
+
+    def _hydrate_runs(self, rows: list[Any]) -> list[JobRun]:
+        ids = [r["job_run_id"] for r in rows]
+        reads: dict[str, list[InstanceRef]] = {i: [] for i in ids}
+        writes: dict[str, list[InstanceRef]] = {i: [] for i in ids}
+        if ids:
+            for r in self._all(select(s.read_deps).where(s.read_deps.c.job_run_id.in_(ids)).order_by(s.read_deps.c.id)):
+                reads[r["job_run_id"]].append(InstanceRef(ref=r["ref"], instance_id=r["instance_id"]))
+            for r in self._all(
+                select(s.partition_instances).where(s.partition_instances.c.job_run_id.in_(ids))
+            ):
+                writes[r["job_run_id"]].append(InstanceRef(ref=r["ref"], instance_id=r["instance_id"]))
+        return [
+            JobRun(
+                job_run_id=r["job_run_id"],
+                job_label=r["job_label"],
+                outputs=list(r["outputs"]),
+                params=dict(r["params"]),
+                state=JobRunState(r["state"]),
+                want_id=r["want_id"],
+                attempts=r["attempts"],
+                reason=r["reason"],
+                missing=list(r["missing"]),
+                reads=reads[r["job_run_id"]],
+                writes=sorted(writes[r["job_run_id"]], key=lambda w: w.ref),
+                workflow_id=r["workflow_id"],
+                created_at=r["created_at"],
+                updated_at=r["updated_at"],
+            )
+            for r in rows
+        ]
+
+    def subscriptions(self, refs: Sequence[str], after_id: int, limit: int) -> list[tuple[int, str, str, str]]:
+        """A page of (id, ref, want_id, workflow_id) subscribed to any of ``refs``, in id order."""
+        rows = self._all(
+            select(s.subscriptions)
+            .where(s.subscriptions.c.ref.in_(list(refs)), s.subscriptions.c.id > after_id)
+            .order_by(s.subscriptions.c.id)
+            .limit(limit)
+        )
+        return [(r["id"], r["ref"], r["want_id"], r["workflow_id"]) for r in rows]
+
+    # Events ----------------------------------------------------------------------------------------
+    def last_idx(self) -> int:
+        rows = self._all(select(s.head.c.last_idx))
+        return int(rows[0]["last_idx"]) if rows else 0
+
+    def events(
+        self,
+        *,
+        since_idx: int = 0,
+        limit: int = 100,
+        pattern: str | None = None,
+        want_id: str | None = None,
+        job_run_id: str | None = None,
+        types: Sequence[str] | None = None,
+    ) -> list[EventRecord]:
+        query = select(s.events).where(s.events.c.idx > since_idx)
+        if want_id is not None:
+            query = query.where(s.events.c.want_id == want_id)
+        if job_run_id is not None:
+            query = query.where(s.events.c.job_run_id == job_run_id)
+        if types:
+            query = query.where(s.events.c.type.in_(list(types)))
+        if pattern:
+            literal = pattern.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0]
+            if literal:
+                query = query.where(_prefix(s.events.c.ref, literal))
+            else:
+                query = query.where(s.events.c.ref.is_not(None))
+        result: list[EventRecord] = []
+        # The glob is refined in Python after an indexed prefix filter; page until `limit` match.
+        cursor = since_idx
+        while len(result) < limit:
+            page = self._all(query.where(s.events.c.idx > cursor).order_by(s.events.c.idx).limit(limit * 4))
+            if not page:
+                break
+            for row in page:
+                cursor = row["idx"]
+                if pattern and not fnmatch.fnmatchcase(row["ref"] or "", pattern):
+                    continue
+                result.append(
+                    EventRecord(
+                        idx=row["idx"],
+                        type=row["type"],
+                        at=row["at"],
+                        want_id=row["want_id"],
+                        job_run_id=row["job_run_id"],
+                        ref=row["ref"],
+                        data=row["data"],
+                    )
+                )
+                if len(result) == limit:
+                    break
+        return result

@@ -1,0 +1,188 @@
+"""Tables of the build event log: the append-only ``events`` table and projections of current state."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores UTC, returns aware datetimes on every backend (SQLite drops the zone otherwise)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.astimezone(UTC) if value.tzinfo else value
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value.replace(tzinfo=UTC)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+REF = String(512)
+ID = String(64)
+
+metadata = MetaData()
+
+# One row; every write transaction locks it first, so indexes are handed out in commit order.
+head = Table(
+    "bel_head",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("last_idx", BigInteger, nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("idx", BigInteger, primary_key=True, autoincrement=False),
+    Column("type", String(64), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("want_id", ID, index=True),
+    Column("job_run_id", ID, index=True),
+    Column("ref", REF, index=True),
+    Column("data", JSON, nullable=False),
+)
+
+wants = Table(
+    "wants",
+    metadata,
+    Column("want_id", ID, primary_key=True),
+    Column("ref", REF, nullable=False, index=True),
+    Column("data_timestamp", UTCDateTime, nullable=False),
+    Column("sla_seconds", Float),
+    Column("ttl_seconds", Float),
+    Column("source", String(16), nullable=False),
+    Column("parent_want_id", ID, index=True),
+    Column("root_want_id", ID, index=True),
+    Column("state", String(24), nullable=False, index=True),
+    Column("sla_missed", Boolean, nullable=False, default=False),
+    Column("sla_deadline", UTCDateTime, index=True),
+    Column("reason", Text),
+    Column("job_run_id", ID),
+    Column("decision_seq", Integer, nullable=False, default=0),
+    Column("workflow_id", String(1024), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+partitions = Table(
+    "partitions",
+    metadata,
+    Column("ref", REF, primary_key=True),
+    Column("status", String(16), nullable=False, index=True),
+    Column("instance_id", ID),
+    Column("built_by", ID),
+    Column("building_job_run_id", ID, index=True),
+    Column("external", Boolean, nullable=False, default=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+partition_instances = Table(
+    "partition_instances",
+    metadata,
+    Column("instance_id", ID, primary_key=True),
+    Column("ref", REF, nullable=False, index=True),
+    Column("job_run_id", ID, index=True),
+    Column("external", Boolean, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+job_runs = Table(
+    "job_runs",
+    metadata,
+    Column("job_run_id", ID, primary_key=True),
+    Column("job_label", String(256), nullable=False, index=True),
+    Column("state", String(16), nullable=False, index=True),
+    Column("outputs", JSON, nullable=False),
+    Column("params", JSON, nullable=False),
+    Column("want_id", ID, index=True),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("reason", Text),
+    Column("missing", JSON, nullable=False),
+    Column("workflow_id", String(1024), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+job_run_outputs = Table(
+    "job_run_outputs",
+    metadata,
+    Column("job_run_id", ID, primary_key=True),
+    Column("ref", REF, primary_key=True),
+    Index("ix_job_run_outputs_ref", "ref"),
+)
+
+read_deps = Table(
+    "read_deps",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_run_id", ID, nullable=False, index=True),
+    Column("ref", REF, nullable=False, index=True),
+    Column("instance_id", ID, index=True),
+)
+
+subscriptions = Table(
+    "subscriptions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("ref", REF, nullable=False),
+    Column("want_id", ID, nullable=False, index=True),
+    Column("workflow_id", String(1024), nullable=False),
+    UniqueConstraint("ref", "want_id", name="uq_subscriptions_ref_want"),
+    Index("ix_subscriptions_ref_id", "ref", "id"),
+)
+
+delegations = Table(
+    "delegations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("want_id", ID, nullable=False, index=True),
+    Column("ref", REF, nullable=False),
+    Column("delegated_to", ID, nullable=False, index=True),
+    Column("kind", String(16), nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+)
+
+want_job_runs = Table(
+    "want_job_runs",
+    metadata,
+    Column("want_id", ID, primary_key=True),
+    Column("job_run_id", ID, primary_key=True),
+    Column("relation", String(16), nullable=False),
+    Index("ix_want_job_runs_job_run", "job_run_id"),
+)
+
+PROJECTIONS = [
+    wants,
+    partitions,
+    partition_instances,
+    job_runs,
+    job_run_outputs,
+    read_deps,
+    subscriptions,
+    delegations,
+    want_job_runs,
+]

@@ -1,0 +1,401 @@
+"""The build event log: append-only events plus projections, updated in one transaction per command."""
+
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, RowMapping, create_engine, delete, event, insert, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from databuild.bel import events as ev
+from databuild.bel import projector
+from databuild.bel import schema as s
+from databuild.bel.queries import BelQueries, partition_from_row, want_from_row
+from databuild.errors import InvalidTransitionError, NotFoundError
+from databuild.graph import Resolution
+from databuild.models import (
+    InstanceRef,
+    JobRun,
+    JobRunState,
+    Partition,
+    PartitionStatus,
+    WantSpec,
+    WantState,
+    Want,
+    job_run_workflow_id,
+)
+from databuild.protocol import Decision, DecisionKind, DependenciesStatus
+
+
+def new_job_run_id() -> str:
+    return "jr-" + uuid.uuid4().hex[:16]
+
+
+def new_instance_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def make_engines(url: str) -> tuple[Engine, Engine]:
+    """(writer, reader) engines. On SQLite writers take the database lock up front (BEGIN IMMEDIATE),
+    so the read-decide-append of a command is serialised across threads and processes."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        return engine, engine
+    if parsed.database and parsed.database != ":memory:":
+        from pathlib import Path
+
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+
+    def sqlite_engine(immediate: bool) -> Engine:
+        engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": 60, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # let SQLAlchemy's BEGIN below be the only one
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA busy_timeout=60000")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        return engine
+
+    return sqlite_engine(immediate=True), sqlite_engine(immediate=False)
+
+
+class _Tx:
+    """One write transaction: holds the head lock, appends events and projects them."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.at = _now()
+        row = conn.execute(select(s.head.c.last_idx).where(s.head.c.id == 1).with_for_update()).first()
+        if row is None:
+            raise RuntimeError("the build event log is not initialised; create it with BuildEventLog.create()")
+        self.idx = int(row[0])
+
+    def append(self, event: ev.Event) -> int:
+        self.idx += 1
+        want_id, job_run_id, ref = ev.event_keys(event)
+        self.conn.execute(
+            insert(s.events).values(
+                idx=self.idx,
+                type=event.type,
+                at=self.at,
+                want_id=want_id,
+                job_run_id=job_run_id,
+                ref=ref,
+                data=event.model_dump(mode="json"),
+            )
+        )
+        projector.apply(self.conn, event, self.at)
+        return self.idx
+
+    def close(self) -> None:
+        self.conn.execute(update(s.head).where(s.head.c.id == 1).values(last_idx=self.idx))
+
+
+class BuildEventLog(BelQueries):
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.writer, reader = make_engines(url)
+        super().__init__(reader)
+
+    @classmethod
+    def create(cls, url: str) -> "BuildEventLog":
+        """Open the log, creating its tables in an empty database."""
+        bel = cls(url)
+        s.metadata.create_all(bel.writer)
+        with bel.writer.begin() as conn:
+            if conn.execute(select(s.head.c.id)).first() is None:
+                conn.execute(insert(s.head).values(id=1, last_idx=0))
+        return bel
+
+    def dispose(self) -> None:
+        self.writer.dispose()
+        self.reader.dispose()
+
+    @contextmanager
+    def _write(self) -> Iterator[_Tx]:
+        with self.writer.begin() as conn:
+            tx = _Tx(conn)
+            yield tx
+            tx.close()
+
+    # Wants ---------------------------------------------------------------------------------------
+    def register_want(self, spec: WantSpec) -> tuple[Want, bool]:
+        """Record ``WantCreated`` unless the want exists. Returns the want and whether it is new."""
+        with self._write() as tx:
+            created = self._ensure_want(tx, spec)
+            want = self._want_row(tx.conn, spec.want_id)
+        return want_from_row(want), created
+
+    def _ensure_want(self, tx: _Tx, spec: WantSpec) -> bool:
+        if self._want_row(tx.conn, spec.want_id, required=False) is not None:
+            return False
+        tx.append(ev.WantCreated(want_id=spec.want_id, spec=spec, workflow_id=spec.workflow_id))
+        return True
+
+    def decide(self, want_id: str, seq: int, resolution: Resolution) -> Decision:
+        """Step 2 of a want, in one transaction: done, wait for an active run, or queue a new run."""
+        with self._write() as tx:
+            want = self._want_row(tx.conn, want_id)
+            if WantState(want["state"]).is_final:
+                return Decision(kind=DecisionKind.final, final_state=WantState(want["state"]), reason=want["reason"])
+            if want["decision_seq"] >= seq:
+                return self._replay_decision(tx.conn, want)
+            ref = want["ref"]
+            own = self._partition_row(tx.conn, ref)
+            if own is not None and own["status"] == PartitionStatus.live.value:
+                return self._historical(tx, want_id, own, resolution)
+            target = resolution.target
+            if target is None:
+                tx.append(ev.WantWaitingExternal(want_id=want_id, decision_seq=seq))
+                return Decision(kind=DecisionKind.wait_external)
+            rows = [self._partition_row(tx.conn, out) for out in target.outputs]
+            active = next((r["building_job_run_id"] for r in rows if r and r["building_job_run_id"]), None)
+            if active is not None:
+                for out in target.outputs:
+                    tx.append(
+                        ev.Delegation(
+                            want_id=want_id,
+                            ref=out,
+                            delegated_to=active,
+                            kind="active",
+                            message="delegated to active build",
+                        )
+                    )
+                tx.append(ev.WantBuilding(want_id=want_id, job_run_id=active, relation="delegated", decision_seq=seq))
+                return self._run_decision(tx.conn, DecisionKind.delegate, active)
+            job_run_id = new_job_run_id()
+            tx.append(
+                ev.JobRunQueued(
+                    job_run_id=job_run_id,
+                    job_label=target.job.label,
+                    outputs=target.outputs,
+                    params=target.params,
+                    want_id=want_id,
+                    workflow_id=job_run_workflow_id(target.job.label, job_run_id),
+                )
+            )
+            for out in target.outputs:
+                tx.append(ev.PartitionBuilding(ref=out, job_run_id=job_run_id))
+            tx.append(ev.WantBuilding(want_id=want_id, job_run_id=job_run_id, relation="executed", decision_seq=seq))
+            return self._run_decision(tx.conn, DecisionKind.execute, job_run_id)
+
+    def _historical(self, tx: _Tx, want_id: str, own: RowMapping, resolution: Resolution) -> Decision:
+        if resolution.target is not None:
+            target = resolution.target
+            live = [
+                r
+                for r in (self._partition_row(tx.conn, out) for out in target.outputs)
+                if r is not None and r["status"] == PartitionStatus.live.value and r["built_by"]
+            ]
+            for row in live:
+                tx.append(
+                    ev.Delegation(
+                        want_id=want_id,
+                        ref=row["ref"],
+                        delegated_to=row["built_by"],
+                        kind="historical",
+                        message="delegated to historical build: partition already available",
+                    )
+                )
+            job_run_id = new_job_run_id()
+            tx.append(
+                ev.JobRunSkipped(
+                    job_run_id=job_run_id,
+                    job_label=target.job.label,
+                    outputs=target.outputs,
+                    params=target.params,
+                    want_id=want_id,
+                    workflow_id=job_run_workflow_id(target.job.label, job_run_id),
+                )
+            )
+        return Decision(kind=DecisionKind.live, instance_id=own["instance_id"], job_run_id=own["built_by"])
+
+    def _replay_decision(self, conn: Connection, want: RowMapping) -> Decision:
+        """The answer already given for this decision step (the activity was retried after committing)."""
+        if want["state"] == WantState.upstream_building.value and want["job_run_id"] is None:
+            return Decision(kind=DecisionKind.wait_external)
+        relation = conn.execute(
+            select(s.want_job_runs.c.relation).where(
+                s.want_job_runs.c.want_id == want["want_id"], s.want_job_runs.c.job_run_id == want["job_run_id"]
+            )
+        ).scalar_one()
+        kind = DecisionKind.execute if relation == "executed" else DecisionKind.delegate
+        return self._run_decision(conn, kind, want["job_run_id"])
+
+    def _run_decision(self, conn: Connection, kind: DecisionKind, job_run_id: str) -> Decision:
+        row = conn.execute(select(s.job_runs).where(s.job_runs.c.job_run_id == job_run_id)).mappings().one()
+        return Decision(
+            kind=kind,
+            job_run_id=job_run_id,
+            job_label=row["job_label"],
+            outputs=list(row["outputs"]),
+            params=dict(row["params"]),
+        )
+
+    def await_dependencies(
+        self, want_id: str, job_run_id: str, missing: Sequence[str], derivatives: Sequence[WantSpec]
+    ) -> DependenciesStatus:
+        """Record that the want waits for ``missing`` (subscribing to them) and its derivative wants;
+        then report, in the same transaction, which inputs are already live and which derivatives failed."""
+        with self._write() as tx:
+            want = self._want_row(tx.conn, want_id)
+            if want["state"] != WantState.upstream_building.value or want["job_run_id"] != job_run_id:
+                for spec in derivatives:
+                    self._ensure_want(tx, spec)
+                tx.append(
+                    ev.WantUpstreamBuilding(
+                        want_id=want_id,
+                        job_run_id=job_run_id,
+                        missing=list(missing),
+                        derivative_want_ids=[d.want_id for d in derivatives],
+                    )
+                )
+            live = [
+                ref
+                for ref in missing
+                if (row := self._partition_row(tx.conn, ref)) is not None
+                and row["status"] == PartitionStatus.live.value
+            ]
+            failed = {}
+            for spec in derivatives:
+                row = self._want_row(tx.conn, spec.want_id)
+                if row["state"] in (WantState.failed.value, WantState.canceled.value, WantState.expired.value):
+                    failed[spec.ref] = f"derivative want {spec.want_id} {row['state']}: {row['reason'] or ''}".strip()
+            return DependenciesStatus(live=live, failed=failed)
+
+    def finish_want(
+        self, want_id: str, state: WantState, reason: str | None = None, instance_id: str | None = None
+    ) -> Want:
+        if not state.is_final:
+            raise InvalidTransitionError(f"{state.value} is not a final want state")
+        with self._write() as tx:
+            want = self._want_row(tx.conn, want_id)
+            if not WantState(want["state"]).is_final:
+                tx.append(
+                    ev.WantFinished(
+                        type=ev.FINISH_EVENT_TYPE[state],  # type: ignore[arg-type]
+                        want_id=want_id,
+                        state=state,
+                        reason=reason,
+                        instance_id=instance_id,
+                    )
+                )
+            return want_from_row(self._want_row(tx.conn, want_id))
+
+    def mark_sla_missed(self, want_id: str, deadline: datetime) -> Want:
+        with self._write() as tx:
+            want = self._want_row(tx.conn, want_id)
+            if not want["sla_missed"]:
+                tx.append(ev.WantSlaMissed(want_id=want_id, deadline=deadline))
+            return want_from_row(self._want_row(tx.conn, want_id))
+
+    # Job runs ------------------------------------------------------------------------------------
+    def start_job_run(self, job_run_id: str, attempt: int, worker: str) -> JobRun:
+        """Mark an attempt as running. A run that already ended is returned unchanged (retried activity)."""
+        with self._write() as tx:
+            row = self._job_run_row(tx.conn, job_run_id)
+            if not JobRunState(row["state"]).is_final:
+                tx.append(ev.JobRunStarted(job_run_id=job_run_id, attempt=attempt, worker=worker))
+        return self.job_run(job_run_id)
+
+    def succeed_job_run(self, job_run_id: str, reads: list[InstanceRef], writes: list[InstanceRef]) -> JobRun:
+        with self._write() as tx:
+            if self._open_run(tx.conn, job_run_id):
+                tx.append(ev.JobRunSucceeded(job_run_id=job_run_id, reads=reads, writes=writes))
+                for out in writes:
+                    assert out.instance_id is not None
+                    tx.append(
+                        ev.PartitionLive(ref=out.ref, instance_id=out.instance_id, job_run_id=job_run_id)
+                    )
+        return self.job_run(job_run_id)
+
+    def dep_miss_job_run(self, job_run_id: str, missing: list[str], reads: list[InstanceRef]) -> JobRun:
+        with self._write() as tx:
+            if (row := self._open_run(tx.conn, job_run_id)) is not None:
+                tx.append(ev.JobRunDepMiss(job_run_id=job_run_id, missing=sorted(set(missing)), reads=reads))
+                for out in self._locked_outputs(tx.conn, row):
+                    tx.append(ev.PartitionReleased(ref=out, job_run_id=job_run_id))
+        return self.job_run(job_run_id)
+
+    def fail_job_run(self, job_run_id: str, reason: str) -> JobRun:
+        with self._write() as tx:
+            if (row := self._open_run(tx.conn, job_run_id)) is not None:
+                tx.append(ev.JobRunFailed(job_run_id=job_run_id, reason=reason))
+                for out in self._locked_outputs(tx.conn, row):
+                    tx.append(ev.PartitionFailed(ref=out, job_run_id=job_run_id, reason=reason))
+        return self.job_run(job_run_id)
+
+    def _open_run(self, conn: Connection, job_run_id: str) -> RowMapping | None:
+        row = self._job_run_row(conn, job_run_id)
+        return None if JobRunState(row["state"]).is_final else row
+
+    def _locked_outputs(self, conn: Connection, run: RowMapping) -> list[str]:
+        return [
+            out
+            for out in run["outputs"]
+            if (p := self._partition_row(conn, out)) is not None and p["building_job_run_id"] == run["job_run_id"]
+        ]
+
+    # Partitions ----------------------------------------------------------------------------------
+    def publish_external(self, ref: str) -> tuple[Partition, bool]:
+        """Announce that ``ref`` is available from outside. Idempotent: a live ref is left as it is."""
+        with self._write() as tx:
+            row = self._partition_row(tx.conn, ref)
+            if row is not None and row["building_job_run_id"]:
+                raise InvalidTransitionError(
+                    f"{ref} is being built by job run {row['building_job_run_id']}; "
+                    "publish it after that run ends"
+                )
+            created = row is None or row["status"] != PartitionStatus.live.value
+            if created:
+                tx.append(ev.PartitionLive(ref=ref, instance_id=new_instance_id(), job_run_id=None, external=True))
+            result = self._partition_row(tx.conn, ref)
+            assert result is not None
+            return partition_from_row(result), created
+
+    # Maintenance ---------------------------------------------------------------------------------
+    def rebuild_projections(self) -> int:
+        """Throw current state away and derive it again from the events alone. Returns events replayed."""
+        with self._write() as tx:
+            for table in reversed(s.PROJECTIONS):
+                tx.conn.execute(delete(table))
+            count = 0
+            for row in tx.conn.execute(select(s.events).order_by(s.events.c.idx)).mappings():
+                projector.apply(tx.conn, ev.EVENT_ADAPTER.validate_python(row["data"]), row["at"])
+                count += 1
+            return count
+
+    # Row helpers (inside a transaction) -----------------------------------------------------------
+    def _want_row(self, conn: Connection, want_id: str, required: bool = True) -> Any:
+        row = conn.execute(select(s.wants).where(s.wants.c.want_id == want_id)).mappings().first()
+        if row is None and required:
+            raise NotFoundError(f"no want {want_id!r}")
+        return row
+
+    def _job_run_row(self, conn: Connection, job_run_id: str) -> RowMapping:
+        row = conn.execute(select(s.job_runs).where(s.job_runs.c.job_run_id == job_run_id)).mappings().first()
+        if row is None:
+            raise NotFoundError(f"no job run {job_run_id!r}")
+        return row
+
+    def _partition_row(self, conn: Connection, ref: str) -> RowMapping | None:
+        return conn.execute(select(s.partitions).where(s.partitions.c.ref == ref)).mappings().first()
+
+
+

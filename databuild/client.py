@@ -1,0 +1,140 @@
+"""The Python SDK: register wants (idempotently), await them, query the build event log."""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+from temporalio.client import Client, WorkflowFailureError
+
+from databuild.bel import BuildEventLog
+from databuild.config import Settings
+from databuild.errors import InvalidWantError
+from databuild.graph import Graph, load_graph
+from databuild.models import Partition, Want, WantSource, WantSpec, default_data_timestamp
+from databuild.protocol import SIGNAL_PARTITION_AVAILABLE, PartitionAvailable
+from databuild.temporal import connect, notify_subscribers, start_want
+
+
+class DataBuild:
+    """An async client. ``async with await DataBuild.connect() as db: await db.want("daily_summary/2024-01-07")``."""
+
+    def __init__(self, client: Client, bel: BuildEventLog, graph: Graph, settings: Settings) -> None:
+        self.temporal = client
+        self.bel = bel
+        self.graph = graph
+        self.settings = settings
+
+    @classmethod
+    async def connect(cls, settings: Settings | None = None) -> "DataBuild":
+        settings = settings or Settings.from_env()
+        graph = load_graph(settings.graph)
+        bel = BuildEventLog.create(settings.database_url)
+        return cls(await connect(settings), bel, graph, settings)
+
+    async def __aenter__(self) -> "DataBuild":
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self.bel.dispose()
+
+    def spec(
+        self,
+        ref: str,
+        *,
+        data_timestamp: datetime | None = None,
+        sla: timedelta | None = None,
+        ttl: timedelta | None = None,
+        source: WantSource = WantSource.cli,
+        now: datetime | None = None,
+    ) -> WantSpec:
+        """Build and check a want without recording anything; raises a clear error on bad input."""
+        if source is WantSource.derivative:
+            raise InvalidWantError("derivative wants are created by DataBuild itself, not by clients")
+        now = now or datetime.now(UTC)
+        try:
+            spec = WantSpec(
+                ref=ref,
+                data_timestamp=data_timestamp or default_data_timestamp(ref, now),
+                sla=sla,
+                ttl=ttl,
+                source=source,
+            )
+        except ValueError as error:
+            raise InvalidWantError(_first_error(error)) from None
+        self.graph.resolve(spec.ref)  # unknown job -> UnknownJobError
+        if spec.ttl_deadline is not None and spec.ttl_deadline <= now:
+            raise InvalidWantError(
+                f"the TTL of this want ended at {spec.ttl_deadline:%Y-%m-%d %H:%M}Z, before now "
+                f"({now:%Y-%m-%d %H:%M}Z); the TTL counts from the data timestamp "
+                f"{spec.data_timestamp:%Y-%m-%d %H:%M}Z, so give a longer --ttl or none"
+            )
+        return spec
+
+    async def want(
+        self,
+        ref: str,
+        *,
+        data_timestamp: datetime | None = None,
+        sla: timedelta | None = None,
+        ttl: timedelta | None = None,
+        source: WantSource = WantSource.cli,
+    ) -> WantSpec:
+        """Register a want. Asking again for the same want attaches to the same workflow."""
+        spec = self.spec(ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, source=source)
+        await start_want(self.temporal, spec, self.settings.task_queue)
+        return spec
+
+    async def wait(
+        self,
+        spec: WantSpec,
+        *,
+        on_update: Callable[[Want | None], Awaitable[None] | None] | None = None,
+        every: float = 0.5,
+    ) -> Want:
+        """Wait until the want reaches a final state and return it (as recorded in the BEL)."""
+        handle = self.temporal.get_workflow_handle(spec.workflow_id)
+        result = asyncio.ensure_future(handle.result())
+        try:
+            while not result.done():
+                if on_update is not None:
+                    update = on_update(await asyncio.to_thread(self.bel.find_want, spec.want_id))
+                    if update is not None:
+                        await update
+                await asyncio.wait({result}, timeout=every)
+            try:
+                result.result()
+            except WorkflowFailureError:
+                pass  # the final state and reason are in the BEL
+        finally:
+            result.cancel()
+        return await self._final(spec.want_id)
+
+    async def _final(self, want_id: str) -> Want:
+        # The workflow records the final state before it completes; read it from the log.
+        for _ in range(50):
+            want = await asyncio.to_thread(self.bel.want, want_id)
+            if want.state.is_final:
+                return want
+            await asyncio.sleep(0.1)
+        return want
+
+    async def publish(self, ref: str) -> tuple[Partition, bool, int]:
+        """Announce that ``ref`` is available and wake every want waiting for it.
+        Returns the partition, whether this call made it live, and how many wants were signalled."""
+        partition, created = await asyncio.to_thread(self.bel.publish_external, ref)
+        assert partition.instance_id is not None
+        notice = PartitionAvailable(ref=ref, instance_id=partition.instance_id, job_run_id=partition.built_by)
+        signalled = await notify_subscribers(
+            self.temporal, self.bel, [ref], lambda _ref, _want: (SIGNAL_PARTITION_AVAILABLE, notice)
+        )
+        return partition, created, signalled
+
+
+def _first_error(error: ValueError) -> str:
+    errors = getattr(error, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        message = str(first.get("msg", error)).removeprefix("Value error, ")
+        return f"{where}: {message}" if where else message
+    return str(error)

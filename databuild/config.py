@@ -1,0 +1,55 @@
+"""Settings from the environment (``DATABUILD_*``); flags may override them."""
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+from pydantic import Field
+
+from databuild.models import Model
+
+DEFAULT_HOME = Path(".databuild")
+
+
+class Settings(Model):
+    home: Path = DEFAULT_HOME
+    temporal_address: str = "127.0.0.1:7233"
+    namespace: str = "default"
+    task_queue: str = "databuild"
+    database_url: str = Field(default="", description="SQLAlchemy URL; default SQLite under home")
+    storage_root: Path = Field(default=Path(), description="default: <home>/data")
+    graph: str = "examples.demo:graph"
+    spark_master: str = "local[2]"
+    spark_driver_memory: str = "2g"
+    job_heartbeat_timeout: timedelta = timedelta(seconds=20)
+    job_start_to_close_timeout: timedelta = timedelta(hours=6)
+    job_attempts: int = 3
+    max_concurrent_jobs: int = 4
+
+    def model_post_init(self, _context: object) -> None:
+        # Derived defaults depend on `home`, so fill them once it is known.
+        if not self.database_url:
+            object.__setattr__(self, "database_url", f"sqlite:///{(self.home / 'bel.sqlite').resolve()}")
+        if self.storage_root == Path():
+            object.__setattr__(self, "storage_root", (self.home / "data").resolve())
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> "Settings":
+        env = os.environ
+        names = {
+            "home": "DATABUILD_HOME",
+            "temporal_address": "DATABUILD_TEMPORAL_ADDRESS",
+            "namespace": "DATABUILD_NAMESPACE",
+            "task_queue": "DATABUILD_TASK_QUEUE",
+            "database_url": "DATABUILD_DATABASE_URL",
+            "storage_root": "DATABUILD_STORAGE_ROOT",
+            "graph": "DATABUILD_GRAPH",
+            "spark_master": "DATABUILD_SPARK_MASTER",
+            "spark_driver_memory": "DATABUILD_SPARK_DRIVER_MEMORY",
+            "job_heartbeat_timeout": "DATABUILD_JOB_HEARTBEAT_TIMEOUT",
+            "job_attempts": "DATABUILD_JOB_ATTEMPTS",
+            "max_concurrent_jobs": "DATABUILD_MAX_CONCURRENT_JOBS",
+        }
+        values: dict[str, object] = {field: env[var] for field, var in names.items() if env.get(var)}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(values)

@@ -1,0 +1,45 @@
+"""Human durations (``9h``, ``30d``, ``1d12h``, ``90m``) to ``timedelta`` and back."""
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from databuild.errors import InvalidDurationError, InvalidInputError
+
+_PART = re.compile(r"(\d+)([wdhms])")
+_UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_duration(text: str) -> timedelta:
+    raw = text.strip().lower()
+    if raw.startswith("-"):
+        raise InvalidDurationError(f"duration {text!r} is negative; durations count forward from the data time")
+    if not raw or _PART.sub("", raw) != "":
+        raise InvalidDurationError(
+            f"cannot read duration {text!r}; write it like 9h, 30d, 1d12h, 90m or 45s"
+        )
+    return timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in _PART.findall(raw)))
+
+
+def format_duration(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    if seconds == 0:
+        return "0s"
+    parts = []
+    for unit, size in _UNITS.items():
+        if unit == "w":
+            continue
+        count, seconds = divmod(seconds, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)
+
+
+def parse_timestamp(text: str) -> datetime:
+    """ISO date or datetime; naive values are UTC."""
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInputError(
+            f"cannot read timestamp {text!r}; use ISO 8601 such as 2024-01-07 or 2024-01-07T09:00:00Z"
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)

@@ -1,0 +1,49 @@
+"""Typed error hierarchy. Every error a user can cause names the problem and, where there is one, the fix."""
+
+
+class DataBuildError(Exception):
+    """Base of every error DataBuild raises on purpose."""
+
+
+class InvalidInputError(DataBuildError, ValueError):
+    """Input was rejected before anything was recorded."""
+
+
+class InvalidPartitionRefError(InvalidInputError):
+    pass
+
+
+class InvalidDurationError(InvalidInputError):
+    pass
+
+
+class InvalidWantError(InvalidInputError):
+    pass
+
+
+class UnknownJobError(InvalidInputError):
+    """No job in the graph declares an output pattern matching the ref."""
+
+
+class GraphDefinitionError(DataBuildError):
+    """The user's graph is malformed (bad pattern, clashing outputs, unloadable module)."""
+
+
+class NotFoundError(DataBuildError, LookupError):
+    """An id or ref that the build event log does not know."""
+
+
+class InvalidTransitionError(DataBuildError):
+    """A state change the lifecycle does not allow; it is rejected, never applied."""
+
+
+class MissingInputsError(DataBuildError):
+    """Raised inside a job when inputs are not live; the run ends as dep_miss, listing them all."""
+
+    def __init__(self, refs: list[str]) -> None:
+        self.refs = sorted(set(refs))
+        super().__init__("missing inputs: " + ", ".join(self.refs))
+
+
+class JavaNotFoundError(DataBuildError):
+    pass

@@ -1,0 +1,78 @@
+"""Runs one attempt of one job run: BEL start, the job body on Spark, atomic publish, BEL outcome."""
+
+import threading
+from collections.abc import Callable
+
+from databuild.bel.store import BuildEventLog, new_instance_id
+from databuild.errors import MissingInputsError
+from databuild.graph import Graph
+from databuild.job_context import JobContext, JobContractError
+from databuild.models import InstanceRef, JobRun, JobRunState
+from databuild.protocol import JobOutcome
+from databuild.spark import SparkRuntime
+from databuild.storage import Storage
+
+
+def outcome_of(run: JobRun) -> JobOutcome:
+    return JobOutcome(job_run_id=run.job_run_id, state=run.state, missing=run.missing, reason=run.reason)
+
+
+def job_group(job_run_id: str, attempt: int) -> str:
+    return f"{job_run_id}-{attempt}"
+
+
+class JobExecutor:
+    def __init__(self, graph: Graph, bel: BuildEventLog, storage: Storage, spark: SparkRuntime, worker: str) -> None:
+        self.graph = graph
+        self.bel = bel
+        self.storage = storage
+        self.spark = spark
+        self.worker = worker
+
+    def execute(
+        self,
+        job_run_id: str,
+        attempt: int,
+        *,
+        cancelled: threading.Event,
+        report: Callable[[str], None] = lambda _m: None,
+    ) -> JobOutcome:
+        """Blocking; run it in a thread. Raises on job failure so the caller's retry policy applies."""
+        run = self.bel.start_job_run(job_run_id, attempt, self.worker)
+        if run.state is not JobRunState.running:
+            return outcome_of(run)  # an earlier attempt already recorded the outcome
+        job = self.graph.job_by_label(run.job_label)
+        session = self.spark.session()
+        staging = self.storage.staging_area(job_run_id, attempt)
+        ctx = JobContext(
+            spark=session,
+            bel=self.bel,
+            storage=self.storage,
+            staging=staging,
+            job_run_id=job_run_id,
+            job_label=run.job_label,
+            outputs=run.outputs,
+            params=run.params,
+            cancelled=cancelled,
+            report=report,
+        )
+        context = session.sparkContext
+        context.setJobGroup(job_group(job_run_id, attempt), f"{run.job_label} -> {run.outputs}", True)
+        try:
+            try:
+                job.run(ctx, run.params)
+            except MissingInputsError:
+                pass  # ctx.missing holds every input found missing
+            if ctx.missing:
+                return outcome_of(self.bel.dep_miss_job_run(job_run_id, sorted(ctx.missing), ctx.reads))
+            unwritten = sorted(set(run.outputs) - ctx.written)
+            if unwritten:
+                raise JobContractError(f"job {run.job_label} finished without writing {', '.join(unwritten)}")
+            instances = {ref: new_instance_id() for ref in run.outputs}
+            self.storage.publish(staging, instances)
+            writes = [InstanceRef(ref=ref, instance_id=i) for ref, i in instances.items()]
+            return outcome_of(self.bel.succeed_job_run(job_run_id, ctx.reads, writes))
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+            context.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+            self.storage.discard(staging)

@@ -1,0 +1,163 @@
+"""The user's graph: jobs declared by output patterns, and external inputs."""
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from databuild.errors import GraphDefinitionError, UnknownJobError
+from databuild.refs import validate_ref
+
+if TYPE_CHECKING:
+    from databuild.job_context import JobContext
+
+JobFn = Callable[..., None]
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_SEGMENT_CHARS = r"[A-Za-z0-9_.=-]+"
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """An output pattern such as ``daily_summary/{date}``; each placeholder matches within one segment."""
+
+    text: str
+    regex: re.Pattern[str] = field(compare=False)
+    names: frozenset[str] = field(compare=False)
+
+    @classmethod
+    def parse(cls, text: str) -> "Pattern":
+        names = _PLACEHOLDER.findall(text)
+        if len(names) != len(set(names)):
+            raise GraphDefinitionError(f"pattern {text!r} repeats a placeholder")
+        literal_check = _PLACEHOLDER.sub("x", text)
+        try:
+            validate_ref(literal_check)
+        except ValueError as error:
+            raise GraphDefinitionError(f"pattern {text!r} is not a valid ref pattern: {error}") from None
+        parts, last = [], 0
+        for match in _PLACEHOLDER.finditer(text):
+            parts.append(re.escape(text[last : match.start()]))
+            parts.append(f"(?P<{match[1]}>{_SEGMENT_CHARS})")
+            last = match.end()
+        parts.append(re.escape(text[last:]))
+        # A placeholder never spans '/', so one pattern matches refs of one depth only.
+        regex = re.compile("".join(parts))
+        return cls(text=text, regex=regex, names=frozenset(names))
+
+    def match(self, ref: str) -> dict[str, str] | None:
+        found = self.regex.fullmatch(ref)
+        return None if found is None else found.groupdict()
+
+    def format(self, params: dict[str, str]) -> str:
+        return self.text.format(**params)
+
+
+@dataclass(frozen=True)
+class Job:
+    label: str
+    outputs: tuple[Pattern, ...]
+    fn: JobFn
+
+    def run(self, ctx: "JobContext", params: dict[str, str]) -> None:
+        self.fn(ctx, **params)
+
+
+@dataclass(frozen=True)
+class JobTarget:
+    """A job bound to concrete outputs: what one job run builds."""
+
+    job: Job
+    params: dict[str, str]
+    outputs: list[str]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """How the graph produces a ref: by a job, or it is external (announced by someone else)."""
+
+    ref: str
+    target: JobTarget | None
+
+    @property
+    def external(self) -> bool:
+        return self.target is None
+
+
+class Graph:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._jobs: dict[str, Job] = {}
+        self._external: list[Pattern] = []
+
+    def job(self, *outputs: str, label: str | None = None) -> Callable[[JobFn], JobFn]:
+        """Declare a job: ``@graph.job("daily_summary/{date}", "top_spenders/{date}")``.
+
+        Every output pattern must use the same placeholders, so one ref fixes all sibling outputs.
+        The function is called as ``fn(ctx, **placeholders)``.
+        """
+        if not outputs:
+            raise GraphDefinitionError("a job needs at least one output pattern")
+        patterns = tuple(Pattern.parse(o) for o in outputs)
+        if len({p.names for p in patterns}) != 1:
+            raise GraphDefinitionError(
+                f"outputs {list(outputs)} use different placeholders; every output of a job must use the same"
+            )
+
+        def register(fn: JobFn) -> JobFn:
+            name = label or fn.__name__
+            if name in self._jobs:
+                raise GraphDefinitionError(f"graph {self.name!r} already has a job labelled {name!r}")
+            self._jobs[name] = Job(label=name, outputs=patterns, fn=fn)
+            return fn
+
+        return register
+
+    def external(self, *patterns: str) -> None:
+        """Declare refs this graph never builds: they become available when announced (``publish``)."""
+        self._external.extend(Pattern.parse(p) for p in patterns)
+
+    @property
+    def jobs(self) -> list[Job]:
+        return list(self._jobs.values())
+
+    def job_by_label(self, label: str) -> Job:
+        try:
+            return self._jobs[label]
+        except KeyError:
+            raise UnknownJobError(f"graph {self.name!r} has no job labelled {label!r}") from None
+
+    def resolve(self, ref: str) -> Resolution:
+        validate_ref(ref)
+        if any(p.match(ref) is not None for p in self._external):
+            return Resolution(ref=ref, target=None)
+        matches: list[JobTarget] = []
+        for job in self._jobs.values():
+            for pattern in job.outputs:
+                params = pattern.match(ref)
+                if params is not None:
+                    matches.append(JobTarget(job, params, [p.format(params) for p in job.outputs]))
+        if not matches:
+            known = ", ".join(p.text for j in self._jobs.values() for p in j.outputs) or "none"
+            raise UnknownJobError(
+                f"no job in graph {self.name!r} produces {ref!r} (known output patterns: {known})"
+            )
+        if len(matches) > 1:
+            labels = ", ".join(m.job.label for m in matches)
+            raise GraphDefinitionError(f"ref {ref!r} matches more than one job: {labels}")
+        return Resolution(ref=ref, target=matches[0])
+
+
+def load_graph(spec: str) -> Graph:
+    """Import ``module:attribute`` and return the Graph it names."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise GraphDefinitionError(f"graph {spec!r} must be written as module:attribute")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise GraphDefinitionError(f"cannot import graph module {module_name!r}: {error}") from None
+    graph: Any = getattr(module, attribute, None)
+    if not isinstance(graph, Graph):
+        raise GraphDefinitionError(f"{spec!r} is not a databuild Graph")
+    return graph

@@ -1,0 +1,237 @@
+"""Pydantic models shared by the SDK, the CLI, the workflows and the build event log."""
+
+import hashlib
+import re
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from databuild.refs import validate_ref
+
+
+class WantSource(StrEnum):
+    cli = "cli"
+    api = "api"
+    dashboard = "dashboard"
+    schedule = "schedule"
+    derivative = "derivative"
+
+
+class WantState(StrEnum):
+    new = "new"
+    building = "building"
+    upstream_building = "upstream_building"
+    successful = "successful"
+    failed = "failed"
+    expired = "expired"
+    canceled = "canceled"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_WANT_STATES
+
+
+FINAL_WANT_STATES = frozenset(
+    {WantState.successful, WantState.failed, WantState.expired, WantState.canceled}
+)
+
+
+class PartitionStatus(StrEnum):
+    missing = "missing"
+    building = "building"
+    live = "live"
+    failed = "failed"
+    tainted = "tainted"
+
+
+class JobRunState(StrEnum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    dep_miss = "dep_miss"
+    skipped = "skipped"
+
+    @property
+    def is_final(self) -> bool:
+        return self not in (JobRunState.queued, JobRunState.running)
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+_DATE_IN_REF = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+
+
+def default_data_timestamp(ref: str, now: datetime) -> datetime:
+    """The business time a ref stands for: the first ISO date in it, else the start of today (UTC).
+
+    Deterministic for a given ref and day, so repeating a CLI request is idempotent.
+    """
+    match = _DATE_IN_REF.search(ref)
+    if match:
+        try:
+            return datetime(int(match[1]), int(match[2]), int(match[3]), tzinfo=UTC)
+        except ValueError:
+            pass
+    now = _utc(now)
+    return datetime(now.year, now.month, now.day, tzinfo=UTC)
+
+
+class WantSpec(Model):
+    """What a client asks for. Its identity is ``hash(ref, data_timestamp, source)``."""
+
+    ref: str
+    data_timestamp: datetime
+    sla: timedelta | None = None
+    ttl: timedelta | None = None
+    source: WantSource = WantSource.cli
+    parent_want_id: str | None = None
+    root_want_id: str | None = None
+
+    @field_validator("ref")
+    @classmethod
+    def _valid_ref(cls, ref: str) -> str:
+        return validate_ref(ref)
+
+    @field_validator("data_timestamp")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        return _utc(value)
+
+    @field_validator("sla", "ttl")
+    @classmethod
+    def _non_negative(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value < timedelta(0):
+            raise ValueError("durations may not be negative; they count forward from data_timestamp")
+        return value
+
+    @model_validator(mode="after")
+    def _lineage_fields(self) -> Self:
+        derivative = self.source == WantSource.derivative
+        if derivative and not (self.parent_want_id and self.root_want_id):
+            raise ValueError("a derivative want needs parent_want_id and root_want_id")
+        if not derivative and self.parent_want_id:
+            raise ValueError("only derivative wants have a parent_want_id")
+        return self
+
+    @property
+    def want_id(self) -> str:
+        key = f"{self.ref}\n{self.data_timestamp.isoformat()}\n{self.source.value}"
+        return "w-" + hashlib.sha256(key.encode()).hexdigest()[:20]
+
+    @property
+    def workflow_id(self) -> str:
+        return want_workflow_id(self.ref, self.want_id)
+
+    @property
+    def sla_deadline(self) -> datetime | None:
+        return None if self.sla is None else self.data_timestamp + self.sla
+
+    @property
+    def ttl_deadline(self) -> datetime | None:
+        return None if self.ttl is None else self.data_timestamp + self.ttl
+
+    def derive(self, ref: str, parent_want_id: str) -> "WantSpec":
+        """The derivative want for a missing input: same data time and deadlines, linked to its root."""
+        return WantSpec(
+            ref=ref,
+            data_timestamp=self.data_timestamp,
+            sla=self.sla,
+            ttl=self.ttl,
+            source=WantSource.derivative,
+            parent_want_id=parent_want_id,
+            root_want_id=self.root_want_id or parent_want_id,
+        )
+
+
+def want_workflow_id(ref: str, want_id: str) -> str:
+    return f"want:{ref}:{want_id}"
+
+
+def job_run_workflow_id(job_label: str, job_run_id: str) -> str:
+    return f"job-run:{job_label}:{job_run_id}"
+
+
+class Want(Model):
+    want_id: str
+    ref: str
+    data_timestamp: datetime
+    sla: timedelta | None
+    ttl: timedelta | None
+    source: WantSource
+    parent_want_id: str | None
+    root_want_id: str | None
+    state: WantState
+    sla_missed: bool
+    reason: str | None
+    job_run_id: str | None = Field(description="the job run the want currently waits on or last waited on")
+    workflow_id: str
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def sla_deadline(self) -> datetime | None:
+        return None if self.sla is None else self.data_timestamp + self.sla
+
+    @property
+    def spec(self) -> WantSpec:
+        derivative = self.source is WantSource.derivative
+        return WantSpec(
+            ref=self.ref,
+            data_timestamp=self.data_timestamp,
+            sla=self.sla,
+            ttl=self.ttl,
+            source=self.source,
+            parent_want_id=self.parent_want_id if derivative else None,
+            root_want_id=self.root_want_id if derivative else None,
+        )
+
+
+class Partition(Model):
+    ref: str
+    status: PartitionStatus
+    instance_id: str | None = Field(description="the live instance, if any")
+    built_by: str | None = Field(description="job run that built the live instance; None if external")
+    building_job_run_id: str | None
+    external: bool
+    updated_at: datetime
+
+
+class InstanceRef(Model):
+    ref: str
+    instance_id: str | None = None
+
+
+class JobRun(Model):
+    job_run_id: str
+    job_label: str
+    outputs: list[str]
+    params: dict[str, str]
+    state: JobRunState
+    want_id: str | None
+    attempts: int
+    reason: str | None
+    missing: list[str]
+    reads: list[InstanceRef]
+    writes: list[InstanceRef]
+    workflow_id: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class EventRecord(Model):
+    idx: int
+    type: str
+    at: datetime
+    want_id: str | None
+    job_run_id: str | None
+    ref: str | None
+    data: dict[str, object]

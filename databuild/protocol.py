@@ -1,0 +1,158 @@
+"""What crosses the Temporal boundary: workflow and activity inputs/outputs, signal payloads, names.
+
+Shared by clients (CLI, SDK), workflows and activities, so each side agrees on one typed contract.
+"""
+
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from temporalio.common import SearchAttributeKey
+
+from databuild.models import JobRunState, Model, WantSpec, WantState
+
+WANT_WORKFLOW = "Want"
+JOB_RUN_WORKFLOW = "JobRun"
+
+SIGNAL_PARTITION_AVAILABLE = "partition_available"
+SIGNAL_PARTITION_FAILED = "partition_failed"
+SIGNAL_DEP_MISS = "dep_miss"
+QUERY_PROGRESS = "progress"
+
+ACT_REGISTER_WANT = "register_want"
+ACT_DECIDE = "decide"
+ACT_AWAIT_DEPENDENCIES = "await_dependencies"
+ACT_FINISH_WANT = "finish_want"
+ACT_RECORD_SLA_MISSED = "record_sla_missed"
+ACT_RUN_JOB = "run_job"
+ACT_FAIL_JOB_RUN = "fail_job_run"
+ACT_FAN_OUT = "fan_out"
+
+SA_PARTITION_REF = SearchAttributeKey.for_keyword("DataBuildPartitionRef")
+SA_WANT_STATE = SearchAttributeKey.for_keyword("DataBuildWantState")
+SA_SLA_MISSED = SearchAttributeKey.for_bool("DataBuildSlaMissed")
+SA_ROOT_WANT_ID = SearchAttributeKey.for_keyword("DataBuildRootWantId")
+SA_JOB_LABEL = SearchAttributeKey.for_keyword("DataBuildJobLabel")
+SEARCH_ATTRIBUTES = (SA_PARTITION_REF, SA_WANT_STATE, SA_SLA_MISSED, SA_ROOT_WANT_ID, SA_JOB_LABEL)
+
+
+# Signals -----------------------------------------------------------------------------------------
+class PartitionAvailable(Model):
+    """Partition ``ref`` is live (built by ``job_run_id``, or announced externally when that is None)."""
+
+    ref: str
+    instance_id: str
+    job_run_id: str | None = None
+
+
+class PartitionFailedNotice(Model):
+    ref: str
+    job_run_id: str
+    reason: str
+
+
+class DepMissNotice(Model):
+    job_run_id: str
+    missing: list[str]
+
+
+# Want workflow ------------------------------------------------------------------------------------
+class WantInput(Model):
+    spec: WantSpec
+
+
+class WantResult(Model):
+    want_id: str
+    state: WantState
+    sla_missed: bool
+    reason: str | None = None
+    instance_id: str | None = None
+
+
+class WantProgress(Model):
+    want_id: str
+    ref: str
+    state: WantState
+    job_run_id: str | None
+    waiting_for: list[str]
+    sla_missed: bool
+
+
+class DecideInput(Model):
+    want_id: str
+    seq: int
+
+
+class DecisionKind(StrEnum):
+    live = "live"  # done: the partition is live (historical delegation recorded)
+    execute = "execute"  # a new job run was queued for this want
+    delegate = "delegate"  # another active run is building it: wait for that run
+    wait_external = "wait_external"  # external ref, not yet announced
+    final = "final"  # the want already reached a final state
+
+
+class JobPolicy(Model):
+    """How a job run's activity is run; set by the worker's configuration when the run is queued."""
+
+    heartbeat_timeout: timedelta
+    start_to_close_timeout: timedelta
+    attempts: int
+
+
+class Decision(Model):
+    kind: DecisionKind
+    job_run_id: str | None = None
+    job_label: str | None = None
+    outputs: list[str] = []
+    params: dict[str, str] = {}
+    instance_id: str | None = None
+    final_state: WantState | None = None
+    reason: str | None = None
+    policy: JobPolicy | None = None
+
+
+class DependenciesInput(Model):
+    want_id: str
+    job_run_id: str
+    missing: list[str]
+
+
+class DependenciesStatus(Model):
+    live: list[str]
+    failed: dict[str, str]
+
+
+class FinishInput(Model):
+    want_id: str
+    state: WantState
+    reason: str | None = None
+    instance_id: str | None = None
+
+
+class SlaMissedInput(Model):
+    want_id: str
+    deadline: datetime
+
+
+# Job run workflow ----------------------------------------------------------------------------------
+class JobRunInput(Model):
+    job_run_id: str
+    job_label: str
+    outputs: list[str]
+    params: dict[str, str]
+    policy: JobPolicy
+
+
+class JobOutcome(Model):
+    job_run_id: str
+    state: JobRunState
+    missing: list[str] = []
+    reason: str | None = None
+
+
+class FailJobRunInput(Model):
+    job_run_id: str
+    reason: str
+
+
+class FanOutInput(Model):
+    job_run_id: str

@@ -1,0 +1,54 @@
+"""Partition storage: jobs write to a private staging area; publishing moves each output into place
+with an atomic rename. Availability itself is decided by the BEL, never by the file system."""
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from databuild.refs import RESERVED_SEGMENT, storage_path
+
+INSTANCE_MARKER = "_DATABUILD_INSTANCE"
+
+
+class Storage:
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self._staging = self.root / RESERVED_SEGMENT / "staging"
+        self._trash = self.root / RESERVED_SEGMENT / "trash"
+
+    def path(self, ref: str) -> Path:
+        return storage_path(self.root, ref)
+
+    def staging_area(self, job_run_id: str, attempt: int) -> Path:
+        """A fresh, empty directory private to one attempt of one job run."""
+        area = self._staging / f"{job_run_id}-{attempt}"
+        shutil.rmtree(area, ignore_errors=True)
+        area.mkdir(parents=True)
+        return area
+
+    def staged(self, area: Path, ref: str) -> Path:
+        return storage_path(area, ref)
+
+    def publish(self, area: Path, instances: dict[str, str]) -> None:
+        """Move each staged output into place. Each rename is atomic, so a reader sees the old data or
+        the new, never a mix; the BEL commit that follows is what makes the new instance live."""
+        self._trash.mkdir(parents=True, exist_ok=True)
+        for ref, instance_id in instances.items():
+            staged = self.staged(area, ref)
+            (staged / INSTANCE_MARKER).write_text(instance_id)
+            final = self.path(ref)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            if final.exists():
+                retired = self._trash / uuid.uuid4().hex
+                os.rename(final, retired)
+            os.rename(staged, final)
+        self.discard(area)
+        shutil.rmtree(self._trash, ignore_errors=True)
+
+    def instance_on_disk(self, ref: str) -> str | None:
+        marker = self.path(ref) / INSTANCE_MARKER
+        return marker.read_text() if marker.exists() else None
+
+    def discard(self, area: Path) -> None:
+        shutil.rmtree(area, ignore_errors=True)

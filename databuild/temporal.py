@@ -1,0 +1,140 @@
+"""Talking to Temporal from outside workflows: connecting, starting wants, signalling subscribers."""
+
+import asyncio
+from collections.abc import Callable
+
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import (
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from databuild.bel.queries import BelQueries
+from databuild.config import Settings
+from databuild.models import WantSpec, WantState
+from databuild.protocol import (
+    SA_PARTITION_REF,
+    SA_ROOT_WANT_ID,
+    SA_SLA_MISSED,
+    SA_WANT_STATE,
+    SEARCH_ATTRIBUTES,
+    WANT_WORKFLOW,
+    WantInput,
+    WantResult,
+)
+
+
+async def connect(settings: Settings) -> Client:
+    return await Client.connect(
+        settings.temporal_address, namespace=settings.namespace, data_converter=pydantic_data_converter
+    )
+
+
+async def ensure_search_attributes(client: Client, namespace: str) -> None:
+    """Register DataBuild's custom search attributes (idempotent)."""
+    service = client.operator_service
+    existing = await service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
+    kinds = {
+        "KEYWORD": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+        "BOOL": IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
+    }
+    wanted: dict[str, IndexedValueType.ValueType] = {}
+    for key in SEARCH_ATTRIBUTES:
+        if key.name not in existing.custom_attributes:
+            wanted[key.name] = kinds[key.indexed_value_type.name.removeprefix("INDEXED_VALUE_TYPE_")]
+    if wanted:
+        try:
+            await service.add_search_attributes(
+                AddSearchAttributesRequest(namespace=namespace, search_attributes=wanted)
+            )
+        except RPCError as error:
+            if error.status != RPCStatusCode.ALREADY_EXISTS:
+                raise
+
+
+def want_search_attributes(spec: WantSpec, state: WantState = WantState.new) -> TypedSearchAttributes:
+    pairs: list[SearchAttributePair[str] | SearchAttributePair[bool]] = [
+        SearchAttributePair(SA_PARTITION_REF, spec.ref),
+        SearchAttributePair(SA_WANT_STATE, state.value),
+        SearchAttributePair(SA_SLA_MISSED, False),
+        SearchAttributePair(SA_ROOT_WANT_ID, spec.root_want_id or spec.want_id),
+    ]
+    return TypedSearchAttributes(pairs)
+
+
+def want_summary(spec: WantSpec) -> str:
+    parts = [f"want {spec.ref} @ {spec.data_timestamp:%Y-%m-%d %H:%M}Z ({spec.source.value})"]
+    if spec.sla_deadline:
+        parts.append(f"SLA {spec.sla_deadline:%Y-%m-%d %H:%M}Z")
+    if spec.ttl_deadline:
+        parts.append(f"TTL {spec.ttl_deadline:%Y-%m-%d %H:%M}Z")
+    return ", ".join(parts)
+
+
+async def start_want(client: Client, spec: WantSpec, task_queue: str) -> WorkflowHandle[object, WantResult]:
+    """Start the want's workflow, or attach to it: one want, one workflow, however often it is asked for."""
+    try:
+        return await client.start_workflow(
+            WANT_WORKFLOW,
+            WantInput(spec=spec),
+            id=spec.workflow_id,
+            task_queue=task_queue,
+            result_type=WantResult,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            search_attributes=want_search_attributes(spec),
+            static_summary=want_summary(spec),
+            static_details=(
+                f"want id `{spec.want_id}`\n\nparent `{spec.parent_want_id or '-'}`, "
+                f"root `{spec.root_want_id or spec.want_id}`"
+            ),
+        )
+    except WorkflowAlreadyStartedError:
+        # It ran before and is closed: the same want, so hand back that workflow.
+        return client.get_workflow_handle(spec.workflow_id, result_type=WantResult)
+
+
+SignalFor = Callable[[str, str], tuple[str, object] | None]
+
+
+async def notify_subscribers(
+    client: Client,
+    bel: BelQueries,
+    refs: list[str],
+    signal_for: SignalFor,
+    *,
+    after_id: int = 0,
+    page_size: int = 200,
+    on_page: Callable[[int], None] = lambda _cursor: None,
+) -> int:
+    """Signal every want subscribed to any of ``refs``, a page at a time, starting after ``after_id``.
+
+    ``signal_for(ref, want_id)`` returns (signal name, payload) or None to skip. ``on_page`` receives
+    the cursor after each page so a retried caller resumes where it stopped. Returns signals sent.
+    """
+    sent = 0
+    while True:
+        page = await asyncio.to_thread(bel.subscriptions, refs, after_id, page_size)
+        if not page:
+            return sent
+        targets = [(wf, sig) for _, ref, want_id, wf in page if (sig := signal_for(ref, want_id)) is not None]
+        await asyncio.gather(*(_signal(client, workflow_id, sig) for workflow_id, sig in targets))
+        sent += len(targets)
+        after_id = page[-1][0]
+        on_page(after_id)
+
+
+async def _signal(client: Client, workflow_id: str, signal: tuple[str, object]) -> None:
+    try:
+        await client.get_workflow_handle(workflow_id).signal(signal[0], signal[1])
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:  # the want already finished: nothing to wake
+            raise

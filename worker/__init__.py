@@ -1,0 +1,1 @@
+"""Worker process and the embedded dev stack."""

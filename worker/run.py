@@ -1,0 +1,92 @@
+"""A DataBuild worker: want and job-run workflows plus their activities, on one task queue."""
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.fanout import FanOutActivities
+from activities.jobs import JobActivities
+from activities.wants import WantActivities
+from databuild.bel import BuildEventLog
+from databuild.config import Settings
+from databuild.execution import JobExecutor
+from databuild.graph import Graph, load_graph
+from databuild.spark import SparkRuntime
+from databuild.storage import Storage
+from databuild.temporal import connect, ensure_search_attributes
+from workflows.job_run import JobRunWorkflow
+from workflows.want import WantWorkflow
+
+
+@dataclass
+class WorkerParts:
+    settings: Settings
+    client: Client
+    bel: BuildEventLog
+    graph: Graph
+    spark: SparkRuntime
+
+
+def build_worker(parts: WorkerParts) -> tuple[Worker, JobActivities]:
+    settings = parts.settings
+    storage = Storage(settings.storage_root)
+    identity = f"{socket.gethostname()}:{threading.get_native_id()}"
+    executor = JobExecutor(parts.graph, parts.bel, storage, parts.spark, worker=identity)
+    jobs = JobActivities(executor, max_concurrent=settings.max_concurrent_jobs)
+    wants = WantActivities(parts.bel, parts.graph, parts.client, settings)
+    fan_out = FanOutActivities(parts.bel, parts.client)
+    worker = Worker(
+        parts.client,
+        task_queue=settings.task_queue,
+        workflows=[WantWorkflow, JobRunWorkflow],
+        activities=[
+            wants.register_want,
+            wants.decide,
+            wants.await_dependencies,
+            wants.finish_want,
+            wants.record_sla_missed,
+            jobs.run_job,
+            jobs.fail_job_run,
+            fan_out.fan_out,
+        ],
+        max_concurrent_activities=settings.max_concurrent_jobs + 16,
+        identity=identity,
+    )
+    return worker, jobs
+
+
+@contextlib.asynccontextmanager
+async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> AsyncIterator[Worker]:
+    """Run a worker for the duration of the block (used by tests, `databuild dev` and `worker`)."""
+    await ensure_search_attributes(parts.client, parts.settings.namespace)
+    if warm_spark:
+        # Start the session now, so the first job does not pay the JVM start-up.
+        asyncio.get_running_loop().run_in_executor(None, parts.spark.session)
+    worker, jobs = build_worker(parts)
+    async with worker:
+        yield worker
+    jobs.shutdown()
+
+
+async def open_parts(settings: Settings, spark: SparkRuntime | None = None) -> WorkerParts:
+    client = await connect(settings)
+    bel = BuildEventLog.create(settings.database_url)
+    spark = spark or SparkRuntime(settings.spark_master, settings.spark_driver_memory)
+    return WorkerParts(settings, client, bel, load_graph(settings.graph), spark)
+
+
+async def serve(settings: Settings) -> None:
+    """`databuild worker`: run until interrupted."""
+    parts = await open_parts(settings)
+    try:
+        async with running_worker(parts):
+            await asyncio.Event().wait()
+    finally:
+        parts.spark.stop()
+        parts.bel.dispose()

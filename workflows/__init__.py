@@ -1,0 +1,1 @@
+"""Temporal workflows. Deterministic, no I/O: every effect goes through an activity."""

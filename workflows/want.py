@@ -1,0 +1,219 @@
+"""A want: a durable promise to get one partition built, with SLA and TTL timers."""
+
+import asyncio
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ApplicationError
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from databuild import protocol as p
+    from databuild.models import WantSpec, WantState, job_run_workflow_id
+
+# BEL activities are short and idempotent: retry them until the database answers.
+BEL_CALL = {
+    "start_to_close_timeout": timedelta(seconds=60),
+    "retry_policy": RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)),
+}
+
+Outcome = tuple[WantState, str | None, str | None]  # state, reason, instance id
+
+
+@workflow.defn(name=p.WANT_WORKFLOW)
+class WantWorkflow:
+    def __init__(self) -> None:
+        self._spec: WantSpec | None = None
+        self._state = WantState.new
+        self._job_run_id: str | None = None
+        self._waiting_for: list[str] = []
+        self._sla_missed = False
+        self._note = ""
+        # Signals land here whenever they arrive, so one sent before the want waits is not lost.
+        self._live: dict[str, str] = {}
+        self._failed_runs: dict[str, str] = {}
+        self._failed_refs: dict[str, str] = {}
+        self._dep_missed: dict[str, list[str]] = {}
+
+    @workflow.run
+    async def run(self, input: p.WantInput) -> p.WantResult:
+        spec = self._spec = input.spec
+        await workflow.execute_activity(p.ACT_REGISTER_WANT, input, **BEL_CALL)  # type: ignore[arg-type]
+        sla_timer = asyncio.create_task(self._watch_sla(spec.sla_deadline)) if spec.sla_deadline else None
+        fulfil = asyncio.create_task(self._fulfil(spec))
+        try:
+            remaining = self._until(spec.ttl_deadline)
+            try:
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError
+                await workflow.wait_condition(fulfil.done, timeout=remaining)
+            except TimeoutError:
+                fulfil.cancel()
+                state, reason, instance = WantState.expired, f"TTL passed at {spec.ttl_deadline:%Y-%m-%d %H:%M}Z", None
+            else:
+                state, reason, instance = fulfil.result()
+        except asyncio.CancelledError:
+            fulfil.cancel()
+            await self._finish(spec, WantState.canceled, "canceled on request", None)
+            raise
+        finally:
+            if sla_timer is not None:
+                sla_timer.cancel()
+        return await self._finish(spec, state, reason, instance)
+
+    async def _fulfil(self, spec: WantSpec) -> Outcome:
+        seq = 0
+        while True:
+            seq += 1
+            decision = await workflow.execute_activity(
+                p.ACT_DECIDE, p.DecideInput(want_id=spec.want_id, seq=seq), result_type=p.Decision, **BEL_CALL
+            )  # type: ignore[call-overload]
+            match decision.kind:
+                case p.DecisionKind.final:
+                    assert decision.final_state is not None
+                    return decision.final_state, decision.reason, None
+                case p.DecisionKind.live:
+                    return WantState.successful, None, decision.instance_id
+                case p.DecisionKind.wait_external:
+                    self._set(WantState.upstream_building, None, [spec.ref], "waiting for an external publish of")
+                    await workflow.wait_condition(lambda: spec.ref in self._live)
+                    return WantState.successful, None, self._live[spec.ref]
+            job_run_id = decision.job_run_id
+            assert job_run_id is not None
+            if decision.kind is p.DecisionKind.execute:
+                await self._start_job_run(decision)
+            verb = "building" if decision.kind is p.DecisionKind.execute else "delegated to active build"
+            self._set(WantState.building, job_run_id, [spec.ref], f"{verb} {job_run_id} for")
+            await workflow.wait_condition(
+                lambda: spec.ref in self._live or job_run_id in self._failed_runs or job_run_id in self._dep_missed
+            )
+            if spec.ref in self._live:
+                return WantState.successful, None, self._live[spec.ref]
+            if job_run_id in self._failed_runs:
+                return WantState.failed, f"job run {job_run_id} failed: {self._failed_runs[job_run_id]}", None
+            failure = await self._await_inputs(spec, job_run_id, self._dep_missed[job_run_id])
+            if failure is not None:
+                return WantState.failed, failure, None
+
+    async def _await_inputs(self, spec: WantSpec, job_run_id: str, missing: list[str]) -> str | None:
+        """Start derivative wants for the missing inputs and wait until all are live (or one fails)."""
+        self._set(WantState.upstream_building, job_run_id, missing, "waiting for inputs")
+        status = await workflow.execute_activity(
+            p.ACT_AWAIT_DEPENDENCIES,
+            p.DependenciesInput(want_id=spec.want_id, job_run_id=job_run_id, missing=missing),
+            result_type=p.DependenciesStatus,
+            **BEL_CALL,
+        )  # type: ignore[call-overload]
+        for ref in status.live:
+            self._live.setdefault(ref, "")
+        self._failed_refs.update(status.failed)
+
+        def settled() -> bool:
+            self._waiting_for = [m for m in missing if m not in self._live]
+            return not self._waiting_for or any(m in self._failed_refs for m in missing)
+
+        await workflow.wait_condition(settled)
+        failed = [m for m in missing if m in self._failed_refs and m not in self._live]
+        if failed:
+            return "input(s) failed to build: " + "; ".join(f"{m}: {self._failed_refs[m]}" for m in failed)
+        return None
+
+    async def _start_job_run(self, decision: p.Decision) -> None:
+        assert decision.job_run_id and decision.job_label and decision.policy and self._spec
+        await workflow.start_child_workflow(
+            p.JOB_RUN_WORKFLOW,
+            p.JobRunInput(
+                job_run_id=decision.job_run_id,
+                job_label=decision.job_label,
+                outputs=decision.outputs,
+                params=decision.params,
+                policy=decision.policy,
+            ),
+            id=job_run_workflow_id(decision.job_label, decision.job_run_id),
+            # A job run serves every want delegated to it, so it outlives the want that queued it.
+            parent_close_policy=ParentClosePolicy.ABANDON,
+            static_summary=f"job {decision.job_label} -> {', '.join(decision.outputs)}",
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(p.SA_JOB_LABEL, decision.job_label),
+                    SearchAttributePair(p.SA_ROOT_WANT_ID, self._spec.root_want_id or self._spec.want_id),
+                ]
+            ),
+        )
+
+    async def _watch_sla(self, deadline: datetime) -> None:
+        remaining = self._until(deadline)
+        if remaining:
+            await workflow.sleep(remaining)
+        if self._state.is_final:
+            return
+        assert self._spec is not None
+        await workflow.execute_activity(
+            p.ACT_RECORD_SLA_MISSED, p.SlaMissedInput(want_id=self._spec.want_id, deadline=deadline), **BEL_CALL
+        )  # type: ignore[arg-type]
+        self._sla_missed = True
+        workflow.upsert_search_attributes([p.SA_SLA_MISSED.value_set(True)])
+        self._describe()
+
+    async def _finish(self, spec: WantSpec, state: WantState, reason: str | None, instance: str | None) -> p.WantResult:
+        await workflow.execute_activity(
+            p.ACT_FINISH_WANT,
+            p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance),
+            **BEL_CALL,
+        )  # type: ignore[arg-type]
+        self._set(state, self._job_run_id, [], reason or "")
+        result = p.WantResult(
+            want_id=spec.want_id, state=state, sla_missed=self._sla_missed, reason=reason, instance_id=instance
+        )
+        if state is WantState.failed:
+            raise ApplicationError(f"want {spec.ref} failed: {reason}", result, type="WantFailed", non_retryable=True)
+        return result
+
+    def _until(self, deadline: datetime | None) -> float | None:
+        if deadline is None:
+            return None
+        return max((deadline - workflow.now()).total_seconds(), 0.0)
+
+    def _set(self, state: WantState, job_run_id: str | None, waiting_for: list[str], note: str) -> None:
+        if state is not self._state:
+            workflow.upsert_search_attributes([p.SA_WANT_STATE.value_set(state.value)])
+        self._state, self._job_run_id, self._waiting_for = state, job_run_id, waiting_for
+        self._note = note
+        self._describe()
+
+    def _describe(self) -> None:
+        lines = [f"**{self._state.value}**" + ("  ⚠ SLA missed" if self._sla_missed else "")]
+        note = self._note
+        if self._waiting_for:
+            shown = ", ".join(f"`{r}`" for r in self._waiting_for[:10])
+            more = f" (+{len(self._waiting_for) - 10} more)" if len(self._waiting_for) > 10 else ""
+            lines.append(f"{note}: {shown}{more}")
+        elif note:
+            lines.append(note)
+        workflow.set_current_details("\n\n".join(lines))
+
+    @workflow.signal(name=p.SIGNAL_PARTITION_AVAILABLE)
+    def partition_available(self, notice: p.PartitionAvailable) -> None:
+        self._live[notice.ref] = notice.instance_id
+
+    @workflow.signal(name=p.SIGNAL_PARTITION_FAILED)
+    def partition_failed(self, notice: p.PartitionFailedNotice) -> None:
+        self._failed_runs[notice.job_run_id] = notice.reason
+        self._failed_refs[notice.ref] = notice.reason
+
+    @workflow.signal(name=p.SIGNAL_DEP_MISS)
+    def dep_miss(self, notice: p.DepMissNotice) -> None:
+        self._dep_missed[notice.job_run_id] = notice.missing
+
+    @workflow.query(name=p.QUERY_PROGRESS)
+    def progress(self) -> p.WantProgress:
+        assert self._spec is not None
+        return p.WantProgress(
+            want_id=self._spec.want_id,
+            ref=self._spec.ref,
+            state=self._state,
+            job_run_id=self._job_run_id,
+            waiting_for=self._waiting_for,
+            sla_missed=self._sla_missed,
+        )
