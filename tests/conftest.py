@@ -1,0 +1,102 @@
+"""Shared fixtures: a real Temporal dev server, one real SparkSession, a BEL per test."""
+
+import os
+import shutil
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from databuild.bel import BuildEventLog
+from databuild.client import DataBuild
+from databuild.config import Settings
+from databuild.graph import Graph, load_graph
+from databuild.protocol import SEARCH_ATTRIBUTES
+from databuild.spark import SparkRuntime
+from worker.run import WorkerParts, running_worker
+
+BIN = Path(sys.executable).parent
+
+
+def binary(name: str) -> str:
+    found = shutil.which(name) or (str(BIN / name) if (BIN / name).exists() else None)
+    if found is None:
+        pytest.fail(f"`{name}` not found; install the project with `make install`")
+    return found
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=binary("temporal"),
+        data_converter=pydantic_data_converter,
+        search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_log_level="error",
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+def spark_runtime() -> Iterator[SparkRuntime]:
+    runtime = SparkRuntime("local[2]", "2g", app_name="databuild-tests")
+    yield runtime
+    runtime.stop()
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    client: Client
+    bel: BuildEventLog
+    graph: Graph
+    db: DataBuild
+    parts: WorkerParts
+
+
+def make_settings(tmp_path: Path, client: Client, graph: str = "examples.demo:graph", **extra: object) -> Settings:
+    return Settings(
+        home=tmp_path,
+        temporal_address=client.service_client.config.target_host,
+        namespace=client.namespace,
+        task_queue=f"tq-{uuid.uuid4().hex[:8]}",
+        graph=graph,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture
+async def make_stack(
+    temporal_env: WorkflowEnvironment, spark_runtime: SparkRuntime, tmp_path: Path
+) -> AsyncIterator[object]:
+    """Factory: ``await make_stack(graph="tests.graphs:flaky")`` starts a worker for that graph."""
+    stacks: list[tuple[Stack, object]] = []
+
+    async def start(graph: str = "examples.demo:graph", worker: bool = True, **extra: object) -> Stack:
+        client = temporal_env.client
+        settings = make_settings(tmp_path / f"s{len(stacks)}", client, graph, **extra)
+        bel = BuildEventLog.create(settings.database_url)
+        loaded = load_graph(graph)
+        parts = WorkerParts(settings, client, bel, loaded, spark_runtime)
+        stack = Stack(settings, client, bel, loaded, DataBuild(client, bel, loaded, settings), parts)
+        context = running_worker(parts) if worker else None
+        if context is not None:
+            await context.__aenter__()
+        stacks.append((stack, context))
+        return stack
+
+    yield start
+    for stack, context in reversed(stacks):
+        if context is not None:
+            await context.__aexit__(None, None, None)  # type: ignore[attr-defined]
+        stack.bel.dispose()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

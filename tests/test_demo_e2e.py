@@ -1,0 +1,51 @@
+"""The demo want, end to end: real Temporal dev server, real Spark, real SQLite."""
+
+from collections import Counter
+
+import pytest
+
+from databuild.models import JobRunState, PartitionStatus, WantSource, WantState
+
+pytestmark = pytest.mark.slow
+
+DAYS = [f"2024-01-0{d}" for d in range(1, 8)]
+
+
+async def test_demo_want_fulfilled_through_derivative_wants(make_stack) -> None:
+    stack = await make_stack()
+    spec = await stack.db.want("daily_summary/2024-01-07")
+    want = await stack.db.wait(spec)
+
+    assert want.state is WantState.successful, want.reason
+    bel = stack.bel
+    derivatives = bel.wants(root_want_id=want.want_id, limit=1000)
+    by_ref = {w.ref: w for w in derivatives if w.want_id != want.want_id}
+    expected = {f"daily_users/{d}" for d in DAYS} | {f"raw_events/{d}" for d in DAYS}
+    assert set(by_ref) == expected
+    for w in by_ref.values():
+        assert w.source is WantSource.derivative and w.state is WantState.successful
+        assert w.root_want_id == want.want_id
+    for d in DAYS:
+        assert by_ref[f"daily_users/{d}"].parent_want_id == want.want_id
+        assert by_ref[f"raw_events/{d}"].parent_want_id == by_ref[f"daily_users/{d}"].want_id
+
+    runs = bel.job_runs(limit=1000)
+    succeeded = Counter(r.job_label for r in runs if r.state is JobRunState.succeeded)
+    assert succeeded == {"raw_events": 7, "daily_users": 7, "weekly_rollup": 1}
+    dep_missed = Counter(r.job_label for r in runs if r.state is JobRunState.dep_miss)
+    assert dep_missed == {"daily_users": 7, "weekly_rollup": 1}
+    rollup_miss = next(r for r in runs if r.job_label == "weekly_rollup" and r.state is JobRunState.dep_miss)
+    assert rollup_miss.missing == sorted(f"daily_users/{d}" for d in DAYS)
+
+    for ref in expected | {"daily_summary/2024-01-07", "top_spenders/2024-01-07"}:
+        partition = bel.partition(ref)
+        assert partition.status is PartitionStatus.live
+        assert stack.db.settings.storage_root.joinpath(ref).is_dir()
+        assert len(bel.instances(ref)) == 1  # built exactly once
+    rollup = next(r for r in runs if r.job_label == "weekly_rollup" and r.state is JobRunState.succeeded)
+    assert {w.ref for w in rollup.writes} == {"daily_summary/2024-01-07", "top_spenders/2024-01-07"}
+    assert sorted(r.ref for r in rollup.reads) == sorted(f"daily_users/{d}" for d in DAYS)
+
+    summary = stack.parts.spark.session().read.parquet(str(stack.settings.storage_root / "daily_summary/2024-01-07"))
+    row = summary.collect()[0]
+    assert row["events"] == 7 * 100_000
