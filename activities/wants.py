@@ -53,7 +53,9 @@ class WantActivities:
 
     @activity.defn(name=p.ACT_FINISH_WANT)
     async def finish_want(self, input: p.FinishInput) -> None:
-        await asyncio.to_thread(self.bel.finish_want, input.want_id, input.state, input.reason, input.instance_id)
+        await asyncio.to_thread(
+            self.bel.finish_want, input.want_id, input.state, input.reason, input.instance_id
+        )
 
     @activity.defn(name=p.ACT_RECORD_SLA_MISSED)
     async def record_sla_missed(self, input: p.SlaMissedInput) -> None:

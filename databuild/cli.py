@@ -13,14 +13,19 @@ from rich.console import Console
 from rich.live import Live
 
 from databuild import render
-from databuild.client import DataBuild
+from databuild.client import DataBuild, build_spec
 from databuild.config import Settings
 from databuild.durations import parse_duration, parse_timestamp
 from databuild.errors import DataBuildError
+from databuild.graph import load_graph
 from databuild.models import JobRunState, PartitionStatus, Want, WantSource, WantState
 from databuild.views import fulfillment, lineage
 
-app = typer.Typer(help="DataBuild: declare the partitions you want; DataBuild builds them.", no_args_is_help=True)
+app = typer.Typer(
+    help="DataBuild: declare the partitions you want; DataBuild builds them.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 wants_app = typer.Typer(help="Inspect wants.", no_args_is_help=True)
 partitions_app = typer.Typer(help="Inspect partitions.", no_args_is_help=True)
 job_runs_app = typer.Typer(help="Inspect job runs.", no_args_is_help=True)
@@ -84,7 +89,9 @@ def _jsonable(value: Any) -> Any:
 
 @app.command()
 def dev(
-    demo: Annotated[bool, typer.Option(help="Request the demo's top partition and print its fulfillment.")] = False,
+    demo: Annotated[
+        bool, typer.Option(help="Request the demo's top partition and print its fulfillment.")
+    ] = False,
     exit_after_demo: Annotated[bool, typer.Option("--exit", help="Stop once the demo is done.")] = False,
     port: Annotated[int, typer.Option(help="Temporal frontend port.")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Temporal UI port.")] = 8233,
@@ -93,7 +100,9 @@ def dev(
     from worker.dev import run_dev  # the CLI hands over to the worker package to host workflows
 
     settings = _settings(temporal_address=f"127.0.0.1:{port}")
-    raise typer.Exit(_run(run_dev(settings, demo=demo, exit_after_demo=exit_after_demo, ui_port=ui_port, console=console)))
+    raise typer.Exit(
+        _run(run_dev(settings, demo=demo, exit_after_demo=exit_after_demo, ui_port=ui_port, console=console))
+    )
 
 
 @app.command()
@@ -112,7 +121,9 @@ def worker() -> None:
 @app.command()
 def want(
     ref: Annotated[str, typer.Argument(help="Partition ref, e.g. daily_summary/2024-01-07")],
-    data_timestamp: Annotated[str | None, typer.Option(help="Business time (ISO); default: the date in the ref, else today.")] = None,
+    data_timestamp: Annotated[
+        str | None, typer.Option(help="Business time (ISO); default: the date in the ref, else today.")
+    ] = None,
     sla: Annotated[str | None, typer.Option(help="Due this long after the data time, e.g. 9h.")] = None,
     ttl: Annotated[str | None, typer.Option(help="Give up this long after the data time, e.g. 30d.")] = None,
     source: Annotated[WantSource, typer.Option(help="Who asks.")] = WantSource.cli,
@@ -124,22 +135,39 @@ def want(
     sla_d = parse_duration(sla) if sla else None
     ttl_d = parse_duration(ttl) if ttl else None
 
+    # Check everything before touching Temporal or the BEL: bad input records nothing.
+    spec = build_spec(
+        load_graph(_settings().graph), ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source
+    )
+
     async def go() -> Want | None:
         db = await _client()
         async with db:
-            spec = db.spec(ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source)
             await db.want(ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source)
             if not as_json:
-                console.print(f"want [bold]{spec.want_id}[/] for [bold]{ref}[/] registered (workflow {spec.workflow_id})")
+                console.print(
+                    f"want [bold]{spec.want_id}[/] for [bold]{ref}[/] registered (workflow {spec.workflow_id})"
+                )
             if not wait:
                 found = db.bel.find_want(spec.want_id)
                 if as_json:
-                    print(json.dumps({"want_id": spec.want_id, "workflow_id": spec.workflow_id, "want": _jsonable(found)}, indent=2))
+                    print(
+                        json.dumps(
+                            {
+                                "want_id": spec.want_id,
+                                "workflow_id": spec.workflow_id,
+                                "want": _jsonable(found),
+                            },
+                            indent=2,
+                        )
+                    )
                 return found
             if as_json:
                 result = await db.wait(spec)
             else:
-                with Live(render.progress_summary(None, [], []), console=console, refresh_per_second=4) as live:
+                with Live(
+                    render.progress_summary(None, [], []), console=console, refresh_per_second=4
+                ) as live:
 
                     def update(current: Want | None) -> None:
                         live.update(render.progress(db.bel, current))
@@ -243,9 +271,11 @@ def publish(ref: str, as_json: JsonFlag = False) -> None:
     _emit(
         as_json,
         payload,
-        lambda: f"{ref} is live (instance {partition.instance_id}); "
-        + ("announced now" if created else "it already was")
-        + f"; {signalled} waiting want(s) signalled",
+        lambda: (
+            f"{ref} is live (instance {partition.instance_id}); "
+            + ("announced now" if created else "it already was")
+            + f"; {signalled} waiting want(s) signalled"
+        ),
     )
 
 
@@ -264,7 +294,9 @@ def events(
 
         table = Table("idx", "at", "type", "ref", "want", "job run")
         for e in found:
-            table.add_row(str(e.idx), f"{e.at:%H:%M:%S}", e.type, e.ref or "", e.want_id or "", e.job_run_id or "")
+            table.add_row(
+                str(e.idx), f"{e.at:%H:%M:%S}", e.type, e.ref or "", e.want_id or "", e.job_run_id or ""
+            )
         return table
 
     _emit(as_json, found, human)
@@ -278,25 +310,16 @@ def sla(as_json: JsonFlag = False) -> None:
 
 
 def main() -> None:
-    code = 0
+    code: int = 0
     try:
-        result = app(standalone_mode=False)
-        code = result if isinstance(result, int) else 0
+        app()
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     except (DataBuildError, CliError) as error:
         err.print(f"[bold red]error:[/] {error}")
         code = 2
-    except typer.Exit as exit_:
-        code = exit_.exit_code
-    except (typer.Abort, KeyboardInterrupt):
+    except KeyboardInterrupt:
         code = 130
-    except Exception as error:  # click usage errors and the like
-        import click
-
-        if isinstance(error, click.ClickException):
-            error.show()
-            code = error.exit_code
-        else:
-            raise
     sys.stdout.flush()
     sys.stderr.flush()
     # The Temporal SDK can abort the interpreter at exit (PyGILState_Release); leave directly.
@@ -305,4 +328,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-

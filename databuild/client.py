@@ -1,6 +1,7 @@
 """The Python SDK: register wants (idempotently), await them, query the build event log."""
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
@@ -12,6 +13,7 @@ from databuild.errors import InvalidWantError
 from databuild.graph import Graph, load_graph
 from databuild.models import Partition, Want, WantSource, WantSpec, default_data_timestamp
 from databuild.protocol import SIGNAL_PARTITION_AVAILABLE, PartitionAvailable
+from databuild.refs import validate_ref
 from databuild.temporal import connect, notify_subscribers, start_want
 
 
@@ -45,30 +47,8 @@ class DataBuild:
         sla: timedelta | None = None,
         ttl: timedelta | None = None,
         source: WantSource = WantSource.cli,
-        now: datetime | None = None,
     ) -> WantSpec:
-        """Build and check a want without recording anything; raises a clear error on bad input."""
-        if source is WantSource.derivative:
-            raise InvalidWantError("derivative wants are created by DataBuild itself, not by clients")
-        now = now or datetime.now(UTC)
-        try:
-            spec = WantSpec(
-                ref=ref,
-                data_timestamp=data_timestamp or default_data_timestamp(ref, now),
-                sla=sla,
-                ttl=ttl,
-                source=source,
-            )
-        except ValueError as error:
-            raise InvalidWantError(_first_error(error)) from None
-        self.graph.resolve(spec.ref)  # unknown job -> UnknownJobError
-        if spec.ttl_deadline is not None and spec.ttl_deadline <= now:
-            raise InvalidWantError(
-                f"the TTL of this want ended at {spec.ttl_deadline:%Y-%m-%d %H:%M}Z, before now "
-                f"({now:%Y-%m-%d %H:%M}Z); the TTL counts from the data timestamp "
-                f"{spec.data_timestamp:%Y-%m-%d %H:%M}Z, so give a longer --ttl or none"
-            )
-        return spec
+        return build_spec(self.graph, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, source=source)
 
     async def want(
         self,
@@ -101,10 +81,8 @@ class DataBuild:
                     if update is not None:
                         await update
                 await asyncio.wait({result}, timeout=every)
-            try:
-                result.result()
-            except WorkflowFailureError:
-                pass  # the final state and reason are in the BEL
+            with contextlib.suppress(WorkflowFailureError):
+                result.result()  # a failed want raises; its final state and reason are in the BEL
         finally:
             result.cancel()
         return await self._final(spec.want_id)
@@ -128,6 +106,41 @@ class DataBuild:
             self.temporal, self.bel, [ref], lambda _ref, _want: (SIGNAL_PARTITION_AVAILABLE, notice)
         )
         return partition, created, signalled
+
+
+def build_spec(
+    graph: Graph,
+    ref: str,
+    *,
+    data_timestamp: datetime | None = None,
+    sla: timedelta | None = None,
+    ttl: timedelta | None = None,
+    source: WantSource = WantSource.cli,
+    now: datetime | None = None,
+) -> WantSpec:
+    """Build and check a want without recording anything; raises a clear error on bad input."""
+    validate_ref(ref)
+    if source is WantSource.derivative:
+        raise InvalidWantError("derivative wants are created by DataBuild itself, not by clients")
+    now = now or datetime.now(UTC)
+    try:
+        spec = WantSpec(
+            ref=ref,
+            data_timestamp=data_timestamp or default_data_timestamp(ref, now),
+            sla=sla,
+            ttl=ttl,
+            source=source,
+        )
+    except ValueError as error:
+        raise InvalidWantError(_first_error(error)) from None
+    graph.resolve(spec.ref)  # unknown job -> UnknownJobError
+    if spec.ttl_deadline is not None and spec.ttl_deadline <= now:
+        raise InvalidWantError(
+            f"the TTL of this want ended at {spec.ttl_deadline:%Y-%m-%d %H:%M}Z, before now "
+            f"({now:%Y-%m-%d %H:%M}Z); the TTL counts from the data timestamp "
+            f"{spec.data_timestamp:%Y-%m-%d %H:%M}Z, so give a longer --ttl or none"
+        )
+    return spec
 
 
 def _first_error(error: ValueError) -> str:

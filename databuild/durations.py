@@ -12,11 +12,11 @@ _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 def parse_duration(text: str) -> timedelta:
     raw = text.strip().lower()
     if raw.startswith("-"):
-        raise InvalidDurationError(f"duration {text!r} is negative; durations count forward from the data time")
-    if not raw or _PART.sub("", raw) != "":
         raise InvalidDurationError(
-            f"cannot read duration {text!r}; write it like 9h, 30d, 1d12h, 90m or 45s"
+            f"duration {text!r} is negative; durations count forward from the data time"
         )
+    if not raw or _PART.sub("", raw) != "":
+        raise InvalidDurationError(f"cannot read duration {text!r}; write it like 9h, 30d, 1d12h, 90m or 45s")
     return timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in _PART.findall(raw)))
 
 

@@ -1,5 +1,6 @@
 """Runs one attempt of one job run: BEL start, the job body on Spark, atomic publish, BEL outcome."""
 
+import contextlib
 import threading
 from collections.abc import Callable
 
@@ -22,7 +23,9 @@ def job_group(job_run_id: str, attempt: int) -> str:
 
 
 class JobExecutor:
-    def __init__(self, graph: Graph, bel: BuildEventLog, storage: Storage, spark: SparkRuntime, worker: str) -> None:
+    def __init__(
+        self, graph: Graph, bel: BuildEventLog, storage: Storage, spark: SparkRuntime, worker: str
+    ) -> None:
         self.graph = graph
         self.bel = bel
         self.storage = storage
@@ -59,10 +62,8 @@ class JobExecutor:
         context = session.sparkContext
         context.setJobGroup(job_group(job_run_id, attempt), f"{run.job_label} -> {run.outputs}", True)
         try:
-            try:
+            with contextlib.suppress(MissingInputsError):  # ctx.missing holds every input found missing
                 job.run(ctx, run.params)
-            except MissingInputsError:
-                pass  # ctx.missing holds every input found missing
             if ctx.missing:
                 return outcome_of(self.bel.dep_miss_job_run(job_run_id, sorted(ctx.missing), ctx.reads))
             unwritten = sorted(set(run.outputs) - ctx.written)

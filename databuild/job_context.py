@@ -67,7 +67,11 @@ class JobContext:
             if ref in self.outputs:
                 raise JobContractError(f"job {self.job_label} reads its own output {ref}")
             partition = self._bel.find_partition(ref)
-            if partition is None or partition.status is not PartitionStatus.live or partition.instance_id is None:
+            if (
+                partition is None
+                or partition.status is not PartitionStatus.live
+                or partition.instance_id is None
+            ):
                 missing.append(ref)
             else:
                 found.append(InstanceRef(ref=ref, instance_id=partition.instance_id))

@@ -33,9 +33,7 @@ class WantState(StrEnum):
         return self in FINAL_WANT_STATES
 
 
-FINAL_WANT_STATES = frozenset(
-    {WantState.successful, WantState.failed, WantState.expired, WantState.canceled}
-)
+FINAL_WANT_STATES = frozenset({WantState.successful, WantState.failed, WantState.expired, WantState.canceled})
 
 
 class PartitionStatus(StrEnum):

@@ -42,7 +42,9 @@ def _short(uuid: str | None) -> str:
 
 
 def want_label(want: Want) -> Text:
-    text = Text.assemble(("want ", "dim"), (want.ref, "bold"), " [", state(want.state), "] ", (want.want_id, "dim"))
+    text = Text.assemble(
+        ("want ", "dim"), (want.ref, "bold"), " [", state(want.state), "] ", (want.want_id, "dim")
+    )
     if want.sla_missed:
         text.append("  SLA missed", style="bold red")
     if want.reason and want.state is not WantState.successful:
@@ -51,7 +53,9 @@ def want_label(want: Want) -> Text:
 
 
 def job_run_label(run: JobRun, relation: str | None = None) -> Text:
-    text = Text.assemble(("job run ", "dim"), run.job_run_id, " ", (run.job_label, "bold"), " [", state(run.state), "]")
+    text = Text.assemble(
+        ("job run ", "dim"), run.job_run_id, " ", (run.job_label, "bold"), " [", state(run.state), "]"
+    )
     if relation and relation != "executed":
         text.append(f" ({relation})", style="dim")
     if run.attempts > 1:
@@ -62,7 +66,14 @@ def job_run_label(run: JobRun, relation: str | None = None) -> Text:
 
 
 def partition_label(p: Partition) -> Text:
-    return Text.assemble(("partition ", "dim"), (p.ref, "bold"), " [", state(p.status), "] ", ("uuid:" + _short(p.instance_id), "dim"))
+    return Text.assemble(
+        ("partition ", "dim"),
+        (p.ref, "bold"),
+        " [",
+        state(p.status),
+        "] ",
+        ("uuid:" + _short(p.instance_id), "dim"),
+    )
 
 
 def fulfillment_tree(node: FulfillmentNode, tree: Tree | None = None) -> Tree:
@@ -102,23 +113,52 @@ def lineage_view(view: PartitionLineage) -> RenderableType:
 
 def wants_table(wants: list[Want]) -> Table:
     table = Table("want id", "ref", "state", "source", "data time", "SLA", "reason")
+    for column in table.columns[:3]:
+        column.no_wrap = True
     for w in wants:
-        sla = "-" if w.sla_deadline is None else f"{w.sla_deadline:%Y-%m-%d %H:%M}" + (" MISSED" if w.sla_missed else "")
-        table.add_row(w.want_id, w.ref, state(w.state), w.source.value, f"{w.data_timestamp:%Y-%m-%d %H:%M}", sla, w.reason or "")
+        sla = (
+            "-"
+            if w.sla_deadline is None
+            else f"{w.sla_deadline:%Y-%m-%d %H:%M}" + (" MISSED" if w.sla_missed else "")
+        )
+        table.add_row(
+            w.want_id,
+            w.ref,
+            state(w.state),
+            w.source.value,
+            f"{w.data_timestamp:%Y-%m-%d %H:%M}",
+            sla,
+            w.reason or "",
+        )
     return table
 
 
 def partitions_table(parts: list[Partition]) -> Table:
     table = Table("ref", "status", "instance", "built by", "updated")
+    table.columns[0].no_wrap = True
     for p in parts:
-        table.add_row(p.ref, state(p.status), p.instance_id or "-", p.built_by or ("external" if p.external else "-"), f"{p.updated_at:%Y-%m-%d %H:%M:%S}")
+        table.add_row(
+            p.ref,
+            state(p.status),
+            p.instance_id or "-",
+            p.built_by or ("external" if p.external else "-"),
+            f"{p.updated_at:%Y-%m-%d %H:%M:%S}",
+        )
     return table
 
 
 def job_runs_table(runs: list[JobRun]) -> Table:
     table = Table("job run", "job", "state", "outputs", "attempts", "missing / reason")
+    table.columns[0].no_wrap = True
     for r in runs:
-        table.add_row(r.job_run_id, r.job_label, state(r.state), ", ".join(r.outputs), str(r.attempts), ", ".join(r.missing) or (r.reason or ""))
+        table.add_row(
+            r.job_run_id,
+            r.job_label,
+            state(r.state),
+            ", ".join(r.outputs),
+            str(r.attempts),
+            ", ".join(r.missing) or (r.reason or ""),
+        )
     return table
 
 
@@ -130,7 +170,9 @@ def progress_summary(root: Want | None, family: list[Want], runs: list[JobRun]) 
     table.add_row(want_label(root))
     counts = Counter(w.state for w in family if w.want_id != root.want_id)
     if counts:
-        table.add_row(Text("derivative wants: " + ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items()))))
+        table.add_row(
+            Text("derivative wants: " + ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items())))
+        )
     run_counts = Counter(r.state for r in runs)
     if run_counts:
         table.add_row(Text("job runs: " + ", ".join(f"{n} {s.value}" for s, n in sorted(run_counts.items()))))

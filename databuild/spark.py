@@ -10,7 +10,9 @@ if TYPE_CHECKING:
 
 
 class SparkRuntime:
-    def __init__(self, master: str = "local[2]", driver_memory: str = "2g", app_name: str = "databuild") -> None:
+    def __init__(
+        self, master: str = "local[2]", driver_memory: str = "2g", app_name: str = "databuild"
+    ) -> None:
         self.master = master
         self.driver_memory = driver_memory
         self.app_name = app_name

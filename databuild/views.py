@@ -41,7 +41,9 @@ def fulfillment(bel: BelQueries, want_id: str, limit: int = 10_000) -> Fulfillme
             job_runs=runs,
             triggered_by=triggered_by,
             derivatives=[
-                node(kid, misses.get(kid.ref), seen | {want.want_id}) for kid in kids if kid.want_id not in seen
+                node(kid, misses.get(kid.ref), seen | {want.want_id})
+                for kid in kids
+                if kid.want_id not in seen
             ],
         )
 

@@ -41,10 +41,14 @@ def raw_events(ctx: JobContext, date: str) -> None:
 @graph.job("daily_users/{date}")
 def daily_users(ctx: JobContext, date: str) -> None:
     events = ctx.read(f"raw_events/{date}")
-    users = events.groupBy("user_id").agg(
-        F.count("*").alias("events"),
-        F.sum(F.when(F.col("event_type") == "purchase", F.col("amount")).otherwise(0)).alias("spent"),
-    ).withColumn("date", F.lit(date).cast("date"))
+    users = (
+        events.groupBy("user_id")
+        .agg(
+            F.count("*").alias("events"),
+            F.sum(F.when(F.col("event_type") == "purchase", F.col("amount")).otherwise(0)).alias("spent"),
+        )
+        .withColumn("date", F.lit(date).cast("date"))
+    )
     ctx.write(f"daily_users/{date}", users)
 
 

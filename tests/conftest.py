@@ -60,7 +60,9 @@ class Stack:
     parts: WorkerParts
 
 
-def make_settings(tmp_path: Path, client: Client, graph: str = "examples.demo:graph", **extra: object) -> Settings:
+def make_settings(
+    tmp_path: Path, client: Client, graph: str = "examples.demo:graph", **extra: object
+) -> Settings:
     return Settings(
         home=tmp_path,
         temporal_address=client.service_client.config.target_host,

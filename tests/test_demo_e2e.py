@@ -46,6 +46,8 @@ async def test_demo_want_fulfilled_through_derivative_wants(make_stack) -> None:
     assert {w.ref for w in rollup.writes} == {"daily_summary/2024-01-07", "top_spenders/2024-01-07"}
     assert sorted(r.ref for r in rollup.reads) == sorted(f"daily_users/{d}" for d in DAYS)
 
-    summary = stack.parts.spark.session().read.parquet(str(stack.settings.storage_root / "daily_summary/2024-01-07"))
+    summary = stack.parts.spark.session().read.parquet(
+        str(stack.settings.storage_root / "daily_summary/2024-01-07")
+    )
     row = summary.collect()[0]
     assert row["events"] == 7 * 100_000

@@ -60,8 +60,8 @@ def start_dev_server(settings: Settings, ui_port: int) -> subprocess.Popen[bytes
     )
 
 
-async def wait_for_server(settings: Settings, process: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def wait_for_server(settings: Settings, process: subprocess.Popen[bytes], wait_s: float = 60) -> None:
+    deadline = asyncio.get_running_loop().time() + wait_s
     while True:
         if process.poll() is not None:
             raise RuntimeError(
@@ -77,7 +77,9 @@ async def wait_for_server(settings: Settings, process: subprocess.Popen[bytes], 
             await asyncio.sleep(0.5)
 
 
-async def run_dev(settings: Settings, *, demo: bool, exit_after_demo: bool, ui_port: int, console: Console) -> int:
+async def run_dev(
+    settings: Settings, *, demo: bool, exit_after_demo: bool, ui_port: int, console: Console
+) -> int:
     server = start_dev_server(settings, ui_port)
     try:
         with console.status("starting Temporal dev server..."):
@@ -100,7 +102,9 @@ async def run_dev(settings: Settings, *, demo: bool, exit_after_demo: bool, ui_p
                 )
             if demo and exit_after_demo:
                 return code
-            console.print("\n[bold]stack running[/]; Ctrl-C to stop. In another shell: `databuild want REF --wait`")
+            console.print(
+                "\n[bold]stack running[/]; Ctrl-C to stop. In another shell: `databuild want REF --wait`"
+            )
             await asyncio.Event().wait()
             return code
     finally:

@@ -8,20 +8,12 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
+from workflows.calls import bel_do, fan_out
+
 with workflow.unsafe.imports_passed_through():
     from databuild import protocol as p
     from databuild.models import JobRunState
 
-BEL_CALL = {
-    "start_to_close_timeout": timedelta(seconds=60),
-    "retry_policy": RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)),
-}
-# Fan-out resumes from its heartbeated cursor, so it may retry for as long as it takes.
-FAN_OUT = {
-    "start_to_close_timeout": timedelta(minutes=30),
-    "heartbeat_timeout": timedelta(seconds=60),
-    "retry_policy": RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)),
-}
 NOT_RETRYABLE = ["JobContractError", "UnknownJobError", "GraphDefinitionError", "InvalidPartitionRefError"]
 
 
@@ -38,7 +30,7 @@ class JobRunWorkflow:
     async def run(self, input: p.JobRunInput) -> p.JobOutcome:
         workflow.set_current_details(f"running job **{input.job_label}** for {', '.join(input.outputs)}")
         try:
-            outcome = await workflow.execute_activity(
+            outcome: p.JobOutcome = await workflow.execute_activity(
                 p.ACT_RUN_JOB,
                 input,
                 result_type=p.JobOutcome,
@@ -50,7 +42,7 @@ class JobRunWorkflow:
                     non_retryable_error_types=NOT_RETRYABLE,
                 ),
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            )  # type: ignore[call-overload]
+            )
         except ActivityError as error:
             if isinstance(error.__cause__, CancelledError):
                 await self._fail(input, "canceled")
@@ -59,15 +51,15 @@ class JobRunWorkflow:
         except asyncio.CancelledError:
             await self._fail(input, "canceled")
             raise
-        await workflow.execute_activity(p.ACT_FAN_OUT, p.FanOutInput(job_run_id=input.job_run_id), **FAN_OUT)  # type: ignore[arg-type]
-        workflow.set_current_details(f"**{outcome.state.value}**" + (f": {outcome.reason}" if outcome.reason else ""))
+        await fan_out(input.job_run_id)
+        workflow.set_current_details(
+            f"**{outcome.state.value}**" + (f": {outcome.reason}" if outcome.reason else "")
+        )
         return outcome
 
     async def _fail(self, input: p.JobRunInput, reason: str) -> p.JobOutcome:
-        await workflow.execute_activity(
-            p.ACT_FAIL_JOB_RUN, p.FailJobRunInput(job_run_id=input.job_run_id, reason=reason), **BEL_CALL
-        )  # type: ignore[arg-type]
+        await bel_do(p.ACT_FAIL_JOB_RUN, p.FailJobRunInput(job_run_id=input.job_run_id, reason=reason))
         outcome = p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.failed, reason=reason)
         if reason == "canceled":
-            await workflow.execute_activity(p.ACT_FAN_OUT, p.FanOutInput(job_run_id=input.job_run_id), **FAN_OUT)  # type: ignore[arg-type]
+            await fan_out(input.job_run_id)
         return outcome

@@ -1,22 +1,20 @@
 """A want: a durable promise to get one partition built, with SLA and TTL timers."""
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import datetime
+from functools import partial
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ParentClosePolicy
+
+from workflows.calls import bel_call, bel_do
 
 with workflow.unsafe.imports_passed_through():
     from databuild import protocol as p
     from databuild.models import WantSpec, WantState, job_run_workflow_id
 
-# BEL activities are short and idempotent: retry them until the database answers.
-BEL_CALL = {
-    "start_to_close_timeout": timedelta(seconds=60),
-    "retry_policy": RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30)),
-}
 
 Outcome = tuple[WantState, str | None, str | None]  # state, reason, instance id
 
@@ -39,7 +37,7 @@ class WantWorkflow:
     @workflow.run
     async def run(self, input: p.WantInput) -> p.WantResult:
         spec = self._spec = input.spec
-        await workflow.execute_activity(p.ACT_REGISTER_WANT, input, **BEL_CALL)  # type: ignore[arg-type]
+        await bel_do(p.ACT_REGISTER_WANT, input)
         sla_timer = asyncio.create_task(self._watch_sla(spec.sla_deadline)) if spec.sla_deadline else None
         fulfil = asyncio.create_task(self._fulfil(spec))
         try:
@@ -50,9 +48,13 @@ class WantWorkflow:
                 await workflow.wait_condition(fulfil.done, timeout=remaining)
             except TimeoutError:
                 fulfil.cancel()
-                state, reason, instance = WantState.expired, f"TTL passed at {spec.ttl_deadline:%Y-%m-%d %H:%M}Z", None
+                outcome: Outcome = (
+                    WantState.expired,
+                    f"TTL passed at {spec.ttl_deadline:%Y-%m-%d %H:%M}Z",
+                    None,
+                )
             else:
-                state, reason, instance = fulfil.result()
+                outcome = fulfil.result()
         except asyncio.CancelledError:
             fulfil.cancel()
             await self._finish(spec, WantState.canceled, "canceled on request", None)
@@ -60,15 +62,13 @@ class WantWorkflow:
         finally:
             if sla_timer is not None:
                 sla_timer.cancel()
-        return await self._finish(spec, state, reason, instance)
+        return await self._finish(spec, *outcome)
 
     async def _fulfil(self, spec: WantSpec) -> Outcome:
         seq = 0
         while True:
             seq += 1
-            decision = await workflow.execute_activity(
-                p.ACT_DECIDE, p.DecideInput(want_id=spec.want_id, seq=seq), result_type=p.Decision, **BEL_CALL
-            )  # type: ignore[call-overload]
+            decision = await bel_call(p.ACT_DECIDE, p.DecideInput(want_id=spec.want_id, seq=seq), p.Decision)
             match decision.kind:
                 case p.DecisionKind.final:
                     assert decision.final_state is not None
@@ -76,7 +76,9 @@ class WantWorkflow:
                 case p.DecisionKind.live:
                     return WantState.successful, None, decision.instance_id
                 case p.DecisionKind.wait_external:
-                    self._set(WantState.upstream_building, None, [spec.ref], "waiting for an external publish of")
+                    self._set(
+                        WantState.upstream_building, None, [spec.ref], "waiting for an external publish of"
+                    )
                     await workflow.wait_condition(lambda: spec.ref in self._live)
                     return WantState.successful, None, self._live[spec.ref]
             job_run_id = decision.job_run_id
@@ -85,9 +87,7 @@ class WantWorkflow:
                 await self._start_job_run(decision)
             verb = "building" if decision.kind is p.DecisionKind.execute else "delegated to active build"
             self._set(WantState.building, job_run_id, [spec.ref], f"{verb} {job_run_id} for")
-            await workflow.wait_condition(
-                lambda: spec.ref in self._live or job_run_id in self._failed_runs or job_run_id in self._dep_missed
-            )
+            await workflow.wait_condition(partial(self._run_settled, spec.ref, job_run_id))
             if spec.ref in self._live:
                 return WantState.successful, None, self._live[spec.ref]
             if job_run_id in self._failed_runs:
@@ -96,15 +96,17 @@ class WantWorkflow:
             if failure is not None:
                 return WantState.failed, failure, None
 
+    def _run_settled(self, ref: str, job_run_id: str) -> bool:
+        return ref in self._live or job_run_id in self._failed_runs or job_run_id in self._dep_missed
+
     async def _await_inputs(self, spec: WantSpec, job_run_id: str, missing: list[str]) -> str | None:
         """Start derivative wants for the missing inputs and wait until all are live (or one fails)."""
         self._set(WantState.upstream_building, job_run_id, missing, "waiting for inputs")
-        status = await workflow.execute_activity(
+        status = await bel_call(
             p.ACT_AWAIT_DEPENDENCIES,
             p.DependenciesInput(want_id=spec.want_id, job_run_id=job_run_id, missing=missing),
-            result_type=p.DependenciesStatus,
-            **BEL_CALL,
-        )  # type: ignore[call-overload]
+            p.DependenciesStatus,
+        )
         for ref in status.live:
             self._live.setdefault(ref, "")
         self._failed_refs.update(status.failed)
@@ -149,25 +151,30 @@ class WantWorkflow:
         if self._state.is_final:
             return
         assert self._spec is not None
-        await workflow.execute_activity(
-            p.ACT_RECORD_SLA_MISSED, p.SlaMissedInput(want_id=self._spec.want_id, deadline=deadline), **BEL_CALL
-        )  # type: ignore[arg-type]
+        await bel_do(p.ACT_RECORD_SLA_MISSED, p.SlaMissedInput(want_id=self._spec.want_id, deadline=deadline))
         self._sla_missed = True
         workflow.upsert_search_attributes([p.SA_SLA_MISSED.value_set(True)])
         self._describe()
 
-    async def _finish(self, spec: WantSpec, state: WantState, reason: str | None, instance: str | None) -> p.WantResult:
-        await workflow.execute_activity(
+    async def _finish(
+        self, spec: WantSpec, state: WantState, reason: str | None, instance: str | None
+    ) -> p.WantResult:
+        await bel_do(
             p.ACT_FINISH_WANT,
             p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance),
-            **BEL_CALL,
-        )  # type: ignore[arg-type]
+        )
         self._set(state, self._job_run_id, [], reason or "")
         result = p.WantResult(
-            want_id=spec.want_id, state=state, sla_missed=self._sla_missed, reason=reason, instance_id=instance
+            want_id=spec.want_id,
+            state=state,
+            sla_missed=self._sla_missed,
+            reason=reason,
+            instance_id=instance,
         )
         if state is WantState.failed:
-            raise ApplicationError(f"want {spec.ref} failed: {reason}", result, type="WantFailed", non_retryable=True)
+            raise ApplicationError(
+                f"want {spec.ref} failed: {reason}", result, type="WantFailed", non_retryable=True
+            )
         return result
 
     def _until(self, deadline: datetime | None) -> float | None:

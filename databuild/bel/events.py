@@ -164,7 +164,7 @@ Event = Annotated[
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
-FINISH_EVENT_TYPE = {
+FINISH_EVENT_TYPE: dict[WantState, Literal["WantSucceeded", "WantFailed", "WantExpired", "WantCanceled"]] = {
     WantState.successful: "WantSucceeded",
     WantState.failed: "WantFailed",
     WantState.expired: "WantExpired",

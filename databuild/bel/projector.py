@@ -7,7 +7,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from databuild.bel import events as ev
 from databuild.bel import schema as s
-from databuild.models import JobRunState, PartitionStatus, WantState
+from databuild.models import InstanceRef, JobRunState, PartitionStatus, WantState
 
 
 def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
@@ -88,7 +88,11 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
         case ev.Delegation():
             conn.execute(
                 insert(s.delegations).values(
-                    want_id=event.want_id, ref=event.ref, delegated_to=event.delegated_to, kind=event.kind, at=at
+                    want_id=event.want_id,
+                    ref=event.ref,
+                    delegated_to=event.delegated_to,
+                    kind=event.kind,
+                    at=at,
                 )
             )
         case ev.PartitionBuilding(ref=ref, job_run_id=job_run_id):
@@ -123,7 +127,9 @@ def _set_want(conn: Connection, want_id: str, at: datetime, **values: object) ->
 
 
 def _set_job_run(conn: Connection, job_run_id: str, at: datetime, **values: object) -> None:
-    conn.execute(update(s.job_runs).where(s.job_runs.c.job_run_id == job_run_id).values(updated_at=at, **values))
+    conn.execute(
+        update(s.job_runs).where(s.job_runs.c.job_run_id == job_run_id).values(updated_at=at, **values)
+    )
 
 
 def _link(conn: Connection, want_id: str, job_run_id: str, relation: str) -> None:
@@ -133,7 +139,9 @@ def _link(conn: Connection, want_id: str, job_run_id: str, relation: str) -> Non
         )
     ).first()
     if exists is None:
-        conn.execute(insert(s.want_job_runs).values(want_id=want_id, job_run_id=job_run_id, relation=relation))
+        conn.execute(
+            insert(s.want_job_runs).values(want_id=want_id, job_run_id=job_run_id, relation=relation)
+        )
 
 
 def _subscribe(conn: Connection, want_id: str, refs: list[str], workflow_id: str) -> None:
@@ -144,16 +152,17 @@ def _subscribe(conn: Connection, want_id: str, refs: list[str], workflow_id: str
             )
         ).scalars()
     )
-    rows = [{"ref": r, "want_id": want_id, "workflow_id": workflow_id} for r in dict.fromkeys(refs) if r not in have]
+    rows = [
+        {"ref": r, "want_id": want_id, "workflow_id": workflow_id}
+        for r in dict.fromkeys(refs)
+        if r not in have
+    ]
     if rows:
         conn.execute(insert(s.subscriptions), rows)
 
 
-def _record_reads(conn: Connection, job_run_id: str, reads: list[object]) -> None:
-    rows = [
-        {"job_run_id": job_run_id, "ref": r.ref, "instance_id": r.instance_id}  # type: ignore[attr-defined]
-        for r in reads
-    ]
+def _record_reads(conn: Connection, job_run_id: str, reads: list[InstanceRef]) -> None:
+    rows = [{"job_run_id": job_run_id, "ref": r.ref, "instance_id": r.instance_id} for r in reads]
     if rows:
         conn.execute(insert(s.read_deps), rows)
 

@@ -125,8 +125,9 @@ class BelQueries:
 
     def want_job_runs(self, want_id: str) -> list[tuple[str, JobRun]]:
         rows = self._all(
-            select(s.want_job_runs.c.relation, s.want_job_runs.c.job_run_id)
-            .where(s.want_job_runs.c.want_id == want_id)
+            select(s.want_job_runs.c.relation, s.want_job_runs.c.job_run_id).where(
+                s.want_job_runs.c.want_id == want_id
+            )
         )
         runs = {r.job_run_id: r for r in self.job_runs_by_id([row["job_run_id"] for row in rows])}
         result = [(row["relation"], runs[row["job_run_id"]]) for row in rows]
@@ -144,7 +145,12 @@ class BelQueries:
         return partition_from_row(rows[0]) if rows else None
 
     def partitions(
-        self, *, status: PartitionStatus | None = None, ref_prefix: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        status: PartitionStatus | None = None,
+        ref_prefix: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
     ) -> list[Partition]:
         query = select(s.partitions)
         if status is PartitionStatus.building:
@@ -160,7 +166,8 @@ class BelQueries:
 
     def instances(self, ref: str) -> list[InstanceRef]:
         rows = self._all(
-            select(s.partition_instances).where(s.partition_instances.c.ref == ref)
+            select(s.partition_instances)
+            .where(s.partition_instances.c.ref == ref)
             .order_by(s.partition_instances.c.created_at)
         )
         return [InstanceRef(ref=r["ref"], instance_id=r["instance_id"]) for r in rows]
@@ -184,14 +191,23 @@ class BelQueries:
         return self._hydrate_runs(rows)
 
     def job_runs(
-        self, *, state: JobRunState | None = None, job_label: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        state: JobRunState | None = None,
+        job_label: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
     ) -> list[JobRun]:
         query = select(s.job_runs)
         if state is not None:
             query = query.where(s.job_runs.c.state == state.value)
         if job_label is not None:
             query = query.where(s.job_runs.c.job_label == job_label)
-        query = query.order_by(s.job_runs.c.created_at.desc(), s.job_runs.c.job_run_id).limit(limit).offset(offset)
+        query = (
+            query.order_by(s.job_runs.c.created_at.desc(), s.job_runs.c.job_run_id)
+            .limit(limit)
+            .offset(offset)
+        )
         return self._hydrate_runs(self._all(query))
 
     def _hydrate_runs(self, rows: list[Any]) -> list[JobRun]:
@@ -199,7 +215,9 @@ class BelQueries:
         reads: dict[str, list[InstanceRef]] = {i: [] for i in ids}
         writes: dict[str, list[InstanceRef]] = {i: [] for i in ids}
         if ids:
-            for r in self._all(select(s.read_deps).where(s.read_deps.c.job_run_id.in_(ids)).order_by(s.read_deps.c.id)):
+            for r in self._all(
+                select(s.read_deps).where(s.read_deps.c.job_run_id.in_(ids)).order_by(s.read_deps.c.id)
+            ):
                 reads[r["job_run_id"]].append(InstanceRef(ref=r["ref"], instance_id=r["instance_id"]))
             for r in self._all(
                 select(s.partition_instances).where(s.partition_instances.c.job_run_id.in_(ids))
@@ -225,7 +243,9 @@ class BelQueries:
             for r in rows
         ]
 
-    def subscriptions(self, refs: Sequence[str], after_id: int, limit: int) -> list[tuple[int, str, str, str]]:
+    def subscriptions(
+        self, refs: Sequence[str], after_id: int, limit: int
+    ) -> list[tuple[int, str, str, str]]:
         """A page of (id, ref, want_id, workflow_id) subscribed to any of ``refs``, in id order."""
         rows = self._all(
             select(s.subscriptions)

@@ -3,7 +3,7 @@
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, RowMapping, create_engine, delete, event, insert, select, update
@@ -22,9 +22,9 @@ from databuild.models import (
     JobRunState,
     Partition,
     PartitionStatus,
+    Want,
     WantSpec,
     WantState,
-    Want,
     job_run_workflow_id,
 )
 from databuild.protocol import Decision, DecisionKind, DependenciesStatus
@@ -55,7 +55,9 @@ def make_engines(url: str) -> tuple[Engine, Engine]:
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
 
     def sqlite_engine(immediate: bool) -> Engine:
-        engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": 60, "check_same_thread": False})
+        engine = create_engine(
+            url, poolclass=NullPool, connect_args={"timeout": 60, "check_same_thread": False}
+        )
 
         @event.listens_for(engine, "connect")
         def _connect(dbapi_conn: Any, _record: Any) -> None:
@@ -83,7 +85,9 @@ class _Tx:
         self.at = _now()
         row = conn.execute(select(s.head.c.last_idx).where(s.head.c.id == 1).with_for_update()).first()
         if row is None:
-            raise RuntimeError("the build event log is not initialised; create it with BuildEventLog.create()")
+            raise RuntimeError(
+                "the build event log is not initialised; create it with BuildEventLog.create()"
+            )
         self.idx = int(row[0])
 
     def append(self, event: ev.Event) -> int:
@@ -153,7 +157,9 @@ class BuildEventLog(BelQueries):
         with self._write() as tx:
             want = self._want_row(tx.conn, want_id)
             if WantState(want["state"]).is_final:
-                return Decision(kind=DecisionKind.final, final_state=WantState(want["state"]), reason=want["reason"])
+                return Decision(
+                    kind=DecisionKind.final, final_state=WantState(want["state"]), reason=want["reason"]
+                )
             if want["decision_seq"] >= seq:
                 return self._replay_decision(tx.conn, want)
             ref = want["ref"]
@@ -177,7 +183,11 @@ class BuildEventLog(BelQueries):
                             message="delegated to active build",
                         )
                     )
-                tx.append(ev.WantBuilding(want_id=want_id, job_run_id=active, relation="delegated", decision_seq=seq))
+                tx.append(
+                    ev.WantBuilding(
+                        want_id=want_id, job_run_id=active, relation="delegated", decision_seq=seq
+                    )
+                )
                 return self._run_decision(tx.conn, DecisionKind.delegate, active)
             job_run_id = new_job_run_id()
             tx.append(
@@ -192,7 +202,9 @@ class BuildEventLog(BelQueries):
             )
             for out in target.outputs:
                 tx.append(ev.PartitionBuilding(ref=out, job_run_id=job_run_id))
-            tx.append(ev.WantBuilding(want_id=want_id, job_run_id=job_run_id, relation="executed", decision_seq=seq))
+            tx.append(
+                ev.WantBuilding(want_id=want_id, job_run_id=job_run_id, relation="executed", decision_seq=seq)
+            )
             return self._run_decision(tx.conn, DecisionKind.execute, job_run_id)
 
     def _historical(self, tx: _Tx, want_id: str, own: RowMapping, resolution: Resolution) -> Decision:
@@ -232,7 +244,8 @@ class BuildEventLog(BelQueries):
             return Decision(kind=DecisionKind.wait_external)
         relation = conn.execute(
             select(s.want_job_runs.c.relation).where(
-                s.want_job_runs.c.want_id == want["want_id"], s.want_job_runs.c.job_run_id == want["job_run_id"]
+                s.want_job_runs.c.want_id == want["want_id"],
+                s.want_job_runs.c.job_run_id == want["job_run_id"],
             )
         ).scalar_one()
         kind = DecisionKind.execute if relation == "executed" else DecisionKind.delegate
@@ -275,8 +288,14 @@ class BuildEventLog(BelQueries):
             failed = {}
             for spec in derivatives:
                 row = self._want_row(tx.conn, spec.want_id)
-                if row["state"] in (WantState.failed.value, WantState.canceled.value, WantState.expired.value):
-                    failed[spec.ref] = f"derivative want {spec.want_id} {row['state']}: {row['reason'] or ''}".strip()
+                if row["state"] in (
+                    WantState.failed.value,
+                    WantState.canceled.value,
+                    WantState.expired.value,
+                ):
+                    failed[spec.ref] = (
+                        f"derivative want {spec.want_id} {row['state']}: {row['reason'] or ''}".strip()
+                    )
             return DependenciesStatus(live=live, failed=failed)
 
     def finish_want(
@@ -289,7 +308,7 @@ class BuildEventLog(BelQueries):
             if not WantState(want["state"]).is_final:
                 tx.append(
                     ev.WantFinished(
-                        type=ev.FINISH_EVENT_TYPE[state],  # type: ignore[arg-type]
+                        type=ev.FINISH_EVENT_TYPE[state],
                         want_id=want_id,
                         state=state,
                         reason=reason,
@@ -349,7 +368,8 @@ class BuildEventLog(BelQueries):
         return [
             out
             for out in run["outputs"]
-            if (p := self._partition_row(conn, out)) is not None and p["building_job_run_id"] == run["job_run_id"]
+            if (p := self._partition_row(conn, out)) is not None
+            and p["building_job_run_id"] == run["job_run_id"]
         ]
 
     # Partitions ----------------------------------------------------------------------------------
@@ -364,7 +384,9 @@ class BuildEventLog(BelQueries):
                 )
             created = row is None or row["status"] != PartitionStatus.live.value
             if created:
-                tx.append(ev.PartitionLive(ref=ref, instance_id=new_instance_id(), job_run_id=None, external=True))
+                tx.append(
+                    ev.PartitionLive(ref=ref, instance_id=new_instance_id(), job_run_id=None, external=True)
+                )
             result = self._partition_row(tx.conn, ref)
             assert result is not None
             return partition_from_row(result), created
@@ -396,6 +418,3 @@ class BuildEventLog(BelQueries):
 
     def _partition_row(self, conn: Connection, ref: str) -> RowMapping | None:
         return conn.execute(select(s.partitions).where(s.partitions.c.ref == ref)).mappings().first()
-
-
-
