@@ -62,6 +62,9 @@ class DataBuild:
         """Register a want. Asking again for the same want attaches to the same workflow."""
         spec = self.spec(ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, source=source)
         await start_want(self.temporal, spec, self.settings.task_queue)
+        # The workflow records the want too; doing it here as well (idempotently) means the want is
+        # visible in the BEL as soon as this returns, and only once its workflow exists.
+        await asyncio.to_thread(self.bel.register_want, spec)
         return spec
 
     async def wait(

