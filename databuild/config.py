@@ -4,8 +4,10 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 
+from databuild.durations import parse_duration
+from databuild.errors import InvalidInputError
 from databuild.models import Model
 
 DEFAULT_HOME = Path(".databuild")
@@ -25,6 +27,13 @@ class Settings(Model):
     job_start_to_close_timeout: timedelta = timedelta(hours=6)
     job_attempts: int = 3
     max_concurrent_jobs: int = 4
+
+    @field_validator("job_heartbeat_timeout", "job_start_to_close_timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> object:
+        if isinstance(value, str):
+            return parse_duration(value + "s" if value.strip().isdigit() else value)
+        return value
 
     def model_post_init(self, _context: object) -> None:
         # Derived defaults depend on `home`, so fill them once it is known.
@@ -47,9 +56,17 @@ class Settings(Model):
             "spark_master": "DATABUILD_SPARK_MASTER",
             "spark_driver_memory": "DATABUILD_SPARK_DRIVER_MEMORY",
             "job_heartbeat_timeout": "DATABUILD_JOB_HEARTBEAT_TIMEOUT",
+            "job_start_to_close_timeout": "DATABUILD_JOB_TIMEOUT",
             "job_attempts": "DATABUILD_JOB_ATTEMPTS",
             "max_concurrent_jobs": "DATABUILD_MAX_CONCURRENT_JOBS",
         }
         values: dict[str, object] = {field: env[var] for field, var in names.items() if env.get(var)}
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.model_validate(values)
+        try:
+            return cls.model_validate(values)
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = str(first["loc"][0]) if first["loc"] else "?"
+            raise InvalidInputError(
+                f"bad setting {names.get(field, field)}={values.get(field)!r}: {first['msg']}"
+            ) from None

@@ -13,7 +13,9 @@ late.external("feed/{date}")
 
 @late.job("report/{date}")
 def report(ctx: JobContext, date: str) -> None:
-    ctx.write(f"report/{date}", ctx.read(f"feed/{date}").limit(0).unionByName(ctx.spark.range(3).selectExpr("id")))
+    ctx.write(
+        f"report/{date}", ctx.read(f"feed/{date}").limit(0).unionByName(ctx.spark.range(3).selectExpr("id"))
+    )
 
 
 # slow/{n}: a Spark job whose tasks sleep, for kill and cancellation tests.

@@ -23,7 +23,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-async def skipping(spark_runtime: SparkRuntime, tmp_path: Path) -> AsyncIterator[tuple[WorkflowEnvironment, DataBuild]]:
+async def skipping(
+    spark_runtime: SparkRuntime, tmp_path: Path
+) -> AsyncIterator[tuple[WorkflowEnvironment, DataBuild]]:
     path = shutil.which("temporal-test-server") or str(Path(sys.executable).parent / "temporal-test-server")
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=path, data_converter=pydantic_data_converter

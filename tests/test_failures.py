@@ -1,0 +1,118 @@
+"""Failure paths on the real stack: a killed worker, cancellation, a job that keeps failing."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus
+
+from databuild.models import JobRunState, PartitionStatus, WantState
+from databuild.storage import INSTANCE_MARKER
+from tests.test_time import until
+
+pytestmark = pytest.mark.slow
+SLOW = 6.0
+
+
+def start_worker(stack, log: Path) -> subprocess.Popen[bytes]:  # type: ignore[no-untyped-def]
+    s = stack.settings
+    env = {
+        **os.environ,
+        "DATABUILD_HOME": str(s.home),
+        "DATABUILD_TEMPORAL_ADDRESS": s.temporal_address,
+        "DATABUILD_NAMESPACE": s.namespace,
+        "DATABUILD_TASK_QUEUE": s.task_queue,
+        "DATABUILD_DATABASE_URL": s.database_url,
+        "DATABUILD_STORAGE_ROOT": str(s.storage_root),
+        "DATABUILD_GRAPH": s.graph,
+        "DATABUILD_JOB_HEARTBEAT_TIMEOUT": "4",
+        "DATABUILD_TEST_SLOW_SECONDS": str(SLOW),
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "databuild.cli", "worker"],
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # so the kill takes the Spark JVM with it
+    )
+
+
+async def test_worker_killed_mid_job_completes_once(make_stack, tmp_path: Path) -> None:
+    stack = await make_stack(graph="tests.graphs:slow", worker=False)
+    log = tmp_path / "worker.log"
+    first = start_worker(stack, log)
+    try:
+        spec = await stack.db.want("slow/killed")
+        await until(lambda: any(r.state is JobRunState.running for r in stack.bel.job_runs()), seconds=120)
+        await asyncio.sleep(2)  # inside the Spark tasks now
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+
+        assert stack.bel.partition("slow/killed").status is PartitionStatus.building
+        assert not (stack.settings.storage_root / "slow/killed").exists()  # nothing half-written visible
+
+        second = start_worker(stack, log)
+        try:
+            done = await asyncio.wait_for(stack.db.wait(spec), timeout=180)
+        finally:
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait()
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+
+    assert done.state is WantState.successful, log.read_text()[-3000:]
+    runs = stack.bel.job_runs()
+    assert len(runs) == 1 and runs[0].state is JobRunState.succeeded and runs[0].attempts == 2
+    lives = stack.bel.events(pattern="slow/killed", types=["PartitionLive"])
+    assert len(lives) == 1  # published exactly once
+    partition = stack.bel.partition("slow/killed")
+    assert partition.status is PartitionStatus.live
+    assert (
+        stack.settings.storage_root / "slow/killed" / INSTANCE_MARKER
+    ).read_text() == partition.instance_id
+
+
+async def test_cancelling_a_job_run_stops_its_spark_job(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:slow")
+    spec = await stack.db.want("slow/cancel")
+    await until(lambda: any(r.state is JobRunState.running for r in stack.bel.job_runs()), seconds=60)
+    await asyncio.sleep(1.5)
+    run = stack.bel.job_runs()[0]
+    started = time.monotonic()
+    await stack.client.get_workflow_handle(run.workflow_id).cancel()
+    done = await stack.db.wait(spec)
+    assert time.monotonic() - started < SLOW  # the sleeping Spark tasks were interrupted
+    assert done.state is WantState.failed and "canceled" in (done.reason or "")
+    assert stack.bel.job_run(run.job_run_id).state is JobRunState.failed
+    assert stack.bel.partition("slow/cancel").status is PartitionStatus.failed
+    assert not (stack.settings.storage_root / "slow/cancel").exists()
+    tracker = stack.parts.spark.session().sparkContext.statusTracker()
+    assert tracker.getActiveJobsIds() == []
+
+
+async def test_cancelling_a_want(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:late")
+    spec = await stack.db.want("report/cancelled")
+    await until(lambda: stack.bel.want(spec.want_id).state is WantState.upstream_building, seconds=60)
+    handle = stack.client.get_workflow_handle(spec.workflow_id)
+    await handle.cancel()
+    done = await stack.db.wait(spec)
+    assert done.state is WantState.canceled
+    assert (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+
+
+async def test_job_failing_beyond_retry_policy_fails_the_want(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:flaky", job_attempts=2)
+    spec = await stack.db.want("fails/1")
+    done = await stack.db.wait(spec)
+    assert done.state is WantState.failed
+    assert "boom 1" in (done.reason or "")
+    run = stack.bel.job_runs()[0]
+    assert run.state is JobRunState.failed and run.attempts == 2
+    assert stack.bel.partition("fails/1").status is PartitionStatus.failed

@@ -1,0 +1,63 @@
+"""Idempotent registration and wake-ups that race subscriptions, on the real dev server."""
+
+import asyncio
+import random
+
+import pytest
+
+from databuild.models import WantState
+
+pytestmark = pytest.mark.slow
+
+
+async def test_concurrent_identical_registrations_make_one_want(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:late")
+    specs = await asyncio.gather(*(stack.db.want("feed/2024-03-01") for _ in range(100)))
+    assert len({s.want_id for s in specs}) == 1
+    spec = specs[0]
+
+    runs = [w async for w in stack.client.list_workflows(f'WorkflowId = "{spec.workflow_id}"')]
+    assert len(runs) == 1
+    await stack.db.publish("feed/2024-03-01")
+    done = await stack.db.wait(spec)
+    assert done.state is WantState.successful
+    created = [e for e in stack.bel.events(want_id=spec.want_id, limit=1000) if e.type == "WantCreated"]
+    assert len(created) == 1
+
+    # Registering it again after it finished attaches to the same (closed) workflow.
+    again = await stack.db.want("feed/2024-03-01")
+    assert again.want_id == spec.want_id
+    runs = [w async for w in stack.client.list_workflows(f'WorkflowId = "{spec.workflow_id}"')]
+    assert len(runs) == 1
+
+
+async def test_publish_racing_registration_never_loses_a_wake_up(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:late")
+    refs = [f"feed/race-{i}" for i in range(20)]
+
+    async def race(ref: str) -> WantState:
+        spec = await stack.db.want(ref)
+        await asyncio.sleep(random.uniform(0, 0.3))  # publish before, during or after the want subscribes
+        await stack.db.publish(ref)
+        return (await stack.db.wait(spec)).state
+
+    assert await asyncio.gather(*(race(r) for r in refs)) == [WantState.successful] * len(refs)
+
+
+async def test_partition_live_before_registration_is_seen(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:late")
+    stack.bel.publish_external("feed/early")  # live, but nobody was signalled
+    spec = await stack.db.want("feed/early")
+    assert (await stack.db.wait(spec)).state is WantState.successful
+
+
+async def test_duplicate_announcement_changes_nothing(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:late")
+    spec = await stack.db.want("feed/twice")
+    first = await stack.db.publish("feed/twice")
+    second = await stack.db.publish("feed/twice")
+    assert first[1] is True and second[1] is False
+    assert first[0].instance_id == second[0].instance_id
+    assert (await stack.db.wait(spec)).state is WantState.successful
+    lives = stack.bel.events(pattern="feed/twice", types=["PartitionLive"])
+    assert len(lives) == 1
