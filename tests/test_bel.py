@@ -1,0 +1,194 @@
+"""The build event log on SQLite and PostgreSQL: appends, decisions, projections rebuilt from events."""
+
+import os
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, select, text
+
+from databuild.bel import BuildEventLog
+from databuild.bel import schema as s
+from databuild.errors import InvalidTransitionError, NotFoundError
+from databuild.graph import Graph
+from databuild.models import InstanceRef, JobRunState, PartitionStatus, WantSpec, WantState
+from databuild.protocol import DecisionKind
+
+POSTGRES_URL = os.environ.get("DATABUILD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+graph = Graph("bel")
+graph.external("ext/{n}")
+graph.job("a/{n}", "b/{n}", "c/{n}")(lambda ctx, n: None)
+
+
+def postgres_available() -> bool:
+    try:
+        with create_engine(POSTGRES_URL).connect() as conn:
+            conn.execute(text("select 1"))
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def bel(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BuildEventLog]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'bel.sqlite'}"
+    else:
+        if not postgres_available():
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"PostgreSQL at {POSTGRES_URL} is unreachable, and CI requires it")
+            pytest.skip(f"PostgreSQL at {POSTGRES_URL} is unreachable; set DATABUILD_TEST_POSTGRES_URL")
+        url = POSTGRES_URL
+        engine = create_engine(url)
+        s.metadata.drop_all(engine)
+        engine.dispose()
+    log = BuildEventLog.create(url)
+    yield log
+    log.dispose()
+
+
+def spec(ref: str, source: str = "cli") -> WantSpec:
+    return WantSpec(ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), source=source)  # type: ignore[arg-type]
+
+
+def decide(bel: BuildEventLog, w: WantSpec, seq: int = 1):  # type: ignore[no-untyped-def]
+    bel.register_want(w)
+    return bel.decide(w.want_id, seq, graph.resolve(w.ref))
+
+
+def statuses(bel: BuildEventLog, n: int) -> set[PartitionStatus]:
+    return {bel.partition(f"{x}/{n}").status for x in "abc"}
+
+
+def test_concurrent_appends_get_a_gap_free_index(bel: BuildEventLog) -> None:
+    barrier = threading.Barrier(8)
+
+    def writer(t: int) -> None:
+        barrier.wait()
+        for i in range(15):
+            bel.register_want(spec(f"ext/{t}-{i}"))
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    idx = [e.idx for e in bel.events(limit=1000)]
+    assert idx == list(range(1, 121))
+    assert bel.last_idx() == 120
+
+
+def test_registration_is_idempotent(bel: BuildEventLog) -> None:
+    w = spec("ext/1")
+    first, created = bel.register_want(w)
+    again, created_again = bel.register_want(w)
+    assert (created, created_again) == (True, False)
+    assert first == again
+    assert len(bel.events(types=["WantCreated"])) == 1
+
+
+def test_execute_then_active_then_historical_delegation(bel: BuildEventLog) -> None:
+    first = decide(bel, spec("b/1"))
+    assert first.kind is DecisionKind.execute and first.outputs == ["a/1", "b/1", "c/1"]
+    assert {p.status for p in bel.partitions()} == {PartitionStatus.building}
+
+    second = decide(bel, spec("c/1", source="api"))
+    assert second.kind is DecisionKind.delegate and second.job_run_id == first.job_run_id
+    delegations = bel.events(types=["Delegation"])
+    assert [(d.ref, d.data["kind"], d.data["delegated_to"]) for d in delegations] == [
+        (ref, "active", first.job_run_id) for ref in ("a/1", "b/1", "c/1")
+    ]
+
+    # A retried decide activity returns the answer already given, and records nothing new.
+    before = bel.last_idx()
+    assert decide(bel, spec("c/1", source="api")).job_run_id == first.job_run_id
+    assert bel.last_idx() == before
+
+    bel.start_job_run(first.job_run_id, 1, "w")
+    writes = [InstanceRef(ref=r, instance_id=f"{r}-uuid") for r in first.outputs]
+    bel.succeed_job_run(first.job_run_id, [], writes)
+    assert {p.status for p in bel.partitions()} == {PartitionStatus.live}
+
+    third = decide(bel, spec("a/1", source="dashboard"))
+    assert third.kind is DecisionKind.live and third.instance_id == "a/1-uuid"
+    skipped = bel.job_runs(state=JobRunState.skipped)
+    assert len(skipped) == 1
+    historical = [d for d in bel.events(types=["Delegation"]) if d.data["kind"] == "historical"]
+    assert {(d.ref, d.data["delegated_to"]) for d in historical} == {(r, first.job_run_id) for r in first.outputs}
+
+
+def test_mixed_availability_executes_and_rebuilds_all_outputs(bel: BuildEventLog) -> None:
+    run = decide(bel, spec("a/2"))
+    bel.start_job_run(run.job_run_id, 1, "w")
+    bel.succeed_job_run(run.job_run_id, [], [InstanceRef(ref=r, instance_id=f"old-{r}") for r in run.outputs])
+    # c/2 is lost: its row is set back to missing, as a rebuild request would see it.
+    with bel.writer.begin() as conn:
+        conn.execute(s.partitions.update().where(s.partitions.c.ref == "c/2").values(status="missing"))
+    again = decide(bel, spec("c/2", source="api"))
+    assert again.kind is DecisionKind.execute and again.outputs == ["a/2", "b/2", "c/2"]
+
+
+def test_dep_miss_releases_and_failure_fail_locks(bel: BuildEventLog) -> None:
+    run = decide(bel, spec("a/3"))
+    bel.start_job_run(run.job_run_id, 1, "w")
+    bel.dep_miss_job_run(run.job_run_id, ["ext/9", "ext/8"], [])
+    assert bel.job_run(run.job_run_id).missing == ["ext/8", "ext/9"]
+    assert statuses(bel, 3) == {PartitionStatus.missing}
+
+    retry = decide(bel, spec("a/3"), seq=2)
+    bel.start_job_run(retry.job_run_id, 1, "w")
+    bel.fail_job_run(retry.job_run_id, "boom")
+    assert statuses(bel, 3) == {PartitionStatus.failed}
+    bel.fail_job_run(retry.job_run_id, "again")  # a finished run is never changed twice
+    assert bel.job_run(retry.job_run_id).reason == "boom"
+
+
+def test_external_publish_and_its_errors(bel: BuildEventLog) -> None:
+    partition, created = bel.publish_external("ext/5")
+    assert created and partition.external and partition.status is PartitionStatus.live
+    assert bel.publish_external("ext/5")[1] is False
+    run = decide(bel, spec("a/5"))
+    with pytest.raises(InvalidTransitionError, match="being built"):
+        bel.publish_external("b/5")
+    assert run.kind is DecisionKind.execute
+    with pytest.raises(NotFoundError):
+        bel.want("w-nope")
+    with pytest.raises(NotFoundError):
+        bel.job_run("jr-nope")
+
+
+def test_finish_and_sla_flag_are_idempotent(bel: BuildEventLog) -> None:
+    w = spec("ext/6")
+    bel.register_want(w)
+    bel.mark_sla_missed(w.want_id, datetime(2024, 1, 1, 9, tzinfo=UTC))
+    bel.mark_sla_missed(w.want_id, datetime(2024, 1, 1, 9, tzinfo=UTC))
+    bel.finish_want(w.want_id, WantState.expired, "TTL")
+    bel.finish_want(w.want_id, WantState.successful)
+    want = bel.want(w.want_id)
+    assert want.state is WantState.expired and want.sla_missed
+    assert [e.type for e in bel.events(want_id=w.want_id)] == ["WantCreated", "WantSlaMissed", "WantExpired"]
+    with pytest.raises(InvalidTransitionError):
+        bel.finish_want(w.want_id, WantState.building)
+
+
+def snapshot(bel: BuildEventLog) -> dict[str, list[tuple[object, ...]]]:
+    result = {}
+    with bel.reader.connect() as conn:
+        for table in s.PROJECTIONS:
+            columns = [c for c in table.columns if c.name != "id"]
+            rows = conn.execute(select(*columns)).all()
+            result[table.name] = sorted((tuple(map(str, r)) for r in rows))
+    return result
+
+
+def test_projections_rebuild_from_events_alone(bel: BuildEventLog) -> None:
+    test_execute_then_active_then_historical_delegation(bel)
+    test_dep_miss_releases_and_failure_fail_locks(bel)
+    bel.publish_external("ext/7")
+    before = snapshot(bel)
+    replayed = bel.rebuild_projections()
+    assert replayed == bel.last_idx()
+    assert snapshot(bel) == before

@@ -1,0 +1,110 @@
+"""Pure domain logic: refs, durations, patterns, want identity."""
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from databuild.durations import format_duration, parse_duration
+from databuild.errors import (
+    GraphDefinitionError,
+    InvalidDurationError,
+    InvalidPartitionRefError,
+    UnknownJobError,
+)
+from databuild.graph import Graph
+from databuild.models import WantSource, WantSpec, default_data_timestamp
+from databuild.refs import storage_path, validate_ref
+from examples.demo import graph as demo
+
+BAD_REFS = {
+    "": "empty",
+    "a//b": "empty segment",
+    "/a": "empty segment",
+    "a/": "empty segment",
+    "a/../b": "'..' segment",
+    "./a": "'.' segment",
+    "a/b c": "illegal character",
+    "a/b;drop": "illegal character",
+    "a/<script>": "illegal character",
+    "ä/b": "illegal character",
+    "a" * 513: "513 characters",
+    "_databuild/staging/x": "reserved",
+}
+
+
+@pytest.mark.parametrize("ref,reason", BAD_REFS.items())
+def test_bad_refs_are_rejected_with_the_reason(ref: str, reason: str) -> None:
+    with pytest.raises(InvalidPartitionRefError, match=reason):
+        validate_ref(ref)
+
+
+@pytest.mark.parametrize("ref", ["a", "daily_users/2024-01-01", "x/k=v/y.z", "a-b_c.d/E=1", "a" * 512])
+def test_good_refs(ref: str) -> None:
+    assert validate_ref(ref) == ref
+
+
+def test_storage_path_stays_under_root(tmp_path: Path) -> None:
+    assert storage_path(tmp_path, "a/b") == (tmp_path / "a" / "b").resolve()
+    (tmp_path / "link").symlink_to("/etc")
+    with pytest.raises(InvalidPartitionRefError, match="escapes"):
+        storage_path(tmp_path, "link/passwd")
+
+
+def test_durations() -> None:
+    assert parse_duration("9h") == timedelta(hours=9)
+    assert parse_duration("1d12h") == timedelta(days=1, hours=12)
+    assert parse_duration("90m") == timedelta(minutes=90)
+    assert format_duration(timedelta(days=1, hours=12)) == "1d12h"
+    for bad, reason in {"-3h": "negative", "soon": "cannot read", "": "cannot read", "3x": "cannot read"}.items():
+        with pytest.raises(InvalidDurationError, match=reason):
+            parse_duration(bad)
+
+
+def test_want_identity_is_hash_of_ref_time_and_source() -> None:
+    t = datetime(2024, 1, 7, tzinfo=UTC)
+    a = WantSpec(ref="daily_summary/2024-01-07", data_timestamp=t, sla=timedelta(hours=9))
+    b = WantSpec(ref="daily_summary/2024-01-07", data_timestamp=t, ttl=timedelta(days=3))
+    assert a.want_id == b.want_id  # deadlines are not identity
+    assert a.want_id != WantSpec(ref=a.ref, data_timestamp=t, source=WantSource.api).want_id
+    assert a.want_id != WantSpec(ref=a.ref, data_timestamp=t + timedelta(seconds=1)).want_id
+    assert a.workflow_id.startswith("want:daily_summary/2024-01-07:w-")
+    child = a.derive("daily_users/2024-01-01", a.want_id)
+    assert (child.source, child.parent_want_id, child.root_want_id) == (WantSource.derivative, a.want_id, a.want_id)
+    assert child.derive("raw_events/2024-01-01", child.want_id).root_want_id == a.want_id
+
+
+def test_negative_durations_and_orphan_derivatives_are_invalid() -> None:
+    t = datetime(2024, 1, 7, tzinfo=UTC)
+    with pytest.raises(ValueError, match="negative"):
+        WantSpec(ref="a", data_timestamp=t, sla=timedelta(hours=-1))
+    with pytest.raises(ValueError, match="parent_want_id"):
+        WantSpec(ref="a", data_timestamp=t, source=WantSource.derivative)
+
+
+def test_default_data_timestamp() -> None:
+    now = datetime(2026, 5, 3, 15, 30, tzinfo=UTC)
+    assert default_data_timestamp("daily_users/2024-01-02", now) == datetime(2024, 1, 2, tzinfo=UTC)
+    assert default_data_timestamp("models/latest", now) == datetime(2026, 5, 3, tzinfo=UTC)
+
+
+def test_job_lookup_by_pattern() -> None:
+    target = demo.resolve("top_spenders/2024-01-07").target
+    assert target is not None
+    assert target.job.label == "weekly_rollup"
+    assert target.outputs == ["daily_summary/2024-01-07", "top_spenders/2024-01-07"]
+    assert target.params == {"date": "2024-01-07"}
+    with pytest.raises(UnknownJobError, match="no job in graph 'demo' produces 'daily_users/2024-01-07/extra'"):
+        demo.resolve("daily_users/2024-01-07/extra")
+
+
+def test_graph_definition_errors() -> None:
+    g = Graph("g")
+    with pytest.raises(GraphDefinitionError, match="different placeholders"):
+        g.job("a/{x}", "b/{y}")
+    with pytest.raises(GraphDefinitionError, match="repeats"):
+        g.job("a/{x}/{x}")
+    g.job("a/{x}")(lambda ctx, x: None)
+    g.job("a/{y}", label="other")(lambda ctx, y: None)
+    with pytest.raises(GraphDefinitionError, match="more than one job"):
+        g.resolve("a/1")
