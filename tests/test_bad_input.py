@@ -1,0 +1,88 @@
+"""Bad input gets a clear error naming the problem, and nothing is recorded (SDK and CLI)."""
+
+import asyncio
+import os
+import subprocess
+import sys
+from datetime import timedelta
+
+import pytest
+
+from databuild.errors import InvalidInputError
+from tests.conftest import Stack
+
+CASES = [
+    (["want", "daily_users//2024-01-01"], "empty segment"),
+    (["want", "daily_users/../etc"], "'..' segment"),
+    (["want", "daily_users/2024 01 01"], "illegal character"),
+    (["want", "x" * 600], "600 characters long"),
+    (["want", "no_such_job/2024-01-01"], "no job in graph 'demo' produces 'no_such_job/2024-01-01'"),
+    (["want", "daily_users/2024-01-01", "--sla", "-2h"], "negative"),
+    (["want", "daily_users/2024-01-01", "--ttl", "soon"], "cannot read duration 'soon'"),
+    (["want", "daily_users/2024-01-01", "--ttl", "30d"], "TTL of this want ended"),
+    (["want", "daily_users/2024-01-01", "--data-timestamp", "yesterday"], "cannot read timestamp"),
+    (["want", "daily_users/2024-01-01", "--source", "derivative"], "derivative wants are created by DataBuild"),
+    (["wants", "show", "w-unknown"], "no want 'w-unknown'"),
+    (["job-runs", "show", "jr-unknown"], "no job run 'jr-unknown'"),
+    (["partitions", "show", "never/built"], "no partition 'never/built'"),
+]
+
+
+async def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a thread, so the in-process worker keeps serving while it runs."""
+    s = stack.settings
+    env = {
+        **os.environ,
+        "DATABUILD_HOME": str(s.home),
+        "DATABUILD_TEMPORAL_ADDRESS": s.temporal_address,
+        "DATABUILD_TASK_QUEUE": s.task_queue,
+        "DATABUILD_DATABASE_URL": s.database_url,
+        "DATABUILD_GRAPH": s.graph,
+        "COLUMNS": "200",
+    }
+    command = [sys.executable, "-m", "databuild.cli", *args]
+    return await asyncio.to_thread(subprocess.run, command, env=env, capture_output=True, text=True, timeout=120)
+
+
+async def test_cli_rejects_bad_input_and_records_nothing(make_stack) -> None:
+    stack = await make_stack(worker=False)
+    for args, message in CASES:
+        result = await cli(stack, *args)
+        assert result.returncode == 2, (args, result.stdout, result.stderr)
+        assert message in " ".join(result.stderr.split()), (args, result.stderr)
+    assert stack.bel.last_idx() == 0
+    started = [w async for w in stack.client.list_workflows(f'TaskQueue = "{stack.settings.task_queue}"')]
+    assert started == []
+
+
+async def test_sdk_rejects_bad_input_and_records_nothing(make_stack) -> None:
+    stack = await make_stack(worker=False)
+    bad = [
+        ("a/../b", {}),
+        ("no_such_job/1", {}),
+        ("daily_users/2024-01-01", {"sla": timedelta(hours=-1)}),
+        ("daily_users/2024-01-01", {"ttl": timedelta(days=1)}),
+    ]
+    for ref, options in bad:
+        with pytest.raises(InvalidInputError):
+            await stack.db.want(ref, **options)  # type: ignore[arg-type]
+    assert stack.bel.last_idx() == 0
+
+
+async def test_cli_json_output(make_stack) -> None:
+    import json
+
+    stack = await make_stack(graph="tests.graphs:late")
+    result = await cli(stack, "want", "feed/json", "--json")
+    assert result.returncode == 0, result.stderr
+    registered = json.loads(result.stdout)
+    assert registered["want_id"].startswith("w-")
+    listed = json.loads((await cli(stack, "wants", "list", "--json")).stdout)
+    assert [w["want_id"] for w in listed] == [registered["want_id"]]
+    published = json.loads((await cli(stack, "publish", "feed/json", "--json")).stdout)
+    assert published["newly_live"] is True and published["partition"]["status"] == "live"
+    shown = await cli(stack, "want", "feed/json", "--wait", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["want"]["state"] == "successful"
+    events = json.loads((await cli(stack, "events", "--pattern", "feed/*", "--json")).stdout)
+    assert {e["type"] for e in events} >= {"WantCreated", "PartitionLive"}
