@@ -21,7 +21,10 @@ CASES = [
     (["want", "daily_users/2024-01-01", "--ttl", "soon"], "cannot read duration 'soon'"),
     (["want", "daily_users/2024-01-01", "--ttl", "30d"], "TTL of this want ended"),
     (["want", "daily_users/2024-01-01", "--data-timestamp", "yesterday"], "cannot read timestamp"),
-    (["want", "daily_users/2024-01-01", "--source", "derivative"], "derivative wants are created by DataBuild"),
+    (
+        ["want", "daily_users/2024-01-01", "--source", "derivative"],
+        "derivative wants are created by DataBuild",
+    ),
     (["wants", "show", "w-unknown"], "no want 'w-unknown'"),
     (["job-runs", "show", "jr-unknown"], "no job run 'jr-unknown'"),
     (["partitions", "show", "never/built"], "no partition 'never/built'"),
@@ -41,7 +44,9 @@ async def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
         "COLUMNS": "200",
     }
     command = [sys.executable, "-m", "databuild.cli", *args]
-    return await asyncio.to_thread(subprocess.run, command, env=env, capture_output=True, text=True, timeout=120)
+    return await asyncio.to_thread(
+        subprocess.run, command, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 async def test_cli_rejects_bad_input_and_records_nothing(make_stack) -> None:

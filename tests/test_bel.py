@@ -16,7 +16,9 @@ from databuild.graph import Graph
 from databuild.models import InstanceRef, JobRunState, PartitionStatus, WantSpec, WantState
 from databuild.protocol import DecisionKind
 
-POSTGRES_URL = os.environ.get("DATABUILD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+POSTGRES_URL = os.environ.get(
+    "DATABUILD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
 
 graph = Graph("bel")
 graph.external("ext/{n}")
@@ -117,7 +119,9 @@ def test_execute_then_active_then_historical_delegation(bel: BuildEventLog) -> N
     skipped = bel.job_runs(state=JobRunState.skipped)
     assert len(skipped) == 1
     historical = [d for d in bel.events(types=["Delegation"]) if d.data["kind"] == "historical"]
-    assert {(d.ref, d.data["delegated_to"]) for d in historical} == {(r, first.job_run_id) for r in first.outputs}
+    assert {(d.ref, d.data["delegated_to"]) for d in historical} == {
+        (r, first.job_run_id) for r in first.outputs
+    }
 
 
 def test_mixed_availability_executes_and_rebuilds_all_outputs(bel: BuildEventLog) -> None:
@@ -180,7 +184,7 @@ def snapshot(bel: BuildEventLog) -> dict[str, list[tuple[object, ...]]]:
         for table in s.PROJECTIONS:
             columns = [c for c in table.columns if c.name != "id"]
             rows = conn.execute(select(*columns)).all()
-            result[table.name] = sorted((tuple(map(str, r)) for r in rows))
+            result[table.name] = sorted(tuple(map(str, r)) for r in rows)
     return result
 
 

