@@ -12,20 +12,32 @@ with workflow.unsafe.imports_passed_through():
 
 T = TypeVar("T")
 
-# BEL activities are short and idempotent: retry them until the database answers.
+# BEL steps are single short transactions and idempotent: run them as local activities (no task
+# queue round trip) and retry them until the database answers.
 BEL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30))
-BEL_TIMEOUT = timedelta(seconds=60)
+BEL_TIMEOUT = timedelta(seconds=30)
+# Steps that also call Temporal (starting derivative wants) run as regular activities.
+REMOTE_TIMEOUT = timedelta(minutes=2)
 
 
 async def bel_call(activity: str, arg: Model, result_type: type[T]) -> T:
-    result: T = await workflow.execute_activity(
+    result: T = await workflow.execute_local_activity(
         activity, arg, result_type=result_type, start_to_close_timeout=BEL_TIMEOUT, retry_policy=BEL_RETRY
     )
     return result
 
 
 async def bel_do(activity: str, arg: Model) -> None:
-    await workflow.execute_activity(activity, arg, start_to_close_timeout=BEL_TIMEOUT, retry_policy=BEL_RETRY)
+    await workflow.execute_local_activity(
+        activity, arg, start_to_close_timeout=BEL_TIMEOUT, retry_policy=BEL_RETRY
+    )
+
+
+async def remote_call(activity: str, arg: Model, result_type: type[T]) -> T:
+    result: T = await workflow.execute_activity(
+        activity, arg, result_type=result_type, start_to_close_timeout=REMOTE_TIMEOUT, retry_policy=BEL_RETRY
+    )
+    return result
 
 
 async def fan_out(job_run_id: str) -> None:

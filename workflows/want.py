@@ -9,7 +9,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
-from workflows.calls import bel_call, bel_do
+from workflows.calls import bel_call, bel_do, remote_call
 
 with workflow.unsafe.imports_passed_through():
     from databuild import protocol as p
@@ -102,7 +102,7 @@ class WantWorkflow:
     async def _await_inputs(self, spec: WantSpec, job_run_id: str, missing: list[str]) -> str | None:
         """Start derivative wants for the missing inputs and wait until all are live (or one fails)."""
         self._set(WantState.upstream_building, job_run_id, missing, "waiting for inputs")
-        status = await bel_call(
+        status = await remote_call(
             p.ACT_AWAIT_DEPENDENCIES,
             p.DependenciesInput(want_id=spec.want_id, job_run_id=job_run_id, missing=missing),
             p.DependenciesStatus,

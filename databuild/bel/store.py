@@ -8,7 +8,6 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, RowMapping, create_engine, delete, event, insert, select, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.pool import NullPool
 
 from databuild.bel import events as ev
 from databuild.bel import projector
@@ -56,7 +55,7 @@ def make_engines(url: str) -> tuple[Engine, Engine]:
 
     def sqlite_engine(immediate: bool) -> Engine:
         engine = create_engine(
-            url, poolclass=NullPool, connect_args={"timeout": 60, "check_same_thread": False}
+            url, pool_size=8, max_overflow=16, connect_args={"timeout": 60, "check_same_thread": False}
         )
 
         @event.listens_for(engine, "connect")
