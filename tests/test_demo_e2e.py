@@ -46,6 +46,16 @@ async def test_demo_want_fulfilled_through_derivative_wants(make_stack) -> None:
     assert {w.ref for w in rollup.writes} == {"daily_summary/2024-01-07", "top_spenders/2024-01-07"}
     assert sorted(r.ref for r in rollup.reads) == sorted(f"daily_users/{d}" for d in DAYS)
 
+    # Operators find wants in the Temporal UI by partition ref, state, root want and SLA status.
+    client = stack.client
+    query = 'DataBuildPartitionRef = "daily_summary/2024-01-07" AND DataBuildWantState = "successful"'
+    found = [w async for w in client.list_workflows(query + " AND DataBuildSlaMissed = false")]
+    assert [w.id for w in found] == [spec.workflow_id]
+    family = [w async for w in client.list_workflows(f'DataBuildRootWantId = "{want.want_id}"')]
+    assert {w.id for w in family} >= {w.workflow_id for w in derivatives} | {r.workflow_id for r in runs}
+    described = await client.get_workflow_handle(spec.workflow_id).describe()
+    assert "daily_summary/2024-01-07" in (await described.static_summary() or "")
+
     summary = stack.parts.spark.session().read.parquet(
         str(stack.settings.storage_root / "daily_summary/2024-01-07")
     )

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from databuild.models import WantState
+from databuild.models import WantSource, WantState
 
 pytestmark = pytest.mark.slow
 
@@ -61,3 +61,47 @@ async def test_duplicate_announcement_changes_nothing(make_stack) -> None:
     assert (await stack.db.wait(spec)).state is WantState.successful
     lives = stack.bel.events(pattern="feed/twice", types=["PartitionLive"])
     assert len(lives) == 1
+
+
+async def test_want_state_is_queryable_while_it_waits(make_stack) -> None:
+    from databuild.protocol import QUERY_PROGRESS, WantProgress
+
+    stack = await make_stack(graph="tests.graphs:late")
+    spec = await stack.db.want("feed/query")
+    handle = stack.client.get_workflow_handle(spec.workflow_id)
+    for _ in range(100):
+        progress = await handle.query(QUERY_PROGRESS, result_type=WantProgress)
+        if progress.state is WantState.upstream_building:
+            break
+        await asyncio.sleep(0.1)
+    assert progress.waiting_for == ["feed/query"] and not progress.sla_missed
+    await stack.db.publish("feed/query")
+    assert (await stack.db.wait(spec)).state is WantState.successful
+
+
+async def test_fan_out_pages_and_resumes_from_its_cursor(make_stack) -> None:
+    from databuild.protocol import SIGNAL_PARTITION_AVAILABLE, PartitionAvailable
+    from databuild.temporal import notify_subscribers
+
+    stack = await make_stack(graph="tests.graphs:late")
+    specs = [await stack.db.want("feed/fan", source=source) for source in list(WantSource)[:4]]
+    partition, _ = stack.bel.publish_external("feed/fan")  # live, nobody signalled yet
+    notice = PartitionAvailable(ref="feed/fan", instance_id=partition.instance_id or "")
+    cursors: list[int] = []
+
+    def signal(_ref: str, _want: str) -> tuple[str, object]:
+        return SIGNAL_PARTITION_AVAILABLE, notice
+
+    # A first attempt that stops after one page of two...
+    page = stack.bel.subscriptions(["feed/fan"], 0, 2)
+    sent = await notify_subscribers(
+        stack.client, stack.bel, ["feed/fan"], signal, page_size=2, on_page=cursors.append
+    )
+    assert sent == 4 and cursors[0] == page[-1][0]
+    # ...and a retry that resumes after the first page signals only the rest.
+    resumed = await notify_subscribers(
+        stack.client, stack.bel, ["feed/fan"], signal, after_id=cursors[0], page_size=2
+    )
+    assert resumed == 2
+    states = await asyncio.gather(*(stack.db.wait(s) for s in specs))
+    assert {s.state for s in states} == {WantState.successful}
