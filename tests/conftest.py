@@ -102,3 +102,19 @@ async def make_stack(
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def stack_env(stack: Stack, **extra: str) -> dict[str, str]:
+    """Environment that points a `databuild` subprocess at this test's stack."""
+    s = stack.settings
+    return {
+        **os.environ,
+        "DATABUILD_HOME": str(s.home),
+        "DATABUILD_TEMPORAL_ADDRESS": s.temporal_address,
+        "DATABUILD_NAMESPACE": s.namespace,
+        "DATABUILD_TASK_QUEUE": s.task_queue,
+        "DATABUILD_DATABASE_URL": s.database_url,
+        "DATABUILD_STORAGE_ROOT": str(s.storage_root),
+        "DATABUILD_GRAPH": s.graph,
+        **extra,
+    }

@@ -1,7 +1,6 @@
 """Bad input gets a clear error naming the problem, and nothing is recorded (SDK and CLI)."""
 
 import asyncio
-import os
 import subprocess
 import sys
 from datetime import timedelta
@@ -9,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 from databuild.errors import InvalidInputError
-from tests.conftest import Stack
+from tests.conftest import Stack, stack_env
 
 CASES = [
     (["want", "daily_users//2024-01-01"], "empty segment"),
@@ -33,16 +32,7 @@ CASES = [
 
 async def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the CLI in a thread, so the in-process worker keeps serving while it runs."""
-    s = stack.settings
-    env = {
-        **os.environ,
-        "DATABUILD_HOME": str(s.home),
-        "DATABUILD_TEMPORAL_ADDRESS": s.temporal_address,
-        "DATABUILD_TASK_QUEUE": s.task_queue,
-        "DATABUILD_DATABASE_URL": s.database_url,
-        "DATABUILD_GRAPH": s.graph,
-        "COLUMNS": "200",
-    }
+    env = stack_env(stack, COLUMNS="200")
     command = [sys.executable, "-m", "databuild.cli", *args]
     return await asyncio.to_thread(
         subprocess.run, command, env=env, capture_output=True, text=True, timeout=120

@@ -13,6 +13,7 @@ from temporalio.client import WorkflowExecutionStatus
 
 from databuild.models import JobRunState, PartitionStatus, WantState
 from databuild.storage import INSTANCE_MARKER
+from tests.conftest import stack_env
 from tests.test_time import until
 
 pytestmark = pytest.mark.slow
@@ -20,19 +21,7 @@ SLOW = 6.0
 
 
 def start_worker(stack, log: Path) -> subprocess.Popen[bytes]:  # type: ignore[no-untyped-def]
-    s = stack.settings
-    env = {
-        **os.environ,
-        "DATABUILD_HOME": str(s.home),
-        "DATABUILD_TEMPORAL_ADDRESS": s.temporal_address,
-        "DATABUILD_NAMESPACE": s.namespace,
-        "DATABUILD_TASK_QUEUE": s.task_queue,
-        "DATABUILD_DATABASE_URL": s.database_url,
-        "DATABUILD_STORAGE_ROOT": str(s.storage_root),
-        "DATABUILD_GRAPH": s.graph,
-        "DATABUILD_JOB_HEARTBEAT_TIMEOUT": "4",
-        "DATABUILD_TEST_SLOW_SECONDS": str(SLOW),
-    }
+    env = stack_env(stack, DATABUILD_JOB_HEARTBEAT_TIMEOUT="4", DATABUILD_TEST_SLOW_SECONDS=str(SLOW))
     return subprocess.Popen(
         [sys.executable, "-m", "databuild.cli", "worker"],
         env=env,
@@ -85,13 +74,15 @@ async def test_cancelling_a_job_run_stops_its_spark_job(make_stack) -> None:
     await asyncio.sleep(1.5)
     run = stack.bel.job_runs()[0]
     started = time.monotonic()
-    await stack.client.get_workflow_handle(run.workflow_id).cancel()
+    job_run = stack.client.get_workflow_handle(run.workflow_id)
+    await job_run.cancel()
     done = await stack.db.wait(spec)
     assert time.monotonic() - started < SLOW  # the sleeping Spark tasks were interrupted
     assert done.state is WantState.failed and "canceled" in (done.reason or "")
     assert stack.bel.job_run(run.job_run_id).state is JobRunState.failed
     assert stack.bel.partition("slow/cancel").status is PartitionStatus.failed
     assert not (stack.settings.storage_root / "slow/cancel").exists()
+    assert (await job_run.describe()).status is WorkflowExecutionStatus.CANCELED
     tracker = stack.parts.spark.session().sparkContext.statusTracker()
     assert tracker.getActiveJobsIds() == []
 

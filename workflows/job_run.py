@@ -2,6 +2,7 @@
 
 import asyncio
 from datetime import timedelta
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -44,13 +45,12 @@ class JobRunWorkflow:
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except ActivityError as error:
-            if isinstance(error.__cause__, CancelledError):
-                await self._fail(input, "canceled")
-                raise
-            outcome = await self._fail(input, _reason(error))
+            if not isinstance(error.__cause__, CancelledError):
+                outcome = await self._fail(input, _reason(error))
+            else:
+                await self._cancel(input)
         except asyncio.CancelledError:
-            await self._fail(input, "canceled")
-            raise
+            await self._cancel(input)
         await fan_out(input.job_run_id)
         workflow.set_current_details(
             f"**{outcome.state.value}**" + (f": {outcome.reason}" if outcome.reason else "")
@@ -59,7 +59,11 @@ class JobRunWorkflow:
 
     async def _fail(self, input: p.JobRunInput, reason: str) -> p.JobOutcome:
         await bel_do(p.ACT_FAIL_JOB_RUN, p.FailJobRunInput(job_run_id=input.job_run_id, reason=reason))
-        outcome = p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.failed, reason=reason)
-        if reason == "canceled":
-            await fan_out(input.job_run_id)
-        return outcome
+        return p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.failed, reason=reason)
+
+    async def _cancel(self, input: p.JobRunInput) -> NoReturn:
+        """Record the cancellation, tell the waiting wants, and end the workflow as cancelled."""
+        await self._fail(input, "canceled")
+        await fan_out(input.job_run_id)
+        workflow.set_current_details("**canceled**")
+        raise asyncio.CancelledError("job run canceled")

@@ -101,7 +101,12 @@ class WantWorkflow:
 
     async def _await_inputs(self, spec: WantSpec, job_run_id: str, missing: list[str]) -> str | None:
         """Start derivative wants for the missing inputs and wait until all are live (or one fails)."""
-        self._set(WantState.upstream_building, job_run_id, missing, "waiting for inputs")
+        self._set(
+            WantState.upstream_building,
+            job_run_id,
+            missing,
+            f"{job_run_id} dep-missed; derivative wants build",
+        )
         status = await remote_call(
             p.ACT_AWAIT_DEPENDENCIES,
             p.DependenciesInput(want_id=spec.want_id, job_run_id=job_run_id, missing=missing),

@@ -14,7 +14,7 @@ from databuild.bel import projector
 from databuild.bel import schema as s
 from databuild.bel.queries import BelQueries, partition_from_row, want_from_row
 from databuild.errors import InvalidTransitionError, NotFoundError
-from databuild.graph import Resolution
+from databuild.graph import JobTarget, Resolution
 from databuild.models import (
     InstanceRef,
     JobRun,
@@ -35,6 +35,17 @@ def new_job_run_id() -> str:
 
 def new_instance_id() -> str:
     return str(uuid.uuid4())
+
+
+def _job_run_fields(job_run_id: str, target: JobTarget, want_id: str) -> dict[str, Any]:
+    return {
+        "job_run_id": job_run_id,
+        "job_label": target.job.label,
+        "outputs": target.outputs,
+        "params": target.params,
+        "want_id": want_id,
+        "workflow_id": job_run_workflow_id(target.job.label, job_run_id),
+    }
 
 
 def _now() -> datetime:
@@ -189,16 +200,7 @@ class BuildEventLog(BelQueries):
                 )
                 return self._run_decision(tx.conn, DecisionKind.delegate, active)
             job_run_id = new_job_run_id()
-            tx.append(
-                ev.JobRunQueued(
-                    job_run_id=job_run_id,
-                    job_label=target.job.label,
-                    outputs=target.outputs,
-                    params=target.params,
-                    want_id=want_id,
-                    workflow_id=job_run_workflow_id(target.job.label, job_run_id),
-                )
-            )
+            tx.append(ev.JobRunQueued(**_job_run_fields(job_run_id, target, want_id)))
             for out in target.outputs:
                 tx.append(ev.PartitionBuilding(ref=out, job_run_id=job_run_id))
             tx.append(
@@ -224,17 +226,7 @@ class BuildEventLog(BelQueries):
                         message="delegated to historical build: partition already available",
                     )
                 )
-            job_run_id = new_job_run_id()
-            tx.append(
-                ev.JobRunSkipped(
-                    job_run_id=job_run_id,
-                    job_label=target.job.label,
-                    outputs=target.outputs,
-                    params=target.params,
-                    want_id=want_id,
-                    workflow_id=job_run_workflow_id(target.job.label, job_run_id),
-                )
-            )
+            tx.append(ev.JobRunSkipped(**_job_run_fields(new_job_run_id(), target, want_id)))
         return Decision(kind=DecisionKind.live, instance_id=own["instance_id"], job_run_id=own["built_by"])
 
     def _replay_decision(self, conn: Connection, want: RowMapping) -> Decision:
