@@ -4,12 +4,15 @@ import asyncio
 
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 
 from databuild import protocol as p
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
+from databuild.errors import GraphDefinitionError, InvalidInputError
 from databuild.graph import Graph
-from databuild.temporal import start_want
+from databuild.models import Want, WantSource, WantState
+from databuild.temporal import notify_subscribers, start_want
 
 
 class WantActivities:
@@ -26,7 +29,11 @@ class WantActivities:
     @activity.defn(name=p.ACT_DECIDE)
     async def decide(self, input: p.DecideInput) -> p.Decision:
         want = await asyncio.to_thread(self.bel.want, input.want_id)
-        resolution = self.graph.resolve(want.ref)
+        try:
+            resolution = self.graph.resolve(want.ref)
+        except (InvalidInputError, GraphDefinitionError) as error:
+            # Retrying cannot help: the graph does not (or no longer) produce this ref.
+            raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from error
         decision = await asyncio.to_thread(self.bel.decide, input.want_id, input.seq, resolution)
         if decision.kind is p.DecisionKind.execute:
             decision = decision.model_copy(
@@ -53,9 +60,29 @@ class WantActivities:
 
     @activity.defn(name=p.ACT_FINISH_WANT)
     async def finish_want(self, input: p.FinishInput) -> None:
-        await asyncio.to_thread(
+        want = await asyncio.to_thread(
             self.bel.finish_want, input.want_id, input.state, input.reason, input.instance_id
         )
+        if want.state is not WantState.successful and want.source is WantSource.derivative:
+            await self._tell_dependents(want)
+
+    async def _tell_dependents(self, want: Want) -> None:
+        """A derivative want that ended without its partition fails the wants waiting on it, at every
+        level up: each parent that derived it (same ref and data time) gets a failure notice."""
+        notice = p.PartitionFailedNotice(
+            ref=want.ref,
+            job_run_id=f"want:{want.want_id}",
+            reason=f"derivative want {want.want_id} {want.state.value}: {want.reason or 'no reason given'}",
+        )
+
+        def signal(ref: str, subscriber_id: str) -> tuple[str, object] | None:
+            subscriber = self.bel.find_want(subscriber_id)
+            depends = subscriber is not None and subscriber.ref != ref
+            if depends and subscriber is not None and subscriber.data_timestamp == want.data_timestamp:
+                return p.SIGNAL_PARTITION_FAILED, notice
+            return None
+
+        await notify_subscribers(self.client, self.bel, [want.ref], signal)
 
     @activity.defn(name=p.ACT_RECORD_SLA_MISSED)
     async def record_sla_missed(self, input: p.SlaMissedInput) -> None:

@@ -37,6 +37,10 @@ class InvalidTransitionError(DataBuildError):
     """A state change the lifecycle does not allow; it is rejected, never applied."""
 
 
+class StaleAttemptError(DataBuildError):
+    """A job attempt that was superseded (its heartbeat timed out and another attempt started)."""
+
+
 class MissingInputsError(DataBuildError):
     """Raised inside a job when inputs are not live; the run ends as dep_miss, listing them all."""
 

@@ -45,11 +45,14 @@ class JobExecutor:
         if run.state is not JobRunState.running:
             return outcome_of(run)  # an earlier attempt already recorded the outcome
         job = self.graph.job_by_label(run.job_label)
+        if run.attempts != attempt:  # a newer attempt already started elsewhere
+            self.bel.check_current_attempt(job_run_id, attempt)
         session = self.spark.session()
         staging = self.storage.staging_area(job_run_id, attempt)
         ctx = JobContext(
             spark=session,
             bel=self.bel,
+            graph=self.graph,
             storage=self.storage,
             staging=staging,
             job_run_id=job_run_id,
@@ -65,14 +68,17 @@ class JobExecutor:
             with contextlib.suppress(MissingInputsError):  # ctx.missing holds every input found missing
                 job.run(ctx, run.params)
             if ctx.missing:
-                return outcome_of(self.bel.dep_miss_job_run(job_run_id, sorted(ctx.missing), ctx.reads))
+                return outcome_of(
+                    self.bel.dep_miss_job_run(job_run_id, sorted(ctx.missing), ctx.reads, attempt)
+                )
             unwritten = sorted(set(run.outputs) - ctx.written)
             if unwritten:
                 raise JobContractError(f"job {run.job_label} finished without writing {', '.join(unwritten)}")
             instances = {ref: new_instance_id() for ref in run.outputs}
+            self.bel.check_current_attempt(job_run_id, attempt)  # a superseded attempt must not publish
             self.storage.publish(staging, instances)
             writes = [InstanceRef(ref=ref, instance_id=i) for ref, i in instances.items()]
-            return outcome_of(self.bel.succeed_job_run(job_run_id, ctx.reads, writes))
+            return outcome_of(self.bel.succeed_job_run(job_run_id, ctx.reads, writes, attempt))
         finally:
             context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
             context.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from databuild.bel.queries import BelQueries
-from databuild.errors import DataBuildError, MissingInputsError
+from databuild.errors import DataBuildError, GraphDefinitionError, InvalidInputError, MissingInputsError
+from databuild.graph import Graph
 from databuild.models import InstanceRef, PartitionStatus
-from databuild.refs import validate_ref
 from databuild.storage import Storage
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ class JobContext:
         *,
         spark: "SparkSession",
         bel: BelQueries,
+        graph: Graph,
         storage: Storage,
         staging: Path,
         job_run_id: str,
@@ -48,6 +49,7 @@ class JobContext:
         self.missing: set[str] = set()
         self.written: set[str] = set()
         self._bel = bel
+        self._graph = graph
         self._storage = storage
         self._staging = staging
         self._cancelled = cancelled
@@ -63,7 +65,12 @@ class JobContext:
         found: list[InstanceRef] = []
         missing: list[str] = []
         for ref in refs:
-            validate_ref(ref)
+            try:
+                self._graph.resolve(ref)
+            except (InvalidInputError, GraphDefinitionError) as error:
+                raise JobContractError(
+                    f"job {self.job_label} reads {ref!r}, which the graph cannot provide: {error}"
+                ) from None
             if ref in self.outputs:
                 raise JobContractError(f"job {self.job_label} reads its own output {ref}")
             partition = self._bel.find_partition(ref)

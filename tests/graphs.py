@@ -45,6 +45,21 @@ def always_fails(ctx: JobContext, n: str) -> None:
     raise RuntimeError(f"boom {n}")
 
 
+@flaky.job("mid/{n}")
+def mid(ctx: JobContext, n: str) -> None:
+    ctx.write(f"mid/{n}", ctx.read(f"fails/{n}"))
+
+
+@flaky.job("top/{n}")
+def top(ctx: JobContext, n: str) -> None:
+    ctx.write(f"top/{n}", ctx.read(f"mid/{n}"))
+
+
+@flaky.job("typo/{n}")
+def typo(ctx: JobContext, n: str) -> None:
+    ctx.write(f"typo/{n}", ctx.read(f"nowhere/{n}"))
+
+
 @flaky.job("left/{n}", "right/{n}")
 def pair(ctx: JobContext, n: str) -> None:
     frame = ctx.read(f"input/{n}")

@@ -133,6 +133,32 @@ def test_mixed_availability_executes_and_rebuilds_all_outputs(bel: BuildEventLog
         conn.execute(s.partitions.update().where(s.partitions.c.ref == "c/2").values(status="missing"))
     again = decide(bel, spec("c/2", source="api"))
     assert again.kind is DecisionKind.execute and again.outputs == ["a/2", "b/2", "c/2"]
+    # While the rebuild runs, and after it fails, the live outputs stay live and readable.
+    assert bel.partition("a/2").status is PartitionStatus.live
+    assert bel.partition("a/2").building_job_run_id == again.job_run_id
+    assert bel.partition("c/2").status is PartitionStatus.building
+    bel.start_job_run(again.job_run_id, 1, "w")
+    bel.fail_job_run(again.job_run_id, "boom")
+    assert (
+        bel.partition("a/2").status is PartitionStatus.live and bel.partition("a/2").instance_id == "old-a/2"
+    )
+    assert bel.partition("c/2").status is PartitionStatus.failed
+
+
+def test_a_superseded_attempt_cannot_record_an_outcome(bel: BuildEventLog) -> None:
+    from databuild.errors import StaleAttemptError
+
+    run = decide(bel, spec("a/4"))
+    bel.start_job_run(run.job_run_id, 1, "w1")
+    bel.start_job_run(run.job_run_id, 2, "w2")  # attempt 1 lost its heartbeat
+    with pytest.raises(StaleAttemptError, match="superseded"):
+        bel.succeed_job_run(
+            run.job_run_id, [], [InstanceRef(ref=r, instance_id=f"x-{r}") for r in run.outputs], 1
+        )
+    bel.succeed_job_run(
+        run.job_run_id, [], [InstanceRef(ref=r, instance_id=f"y-{r}") for r in run.outputs], 2
+    )
+    assert bel.partition("a/4").instance_id == "y-a/4"
 
 
 def test_dep_miss_releases_and_failure_fail_locks(bel: BuildEventLog) -> None:

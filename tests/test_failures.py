@@ -107,3 +107,22 @@ async def test_job_failing_beyond_retry_policy_fails_the_want(make_stack) -> Non
     run = stack.bel.job_runs()[0]
     assert run.state is JobRunState.failed and run.attempts == 2
     assert stack.bel.partition("fails/1").status is PartitionStatus.failed
+
+
+async def test_a_failure_deep_down_fails_every_want_above_it(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:flaky", job_attempts=1)
+    spec = await stack.db.want("top/7")
+    done = await asyncio.wait_for(stack.db.wait(spec), timeout=120)
+    assert done.state is WantState.failed
+    assert "mid/7" in (done.reason or "") and "failed" in (done.reason or "")
+    states = {w.ref: w.state for w in stack.bel.wants(limit=100)}
+    assert states == {"top/7": WantState.failed, "mid/7": WantState.failed, "fails/7": WantState.failed}
+
+
+async def test_reading_a_ref_nobody_produces_fails_clearly(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:flaky")
+    spec = await stack.db.want("typo/1")
+    done = await asyncio.wait_for(stack.db.wait(spec), timeout=120)
+    assert done.state is WantState.failed
+    assert "reads 'nowhere/1', which the graph cannot provide" in (done.reason or "")
+    assert stack.bel.job_runs()[0].attempts == 1  # a contract error is not retried

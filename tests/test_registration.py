@@ -6,6 +6,7 @@ import random
 import pytest
 
 from databuild.models import WantSource, WantState
+from tests.test_time import until
 
 pytestmark = pytest.mark.slow
 
@@ -85,6 +86,8 @@ async def test_fan_out_pages_and_resumes_from_its_cursor(make_stack) -> None:
 
     stack = await make_stack(graph="tests.graphs:late")
     specs = [await stack.db.want("feed/fan", source=source) for source in list(WantSource)[:4]]
+    waiting = WantState.upstream_building
+    await until(lambda: all(stack.bel.want(s.want_id).state is waiting for s in specs))
     partition, _ = stack.bel.publish_external("feed/fan")  # live, nobody signalled yet
     notice = PartitionAvailable(ref="feed/fan", instance_id=partition.instance_id or "")
     cursors: list[int] = []

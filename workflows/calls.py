@@ -5,6 +5,7 @@ from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from databuild import protocol as p
@@ -15,7 +16,7 @@ T = TypeVar("T")
 # BEL steps are single short transactions and idempotent: run them as local activities (no task
 # queue round trip) and retry them until the database answers.
 BEL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30))
-BEL_TIMEOUT = timedelta(seconds=30)
+BEL_TIMEOUT = timedelta(seconds=60)
 # Steps that also call Temporal (starting derivative wants) run as regular activities.
 REMOTE_TIMEOUT = timedelta(minutes=2)
 
@@ -52,3 +53,13 @@ async def fan_out(job_run_id: str) -> None:
             initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30)
         ),
     )
+
+
+def failure_message(error: BaseException) -> str:
+    """The innermost application error's type and message: what went wrong, not how it travelled."""
+    cause: BaseException = error
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    if isinstance(cause, ApplicationError) and cause.type:
+        return f"{cause.type}: {cause.message}"
+    return str(cause)

@@ -2,27 +2,19 @@
 
 import asyncio
 from datetime import timedelta
-from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
-from workflows.calls import bel_do, fan_out
+from workflows.calls import bel_do, failure_message, fan_out
 
 with workflow.unsafe.imports_passed_through():
     from databuild import protocol as p
     from databuild.models import JobRunState
 
 NOT_RETRYABLE = ["JobContractError", "UnknownJobError", "GraphDefinitionError", "InvalidPartitionRefError"]
-
-
-def _reason(error: BaseException) -> str:
-    cause = error.__cause__ or error
-    if isinstance(cause, ApplicationError) and cause.type:
-        return f"{cause.type}: {cause.message}"
-    return str(cause)
 
 
 @workflow.defn(name=p.JOB_RUN_WORKFLOW)
@@ -45,25 +37,29 @@ class JobRunWorkflow:
                 cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except ActivityError as error:
-            if not isinstance(error.__cause__, CancelledError):
-                outcome = await self._fail(input, _reason(error))
-            else:
-                await self._cancel(input)
+            cancelled = isinstance(error.__cause__, CancelledError)
+            outcome = self._failed(input, "canceled" if cancelled else failure_message(error))
         except asyncio.CancelledError:
-            await self._cancel(input)
-        await fan_out(input.job_run_id)
+            outcome = self._failed(input, "canceled")
+        try:
+            await self._settle(input, outcome)
+        except asyncio.CancelledError:
+            await self._settle(input, outcome)  # a cancel must not stop the wants from hearing of it
+            raise
         workflow.set_current_details(
             f"**{outcome.state.value}**" + (f": {outcome.reason}" if outcome.reason else "")
         )
+        if outcome.reason == "canceled":
+            raise asyncio.CancelledError("job run canceled")
         return outcome
 
-    async def _fail(self, input: p.JobRunInput, reason: str) -> p.JobOutcome:
-        await bel_do(p.ACT_FAIL_JOB_RUN, p.FailJobRunInput(job_run_id=input.job_run_id, reason=reason))
+    def _failed(self, input: p.JobRunInput, reason: str) -> p.JobOutcome:
         return p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.failed, reason=reason)
 
-    async def _cancel(self, input: p.JobRunInput) -> NoReturn:
-        """Record the cancellation, tell the waiting wants, and end the workflow as cancelled."""
-        await self._fail(input, "canceled")
+    async def _settle(self, input: p.JobRunInput, outcome: p.JobOutcome) -> None:
+        """Record a failure (the activity records successes and dep-misses itself), then signal
+        every want subscribed to the outputs. Both steps are idempotent."""
+        if outcome.state is JobRunState.failed:
+            reason = outcome.reason or "failed"
+            await bel_do(p.ACT_FAIL_JOB_RUN, p.FailJobRunInput(job_run_id=input.job_run_id, reason=reason))
         await fan_out(input.job_run_id)
-        workflow.set_current_details("**canceled**")
-        raise asyncio.CancelledError("job run canceled")

@@ -1,15 +1,16 @@
 """A want: a durable promise to get one partition built, with SLA and TTL timers."""
 
 import asyncio
+from collections.abc import Callable
 from datetime import datetime
 from functools import partial
 
 from temporalio import workflow
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
-from workflows.calls import bel_call, bel_do, remote_call
+from workflows.calls import bel_call, bel_do, failure_message, remote_call
 
 with workflow.unsafe.imports_passed_through():
     from databuild import protocol as p
@@ -17,6 +18,10 @@ with workflow.unsafe.imports_passed_through():
 
 
 Outcome = tuple[WantState, str | None, str | None]  # state, reason, instance id
+
+
+def ttl_reason(spec: WantSpec) -> str:
+    return f"TTL passed at {spec.ttl_deadline:%Y-%m-%d %H:%M}Z"
 
 
 @workflow.defn(name=p.WANT_WORKFLOW)
@@ -28,6 +33,7 @@ class WantWorkflow:
         self._waiting_for: list[str] = []
         self._sla_missed = False
         self._note = ""
+        self._stopping = ""  # set when the TTL passes or the want is cancelled
         # Signals land here whenever they arrive, so one sent before the want waits is not lost.
         self._live: dict[str, str] = {}
         self._failed_runs: dict[str, str] = {}
@@ -37,26 +43,16 @@ class WantWorkflow:
     @workflow.run
     async def run(self, input: p.WantInput) -> p.WantResult:
         spec = self._spec = input.spec
-        await bel_do(p.ACT_REGISTER_WANT, input)
-        sla_timer = asyncio.create_task(self._watch_sla(spec.sla_deadline)) if spec.sla_deadline else None
-        fulfil = asyncio.create_task(self._fulfil(spec))
+        sla_timer: asyncio.Task[None] | None = None
+        fulfil: asyncio.Task[Outcome] | None = None
         try:
-            remaining = self._until(spec.ttl_deadline)
-            try:
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError
-                await workflow.wait_condition(fulfil.done, timeout=remaining)
-            except TimeoutError:
-                fulfil.cancel()
-                outcome: Outcome = (
-                    WantState.expired,
-                    f"TTL passed at {spec.ttl_deadline:%Y-%m-%d %H:%M}Z",
-                    None,
-                )
-            else:
-                outcome = fulfil.result()
+            await bel_do(p.ACT_REGISTER_WANT, input)
+            if spec.sla_deadline:
+                sla_timer = asyncio.create_task(self._watch_sla(spec.sla_deadline))
+            fulfil = asyncio.create_task(self._fulfil(spec))
+            outcome = await self._within_ttl(spec, fulfil)
         except asyncio.CancelledError:
-            fulfil.cancel()
+            await self._stop_fulfilling(fulfil, "canceled")
             await self._finish(spec, WantState.canceled, "canceled on request", None)
             raise
         finally:
@@ -64,37 +60,68 @@ class WantWorkflow:
                 sla_timer.cancel()
         return await self._finish(spec, *outcome)
 
+    async def _within_ttl(self, spec: WantSpec, fulfil: "asyncio.Task[Outcome]") -> Outcome:
+        remaining = self._until(spec.ttl_deadline)
+        try:
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError
+            await workflow.wait_condition(fulfil.done, timeout=remaining)
+        except TimeoutError:
+            await self._stop_fulfilling(fulfil, "expired")
+            return WantState.expired, ttl_reason(spec), None
+        return fulfil.result()
+
+    async def _stop_fulfilling(self, fulfil: "asyncio.Task[Outcome] | None", why: str) -> None:
+        """Let the current step finish rather than cancel it: a decision the BEL has committed must
+        be followed through (its job run started), or its build lock would be orphaned."""
+        self._stopping = why
+        if fulfil is not None and not fulfil.done():
+            await fulfil
+
     async def _fulfil(self, spec: WantSpec) -> Outcome:
         seq = 0
-        while True:
+        while not self._stopping:
             seq += 1
-            decision = await bel_call(p.ACT_DECIDE, p.DecideInput(want_id=spec.want_id, seq=seq), p.Decision)
+            try:
+                decision = await bel_call(
+                    p.ACT_DECIDE, p.DecideInput(want_id=spec.want_id, seq=seq), p.Decision
+                )
+            except ActivityError as error:  # e.g. the graph no longer produces this ref
+                return WantState.failed, failure_message(error), None
             match decision.kind:
                 case p.DecisionKind.final:
                     assert decision.final_state is not None
-                    return decision.final_state, decision.reason, None
+                    return decision.final_state, decision.reason, decision.instance_id
                 case p.DecisionKind.live:
                     return WantState.successful, None, decision.instance_id
                 case p.DecisionKind.wait_external:
                     self._set(
                         WantState.upstream_building, None, [spec.ref], "waiting for an external publish of"
                     )
-                    await workflow.wait_condition(lambda: spec.ref in self._live)
-                    return WantState.successful, None, self._live[spec.ref]
+                    await self._wait(lambda: spec.ref in self._live)
+                    return WantState.successful, None, self._live.get(spec.ref)
             job_run_id = decision.job_run_id
             assert job_run_id is not None
             if decision.kind is p.DecisionKind.execute:
                 await self._start_job_run(decision)
             verb = "building" if decision.kind is p.DecisionKind.execute else "delegated to active build"
             self._set(WantState.building, job_run_id, [spec.ref], f"{verb} {job_run_id} for")
-            await workflow.wait_condition(partial(self._run_settled, spec.ref, job_run_id))
+            await self._wait(partial(self._run_settled, spec.ref, job_run_id))
             if spec.ref in self._live:
                 return WantState.successful, None, self._live[spec.ref]
             if job_run_id in self._failed_runs:
                 return WantState.failed, f"job run {job_run_id} failed: {self._failed_runs[job_run_id]}", None
+            if job_run_id not in self._dep_missed:
+                break  # stopping
             failure = await self._await_inputs(spec, job_run_id, self._dep_missed[job_run_id])
+            if failure is not None and self._until(spec.ttl_deadline) == 0:
+                return WantState.expired, ttl_reason(spec), None  # its inputs expired with it
             if failure is not None:
                 return WantState.failed, failure, None
+        return WantState.canceled, f"stopped: {self._stopping}", None
+
+    async def _wait(self, condition: Callable[[], bool]) -> None:
+        await workflow.wait_condition(lambda: condition() or bool(self._stopping))
 
     def _run_settled(self, ref: str, job_run_id: str) -> bool:
         return ref in self._live or job_run_id in self._failed_runs or job_run_id in self._dep_missed
@@ -107,6 +134,8 @@ class WantWorkflow:
             missing,
             f"{job_run_id} dep-missed; derivative wants build",
         )
+        for ref in missing:  # only failures reported from now on count; the activity re-reads the BEL
+            self._failed_refs.pop(ref, None)
         status = await remote_call(
             p.ACT_AWAIT_DEPENDENCIES,
             p.DependenciesInput(want_id=spec.want_id, job_run_id=job_run_id, missing=missing),
@@ -120,7 +149,7 @@ class WantWorkflow:
             self._waiting_for = [m for m in missing if m not in self._live]
             return not self._waiting_for or any(m in self._failed_refs for m in missing)
 
-        await workflow.wait_condition(settled)
+        await self._wait(settled)
         failed = [m for m in missing if m in self._failed_refs and m not in self._live]
         if failed:
             return "input(s) failed to build: " + "; ".join(f"{m}: {self._failed_refs[m]}" for m in failed)
@@ -164,10 +193,13 @@ class WantWorkflow:
     async def _finish(
         self, spec: WantSpec, state: WantState, reason: str | None, instance: str | None
     ) -> p.WantResult:
-        await bel_do(
-            p.ACT_FINISH_WANT,
-            p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance),
-        )
+        finish = p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance)
+        try:
+            await bel_do(p.ACT_FINISH_WANT, finish)
+        except asyncio.CancelledError:
+            # Cancelled while recording the outcome: record it all the same, so the BEL is final too.
+            await bel_do(p.ACT_FINISH_WANT, finish)
+            raise
         self._set(state, self._job_run_id, [], reason or "")
         result = p.WantResult(
             want_id=spec.want_id,

@@ -116,7 +116,13 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
         case ev.PartitionReleased(ref=ref):
             _upsert_partition(conn, ref, at, building_job_run_id=None)
         case ev.PartitionFailed(ref=ref):
-            _upsert_partition(conn, ref, at, status=PartitionStatus.failed.value, building_job_run_id=None)
+            current = conn.execute(select(s.partitions.c.status).where(s.partitions.c.ref == ref)).scalar()
+            if current == PartitionStatus.live.value:  # a failed rebuild leaves the live instance intact
+                _upsert_partition(conn, ref, at, building_job_run_id=None)
+            else:
+                _upsert_partition(
+                    conn, ref, at, status=PartitionStatus.failed.value, building_job_run_id=None
+                )
         case _:
             raise TypeError(f"no projection for event {type(event).__name__}")
 

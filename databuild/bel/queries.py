@@ -48,9 +48,11 @@ def want_from_row(row: Any) -> Want:
 
 def partition_from_row(row: Any) -> Partition:
     building = row["building_job_run_id"]
+    status = PartitionStatus(row["status"])
     return Partition(
         ref=row["ref"],
-        status=PartitionStatus.building if building else PartitionStatus(row["status"]),
+        # A live partition stays live (its instance readable) while a rebuild holds the lock.
+        status=PartitionStatus.building if building and status is not PartitionStatus.live else status,
         instance_id=row["instance_id"],
         built_by=row["built_by"],
         building_job_run_id=building,
@@ -153,8 +155,13 @@ class BelQueries:
         offset: int = 0,
     ) -> list[Partition]:
         query = select(s.partitions)
+        live = PartitionStatus.live.value
         if status is PartitionStatus.building:
-            query = query.where(s.partitions.c.building_job_run_id.is_not(None))
+            query = query.where(
+                s.partitions.c.building_job_run_id.is_not(None), s.partitions.c.status != live
+            )
+        elif status is PartitionStatus.live:
+            query = query.where(s.partitions.c.status == live)
         elif status is not None:
             query = query.where(
                 s.partitions.c.status == status.value, s.partitions.c.building_job_run_id.is_(None)

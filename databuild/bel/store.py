@@ -8,12 +8,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, RowMapping, create_engine, delete, event, insert, select, update
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from databuild.bel import events as ev
 from databuild.bel import projector
 from databuild.bel import schema as s
 from databuild.bel.queries import BelQueries, partition_from_row, want_from_row
-from databuild.errors import InvalidTransitionError, NotFoundError
+from databuild.errors import InvalidTransitionError, NotFoundError, StaleAttemptError
 from databuild.graph import JobTarget, Resolution
 from databuild.models import (
     InstanceRef,
@@ -57,7 +58,14 @@ def make_engines(url: str) -> tuple[Engine, Engine]:
     so the read-decide-append of a command is serialised across threads and processes."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        engine = create_engine(
+            url,
+            pool_pre_ping=True,
+            pool_size=10,
+            max_overflow=20,
+            # Give up on a lock well before the activity times out, so a retry never runs beside us.
+            connect_args={"options": "-c lock_timeout=20000"},
+        )
         return engine, engine
     if parsed.database and parsed.database != ":memory:":
         from pathlib import Path
@@ -66,7 +74,7 @@ def make_engines(url: str) -> tuple[Engine, Engine]:
 
     def sqlite_engine(immediate: bool) -> Engine:
         engine = create_engine(
-            url, pool_size=8, max_overflow=16, connect_args={"timeout": 60, "check_same_thread": False}
+            url, pool_size=8, max_overflow=16, connect_args={"timeout": 20, "check_same_thread": False}
         )
 
         @event.listens_for(engine, "connect")
@@ -75,7 +83,7 @@ def make_engines(url: str) -> tuple[Engine, Engine]:
             cursor = dbapi_conn.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.execute("PRAGMA busy_timeout=60000")
+            cursor.execute("PRAGMA busy_timeout=20000")
             cursor.close()
 
         @event.listens_for(engine, "begin")
@@ -131,10 +139,17 @@ class BuildEventLog(BelQueries):
     def create(cls, url: str) -> "BuildEventLog":
         """Open the log, creating its tables in an empty database."""
         bel = cls(url)
-        s.metadata.create_all(bel.writer)
-        with bel.writer.begin() as conn:
-            if conn.execute(select(s.head.c.id)).first() is None:
-                conn.execute(insert(s.head).values(id=1, last_idx=0))
+        for attempt in range(3):
+            try:
+                s.metadata.create_all(bel.writer)
+                with bel.writer.begin() as conn:
+                    if conn.execute(select(s.head.c.id)).first() is None:
+                        conn.execute(insert(s.head).values(id=1, last_idx=0))
+                break
+            except DBAPIError:
+                # Another process (a worker, the CLI) created it at the same moment; look again.
+                if attempt == 2:
+                    raise
         return bel
 
     def dispose(self) -> None:
@@ -167,15 +182,30 @@ class BuildEventLog(BelQueries):
         with self._write() as tx:
             want = self._want_row(tx.conn, want_id)
             if WantState(want["state"]).is_final:
+                own = self._partition_row(tx.conn, want["ref"])
                 return Decision(
-                    kind=DecisionKind.final, final_state=WantState(want["state"]), reason=want["reason"]
+                    kind=DecisionKind.final,
+                    final_state=WantState(want["state"]),
+                    reason=want["reason"],
+                    instance_id=own["instance_id"] if own is not None else None,
                 )
             if want["decision_seq"] >= seq:
                 return self._replay_decision(tx.conn, want)
             ref = want["ref"]
             own = self._partition_row(tx.conn, ref)
             if own is not None and own["status"] == PartitionStatus.live.value:
-                return self._historical(tx, want_id, own, resolution)
+                self._historical(tx, want_id, resolution)
+                tx.append(
+                    ev.WantFinished(
+                        type="WantSucceeded",
+                        want_id=want_id,
+                        state=WantState.successful,
+                        instance_id=own["instance_id"],
+                    )
+                )
+                return Decision(
+                    kind=DecisionKind.live, instance_id=own["instance_id"], job_run_id=own["built_by"]
+                )
             target = resolution.target
             if target is None:
                 tx.append(ev.WantWaitingExternal(want_id=want_id, decision_seq=seq))
@@ -208,7 +238,8 @@ class BuildEventLog(BelQueries):
             )
             return self._run_decision(tx.conn, DecisionKind.execute, job_run_id)
 
-    def _historical(self, tx: _Tx, want_id: str, own: RowMapping, resolution: Resolution) -> Decision:
+    def _historical(self, tx: _Tx, want_id: str, resolution: Resolution) -> None:
+        """Historical delegation: point at the runs that built the live outputs, and skip the job."""
         if resolution.target is not None:
             target = resolution.target
             live = [
@@ -227,7 +258,6 @@ class BuildEventLog(BelQueries):
                     )
                 )
             tx.append(ev.JobRunSkipped(**_job_run_fields(new_job_run_id(), target, want_id)))
-        return Decision(kind=DecisionKind.live, instance_id=own["instance_id"], job_run_id=own["built_by"])
 
     def _replay_decision(self, conn: Connection, want: RowMapping) -> Decision:
         """The answer already given for this decision step (the activity was retried after committing)."""
@@ -324,9 +354,11 @@ class BuildEventLog(BelQueries):
                 tx.append(ev.JobRunStarted(job_run_id=job_run_id, attempt=attempt, worker=worker))
         return self.job_run(job_run_id)
 
-    def succeed_job_run(self, job_run_id: str, reads: list[InstanceRef], writes: list[InstanceRef]) -> JobRun:
+    def succeed_job_run(
+        self, job_run_id: str, reads: list[InstanceRef], writes: list[InstanceRef], attempt: int | None = None
+    ) -> JobRun:
         with self._write() as tx:
-            if self._open_run(tx.conn, job_run_id):
+            if self._open_run(tx.conn, job_run_id, attempt):
                 tx.append(ev.JobRunSucceeded(job_run_id=job_run_id, reads=reads, writes=writes))
                 for out in writes:
                     assert out.instance_id is not None
@@ -335,9 +367,11 @@ class BuildEventLog(BelQueries):
                     )
         return self.job_run(job_run_id)
 
-    def dep_miss_job_run(self, job_run_id: str, missing: list[str], reads: list[InstanceRef]) -> JobRun:
+    def dep_miss_job_run(
+        self, job_run_id: str, missing: list[str], reads: list[InstanceRef], attempt: int | None = None
+    ) -> JobRun:
         with self._write() as tx:
-            if (row := self._open_run(tx.conn, job_run_id)) is not None:
+            if (row := self._open_run(tx.conn, job_run_id, attempt)) is not None:
                 tx.append(ev.JobRunDepMiss(job_run_id=job_run_id, missing=sorted(set(missing)), reads=reads))
                 for out in self._locked_outputs(tx.conn, row):
                     tx.append(ev.PartitionReleased(ref=out, job_run_id=job_run_id))
@@ -351,9 +385,21 @@ class BuildEventLog(BelQueries):
                     tx.append(ev.PartitionFailed(ref=out, job_run_id=job_run_id, reason=reason))
         return self.job_run(job_run_id)
 
-    def _open_run(self, conn: Connection, job_run_id: str) -> RowMapping | None:
+    def _open_run(self, conn: Connection, job_run_id: str, attempt: int | None = None) -> RowMapping | None:
+        """The run if it has not ended. With ``attempt``: only if that attempt is still the current one,
+        so an attempt that lost its heartbeat (and was retried elsewhere) can never record an outcome."""
         row = self._job_run_row(conn, job_run_id)
-        return None if JobRunState(row["state"]).is_final else row
+        if JobRunState(row["state"]).is_final:
+            return None
+        if attempt is not None and row["attempts"] != attempt:
+            raise StaleAttemptError(
+                f"attempt {attempt} of job run {job_run_id} was superseded by attempt {row['attempts']}"
+            )
+        return row
+
+    def check_current_attempt(self, job_run_id: str, attempt: int) -> None:
+        with self.reader.connect() as conn:
+            self._open_run(conn, job_run_id, attempt)
 
     def _locked_outputs(self, conn: Connection, run: RowMapping) -> list[str]:
         return [
