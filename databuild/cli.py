@@ -5,6 +5,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -15,7 +16,7 @@ from rich.live import Live
 from databuild import render
 from databuild.client import DataBuild, build_spec
 from databuild.config import Settings
-from databuild.durations import parse_duration, parse_timestamp
+from databuild.durations import format_duration, parse_duration, parse_timestamp
 from databuild.errors import DataBuildError
 from databuild.graph import load_graph
 from databuild.models import JobRunState, PartitionStatus, Want, WantSource, WantState
@@ -68,6 +69,10 @@ def _bel() -> Any:
     from databuild.bel import BuildEventLog
 
     return BuildEventLog.create(_settings().database_url)
+
+
+def _d(value: timedelta | None) -> str:
+    return "none" if value is None else format_duration(value)
 
 
 def _emit(as_json: bool, value: Any, human: Callable[[], Any]) -> None:
@@ -144,9 +149,16 @@ def want(
         db = await _client()
         async with db:
             await db.want(ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source)
+            existing = db.bel.find_want(spec.want_id)
             if not as_json:
                 console.print(
                     f"want [bold]{spec.want_id}[/] for [bold]{ref}[/] registered (workflow {spec.workflow_id})"
+                )
+            if existing is not None and (existing.sla, existing.ttl) != (spec.sla, spec.ttl):
+                err.print(
+                    f"[yellow]note:[/] this want already existed with SLA {_d(existing.sla)} and TTL "
+                    f"{_d(existing.ttl)}; those deadlines stand (a want's identity is its ref, data "
+                    "timestamp and source). Use another --data-timestamp or --source for new deadlines."
                 )
             if not wait:
                 found = db.bel.find_want(spec.want_id)
