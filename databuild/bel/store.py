@@ -166,6 +166,9 @@ class BuildEventLog(BelQueries):
     # Wants ---------------------------------------------------------------------------------------
     def register_want(self, spec: WantSpec) -> tuple[Want, bool]:
         """Record ``WantCreated`` unless the want exists. Returns the want and whether it is new."""
+        existing = self.find_want(spec.want_id)  # the common repeat costs a read, not the write lock
+        if existing is not None:
+            return existing, False
         with self._write() as tx:
             created = self._ensure_want(tx, spec)
             want = self._want_row(tx.conn, spec.want_id)
@@ -324,6 +327,9 @@ class BuildEventLog(BelQueries):
     ) -> Want:
         if not state.is_final:
             raise InvalidTransitionError(f"{state.value} is not a final want state")
+        current = self.want(want_id)
+        if current.state.is_final:  # already recorded (e.g. by the decision that found it live)
+            return current
         with self._write() as tx:
             want = self._want_row(tx.conn, want_id)
             if not WantState(want["state"]).is_final:
@@ -339,6 +345,9 @@ class BuildEventLog(BelQueries):
             return want_from_row(self._want_row(tx.conn, want_id))
 
     def mark_sla_missed(self, want_id: str, deadline: datetime) -> Want:
+        current = self.want(want_id)
+        if current.sla_missed:
+            return current
         with self._write() as tx:
             want = self._want_row(tx.conn, want_id)
             if not want["sla_missed"]:
