@@ -55,24 +55,21 @@ class WantSlaMissed(Model):
     deadline: datetime
 
 
-class JobRunQueued(Model):
+class _JobRunDeclared(Model):
+    job_run_id: str
+    job_label: str
+    outputs: list[str]
+    params: dict[str, str]
+    want_id: str | None
+    workflow_id: str
+
+
+class JobRunQueued(_JobRunDeclared):
     type: Literal["JobRunQueued"] = "JobRunQueued"
-    job_run_id: str
-    job_label: str
-    outputs: list[str]
-    params: dict[str, str]
-    want_id: str | None
-    workflow_id: str
 
 
-class JobRunSkipped(Model):
+class JobRunSkipped(_JobRunDeclared):
     type: Literal["JobRunSkipped"] = "JobRunSkipped"
-    job_run_id: str
-    job_label: str
-    outputs: list[str]
-    params: dict[str, str]
-    want_id: str | None
-    workflow_id: str
     message: str = "job skipped: all target partitions already available"
 
 
