@@ -1,10 +1,13 @@
-"""The build event log on SQLite and PostgreSQL: appends, decisions, projections rebuilt from events."""
+"""The BEL contract: one suite, run against every backend (SQLite and PostgreSQL), in the style of the
+`eventsourcing` library's persistence tests: appends, projections, claims and delegation decisions,
+concurrent writers released together, readers tailing the log, and rebuilding state from events."""
 
 import os
 import threading
-from collections.abc import Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from sqlalchemy import create_engine, select, text
@@ -16,6 +19,7 @@ from databuild.graph import Graph
 from databuild.models import InstanceRef, JobRunState, PartitionStatus, WantSpec, WantState
 from databuild.protocol import DecisionKind
 
+T = TypeVar("T")
 POSTGRES_URL = os.environ.get(
     "DATABUILD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
@@ -222,3 +226,131 @@ def test_projections_rebuild_from_events_alone(bel: BuildEventLog) -> None:
     replayed = bel.rebuild_projections()
     assert replayed == bel.last_idx()
     assert snapshot(bel) == before
+
+
+def released_together(count: int, work: "Callable[[int], T]") -> list[T]:
+    """Run ``work(i)`` on ``count`` threads that all start at the same instant."""
+    barrier = threading.Barrier(count)
+    results: list[T | None] = [None] * count
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = work(i)
+        except BaseException as error:  # surfaced below
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return [r for r in results if r is not None]
+
+
+def distinct_want(ref: str, i: int) -> WantSpec:
+    return WantSpec(ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC) + timedelta(minutes=i))
+
+
+def test_concurrent_claims_for_one_partition_execute_once(bel: BuildEventLog) -> None:
+    decisions = released_together(16, lambda i: decide(bel, distinct_want("b/20", i)))
+    executed = [d for d in decisions if d.kind is DecisionKind.execute]
+    assert len(executed) == 1
+    assert {d.job_run_id for d in decisions} == {executed[0].job_run_id}
+    assert len(bel.job_runs()) == 1
+    assert len(bel.events(types=["Delegation"], limit=1000)) == 15 * 3
+
+
+def test_overlapping_multi_output_claims_execute_once(bel: BuildEventLog) -> None:
+    refs = ["a/21", "b/21", "c/21"] * 4
+    decisions = released_together(len(refs), lambda i: decide(bel, distinct_want(refs[i], i)))
+    assert sum(d.kind is DecisionKind.execute for d in decisions) == 1
+    assert len({d.job_run_id for d in decisions}) == 1
+
+
+def test_claims_on_different_partitions_do_not_block_each_other(bel: BuildEventLog) -> None:
+    decisions = released_together(12, lambda i: decide(bel, distinct_want(f"a/{100 + i}", 0)))
+    assert all(d.kind is DecisionKind.execute for d in decisions)
+    assert len({d.job_run_id for d in decisions}) == 12
+
+
+def test_a_reader_tailing_the_log_never_skips_a_late_commit(bel: BuildEventLog) -> None:
+    stop = threading.Event()
+    seen: list[int] = []
+
+    def tail() -> None:
+        cursor = 0
+        while not stop.is_set() or cursor < bel.last_idx():
+            for event in bel.events(since_idx=cursor, limit=50):
+                seen.append(event.idx)
+                cursor = event.idx
+
+    reader = threading.Thread(target=tail)
+    reader.start()
+    released_together(8, lambda t: [bel.register_want(spec(f"ext/tail-{t}-{i}")) for i in range(10)])
+    stop.set()
+    reader.join()
+    assert seen == list(range(1, bel.last_idx() + 1))
+
+
+def test_seed_scenario_mixed_availability(bel: BuildEventLog) -> None:
+    """[A, B, C] with A and C live (built by X and Y) and B missing: execute the whole job."""
+    built = {}
+    for ref in ("a/30", "c/30"):
+        run = decide(bel, spec(ref))
+        bel.start_job_run(run.job_run_id, 1, "w")
+        bel.succeed_job_run(
+            run.job_run_id, [], [InstanceRef(ref=o, instance_id=f"{o}-{ref}") for o in run.outputs]
+        )
+        built[ref] = run.job_run_id
+    with bel.writer.begin() as conn:  # B is lost: as if it were never built
+        conn.execute(s.partitions.update().where(s.partitions.c.ref == "b/30").values(status="missing"))
+    before = bel.last_idx()
+    decision = decide(bel, spec("b/30", source="api"))
+    assert decision.kind is DecisionKind.execute
+    types = [e.type for e in bel.events(since_idx=before)]
+    assert types == ["WantCreated", "JobRunQueued", *["PartitionBuilding"] * 3, "WantBuilding"]
+
+
+def test_seed_scenario_all_available(bel: BuildEventLog) -> None:
+    """[A, B, C] all live: a Delegation per partition to the run that built it, then JobRunSkipped."""
+    run = decide(bel, spec("a/31"))
+    bel.start_job_run(run.job_run_id, 1, "w")
+    bel.succeed_job_run(run.job_run_id, [], [InstanceRef(ref=o, instance_id=f"{o}-i") for o in run.outputs])
+    before = bel.last_idx()
+    decision = decide(bel, spec("b/31", source="api"))
+    assert decision.kind is DecisionKind.live
+    events = bel.events(since_idx=before)
+    assert [e.type for e in events] == [
+        "WantCreated",
+        "Delegation",
+        "Delegation",
+        "Delegation",
+        "JobRunSkipped",
+        "WantSucceeded",
+    ]
+    assert [(e.ref, e.data["delegated_to"], e.data["kind"]) for e in events[1:4]] == [
+        (o, run.job_run_id, "historical") for o in ("a/31", "b/31", "c/31")
+    ]
+    assert bel.job_runs(state=JobRunState.skipped)[0].outputs == ["a/31", "b/31", "c/31"]
+
+
+def test_seed_scenario_active_build_conflict(bel: BuildEventLog) -> None:
+    """[A, B, C] with B under an active build Y: delegate the whole job to Y, no job event."""
+    active = decide(bel, spec("b/32"))
+    before = bel.last_idx()
+    decision = decide(bel, spec("a/32", source="api"))
+    assert decision.kind is DecisionKind.delegate and decision.job_run_id == active.job_run_id
+    events = bel.events(since_idx=before)
+    assert [e.type for e in events] == [
+        "WantCreated",
+        "Delegation",
+        "Delegation",
+        "Delegation",
+        "WantBuilding",
+    ]
+    assert {(e.data["delegated_to"], e.data["kind"]) for e in events[1:4]} == {(active.job_run_id, "active")}
+    assert len(bel.job_runs()) == 1

@@ -2,18 +2,18 @@
 
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from datetime import UTC, datetime
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, RowMapping, create_engine, delete, event, insert, select, update
-from sqlalchemy.engine import make_url
+from sqlalchemy import Connection, RowMapping, delete, insert, select
 from sqlalchemy.exc import DBAPIError
 
 from databuild.bel import events as ev
 from databuild.bel import projector
 from databuild.bel import schema as s
 from databuild.bel.queries import BelQueries, partition_from_row, want_from_row
+from databuild.bel.transaction import WriteTx, make_engines
 from databuild.errors import InvalidTransitionError, NotFoundError, StaleAttemptError
 from databuild.graph import JobTarget, Resolution
 from databuild.models import (
@@ -28,6 +28,18 @@ from databuild.models import (
     job_run_workflow_id,
 )
 from databuild.protocol import Decision, DecisionKind, DependenciesStatus
+
+
+def want_key(want_id: str) -> str:
+    return f"want:{want_id}"
+
+
+def run_key(job_run_id: str) -> str:
+    return f"run:{job_run_id}"
+
+
+def ref_key(ref: str) -> str:
+    return f"ref:{ref}"
 
 
 def new_job_run_id() -> str:
@@ -47,86 +59,6 @@ def _job_run_fields(job_run_id: str, target: JobTarget, want_id: str) -> dict[st
         "want_id": want_id,
         "workflow_id": job_run_workflow_id(target.job.label, job_run_id),
     }
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def make_engines(url: str) -> tuple[Engine, Engine]:
-    """(writer, reader) engines. On SQLite writers take the database lock up front (BEGIN IMMEDIATE),
-    so the read-decide-append of a command is serialised across threads and processes."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        engine = create_engine(
-            url,
-            pool_pre_ping=True,
-            pool_size=10,
-            max_overflow=20,
-            # Give up on a lock well before the activity times out, so a retry never runs beside us.
-            connect_args={"options": "-c lock_timeout=20000"},
-        )
-        return engine, engine
-    if parsed.database and parsed.database != ":memory:":
-        from pathlib import Path
-
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-
-    def sqlite_engine(immediate: bool) -> Engine:
-        engine = create_engine(
-            url, pool_size=8, max_overflow=16, connect_args={"timeout": 20, "check_same_thread": False}
-        )
-
-        @event.listens_for(engine, "connect")
-        def _connect(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.isolation_level = None  # let SQLAlchemy's BEGIN below be the only one
-            cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.execute("PRAGMA busy_timeout=20000")
-            cursor.close()
-
-        @event.listens_for(engine, "begin")
-        def _begin(conn: Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-        return engine
-
-    return sqlite_engine(immediate=True), sqlite_engine(immediate=False)
-
-
-class _Tx:
-    """One write transaction: holds the head lock, appends events and projects them."""
-
-    def __init__(self, conn: Connection) -> None:
-        self.conn = conn
-        self.at = _now()
-        row = conn.execute(select(s.head.c.last_idx).where(s.head.c.id == 1).with_for_update()).first()
-        if row is None:
-            raise RuntimeError(
-                "the build event log is not initialised; create it with BuildEventLog.create()"
-            )
-        self.idx = int(row[0])
-
-    def append(self, event: ev.Event) -> int:
-        self.idx += 1
-        want_id, job_run_id, ref = ev.event_keys(event)
-        self.conn.execute(
-            insert(s.events).values(
-                idx=self.idx,
-                type=event.type,
-                at=self.at,
-                want_id=want_id,
-                job_run_id=job_run_id,
-                ref=ref,
-                data=event.model_dump(mode="json"),
-            )
-        )
-        projector.apply(self.conn, event, self.at)
-        return self.idx
-
-    def close(self) -> None:
-        self.conn.execute(update(s.head).where(s.head.c.id == 1).values(last_idx=self.idx))
 
 
 class BuildEventLog(BelQueries):
@@ -157,11 +89,18 @@ class BuildEventLog(BelQueries):
         self.reader.dispose()
 
     @contextmanager
-    def _write(self) -> Iterator[_Tx]:
+    def _write(self, *keys: str) -> Iterator[WriteTx]:
         with self.writer.begin() as conn:
-            tx = _Tx(conn)
+            tx = WriteTx(conn)
+            tx.lock(*keys)
             yield tx
             tx.close()
+
+    def _write_run(self, job_run_id: str) -> AbstractContextManager[WriteTx]:
+        """A write transaction about a job run, holding its lock and its outputs' locks."""
+        outputs = self._all(select(s.job_runs.c.outputs).where(s.job_runs.c.job_run_id == job_run_id))
+        refs = list(outputs[0]["outputs"]) if outputs else []
+        return self._write(run_key(job_run_id), *map(ref_key, refs))
 
     # Wants ---------------------------------------------------------------------------------------
     def register_want(self, spec: WantSpec) -> tuple[Want, bool]:
@@ -169,12 +108,12 @@ class BuildEventLog(BelQueries):
         existing = self.find_want(spec.want_id)  # the common repeat costs a read, not the write lock
         if existing is not None:
             return existing, False
-        with self._write() as tx:
+        with self._write(want_key(spec.want_id)) as tx:
             created = self._ensure_want(tx, spec)
             want = self._want_row(tx.conn, spec.want_id)
         return want_from_row(want), created
 
-    def _ensure_want(self, tx: _Tx, spec: WantSpec) -> bool:
+    def _ensure_want(self, tx: WriteTx, spec: WantSpec) -> bool:
         if self._want_row(tx.conn, spec.want_id, required=False) is not None:
             return False
         tx.append(ev.WantCreated(want_id=spec.want_id, spec=spec, workflow_id=spec.workflow_id))
@@ -182,7 +121,8 @@ class BuildEventLog(BelQueries):
 
     def decide(self, want_id: str, seq: int, resolution: Resolution) -> Decision:
         """Step 2 of a want, in one transaction: done, wait for an active run, or queue a new run."""
-        with self._write() as tx:
+        outputs = resolution.target.outputs if resolution.target else [resolution.ref]
+        with self._write(want_key(want_id), *map(ref_key, outputs)) as tx:
             want = self._want_row(tx.conn, want_id)
             if WantState(want["state"]).is_final:
                 own = self._partition_row(tx.conn, want["ref"])
@@ -241,7 +181,7 @@ class BuildEventLog(BelQueries):
             )
             return self._run_decision(tx.conn, DecisionKind.execute, job_run_id)
 
-    def _historical(self, tx: _Tx, want_id: str, resolution: Resolution) -> None:
+    def _historical(self, tx: WriteTx, want_id: str, resolution: Resolution) -> None:
         """Historical delegation: point at the runs that built the live outputs, and skip the job."""
         if resolution.target is not None:
             target = resolution.target
@@ -290,7 +230,7 @@ class BuildEventLog(BelQueries):
     ) -> DependenciesStatus:
         """Record that the want waits for ``missing`` (subscribing to them) and its derivative wants;
         then report, in the same transaction, which inputs are already live and which derivatives failed."""
-        with self._write() as tx:
+        with self._write(want_key(want_id), *(want_key(d.want_id) for d in derivatives)) as tx:
             want = self._want_row(tx.conn, want_id)
             if want["state"] != WantState.upstream_building.value or want["job_run_id"] != job_run_id:
                 for spec in derivatives:
@@ -330,7 +270,7 @@ class BuildEventLog(BelQueries):
         current = self.want(want_id)
         if current.state.is_final:  # already recorded (e.g. by the decision that found it live)
             return current
-        with self._write() as tx:
+        with self._write(want_key(want_id)) as tx:
             want = self._want_row(tx.conn, want_id)
             if not WantState(want["state"]).is_final:
                 tx.append(
@@ -348,7 +288,7 @@ class BuildEventLog(BelQueries):
         current = self.want(want_id)
         if current.sla_missed:
             return current
-        with self._write() as tx:
+        with self._write(want_key(want_id)) as tx:
             want = self._want_row(tx.conn, want_id)
             if not want["sla_missed"]:
                 tx.append(ev.WantSlaMissed(want_id=want_id, deadline=deadline))
@@ -357,7 +297,7 @@ class BuildEventLog(BelQueries):
     # Job runs ------------------------------------------------------------------------------------
     def start_job_run(self, job_run_id: str, attempt: int, worker: str) -> JobRun:
         """Mark an attempt as running. A run that already ended is returned unchanged (retried activity)."""
-        with self._write() as tx:
+        with self._write_run(job_run_id) as tx:
             row = self._job_run_row(tx.conn, job_run_id)
             if not JobRunState(row["state"]).is_final:
                 tx.append(ev.JobRunStarted(job_run_id=job_run_id, attempt=attempt, worker=worker))
@@ -366,7 +306,7 @@ class BuildEventLog(BelQueries):
     def succeed_job_run(
         self, job_run_id: str, reads: list[InstanceRef], writes: list[InstanceRef], attempt: int | None = None
     ) -> JobRun:
-        with self._write() as tx:
+        with self._write_run(job_run_id) as tx:
             if self._open_run(tx.conn, job_run_id, attempt):
                 tx.append(ev.JobRunSucceeded(job_run_id=job_run_id, reads=reads, writes=writes))
                 for out in writes:
@@ -379,7 +319,7 @@ class BuildEventLog(BelQueries):
     def dep_miss_job_run(
         self, job_run_id: str, missing: list[str], reads: list[InstanceRef], attempt: int | None = None
     ) -> JobRun:
-        with self._write() as tx:
+        with self._write_run(job_run_id) as tx:
             if (row := self._open_run(tx.conn, job_run_id, attempt)) is not None:
                 tx.append(ev.JobRunDepMiss(job_run_id=job_run_id, missing=sorted(set(missing)), reads=reads))
                 for out in self._locked_outputs(tx.conn, row):
@@ -387,7 +327,7 @@ class BuildEventLog(BelQueries):
         return self.job_run(job_run_id)
 
     def fail_job_run(self, job_run_id: str, reason: str) -> JobRun:
-        with self._write() as tx:
+        with self._write_run(job_run_id) as tx:
             if (row := self._open_run(tx.conn, job_run_id)) is not None:
                 tx.append(ev.JobRunFailed(job_run_id=job_run_id, reason=reason))
                 for out in self._locked_outputs(tx.conn, row):
@@ -421,7 +361,7 @@ class BuildEventLog(BelQueries):
     # Partitions ----------------------------------------------------------------------------------
     def publish_external(self, ref: str) -> tuple[Partition, bool]:
         """Announce that ``ref`` is available from outside. Idempotent: a live ref is left as it is."""
-        with self._write() as tx:
+        with self._write(ref_key(ref)) as tx:
             row = self._partition_row(tx.conn, ref)
             if row is not None and row["building_job_run_id"]:
                 raise InvalidTransitionError(
@@ -441,6 +381,7 @@ class BuildEventLog(BelQueries):
     def rebuild_projections(self) -> int:
         """Throw current state away and derive it again from the events alone. Returns events replayed."""
         with self._write() as tx:
+            tx.lock_head()  # no command may run while state is rebuilt
             for table in reversed(s.PROJECTIONS):
                 tx.conn.execute(delete(table))
             count = 0

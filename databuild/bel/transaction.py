@@ -1,0 +1,116 @@
+"""Engines and write transactions of the build event log.
+
+Every command runs in one write transaction that (1) takes per-key locks on the wants, job runs and
+partitions it decides about, (2) reads current state, (3) appends events, which locks the head row
+so that indexes are handed out gap-free and in commit order, and (4) projects each event in the same
+transaction. Keys are always locked before the head, in sorted order, so transactions cannot
+deadlock. On PostgreSQL the key locks are advisory transaction locks, so commands on different
+partitions decide in parallel; SQLite serialises whole write transactions (BEGIN IMMEDIATE).
+"""
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event, insert, select, text, update
+from sqlalchemy.engine import make_url
+
+from databuild.bel import events as ev
+from databuild.bel import projector
+from databuild.bel import schema as s
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def make_engines(url: str) -> tuple[Engine, Engine]:
+    """(writer, reader) engines. On SQLite writers take the database lock up front (BEGIN IMMEDIATE),
+    so the read-decide-append of a command is serialised across threads and processes."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        engine = create_engine(
+            url,
+            pool_pre_ping=True,
+            pool_size=10,
+            max_overflow=20,
+            # Give up on a lock well before the activity times out, so a retry never runs beside us.
+            connect_args={"options": "-c lock_timeout=20000"},
+        )
+        return engine, engine
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+
+    def sqlite_engine(immediate: bool) -> Engine:
+        engine = create_engine(
+            url, pool_size=8, max_overflow=16, connect_args={"timeout": 20, "check_same_thread": False}
+        )
+
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # let SQLAlchemy's BEGIN below be the only one
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA busy_timeout=20000")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+        return engine
+
+    return sqlite_engine(immediate=True), sqlite_engine(immediate=False)
+
+
+class WriteTx:
+    """One write transaction: key locks first, then events appended under the head lock."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.at = now()
+        self.idx: int | None = None
+        self._postgres = conn.dialect.name == "postgresql"
+
+    def lock(self, *keys: str) -> None:
+        """Serialise commands about the same wants, job runs or partitions (call once, first)."""
+        assert self.idx is None, "lock keys before appending"
+        if self._postgres:
+            for key in sorted(set(keys)):
+                self.conn.execute(
+                    text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key}
+                )
+
+    def lock_head(self) -> int:
+        if self.idx is None:
+            row = self.conn.execute(
+                select(s.head.c.last_idx).where(s.head.c.id == 1).with_for_update()
+            ).first()
+            if row is None:
+                raise RuntimeError(
+                    "the build event log is not initialised; open it with BuildEventLog.create()"
+                )
+            self.idx = int(row[0])
+        return self.idx
+
+    def append(self, event: ev.Event) -> int:
+        self.idx = self.lock_head() + 1
+        want_id, job_run_id, ref = ev.event_keys(event)
+        self.conn.execute(
+            insert(s.events).values(
+                idx=self.idx,
+                type=event.type,
+                at=self.at,
+                want_id=want_id,
+                job_run_id=job_run_id,
+                ref=ref,
+                data=event.model_dump(mode="json"),
+            )
+        )
+        projector.apply(self.conn, event, self.at)
+        return self.idx
+
+    def close(self) -> None:
+        if self.idx is not None:
+            self.conn.execute(update(s.head).where(s.head.c.id == 1).values(last_idx=self.idx))
