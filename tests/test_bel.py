@@ -29,6 +29,15 @@ graph.external("ext/{n}")
 graph.job("a/{n}", "b/{n}", "c/{n}")(lambda ctx, n: None)
 
 
+def reset_postgres(url: str) -> None:
+    """An empty database, as a fresh installation would see it."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        s.metadata.drop_all(conn)
+        conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
+    engine.dispose()
+
+
 def postgres_available() -> bool:
     try:
         with create_engine(POSTGRES_URL).connect() as conn:
@@ -39,21 +48,36 @@ def postgres_available() -> bool:
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def bel(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BuildEventLog]:
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of an empty database of each backend."""
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'bel.sqlite'}"
-    else:
-        if not postgres_available():
-            if os.environ.get("CI") == "true":
-                pytest.fail(f"PostgreSQL at {POSTGRES_URL} is unreachable, and CI requires it")
-            pytest.skip(f"PostgreSQL at {POSTGRES_URL} is unreachable; set DATABUILD_TEST_POSTGRES_URL")
-        url = POSTGRES_URL
-        engine = create_engine(url)
-        s.metadata.drop_all(engine)
-        engine.dispose()
-    log = BuildEventLog.create(url)
+        return f"sqlite:///{tmp_path / 'bel.sqlite'}"
+    if not postgres_available():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL at {POSTGRES_URL} is unreachable, and CI requires it")
+        pytest.skip(f"PostgreSQL at {POSTGRES_URL} is unreachable; set DATABUILD_TEST_POSTGRES_URL")
+    reset_postgres(POSTGRES_URL)
+    return POSTGRES_URL
+
+
+@pytest.fixture
+def bel(empty_url: str) -> Iterator[BuildEventLog]:
+    log = BuildEventLog.create(empty_url)
     yield log
     log.dispose()
+
+
+def test_migrations_from_empty_match_the_schema_even_when_started_together(empty_url: str) -> None:
+    from alembic import command
+
+    from databuild.bel.migrate import alembic_config
+
+    logs = released_together(4, lambda _i: BuildEventLog.create(empty_url))
+    with logs[0].writer.connect() as conn:
+        command.check(alembic_config(conn))  # raises if the models and the migrated schema differ
+    assert logs[0].last_idx() == 0
+    for log in logs:
+        log.dispose()
 
 
 def spec(ref: str, source: str = "cli") -> WantSpec:

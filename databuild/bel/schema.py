@@ -175,6 +175,15 @@ want_job_runs = Table(
     Index("ix_want_job_runs_job_run", "job_run_id"),
 )
 
+# Operational, not derived from events: when the lock a running job run holds on its outputs lapses
+# unless its worker renews it. Rebuilding projections gives running runs a fresh lease.
+job_run_leases = Table(
+    "job_run_leases",
+    metadata,
+    Column("job_run_id", ID, primary_key=True),
+    Column("expires_at", UTCDateTime, nullable=False),
+)
+
 PROJECTIONS = [
     wants,
     partitions,

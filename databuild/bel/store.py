@@ -6,11 +6,10 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, delete, insert, select
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Connection, RowMapping, delete, select
 
 from databuild.bel import events as ev
-from databuild.bel import projector
+from databuild.bel import migrate, projector
 from databuild.bel import schema as s
 from databuild.bel.queries import BelQueries, partition_from_row, want_from_row
 from databuild.bel.transaction import WriteTx, make_engines
@@ -69,19 +68,10 @@ class BuildEventLog(BelQueries):
 
     @classmethod
     def create(cls, url: str) -> "BuildEventLog":
-        """Open the log, creating its tables in an empty database."""
+        """Open the log, creating or upgrading its schema (Alembic) first."""
         bel = cls(url)
-        for attempt in range(3):
-            try:
-                s.metadata.create_all(bel.writer)
-                with bel.writer.begin() as conn:
-                    if conn.execute(select(s.head.c.id)).first() is None:
-                        conn.execute(insert(s.head).values(id=1, last_idx=0))
-                break
-            except DBAPIError:
-                # Another process (a worker, the CLI) created it at the same moment; look again.
-                if attempt == 2:
-                    raise
+        with bel.writer.begin() as conn:
+            migrate.upgrade(conn)
         return bel
 
     def dispose(self) -> None:

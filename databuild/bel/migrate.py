@@ -1,0 +1,27 @@
+"""Bring a BEL database to the current schema with Alembic (from empty, or from any older revision)."""
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, text
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+# Concurrent first starts (a worker and the CLI) take turns on this lock.
+_LOCK_KEY = 0x64617461_6275696C  # "databuil"
+
+
+def alembic_config(connection: Connection | None = None, url: str | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    if url:
+        config.set_main_option("sqlalchemy.url", url)
+    config.attributes["connection"] = connection
+    return config
+
+
+def upgrade(connection: Connection) -> None:
+    """Upgrade to head inside the caller's transaction (SQLite: BEGIN IMMEDIATE serialises it)."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+    command.upgrade(alembic_config(connection), "head")
