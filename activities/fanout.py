@@ -8,8 +8,7 @@ from temporalio.client import Client
 
 from databuild import protocol as p
 from databuild.bel import BuildEventLog
-from databuild.models import InstanceRef, JobRunState
-from databuild.temporal import SignalFor, notify_subscribers
+from databuild.temporal import notify_subscribers, signal_for_run
 
 
 class FanOutActivities:
@@ -27,27 +26,8 @@ class FanOutActivities:
             self.client,
             self.bel,
             run.outputs,
-            signal_for_run(run.job_run_id, run.state, run.writes, run.missing, run.reason),
+            signal_for_run(run),
             after_id=cursor,
             page_size=self.page_size,
             on_page=activity.heartbeat,
         )
-
-
-def signal_for_run(
-    job_run_id: str, state: JobRunState, writes: list[InstanceRef], missing: list[str], reason: str | None
-) -> SignalFor:
-    instances = {w.ref: w.instance_id for w in writes}
-
-    def signal(ref: str, _want_id: str) -> tuple[str, object] | None:
-        if state is JobRunState.succeeded and instances.get(ref):
-            notice = p.PartitionAvailable(ref=ref, instance_id=instances[ref], job_run_id=job_run_id)
-            return p.SIGNAL_PARTITION_AVAILABLE, notice
-        if state is JobRunState.dep_miss:
-            return p.SIGNAL_DEP_MISS, p.DepMissNotice(job_run_id=job_run_id, missing=missing)
-        if state is JobRunState.failed:
-            notice_failed = p.PartitionFailedNotice(ref=ref, job_run_id=job_run_id, reason=reason or "failed")
-            return p.SIGNAL_PARTITION_FAILED, notice_failed
-        return None
-
-    return signal

@@ -35,12 +35,18 @@ class JobActivities:
             self._pool,
             lambda: self.executor.execute(input.job_run_id, attempt, cancelled=cancelled, report=report),
         )
+        bel, lease = self.executor.bel, input.policy.lease
+        renewed = loop.time()
         try:
+            await asyncio.to_thread(bel.renew_lease, input.job_run_id, lease)
             while True:
                 done, _ = await asyncio.wait({future}, timeout=self.heartbeat_every)
                 if done:
                     break
                 activity.heartbeat({**self.executor.spark.progress(group), **last_message})
+                if loop.time() - renewed > lease.total_seconds() / 4:
+                    await asyncio.to_thread(bel.renew_lease, input.job_run_id, lease)
+                    renewed = loop.time()
             return future.result()
         except asyncio.CancelledError:
             cancelled.set()

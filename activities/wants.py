@@ -3,8 +3,9 @@
 import asyncio
 
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from databuild import protocol as p
 from databuild.bel import BuildEventLog
@@ -12,7 +13,7 @@ from databuild.config import Settings
 from databuild.errors import GraphDefinitionError, InvalidInputError
 from databuild.graph import Graph
 from databuild.models import Want, WantSource, WantState
-from databuild.temporal import notify_subscribers, start_want
+from databuild.temporal import notify_subscribers, signal_for_run, start_want
 
 
 class WantActivities:
@@ -34,18 +35,42 @@ class WantActivities:
         except (InvalidInputError, GraphDefinitionError) as error:
             # Retrying cannot help: the graph does not (or no longer) produce this ref.
             raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from error
-        decision = await asyncio.to_thread(self.bel.decide, input.want_id, input.seq, resolution)
-        if decision.kind is p.DecisionKind.execute:
-            decision = decision.model_copy(
-                update={
-                    "policy": p.JobPolicy(
-                        heartbeat_timeout=self.settings.job_heartbeat_timeout,
-                        start_to_close_timeout=self.settings.job_start_to_close_timeout,
-                        attempts=self.settings.job_attempts,
-                    )
-                }
+        lease = self.settings.job_lease
+        decision = await asyncio.to_thread(self.bel.decide, input.want_id, input.seq, resolution, lease)
+        if decision.kind in (p.DecisionKind.execute, p.DecisionKind.delegate):
+            policy = p.JobPolicy(
+                heartbeat_timeout=self.settings.job_heartbeat_timeout,
+                start_to_close_timeout=self.settings.job_start_to_close_timeout,
+                attempts=self.settings.job_attempts,
+                lease=lease,
             )
+            decision = decision.model_copy(update={"policy": policy, "watchdog": lease})
         return decision
+
+    @activity.defn(name=p.ACT_CHECK_BUILD)
+    async def check_build(self, input: p.CheckBuildInput) -> p.BuildHealth:
+        """Is the job run a want waits on still alive? Asked when the want has heard nothing for a
+        lease period. A run whose lease lapsed and whose workflow is closed or gone is abandoned: its
+        outputs are released and every subscribed want is told to decide again."""
+        run = await asyncio.to_thread(self.bel.job_run, input.job_run_id)
+        if run.state.is_final:
+            return p.BuildHealth.ended
+        if not await asyncio.to_thread(self.bel.lease_expired, run.job_run_id):
+            return p.BuildHealth.alive
+        try:
+            status = (await self.client.get_workflow_handle(run.workflow_id).describe()).status
+        except RPCError as error:
+            if error.status != RPCStatusCode.NOT_FOUND:
+                raise
+            status = None
+        if status is WorkflowExecutionStatus.RUNNING:
+            return p.BuildHealth.alive  # queued behind other work, or between attempts: not lost
+        why = "no such workflow" if status is None else f"its workflow is {status.name.lower()}"
+        reason = f"lost: {why} and its lease lapsed"
+        await asyncio.to_thread(self.bel.abandon_job_run, run.job_run_id, reason)
+        lost = await asyncio.to_thread(self.bel.job_run, run.job_run_id)
+        await notify_subscribers(self.client, self.bel, lost.outputs, signal_for_run(lost))
+        return p.BuildHealth.lost
 
     @activity.defn(name=p.ACT_AWAIT_DEPENDENCIES)
     async def await_dependencies(self, input: p.DependenciesInput) -> p.DependenciesStatus:

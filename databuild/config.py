@@ -26,9 +26,11 @@ class Settings(Model):
     job_heartbeat_timeout: timedelta = timedelta(seconds=20)
     job_start_to_close_timeout: timedelta = timedelta(hours=6)
     job_attempts: int = 3
+    # A build lock lapses this long after its worker last renewed it (renewed while heartbeating).
+    job_lease: timedelta = timedelta(minutes=1)
     max_concurrent_jobs: int = 4
 
-    @field_validator("job_heartbeat_timeout", "job_start_to_close_timeout", mode="before")
+    @field_validator("job_heartbeat_timeout", "job_start_to_close_timeout", "job_lease", mode="before")
     @classmethod
     def _duration(cls, value: object) -> object:
         if isinstance(value, str):
@@ -58,6 +60,7 @@ class Settings(Model):
             "job_heartbeat_timeout": "DATABUILD_JOB_HEARTBEAT_TIMEOUT",
             "job_start_to_close_timeout": "DATABUILD_JOB_TIMEOUT",
             "job_attempts": "DATABUILD_JOB_ATTEMPTS",
+            "job_lease": "DATABUILD_JOB_LEASE",
             "max_concurrent_jobs": "DATABUILD_MAX_CONCURRENT_JOBS",
         }
         values: dict[str, object] = {field: env[var] for field, var in names.items() if env.get(var)}

@@ -40,8 +40,9 @@ class PartitionStatus(StrEnum):
     missing = "missing"
     building = "building"
     live = "live"
-    failed = "failed"
+    failed = "failed"  # fail-locked: no new build until an operator runs `databuild resolve`
     tainted = "tainted"
+    skipped = "skipped"  # retired with `databuild skip`: never built again
 
 
 class JobRunState(StrEnum):
@@ -210,6 +211,7 @@ class InstanceRef(Model):
 
 class JobRun(Model):
     job_run_id: str
+    lost: bool = Field(default=False, description="failed because its workflow was gone and its lease lapsed")
     job_label: str
     outputs: list[str]
     params: dict[str, str]

@@ -16,6 +16,7 @@ JOB_RUN_WORKFLOW = "JobRun"
 SIGNAL_PARTITION_AVAILABLE = "partition_available"
 SIGNAL_PARTITION_FAILED = "partition_failed"
 SIGNAL_DEP_MISS = "dep_miss"
+SIGNAL_REDECIDE = "redecide"
 QUERY_PROGRESS = "progress"
 
 ACT_REGISTER_WANT = "register_want"
@@ -26,6 +27,7 @@ ACT_RECORD_SLA_MISSED = "record_sla_missed"
 ACT_RUN_JOB = "run_job"
 ACT_FAIL_JOB_RUN = "fail_job_run"
 ACT_FAN_OUT = "fan_out"
+ACT_CHECK_BUILD = "check_build"
 
 SA_PARTITION_REF = SearchAttributeKey.for_keyword("DataBuildPartitionRef")
 SA_WANT_STATE = SearchAttributeKey.for_keyword("DataBuildWantState")
@@ -47,6 +49,14 @@ class PartitionAvailable(Model):
 class PartitionFailedNotice(Model):
     ref: str
     job_run_id: str
+    reason: str
+
+
+class RedecideNotice(Model):
+    """Something the want's last decision rested on changed (a fail-lock resolved, a partition
+    retired, a build lost): decide again."""
+
+    ref: str
     reason: str
 
 
@@ -87,6 +97,7 @@ class DecisionKind(StrEnum):
     execute = "execute"  # a new job run was queued for this want
     delegate = "delegate"  # another active run is building it: wait for that run
     wait_external = "wait_external"  # external ref, not yet announced
+    blocked = "blocked"  # an output is fail-locked: wait for `databuild resolve`
     final = "final"  # the want already reached a final state
 
 
@@ -96,6 +107,7 @@ class JobPolicy(Model):
     heartbeat_timeout: timedelta
     start_to_close_timeout: timedelta
     attempts: int
+    lease: timedelta
 
 
 class Decision(Model):
@@ -108,6 +120,19 @@ class Decision(Model):
     final_state: WantState | None = None
     reason: str | None = None
     policy: JobPolicy | None = None
+    blocked_refs: list[str] = []
+    # While waiting on a job run, check this often that the run is still alive (its lease).
+    watchdog: timedelta | None = None
+
+
+class CheckBuildInput(Model):
+    job_run_id: str
+
+
+class BuildHealth(StrEnum):
+    alive = "alive"
+    ended = "ended"  # it ended (the want may have missed the signal): decide again
+    lost = "lost"  # its workflow is gone and its lease lapsed: released; decide again
 
 
 class DependenciesInput(Model):

@@ -18,14 +18,22 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from databuild.bel.queries import BelQueries
 from databuild.config import Settings
-from databuild.models import WantSpec, WantState
+from databuild.models import JobRun, JobRunState, WantSpec, WantState
 from databuild.protocol import (
     SA_PARTITION_REF,
     SA_ROOT_WANT_ID,
     SA_SLA_MISSED,
     SA_WANT_STATE,
     SEARCH_ATTRIBUTES,
+    SIGNAL_DEP_MISS,
+    SIGNAL_PARTITION_AVAILABLE,
+    SIGNAL_PARTITION_FAILED,
+    SIGNAL_REDECIDE,
     WANT_WORKFLOW,
+    DepMissNotice,
+    PartitionAvailable,
+    PartitionFailedNotice,
+    RedecideNotice,
     WantInput,
     WantResult,
 )
@@ -142,3 +150,23 @@ async def _signal(client: Client, workflow_id: str, signal: tuple[str, object]) 
     except RPCError as error:
         if error.status != RPCStatusCode.NOT_FOUND:  # the want already finished: nothing to wake
             raise
+
+
+def signal_for_run(run: JobRun) -> SignalFor:
+    """What each want subscribed to a finished run's outputs is told."""
+    instances = {w.ref: w.instance_id for w in run.writes}
+
+    def signal(ref: str, _want_id: str) -> tuple[str, object] | None:
+        if run.state is JobRunState.succeeded and instances.get(ref):
+            notice = PartitionAvailable(ref=ref, instance_id=instances[ref] or "", job_run_id=run.job_run_id)
+            return SIGNAL_PARTITION_AVAILABLE, notice
+        if run.state is JobRunState.dep_miss:
+            return SIGNAL_DEP_MISS, DepMissNotice(job_run_id=run.job_run_id, missing=run.missing)
+        if run.state is JobRunState.failed and run.lost:
+            return SIGNAL_REDECIDE, RedecideNotice(ref=ref, reason=run.reason or "build lost")
+        if run.state is JobRunState.failed:
+            failed = PartitionFailedNotice(ref=ref, job_run_id=run.job_run_id, reason=run.reason or "failed")
+            return SIGNAL_PARTITION_FAILED, failed
+        return None
+
+    return signal

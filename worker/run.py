@@ -51,6 +51,7 @@ def build_worker(parts: WorkerParts) -> tuple[Worker, JobActivities]:
             wants.await_dependencies,
             wants.finish_want,
             wants.record_sla_missed,
+            wants.check_build,
             jobs.run_job,
             jobs.fail_job_run,
             fan_out.fan_out,

@@ -2,7 +2,7 @@
 
 import asyncio
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 
 from temporalio import workflow
@@ -39,6 +39,7 @@ class WantWorkflow:
         self._failed_runs: dict[str, str] = {}
         self._failed_refs: dict[str, str] = {}
         self._dep_missed: dict[str, list[str]] = {}
+        self._redecides = 0
 
     @workflow.run
     async def run(self, input: p.WantInput) -> p.WantResult:
@@ -82,12 +83,17 @@ class WantWorkflow:
         seq = 0
         while not self._stopping:
             seq += 1
+            redecides = self._redecides  # a redecide signal from now on means: decide again
             try:
                 decision = await bel_call(
                     p.ACT_DECIDE, p.DecideInput(want_id=spec.want_id, seq=seq), p.Decision
                 )
             except ActivityError as error:  # e.g. the graph no longer produces this ref
                 return WantState.failed, failure_message(error), None
+
+            def redecide(seen: int = redecides) -> bool:
+                return self._redecides != seen
+
             match decision.kind:
                 case p.DecisionKind.final:
                     assert decision.final_state is not None
@@ -99,29 +105,53 @@ class WantWorkflow:
                         WantState.upstream_building, None, [spec.ref], "waiting for an external publish of"
                     )
                     await self._wait(lambda: spec.ref in self._live)
-                    return WantState.successful, None, self._live.get(spec.ref)
-            job_run_id = decision.job_run_id
-            assert job_run_id is not None
-            if decision.kind is p.DecisionKind.execute:
-                await self._start_job_run(decision)
-            verb = "building" if decision.kind is p.DecisionKind.execute else "delegated to active build"
-            self._set(WantState.building, job_run_id, [spec.ref], f"{verb} {job_run_id} for")
-            await self._wait(partial(self._run_settled, spec.ref, job_run_id))
+                case p.DecisionKind.blocked:
+                    self._set(WantState.upstream_building, None, decision.blocked_refs, decision.reason or "")
+                    await self._wait(lambda: spec.ref in self._live or redecide())
+                case p.DecisionKind.execute | p.DecisionKind.delegate:
+                    outcome = await self._follow_run(spec, decision, redecide)
+                    if outcome is not None:
+                        return outcome
             if spec.ref in self._live:
                 return WantState.successful, None, self._live[spec.ref]
-            if job_run_id in self._failed_runs:
-                return WantState.failed, f"job run {job_run_id} failed: {self._failed_runs[job_run_id]}", None
-            if job_run_id not in self._dep_missed:
-                break  # stopping
-            failure = await self._await_inputs(spec, job_run_id, self._dep_missed[job_run_id])
-            if failure is not None and self._until(spec.ttl_deadline) == 0:
-                return WantState.expired, ttl_reason(spec), None  # its inputs expired with it
-            if failure is not None:
-                return WantState.failed, failure, None
         return WantState.canceled, f"stopped: {self._stopping}", None
 
-    async def _wait(self, condition: Callable[[], bool]) -> None:
-        await workflow.wait_condition(lambda: condition() or bool(self._stopping))
+    async def _follow_run(
+        self, spec: WantSpec, decision: p.Decision, redecide: Callable[[], bool]
+    ) -> Outcome | None:
+        """Wait for the job run the want executes or delegated to. None means: decide again."""
+        job_run_id = decision.job_run_id
+        assert job_run_id is not None
+        if decision.kind is p.DecisionKind.execute:
+            await self._start_job_run(decision)
+        verb = "building" if decision.kind is p.DecisionKind.execute else "delegated to active build"
+        self._set(WantState.building, job_run_id, [spec.ref], f"{verb} {job_run_id} for")
+        settled = partial(self._run_settled, spec.ref, job_run_id)
+        # Signals wake the want; the watchdog only guards against a run whose workflow is gone.
+        while not await self._wait(lambda: settled() or redecide(), within=decision.watchdog):
+            check = p.CheckBuildInput(job_run_id=job_run_id)
+            if await remote_call(p.ACT_CHECK_BUILD, check, p.BuildHealth) is not p.BuildHealth.alive:
+                return None
+        if spec.ref in self._live:
+            return WantState.successful, None, self._live[spec.ref]
+        if job_run_id in self._failed_runs:
+            return WantState.failed, f"job run {job_run_id} failed: {self._failed_runs[job_run_id]}", None
+        if job_run_id not in self._dep_missed:
+            return None  # told to decide again, or stopping
+        failure = await self._await_inputs(spec, job_run_id, self._dep_missed[job_run_id])
+        if failure is not None and self._until(spec.ttl_deadline) == 0:
+            return WantState.expired, ttl_reason(spec), None  # its inputs expired with it
+        if failure is not None:
+            return WantState.failed, failure, None
+        return None
+
+    async def _wait(self, condition: Callable[[], bool], within: timedelta | None = None) -> bool:
+        """Wait until ``condition`` holds or the want is stopping; False if ``within`` passed first."""
+        try:
+            await workflow.wait_condition(lambda: condition() or bool(self._stopping), timeout=within)
+        except TimeoutError:
+            return False
+        return True
 
     def _run_settled(self, ref: str, job_run_id: str) -> bool:
         return ref in self._live or job_run_id in self._failed_runs or job_run_id in self._dep_missed
@@ -245,6 +275,10 @@ class WantWorkflow:
     def partition_failed(self, notice: p.PartitionFailedNotice) -> None:
         self._failed_runs[notice.job_run_id] = notice.reason
         self._failed_refs[notice.ref] = notice.reason
+
+    @workflow.signal(name=p.SIGNAL_REDECIDE)
+    def redecide(self, _notice: p.RedecideNotice) -> None:
+        self._redecides += 1
 
     @workflow.signal(name=p.SIGNAL_DEP_MISS)
     def dep_miss(self, notice: p.DepMissNotice) -> None:

@@ -98,6 +98,7 @@ class JobRunFailed(Model):
     type: Literal["JobRunFailed"] = "JobRunFailed"
     job_run_id: str
     reason: str
+    lost: bool = False  # its workflow was gone and its lease lapsed: the outputs are released, not failed
 
 
 class Delegation(Model):
@@ -131,6 +132,30 @@ class PartitionReleased(Model):
     job_run_id: str
 
 
+class PartitionResolved(Model):
+    """An operator cleared the fail-lock: the partition may be built again."""
+
+    type: Literal["PartitionResolved"] = "PartitionResolved"
+    ref: str
+
+
+class PartitionSkipped(Model):
+    """An operator retired the partition: it is never built again."""
+
+    type: Literal["PartitionSkipped"] = "PartitionSkipped"
+    ref: str
+
+
+class WantBlocked(Model):
+    """A build for the want is refused while these partitions are fail-locked; it waits for `resolve`."""
+
+    type: Literal["WantBlocked"] = "WantBlocked"
+    want_id: str
+    refs: list[str]
+    reason: str
+    decision_seq: int
+
+
 class PartitionFailed(Model):
     type: Literal["PartitionFailed"] = "PartitionFailed"
     ref: str
@@ -143,6 +168,7 @@ Event = Annotated[
     | WantBuilding
     | WantUpstreamBuilding
     | WantWaitingExternal
+    | WantBlocked
     | WantFinished
     | WantSlaMissed
     | JobRunQueued
@@ -155,7 +181,9 @@ Event = Annotated[
     | PartitionBuilding
     | PartitionLive
     | PartitionReleased
-    | PartitionFailed,
+    | PartitionFailed
+    | PartitionResolved
+    | PartitionSkipped,
     Field(discriminator="type"),
 ]
 

@@ -40,6 +40,20 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
             _link(conn, want_id, job_run_id, relation)
         case ev.WantWaitingExternal(want_id=want_id, decision_seq=seq):
             _set_want(conn, want_id, at, state=WantState.upstream_building, decision_seq=seq)
+        case ev.WantBlocked(want_id=want_id, refs=refs, reason=reason, decision_seq=seq):
+            _set_want(
+                conn,
+                want_id,
+                at,
+                state=WantState.upstream_building,
+                decision_seq=seq,
+                reason=reason,
+                job_run_id=None,
+            )
+            workflow_id = conn.execute(
+                select(s.wants.c.workflow_id).where(s.wants.c.want_id == want_id)
+            ).scalar_one()
+            _subscribe(conn, want_id, refs, workflow_id)
         case ev.WantUpstreamBuilding(want_id=want_id, missing=missing):
             _set_want(conn, want_id, at, state=WantState.upstream_building)
             workflow_id = conn.execute(
@@ -62,6 +76,7 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
                     params=event.params,
                     want_id=event.want_id,
                     attempts=0,
+                    lost=False,
                     reason=event.message if isinstance(event, ev.JobRunSkipped) else None,
                     missing=[],
                     workflow_id=event.workflow_id,
@@ -83,8 +98,8 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
         case ev.JobRunDepMiss(job_run_id=job_run_id, missing=missing, reads=reads):
             _set_job_run(conn, job_run_id, at, state=JobRunState.dep_miss.value, missing=missing)
             _record_reads(conn, job_run_id, reads)
-        case ev.JobRunFailed(job_run_id=job_run_id, reason=reason):
-            _set_job_run(conn, job_run_id, at, state=JobRunState.failed.value, reason=reason)
+        case ev.JobRunFailed(job_run_id=job_run_id, reason=reason, lost=lost):
+            _set_job_run(conn, job_run_id, at, state=JobRunState.failed.value, reason=reason, lost=lost)
         case ev.Delegation():
             conn.execute(
                 insert(s.delegations).values(
@@ -113,6 +128,10 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
                 building_job_run_id=None,
                 external=external,
             )
+        case ev.PartitionResolved(ref=ref):
+            _upsert_partition(conn, ref, at, status=PartitionStatus.missing.value)
+        case ev.PartitionSkipped(ref=ref):
+            _upsert_partition(conn, ref, at, status=PartitionStatus.skipped.value)
         case ev.PartitionReleased(ref=ref):
             _upsert_partition(conn, ref, at, building_job_run_id=None)
         case ev.PartitionFailed(ref=ref):

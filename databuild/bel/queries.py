@@ -233,6 +233,7 @@ class BelQueries:
         return [
             JobRun(
                 job_run_id=r["job_run_id"],
+                lost=bool(r["lost"]),
                 job_label=r["job_label"],
                 outputs=list(r["outputs"]),
                 params=dict(r["params"]),

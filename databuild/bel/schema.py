@@ -120,6 +120,7 @@ job_runs = Table(
     Column("params", JSON, nullable=False),
     Column("want_id", ID, index=True),
     Column("attempts", Integer, nullable=False, default=0),
+    Column("lost", Boolean, nullable=False, default=False),
     Column("reason", Text),
     Column("missing", JSON, nullable=False),
     Column("workflow_id", String(1024), nullable=False),

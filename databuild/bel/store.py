@@ -3,16 +3,16 @@
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, delete, select
+from sqlalchemy import Connection, RowMapping, delete, insert, select, update
 
 from databuild.bel import events as ev
 from databuild.bel import migrate, projector
 from databuild.bel import schema as s
 from databuild.bel.queries import BelQueries, partition_from_row, want_from_row
-from databuild.bel.transaction import WriteTx, make_engines
+from databuild.bel.transaction import WriteTx, make_engines, now
 from databuild.errors import InvalidTransitionError, NotFoundError, StaleAttemptError
 from databuild.graph import JobTarget, Resolution
 from databuild.models import (
@@ -27,6 +27,8 @@ from databuild.models import (
     job_run_workflow_id,
 )
 from databuild.protocol import Decision, DecisionKind, DependenciesStatus
+
+DEFAULT_LEASE = timedelta(minutes=1)
 
 
 def want_key(want_id: str) -> str:
@@ -109,33 +111,26 @@ class BuildEventLog(BelQueries):
         tx.append(ev.WantCreated(want_id=spec.want_id, spec=spec, workflow_id=spec.workflow_id))
         return True
 
-    def decide(self, want_id: str, seq: int, resolution: Resolution) -> Decision:
-        """Step 2 of a want, in one transaction: done, wait for an active run, or queue a new run."""
+    def decide(
+        self, want_id: str, seq: int, resolution: Resolution, lease: timedelta = DEFAULT_LEASE
+    ) -> Decision:
+        """Step 2 of a want, in one transaction (SPEC 3.3): done (historical delegation), wait for an
+        active run (active delegation), wait for an operator (fail-lock), or queue a new job run."""
         outputs = resolution.target.outputs if resolution.target else [resolution.ref]
         with self._write(want_key(want_id), *map(ref_key, outputs)) as tx:
             want = self._want_row(tx.conn, want_id)
             if WantState(want["state"]).is_final:
-                own = self._partition_row(tx.conn, want["ref"])
-                return Decision(
-                    kind=DecisionKind.final,
-                    final_state=WantState(want["state"]),
-                    reason=want["reason"],
-                    instance_id=own["instance_id"] if own is not None else None,
-                )
+                return self._final_decision(tx.conn, want)
             if want["decision_seq"] >= seq:
-                return self._replay_decision(tx.conn, want)
-            ref = want["ref"]
-            own = self._partition_row(tx.conn, ref)
+                return self._replay_decision(tx.conn, want, resolution)
+            rows = {out: self._partition_row(tx.conn, out) for out in outputs}
+            statuses = {
+                out: row["status"] if row else PartitionStatus.missing.value for out, row in rows.items()
+            }
+            own = rows[want["ref"]]
             if own is not None and own["status"] == PartitionStatus.live.value:
                 self._historical(tx, want_id, resolution)
-                tx.append(
-                    ev.WantFinished(
-                        type="WantSucceeded",
-                        want_id=want_id,
-                        state=WantState.successful,
-                        instance_id=own["instance_id"],
-                    )
-                )
+                tx.append(ev.WantFinished(type="WantSucceeded", want_id=want_id, state=WantState.successful))
                 return Decision(
                     kind=DecisionKind.live, instance_id=own["instance_id"], job_run_id=own["built_by"]
                 )
@@ -143,17 +138,15 @@ class BuildEventLog(BelQueries):
             if target is None:
                 tx.append(ev.WantWaitingExternal(want_id=want_id, decision_seq=seq))
                 return Decision(kind=DecisionKind.wait_external)
-            rows = [self._partition_row(tx.conn, out) for out in target.outputs]
-            active = next((r["building_job_run_id"] for r in rows if r and r["building_job_run_id"]), None)
+            active = next(
+                (r["building_job_run_id"] for r in rows.values() if r and r["building_job_run_id"]), None
+            )
             if active is not None:
-                for out in target.outputs:
+                for out in outputs:
+                    message = "delegated to active build"
                     tx.append(
                         ev.Delegation(
-                            want_id=want_id,
-                            ref=out,
-                            delegated_to=active,
-                            kind="active",
-                            message="delegated to active build",
+                            want_id=want_id, ref=out, delegated_to=active, kind="active", message=message
                         )
                     )
                 tx.append(
@@ -162,14 +155,49 @@ class BuildEventLog(BelQueries):
                     )
                 )
                 return self._run_decision(tx.conn, DecisionKind.delegate, active)
+            retired = [out for out, status in statuses.items() if status == PartitionStatus.skipped.value]
+            if retired:
+                reason = f"{', '.join(retired)} retired with `databuild skip`; it is never built again"
+                tx.append(
+                    ev.WantFinished(type="WantFailed", want_id=want_id, state=WantState.failed, reason=reason)
+                )
+                return Decision(kind=DecisionKind.final, final_state=WantState.failed, reason=reason)
+            locked = [out for out, status in statuses.items() if status == PartitionStatus.failed.value]
+            if locked:
+                reason = self._fail_lock_reason(tx.conn, locked)
+                tx.append(ev.WantBlocked(want_id=want_id, refs=locked, reason=reason, decision_seq=seq))
+                return Decision(kind=DecisionKind.blocked, blocked_refs=locked, reason=reason)
             job_run_id = new_job_run_id()
             tx.append(ev.JobRunQueued(**_job_run_fields(job_run_id, target, want_id)))
-            for out in target.outputs:
+            for out in outputs:
                 tx.append(ev.PartitionBuilding(ref=out, job_run_id=job_run_id))
             tx.append(
                 ev.WantBuilding(want_id=want_id, job_run_id=job_run_id, relation="executed", decision_seq=seq)
             )
+            self._set_lease(tx.conn, job_run_id, tx.at + lease)
             return self._run_decision(tx.conn, DecisionKind.execute, job_run_id)
+
+    def _final_decision(self, conn: Connection, want: RowMapping) -> Decision:
+        own = self._partition_row(conn, want["ref"])
+        return Decision(
+            kind=DecisionKind.final,
+            final_state=WantState(want["state"]),
+            reason=want["reason"],
+            instance_id=own["instance_id"] if own is not None else None,
+        )
+
+    def _fail_lock_reason(self, conn: Connection, refs: list[str]) -> str:
+        parts = []
+        for ref in refs:
+            failure = conn.execute(
+                select(s.events.c.data)
+                .where(s.events.c.ref == ref, s.events.c.type == "PartitionFailed")
+                .order_by(s.events.c.idx.desc())
+                .limit(1)
+            ).scalar()
+            cause = f" (job run {failure['job_run_id']}: {failure['reason']})" if failure else ""
+            parts.append(f"{ref} is fail-locked{cause}")
+        return "; ".join(parts) + f"; clear it with `databuild resolve {refs[0]}`"
 
     def _historical(self, tx: WriteTx, want_id: str, resolution: Resolution) -> None:
         """Historical delegation: point at the runs that built the live outputs, and skip the job."""
@@ -192,10 +220,18 @@ class BuildEventLog(BelQueries):
                 )
             tx.append(ev.JobRunSkipped(**_job_run_fields(new_job_run_id(), target, want_id)))
 
-    def _replay_decision(self, conn: Connection, want: RowMapping) -> Decision:
+    def _replay_decision(self, conn: Connection, want: RowMapping, resolution: Resolution) -> Decision:
         """The answer already given for this decision step (the activity was retried after committing)."""
         if want["state"] == WantState.upstream_building.value and want["job_run_id"] is None:
-            return Decision(kind=DecisionKind.wait_external)
+            if resolution.target is None:
+                return Decision(kind=DecisionKind.wait_external)
+            locked = [
+                out
+                for out in resolution.target.outputs
+                if (row := self._partition_row(conn, out)) is not None
+                and row["status"] == PartitionStatus.failed.value
+            ]
+            return Decision(kind=DecisionKind.blocked, blocked_refs=locked, reason=want["reason"])
         relation = conn.execute(
             select(s.want_job_runs.c.relation).where(
                 s.want_job_runs.c.want_id == want["want_id"],
@@ -348,7 +384,72 @@ class BuildEventLog(BelQueries):
             and p["building_job_run_id"] == run["job_run_id"]
         ]
 
+    # Leases: a build lock lapses unless its worker keeps renewing it ---------------------------------
+    def _set_lease(self, conn: Connection, job_run_id: str, until: datetime) -> None:
+        updated = conn.execute(
+            update(s.job_run_leases)
+            .where(s.job_run_leases.c.job_run_id == job_run_id)
+            .values(expires_at=until)
+        )
+        if updated.rowcount == 0:
+            conn.execute(insert(s.job_run_leases).values(job_run_id=job_run_id, expires_at=until))
+
+    def renew_lease(self, job_run_id: str, lease: timedelta) -> None:
+        """Called by the worker running the job while it heartbeats (not an event: it is operational)."""
+        with self.writer.begin() as conn:
+            self._set_lease(conn, job_run_id, now() + lease)
+
+    def lease_expired(self, job_run_id: str) -> bool:
+        rows = self._all(
+            select(s.job_run_leases.c.expires_at).where(s.job_run_leases.c.job_run_id == job_run_id)
+        )
+        return not rows or rows[0]["expires_at"] < now()
+
+    def abandon_job_run(self, job_run_id: str, reason: str) -> bool:
+        """Release the outputs of a run whose workflow is gone (not a build failure: no fail-lock).
+        Returns whether this call abandoned it."""
+        with self._write_run(job_run_id) as tx:
+            row = self._open_run(tx.conn, job_run_id)
+            if row is None:
+                return False
+            tx.append(ev.JobRunFailed(job_run_id=job_run_id, reason=reason, lost=True))
+            for out in self._locked_outputs(tx.conn, row):
+                tx.append(ev.PartitionReleased(ref=out, job_run_id=job_run_id))
+            return True
+
     # Partitions ----------------------------------------------------------------------------------
+    def resolve(self, ref: str) -> Partition:
+        """Clear a fail-lock (operator action): the partition may be built again."""
+        with self._write(ref_key(ref)) as tx:
+            row = self._require_partition(tx.conn, ref)
+            status = partition_from_row(row).status
+            if status is not PartitionStatus.failed:
+                raise InvalidTransitionError(
+                    f"{ref} is {status.value}; only a failed (fail-locked) partition can be resolved"
+                )
+            tx.append(ev.PartitionResolved(ref=ref))
+            return partition_from_row(self._require_partition(tx.conn, ref))
+
+    def skip(self, ref: str) -> Partition:
+        """Retire a partition (operator action): it is never built again, and wants for it fail."""
+        with self._write(ref_key(ref)) as tx:
+            row = self._partition_row(tx.conn, ref)
+            current = partition_from_row(row) if row is not None else None
+            if current is not None and current.building_job_run_id:
+                raise InvalidTransitionError(
+                    f"{ref} is being built by job run {current.building_job_run_id}; skip it after that run ends"
+                )
+            if current is not None and current.status is PartitionStatus.skipped:
+                raise InvalidTransitionError(f"{ref} is already retired")
+            tx.append(ev.PartitionSkipped(ref=ref))
+            return partition_from_row(self._require_partition(tx.conn, ref))
+
+    def _require_partition(self, conn: Connection, ref: str) -> RowMapping:
+        row = self._partition_row(conn, ref)
+        if row is None:
+            raise NotFoundError(f"no partition {ref!r} in the build event log")
+        return row
+
     def publish_external(self, ref: str) -> tuple[Partition, bool]:
         """Announce that ``ref`` is available from outside. Idempotent: a live ref is left as it is."""
         with self._write(ref_key(ref)) as tx:

@@ -72,6 +72,7 @@ def upgrade() -> None:
     sa.Column('params', sa.JSON(), nullable=False),
     sa.Column('want_id', sa.String(length=64), nullable=True),
     sa.Column('attempts', sa.Integer(), nullable=False),
+    sa.Column('lost', sa.Boolean(), nullable=False),
     sa.Column('reason', sa.Text(), nullable=True),
     sa.Column('missing', sa.JSON(), nullable=False),
     sa.Column('workflow_id', sa.String(length=1024), nullable=False),
