@@ -65,6 +65,12 @@ async def _client() -> DataBuild:
         ) from None
 
 
+async def _with_client(call: Callable[[DataBuild], Coroutine[Any, Any, T]]) -> T:
+    db = await _client()
+    async with db:
+        return await call(db)
+
+
 def _bel() -> Any:
     from databuild.bel import BuildEventLog
 
@@ -273,12 +279,7 @@ def job_runs_show(job_run_id: str, as_json: JsonFlag = False) -> None:
 def publish(ref: str, as_json: JsonFlag = False) -> None:
     """Announce that an external partition is now available; wakes every want waiting for it."""
 
-    async def go() -> Any:
-        db = await _client()
-        async with db:
-            return await db.publish(ref)
-
-    partition, created, signalled = _run(go())
+    partition, created, signalled = _run(_with_client(lambda db: db.publish(ref)))
     payload = {"partition": partition, "newly_live": created, "wants_signalled": signalled}
     _emit(
         as_json,
@@ -289,6 +290,35 @@ def publish(ref: str, as_json: JsonFlag = False) -> None:
             + f"; {signalled} waiting want(s) signalled"
         ),
     )
+
+
+@app.command()
+def resolve(ref: str, as_json: JsonFlag = False) -> None:
+    """Clear a fail-lock after fixing its cause: waiting wants decide again and rebuild it."""
+    partition, woken = _run(_with_client(lambda db: db.resolve(ref)))
+    _emit(
+        as_json,
+        {"partition": partition, "wants_woken": woken},
+        lambda: f"{ref} resolved (now {partition.status.value}); {woken} waiting want(s) will decide again",
+    )
+
+
+@app.command()
+def skip(ref: str, as_json: JsonFlag = False) -> None:
+    """Retire a partition: it is never built again, and wants waiting for it fail."""
+    partition, woken = _run(_with_client(lambda db: db.skip(ref)))
+    _emit(
+        as_json,
+        {"partition": partition, "wants_woken": woken},
+        lambda: f"{ref} retired; {woken} waiting want(s) told",
+    )
+
+
+@app.command()
+def stats(as_json: JsonFlag = False) -> None:
+    """Job success rates (skipped counts as success) and builds avoided by delegation."""
+    figures = _bel().stats()
+    _emit(as_json, figures, lambda: render.stats_view(figures))
 
 
 @app.command()

@@ -12,7 +12,7 @@ from databuild.config import Settings
 from databuild.errors import InvalidWantError
 from databuild.graph import Graph, load_graph
 from databuild.models import Partition, Want, WantSource, WantSpec, default_data_timestamp
-from databuild.protocol import SIGNAL_PARTITION_AVAILABLE, PartitionAvailable
+from databuild.protocol import SIGNAL_PARTITION_AVAILABLE, SIGNAL_REDECIDE, PartitionAvailable, RedecideNotice
 from databuild.refs import validate_ref
 from databuild.temporal import connect, notify_subscribers, start_want
 
@@ -109,6 +109,23 @@ class DataBuild:
             self.temporal, self.bel, [ref], lambda _ref, _want: (SIGNAL_PARTITION_AVAILABLE, notice)
         )
         return partition, created, signalled
+
+    async def resolve(self, ref: str) -> tuple[Partition, int]:
+        """Clear the fail-lock on ``ref`` (after fixing what made its build fail); waiting wants
+        decide again and rebuild it. Returns the partition and how many wants were woken."""
+        partition = await asyncio.to_thread(self.bel.resolve, ref)
+        return partition, await self._redecide(ref, f"{ref} resolved")
+
+    async def skip(self, ref: str) -> tuple[Partition, int]:
+        """Retire ``ref``: it is never built again, and the wants waiting for it fail."""
+        partition = await asyncio.to_thread(self.bel.skip, ref)
+        return partition, await self._redecide(ref, f"{ref} retired")
+
+    async def _redecide(self, ref: str, reason: str) -> int:
+        notice = RedecideNotice(ref=ref, reason=reason)
+        return await notify_subscribers(
+            self.temporal, self.bel, [ref], lambda _r, _w: (SIGNAL_REDECIDE, notice)
+        )
 
 
 def build_spec(

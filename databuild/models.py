@@ -227,6 +227,25 @@ class JobRun(Model):
     updated_at: datetime
 
 
+class JobStats(Model):
+    job_label: str
+    succeeded: int
+    skipped: int
+    failed: int
+    dep_miss: int
+    in_progress: int
+    success_rate: float | None = Field(
+        description="(succeeded + skipped) / (succeeded + skipped + failed); a dep-miss is neither"
+    )
+
+
+class BuildStats(Model):
+    jobs: list[JobStats]
+    delegations_active: int = Field(description="partitions delegated to a build already running")
+    delegations_historical: int = Field(description="partitions delegated to the build that made them")
+    builds_avoided: int = Field(description="job runs skipped plus wants that joined a running build")
+
+
 class EventRecord(Model):
     idx: int
     type: str

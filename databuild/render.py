@@ -8,7 +8,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from databuild.bel.queries import BelQueries
-from databuild.models import JobRun, JobRunState, Partition, PartitionStatus, Want, WantState
+from databuild.models import BuildStats, JobRun, JobRunState, Partition, PartitionStatus, Want, WantState
 from databuild.views import FulfillmentNode, PartitionLineage
 
 STATE_STYLE = {
@@ -177,6 +177,19 @@ def progress_summary(root: Want | None, family: list[Want], runs: list[JobRun]) 
     if run_counts:
         table.add_row(Text("job runs: " + ", ".join(f"{n} {s.value}" for s, n in sorted(run_counts.items()))))
     return table
+
+
+def stats_view(stats: BuildStats) -> Group:
+    table = Table("job", "succeeded", "skipped", "failed", "dep-miss", "in progress", "success rate")
+    for job in stats.jobs:
+        rate = "-" if job.success_rate is None else f"{job.success_rate:.1%}"
+        counts = (job.succeeded, job.skipped, job.failed, job.dep_miss, job.in_progress)
+        table.add_row(job.job_label, *(str(n) for n in counts), rate)
+    summary = Text(
+        f"builds avoided: {stats.builds_avoided}  (delegations: {stats.delegations_active} to running builds, "
+        f"{stats.delegations_historical} to earlier builds)"
+    )
+    return Group(table, summary)
 
 
 def progress(bel: BelQueries, current: Want | None) -> Table:

@@ -65,3 +65,21 @@ def pair(ctx: JobContext, n: str) -> None:
     frame = ctx.read(f"input/{n}")
     ctx.write(f"left/{n}", frame)
     ctx.write(f"right/{n}", frame)
+
+
+# trio: one job, three outputs. BROKEN and FLAKY let a test make its builds fail (in-process worker).
+trio = Graph("trio")
+BROKEN: set[str] = set()  # fails until the test "fixes the bug" by removing n
+FLAKY: dict[str, int] = {}  # n -> how many more attempts fail before one succeeds
+
+
+@trio.job("a/{n}", "b/{n}", "c/{n}")
+def abc(ctx: JobContext, n: str) -> None:
+    if n in BROKEN:
+        raise RuntimeError(f"bad input data for {n}")
+    if FLAKY.get(n, 0) > 0:
+        FLAKY[n] -= 1
+        raise RuntimeError(f"transient failure for {n}")
+    frame = ctx.spark.range(3)
+    for out in ctx.outputs:
+        ctx.write(out, frame)

@@ -5,15 +5,17 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Select, select
+from sqlalchemy import Engine, Select, func, select
 
 from databuild.bel import schema as s
 from databuild.errors import NotFoundError
 from databuild.models import (
+    BuildStats,
     EventRecord,
     InstanceRef,
     JobRun,
     JobRunState,
+    JobStats,
     Partition,
     PartitionStatus,
     Want,
@@ -250,6 +252,48 @@ class BelQueries:
             )
             for r in rows
         ]
+
+    def stats(self) -> BuildStats:
+        counts: dict[str, dict[str, int]] = {}
+        rows = self._all(
+            select(s.job_runs.c.job_label, s.job_runs.c.state, func.count().label("n")).group_by(
+                s.job_runs.c.job_label, s.job_runs.c.state
+            )
+        )
+        for row in rows:
+            counts.setdefault(row["job_label"], {})[row["state"]] = int(row["n"])
+        jobs = []
+        for label, by_state in sorted(counts.items()):
+            good = by_state.get("succeeded", 0) + by_state.get("skipped", 0)
+            finished = good + by_state.get("failed", 0)
+            jobs.append(
+                JobStats(
+                    job_label=label,
+                    succeeded=by_state.get("succeeded", 0),
+                    skipped=by_state.get("skipped", 0),
+                    failed=by_state.get("failed", 0),
+                    dep_miss=by_state.get("dep_miss", 0),
+                    in_progress=by_state.get("queued", 0) + by_state.get("running", 0),
+                    success_rate=good / finished if finished else None,
+                )
+            )
+        kinds = {
+            r["kind"]: int(r["n"])
+            for r in self._all(
+                select(s.delegations.c.kind, func.count().label("n")).group_by(s.delegations.c.kind)
+            )
+        }
+        joined = self._all(
+            select(func.count().label("n"))
+            .select_from(s.want_job_runs)
+            .where(s.want_job_runs.c.relation == "delegated")
+        )[0]["n"]
+        return BuildStats(
+            jobs=jobs,
+            delegations_active=kinds.get("active", 0),
+            delegations_historical=kinds.get("historical", 0),
+            builds_avoided=sum(j.skipped for j in jobs) + int(joined),
+        )
 
     def subscriptions(
         self, refs: Sequence[str], after_id: int, limit: int

@@ -1,0 +1,141 @@
+"""Delegation under real concurrency, fail-locks and lost builds: real Temporal, Spark and SQLite."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from databuild.errors import InvalidTransitionError
+from databuild.models import JobRunState, PartitionStatus, WantSource, WantState
+from tests import graphs
+from tests.conftest import stack_env
+from tests.test_time import until
+
+pytestmark = pytest.mark.slow
+T0 = datetime(2024, 6, 1, tzinfo=UTC)
+
+
+async def test_hundred_wants_two_workers_one_execution(make_stack, tmp_path) -> None:
+    stack = await make_stack(graph="tests.graphs:trio")
+    # The second worker is its own process, as in production (one Temporal worker per task queue
+    # and process), with its own SparkSession and BEL connections.
+    log = tmp_path / "second-worker.log"
+    second = subprocess.Popen(  # noqa: ASYNC220 - started once, not awaited
+        [sys.executable, "-m", "databuild.cli", "worker"],
+        env=stack_env(stack, PYTHONUNBUFFERED="1"),
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        await until(lambda: "worker on task queue" in log.read_text(), seconds=60)
+        specs = await asyncio.gather(
+            *(stack.db.want("b/hundred", data_timestamp=T0 + timedelta(minutes=i)) for i in range(100))
+        )
+        assert len({s.want_id for s in specs}) == 100
+        done = await asyncio.gather(*(stack.db.wait(s) for s in specs))
+    finally:
+        os.killpg(second.pid, signal.SIGTERM)
+        second.wait(timeout=30)
+
+    assert Counter(w.state for w in done) == {WantState.successful: 100}
+    runs = stack.bel.job_runs(limit=1000)
+    executed = [r for r in runs if r.state is JobRunState.succeeded]
+    assert len(executed) == 1 and executed[0].outputs == ["a/hundred", "b/hundred", "c/hundred"]
+    assert {r.state for r in runs} <= {JobRunState.succeeded, JobRunState.skipped}
+    assert len(stack.bel.events(types=["JobRunSucceeded"], limit=1000)) == 1
+    assert len(stack.bel.instances("b/hundred")) == 1
+    delegations = stack.bel.events(types=["Delegation"], limit=1000)
+    assert {e.data["delegated_to"] for e in delegations} == {executed[0].job_run_id}
+    stats = stack.bel.stats()
+    assert stats.builds_avoided == 99
+    assert stats.jobs[0].success_rate == 1.0
+
+
+async def test_racing_wants_for_overlapping_outputs_execute_once(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:trio")
+    refs = ["a/overlap", "b/overlap", "c/overlap"] * 3
+    specs = await asyncio.gather(
+        *(stack.db.want(ref, data_timestamp=T0 + timedelta(minutes=i)) for i, ref in enumerate(refs))
+    )
+    done = await asyncio.gather(*(stack.db.wait(s) for s in specs))
+    assert {w.state for w in done} == {WantState.successful}
+    assert len([r for r in stack.bel.job_runs() if r.state is JobRunState.succeeded]) == 1
+
+
+async def test_delegated_run_failing_transiently_still_serves_everyone(make_stack) -> None:
+    graphs.FLAKY["transient"] = 1
+    stack = await make_stack(graph="tests.graphs:trio", job_attempts=3)
+    first = await stack.db.want("a/transient")
+    await until(lambda: bool(stack.bel.job_runs()))
+    second = await stack.db.want("c/transient", source=WantSource.api)
+    done = await asyncio.gather(stack.db.wait(first), stack.db.wait(second))
+    assert {w.state for w in done} == {WantState.successful}
+    run = stack.bel.job_runs(state=JobRunState.succeeded)[0]
+    assert run.attempts == 2
+    assert stack.bel.want_job_runs(second.want_id)[0] == ("delegated", run)
+
+
+async def test_fail_lock_refuses_builds_until_resolved(make_stack) -> None:
+    graphs.BROKEN.add("locked")
+    stack = await make_stack(graph="tests.graphs:trio", job_attempts=1)
+    first = await stack.db.want("a/locked")
+    await until(lambda: bool(stack.bel.job_runs()))
+    delegated = await stack.db.want("b/locked", source=WantSource.api)
+    failed = await asyncio.gather(stack.db.wait(first), stack.db.wait(delegated))
+    assert {w.state for w in failed} == {WantState.failed}
+    assert all("bad input data for locked" in (w.reason or "") for w in failed)
+    assert stack.bel.partition("c/locked").status is PartitionStatus.failed
+
+    blocked = await stack.db.want("c/locked", source=WantSource.dashboard)
+    await until(lambda: stack.bel.want(blocked.want_id).state is WantState.upstream_building)
+    reason = stack.bel.want(blocked.want_id).reason or ""
+    assert "fail-locked" in reason and "bad input data" in reason and "databuild resolve" in reason
+    assert len(stack.bel.job_runs()) == 1  # refused a build
+
+    graphs.BROKEN.discard("locked")  # the operator fixes the cause...
+    _partition, woken = await stack.db.resolve("a/locked")  # ...and clears the lock
+    assert woken >= 1
+    done = await stack.db.wait(blocked)
+    assert done.state is WantState.successful
+    assert [e.type for e in stack.bel.events(types=["PartitionResolved"])] == ["PartitionResolved"]
+    with pytest.raises(InvalidTransitionError, match="only a failed"):
+        await stack.db.resolve("a/locked")  # live now: nothing to resolve
+
+
+async def test_skip_retires_a_partition(make_stack) -> None:
+    graphs.BROKEN.add("retired")
+    stack = await make_stack(graph="tests.graphs:trio", job_attempts=1)
+    assert (await stack.db.wait(await stack.db.want("a/retired"))).state is WantState.failed
+    waiting = await stack.db.want("a/retired", source=WantSource.api)
+    await until(lambda: stack.bel.want(waiting.want_id).state is WantState.upstream_building)
+    await stack.db.skip("a/retired")
+    done = await stack.db.wait(waiting)
+    assert done.state is WantState.failed and "retired" in (done.reason or "")
+    later = await stack.db.wait(await stack.db.want("a/retired", source=WantSource.dashboard))
+    assert later.state is WantState.failed and "retired" in (later.reason or "")
+    assert stack.bel.partition("a/retired").status is PartitionStatus.skipped
+    with pytest.raises(InvalidTransitionError, match="already retired"):
+        await stack.db.skip("a/retired")
+    graphs.BROKEN.discard("retired")
+
+
+async def test_lock_of_a_gone_build_is_released(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:trio", job_lease=timedelta(seconds=2))
+    # A build lock whose job-run workflow never existed (as after losing the Temporal server's data).
+    orphan = stack.db.spec("a/orphan")
+    stack.bel.register_want(orphan)
+    dead = stack.bel.decide(orphan.want_id, 1, stack.graph.resolve("a/orphan"), timedelta(seconds=1))
+    assert stack.bel.partition("a/orphan").building_job_run_id == dead.job_run_id
+
+    spec = await stack.db.want("b/orphan", source=WantSource.api)
+    done = await asyncio.wait_for(stack.db.wait(spec), timeout=120)
+    assert done.state is WantState.successful
+    lost = stack.bel.job_run(dead.job_run_id or "")
+    assert lost.state is JobRunState.failed and lost.lost and "no such workflow" in (lost.reason or "")
+    assert stack.bel.partition("b/orphan").built_by != dead.job_run_id
