@@ -295,11 +295,12 @@ def publish(ref: str, as_json: JsonFlag = False) -> None:
 @app.command()
 def resolve(ref: str, as_json: JsonFlag = False) -> None:
     """Clear a fail-lock after fixing its cause: waiting wants decide again and rebuild it."""
-    partition, woken = _run(_with_client(lambda db: db.resolve(ref)))
+    partitions, woken = _run(_with_client(lambda db: db.resolve(ref)))
+    refs = ", ".join(p.ref for p in partitions)
     _emit(
         as_json,
-        {"partition": partition, "wants_woken": woken},
-        lambda: f"{ref} resolved (now {partition.status.value}); {woken} waiting want(s) will decide again",
+        {"partitions": partitions, "wants_woken": woken},
+        lambda: f"resolved {refs}; {woken} waiting want(s) will decide again",
     )
 
 

@@ -110,11 +110,12 @@ class DataBuild:
         )
         return partition, created, signalled
 
-    async def resolve(self, ref: str) -> tuple[Partition, int]:
-        """Clear the fail-lock on ``ref`` (after fixing what made its build fail); waiting wants
-        decide again and rebuild it. Returns the partition and how many wants were woken."""
-        partition = await asyncio.to_thread(self.bel.resolve, ref)
-        return partition, await self._redecide(ref, f"{ref} resolved")
+    async def resolve(self, ref: str) -> tuple[list[Partition], int]:
+        """Clear the fail-lock on ``ref`` and on the outputs its failed job run locked with it (after
+        fixing the cause); waiting wants decide again. Returns the partitions and wants woken."""
+        partitions = await asyncio.to_thread(self.bel.resolve, ref)
+        woken = [await self._redecide(p.ref, f"{ref} resolved") for p in partitions]
+        return partitions, sum(woken)
 
     async def skip(self, ref: str) -> tuple[Partition, int]:
         """Retire ``ref``: it is never built again, and the wants waiting for it fail."""

@@ -76,6 +76,7 @@ FLAKY: dict[str, int] = {}  # n -> how many more attempts fail before one succee
 @trio.job("a/{n}", "b/{n}", "c/{n}")
 def abc(ctx: JobContext, n: str) -> None:
     if n in BROKEN:
+        time.sleep(2)  # fails after doing some work, so other wants can join the build first
         raise RuntimeError(f"bad input data for {n}")
     if FLAKY.get(n, 0) > 0:
         FLAKY[n] -= 1

@@ -99,11 +99,12 @@ async def test_fail_lock_refuses_builds_until_resolved(make_stack) -> None:
     assert len(stack.bel.job_runs()) == 1  # refused a build
 
     graphs.BROKEN.discard("locked")  # the operator fixes the cause...
-    _partition, woken = await stack.db.resolve("a/locked")  # ...and clears the lock
+    resolved, woken = await stack.db.resolve("a/locked")  # ...and clears the lock of the whole job
+    assert [p.ref for p in resolved] == ["a/locked", "b/locked", "c/locked"]
     assert woken >= 1
     done = await stack.db.wait(blocked)
     assert done.state is WantState.successful
-    assert [e.type for e in stack.bel.events(types=["PartitionResolved"])] == ["PartitionResolved"]
+    assert len(stack.bel.events(types=["PartitionResolved"])) == 3
     with pytest.raises(InvalidTransitionError, match="only a failed"):
         await stack.db.resolve("a/locked")  # live now: nothing to resolve
 

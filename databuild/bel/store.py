@@ -418,17 +418,38 @@ class BuildEventLog(BelQueries):
             return True
 
     # Partitions ----------------------------------------------------------------------------------
-    def resolve(self, ref: str) -> Partition:
-        """Clear a fail-lock (operator action): the partition may be built again."""
-        with self._write(ref_key(ref)) as tx:
-            row = self._require_partition(tx.conn, ref)
-            status = partition_from_row(row).status
+    def resolve(self, ref: str) -> list[Partition]:
+        """Clear a fail-lock (operator action): the partition, and the other outputs its failed job run
+        fail-locked with it, may be built again. Returns the partitions resolved."""
+        siblings = self._failed_with(ref)
+        with self._write(*map(ref_key, siblings)) as tx:
+            status = partition_from_row(self._require_partition(tx.conn, ref)).status
             if status is not PartitionStatus.failed:
                 raise InvalidTransitionError(
                     f"{ref} is {status.value}; only a failed (fail-locked) partition can be resolved"
                 )
-            tx.append(ev.PartitionResolved(ref=ref))
-            return partition_from_row(self._require_partition(tx.conn, ref))
+            resolved = []
+            for out in siblings:
+                row = self._partition_row(tx.conn, out)
+                if row is not None and row["status"] == PartitionStatus.failed.value:
+                    tx.append(ev.PartitionResolved(ref=out))
+                    resolved.append(partition_from_row(self._require_partition(tx.conn, out)))
+            return resolved
+
+    def _failed_with(self, ref: str) -> list[str]:
+        """``ref`` and the outputs of the job run that last failed it."""
+        failure = self._all(
+            select(s.events.c.job_run_id)
+            .where(s.events.c.ref == ref, s.events.c.type == "PartitionFailed")
+            .order_by(s.events.c.idx.desc())
+            .limit(1)
+        )
+        if not failure:
+            return [ref]
+        run = self._all(
+            select(s.job_runs.c.outputs).where(s.job_runs.c.job_run_id == failure[0]["job_run_id"])
+        )
+        return sorted({ref, *(run[0]["outputs"] if run else [])})
 
     def skip(self, ref: str) -> Partition:
         """Retire a partition (operator action): it is never built again, and wants for it fail."""
