@@ -30,6 +30,7 @@ lint: install
 
 bench: install
 	$(BIN)/python -m bench.bench_orchestration
+	$(BIN)/python -m bench.bench_bel
 
 clean:
 	rm -rf .databuild $(VENV) .pytest_cache .mypy_cache .ruff_cache

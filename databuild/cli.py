@@ -316,6 +316,16 @@ def skip(ref: str, as_json: JsonFlag = False) -> None:
 
 
 @app.command()
+def migrate() -> None:
+    """Create or upgrade the BEL schema (Alembic); workers and commands also do this on start."""
+    from databuild.bel import BuildEventLog
+
+    url = _settings().database_url
+    BuildEventLog.create(url).dispose()
+    console.print(f"BEL schema at {url} is up to date")
+
+
+@app.command()
 def stats(as_json: JsonFlag = False) -> None:
     """Job success rates (skipped counts as success) and builds avoided by delegation."""
     figures = _bel().stats()
