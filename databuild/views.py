@@ -68,16 +68,17 @@ def lineage(bel: BelQueries, ref: str, fan_out: int = 20) -> PartitionLineage:
     partition = bel.partition(ref)
     builder = bel.job_run(partition.built_by) if partition.built_by else None
     upstream = [p for r in (builder.reads if builder else []) if (p := bel.find_partition(r.ref)) is not None]
-    readers = bel.readers_of(partition.instance_id) if partition.instance_id else []
-    runs = bel.job_runs_by_id(readers[:fan_out])
-    downstream = [
-        LineageEdge(job_run=run, partitions=[p for w in run.writes if (p := bel.find_partition(w.ref))])
-        for run in runs
-    ]
+    edges, total = bel.consumers_of(partition.instance_id, fan_out) if partition.instance_id else ([], 0)
+    runs = {run.job_run_id: run for run in bel.job_runs_by_id(sorted({run_id for run_id, _ in edges}))}
+    outputs: dict[str, list[Partition]] = {}
+    for run_id, output in edges:
+        if (p := bel.find_partition(output.ref)) is not None:
+            outputs.setdefault(run_id, []).append(p)
+    downstream = [LineageEdge(job_run=runs[run_id], partitions=parts) for run_id, parts in outputs.items()]
     return PartitionLineage(
         partition=partition,
         built_by=builder,
         upstream=upstream,
         downstream=downstream,
-        downstream_more=max(len(readers) - fan_out, 0),
+        downstream_more=max(total - len(edges), 0),
     )

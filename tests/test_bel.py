@@ -378,3 +378,63 @@ def test_seed_scenario_active_build_conflict(bel: BuildEventLog) -> None:
     ]
     assert {(e.data["delegated_to"], e.data["kind"]) for e in events[1:4]} == {(active.job_run_id, "active")}
     assert len(bel.job_runs()) == 1
+
+
+def test_consumer_index_follows_instances(bel: BuildEventLog) -> None:
+    feed, _ = bel.publish_external("ext/40")
+    run = decide(bel, spec("a/40"))
+    bel.start_job_run(run.job_run_id, 1, "w")
+    reads = [InstanceRef(ref="ext/40", instance_id=feed.instance_id)]
+    bel.succeed_job_run(
+        run.job_run_id, reads, [InstanceRef(ref=o, instance_id=f"{o}-v1") for o in run.outputs]
+    )
+    edges, total = bel.consumers_of(feed.instance_id or "", limit=2)
+    assert total == 3 and len(edges) == 2
+    assert {run_id for run_id, _ in edges} == {run.job_run_id}
+    assert edges[0][1] == InstanceRef(ref="a/40", instance_id="a/40-v1")
+    assert bel.consumers_of("a/40-v1")[1] == 0
+    before = snapshot(bel)
+    bel.rebuild_projections()
+    assert snapshot(bel) == before
+
+
+def test_upgrading_from_the_first_revision_keeps_and_indexes_history(empty_url: str) -> None:
+    from alembic import command
+    from sqlalchemy import insert
+
+    from databuild.bel.migrate import alembic_config
+    from databuild.bel.transaction import make_engines
+
+    writer, reader = make_engines(empty_url)
+    with writer.begin() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+        at = datetime(2024, 1, 1, tzinfo=UTC)
+        conn.execute(
+            insert(s.job_runs).values(
+                job_run_id="jr-old",
+                job_label="xyz",
+                state="succeeded",
+                outputs=["a/1"],
+                params={},
+                want_id=None,
+                attempts=1,
+                lost=False,
+                reason=None,
+                missing=[],
+                workflow_id="wf",
+                created_at=at,
+                updated_at=at,
+            )
+        )
+        conn.execute(insert(s.read_deps).values(job_run_id="jr-old", ref="ext/1", instance_id="in-1"))
+        conn.execute(
+            insert(s.partition_instances).values(
+                instance_id="out-1", ref="a/1", job_run_id="jr-old", external=False, created_at=at
+            )
+        )
+    writer.dispose()
+    reader.dispose()
+    upgraded = BuildEventLog.create(empty_url)
+    edges, total = upgraded.consumers_of("in-1")
+    assert total == 1 and edges == [("jr-old", InstanceRef(ref="a/1", instance_id="out-1"))]
+    upgraded.dispose()

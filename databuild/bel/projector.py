@@ -92,9 +92,22 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
                 _link(conn, event.want_id, event.job_run_id, "skipped")
         case ev.JobRunStarted(job_run_id=job_run_id, attempt=attempt):
             _set_job_run(conn, job_run_id, at, state=JobRunState.running.value, attempts=attempt)
-        case ev.JobRunSucceeded(job_run_id=job_run_id, reads=reads):
+        case ev.JobRunSucceeded(job_run_id=job_run_id, reads=reads, writes=writes):
             _set_job_run(conn, job_run_id, at, state=JobRunState.succeeded.value)
             _record_reads(conn, job_run_id, reads)
+            edges = [
+                {
+                    "input_instance_id": r.instance_id,
+                    "output_instance_id": w.instance_id,
+                    "output_ref": w.ref,
+                    "job_run_id": job_run_id,
+                }
+                for r in reads
+                if r.instance_id
+                for w in writes
+            ]
+            if edges:
+                conn.execute(insert(s.consumers), edges)
         case ev.JobRunDepMiss(job_run_id=job_run_id, missing=missing, reads=reads):
             _set_job_run(conn, job_run_id, at, state=JobRunState.dep_miss.value, missing=missing)
             _record_reads(conn, job_run_id, reads)

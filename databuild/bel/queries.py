@@ -186,6 +186,18 @@ class BelQueries:
         rows = self._all(select(s.read_deps.c.job_run_id).where(s.read_deps.c.instance_id == instance_id))
         return [r["job_run_id"] for r in rows]
 
+    def consumers_of(self, instance_id: str, limit: int = 20) -> tuple[list[tuple[str, InstanceRef]], int]:
+        """(job run, output instance) pairs built from this instance, the first ``limit``, and how many
+        there are in all."""
+        where = s.consumers.c.input_instance_id == instance_id
+        rows = self._all(select(s.consumers).where(where).order_by(s.consumers.c.id).limit(limit))
+        total = self._all(select(func.count().label("n")).select_from(s.consumers).where(where))[0]["n"]
+        edges = [
+            (r["job_run_id"], InstanceRef(ref=r["output_ref"], instance_id=r["output_instance_id"]))
+            for r in rows
+        ]
+        return edges, int(total)
+
     # Job runs ------------------------------------------------------------------------------------
     def job_run(self, job_run_id: str) -> JobRun:
         runs = self.job_runs_by_id([job_run_id])

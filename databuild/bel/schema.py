@@ -145,6 +145,18 @@ read_deps = Table(
     Column("instance_id", ID, index=True),
 )
 
+# Consumer index: who read an instance, and what they made from it. "Who reads this" is one indexed
+# lookup, and stays right across rebuilds because it is keyed by instance, not by ref.
+consumers = Table(
+    "consumers",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("input_instance_id", ID, nullable=False, index=True),
+    Column("output_instance_id", ID, nullable=False, index=True),
+    Column("output_ref", REF, nullable=False),
+    Column("job_run_id", ID, nullable=False),
+)
+
 subscriptions = Table(
     "subscriptions",
     metadata,
@@ -192,6 +204,7 @@ PROJECTIONS = [
     job_runs,
     job_run_outputs,
     read_deps,
+    consumers,
     subscriptions,
     delegations,
     want_job_runs,
