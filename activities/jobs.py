@@ -35,18 +35,16 @@ class JobActivities:
             self._pool,
             lambda: self.executor.execute(input.job_run_id, attempt, cancelled=cancelled, report=report),
         )
-        bel, lease = self.executor.bel, input.policy.lease
-        renewed = loop.time()
+        renewed = -float("inf")
         try:
-            await asyncio.to_thread(bel.renew_lease, input.job_run_id, lease)
             while True:
+                if loop.time() - renewed > input.policy.lease.total_seconds() / 4:
+                    await self._renew_lease(input)
+                    renewed = loop.time()
                 done, _ = await asyncio.wait({future}, timeout=self.heartbeat_every)
                 if done:
                     break
                 activity.heartbeat({**self.executor.spark.progress(group), **last_message})
-                if loop.time() - renewed > lease.total_seconds() / 4:
-                    await asyncio.to_thread(bel.renew_lease, input.job_run_id, lease)
-                    renewed = loop.time()
             return future.result()
         except asyncio.CancelledError:
             cancelled.set()
@@ -57,6 +55,14 @@ class JobActivities:
             raise ApplicationError(str(error), type="JobContractError", non_retryable=True) from error
         except DataBuildError as error:
             raise ApplicationError(str(error), type=type(error).__name__) from error
+
+    async def _renew_lease(self, input: p.JobRunInput) -> None:
+        # A missed renewal only risks an early liveness check, which the Temporal check then
+        # answers; it must never stop the job.
+        try:
+            await asyncio.to_thread(self.executor.bel.renew_lease, input.job_run_id, input.policy.lease)
+        except Exception as error:
+            activity.logger.warning("could not renew the lease of %s: %s", input.job_run_id, error)
 
     @activity.defn(name=p.ACT_FAIL_JOB_RUN)
     async def fail_job_run(self, input: p.FailJobRunInput) -> None:

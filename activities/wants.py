@@ -37,7 +37,7 @@ class WantActivities:
             raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from error
         lease = self.settings.job_lease
         decision = await asyncio.to_thread(self.bel.decide, input.want_id, input.seq, resolution, lease)
-        if decision.kind in (p.DecisionKind.execute, p.DecisionKind.delegate):
+        if decision.kind in (p.DecisionKind.execute, p.DecisionKind.delegate, p.DecisionKind.blocked):
             policy = p.JobPolicy(
                 heartbeat_timeout=self.settings.job_heartbeat_timeout,
                 start_to_close_timeout=self.settings.job_start_to_close_timeout,
@@ -53,6 +53,9 @@ class WantActivities:
         lease period. A run whose lease lapsed and whose workflow is closed or gone is abandoned: its
         outputs are released and every subscribed want is told to decide again."""
         run = await asyncio.to_thread(self.bel.job_run, input.job_run_id)
+        if run.lost:  # abandoned before (perhaps by an attempt of this activity): tell everyone again
+            await notify_subscribers(self.client, self.bel, run.outputs, signal_for_run(run))
+            return p.BuildHealth.lost
         if run.state.is_final:
             return p.BuildHealth.ended
         if not await asyncio.to_thread(self.bel.lease_expired, run.job_run_id):

@@ -119,6 +119,7 @@ class DataBuild:
 
     async def skip(self, ref: str) -> tuple[Partition, int]:
         """Retire ``ref``: it is never built again, and the wants waiting for it fail."""
+        self.graph.resolve(ref)  # a malformed ref, or one no job produces, is refused before recording
         partition = await asyncio.to_thread(self.bel.skip, ref)
         return partition, await self._redecide(ref, f"{ref} retired")
 

@@ -107,7 +107,7 @@ class JobPolicy(Model):
     heartbeat_timeout: timedelta
     start_to_close_timeout: timedelta
     attempts: int
-    lease: timedelta
+    lease: timedelta = timedelta(minutes=1)
 
 
 class Decision(Model):

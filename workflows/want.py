@@ -40,6 +40,7 @@ class WantWorkflow:
         self._failed_refs: dict[str, str] = {}
         self._dep_missed: dict[str, list[str]] = {}
         self._redecides = 0
+        self._started: set[str] = set()
 
     @workflow.run
     async def run(self, input: p.WantInput) -> p.WantResult:
@@ -104,10 +105,11 @@ class WantWorkflow:
                     self._set(
                         WantState.upstream_building, None, [spec.ref], "waiting for an external publish of"
                     )
-                    await self._wait(lambda: spec.ref in self._live)
+                    await self._wait(lambda: spec.ref in self._live or redecide())
                 case p.DecisionKind.blocked:
                     self._set(WantState.upstream_building, None, decision.blocked_refs, decision.reason or "")
-                    await self._wait(lambda: spec.ref in self._live or redecide())
+                    # Woken by `resolve`/`skip`; the periodic look covers a signal that never came.
+                    await self._wait(lambda: spec.ref in self._live or redecide(), within=decision.watchdog)
                 case p.DecisionKind.execute | p.DecisionKind.delegate:
                     outcome = await self._follow_run(spec, decision, redecide)
                     if outcome is not None:
@@ -122,7 +124,8 @@ class WantWorkflow:
         """Wait for the job run the want executes or delegated to. None means: decide again."""
         job_run_id = decision.job_run_id
         assert job_run_id is not None
-        if decision.kind is p.DecisionKind.execute:
+        if decision.kind is p.DecisionKind.execute and job_run_id not in self._started:
+            self._started.add(job_run_id)  # a decision can be given again (redecide): start it once
             await self._start_job_run(decision)
         verb = "building" if decision.kind is p.DecisionKind.execute else "delegated to active build"
         self._set(WantState.building, job_run_id, [spec.ref], f"{verb} {job_run_id} for")

@@ -189,7 +189,8 @@ want_job_runs = Table(
 )
 
 # Operational, not derived from events: when the lock a running job run holds on its outputs lapses
-# unless its worker renews it. Rebuilding projections gives running runs a fresh lease.
+# unless its worker renews it. Rebuilding projections leaves it alone; a run without a lease row counts
+# as lapsed, and is then kept only if its Temporal workflow is still running.
 job_run_leases = Table(
     "job_run_leases",
     metadata,

@@ -130,10 +130,24 @@ class BuildEventLog(BelQueries):
             own = rows[want["ref"]]
             if own is not None and own["status"] == PartitionStatus.live.value:
                 self._historical(tx, want_id, resolution)
-                tx.append(ev.WantFinished(type="WantSucceeded", want_id=want_id, state=WantState.successful))
+                tx.append(
+                    ev.WantFinished(
+                        type="WantSucceeded",
+                        want_id=want_id,
+                        state=WantState.successful,
+                        instance_id=own["instance_id"],
+                    )
+                )
                 return Decision(
                     kind=DecisionKind.live, instance_id=own["instance_id"], job_run_id=own["built_by"]
                 )
+            retired = [out for out, status in statuses.items() if status == PartitionStatus.skipped.value]
+            if retired:
+                reason = f"{', '.join(retired)} retired with `databuild skip`; it is never built again"
+                tx.append(
+                    ev.WantFinished(type="WantFailed", want_id=want_id, state=WantState.failed, reason=reason)
+                )
+                return Decision(kind=DecisionKind.final, final_state=WantState.failed, reason=reason)
             target = resolution.target
             if target is None:
                 tx.append(ev.WantWaitingExternal(want_id=want_id, decision_seq=seq))
@@ -141,6 +155,8 @@ class BuildEventLog(BelQueries):
             active = next(
                 (r["building_job_run_id"] for r in rows.values() if r and r["building_job_run_id"]), None
             )
+            if active is not None and active == want["job_run_id"]:
+                return self._replay_decision(tx.conn, want, resolution)  # still following its own run
             if active is not None:
                 for out in outputs:
                     message = "delegated to active build"
@@ -155,14 +171,14 @@ class BuildEventLog(BelQueries):
                     )
                 )
                 return self._run_decision(tx.conn, DecisionKind.delegate, active)
-            retired = [out for out, status in statuses.items() if status == PartitionStatus.skipped.value]
-            if retired:
-                reason = f"{', '.join(retired)} retired with `databuild skip`; it is never built again"
+            locked = [out for out, status in statuses.items() if status == PartitionStatus.failed.value]
+            if locked and self._took_part_in_failure(tx.conn, want_id, locked):
+                # The want ran or joined the build that failed: it ends failed, however late it heard.
+                reason = self._fail_lock_reason(tx.conn, locked)
                 tx.append(
                     ev.WantFinished(type="WantFailed", want_id=want_id, state=WantState.failed, reason=reason)
                 )
                 return Decision(kind=DecisionKind.final, final_state=WantState.failed, reason=reason)
-            locked = [out for out, status in statuses.items() if status == PartitionStatus.failed.value]
             if locked:
                 reason = self._fail_lock_reason(tx.conn, locked)
                 tx.append(ev.WantBlocked(want_id=want_id, refs=locked, reason=reason, decision_seq=seq))
@@ -186,15 +202,34 @@ class BuildEventLog(BelQueries):
             instance_id=own["instance_id"] if own is not None else None,
         )
 
-    def _fail_lock_reason(self, conn: Connection, refs: list[str]) -> str:
-        parts = []
+    def _failing_runs(self, conn: Connection, refs: list[str]) -> dict[str, dict[str, Any]]:
+        """The PartitionFailed event data that fail-locked each ref."""
+        found = {}
         for ref in refs:
-            failure = conn.execute(
+            data = conn.execute(
                 select(s.events.c.data)
                 .where(s.events.c.ref == ref, s.events.c.type == "PartitionFailed")
                 .order_by(s.events.c.idx.desc())
                 .limit(1)
             ).scalar()
+            if data:
+                found[ref] = data
+        return found
+
+    def _took_part_in_failure(self, conn: Connection, want_id: str, refs: list[str]) -> bool:
+        runs = {d["job_run_id"] for d in self._failing_runs(conn, refs).values()}
+        linked = conn.execute(
+            select(s.want_job_runs.c.job_run_id).where(
+                s.want_job_runs.c.want_id == want_id, s.want_job_runs.c.job_run_id.in_(runs)
+            )
+        ).first()
+        return linked is not None
+
+    def _fail_lock_reason(self, conn: Connection, refs: list[str]) -> str:
+        parts = []
+        failures = self._failing_runs(conn, refs)
+        for ref in refs:
+            failure = failures.get(ref)
             cause = f" (job run {failure['job_run_id']}: {failure['reason']})" if failure else ""
             parts.append(f"{ref} is fail-locked{cause}")
         return "; ".join(parts) + f"; clear it with `databuild resolve {refs[0]}`"
@@ -479,6 +514,10 @@ class BuildEventLog(BelQueries):
                 raise InvalidTransitionError(
                     f"{ref} is being built by job run {row['building_job_run_id']}; "
                     "publish it after that run ends"
+                )
+            if row is not None and row["status"] == PartitionStatus.skipped.value:
+                raise InvalidTransitionError(
+                    f"{ref} was retired with `databuild skip`; it cannot become live again"
                 )
             created = row is None or row["status"] != PartitionStatus.live.value
             if created:
