@@ -438,3 +438,37 @@ def test_upgrading_from_the_first_revision_keeps_and_indexes_history(empty_url: 
     edges, total = upgraded.consumers_of("in-1")
     assert total == 1 and edges == [("jr-old", InstanceRef(ref="a/1", instance_id="out-1"))]
     upgraded.dispose()
+
+
+def test_wants_that_took_part_in_a_failed_build_fail_and_newcomers_wait(bel: BuildEventLog) -> None:
+    runner, joiner, newcomer = spec("a/50"), spec("b/50", source="api"), spec("c/50", source="dashboard")
+    run = decide(bel, runner)
+    assert decide(bel, joiner).kind is DecisionKind.delegate
+    bel.start_job_run(run.job_run_id, 1, "w")
+    bel.fail_job_run(run.job_run_id, "boom")
+    # The joiner missed the failure signal and decides again: it took part, so it fails all the same.
+    late = bel.decide(joiner.want_id, 2, graph.resolve(joiner.ref))
+    assert (
+        late.kind is DecisionKind.final
+        and late.final_state is WantState.failed
+        and "boom" in (late.reason or "")
+    )
+    blocked = decide(bel, newcomer)
+    assert blocked.kind is DecisionKind.blocked and blocked.blocked_refs == ["a/50", "b/50", "c/50"]
+    assert "databuild resolve" in (blocked.reason or "")
+
+
+def test_deciding_again_while_following_its_own_run_records_nothing(bel: BuildEventLog) -> None:
+    want = spec("a/51")
+    run = decide(bel, want)
+    before = bel.last_idx()
+    again = bel.decide(want.want_id, 2, graph.resolve(want.ref))
+    assert again.job_run_id == run.job_run_id and bel.last_idx() == before
+
+
+def test_a_retired_external_ref_fails_its_wants_and_cannot_be_published(bel: BuildEventLog) -> None:
+    bel.skip("ext/52")
+    decision = decide(bel, spec("ext/52"))
+    assert decision.kind is DecisionKind.final and "retired" in (decision.reason or "")
+    with pytest.raises(InvalidTransitionError, match="retired"):
+        bel.publish_external("ext/52")
