@@ -8,6 +8,8 @@ deadlock. On PostgreSQL the key locks are advisory transaction locks, so command
 partitions decide in parallel; SQLite serialises whole write transactions (BEGIN IMMEDIATE).
 """
 
+import sqlite3
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,19 @@ from sqlalchemy.engine import make_url
 from databuild.bel import events as ev
 from databuild.bel import projector
 from databuild.bel import schema as s
+
+
+def _enable_wal(cursor: Any) -> None:
+    """Switching a new database to WAL needs a moment alone with it, and SQLite answers "database is
+    locked" at once (without its busy handler) when other connections race it: retry briefly."""
+    for attempt in range(50):
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or attempt == 49:
+                raise
+            time.sleep(0.1)
 
 
 def now() -> datetime:
@@ -50,9 +65,9 @@ def make_engines(url: str) -> tuple[Engine, Engine]:
         def _connect(dbapi_conn: Any, _record: Any) -> None:
             dbapi_conn.isolation_level = None  # let SQLAlchemy's BEGIN below be the only one
             cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA busy_timeout=20000")
+            _enable_wal(cursor)
+            cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
 
         @event.listens_for(engine, "begin")
