@@ -2,6 +2,7 @@
 
 import os
 import time
+from functools import partial
 
 from databuild.graph import Graph
 from databuild.job_context import JobContext
@@ -23,15 +24,16 @@ slow = Graph("slow")
 SLOW_SECONDS = float(os.environ.get("DATABUILD_TEST_SLOW_SECONDS", "6"))
 
 
-def _nap(row: int) -> int:
-    time.sleep(SLOW_SECONDS)
+def _nap(row: int, seconds: float) -> int:
+    time.sleep(seconds)
     return row
 
 
 @slow.job("slow/{n}")
 def slow_job(ctx: JobContext, n: str) -> None:
     ctx.progress("sleeping in Spark tasks")
-    rows = ctx.spark.sparkContext.parallelize(range(2), 2).map(_nap).collect()
+    # The sleep is read on the driver, so a test can lengthen it for an in-process worker.
+    rows = ctx.spark.sparkContext.parallelize(range(2), 2).map(partial(_nap, seconds=SLOW_SECONDS)).collect()
     ctx.write(f"slow/{n}", ctx.spark.createDataFrame([(r,) for r in rows], "id long"))
 
 

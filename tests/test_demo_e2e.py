@@ -1,5 +1,6 @@
 """The demo want, end to end: real Temporal dev server, real Spark, real SQLite."""
 
+import asyncio
 from collections import Counter
 
 import pytest
@@ -49,10 +50,15 @@ async def test_demo_want_fulfilled_through_derivative_wants(make_stack) -> None:
     # Operators find wants in the Temporal UI by partition ref, state, root want and SLA status.
     client = stack.client
     query = 'DataBuildPartitionRef = "daily_summary/2024-01-07" AND DataBuildWantState = "successful"'
-    found = [w async for w in client.list_workflows(query + " AND DataBuildSlaMissed = false")]
-    assert [w.id for w in found] == [spec.workflow_id]
-    family = [w async for w in client.list_workflows(f'DataBuildRootWantId = "{want.want_id}"')]
-    assert {w.id for w in family} >= {w.workflow_id for w in derivatives} | {r.workflow_id for r in runs}
+    expected_family = {w.workflow_id for w in derivatives} | {r.workflow_id for r in runs}
+    for _ in range(100):  # visibility lags a little behind the workflows
+        found = [w.id async for w in client.list_workflows(query + " AND DataBuildSlaMissed = false")]
+        family = {w.id async for w in client.list_workflows(f'DataBuildRootWantId = "{want.want_id}"')}
+        if found and family >= expected_family:
+            break
+        await asyncio.sleep(0.1)
+    assert found == [spec.workflow_id]
+    assert family >= expected_family
     described = await client.get_workflow_handle(spec.workflow_id).describe()
     assert "daily_summary/2024-01-07" in (await described.static_summary() or "")
 
