@@ -17,7 +17,7 @@ from databuild.bel import schema as s
 from databuild.errors import InvalidTransitionError, NotFoundError
 from databuild.graph import Graph
 from databuild.models import InstanceRef, JobRunState, PartitionStatus, WantSpec, WantState
-from databuild.protocol import DecisionKind
+from databuild.protocol import Decision, DecisionKind
 
 T = TypeVar("T")
 POSTGRES_URL = os.environ.get(
@@ -89,6 +89,16 @@ def decide(bel: BuildEventLog, w: WantSpec, seq: int = 1):  # type: ignore[no-un
     return bel.decide(w.want_id, seq, graph.resolve(w.ref))
 
 
+def build(bel: BuildEventLog, w: WantSpec, version: str) -> Decision:
+    """Claim the want's job and record it built, each output as instance ``<ref>-<version>``."""
+    run = decide(bel, w)
+    bel.start_job_run(run.job_run_id, 1, "w")
+    bel.succeed_job_run(
+        run.job_run_id, [], [InstanceRef(ref=o, instance_id=f"{o}-{version}") for o in run.outputs]
+    )
+    return run
+
+
 def statuses(bel: BuildEventLog, n: int) -> set[PartitionStatus]:
     return {bel.partition(f"{x}/{n}").status for x in "abc"}
 
@@ -153,9 +163,7 @@ def test_execute_then_active_then_historical_delegation(bel: BuildEventLog) -> N
 
 
 def test_mixed_availability_executes_and_rebuilds_all_outputs(bel: BuildEventLog) -> None:
-    run = decide(bel, spec("a/2"))
-    bel.start_job_run(run.job_run_id, 1, "w")
-    bel.succeed_job_run(run.job_run_id, [], [InstanceRef(ref=r, instance_id=f"old-{r}") for r in run.outputs])
+    build(bel, spec("a/2"), "old")
     # c/2 is lost: its row is set back to missing, as a rebuild request would see it.
     with bel.writer.begin() as conn:
         conn.execute(s.partitions.update().where(s.partitions.c.ref == "c/2").values(status="missing"))
@@ -168,7 +176,7 @@ def test_mixed_availability_executes_and_rebuilds_all_outputs(bel: BuildEventLog
     bel.start_job_run(again.job_run_id, 1, "w")
     bel.fail_job_run(again.job_run_id, "boom")
     assert (
-        bel.partition("a/2").status is PartitionStatus.live and bel.partition("a/2").instance_id == "old-a/2"
+        bel.partition("a/2").status is PartitionStatus.live and bel.partition("a/2").instance_id == "a/2-old"
     )
     assert bel.partition("c/2").status is PartitionStatus.failed
 
@@ -321,15 +329,8 @@ def test_a_reader_tailing_the_log_never_skips_a_late_commit(bel: BuildEventLog) 
 
 
 def test_seed_scenario_mixed_availability(bel: BuildEventLog) -> None:
-    """[A, B, C] with A and C live (built by X and Y) and B missing: execute the whole job."""
-    built = {}
-    for ref in ("a/30", "c/30"):
-        run = decide(bel, spec(ref))
-        bel.start_job_run(run.job_run_id, 1, "w")
-        bel.succeed_job_run(
-            run.job_run_id, [], [InstanceRef(ref=o, instance_id=f"{o}-{ref}") for o in run.outputs]
-        )
-        built[ref] = run.job_run_id
+    """[A, B, C] with A and C live and B missing: execute the whole job."""
+    build(bel, spec("a/30"), "v1")
     with bel.writer.begin() as conn:  # B is lost: as if it were never built
         conn.execute(s.partitions.update().where(s.partitions.c.ref == "b/30").values(status="missing"))
     before = bel.last_idx()
@@ -341,9 +342,7 @@ def test_seed_scenario_mixed_availability(bel: BuildEventLog) -> None:
 
 def test_seed_scenario_all_available(bel: BuildEventLog) -> None:
     """[A, B, C] all live: a Delegation per partition to the run that built it, then JobRunSkipped."""
-    run = decide(bel, spec("a/31"))
-    bel.start_job_run(run.job_run_id, 1, "w")
-    bel.succeed_job_run(run.job_run_id, [], [InstanceRef(ref=o, instance_id=f"{o}-i") for o in run.outputs])
+    run = build(bel, spec("a/31"), "v1")
     before = bel.last_idx()
     decision = decide(bel, spec("b/31", source="api"))
     assert decision.kind is DecisionKind.live
