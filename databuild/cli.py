@@ -6,11 +6,12 @@ import os
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
+from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import BaseModel
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 
 from databuild import render
@@ -20,7 +21,17 @@ from databuild.durations import format_duration, parse_duration, parse_timestamp
 from databuild.errors import DataBuildError
 from databuild.graph import load_graph
 from databuild.models import JobRunState, PartitionStatus, Want, WantSource, WantState
-from databuild.views import fulfillment, lineage
+from databuild.views import (
+    FAN_OUT,
+    Page,
+    instance_view,
+    job_run_view,
+    list_job_runs,
+    list_partitions,
+    list_wants,
+    partition_view,
+    want_view,
+)
 
 app = typer.Typer(
     help="DataBuild: declare the partitions you want; DataBuild builds them.",
@@ -37,6 +48,7 @@ app.add_typer(job_runs_app, name="job-runs")
 console = Console()
 err = Console(stderr=True)
 T = TypeVar("T")
+E = TypeVar("E", bound=StrEnum)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 Limit = Annotated[int, typer.Option(help="Rows to show.")]
@@ -147,14 +159,14 @@ def want(
     ttl_d = parse_duration(ttl) if ttl else None
 
     # Check everything before touching Temporal or the BEL: bad input records nothing.
-    spec = build_spec(
+    build_spec(
         load_graph(_settings().graph), ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source
     )
 
     async def go() -> Want | None:
         db = await _client()
         async with db:
-            await db.want(ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source)
+            spec = await db.want(ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source)
             existing = db.bel.find_want(spec.want_id)
             if not as_json:
                 console.print(
@@ -192,9 +204,9 @@ def want(
 
                     result = await db.wait(spec, on_update=update)
                     live.update(render.progress(db.bel, result))
-                console.print(render.fulfillment_tree(fulfillment(db.bel, spec.want_id)))
+                console.print(render.fulfillment_tree(want_view(db.bel, spec.want_id)))
             if as_json:
-                print(json.dumps(_jsonable(fulfillment(db.bel, spec.want_id)), indent=2))
+                print(json.dumps(_jsonable(want_view(db.bel, spec.want_id)), indent=2))
             return result
 
     result = _run(go())
@@ -202,77 +214,165 @@ def want(
         raise typer.Exit(1)
 
 
+State = Annotated[str | None, typer.Option(help="Only this state.")]
+Prefix = Annotated[str | None, typer.Option(help="Only refs starting with this.")]
+Pattern = Annotated[
+    str | None, typer.Option("--pattern", help="Only refs matching this glob: * within a segment, ** across.")
+]
+Offset = Annotated[int, typer.Option(help="Skip this many rows (paging).")]
+
+
+def _enum(kind: type[E], value: str | None) -> E | None:
+    if value is None:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in kind)
+        raise CliError(f"unknown state {value!r}; choose one of: {choices}") from None
+
+
+def _page_note(page: Page) -> str:
+    return "" if page.next_offset is None else f"more: --offset {page.next_offset}"
+
+
 @wants_app.command("list")
 def wants_list(
-    state: Annotated[WantState | None, typer.Option(help="Only wants in this state.")] = None,
-    prefix: Annotated[str | None, typer.Option(help="Only refs starting with this.")] = None,
+    state: State = None,
+    prefix: Prefix = None,
+    pattern: Pattern = None,
     limit: Limit = 50,
+    offset: Offset = 0,
     as_json: JsonFlag = False,
 ) -> None:
     """List wants, newest first."""
-    found = _bel().wants(state=state, ref_prefix=prefix, limit=limit)
-    _emit(as_json, found, lambda: render.wants_table(found))
+    view = list_wants(
+        _bel(), state=_enum(WantState, state), ref_prefix=prefix, ref_glob=pattern, limit=limit, offset=offset
+    )
+    _emit(as_json, view, lambda: Group(render.wants_table(view.data), _page_note(view.page)))
 
 
 @wants_app.command("show")
-def wants_show(want_id: str, as_json: JsonFlag = False) -> None:
-    """The fulfillment tree of a want: job runs, partitions, derivative wants."""
-    tree = fulfillment(_bel(), want_id)
-    _emit(as_json, tree, lambda: render.fulfillment_tree(tree))
+def wants_show(
+    want_id: str,
+    expand: Annotated[bool, typer.Option("--expand", help="Show every retry of a build.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """The fulfillment tree of a want: job runs, partition instances, derivative wants."""
+    view = want_view(_bel(), want_id)
+    _emit(as_json, view, lambda: render.fulfillment_tree(view, expand=expand))
 
 
 @partitions_app.command("list")
 def partitions_list(
-    status: Annotated[PartitionStatus | None, typer.Option(help="Only this status.")] = None,
-    prefix: Annotated[str | None, typer.Option(help="Only refs starting with this.")] = None,
+    status: State = None,
+    prefix: Prefix = None,
+    pattern: Pattern = None,
     limit: Limit = 50,
+    offset: Offset = 0,
     as_json: JsonFlag = False,
 ) -> None:
     """List partitions by ref."""
-    found = _bel().partitions(status=status, ref_prefix=prefix, limit=limit)
-    _emit(as_json, found, lambda: render.partitions_table(found))
+    view = list_partitions(
+        _bel(),
+        status=_enum(PartitionStatus, status),
+        ref_prefix=prefix,
+        ref_glob=pattern,
+        limit=limit,
+        offset=offset,
+    )
+    _emit(as_json, view, lambda: Group(render.partitions_table(view.data), _page_note(view.page)))
 
 
 @partitions_app.command("show")
-def partitions_show(ref: str, as_json: JsonFlag = False) -> None:
-    """Lineage of a partition: the job run that built it and its inputs; who reads it."""
-    view = lineage(_bel(), ref)
+def partitions_show(
+    ref: Annotated[str | None, typer.Argument(help="Partition ref; its live (or latest) instance.")] = None,
+    instance: Annotated[
+        str | None, typer.Option("--instance", help="Show this instance (UUID) instead, live or not.")
+    ] = None,
+    fan_out: Annotated[int, typer.Option(help="Downstream consumers to show.")] = FAN_OUT,
+    offset: Annotated[int, typer.Option(help="Skip this many downstream consumers.")] = 0,
+    as_json: JsonFlag = False,
+) -> None:
+    """Lineage of a partition instance: the job run that built it and what it read; who reads it."""
+    if (ref is None) == (instance is None):
+        raise CliError("give a partition REF or --instance UUID (one of them)")
+    bel = _bel()
+    if instance is not None:
+        view = instance_view(bel, instance, fan_out=fan_out, offset=offset)
+    else:
+        assert ref is not None
+        view = partition_view(bel, ref, fan_out=fan_out, offset=offset)
     _emit(as_json, view, lambda: render.lineage_view(view))
 
 
 @job_runs_app.command("list")
 def job_runs_list(
-    state: Annotated[JobRunState | None, typer.Option(help="Only runs in this state.")] = None,
+    state: State = None,
     job: Annotated[str | None, typer.Option(help="Only this job label.")] = None,
+    prefix: Prefix = None,
+    pattern: Pattern = None,
     limit: Limit = 50,
+    offset: Offset = 0,
     as_json: JsonFlag = False,
 ) -> None:
-    """List job runs, newest first."""
-    found = _bel().job_runs(state=state, job_label=job, limit=limit)
-    _emit(as_json, found, lambda: render.job_runs_table(found))
+    """List job runs, newest first (filter by an output ref with --prefix or --pattern)."""
+    view = list_job_runs(
+        _bel(),
+        state=_enum(JobRunState, state),
+        job_label=job,
+        ref_prefix=prefix,
+        ref_glob=pattern,
+        limit=limit,
+        offset=offset,
+    )
+    _emit(as_json, view, lambda: Group(render.job_runs_table(view.data), _page_note(view.page)))
 
 
 @job_runs_app.command("show")
 def job_runs_show(job_run_id: str, as_json: JsonFlag = False) -> None:
-    """What a job run did: outputs, reads and writes with instance UUIDs, missing inputs."""
-    run = _bel().job_run(job_run_id)
+    """What a job run did: wanted by, read and wrote (UUIDs), status history, derivative wants, delegations."""
+    view = job_run_view(_bel(), job_run_id)
+    _emit(as_json, view, lambda: render.job_run_detail(view))
 
-    def human() -> Any:
-        from rich.tree import Tree
 
-        tree = Tree(render.job_run_label(run))
-        tree.add(f"wanted by {run.want_id or '-'}  (workflow {run.workflow_id})")
-        for r in run.reads:
-            tree.add(f"read {r.ref} uuid:{r.instance_id}")
-        for w in run.writes:
-            tree.add(f"wrote {w.ref} uuid:{w.instance_id}")
-        for m in run.missing:
-            tree.add(f"missing {m}")
-        if run.reason:
-            tree.add(f"reason: {run.reason}")
-        return tree
-
-    _emit(as_json, run, human)
+@app.command()
+def taint(
+    ref: str,
+    reason: Annotated[str | None, typer.Option(help="Why, shown in the lineage views.")] = None,
+    cascade: Annotated[
+        bool, typer.Option("--cascade", help="Taint the current downstream too, so wants rebuild it.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show the impact.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Invalidate a partition's live instance: shows the downstream impact, then (once confirmed)
+    marks it tainted; the next want rebuilds it and everything built from it shows as stale."""
+    bel = _bel()
+    impact = bel.taint_impact(ref)
+    if dry_run:
+        _emit(as_json, {"impact": impact, "tainted": []}, lambda: render.taint_impact(impact))
+        return
+    if not yes:
+        if as_json or not sys.stdin.isatty():
+            raise CliError(
+                f"nothing tainted: see the impact with `databuild taint {ref} --dry-run`, "
+                f"then confirm with `databuild taint {ref} --yes`"
+            )
+        console.print(render.taint_impact(impact))
+        if not typer.confirm(f"taint {ref}?", default=False):
+            raise typer.Exit(1)
+    result = bel.taint(ref, reason=reason, cascade=cascade, instance_id=impact.instance_id)
+    _emit(
+        as_json,
+        {"impact": result.impact, "tainted": result.tainted, "partition": result.partition},
+        lambda: Group(
+            render.taint_impact(result.impact),
+            f"tainted {', '.join(t.ref for t in result.tainted)}; the next want rebuilds "
+            + ("them" if len(result.tainted) > 1 else "it"),
+        ),
+    )
 
 
 @app.command()

@@ -48,7 +48,18 @@ class DataBuild:
         ttl: timedelta | None = None,
         source: WantSource = WantSource.cli,
     ) -> WantSpec:
-        return build_spec(self.graph, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, source=source)
+        validate_ref(ref)
+        # After a taint the same request is a new want (a new generation), so it rebuilds.
+        generation = self.bel.generations([ref])[ref]
+        return build_spec(
+            self.graph,
+            ref,
+            data_timestamp=data_timestamp,
+            sla=sla,
+            ttl=ttl,
+            source=source,
+            generation=generation,
+        )
 
     async def want(
         self,
@@ -139,6 +150,7 @@ def build_spec(
     ttl: timedelta | None = None,
     source: WantSource = WantSource.cli,
     now: datetime | None = None,
+    generation: int = 0,
 ) -> WantSpec:
     """Build and check a want without recording anything; raises a clear error on bad input."""
     validate_ref(ref)
@@ -152,6 +164,7 @@ def build_spec(
             sla=sla,
             ttl=ttl,
             source=source,
+            generation=generation,
         )
     except ValueError as error:
         raise InvalidWantError(_first_error(error)) from None

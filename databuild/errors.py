@@ -21,6 +21,10 @@ class InvalidWantError(InvalidInputError):
     pass
 
 
+class InvalidPatternError(InvalidInputError):
+    """A ref glob pattern is malformed."""
+
+
 class UnknownJobError(InvalidInputError):
     """No job in the graph declares an output pattern matching the ref."""
 

@@ -94,6 +94,12 @@ class WantSpec(Model):
     source: WantSource = WantSource.cli
     parent_want_id: str | None = None
     root_want_id: str | None = None
+    generation: int = Field(
+        default=0,
+        ge=0,
+        description="how many times the ref had been tainted when the want was made: a want after a "
+        "taint is a new want, so it rebuilds",
+    )
 
     @field_validator("ref")
     @classmethod
@@ -124,6 +130,8 @@ class WantSpec(Model):
     @property
     def want_id(self) -> str:
         key = f"{self.ref}\n{self.data_timestamp.isoformat()}\n{self.source.value}"
+        if self.generation:
+            key += f"\n{self.generation}"
         return "w-" + hashlib.sha256(key.encode()).hexdigest()[:20]
 
     @property
@@ -138,8 +146,9 @@ class WantSpec(Model):
     def ttl_deadline(self) -> datetime | None:
         return None if self.ttl is None else self.data_timestamp + self.ttl
 
-    def derive(self, ref: str, parent_want_id: str) -> "WantSpec":
-        """The derivative want for a missing input: same data time and deadlines, linked to its root."""
+    def derive(self, ref: str, parent_want_id: str, generation: int = 0) -> "WantSpec":
+        """The derivative want for a missing input: same data time and deadlines, linked to its root.
+        ``generation`` is the input's taint count, so an input tainted since an earlier build is wanted anew."""
         return WantSpec(
             ref=ref,
             data_timestamp=self.data_timestamp,
@@ -148,6 +157,7 @@ class WantSpec(Model):
             source=WantSource.derivative,
             parent_want_id=parent_want_id,
             root_want_id=self.root_want_id or parent_want_id,
+            generation=generation,
         )
 
 
@@ -175,6 +185,8 @@ class Want(Model):
     workflow_id: str
     created_at: datetime
     updated_at: datetime
+    generation: int = 0
+    instance_id: str | None = Field(default=None, description="the partition instance that fulfilled it")
 
     @property
     def sla_deadline(self) -> datetime | None:
@@ -191,6 +203,7 @@ class Want(Model):
             source=self.source,
             parent_want_id=self.parent_want_id if derivative else None,
             root_want_id=self.root_want_id if derivative else None,
+            generation=self.generation,
         )
 
 
@@ -202,11 +215,63 @@ class Partition(Model):
     building_job_run_id: str | None
     external: bool
     updated_at: datetime
+    generation: int = Field(default=0, description="how many times the ref has been tainted")
+    reason: str | None = Field(default=None, description="why the current instance was tainted")
+
+
+class InstanceStatus(StrEnum):
+    live = "live"  # the partition's current instance
+    superseded = "superseded"  # a later build replaced it
+    tainted = "tainted"  # an operator invalidated it with `databuild taint`
+
+
+class Instance(Model):
+    """One materialisation of a ref. Its UUID never changes; a rebuild makes a new one."""
+
+    instance_id: str
+    ref: str
+    job_run_id: str | None = Field(description="the job run that wrote it; None if announced externally")
+    external: bool
+    status: InstanceStatus
+    stale_cause: str | None = Field(
+        description="a tainted instance it was built from, directly or through others: its data is stale"
+    )
+    reason: str | None = Field(description="why it was tainted")
+    created_at: datetime
+
+    @property
+    def stale(self) -> bool:
+        return self.stale_cause is not None
 
 
 class InstanceRef(Model):
     ref: str
     instance_id: str | None = None
+
+
+class ImpactedInstance(Model):
+    ref: str
+    instance_id: str
+    depth: int = Field(description="1 = read the tainted instance directly; 2 = read one of those; ...")
+    current: bool = Field(description="it is its partition's live instance, so readers use it today")
+
+
+class TaintImpact(Model):
+    """What tainting a partition's live instance affects: every instance built from it, transitively."""
+
+    ref: str
+    instance_id: str
+    downstream: list[ImpactedInstance]
+
+    @property
+    def current(self) -> list[ImpactedInstance]:
+        return [d for d in self.downstream if d.current]
+
+
+class TaintResult(Model):
+    partition: Partition
+    impact: TaintImpact
+    tainted: list[InstanceRef] = Field(description="the instance, and with --cascade its current downstream")
 
 
 class JobRun(Model):

@@ -8,8 +8,18 @@ from rich.text import Text
 from rich.tree import Tree
 
 from databuild.bel.queries import BelQueries
-from databuild.models import BuildStats, JobRun, JobRunState, Partition, PartitionStatus, Want, WantState
-from databuild.views import FulfillmentNode, PartitionLineage
+from databuild.models import (
+    BuildStats,
+    InstanceStatus,
+    JobRun,
+    JobRunState,
+    Partition,
+    PartitionStatus,
+    TaintImpact,
+    Want,
+    WantState,
+)
+from databuild.views import FulfillmentNode, JobRunView, PartitionView, RelatedEntities, WantView
 
 STATE_STYLE = {
     WantState.successful: "green",
@@ -30,6 +40,13 @@ STATE_STYLE = {
     PartitionStatus.failed: "red",
     PartitionStatus.missing: "white",
     PartitionStatus.tainted: "yellow",
+}
+
+
+INSTANCE_STYLE = {
+    InstanceStatus.live: "green",
+    InstanceStatus.superseded: "dim",
+    InstanceStatus.tainted: "yellow",
 }
 
 
@@ -76,39 +93,134 @@ def partition_label(p: Partition) -> Text:
     )
 
 
-def fulfillment_tree(node: FulfillmentNode, tree: Tree | None = None) -> Tree:
-    branch = Tree(want_label(node.want)) if tree is None else tree.add(want_label(node.want))
+def instance_label(instance_id: str | None, ref: str, index: RelatedEntities, verb: str = "") -> Text:
+    """``verb ref uuid:abcd1234 [live, stale]``: an instance as the index knows it."""
+    text = Text(f"{verb} " if verb else "", style="dim")
+    text.append(ref, style="bold")
+    text.append(f" uuid:{_short(instance_id)}", style="dim")
+    found = index.instances.get(instance_id or "")
+    if found is not None:
+        text.append(" [")
+        text.append(found.status.value, style=INSTANCE_STYLE[found.status])
+        if found.stale:
+            text.append(", stale", style="yellow")
+        text.append("]")
+    return text
+
+
+def fulfillment_tree(view: WantView, *, expand: bool = False) -> Tree:
+    """The want fulfillment tree. Retries of one build collapse to one line unless ``expand``."""
+    return _fulfillment_node(view.data, view.index, None, expand)
+
+
+def _fulfillment_node(
+    node: FulfillmentNode, index: RelatedEntities, parent: Tree | None, expand: bool
+) -> Tree:
+    want = index.wants[node.want_id]
+    branch = Tree(want_label(want)) if parent is None else parent.add(want_label(want))
     if node.triggered_by:
         branch.add(Text(f"triggered by dep-miss of {node.triggered_by}", style="dim"))
-    if node.partition is not None:
-        branch.add(partition_label(node.partition))
-    for link in node.job_runs:
-        run_branch = branch.add(job_run_label(link.job_run, link.relation))
-        for read in link.job_run.reads:
-            run_branch.add(Text(f"read {read.ref} uuid:{_short(read.instance_id)}", style="dim"))
-        for write in link.job_run.writes:
-            run_branch.add(Text(f"wrote {write.ref} uuid:{_short(write.instance_id)}", style="green"))
+    if node.instance_id:
+        branch.add(instance_label(node.instance_id, want.ref, index, "fulfilled by"))
+    for group in node.job_runs:
+        runs = [index.job_runs[link.job_run_id] for link in group.runs]
+        last = runs[-1]
+        if len(runs) == 1 or expand:
+            for link, run in zip(group.runs, runs, strict=True):
+                _run_branch(branch.add(job_run_label(run, link.relation)), run, index)
+        else:
+            states = " → ".join(r.state.value for r in runs)
+            label = job_run_label(last, group.last.relation)
+            label.append(f"  ({len(runs)} runs: {states}; --expand shows each)", style="dim")
+            _run_branch(branch.add(label), last, index)
     for child in node.derivatives:
-        fulfillment_tree(child, branch)
+        _fulfillment_node(child, index, branch, expand)
     return branch
 
 
-def lineage_view(view: PartitionLineage) -> RenderableType:
+def _run_branch(branch: Tree, run: JobRun, index: RelatedEntities) -> None:
+    for read in run.reads:
+        branch.add(instance_label(read.instance_id, read.ref, index, "read"))
+    for write in run.writes:
+        branch.add(instance_label(write.instance_id, write.ref, index, "wrote"))
+    for ref in run.missing:
+        branch.add(Text(f"missing {ref}", style="magenta"))
+
+
+def lineage_view(view: PartitionView) -> RenderableType:
+    data, index = view.data, view.index
+    partition = index.partitions[data.ref]
+    head = partition_label(partition)
+    if partition.generation:
+        head.append(f"  tainted {partition.generation}x", style="yellow")
+    if partition.reason:
+        head.append(f"  ({partition.reason})", style="yellow")
+    focus = instance_label(data.instance_id, data.ref, index, "instance")
     up = Tree(Text("upstream", style="bold"))
-    if view.built_by is not None:
-        builder = up.add(job_run_label(view.built_by))
-        for p in view.upstream:
-            builder.add(partition_label(p))
-    elif view.partition.external:
+    if data.built_by is not None:
+        builder = up.add(job_run_label(index.job_runs[data.built_by]))
+        for read in index.job_runs[data.built_by].reads:
+            builder.add(instance_label(read.instance_id, read.ref, index, "read"))
+    elif data.instance_id and index.instances[data.instance_id].external:
         up.add(Text("external: announced by publish", style="dim"))
     down = Tree(Text("downstream", style="bold"))
-    for edge in view.downstream:
-        branch = down.add(job_run_label(edge.job_run))
-        for p in edge.partitions:
-            branch.add(partition_label(p))
-    if view.downstream_more:
-        down.add(Text(f"+{view.downstream_more} more", style="dim"))
-    return Group(partition_label(view.partition), up, down)
+    for edge in data.downstream:
+        branch = down.add(job_run_label(index.job_runs[edge.job_run_id]))
+        for instance_id in edge.instance_ids:
+            branch.add(instance_label(instance_id, index.instances[instance_id].ref, index, "built"))
+    if data.downstream_more:
+        down.add(Text(f"+{data.downstream_more} more (--offset to page)", style="dim"))
+    history = Tree(Text(f"instances ({data.history_total})", style="bold"))
+    for instance_id in data.history:
+        history.add(instance_label(instance_id, data.ref, index))
+    return Group(head, focus, up, down, history)
+
+
+def job_run_detail(view: JobRunView) -> Tree:
+    data, index = view.data, view.index
+    run = index.job_runs[data.job_run_id]
+    tree = Tree(job_run_label(run))
+    tree.add(Text(f"workflow {run.workflow_id}", style="dim"))
+    wanted = tree.add(Text("wanted by", style="bold"))
+    for link in data.wanted_by:
+        wanted.add(Text.assemble(want_label(index.wants[link.want_id]), (f" ({link.relation})", "dim")))
+    if data.wanted_by_total > len(data.wanted_by):
+        wanted.add(Text(f"+{data.wanted_by_total - len(data.wanted_by)} more", style="dim"))
+    _run_branch(tree.add(Text("read / wrote", style="bold")), run, index)
+    history = tree.add(Text("status history", style="bold"))
+    for change in data.status_history:
+        line = Text.assemble(f"{change.at:%Y-%m-%d %H:%M:%S} ", state(change.state))
+        if change.detail:
+            line.append(f"  {change.detail}", style="dim")
+        history.add(line)
+    if data.derivatives:
+        derived = tree.add(Text("derivative wants (dep-miss)", style="bold"))
+        for d in data.derivatives:
+            child = index.wants.get(d.derivative_want_id or "")
+            derived.add(want_label(child) if child else Text(f"{d.ref} (no want)", style="dim"))
+    if data.delegations:
+        delegated = tree.add(Text("delegated to this run", style="bold"))
+        for delegation in data.delegations:
+            delegated.add(Text(f"{delegation.ref} by want {delegation.want_id} ({delegation.kind})"))
+        if data.delegations_total > len(data.delegations):
+            delegated.add(Text(f"+{data.delegations_total - len(data.delegations)} more", style="dim"))
+    if run.reason:
+        tree.add(Text(f"reason: {run.reason}", style="red" if run.state is JobRunState.failed else "dim"))
+    return tree
+
+
+def taint_impact(impact: TaintImpact, limit: int = 50) -> RenderableType:
+    current = impact.current
+    table = Table("depth", "ref", "instance", "today")
+    for d in impact.downstream[:limit]:
+        table.add_row(str(d.depth), d.ref, d.instance_id, "current" if d.current else "older instance")
+    summary = Text(
+        f"tainting {impact.ref} (uuid:{impact.instance_id}) makes {len(impact.downstream)} downstream "
+        f"instance(s) stale, {len(current)} of them current"
+    )
+    if len(impact.downstream) > limit:
+        summary.append(f"; the first {limit} are shown (--json lists all)", style="dim")
+    return Group(summary, table) if impact.downstream else summary
 
 
 def wants_table(wants: list[Want]) -> Table:
@@ -139,7 +251,7 @@ def partitions_table(parts: list[Partition]) -> Table:
     for p in parts:
         table.add_row(
             p.ref,
-            state(p.status),
+            state(p.status) + (Text(f" ({p.reason})", style="dim") if p.reason else Text("")),
             p.instance_id or "-",
             p.built_by or ("external" if p.external else "-"),
             f"{p.updated_at:%Y-%m-%d %H:%M:%S}",

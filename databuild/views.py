@@ -1,84 +1,457 @@
-"""Detail views assembled from BEL lookups: want fulfillment tree, partition lineage."""
+"""The three detail views (want fulfillment, partition lineage, job run detail) and the list views.
+
+Every response is ``{data, index}``: ``data`` holds ids, and ``index`` holds each related want, job
+run, partition and partition instance once, so detail types stay flat (reference/detail-lineage.md).
+Each view is a fixed handful of indexed lookups, batched per level, whatever the size of the log.
+"""
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from pydantic import Field
 
 from databuild.bel.queries import BelQueries
-from databuild.models import JobRun, JobRunState, Model, Partition, Want
+from databuild.models import Instance, JobRun, JobRunState, Model, Partition, PartitionStatus, Want, WantState
+
+FAN_OUT = 20  # downstream consumers, delegations and wanting wants shown before "+N more"
 
 
-class JobRunLink(Model):
-    relation: str  # executed | delegated | skipped
-    job_run: JobRun
+class RelatedEntities(Model):
+    wants: dict[str, Want] = {}
+    job_runs: dict[str, JobRun] = {}
+    partitions: dict[str, Partition] = Field(default={}, description="current state, by ref")
+    instances: dict[str, Instance] = Field(default={}, description="partition instances, by UUID")
+
+
+class IndexBuilder:
+    """Collects the ids a view mentions, then loads each kind in one batched lookup."""
+
+    def __init__(self) -> None:
+        self.want_ids: set[str] = set()
+        self.job_run_ids: set[str] = set()
+        self.refs: set[str] = set()
+        self.instance_ids: set[str] = set()
+        self.known: RelatedEntities = RelatedEntities()
+
+    def add_wants(self, wants: Iterable[Want]) -> None:
+        for want in wants:
+            self.known.wants[want.want_id] = want
+            self.refs.add(want.ref)
+            if want.job_run_id:
+                self.job_run_ids.add(want.job_run_id)
+            if want.instance_id:
+                self.instance_ids.add(want.instance_id)
+
+    def add_job_runs(self, runs: Iterable[JobRun]) -> None:
+        for run in runs:
+            self.known.job_runs[run.job_run_id] = run
+            self.refs.update(run.outputs)
+            for io in (*run.reads, *run.writes):
+                self.refs.add(io.ref)
+                if io.instance_id:
+                    self.instance_ids.add(io.instance_id)
+
+    def add_partitions(self, partitions: Iterable[Partition]) -> None:
+        for partition in partitions:
+            self.known.partitions[partition.ref] = partition
+            if partition.instance_id:
+                self.instance_ids.add(partition.instance_id)
+            for run_id in (partition.built_by, partition.building_job_run_id):
+                if run_id:
+                    self.job_run_ids.add(run_id)
+
+    def add_instances(self, instances: Iterable[Instance]) -> None:
+        for instance in instances:
+            self.known.instances[instance.instance_id] = instance
+            self.refs.add(instance.ref)
+
+    def build(self, bel: BelQueries) -> RelatedEntities:
+        known = self.known
+        wants = dict(known.wants)
+        wants.update({w.want_id: w for w in bel.wants_by_id(sorted(self.want_ids - wants.keys()))})
+        runs = dict(known.job_runs)
+        runs.update({r.job_run_id: r for r in bel.job_runs_by_id(sorted(self.job_run_ids - runs.keys()))})
+        refs = set(self.refs)
+        for run in runs.values():
+            refs.update(run.outputs)
+        partitions = dict(known.partitions)
+        partitions.update({p.ref: p for p in bel.partitions_by_ref(sorted(refs - partitions.keys()))})
+        instance_ids = set(self.instance_ids)
+        for run in runs.values():
+            instance_ids.update(io.instance_id for io in (*run.reads, *run.writes) if io.instance_id)
+        instance_ids.update(p.instance_id for p in partitions.values() if p.instance_id)
+        instances = dict(known.instances)
+        instances.update(
+            {i.instance_id: i for i in bel.instances_by_id(sorted(instance_ids - instances.keys()))}
+        )
+        return RelatedEntities(wants=wants, job_runs=runs, partitions=partitions, instances=instances)
+
+
+# Want fulfillment ------------------------------------------------------------------------------------
+
+
+class RunLink(Model):
+    job_run_id: str
+    relation: str = Field(description="executed (queued it), delegated (joined it) or skipped (all was live)")
+
+
+class RunGroup(Model):
+    """Job runs of one want for the same job and outputs: the retries of one build, collapsed."""
+
+    job_label: str
+    outputs: list[str]
+    runs: list[RunLink] = Field(description="oldest first; the last one is the outcome")
+
+    @property
+    def last(self) -> RunLink:
+        return self.runs[-1]
 
 
 class FulfillmentNode(Model):
-    want: Want
-    partition: Partition | None
-    job_runs: list[JobRunLink]
-    triggered_by: str | None  # the dep-miss job run of the parent that spawned this derivative want
+    want_id: str
+    instance_id: str | None = Field(description="the partition instance that fulfilled the want")
+    triggered_by: str | None = Field(description="the dep-miss job run that asked for this derivative want")
+    job_runs: list[RunGroup]
     derivatives: list["FulfillmentNode"]
 
 
-def fulfillment(bel: BelQueries, want_id: str, limit: int = 10_000) -> FulfillmentNode:
-    """The tree of work done for a want: its job runs, its partition, and derivative wants, recursively."""
-    root = bel.want(want_id)
-    family = bel.wants(root_want_id=root.root_want_id or root.want_id, limit=limit)
-    children: dict[str, list[Want]] = {}
-    for want in family:
-        if want.parent_want_id:
-            children.setdefault(want.parent_want_id, []).append(want)
+class WantView(Model):
+    data: FulfillmentNode
+    index: RelatedEntities
 
-    def node(want: Want, triggered_by: str | None, seen: frozenset[str]) -> FulfillmentNode:
-        runs = [JobRunLink(relation=rel, job_run=run) for rel, run in bel.want_job_runs(want.want_id)]
-        misses = {
-            ref: link.job_run.job_run_id
-            for link in runs
-            if link.job_run.state is JobRunState.dep_miss
-            for ref in link.job_run.missing
-        }
-        kids = sorted(children.get(want.want_id, []), key=lambda w: w.ref)
+
+def want_view(bel: BelQueries, want_id: str, max_wants: int = 5_000) -> WantView:
+    """What work fulfilled this want: its job runs, the instance it got, and the derivative wants its
+    dep-misses started (or joined), recursively. Batched one level at a time."""
+    root = bel.want(want_id)
+    wants: dict[str, Want] = {root.want_id: root}
+    asked: dict[str, list[tuple[str, str]]] = {}  # want -> [(derivative want, dep-miss run)]
+    level = [root.want_id]
+    while level and len(wants) < max_wants:
+        following: list[str] = []
+        for parent, run_id, _ref, child in bel.derivatives_of(level):
+            if child is None:
+                continue
+            pairs = asked.setdefault(parent, [])
+            if all(c != child for c, _ in pairs):
+                pairs.append((child, run_id))
+            if child not in wants:
+                following.append(child)
+        loaded = bel.wants_by_id(following)
+        wants.update({w.want_id: w for w in loaded})
+        level = [w.want_id for w in loaded]
+    links: dict[str, list[RunLink]] = {}
+    for owner, run_id, relation in bel.want_links(list(wants)):
+        links.setdefault(owner, []).append(RunLink(job_run_id=run_id, relation=relation))
+    index = IndexBuilder()
+    index.add_wants(wants.values())
+    index.add_job_runs(bel.job_runs_by_id(sorted({link.job_run_id for ls in links.values() for link in ls})))
+    related = index.build(bel)
+
+    def node(want: Want, triggered_by: str | None, path: frozenset[str]) -> FulfillmentNode:
+        runs = sorted(
+            links.get(want.want_id, []), key=lambda link: related.job_runs[link.job_run_id].created_at
+        )
+        children = sorted(
+            (wants[child], run_id)
+            for child, run_id in asked.get(want.want_id, [])
+            if child in wants and child not in path
+        )
         return FulfillmentNode(
-            want=want,
-            partition=bel.find_partition(want.ref),
-            job_runs=runs,
+            want_id=want.want_id,
+            instance_id=want.instance_id or _current_instance(related, want),
             triggered_by=triggered_by,
-            derivatives=[
-                node(kid, misses.get(kid.ref), seen | {want.want_id})
-                for kid in kids
-                if kid.want_id not in seen
-            ],
+            job_runs=_collapse(runs, related),
+            derivatives=[node(child, run_id, path | {child.want_id}) for child, run_id in children],
         )
 
-    return node(root, None, frozenset())
+    return WantView(data=node(root, None, frozenset({root.want_id})), index=related)
+
+
+def _current_instance(related: RelatedEntities, want: Want) -> str | None:
+    if want.state is not WantState.successful:
+        return None
+    partition = related.partitions.get(want.ref)
+    return partition.instance_id if partition else None
+
+
+def _collapse(links: list[RunLink], related: RelatedEntities) -> list[RunGroup]:
+    groups: dict[tuple[str, tuple[str, ...]], RunGroup] = {}
+    for link in links:
+        run = related.job_runs[link.job_run_id]
+        key = (run.job_label, tuple(run.outputs))
+        if key in groups:
+            groups[key].runs.append(link)
+        else:
+            groups[key] = RunGroup(job_label=run.job_label, outputs=run.outputs, runs=[link])
+    return list(groups.values())
+
+
+# Partition lineage ---------------------------------------------------------------------------------
 
 
 class LineageEdge(Model):
-    job_run: JobRun
-    partitions: list[Partition]
+    job_run_id: str
+    instance_ids: list[str] = Field(description="what that run built from the focus instance")
 
 
 class PartitionLineage(Model):
-    partition: Partition
-    built_by: JobRun | None
-    upstream: list[Partition]
-    downstream: list[LineageEdge]
-    downstream_more: int
-
-
-def lineage(bel: BelQueries, ref: str, fan_out: int = 20) -> PartitionLineage:
-    """Where the live instance of ``ref`` came from and who read it."""
-    partition = bel.partition(ref)
-    builder = bel.job_run(partition.built_by) if partition.built_by else None
-    upstream = [p for r in (builder.reads if builder else []) if (p := bel.find_partition(r.ref)) is not None]
-    edges, total = bel.consumers_of(partition.instance_id, fan_out) if partition.instance_id else ([], 0)
-    runs = {run.job_run_id: run for run in bel.job_runs_by_id(sorted({run_id for run_id, _ in edges}))}
-    outputs: dict[str, list[Partition]] = {}
-    for run_id, output in edges:
-        if (p := bel.find_partition(output.ref)) is not None:
-            outputs.setdefault(run_id, []).append(p)
-    downstream = [LineageEdge(job_run=runs[run_id], partitions=parts) for run_id, parts in outputs.items()]
-    return PartitionLineage(
-        partition=partition,
-        built_by=builder,
-        upstream=upstream,
-        downstream=downstream,
-        downstream_more=max(total - len(edges), 0),
+    ref: str
+    instance_id: str | None = Field(
+        description="the focus instance: the live one unless another was asked for"
     )
+    built_by: str | None = Field(description="the job run that wrote the focus instance; None if external")
+    upstream: list[str] = Field(description="instance UUIDs the builder read")
+    downstream: list[LineageEdge]
+    downstream_offset: int
+    downstream_total: int
+    history: list[str] = Field(description="instances of this ref, newest first")
+    history_total: int
+
+    @property
+    def downstream_more(self) -> int:
+        shown = sum(len(edge.instance_ids) for edge in self.downstream)
+        return max(self.downstream_total - self.downstream_offset - shown, 0)
+
+
+class PartitionView(Model):
+    data: PartitionLineage
+    index: RelatedEntities
+
+
+def partition_view(bel: BelQueries, ref: str, *, fan_out: int = FAN_OUT, offset: int = 0) -> PartitionView:
+    """Lineage of the ref's current instance (or, if it has none, its latest one)."""
+    partition = bel.partition(ref)
+    instance_id = partition.instance_id
+    if instance_id is None:
+        latest, _ = bel.instance_history(ref, limit=1)
+        instance_id = latest[0].instance_id if latest else None
+    return _lineage(bel, partition, instance_id, fan_out=fan_out, offset=offset)
+
+
+def instance_view(
+    bel: BelQueries, instance_id: str, *, fan_out: int = FAN_OUT, offset: int = 0
+) -> PartitionView:
+    """Lineage of one instance, current or not: refs are reused across rebuilds, UUIDs are not."""
+    instance = bel.instance(instance_id)
+    return _lineage(bel, bel.partition(instance.ref), instance_id, fan_out=fan_out, offset=offset)
+
+
+def _lineage(
+    bel: BelQueries, partition: Partition, instance_id: str | None, *, fan_out: int, offset: int
+) -> PartitionView:
+    index = IndexBuilder()
+    index.add_partitions([partition])
+    focus = bel.instances_by_id([instance_id]) if instance_id else []
+    index.add_instances(focus)
+    builder = bel.job_runs_by_id([focus[0].job_run_id]) if focus and focus[0].job_run_id else []
+    index.add_job_runs(builder)
+    edges, total = bel.consumers_of(instance_id, fan_out, offset) if instance_id else ([], 0)
+    by_run: dict[str, list[str]] = {}
+    for run_id, output in edges:
+        if output.instance_id:
+            by_run.setdefault(run_id, []).append(output.instance_id)
+            index.instance_ids.add(output.instance_id)
+        index.job_run_ids.add(run_id)
+    history, history_total = bel.instance_history(partition.ref)
+    index.add_instances(history)
+    lineage = PartitionLineage(
+        ref=partition.ref,
+        instance_id=instance_id,
+        built_by=builder[0].job_run_id if builder else None,
+        upstream=[r.instance_id for r in (builder[0].reads if builder else []) if r.instance_id],
+        downstream=[LineageEdge(job_run_id=run_id, instance_ids=ids) for run_id, ids in by_run.items()],
+        downstream_offset=offset,
+        downstream_total=total,
+        history=[i.instance_id for i in history],
+        history_total=history_total,
+    )
+    return PartitionView(data=lineage, index=index.build(bel))
+
+
+# Job run detail ------------------------------------------------------------------------------------
+
+HISTORY_EVENTS = (
+    "JobRunQueued",
+    "JobRunSkipped",
+    "JobRunStarted",
+    "JobRunSucceeded",
+    "JobRunDepMiss",
+    "JobRunFailed",
+)
+_STATE_OF = {
+    "JobRunQueued": JobRunState.queued,
+    "JobRunSkipped": JobRunState.skipped,
+    "JobRunStarted": JobRunState.running,
+    "JobRunSucceeded": JobRunState.succeeded,
+    "JobRunDepMiss": JobRunState.dep_miss,
+    "JobRunFailed": JobRunState.failed,
+}
+
+
+class StatusChange(Model):
+    idx: int
+    at: datetime
+    state: JobRunState
+    detail: str | None = None
+
+
+class WantLink(Model):
+    want_id: str
+    relation: str
+
+
+class DerivativeLink(Model):
+    want_id: str = Field(description="the want whose job dep-missed")
+    ref: str = Field(description="the missing input")
+    derivative_want_id: str | None
+
+
+class DelegationLink(Model):
+    want_id: str
+    ref: str
+    kind: str = Field(description="active (joined while running) or historical (already built)")
+    at: datetime
+
+
+class JobRunDetail(Model):
+    job_run_id: str
+    wanted_by: list[WantLink]
+    wanted_by_total: int
+    status_history: list[StatusChange]
+    derivatives: list[DerivativeLink] = Field(description="wants started for missing inputs (dep-miss)")
+    delegations: list[DelegationLink] = Field(description="partitions other wants delegated to this run")
+    delegations_total: int
+
+
+class JobRunView(Model):
+    data: JobRunDetail
+    index: RelatedEntities
+
+
+def job_run_view(bel: BelQueries, job_run_id: str, *, fan_out: int = FAN_OUT) -> JobRunView:
+    """What a job run did: who wanted it, what it read and wrote (UUIDs, in the index), its status
+    history, the derivative wants its dep-miss started, and the delegations pointing at it."""
+    run = bel.job_run(job_run_id)
+    index = IndexBuilder()
+    index.add_job_runs([run])
+    wanted, wanted_total = bel.wanted_by(job_run_id, fan_out)
+    delegations, delegations_total = bel.delegations_to(job_run_id, fan_out)
+    derivatives = bel.derivatives_started_by(job_run_id)
+    index.want_ids.update(w for w, _ in wanted)
+    index.want_ids.update(d["want_id"] for d in delegations)
+    index.want_ids.update(d for _, _, d in derivatives if d)
+    index.refs.update(ref for _, ref, _ in derivatives)
+    history = [
+        StatusChange(idx=e.idx, at=e.at, state=_STATE_OF[e.type], detail=_history_detail(e.type, e.data))
+        for e in bel.job_run_events(job_run_id, HISTORY_EVENTS)
+    ]
+    detail = JobRunDetail(
+        job_run_id=job_run_id,
+        wanted_by=[WantLink(want_id=w, relation=rel) for w, rel in wanted],
+        wanted_by_total=wanted_total,
+        status_history=history,
+        derivatives=[DerivativeLink(want_id=w, ref=ref, derivative_want_id=d) for w, ref, d in derivatives],
+        delegations=[
+            DelegationLink(want_id=d["want_id"], ref=d["ref"], kind=d["kind"], at=d["at"])
+            for d in delegations
+        ],
+        delegations_total=delegations_total,
+    )
+    return JobRunView(data=detail, index=index.build(bel))
+
+
+def _history_detail(kind: str, data: dict[str, object]) -> str | None:
+    if kind == "JobRunStarted":
+        return f"attempt {data.get('attempt')} on {data.get('worker')}"
+    if kind == "JobRunDepMiss":
+        missing = data.get("missing")
+        return "missing " + ", ".join(str(m) for m in missing) if isinstance(missing, list) else None
+    if kind == "JobRunFailed":
+        return str(data.get("reason")) + (" (lost)" if data.get("lost") else "")
+    if kind == "JobRunSkipped":
+        return str(data.get("message"))
+    return None
+
+
+# Lists ---------------------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+class Page(Model):
+    limit: int
+    offset: int
+    next_offset: int | None = Field(description="offset of the next page; None on the last page")
+
+
+class ListView(Model, Generic[T]):
+    data: list[T]
+    index: RelatedEntities
+    page: Page
+
+
+def _page(rows: list[T], limit: int, offset: int) -> tuple[list[T], Page]:
+    """Rows were fetched with ``limit + 1`` so the last page is known without a count."""
+    more = len(rows) > limit
+    return rows[:limit], Page(limit=limit, offset=offset, next_offset=offset + limit if more else None)
+
+
+def list_wants(
+    bel: BelQueries,
+    *,
+    state: WantState | None = None,
+    ref_prefix: str | None = None,
+    ref_glob: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> ListView[Want]:
+    rows = bel.wants(state=state, ref_prefix=ref_prefix, ref_glob=ref_glob, limit=limit + 1, offset=offset)
+    data, page = _page(rows, limit, offset)
+    index = IndexBuilder()
+    index.add_wants(data)
+    return ListView[Want](data=data, index=index.build(bel), page=page)
+
+
+def list_partitions(
+    bel: BelQueries,
+    *,
+    status: PartitionStatus | None = None,
+    ref_prefix: str | None = None,
+    ref_glob: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> ListView[Partition]:
+    rows = bel.partitions(
+        status=status, ref_prefix=ref_prefix, ref_glob=ref_glob, limit=limit + 1, offset=offset
+    )
+    data, page = _page(rows, limit, offset)
+    index = IndexBuilder()
+    index.add_partitions(data)
+    return ListView[Partition](data=data, index=index.build(bel), page=page)
+
+
+def list_job_runs(
+    bel: BelQueries,
+    *,
+    state: JobRunState | None = None,
+    job_label: str | None = None,
+    ref_prefix: str | None = None,
+    ref_glob: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> ListView[JobRun]:
+    rows = bel.job_runs(
+        state=state,
+        job_label=job_label,
+        ref_prefix=ref_prefix,
+        ref_glob=ref_glob,
+        limit=limit + 1,
+        offset=offset,
+    )
+    data, page = _page(rows, limit, offset)
+    index = IndexBuilder()
+    index.add_job_runs(data)
+    index.want_ids.update(r.want_id for r in data if r.want_id)
+    return ListView[JobRun](data=data, index=index.build(bel), page=page)

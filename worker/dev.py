@@ -15,7 +15,7 @@ from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.models import Want, WantState
 from databuild.temporal import connect
-from databuild.views import fulfillment
+from databuild.views import want_view
 from worker.run import open_parts, running_worker
 
 DEMO_REF = "daily_summary/2024-01-07"
@@ -121,5 +121,5 @@ async def run_demo(db: DataBuild, console: Console) -> Want:
     with Live(render.progress_summary(None, [], []), console=console, refresh_per_second=4) as live:
         result = await db.wait(spec, on_update=lambda current: live.update(render.progress(db.bel, current)))
         live.update(render.progress(db.bel, result))
-    console.print(render.fulfillment_tree(fulfillment(db.bel, spec.want_id)))
+    console.print(render.fulfillment_tree(want_view(db.bel, spec.want_id)))
     return result

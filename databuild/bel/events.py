@@ -146,6 +146,20 @@ class PartitionSkipped(Model):
     ref: str
 
 
+class PartitionTainted(Model):
+    """An operator invalidated the live instance: the next want rebuilds the ref, and every instance
+    built from it (``stale``, all transitive consumers at the time) is marked stale."""
+
+    type: Literal["PartitionTainted"] = "PartitionTainted"
+    ref: str
+    instance_id: str
+    reason: str | None = None
+    stale: list[InstanceRef] = []
+    cascaded_from: str | None = Field(
+        default=None, description="the tainted instance whose `taint --cascade` tainted this one too"
+    )
+
+
 class WantBlocked(Model):
     """A build for the want is refused while these partitions are fail-locked; it waits for `resolve`."""
 
@@ -183,7 +197,8 @@ Event = Annotated[
     | PartitionReleased
     | PartitionFailed
     | PartitionResolved
-    | PartitionSkipped,
+    | PartitionSkipped
+    | PartitionTainted,
     Field(discriminator="type"),
 ]
 

@@ -7,7 +7,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 
 from databuild.bel import events as ev
 from databuild.bel import schema as s
-from databuild.models import InstanceRef, JobRunState, PartitionStatus, WantState
+from databuild.models import InstanceRef, InstanceStatus, JobRunState, PartitionStatus, WantState
 
 
 def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
@@ -23,6 +23,8 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
                     source=spec.source.value,
                     parent_want_id=spec.parent_want_id,
                     root_want_id=spec.root_want_id or want_id,
+                    generation=spec.generation,
+                    instance_id=None,
                     state=WantState.new.value,
                     sla_missed=False,
                     sla_deadline=spec.sla_deadline,
@@ -54,14 +56,29 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
                 select(s.wants.c.workflow_id).where(s.wants.c.want_id == want_id)
             ).scalar_one()
             _subscribe(conn, want_id, refs, workflow_id)
-        case ev.WantUpstreamBuilding(want_id=want_id, missing=missing):
+        case ev.WantUpstreamBuilding(
+            want_id=want_id, job_run_id=job_run_id, missing=missing, derivative_want_ids=derivative_ids
+        ):
             _set_want(conn, want_id, at, state=WantState.upstream_building)
+            if missing:
+                conn.execute(
+                    insert(s.derivatives),
+                    [
+                        {
+                            "want_id": want_id,
+                            "job_run_id": job_run_id,
+                            "ref": ref,
+                            "derivative_want_id": derivative_ids[i] if i < len(derivative_ids) else None,
+                        }
+                        for i, ref in enumerate(missing)
+                    ],
+                )
             workflow_id = conn.execute(
                 select(s.wants.c.workflow_id).where(s.wants.c.want_id == want_id)
             ).scalar_one()
             _subscribe(conn, want_id, missing, workflow_id)
-        case ev.WantFinished(want_id=want_id, state=state, reason=reason):
-            _set_want(conn, want_id, at, state=state, reason=reason)
+        case ev.WantFinished(want_id=want_id, state=state, reason=reason, instance_id=instance_id):
+            _set_want(conn, want_id, at, state=state, reason=reason, instance_id=instance_id)
             conn.execute(delete(s.subscriptions).where(s.subscriptions.c.want_id == want_id))
         case ev.WantSlaMissed(want_id=want_id):
             conn.execute(update(s.wants).where(s.wants.c.want_id == want_id).values(sla_missed=True))
@@ -126,9 +143,28 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
         case ev.PartitionBuilding(ref=ref, job_run_id=job_run_id):
             _upsert_partition(conn, ref, at, building_job_run_id=job_run_id)
         case ev.PartitionLive(ref=ref, instance_id=instance_id, job_run_id=job_run_id, external=external):
+            previous = conn.execute(
+                select(s.partitions.c.instance_id).where(s.partitions.c.ref == ref)
+            ).scalar()
+            if previous is not None:
+                conn.execute(
+                    update(s.partition_instances)
+                    .where(
+                        s.partition_instances.c.instance_id == previous,
+                        s.partition_instances.c.status == InstanceStatus.live.value,
+                    )
+                    .values(status=InstanceStatus.superseded.value)
+                )
             conn.execute(
                 insert(s.partition_instances).values(
-                    instance_id=instance_id, ref=ref, job_run_id=job_run_id, external=external, created_at=at
+                    instance_id=instance_id,
+                    ref=ref,
+                    job_run_id=job_run_id,
+                    external=external,
+                    created_at=at,
+                    status=InstanceStatus.live.value,
+                    stale_cause=_inherited_staleness(conn, job_run_id),
+                    reason=None,
                 )
             )
             _upsert_partition(
@@ -140,7 +176,34 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
                 built_by=job_run_id,
                 building_job_run_id=None,
                 external=external,
+                reason=None,
             )
+        case ev.PartitionTainted(ref=ref, instance_id=instance_id, reason=reason, stale=stale):
+            conn.execute(
+                update(s.partition_instances)
+                .where(s.partition_instances.c.instance_id == instance_id)
+                .values(status=InstanceStatus.tainted.value, reason=reason)
+            )
+            conn.execute(
+                update(s.partitions)
+                .where(s.partitions.c.ref == ref)
+                .values(
+                    status=PartitionStatus.tainted.value,
+                    generation=s.partitions.c.generation + 1,
+                    reason=reason,
+                    updated_at=at,
+                )
+            )
+            ids = [i.instance_id for i in stale if i.instance_id]
+            for start in range(0, len(ids), 500):
+                conn.execute(
+                    update(s.partition_instances)
+                    .where(
+                        s.partition_instances.c.instance_id.in_(ids[start : start + 500]),
+                        s.partition_instances.c.stale_cause.is_(None),
+                    )
+                    .values(stale_cause=instance_id)
+                )
         case ev.PartitionResolved(ref=ref):
             _upsert_partition(conn, ref, at, status=PartitionStatus.missing.value)
         case ev.PartitionSkipped(ref=ref):
@@ -203,6 +266,29 @@ def _record_reads(conn: Connection, job_run_id: str, reads: list[InstanceRef]) -
     rows = [{"job_run_id": job_run_id, "ref": r.ref, "instance_id": r.instance_id} for r in reads]
     if rows:
         conn.execute(insert(s.read_deps), rows)
+
+
+def _inherited_staleness(conn: Connection, job_run_id: str | None) -> str | None:
+    """The taint behind an instance built from a tainted or stale input (a read that raced the taint)."""
+    if job_run_id is None:
+        return None
+    row = conn.execute(
+        select(
+            s.partition_instances.c.instance_id,
+            s.partition_instances.c.status,
+            s.partition_instances.c.stale_cause,
+        )
+        .join(s.read_deps, s.read_deps.c.instance_id == s.partition_instances.c.instance_id)
+        .where(
+            s.read_deps.c.job_run_id == job_run_id,
+            (s.partition_instances.c.status == InstanceStatus.tainted.value)
+            | s.partition_instances.c.stale_cause.is_not(None),
+        )
+        .limit(1)
+    ).first()
+    if row is None:
+        return None
+    return str(row.stale_cause or row.instance_id)
 
 
 def _upsert_partition(conn: Connection, ref: str, at: datetime, **values: object) -> None:

@@ -9,10 +9,13 @@ from sqlalchemy import Engine, Select, func, select
 
 from databuild.bel import schema as s
 from databuild.errors import NotFoundError
+from databuild.globs import like_prefix, ref_filter
 from databuild.models import (
     BuildStats,
     EventRecord,
+    Instance,
     InstanceRef,
+    InstanceStatus,
     JobRun,
     JobRunState,
     JobStats,
@@ -45,6 +48,21 @@ def want_from_row(row: Any) -> Want:
         workflow_id=row["workflow_id"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        generation=row["generation"],
+        instance_id=row["instance_id"],
+    )
+
+
+def instance_from_row(row: Any) -> Instance:
+    return Instance(
+        instance_id=row["instance_id"],
+        ref=row["ref"],
+        job_run_id=row["job_run_id"],
+        external=bool(row["external"]),
+        status=InstanceStatus(row["status"]),
+        stale_cause=row["stale_cause"],
+        reason=row["reason"],
+        created_at=row["created_at"],
     )
 
 
@@ -60,12 +78,26 @@ def partition_from_row(row: Any) -> Partition:
         building_job_run_id=building,
         external=bool(row["external"]),
         updated_at=row["updated_at"],
+        generation=row["generation"],
+        reason=row["reason"],
     )
 
 
-def _prefix(column: Any, prefix: str) -> Any:
-    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return column.like(escaped + "%", escape="\\")
+CHUNK = 500  # ids per IN (...) list
+
+
+def _chunks(ids: Sequence[str]) -> list[list[str]]:
+    unique = list(dict.fromkeys(i for i in ids if i))
+    return [unique[i : i + CHUNK] for i in range(0, len(unique), CHUNK)]
+
+
+def _ref_conditions(column: Any, ref_prefix: str | None, ref_glob: str | None) -> list[Any]:
+    conditions = []
+    if ref_prefix:
+        conditions.append(like_prefix(column, ref_prefix))
+    if ref_glob:
+        conditions.append(ref_filter(column, ref_glob))
+    return conditions
 
 
 class BelQueries:
@@ -75,6 +107,10 @@ class BelQueries:
     def _all(self, query: Select[Any]) -> list[Any]:
         with self.reader.connect() as conn:
             return list(conn.execute(query).mappings())
+
+    def _count(self, query: Select[Any]) -> int:
+        with self.reader.connect() as conn:
+            return int(conn.execute(query).scalar_one())
 
     # Wants -------------------------------------------------------------------------------------
     def want(self, want_id: str) -> Want:
@@ -92,16 +128,15 @@ class BelQueries:
         *,
         state: WantState | None = None,
         ref_prefix: str | None = None,
+        ref_glob: str | None = None,
         root_want_id: str | None = None,
         parent_want_id: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[Want]:
-        query = select(s.wants)
+        query = select(s.wants).where(*_ref_conditions(s.wants.c.ref, ref_prefix, ref_glob))
         if state is not None:
             query = query.where(s.wants.c.state == state.value)
-        if ref_prefix:
-            query = query.where(_prefix(s.wants.c.ref, ref_prefix))
         if root_want_id is not None:
             query = query.where(s.wants.c.root_want_id == root_want_id)
         if parent_want_id is not None:
@@ -126,6 +161,59 @@ class BelQueries:
             .limit(limit)
         )
         return [want_from_row(r) for r in self._all(query)]
+
+    def wants_by_id(self, ids: Sequence[str]) -> list[Want]:
+        rows = []
+        for chunk in _chunks(ids):
+            rows += self._all(select(s.wants).where(s.wants.c.want_id.in_(chunk)))
+        return [want_from_row(r) for r in rows]
+
+    def want_links(self, want_ids: Sequence[str]) -> list[tuple[str, str, str]]:
+        """(want_id, job_run_id, relation) for every job run these wants executed, joined or skipped."""
+        rows = []
+        for chunk in _chunks(want_ids):
+            rows += self._all(select(s.want_job_runs).where(s.want_job_runs.c.want_id.in_(chunk)))
+        return [(r["want_id"], r["job_run_id"], r["relation"]) for r in rows]
+
+    def wanted_by(self, job_run_id: str, limit: int = 100) -> tuple[list[tuple[str, str]], int]:
+        """(want_id, relation) of the wants that queued, joined or skipped this run, and how many."""
+        where = s.want_job_runs.c.job_run_id == job_run_id
+        rows = self._all(
+            select(s.want_job_runs).where(where).order_by(s.want_job_runs.c.want_id).limit(limit)
+        )
+        total = self._count(select(func.count()).select_from(s.want_job_runs).where(where))
+        return [(r["want_id"], r["relation"]) for r in rows], total
+
+    def delegations_to(self, job_run_id: str, limit: int = 20) -> tuple[list[dict[str, Any]], int]:
+        """Delegations pointing at this run (oldest first, the first ``limit``) and how many in all."""
+        where = s.delegations.c.delegated_to == job_run_id
+        rows = self._all(select(s.delegations).where(where).order_by(s.delegations.c.id).limit(limit))
+        total = self._count(select(func.count()).select_from(s.delegations).where(where))
+        return [dict(r) for r in rows], total
+
+    def derivatives_of(self, want_ids: Sequence[str]) -> list[tuple[str, str, str, str | None]]:
+        """(want_id, dep-miss job_run_id, missing ref, derivative_want_id) for these wants' dep-misses."""
+        rows = []
+        for chunk in _chunks(want_ids):
+            rows += self._all(
+                select(s.derivatives).where(s.derivatives.c.want_id.in_(chunk)).order_by(s.derivatives.c.id)
+            )
+        return [(r["want_id"], r["job_run_id"], r["ref"], r["derivative_want_id"]) for r in rows]
+
+    def derivatives_started_by(self, job_run_id: str) -> list[tuple[str, str, str | None]]:
+        """(want_id, missing ref, derivative_want_id) for the wants this dep-miss run sent upstream."""
+        rows = self._all(
+            select(s.derivatives).where(s.derivatives.c.job_run_id == job_run_id).order_by(s.derivatives.c.id)
+        )
+        return [(r["want_id"], r["ref"], r["derivative_want_id"]) for r in rows]
+
+    def job_run_events(self, job_run_id: str, types: Sequence[str]) -> list[EventRecord]:
+        rows = self._all(
+            select(s.events)
+            .where(s.events.c.job_run_id == job_run_id, s.events.c.type.in_(list(types)))
+            .order_by(s.events.c.idx)
+        )
+        return [_event_record(r) for r in rows]
 
     def want_job_runs(self, want_id: str) -> list[tuple[str, JobRun]]:
         rows = self._all(
@@ -153,10 +241,11 @@ class BelQueries:
         *,
         status: PartitionStatus | None = None,
         ref_prefix: str | None = None,
+        ref_glob: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[Partition]:
-        query = select(s.partitions)
+        query = select(s.partitions).where(*_ref_conditions(s.partitions.c.ref, ref_prefix, ref_glob))
         live = PartitionStatus.live.value
         if status is PartitionStatus.building:
             query = query.where(
@@ -168,8 +257,6 @@ class BelQueries:
             query = query.where(
                 s.partitions.c.status == status.value, s.partitions.c.building_job_run_id.is_(None)
             )
-        if ref_prefix:
-            query = query.where(_prefix(s.partitions.c.ref, ref_prefix))
         query = query.order_by(s.partitions.c.ref).limit(limit).offset(offset)
         return [partition_from_row(r) for r in self._all(query)]
 
@@ -181,17 +268,85 @@ class BelQueries:
         )
         return [InstanceRef(ref=r["ref"], instance_id=r["instance_id"]) for r in rows]
 
+    def instance(self, instance_id: str) -> Instance:
+        found = self.instances_by_id([instance_id])
+        if not found:
+            raise NotFoundError(
+                f"no partition instance {instance_id!r}; `databuild partitions show REF` lists a ref's instances"
+            )
+        return found[0]
+
+    def instances_by_id(self, ids: Sequence[str]) -> list[Instance]:
+        rows = []
+        for chunk in _chunks(ids):
+            rows += self._all(
+                select(s.partition_instances).where(s.partition_instances.c.instance_id.in_(chunk))
+            )
+        return [instance_from_row(r) for r in rows]
+
+    def instance_history(self, ref: str, limit: int = 20) -> tuple[list[Instance], int]:
+        """The ref's instances, newest first (the first ``limit``), and how many there are."""
+        where = s.partition_instances.c.ref == ref
+        rows = self._all(
+            select(s.partition_instances)
+            .where(where)
+            .order_by(s.partition_instances.c.created_at.desc(), s.partition_instances.c.instance_id)
+            .limit(limit)
+        )
+        total = self._count(select(func.count()).select_from(s.partition_instances).where(where))
+        return [instance_from_row(r) for r in rows], total
+
+    def partitions_by_ref(self, refs: Sequence[str]) -> list[Partition]:
+        rows = []
+        for chunk in _chunks(refs):
+            rows += self._all(select(s.partitions).where(s.partitions.c.ref.in_(chunk)))
+        return [partition_from_row(r) for r in rows]
+
+    def generations(self, refs: Sequence[str]) -> dict[str, int]:
+        """How many times each ref has been tainted (0 for refs never tainted or never seen)."""
+        found = {p.ref: p.generation for p in self.partitions_by_ref(refs)}
+        return {ref: found.get(ref, 0) for ref in refs}
+
+    def downstream_closure(self, instance_id: str, limit: int = 100_000) -> list[tuple[InstanceRef, int]]:
+        """Every instance built from this one, directly or through others, with its distance; breadth
+        first over the consumer index, one indexed lookup per level and chunk."""
+        seen = {instance_id}
+        found: list[tuple[InstanceRef, int]] = []
+        frontier = [instance_id]
+        depth = 0
+        while frontier and len(found) < limit:
+            depth += 1
+            following: list[str] = []
+            for chunk in _chunks(frontier):
+                rows = self._all(
+                    select(s.consumers.c.output_instance_id, s.consumers.c.output_ref)
+                    .where(s.consumers.c.input_instance_id.in_(chunk))
+                    .order_by(s.consumers.c.id)
+                )
+                for row in rows:
+                    out = row["output_instance_id"]
+                    if out not in seen:
+                        seen.add(out)
+                        following.append(out)
+                        found.append((InstanceRef(ref=row["output_ref"], instance_id=out), depth))
+            frontier = following
+        return found[:limit]
+
     def readers_of(self, instance_id: str) -> list[str]:
         """Job runs that read this instance."""
         rows = self._all(select(s.read_deps.c.job_run_id).where(s.read_deps.c.instance_id == instance_id))
         return [r["job_run_id"] for r in rows]
 
-    def consumers_of(self, instance_id: str, limit: int = 20) -> tuple[list[tuple[str, InstanceRef]], int]:
-        """(job run, output instance) pairs built from this instance, the first ``limit``, and how many
+    def consumers_of(
+        self, instance_id: str, limit: int = 20, offset: int = 0
+    ) -> tuple[list[tuple[str, InstanceRef]], int]:
+        """(job run, output instance) pairs built from this instance, a page of them, and how many
         there are in all."""
         where = s.consumers.c.input_instance_id == instance_id
-        rows = self._all(select(s.consumers).where(where).order_by(s.consumers.c.id).limit(limit))
-        total = self._all(select(func.count().label("n")).select_from(s.consumers).where(where))[0]["n"]
+        rows = self._all(
+            select(s.consumers).where(where).order_by(s.consumers.c.id).limit(limit).offset(offset)
+        )
+        total = self._count(select(func.count()).select_from(s.consumers).where(where))
         edges = [
             (r["job_run_id"], InstanceRef(ref=r["output_ref"], instance_id=r["output_instance_id"]))
             for r in rows
@@ -206,20 +361,28 @@ class BelQueries:
         return runs[0]
 
     def job_runs_by_id(self, ids: Sequence[str]) -> list[JobRun]:
-        if not ids:
-            return []
-        rows = self._all(select(s.job_runs).where(s.job_runs.c.job_run_id.in_(list(ids))))
-        return self._hydrate_runs(rows)
+        runs = []
+        for chunk in _chunks(ids):
+            runs += self._hydrate_runs(
+                self._all(select(s.job_runs).where(s.job_runs.c.job_run_id.in_(chunk)))
+            )
+        return runs
 
     def job_runs(
         self,
         *,
         state: JobRunState | None = None,
         job_label: str | None = None,
+        ref_prefix: str | None = None,
+        ref_glob: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[JobRun]:
         query = select(s.job_runs)
+        by_ref = _ref_conditions(s.job_run_outputs.c.ref, ref_prefix, ref_glob)
+        if by_ref:  # runs with an output matching
+            outputs = select(s.job_run_outputs.c.job_run_id).where(*by_ref)
+            query = query.where(s.job_runs.c.job_run_id.in_(outputs))
         if state is not None:
             query = query.where(s.job_runs.c.state == state.value)
         if job_label is not None:
@@ -344,7 +507,7 @@ class BelQueries:
         if pattern:
             literal = pattern.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0]
             if literal:
-                query = query.where(_prefix(s.events.c.ref, literal))
+                query = query.where(like_prefix(s.events.c.ref, literal))
             else:
                 query = query.where(s.events.c.ref.is_not(None))
         result: list[EventRecord] = []
@@ -358,17 +521,19 @@ class BelQueries:
                 cursor = row["idx"]
                 if pattern and not fnmatch.fnmatchcase(row["ref"] or "", pattern):
                     continue
-                result.append(
-                    EventRecord(
-                        idx=row["idx"],
-                        type=row["type"],
-                        at=row["at"],
-                        want_id=row["want_id"],
-                        job_run_id=row["job_run_id"],
-                        ref=row["ref"],
-                        data=row["data"],
-                    )
-                )
+                result.append(_event_record(row))
                 if len(result) == limit:
                     break
         return result
+
+
+def _event_record(row: Any) -> EventRecord:
+    return EventRecord(
+        idx=row["idx"],
+        type=row["type"],
+        at=row["at"],
+        want_id=row["want_id"],
+        job_run_id=row["job_run_id"],
+        ref=row["ref"],
+        data=row["data"],
+    )

@@ -64,6 +64,8 @@ events = Table(
     Column("job_run_id", ID, index=True),
     Column("ref", REF, index=True),
     Column("data", JSON, nullable=False),
+    # A job run's status history without scanning the delegations that also name it.
+    Index("ix_events_job_run_type", "job_run_id", "type"),
 )
 
 wants = Table(
@@ -84,8 +86,10 @@ wants = Table(
     Column("job_run_id", ID),
     Column("decision_seq", Integer, nullable=False, default=0),
     Column("workflow_id", String(1024), nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False, index=True),
     Column("updated_at", UTCDateTime, nullable=False),
+    Column("generation", Integer, nullable=False, default=0),
+    Column("instance_id", ID),  # the instance that fulfilled it
 )
 
 partitions = Table(
@@ -98,6 +102,8 @@ partitions = Table(
     Column("building_job_run_id", ID, index=True),
     Column("external", Boolean, nullable=False, default=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    Column("generation", Integer, nullable=False, default=0),  # times tainted
+    Column("reason", Text),  # why the current instance was tainted
 )
 
 partition_instances = Table(
@@ -108,6 +114,9 @@ partition_instances = Table(
     Column("job_run_id", ID, index=True),
     Column("external", Boolean, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+    Column("status", String(16), nullable=False, default="live"),
+    Column("stale_cause", ID),
+    Column("reason", Text),
 )
 
 job_runs = Table(
@@ -124,7 +133,7 @@ job_runs = Table(
     Column("reason", Text),
     Column("missing", JSON, nullable=False),
     Column("workflow_id", String(1024), nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False, index=True),
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
@@ -155,6 +164,17 @@ consumers = Table(
     Column("output_instance_id", ID, nullable=False, index=True),
     Column("output_ref", REF, nullable=False),
     Column("job_run_id", ID, nullable=False),
+)
+
+# Which derivative wants a want's dep-miss started (or joined, when another want started them first).
+derivatives = Table(
+    "derivatives",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("want_id", ID, nullable=False, index=True),
+    Column("job_run_id", ID, nullable=False, index=True),
+    Column("ref", REF, nullable=False),
+    Column("derivative_want_id", ID, index=True),
 )
 
 subscriptions = Table(
@@ -206,6 +226,7 @@ PROJECTIONS = [
     job_run_outputs,
     read_deps,
     consumers,
+    derivatives,
     subscriptions,
     delegations,
     want_job_runs,

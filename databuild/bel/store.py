@@ -16,11 +16,15 @@ from databuild.bel.transaction import WriteTx, make_engines, now
 from databuild.errors import InvalidTransitionError, NotFoundError, StaleAttemptError
 from databuild.graph import JobTarget, Resolution
 from databuild.models import (
+    ImpactedInstance,
     InstanceRef,
+    InstanceStatus,
     JobRun,
     JobRunState,
     Partition,
     PartitionStatus,
+    TaintImpact,
+    TaintResult,
     Want,
     WantSpec,
     WantState,
@@ -499,6 +503,86 @@ class BuildEventLog(BelQueries):
                 raise InvalidTransitionError(f"{ref} is already retired")
             tx.append(ev.PartitionSkipped(ref=ref))
             return partition_from_row(self._require_partition(tx.conn, ref))
+
+    def taint_impact(self, ref: str) -> TaintImpact:
+        """What `taint` would affect, without recording anything."""
+        partition = self._taintable(self.find_partition(ref), ref)
+        assert partition.instance_id is not None
+        closure = self.downstream_closure(partition.instance_id)
+        current = {
+            i.instance_id
+            for i in self.instances_by_id([ir.instance_id for ir, _ in closure if ir.instance_id])
+            if i.status is InstanceStatus.live
+        }
+        return TaintImpact(
+            ref=ref,
+            instance_id=partition.instance_id,
+            downstream=[
+                ImpactedInstance(
+                    ref=ir.ref, instance_id=ir.instance_id, depth=depth, current=ir.instance_id in current
+                )
+                for ir, depth in closure
+                if ir.instance_id
+            ],
+        )
+
+    def taint(
+        self, ref: str, *, reason: str | None = None, cascade: bool = False, instance_id: str | None = None
+    ) -> TaintResult:
+        """Invalidate the live instance of ``ref`` (operator action): the next want rebuilds it, and
+        everything built from it shows as stale. With ``cascade`` the current downstream instances
+        are tainted too, so wants rebuild them as well. ``instance_id``: refuse if the live instance
+        is no longer the one the caller looked at."""
+        preview = self.taint_impact(ref)
+        cascaded = sorted({d.ref for d in preview.current}) if cascade else []
+        with self._write(*map(ref_key, [ref, *cascaded])) as tx:
+            partition = self._taintable(self._partition_row(tx.conn, ref), ref)
+            if instance_id is not None and partition.instance_id != instance_id:
+                raise InvalidTransitionError(
+                    f"the live instance of {ref} is now {partition.instance_id}, not {instance_id}; "
+                    "look at the impact again"
+                )
+            impact = self.taint_impact(ref)
+            stale = [InstanceRef(ref=d.ref, instance_id=d.instance_id) for d in impact.downstream]
+            tx.append(
+                ev.PartitionTainted(ref=ref, instance_id=impact.instance_id, reason=reason, stale=stale)
+            )
+            tainted = [InstanceRef(ref=ref, instance_id=impact.instance_id)]
+            for d in impact.current if cascade else []:
+                row = self._partition_row(tx.conn, d.ref)
+                still_live = (
+                    row is not None
+                    and row["instance_id"] == d.instance_id
+                    and row["status"] == PartitionStatus.live.value
+                    and not row["building_job_run_id"]
+                )
+                if d.ref in cascaded and still_live:  # locked above, and not rebuilt meanwhile
+                    tx.append(
+                        ev.PartitionTainted(
+                            ref=d.ref,
+                            instance_id=d.instance_id,
+                            reason=f"built from tainted {ref}" + (f": {reason}" if reason else ""),
+                            cascaded_from=impact.instance_id,
+                        )
+                    )
+                    tainted.append(InstanceRef(ref=d.ref, instance_id=d.instance_id))
+            result = partition_from_row(self._require_partition(tx.conn, ref))
+        return TaintResult(partition=result, impact=impact, tainted=tainted)
+
+    @staticmethod
+    def _taintable(row: RowMapping | Partition | None, ref: str) -> Partition:
+        if row is None:
+            raise NotFoundError(f"no partition {ref!r} in the build event log")
+        partition = row if isinstance(row, Partition) else partition_from_row(row)
+        if partition.building_job_run_id:
+            raise InvalidTransitionError(
+                f"{ref} is being built by job run {partition.building_job_run_id}; taint it after that run ends"
+            )
+        if partition.status is not PartitionStatus.live:
+            raise InvalidTransitionError(
+                f"{ref} is {partition.status.value}; only a live partition can be tainted"
+            )
+        return partition
 
     def _require_partition(self, conn: Connection, ref: str) -> RowMapping:
         row = self._partition_row(conn, ref)
