@@ -118,14 +118,45 @@ def dev(
     exit_after_demo: Annotated[bool, typer.Option("--exit", help="Stop once the demo is done.")] = False,
     port: Annotated[int, typer.Option(help="Temporal frontend port.")] = 7233,
     ui_port: Annotated[int, typer.Option(help="Temporal UI port.")] = 8233,
+    web_port: Annotated[int, typer.Option(help="Dashboard and HTTP API port (0: no web server).")] = 8000,
 ) -> None:
-    """Embedded stack: Temporal dev server (+ UI) and a worker; data in ./.databuild."""
+    """Embedded stack: Temporal dev server (+ UI), a worker and the dashboard; data in ./.databuild."""
     from worker.dev import run_dev  # the CLI hands over to the worker package to host workflows
 
     settings = _settings(temporal_address=f"127.0.0.1:{port}")
     raise typer.Exit(
-        _run(run_dev(settings, demo=demo, exit_after_demo=exit_after_demo, ui_port=ui_port, console=console))
+        _run(
+            run_dev(
+                settings,
+                demo=demo,
+                exit_after_demo=exit_after_demo,
+                ui_port=ui_port,
+                web_port=web_port,
+                console=console,
+            )
+        )
     )
+
+
+@app.command()
+def web(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port of the dashboard and the HTTP API.")] = 8000,
+    temporal_ui: Annotated[
+        str | None,
+        typer.Option(envvar="DATABUILD_TEMPORAL_UI_URL", help="Temporal UI base URL for workflow links."),
+    ] = None,
+) -> None:
+    """Serve the dashboard (/) and the HTTP JSON API (/api, docs at /docs) over the configured BEL."""
+    from databuild.bel import BuildEventLog
+    from databuild.web import create_app, serve, web_context
+
+    settings = _settings()
+    context = web_context(settings, BuildEventLog.create(settings.database_url), temporal_ui)
+    console.print(
+        f"dashboard http://{host}:{port}/  API http://{host}:{port}/api  BEL {settings.database_url}"
+    )
+    _run(serve(create_app(context), host, port))
 
 
 @app.command()

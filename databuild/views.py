@@ -154,9 +154,12 @@ def want_view(bel: BelQueries, want_id: str, max_wants: int = 5_000) -> WantView
             links.get(want.want_id, []), key=lambda link: related.job_runs[link.job_run_id].created_at
         )
         children = sorted(
-            (wants[child], run_id)
-            for child, run_id in asked.get(want.want_id, [])
-            if child in wants and child not in path
+            (
+                (wants[child], run_id)
+                for child, run_id in asked.get(want.want_id, [])
+                if child in wants and child not in path
+            ),
+            key=lambda pair: (pair[0].ref, pair[0].want_id),
         )
         return FulfillmentNode(
             want_id=want.want_id,

@@ -1,7 +1,9 @@
 """Shared fixtures: a real Temporal dev server, one real SparkSession, a BEL per test."""
 
+import asyncio
 import os
 import shutil
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +19,7 @@ from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.graph import Graph, load_graph
+from databuild.models import Want, WantSpec
 from databuild.protocol import SEARCH_ATTRIBUTES
 from databuild.spark import SparkRuntime
 from worker.run import WorkerParts, running_worker
@@ -100,6 +103,35 @@ async def make_stack(
         stack.bel.dispose()
 
 
+@dataclass
+class DemoRun:
+    stack: Stack
+    spec: WantSpec
+    want: Want
+
+
+DEMO_REF = "daily_summary/2024-01-07"
+
+
+@pytest.fixture(scope="session")
+async def demo_run(
+    temporal_env: WorkflowEnvironment, spark_runtime: SparkRuntime, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[DemoRun]:
+    """The demo want, fulfilled once per session on its own worker; the worker keeps running so tests
+    can build more (tests that change the demo's state say so and run last in their module)."""
+    client = temporal_env.client
+    settings = make_settings(tmp_path_factory.mktemp("demo"), client)
+    bel = BuildEventLog.create(settings.database_url)
+    graph = load_graph(settings.graph)
+    parts = WorkerParts(settings, client, bel, graph, spark_runtime)
+    db = DataBuild(client, bel, graph, settings)
+    async with running_worker(parts):
+        spec = await db.want(DEMO_REF)
+        want = await db.wait(spec)
+        yield DemoRun(Stack(settings, client, bel, graph, db, parts), spec, want)
+    bel.dispose()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -118,3 +150,11 @@ def stack_env(stack: Stack, **extra: str) -> dict[str, str]:
         "DATABUILD_GRAPH": s.graph,
         **extra,
     }
+
+
+async def cli(stack: Stack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in a thread, so the in-process worker keeps serving while it runs."""
+    command = [sys.executable, "-m", "databuild.cli", *args]
+    return await asyncio.to_thread(
+        subprocess.run, command, env=stack_env(stack, COLUMNS="200", **env), capture_output=True, text=True, timeout=120
+    )

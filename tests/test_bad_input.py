@@ -1,14 +1,11 @@
 """Bad input gets a clear error naming the problem, and nothing is recorded (SDK and CLI)."""
 
-import asyncio
-import subprocess
-import sys
 from datetime import timedelta
 
 import pytest
 
 from databuild.errors import InvalidInputError
-from tests.conftest import Stack, stack_env
+from tests.conftest import cli
 
 CASES = [
     (["want", "daily_users//2024-01-01"], "empty segment"),
@@ -28,15 +25,6 @@ CASES = [
     (["job-runs", "show", "jr-unknown"], "no job run 'jr-unknown'"),
     (["partitions", "show", "never/built"], "no partition 'never/built'"),
 ]
-
-
-async def cli(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run the CLI in a thread, so the in-process worker keeps serving while it runs."""
-    env = stack_env(stack, COLUMNS="200")
-    command = [sys.executable, "-m", "databuild.cli", *args]
-    return await asyncio.to_thread(
-        subprocess.run, command, env=env, capture_output=True, text=True, timeout=120
-    )
 
 
 async def test_cli_rejects_bad_input_and_records_nothing(make_stack) -> None:

@@ -6,16 +6,15 @@ from collections import Counter
 import pytest
 
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantState
+from tests.conftest import DemoRun
 
 pytestmark = pytest.mark.slow
 
 DAYS = [f"2024-01-0{d}" for d in range(1, 8)]
 
 
-async def test_demo_want_fulfilled_through_derivative_wants(make_stack) -> None:
-    stack = await make_stack()
-    spec = await stack.db.want("daily_summary/2024-01-07")
-    want = await stack.db.wait(spec)
+async def test_demo_want_fulfilled_through_derivative_wants(demo_run: DemoRun) -> None:
+    stack, spec, want = demo_run.stack, demo_run.spec, demo_run.want
 
     assert want.state is WantState.successful, want.reason
     bel = stack.bel

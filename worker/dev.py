@@ -2,9 +2,11 @@
 a worker in this process, the BEL in SQLite and partitions on disk, all under ./.databuild."""
 
 import asyncio
+import contextlib
 import shutil
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -16,7 +18,8 @@ from databuild.config import Settings
 from databuild.models import Want, WantState
 from databuild.temporal import connect
 from databuild.views import want_view
-from worker.run import open_parts, running_worker
+from databuild.web import WebContext, create_app, serve
+from worker.run import WorkerParts, open_parts, running_worker
 
 DEMO_REF = "daily_summary/2024-01-07"
 
@@ -78,17 +81,21 @@ async def wait_for_server(settings: Settings, process: subprocess.Popen[bytes], 
 
 
 async def run_dev(
-    settings: Settings, *, demo: bool, exit_after_demo: bool, ui_port: int, console: Console
+    settings: Settings, *, demo: bool, exit_after_demo: bool, ui_port: int, web_port: int, console: Console
 ) -> int:
     server = start_dev_server(settings, ui_port)
     try:
         with console.status("starting Temporal dev server..."):
             await wait_for_server(settings, server)
         parts = await open_parts(settings)
-        async with running_worker(parts):
+        async with running_worker(parts), running_web(parts, ui_port, web_port):
             host = settings.temporal_address.rpartition(":")[0]
             console.print(f"Temporal      {settings.temporal_address} (namespace {settings.namespace})")
             console.print(f"Temporal UI   http://{host}:{ui_port}/namespaces/{settings.namespace}/workflows")
+            if web_port:
+                console.print(
+                    f"dashboard     http://{host}:{web_port}/   (HTTP API under /api, docs at /docs)"
+                )
             console.print(f"BEL           {settings.database_url}")
             console.print(f"storage       {settings.storage_root}")
             console.print(f"graph         {settings.graph}   task queue {settings.task_queue}")
@@ -113,6 +120,42 @@ async def run_dev(
             server.wait(timeout=15)
         except subprocess.TimeoutExpired:
             server.kill()
+
+
+@contextlib.asynccontextmanager
+async def running_web(parts: WorkerParts, ui_port: int, web_port: int) -> AsyncIterator[None]:
+    """The dashboard and HTTP API in this process, sharing the worker's Temporal client and BEL."""
+    if not web_port:
+        yield
+        return
+    settings = parts.settings
+    host = settings.temporal_address.rpartition(":")[0] or "127.0.0.1"
+    context = WebContext(
+        bel=parts.bel,
+        settings=settings,
+        temporal_ui=f"http://{host}:{ui_port}",
+        connect=_ready(DataBuild(parts.client, parts.bel, parts.graph, settings)),
+    )
+    started = asyncio.Event()
+    task = asyncio.ensure_future(serve(create_app(context), host, web_port, started))
+    done, _ = await asyncio.wait(
+        {task, asyncio.ensure_future(started.wait())}, return_when=asyncio.FIRST_COMPLETED
+    )
+    if task in done:
+        task.result()  # raises why the web server could not start
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _ready(db: DataBuild) -> Callable[[], Awaitable[DataBuild]]:
+    async def connect() -> DataBuild:
+        return db
+
+    return connect
 
 
 async def run_demo(db: DataBuild, console: Console) -> Want:

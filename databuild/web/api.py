@@ -1,0 +1,179 @@
+"""The HTTP JSON API. Detail and list responses are ``{data, index}`` (databuild.views)."""
+
+import asyncio
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from pydantic import Field
+
+from databuild.durations import parse_duration
+from databuild.models import (
+    BuildStats,
+    JobRun,
+    JobRunState,
+    Model,
+    Partition,
+    PartitionStatus,
+    TaintResult,
+    Want,
+    WantSource,
+    WantState,
+)
+from databuild.views import (
+    FAN_OUT,
+    JobRunView,
+    ListView,
+    PartitionView,
+    WantView,
+    instance_view,
+    job_run_view,
+    list_job_runs,
+    list_partitions,
+    list_wants,
+    partition_view,
+    want_view,
+)
+from databuild.web.app import WebContext
+
+router = APIRouter(prefix="/api", tags=["api"])
+
+Limit = Annotated[int, Query(ge=1, le=1000, description="rows per page")]
+Offset = Annotated[int, Query(ge=0)]
+Prefix = Annotated[str | None, Query(description="only refs starting with this")]
+Pattern = Annotated[
+    str | None, Query(description="only refs matching this glob: `*` in a segment, `**` across")
+]
+FanOut = Annotated[int, Query(ge=1, le=10_000, description="downstream consumers to include")]
+
+
+def context(request: Request) -> WebContext:
+    found: WebContext = request.app.state.context
+    return found
+
+
+class WantRequest(Model):
+    ref: str
+    data_timestamp: datetime | None = Field(
+        default=None, description="default: the date in the ref, else today"
+    )
+    sla: str | None = Field(default=None, description="e.g. 9h, counted from data_timestamp")
+    ttl: str | None = Field(default=None, description="e.g. 30d, counted from data_timestamp")
+
+
+class TaintRequest(Model):
+    reason: str | None = Field(default=None, max_length=2000)
+    cascade: bool = Field(default=False, description="taint the current downstream too")
+    dry_run: bool = Field(default=False, description="record nothing; report the impact")
+
+
+async def register_want(ctx: WebContext, request: WantRequest, source: WantSource) -> Want:
+    """Check the request, register the want (idempotently) and return it as recorded."""
+    sla = parse_duration(request.sla) if request.sla else None
+    ttl = parse_duration(request.ttl) if request.ttl else None
+    db = await ctx.client()
+    spec = await db.want(request.ref, data_timestamp=request.data_timestamp, sla=sla, ttl=ttl, source=source)
+    return await asyncio.to_thread(ctx.bel.want, spec.want_id)
+
+
+@router.get("/wants", response_model=ListView[Want])
+def get_wants(
+    request: Request,
+    state: WantState | None = None,
+    prefix: Prefix = None,
+    pattern: Pattern = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> ListView[Want]:
+    return list_wants(
+        context(request).bel, state=state, ref_prefix=prefix, ref_glob=pattern, limit=limit, offset=offset
+    )
+
+
+@router.post("/wants", response_model=WantView, status_code=201)
+async def post_want(request: Request, body: WantRequest) -> WantView:
+    """Register a want (source `api`). Asking again for the same want returns the same want."""
+    ctx = context(request)
+    want = await register_want(ctx, body, WantSource.api)
+    return await asyncio.to_thread(want_view, ctx.bel, want.want_id)
+
+
+@router.get("/wants/{want_id}", response_model=WantView)
+def get_want(request: Request, want_id: str) -> WantView:
+    """Want fulfillment: job runs (retries grouped), instances, derivative wants and their triggers."""
+    return want_view(context(request).bel, want_id)
+
+
+@router.get("/partitions", response_model=ListView[Partition])
+def get_partitions(
+    request: Request,
+    status: PartitionStatus | None = None,
+    prefix: Prefix = None,
+    pattern: Pattern = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> ListView[Partition]:
+    return list_partitions(
+        context(request).bel, status=status, ref_prefix=prefix, ref_glob=pattern, limit=limit, offset=offset
+    )
+
+
+@router.get("/instances/{instance_id}", response_model=PartitionView)
+def get_instance(
+    request: Request, instance_id: str, fan_out: FanOut = FAN_OUT, offset: Offset = 0
+) -> PartitionView:
+    """Lineage of one partition instance by UUID, whether it is live, superseded or tainted."""
+    return instance_view(context(request).bel, instance_id, fan_out=fan_out, offset=offset)
+
+
+@router.post("/partitions/{ref:path}/taint", response_model=TaintResult)
+def post_taint(request: Request, ref: str, body: TaintRequest) -> TaintResult:
+    """Taint the live instance (``dry_run``: only report the impact, every instance built from it)."""
+    bel = context(request).bel
+    if body.dry_run:
+        impact = bel.taint_impact(ref)
+        return TaintResult(partition=bel.partition(ref), impact=impact, tainted=[])
+    return bel.taint(ref, reason=body.reason, cascade=body.cascade)
+
+
+@router.get("/partitions/{ref:path}", response_model=PartitionView)
+def get_partition(request: Request, ref: str, fan_out: FanOut = FAN_OUT, offset: Offset = 0) -> PartitionView:
+    """Lineage of the ref's live (or latest) instance: builder and inputs upstream, consumers downstream."""
+    return partition_view(context(request).bel, ref, fan_out=fan_out, offset=offset)
+
+
+@router.get("/job-runs", response_model=ListView[JobRun])
+def get_job_runs(
+    request: Request,
+    state: JobRunState | None = None,
+    job: Annotated[str | None, Query(description="only this job label")] = None,
+    prefix: Prefix = None,
+    pattern: Pattern = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> ListView[JobRun]:
+    return list_job_runs(
+        context(request).bel,
+        state=state,
+        job_label=job,
+        ref_prefix=prefix,
+        ref_glob=pattern,
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.get("/job-runs/{job_run_id}", response_model=JobRunView)
+def get_job_run(request: Request, job_run_id: str) -> JobRunView:
+    return job_run_view(context(request).bel, job_run_id)
+
+
+@router.get("/stats", response_model=BuildStats)
+def get_stats(request: Request) -> BuildStats:
+    return context(request).bel.stats()
+
+
+@router.get("/sla", response_model=list[Want])
+def get_sla(request: Request) -> list[Want]:
+    """Wants that missed their SLA: flagged, or overdue and not yet built."""
+    return context(request).bel.sla_misses()

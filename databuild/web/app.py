@@ -1,0 +1,140 @@
+"""Builds the FastAPI app (API under /api, pages at /) and serves it with uvicorn."""
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from databuild.bel import BuildEventLog
+from databuild.client import DataBuild
+from databuild.config import Settings
+from databuild.errors import DataBuildError, InvalidInputError, InvalidTransitionError, NotFoundError
+from databuild.web.paths import STATIC
+
+Connect = Callable[[], Awaitable[DataBuild]]
+
+
+@dataclass
+class WebContext:
+    """What the handlers need: the BEL to read, and a DataBuild client (connected on first use,
+    so the read-only pages work while Temporal is down) to register wants."""
+
+    bel: BuildEventLog
+    settings: Settings
+    temporal_ui: str
+    connect: Connect
+    _client: DataBuild | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def client(self) -> DataBuild:
+        async with self._lock:
+            if self._client is None:
+                try:
+                    self._client = await self.connect()
+                except RuntimeError as error:
+                    raise TemporalUnavailableError(
+                        f"cannot reach Temporal at {self.settings.temporal_address} ({error}); "
+                        "start it (`databuild dev`) or set DATABUILD_TEMPORAL_ADDRESS"
+                    ) from None
+            return self._client
+
+    def workflow_url(self, workflow_id: str) -> str:
+        return f"{self.temporal_ui}/namespaces/{quote(self.settings.namespace, safe='')}/workflows/" + quote(
+            workflow_id, safe=""
+        )
+
+
+class TemporalUnavailableError(DataBuildError):
+    pass
+
+
+def status_of(error: Exception) -> int:
+    if isinstance(error, NotFoundError):
+        return 404
+    if isinstance(error, InvalidTransitionError):
+        return 409
+    if isinstance(error, InvalidInputError):
+        return 400
+    if isinstance(error, TemporalUnavailableError):
+        return 503
+    return 500
+
+
+def create_app(context: WebContext) -> FastAPI:
+    from databuild.web import api, pages  # routes import this module's helpers
+
+    app = FastAPI(
+        title="DataBuild",
+        description="Wants, partitions, job runs and their lineage. Detail and list responses are "
+        "`{data, index}`: `index` holds every related want, job run, partition and instance once.",
+        version="1",
+    )
+    app.state.context = context
+    app.include_router(api.router)
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    @app.exception_handler(DataBuildError)
+    async def _error(request: Request, error: DataBuildError) -> JSONResponse:
+        status = status_of(error)
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"error": str(error), "type": type(error).__name__}, status_code=status)
+        return pages.error_page(request, error, status)  # type: ignore[return-value]
+
+    return app
+
+
+def web_context(settings: Settings, bel: BuildEventLog, temporal_ui: str | None = None) -> WebContext:
+    """A context whose client shares ``bel`` and connects to Temporal on first use."""
+
+    async def connect_client() -> DataBuild:
+        from databuild.graph import load_graph
+        from databuild.temporal import connect
+
+        return DataBuild(await connect(settings), bel, load_graph(settings.graph), settings)
+
+    return WebContext(
+        bel=bel,
+        settings=settings,
+        temporal_ui=temporal_ui or default_temporal_ui(settings),
+        connect=connect_client,
+    )
+
+
+def default_temporal_ui(settings: Settings, ui_port: int = 8233) -> str:
+    host = settings.temporal_address.rpartition(":")[0] or "127.0.0.1"
+    return f"http://{host}:{ui_port}"
+
+
+class _EmbeddedServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # the process that embeds the server owns Ctrl-C and SIGTERM
+
+
+async def serve(app: FastAPI, host: str, port: int, started: asyncio.Event | None = None) -> None:
+    """Serve until cancelled. ``started`` is set once the socket listens."""
+    server = _EmbeddedServer(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    task = asyncio.ensure_future(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                break
+            await asyncio.sleep(0.05)
+        if task.done() and not server.started:
+            with contextlib.suppress(SystemExit):  # uvicorn exits when it cannot bind
+                task.result()
+            raise RuntimeError(f"the web server could not listen on {host}:{port}; is the port in use?")
+        if started is not None:
+            started.set()
+        await task
+    finally:
+        server.should_exit = True
+        if not task.done():
+            await asyncio.wait({task}, timeout=5)

@@ -1,0 +1,184 @@
+"""Server-rendered dashboard pages (Jinja2, autoescaped): lists, the three detail views, and a
+"want this partition" form. Links go between the views and into the Temporal UI."""
+
+from typing import Annotated, Any
+from urllib.parse import quote, urlsplit
+
+import jinja2
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from databuild import __version__
+from databuild.errors import DataBuildError, InvalidInputError
+from databuild.models import JobRunState, PartitionStatus, WantSource, WantState
+from databuild.views import (
+    FAN_OUT,
+    instance_view,
+    job_run_view,
+    list_job_runs,
+    list_partitions,
+    list_wants,
+    partition_view,
+    want_view,
+)
+from databuild.web.api import WantRequest, context, register_want
+from databuild.web.paths import TEMPLATES
+
+router = APIRouter(include_in_schema=False)
+
+# Every template is autoescaped: refs, labels, reasons and errors are user-supplied.
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined
+)
+_env.filters["short"] = lambda uuid: (uuid or "-")[:8]
+_env.filters["path"] = lambda value: quote(value or "", safe="/")
+_env.filters["q"] = lambda value: quote(value or "", safe="")
+templates = Jinja2Templates(env=_env)
+
+
+def _filter(kind: Any, value: str | None) -> Any:
+    """An optional enum query parameter: empty means no filter (as the filter forms send it)."""
+    if not value:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise InvalidInputError(
+            f"unknown state {value!r}; choose one of {', '.join(m.value for m in kind)}"
+        ) from None
+
+
+def _page(request: Request, name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
+    ctx = context(request)
+    return templates.TemplateResponse(
+        request,
+        name,
+        {"ui": ctx.workflow_url, "version": __version__, "query": dict(request.query_params), **values},
+        status_code=status_code,
+    )
+
+
+def error_page(request: Request, error: DataBuildError, status: int) -> HTMLResponse:
+    return _page(request, "error.html", status, error=str(error), kind=type(error).__name__, status=status)
+
+
+Text = Annotated[str | None, Query()]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+Offset = Annotated[int, Query(ge=0)]
+
+
+@router.get("/")
+def home() -> RedirectResponse:
+    return RedirectResponse("/wants", status_code=307)
+
+
+@router.get("/wants", response_class=HTMLResponse)
+def wants_page(
+    request: Request,
+    state: Text = None,
+    pattern: Text = None,
+    prefix: Text = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> HTMLResponse:
+    view = list_wants(
+        context(request).bel,
+        state=_filter(WantState, state),
+        ref_prefix=prefix or None,
+        ref_glob=pattern or None,
+        limit=limit,
+        offset=offset,
+    )
+    return _page(request, "wants.html", view=view, states=list(WantState))
+
+
+@router.post("/wants", response_model=None)
+async def want_form(
+    request: Request,
+    ref: Annotated[str, Form()],
+    sla: Annotated[str, Form()] = "",
+    ttl: Annotated[str, Form()] = "",
+) -> Response:
+    """The "want this partition" form: registers a want (source `dashboard`) and shows it."""
+    origin = request.headers.get("origin")
+    if origin and urlsplit(origin).netloc != request.headers.get("host"):
+        raise InvalidInputError(f"a form posted from another site ({origin}) is refused")
+    try:
+        want = await register_want(
+            context(request),
+            WantRequest(ref=ref.strip(), sla=sla or None, ttl=ttl or None),
+            WantSource.dashboard,
+        )
+    except InvalidInputError as error:
+        view = list_wants(context(request).bel, limit=50)
+        return _page(
+            request, "wants.html", 400, view=view, states=list(WantState), form_error=str(error), ref=ref
+        )
+    return RedirectResponse(f"/wants/{quote(want.want_id, safe='')}", status_code=303)
+
+
+@router.get("/wants/{want_id}", response_class=HTMLResponse)
+def want_page(request: Request, want_id: str) -> HTMLResponse:
+    return _page(request, "want.html", view=want_view(context(request).bel, want_id))
+
+
+@router.get("/partitions", response_class=HTMLResponse)
+def partitions_page(
+    request: Request,
+    status: Text = None,
+    pattern: Text = None,
+    prefix: Text = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> HTMLResponse:
+    view = list_partitions(
+        context(request).bel,
+        status=_filter(PartitionStatus, status),
+        ref_prefix=prefix or None,
+        ref_glob=pattern or None,
+        limit=limit,
+        offset=offset,
+    )
+    return _page(request, "partitions.html", view=view, states=list(PartitionStatus))
+
+
+@router.get("/partitions/{ref:path}", response_class=HTMLResponse)
+def partition_page(request: Request, ref: str, fan_out: Limit = FAN_OUT, offset: Offset = 0) -> HTMLResponse:
+    view = partition_view(context(request).bel, ref, fan_out=fan_out, offset=offset)
+    return _page(request, "partition.html", view=view, fan_out=fan_out)
+
+
+@router.get("/instances/{instance_id}", response_class=HTMLResponse)
+def instance_page(
+    request: Request, instance_id: str, fan_out: Limit = FAN_OUT, offset: Offset = 0
+) -> HTMLResponse:
+    view = instance_view(context(request).bel, instance_id, fan_out=fan_out, offset=offset)
+    return _page(request, "partition.html", view=view, fan_out=fan_out)
+
+
+@router.get("/job-runs", response_class=HTMLResponse)
+def job_runs_page(
+    request: Request,
+    state: Text = None,
+    job: Text = None,
+    pattern: Text = None,
+    prefix: Text = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> HTMLResponse:
+    view = list_job_runs(
+        context(request).bel,
+        state=_filter(JobRunState, state),
+        job_label=job or None,
+        ref_prefix=prefix or None,
+        ref_glob=pattern or None,
+        limit=limit,
+        offset=offset,
+    )
+    return _page(request, "job_runs.html", view=view, states=list(JobRunState))
+
+
+@router.get("/job-runs/{job_run_id}", response_class=HTMLResponse)
+def job_run_page(request: Request, job_run_id: str) -> HTMLResponse:
+    return _page(request, "job_run.html", view=job_run_view(context(request).bel, job_run_id))

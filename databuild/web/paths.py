@@ -1,0 +1,5 @@
+from pathlib import Path
+
+HERE = Path(__file__).parent
+TEMPLATES = HERE / "templates"
+STATIC = HERE / "static"

@@ -1,0 +1,240 @@
+"""The three views after the demo, through the CLI, the HTTP API and the BEL; then a taint and a rebuild.
+
+The demo runs once per session (``demo_run``); the taint test changes its state and runs last here.
+"""
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from databuild.models import InstanceStatus, JobRunState, PartitionStatus, WantState
+from databuild.views import (
+    FulfillmentNode,
+    JobRunView,
+    ListView,
+    PartitionView,
+    RelatedEntities,
+    WantView,
+    instance_view,
+    partition_view,
+    want_view,
+)
+from databuild.web import create_app, web_context
+from tests.conftest import DemoRun, cli
+
+pytestmark = pytest.mark.slow
+
+DAYS = [f"2024-01-0{d}" for d in range(1, 8)]
+
+
+def nodes(node: FulfillmentNode) -> Iterator[FulfillmentNode]:
+    yield node
+    for child in node.derivatives:
+        yield from nodes(child)
+
+
+def referenced(view: WantView) -> tuple[set[str], set[str], set[str]]:
+    """Want ids, job run ids and instance ids the tree's data mentions."""
+    wants, runs, instances = set(), set(), set()
+    for n in nodes(view.data):
+        wants.add(n.want_id)
+        if n.instance_id:
+            instances.add(n.instance_id)
+        runs.update(link.job_run_id for group in n.job_runs for link in group.runs)
+    return wants, runs, instances
+
+
+@pytest.fixture
+def api(demo_run: DemoRun) -> Iterator[TestClient]:
+    stack = demo_run.stack
+    with TestClient(create_app(web_context(stack.settings, stack.bel))) as client:
+        yield client
+
+
+def test_fulfillment_tree_of_the_demo_want_is_exactly_what_was_built(demo_run: DemoRun) -> None:
+    bel, want = demo_run.stack.bel, demo_run.want
+    view = want_view(bel, want.want_id)
+    root = view.data
+    live = {p.ref: p.instance_id for p in bel.partitions(limit=1000)}
+
+    # Root: the rollup dep-missed, then succeeded: one collapsed group of two runs.
+    assert root.instance_id == live["daily_summary/2024-01-07"] and root.triggered_by is None
+    [rollup] = root.job_runs
+    assert rollup.job_label == "weekly_rollup" and len(rollup.runs) == 2
+    miss, built = (view.index.job_runs[link.job_run_id] for link in rollup.runs)
+    assert (miss.state, built.state) == (JobRunState.dep_miss, JobRunState.succeeded)
+    assert {w.instance_id for w in built.writes} == {
+        live["daily_summary/2024-01-07"],
+        live["top_spenders/2024-01-07"],
+    }
+
+    # Seven daily_users wants triggered by the rollup's dep-miss, each with one raw_events want below.
+    assert sorted(view.index.wants[c.want_id].ref for c in root.derivatives) == [f"daily_users/{d}" for d in DAYS]
+    for child in root.derivatives:
+        ref = view.index.wants[child.want_id].ref
+        assert child.triggered_by == miss.job_run_id
+        assert child.instance_id == live[ref]
+        [group] = child.job_runs
+        states = [view.index.job_runs[link.job_run_id].state for link in group.runs]
+        assert states == [JobRunState.dep_miss, JobRunState.succeeded]
+        [raw] = child.derivatives
+        raw_ref = view.index.wants[raw.want_id].ref
+        assert raw_ref == ref.replace("daily_users", "raw_events")
+        assert raw.triggered_by == group.runs[0].job_run_id and raw.instance_id == live[raw_ref]
+        assert [view.index.job_runs[link.job_run_id].state for g in raw.job_runs for link in g.runs] == [
+            JobRunState.succeeded
+        ]
+        assert raw.derivatives == []
+
+    # Exactly the 15 wants, 23 job runs and 16 instances of the demo; the index holds each once.
+    wants, runs, instances = referenced(view)
+    assert len(wants) == 15 and len(runs) == 23 and len(instances) == 15
+    assert set(view.index.wants) == wants
+    assert set(view.index.job_runs) == runs == {r.job_run_id for r in bel.job_runs(limit=1000)}
+    assert set(view.index.instances) == set(live.values())  # every instance read or written, once
+
+
+def test_lineage_of_daily_users_links_its_raw_input_and_the_summary_job(demo_run: DemoRun) -> None:
+    bel = demo_run.stack.bel
+    view = partition_view(bel, "daily_users/2024-01-03")
+    data, index = view.data, view.index
+    builder = index.job_runs[data.built_by or ""]
+    assert builder.job_label == "daily_users" and builder.state is JobRunState.succeeded
+    assert [index.instances[i].ref for i in data.upstream] == ["raw_events/2024-01-03"]
+    assert data.upstream == [bel.partition("raw_events/2024-01-03").instance_id]
+    [edge] = data.downstream
+    assert index.job_runs[edge.job_run_id].job_label == "weekly_rollup"
+    assert {index.instances[i].ref for i in edge.instance_ids} == {
+        "daily_summary/2024-01-07",
+        "top_spenders/2024-01-07",
+    }
+    assert data.downstream_more == 0 and data.history == [data.instance_id]
+
+    # Navigable by UUID: the upstream instance's own lineage leads back here.
+    upstream = instance_view(bel, data.upstream[0])
+    assert upstream.data.ref == "raw_events/2024-01-03"
+    assert [upstream.index.instances[i].ref for e in upstream.data.downstream for i in e.instance_ids] == [
+        "daily_users/2024-01-03"
+    ]
+
+    # High fan-out is truncated: daily_users/2024-01-03 has 2 downstream instances; show 1.
+    truncated = partition_view(bel, "daily_users/2024-01-03", fan_out=1)
+    assert sum(len(e.instance_ids) for e in truncated.data.downstream) == 1
+    assert truncated.data.downstream_more == 1
+
+
+async def test_cli_shows_the_three_views(demo_run: DemoRun) -> None:
+    stack, want = demo_run.stack, demo_run.want
+    tree = await cli(stack, "wants", "show", want.want_id)
+    assert tree.returncode == 0, tree.stderr
+    assert "weekly_rollup" in tree.stdout and "2 runs: dep_miss → succeeded" in tree.stdout
+    assert tree.stdout.count("triggered by dep-miss") == 14
+    as_json = json.loads((await cli(stack, "wants", "show", want.want_id, "--json")).stdout)
+    assert WantView.model_validate(as_json) == want_view(stack.bel, want.want_id)
+
+    lineage = await cli(stack, "partitions", "show", "daily_users/2024-01-03")
+    assert "raw_events/2024-01-03" in lineage.stdout and "daily_summary/2024-01-07" in lineage.stdout
+    instance = stack.bel.partition("raw_events/2024-01-03").instance_id or ""
+    by_uuid = json.loads((await cli(stack, "partitions", "show", "--instance", instance, "--json")).stdout)
+    assert PartitionView.model_validate(by_uuid).data.ref == "raw_events/2024-01-03"
+
+    run_id = stack.bel.partition("daily_users/2024-01-03").built_by or ""
+    detail = await cli(stack, "job-runs", "show", run_id)
+    assert "status history" in detail.stdout and "raw_events/2024-01-03" in detail.stdout
+
+    listed = json.loads((await cli(stack, "partitions", "list", "--pattern", "daily_users/*", "--json")).stdout)
+    assert sorted(p["ref"] for p in listed["data"]) == [f"daily_users/{d}" for d in DAYS]
+    bad = await cli(stack, "partitions", "list", "--pattern", "daily_users/<x>")
+    assert bad.returncode == 2 and "characters refs cannot contain" in bad.stderr
+
+
+def test_api_responses_match_their_models_and_index_each_entity_once(demo_run: DemoRun, api: TestClient) -> None:
+    bel, want = demo_run.stack.bel, demo_run.want
+
+    got = api.get(f"/api/wants/{want.want_id}")
+    assert got.status_code == 200
+    view = WantView.model_validate(got.json())
+    wants, runs, _ = referenced(view)
+    assert set(view.index.wants) == wants and set(view.index.job_runs) == runs
+    raw = got.json()["index"]
+    assert set(raw) == set(RelatedEntities.model_fields)
+
+    lineage = PartitionView.model_validate(api.get("/api/partitions/daily_users/2024-01-03").json())
+    assert lineage.data.built_by in lineage.index.job_runs
+    assert all(i in lineage.index.instances for i in lineage.data.upstream)
+    by_uuid = PartitionView.model_validate(api.get(f"/api/instances/{lineage.data.upstream[0]}").json())
+    assert by_uuid.data.ref == "raw_events/2024-01-03"
+
+    dep_missed = ListView[dict].model_validate(api.get("/api/job-runs", params={"state": "dep_miss"}).json())  # type: ignore[type-arg]
+    assert len(dep_missed.data) == 8
+    rollup_miss = next(r for r in dep_missed.data if r["job_label"] == "weekly_rollup")
+    detail = JobRunView.model_validate(api.get(f"/api/job-runs/{rollup_miss['job_run_id']}").json())
+    history = [c.state for c in detail.data.status_history]
+    assert history == [JobRunState.queued, JobRunState.running, JobRunState.dep_miss]
+    assert sorted(d.ref for d in detail.data.derivatives) == [f"daily_users/{d}" for d in DAYS]
+    assert all(d.derivative_want_id in detail.index.wants for d in detail.data.derivatives)
+    assert detail.data.wanted_by[0].want_id == want.want_id
+
+    # Lists: filters, paging with a next offset, and the index.
+    page = api.get("/api/partitions", params={"pattern": "**", "limit": 10}).json()
+    assert len(page["data"]) == 10 and page["page"]["next_offset"] == 10
+    rest = api.get("/api/partitions", params={"pattern": "**", "limit": 10, "offset": 10}).json()
+    assert len(rest["data"]) == 6 and rest["page"]["next_offset"] is None
+    assert {p["ref"] for p in page["data"]} | {p["ref"] for p in rest["data"]} == {
+        p.ref for p in bel.partitions(limit=100)
+    }
+    listed = api.get("/api/wants", params={"state": "successful", "prefix": "raw_events/"}).json()
+    assert len(listed["data"]) == 7 and set(listed["index"]["partitions"]) == {f"raw_events/{d}" for d in DAYS}
+
+    # Errors name the problem.
+    assert api.get("/api/wants/w-nope").status_code == 404
+    bad = api.get("/api/partitions", params={"pattern": "a/%'; drop table events; --"})
+    assert bad.status_code == 400 and "characters refs cannot contain" in bad.json()["error"]
+    assert api.get("/api/job-runs", params={"state": "exploded"}).status_code == 422
+    assert api.get("/api/stats").json()["jobs"]
+
+
+async def test_taint_then_want_again_rebuilds_and_keeps_both_lineages(demo_run: DemoRun) -> None:
+    """Changes the demo's state: runs last in this module."""
+    stack = demo_run.stack
+    bel, ref = stack.bel, "daily_users/2024-01-03"
+    old = bel.partition(ref)
+    old_view = partition_view(bel, ref)
+    summary = bel.partition("daily_summary/2024-01-07").instance_id
+
+    before = await stack.db.wait(await stack.db.want(ref))  # live: fulfilled at once, nothing built
+    assert before.state is WantState.successful and before.instance_id == old.instance_id
+
+    preview = await cli(stack, "taint", ref, "--dry-run", "--json")
+    impact = json.loads(preview.stdout)["impact"]
+    assert {d["ref"] for d in impact["downstream"]} == {"daily_summary/2024-01-07", "top_spenders/2024-01-07"}
+    assert bel.partition(ref).status is PartitionStatus.live  # a dry run records nothing
+    refused = await cli(stack, "taint", ref)  # not a terminal, no --yes
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    done = await cli(stack, "taint", ref, "--yes", "--reason", "late-arriving events", "--json")
+    assert done.returncode == 0, done.stderr
+    assert bel.partition(ref).status is PartitionStatus.tainted
+    assert bel.instance(summary or "").stale_cause == old.instance_id  # downstream shows as stale
+
+    spec = await stack.db.want(ref)  # the same request again is a new want after a taint
+    assert spec.generation == 1 and spec.want_id != before.want_id
+    rebuilt = await stack.db.wait(spec)
+    assert rebuilt.state is WantState.successful, rebuilt.reason
+    new = bel.partition(ref)
+    assert new.status is PartitionStatus.live and new.instance_id != old.instance_id
+    assert bel.instance(old.instance_id or "").status is InstanceStatus.tainted
+    assert rebuilt.instance_id == new.instance_id
+
+    # Each instance keeps its own lineage: the old one still feeds the summary, the new one nothing yet.
+    old_again = instance_view(bel, old.instance_id or "")
+    assert old_again.data.built_by == old_view.data.built_by
+    assert old_again.data.downstream == old_view.data.downstream
+    fresh = partition_view(bel, ref)
+    assert fresh.data.instance_id == new.instance_id and fresh.data.built_by != old_view.data.built_by
+    assert fresh.data.upstream == old_view.data.upstream  # the same raw input instance
+    assert fresh.data.downstream == [] and fresh.data.history == [new.instance_id, old.instance_id]
+    assert bel.partition("daily_summary/2024-01-07").instance_id == summary  # stale, not rebuilt
+    shown = await cli(stack, "partitions", "show", "daily_summary/2024-01-07")
+    assert "stale" in shown.stdout
