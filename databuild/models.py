@@ -216,7 +216,7 @@ class Partition(Model):
     external: bool
     updated_at: datetime
     generation: int = Field(default=0, description="how many times the ref has been tainted")
-    reason: str | None = Field(default=None, description="why the current instance was tainted")
+    reason: str | None = Field(default=None, description="why it is tainted or failed")
 
 
 class InstanceStatus(StrEnum):

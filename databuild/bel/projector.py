@@ -205,18 +205,23 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
                     .values(stale_cause=instance_id)
                 )
         case ev.PartitionResolved(ref=ref):
-            _upsert_partition(conn, ref, at, status=PartitionStatus.missing.value)
+            _upsert_partition(conn, ref, at, status=PartitionStatus.missing.value, reason=None)
         case ev.PartitionSkipped(ref=ref):
             _upsert_partition(conn, ref, at, status=PartitionStatus.skipped.value)
         case ev.PartitionReleased(ref=ref):
             _upsert_partition(conn, ref, at, building_job_run_id=None)
-        case ev.PartitionFailed(ref=ref):
+        case ev.PartitionFailed(ref=ref, job_run_id=job_run_id, reason=reason):
             current = conn.execute(select(s.partitions.c.status).where(s.partitions.c.ref == ref)).scalar()
             if current == PartitionStatus.live.value:  # a failed rebuild leaves the live instance intact
                 _upsert_partition(conn, ref, at, building_job_run_id=None)
             else:
                 _upsert_partition(
-                    conn, ref, at, status=PartitionStatus.failed.value, building_job_run_id=None
+                    conn,
+                    ref,
+                    at,
+                    status=PartitionStatus.failed.value,
+                    building_job_run_id=None,
+                    reason=f"job run {job_run_id} failed: {reason}",
                 )
         case _:
             raise TypeError(f"no projection for event {type(event).__name__}")

@@ -8,8 +8,9 @@ from urllib.parse import quote
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
@@ -86,6 +87,17 @@ def create_app(context: WebContext) -> FastAPI:
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": str(error), "type": type(error).__name__}, status_code=status)
         return pages.error_page(request, error, status)  # type: ignore[return-value]
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, error: StarletteHTTPException) -> Response:
+        if request.url.path.startswith("/api/") or request.url.path in ("/docs", "/openapi.json"):
+            return JSONResponse({"error": str(error.detail)}, status_code=error.status_code)
+        problem: DataBuildError = (
+            NotFoundError(f"no page at {request.url.path}")
+            if error.status_code == 404
+            else InvalidInputError(str(error.detail))
+        )
+        return pages.error_page(request, problem, error.status_code)
 
     return app
 
