@@ -156,5 +156,10 @@ async def cli(stack: Stack, *args: str, **env: str) -> subprocess.CompletedProce
     """Run the CLI in a thread, so the in-process worker keeps serving while it runs."""
     command = [sys.executable, "-m", "databuild.cli", *args]
     return await asyncio.to_thread(
-        subprocess.run, command, env=stack_env(stack, COLUMNS="200", **env), capture_output=True, text=True, timeout=120
+        subprocess.run,
+        command,
+        env=stack_env(stack, COLUMNS="200", **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
