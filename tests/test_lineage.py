@@ -205,6 +205,35 @@ def test_api_responses_match_their_models_and_index_each_entity_once(
     assert api.get("/api/stats").json()["jobs"]
 
 
+def test_api_registers_wants_and_previews_taints(demo_run: DemoRun, api: TestClient) -> None:
+    bel = demo_run.stack.bel
+    before = bel.last_idx()
+    for body, message in [
+        ({"ref": "raw_events/../x"}, "'..' segment"),
+        ({"ref": "nope/1"}, "no job in graph"),
+        ({"ref": "raw_events/2024-01-06", "sla": "-1h"}, "negative"),
+        ({"ref": "raw_events/2024-01-06", "extra": 1}, "extra"),
+    ]:
+        bad = api.post("/api/wants", json=body)
+        assert bad.status_code in (400, 422) and message in bad.text, (body, bad.text)
+    assert bel.last_idx() == before  # rejected requests record nothing
+
+    made = api.post("/api/wants", json={"ref": "raw_events/2024-01-06", "sla": "9h"})
+    assert made.status_code == 201, made.text
+    view = WantView.model_validate(made.json())
+    want = view.index.wants[view.data.want_id]
+    assert want.ref == "raw_events/2024-01-06" and want.source.value == "api"
+    again = WantView.model_validate(api.post("/api/wants", json={"ref": "raw_events/2024-01-06"}).json())
+    assert again.data.want_id == want.want_id  # idempotent
+
+    preview = api.post("/api/partitions/raw_events/2024-01-06/taint", json={"dry_run": True})
+    assert preview.status_code == 200 and preview.json()["tainted"] == []
+    assert {d["ref"] for d in preview.json()["impact"]["downstream"]} >= {"daily_users/2024-01-06"}
+    assert bel.partition("raw_events/2024-01-06").status is PartitionStatus.live
+    missing = api.post("/api/partitions/never/built/taint", json={"dry_run": True})
+    assert missing.status_code == 404
+
+
 async def test_taint_then_want_again_rebuilds_and_keeps_both_lineages(demo_run: DemoRun) -> None:
     """Changes the demo's state: runs last in this module."""
     stack = demo_run.stack
