@@ -6,7 +6,6 @@ import os
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
-from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -20,7 +19,7 @@ from databuild.config import Settings
 from databuild.durations import format_duration, parse_duration, parse_timestamp
 from databuild.errors import DataBuildError
 from databuild.graph import load_graph
-from databuild.models import JobRunState, PartitionStatus, Want, WantSource, WantState
+from databuild.models import JobRunState, PartitionStatus, Want, WantSource, WantState, parse_choice
 from databuild.views import (
     FAN_OUT,
     Page,
@@ -48,7 +47,6 @@ app.add_typer(job_runs_app, name="job-runs")
 console = Console()
 err = Console(stderr=True)
 T = TypeVar("T")
-E = TypeVar("E", bound=StrEnum)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
 Limit = Annotated[int, typer.Option(help="Rows to show.")]
@@ -253,16 +251,6 @@ Pattern = Annotated[
 Offset = Annotated[int, typer.Option(help="Skip this many rows (paging).")]
 
 
-def _enum(kind: type[E], value: str | None) -> E | None:
-    if value is None:
-        return None
-    try:
-        return kind(value)
-    except ValueError:
-        choices = ", ".join(m.value for m in kind)
-        raise CliError(f"unknown state {value!r}; choose one of: {choices}") from None
-
-
 def _page_note(page: Page) -> str:
     return "" if page.next_offset is None else f"more: --offset {page.next_offset}"
 
@@ -278,7 +266,12 @@ def wants_list(
 ) -> None:
     """List wants, newest first."""
     view = list_wants(
-        _bel(), state=_enum(WantState, state), ref_prefix=prefix, ref_glob=pattern, limit=limit, offset=offset
+        _bel(),
+        state=parse_choice(WantState, state),
+        ref_prefix=prefix,
+        ref_glob=pattern,
+        limit=limit,
+        offset=offset,
     )
     _emit(as_json, view, lambda: Group(render.wants_table(view.data), _page_note(view.page)))
 
@@ -306,7 +299,7 @@ def partitions_list(
     """List partitions by ref."""
     view = list_partitions(
         _bel(),
-        status=_enum(PartitionStatus, status),
+        status=parse_choice(PartitionStatus, status, "status"),
         ref_prefix=prefix,
         ref_glob=pattern,
         limit=limit,
@@ -350,7 +343,7 @@ def job_runs_list(
     """List job runs, newest first (filter by an output ref with --prefix or --pattern)."""
     view = list_job_runs(
         _bel(),
-        state=_enum(JobRunState, state),
+        state=parse_choice(JobRunState, state),
         job_label=job,
         ref_prefix=prefix,
         ref_glob=pattern,

@@ -4,10 +4,11 @@ import hashlib
 import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Self
+from typing import Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from databuild.errors import InvalidInputError
 from databuild.refs import validate_ref
 
 
@@ -56,6 +57,20 @@ class JobRunState(StrEnum):
     @property
     def is_final(self) -> bool:
         return self not in (JobRunState.queued, JobRunState.running)
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def parse_choice(kind: type[E], value: str | None, what: str = "state") -> E | None:
+    """An optional enum from user input (empty = none), with an error listing the choices."""
+    if not value:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in kind)
+        raise InvalidInputError(f"unknown {what} {value!r}; choose one of: {choices}") from None
 
 
 class Model(BaseModel):

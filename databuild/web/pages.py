@@ -11,7 +11,7 @@ from fastapi.templating import Jinja2Templates
 
 from databuild import __version__
 from databuild.errors import DataBuildError, InvalidInputError
-from databuild.models import JobRunState, PartitionStatus, WantSource, WantState
+from databuild.models import JobRunState, PartitionStatus, WantSource, WantState, parse_choice
 from databuild.views import (
     FAN_OUT,
     instance_view,
@@ -35,18 +35,6 @@ _env.filters["short"] = lambda uuid: (uuid or "-")[:8]
 _env.filters["path"] = lambda value: quote(value or "", safe="/")
 _env.filters["q"] = lambda value: quote(value or "", safe="")
 templates = Jinja2Templates(env=_env)
-
-
-def _filter(kind: Any, value: str | None) -> Any:
-    """An optional enum query parameter: empty means no filter (as the filter forms send it)."""
-    if not value:
-        return None
-    try:
-        return kind(value)
-    except ValueError:
-        raise InvalidInputError(
-            f"unknown state {value!r}; choose one of {', '.join(m.value for m in kind)}"
-        ) from None
 
 
 def _page(request: Request, name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
@@ -84,7 +72,7 @@ def wants_page(
 ) -> HTMLResponse:
     view = list_wants(
         context(request).bel,
-        state=_filter(WantState, state),
+        state=parse_choice(WantState, state),
         ref_prefix=prefix or None,
         ref_glob=pattern or None,
         limit=limit,
@@ -134,7 +122,7 @@ def partitions_page(
 ) -> HTMLResponse:
     view = list_partitions(
         context(request).bel,
-        status=_filter(PartitionStatus, status),
+        status=parse_choice(PartitionStatus, status, "status"),
         ref_prefix=prefix or None,
         ref_glob=pattern or None,
         limit=limit,
@@ -169,7 +157,7 @@ def job_runs_page(
 ) -> HTMLResponse:
     view = list_job_runs(
         context(request).bel,
-        state=_filter(JobRunState, state),
+        state=parse_choice(JobRunState, state),
         job_label=job or None,
         ref_prefix=prefix or None,
         ref_glob=pattern or None,
