@@ -66,7 +66,9 @@ class JobActivities:
 
     @activity.defn(name=p.ACT_FAIL_JOB_RUN)
     async def fail_job_run(self, input: p.FailJobRunInput) -> None:
-        await asyncio.to_thread(self.executor.bel.fail_job_run, input.job_run_id, input.reason)
+        await asyncio.to_thread(self.executor.fail, input.job_run_id, input.reason)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.executor.lineage is not None:
+            self.executor.lineage.close()  # sends the lineage events still queued

@@ -3,8 +3,9 @@
 import os
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 
 from databuild.durations import parse_duration
 from databuild.errors import InvalidInputError
@@ -29,6 +30,12 @@ class Settings(Model):
     # A build lock lapses this long after its worker last renewed it (renewed while heartbeating).
     job_lease: timedelta = timedelta(minutes=1)
     max_concurrent_jobs: int = 4
+    # OpenLineage export (databuild/openlineage.py); off unless a URL is set.
+    openlineage_url: str | None = Field(
+        default=None, description="file:///abs/path.ndjson, a plain path, or an http(s):// endpoint"
+    )
+    openlineage_namespace: str = "databuild"
+    openlineage_api_key: SecretStr | None = None
 
     @field_validator("job_heartbeat_timeout", "job_start_to_close_timeout", "job_lease", mode="before")
     @classmethod
@@ -36,6 +43,38 @@ class Settings(Model):
         if isinstance(value, str):
             return parse_duration(value + "s" if value.strip().isdigit() else value)
         return value
+
+    @field_validator("openlineage_url")
+    @classmethod
+    def _openlineage_url(cls, value: str | None) -> str | None:
+        value = (value or "").strip()
+        if not value:
+            return None
+        if "://" not in value:
+            return value  # a plain path to the events file
+        parts = urlsplit(value)
+        if parts.scheme in ("http", "https"):
+            if not parts.hostname:
+                raise ValueError(
+                    f"an HTTP OpenLineage URL needs a host, e.g. {parts.scheme}://localhost:5000"
+                )
+            _ = parts.port  # raises ValueError for a port that is not a number in range
+            return value
+        if parts.scheme == "file":
+            if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+                raise ValueError("a file URL needs an absolute path: file:///abs/path/events.ndjson")
+            return value
+        raise ValueError(
+            f"unsupported scheme {parts.scheme!r}: use file:///abs/path/events.ndjson, a plain path, "
+            "or an http(s):// OpenLineage endpoint"
+        )
+
+    @field_validator("openlineage_namespace")
+    @classmethod
+    def _openlineage_namespace(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the OpenLineage job namespace may not be empty")
+        return value.strip()
 
     def model_post_init(self, _context: object) -> None:
         # Derived defaults depend on `home`, so fill them once it is known.
@@ -62,6 +101,9 @@ class Settings(Model):
             "job_attempts": "DATABUILD_JOB_ATTEMPTS",
             "job_lease": "DATABUILD_JOB_LEASE",
             "max_concurrent_jobs": "DATABUILD_MAX_CONCURRENT_JOBS",
+            "openlineage_url": "DATABUILD_OPENLINEAGE_URL",
+            "openlineage_namespace": "DATABUILD_OPENLINEAGE_NAMESPACE",
+            "openlineage_api_key": "DATABUILD_OPENLINEAGE_API_KEY",
         }
         values: dict[str, object] = {field: env[var] for field, var in names.items() if env.get(var)}
         values.update({k: v for k, v in overrides.items() if v is not None})

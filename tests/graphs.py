@@ -86,3 +86,17 @@ def abc(ctx: JobContext, n: str) -> None:
     frame = ctx.spark.range(3)
     for out in ctx.outputs:
         ctx.write(out, frame)
+
+
+# chain: derived/{n} reads base/{n}, so a want for derived/{n} dep-misses once and builds base/{n} first.
+chain = Graph("chain")
+
+
+@chain.job("base/{n}")
+def base(ctx: JobContext, n: str) -> None:
+    ctx.write(f"base/{n}", ctx.spark.range(3))
+
+
+@chain.job("derived/{n}")
+def derived(ctx: JobContext, n: str) -> None:
+    ctx.write(f"derived/{n}", ctx.read(f"base/{n}"))

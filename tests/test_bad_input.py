@@ -61,11 +61,13 @@ async def test_cli_json_output(make_stack) -> None:
     registered = json.loads(result.stdout)
     assert registered["want_id"].startswith("w-")
     listed = json.loads((await cli(stack, "wants", "list", "--json")).stdout)
-    assert [w["want_id"] for w in listed] == [registered["want_id"]]
+    assert [w["want_id"] for w in listed["data"]] == [registered["want_id"]]
+    assert set(listed["index"]["partitions"]) == {"feed/json"}
     published = json.loads((await cli(stack, "publish", "feed/json", "--json")).stdout)
     assert published["newly_live"] is True and published["partition"]["status"] == "live"
     shown = await cli(stack, "want", "feed/json", "--wait", "--json")
     assert shown.returncode == 0, shown.stderr
-    assert json.loads(shown.stdout)["want"]["state"] == "successful"
+    tree = json.loads(shown.stdout)  # the fulfillment view, {data, index}
+    assert tree["index"]["wants"][tree["data"]["want_id"]]["state"] == "successful"
     events = json.loads((await cli(stack, "events", "--pattern", "feed/*", "--json")).stdout)
     assert {e["type"] for e in events} >= {"WantCreated", "PartitionLive"}

@@ -522,7 +522,9 @@ def test_taint_marks_the_downstream_stale_and_the_next_want_rebuilds(bel: BuildE
     assert (tainted.status, tainted.generation, tainted.reason) == (PartitionStatus.tainted, 1, "bad clicks")
     assert bel.instance(up).status is InstanceStatus.tainted
     for instance in (mid, down, side):  # still live and readable, but stale
-        assert bel.instance(instance).status is InstanceStatus.live and bel.instance(instance).stale_cause == up
+        assert (
+            bel.instance(instance).status is InstanceStatus.live and bel.instance(instance).stale_cause == up
+        )
     assert bel.partition("mid/1").status is PartitionStatus.live
     with pytest.raises(InvalidTransitionError, match="only a live partition can be tainted"):
         bel.taint("up/1")

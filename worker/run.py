@@ -17,6 +17,7 @@ from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.execution import JobExecutor
 from databuild.graph import Graph, load_graph
+from databuild.openlineage import LineageEmitter
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
 from databuild.temporal import connect, ensure_search_attributes
@@ -37,7 +38,8 @@ def build_worker(parts: WorkerParts) -> tuple[Worker, JobActivities]:
     settings = parts.settings
     storage = Storage(settings.storage_root)
     identity = f"{socket.gethostname()}:{threading.get_native_id()}"
-    executor = JobExecutor(parts.graph, parts.bel, storage, parts.spark, worker=identity)
+    lineage = LineageEmitter.from_settings(settings)  # None unless DATABUILD_OPENLINEAGE_URL is set
+    executor = JobExecutor(parts.graph, parts.bel, storage, parts.spark, worker=identity, lineage=lineage)
     jobs = JobActivities(executor, max_concurrent=settings.max_concurrent_jobs)
     wants = WantActivities(parts.bel, parts.graph, parts.client, settings)
     fan_out = FanOutActivities(parts.bel, parts.client)

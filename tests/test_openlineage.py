@@ -1,0 +1,277 @@
+"""OpenLineage export: events for real job runs (real Temporal, Spark, SQLite), settings, the emitter."""
+
+import json
+import threading
+import time
+import uuid
+from collections import defaultdict
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from databuild.config import Settings
+from databuild.errors import InvalidInputError
+from databuild.execution import JobExecutor
+from databuild.models import InstanceRef, JobRun, JobRunState, WantState
+from databuild.openlineage import LineageEmitter, run_id, transport_from_settings
+from databuild.storage import Storage
+from tests.test_time import until
+
+Event = dict[str, Any]
+EVENT_TYPES = {"START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"}
+
+
+def read_events(path: Path) -> list[Event]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def by_run(events: list[Event]) -> dict[str, list[Event]]:
+    runs: dict[str, list[Event]] = defaultdict(list)
+    for event in events:
+        runs[event["run"]["facets"]["databuild"]["job_run_id"]].append(event)
+    return runs
+
+
+def assert_valid(event: Event) -> None:
+    """The required fields of an OpenLineage RunEvent, and the base fields of every facet."""
+    assert event["eventType"] in EVENT_TYPES
+    assert "T" in event["eventTime"] and datetime.fromisoformat(event["eventTime"]).tzinfo is not None
+    assert event["producer"] and event["schemaURL"].endswith("#/$defs/RunEvent")
+    uuid.UUID(event["run"]["runId"])
+    assert event["job"]["namespace"] and event["job"]["name"]
+    facets = [*event["run"]["facets"].values(), *event["job"]["facets"].values()]
+    for dataset in event["inputs"] + event["outputs"]:
+        assert dataset["namespace"] == "file" and Path(dataset["name"]).is_absolute()
+        facets += dataset.get("facets", {}).values()
+    for facet in facets:
+        assert facet["_producer"] and facet["_schemaURL"]
+
+
+def versions(datasets: list[Event]) -> dict[str, str | None]:
+    return {d["name"]: d.get("facets", {}).get("version", {}).get("datasetVersion") for d in datasets}
+
+
+def expected(root: Path, instances: list[InstanceRef]) -> dict[str, str | None]:
+    return {str(root / i.ref): i.instance_id for i in instances}
+
+
+# Refs are unique to this module: want ids (hence workflow ids) are shared across the session's Temporal.
+async def test_job_runs_emit_start_and_a_final_event_with_instance_versions(
+    make_stack, tmp_path: Path
+) -> None:
+    path = tmp_path / "lineage" / "ol.ndjson"
+    stack = await make_stack(graph="tests.graphs:chain", openlineage_url=f"file://{path}")
+    done = await stack.db.wait(await stack.db.want("derived/lineage"))
+    assert done.state is WantState.successful, done.reason
+
+    runs = {r.job_run_id: r for r in stack.bel.job_runs(limit=100)}
+    states = sorted((r.job_label, r.state.value) for r in runs.values())
+    assert states == [("base", "succeeded"), ("derived", "dep_miss"), ("derived", "succeeded")]
+    await until(lambda: len(read_events(path)) == 2 * len(runs), seconds=10)
+
+    events = read_events(path)
+    root = stack.settings.storage_root
+    for job_run_id, emitted in by_run(events).items():
+        run: JobRun = stack.bel.job_run(job_run_id)
+        final = {"succeeded": "COMPLETE", "dep_miss": "ABORT"}[run.state.value]
+        assert [e["eventType"] for e in emitted] == ["START", final]
+        start, end = emitted
+        for event in emitted:
+            assert_valid(event)
+            assert event["run"]["runId"] == run_id(job_run_id)
+            assert event["job"] == {**event["job"], "namespace": "databuild", "name": run.job_label}
+            assert event["run"]["facets"]["databuild"] == {
+                **event["run"]["facets"]["databuild"],
+                "attempt": 1,
+                "want_id": run.want_id,
+            }
+        # START: nothing read yet, the refs it will write, without a version.
+        assert start["inputs"] == []
+        assert versions(start["outputs"]) == {str(root / ref): None for ref in run.outputs}
+        # The final event: exactly the instances read and written, by UUID.
+        assert versions(end["inputs"]) == expected(root, run.reads)
+        if run.state is JobRunState.succeeded:
+            assert versions(end["outputs"]) == expected(root, run.writes)
+        else:
+            assert versions(end["outputs"]) == {str(root / ref): None for ref in run.outputs}
+
+    final = next(r for r in runs.values() if r.job_label == "derived" and r.state is JobRunState.succeeded)
+    base = next(r for r in runs.values() if r.job_label == "base")
+    assert final.reads == base.writes  # the lineage chain is joined by the instance UUID
+    assert final.reads[0].instance_id == stack.bel.partition("base/lineage").instance_id
+
+
+async def test_a_run_failing_past_its_retries_emits_one_fail(make_stack, tmp_path: Path) -> None:
+    path = tmp_path / "ol.ndjson"
+    stack = await make_stack(graph="tests.graphs:flaky", job_attempts=2, openlineage_url=str(path))
+    done = await stack.db.wait(await stack.db.want("fails/lineage"))
+    assert done.state is WantState.failed
+    run = stack.bel.job_runs()[0]
+    await until(lambda: any(e["eventType"] == "FAIL" for e in read_events(path)), seconds=10)
+
+    events = read_events(path)
+    assert [e["eventType"] for e in events] == ["START", "START", "FAIL"]  # one START per attempt
+    assert {e["run"]["runId"] for e in events} == {run_id(run.job_run_id)}
+    for event in events:
+        assert_valid(event)
+    fail = events[-1]
+    assert "boom lineage" in fail["run"]["facets"]["errorMessage"]["message"]
+    assert fail["run"]["facets"]["databuild"]["attempt"] == 2
+    assert versions(fail["outputs"]) == {str(stack.settings.storage_root / "fails/lineage"): None}
+
+    # Recording the failure again (a retried activity) changes nothing and emits nothing.
+    emitter = LineageEmitter.from_settings(stack.settings)
+    executor = JobExecutor(
+        stack.graph, stack.bel, Storage(stack.settings.storage_root), stack.parts.spark, "t", lineage=emitter
+    )
+    assert executor.fail(run.job_run_id, "again").reason == run.reason
+    assert emitter is not None and emitter.flush()
+    assert len(read_events(path)) == 3
+
+
+def test_lineage_is_off_by_default_and_bad_urls_are_rejected(monkeypatch, tmp_path: Path) -> None:
+    for var in (
+        "DATABUILD_OPENLINEAGE_URL",
+        "DATABUILD_OPENLINEAGE_NAMESPACE",
+        "DATABUILD_OPENLINEAGE_API_KEY",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    settings = Settings.from_env(home=tmp_path)
+    assert settings.openlineage_url is None and settings.openlineage_namespace == "databuild"
+    assert LineageEmitter.from_settings(settings) is None
+
+    for bad in ("ftp://x", "http://", "file://relative/path", "http://host:99999"):
+        with pytest.raises(InvalidInputError, match="DATABUILD_OPENLINEAGE_URL"):
+            Settings.from_env(home=tmp_path, openlineage_url=bad)
+    monkeypatch.setenv("DATABUILD_OPENLINEAGE_URL", "ftp://x")
+    with pytest.raises(InvalidInputError, match=r"DATABUILD_OPENLINEAGE_URL='ftp://x'.*unsupported scheme"):
+        Settings.from_env(home=tmp_path)
+    monkeypatch.setenv("DATABUILD_OPENLINEAGE_URL", "http://localhost:5000")
+    monkeypatch.setenv("DATABUILD_OPENLINEAGE_NAMESPACE", " ")
+    with pytest.raises(InvalidInputError, match="DATABUILD_OPENLINEAGE_NAMESPACE"):
+        Settings.from_env(home=tmp_path)
+
+
+def test_transports_from_settings(tmp_path: Path) -> None:
+    from openlineage.client.transport.file import FileTransport
+    from openlineage.client.transport.http import HttpTransport
+
+    http = transport_from_settings(
+        Settings(home=tmp_path, openlineage_url="https://lineage.example:5000", openlineage_api_key="s3cret")
+    )
+    assert isinstance(http, HttpTransport)
+    assert (http.url, http.endpoint) == ("https://lineage.example:5000", "api/v1/lineage")
+    assert http.config.auth.get_bearer() == "Bearer s3cret"
+    custom = transport_from_settings(Settings(home=tmp_path, openlineage_url="http://h:1/custom/lineage"))
+    assert isinstance(custom, HttpTransport) and custom.endpoint == "custom/lineage"
+    for url in (f"file://{tmp_path}/a/ol.ndjson", str(tmp_path / "a/ol.ndjson")):
+        file = transport_from_settings(Settings(home=tmp_path, openlineage_url=url))
+        assert isinstance(file, FileTransport) and file.config.append
+        assert file.config.log_file_path == str(tmp_path / "a/ol.ndjson")
+    assert "s3cret" not in repr(Settings(home=tmp_path, openlineage_api_key="s3cret"))
+
+
+def fake_run(n: int, width: int) -> JobRun:
+    at = datetime.fromisoformat("2024-01-01T00:00:00+00:00")
+    return JobRun(
+        job_run_id=f"jr-{n:016x}",
+        job_label="wide",
+        outputs=[f"out/{n}"],
+        params={},
+        state=JobRunState.succeeded,
+        want_id=None,
+        attempts=1,
+        reason=None,
+        missing=[],
+        reads=[InstanceRef(ref=f"in/{n}/{i}", instance_id=str(uuid.uuid4())) for i in range(width)],
+        writes=[InstanceRef(ref=f"out/{n}", instance_id=str(uuid.uuid4()))],
+        workflow_id="wf",
+        created_at=at,
+        updated_at=at,
+    )
+
+
+def test_concurrent_emits_write_whole_lines_to_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "ol.ndjson"
+    settings = Settings(home=tmp_path, openlineage_url=f"file://{path}")
+    emitter = LineageEmitter.from_settings(settings)
+    assert emitter is not None
+    runs = [fake_run(n, width=200) for n in range(40)]  # ~40 kB per event: larger than any I/O buffer
+    threads = [
+        threading.Thread(target=lambda r=run: (emitter.started(r, 1), emitter.finished(r))) for run in runs
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    emitter.close()
+
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("ol")] == ["ol.ndjson"]
+    events = read_events(path)  # every line parses: no interleaving
+    assert len(events) == 80
+    for emitted in by_run(events).values():
+        assert [e["eventType"] for e in emitted] == ["START", "COMPLETE"]
+        assert len(emitted[1]["inputs"]) == 200
+
+
+def test_emission_errors_never_reach_the_job(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("")
+    emitter = LineageEmitter.from_settings(Settings(home=tmp_path, openlineage_url=str(tmp_path / "ol")))
+    assert emitter is not None
+    emitter.client.transport.config.log_file_path = str(blocked / "ol.ndjson")  # type: ignore[attr-defined]
+    run = fake_run(1, width=1)
+    emitter.started(run, 1)
+    emitter.finished(run.model_copy(update={"reads": [InstanceRef(ref="../escape", instance_id="x")]}))
+    emitter.close()
+    assert "could not send the OpenLineage START event" in caplog.text
+    assert "could not emit an OpenLineage event" in caplog.text  # a bad ref fails while building the event
+
+
+def test_http_transport_posts_events_with_the_api_key(tmp_path: Path) -> None:
+    received: list[tuple[str, str | None, Event]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append((self.path, self.headers["Authorization"], json.loads(body)))
+            self.send_response(201)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        settings = Settings(home=tmp_path, openlineage_url=url, openlineage_api_key="s3cret")
+        emitter = LineageEmitter.from_settings(settings)
+        assert emitter is not None
+        run = fake_run(7, width=2)
+        emitter.started(run, 1)
+        emitter.finished(run)
+        emitter.close()
+    finally:
+        server.shutdown()
+    assert [(path, auth, e["eventType"]) for path, auth, e in received] == [
+        ("/api/v1/lineage", "Bearer s3cret", "START"),
+        ("/api/v1/lineage", "Bearer s3cret", "COMPLETE"),
+    ]
+    assert received[1][2]["run"]["runId"] == run_id(run.job_run_id)
+
+
+def test_an_unreachable_endpoint_does_not_slow_the_job(tmp_path: Path) -> None:
+    emitter = LineageEmitter.from_settings(Settings(home=tmp_path, openlineage_url="http://127.0.0.1:9"))
+    assert emitter is not None
+    run = fake_run(3, width=1)
+    started = time.monotonic()
+    emitter.started(run, 1)
+    emitter.finished(run)
+    assert time.monotonic() - started < 0.5  # sending (and its retries) happens on the sender thread
+    emitter.close(timeout=0.2)
