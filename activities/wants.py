@@ -77,11 +77,8 @@ class WantActivities:
 
     @activity.defn(name=p.ACT_AWAIT_DEPENDENCIES)
     async def await_dependencies(self, input: p.DependenciesInput) -> p.DependenciesStatus:
-        want = await asyncio.to_thread(self.bel.want, input.want_id)
-        generations = await asyncio.to_thread(self.bel.generations, input.missing)
-        derivatives = [want.spec.derive(ref, want.want_id, generations[ref]) for ref in input.missing]
-        status = await asyncio.to_thread(
-            self.bel.await_dependencies, input.want_id, input.job_run_id, input.missing, derivatives
+        status, derivatives = await asyncio.to_thread(
+            self.bel.await_dependencies, input.want_id, input.job_run_id, input.missing
         )
         pending = [d for d in derivatives if d.ref not in status.live and d.ref not in status.failed]
         await asyncio.gather(*(start_want(self.client, d, self.settings.task_queue) for d in pending))

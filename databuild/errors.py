@@ -41,6 +41,10 @@ class InvalidTransitionError(DataBuildError):
     """A state change the lifecycle does not allow; it is rejected, never applied."""
 
 
+class ConcurrentChangeError(DataBuildError):
+    """What a command read changed before it could lock it; retrying the command is safe."""
+
+
 class StaleAttemptError(DataBuildError):
     """A job attempt that was superseded (its heartbeat timed out and another attempt started)."""
 

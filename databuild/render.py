@@ -19,7 +19,7 @@ from databuild.models import (
     Want,
     WantState,
 )
-from databuild.views import FulfillmentNode, JobRunView, PartitionView, RelatedEntities, WantView
+from databuild.views import JobRunView, PartitionView, RelatedEntities, WantView
 
 STATE_STYLE = {
     WantState.successful: "green",
@@ -108,18 +108,39 @@ def instance_label(instance_id: str | None, ref: str, index: RelatedEntities, ve
     return text
 
 
+MAX_TREE_DEPTH = 40  # deeper wants are listed by `databuild wants show` on their own
+
+
 def fulfillment_tree(view: WantView, *, expand: bool = False) -> Tree:
-    """The want fulfillment tree. Retries of one build collapse to one line unless ``expand``."""
-    return _fulfillment_node(view.data, view.index, None, expand)
+    """The want fulfillment tree. Retries of one build collapse to one line unless ``expand``; a
+    derivative want shared by several wants is drawn once (later: "shown above")."""
+    tree = Tree("")
+    _fulfillment_node(view, view.data.want_id, None, tree, expand, set(), 0)
+    return tree.children[0]
 
 
 def _fulfillment_node(
-    node: FulfillmentNode, index: RelatedEntities, parent: Tree | None, expand: bool
-) -> Tree:
-    want = index.wants[node.want_id]
-    branch = Tree(want_label(want)) if parent is None else parent.add(want_label(want))
-    if node.triggered_by:
-        branch.add(Text(f"triggered by dep-miss of {node.triggered_by}", style="dim"))
+    view: WantView,
+    want_id: str,
+    triggered_by: str | None,
+    parent: Tree,
+    expand: bool,
+    shown: set[str],
+    depth: int,
+) -> None:
+    index = view.index
+    want = index.wants[want_id]
+    branch = parent.add(want_label(want))
+    if triggered_by:
+        branch.add(Text(f"triggered by dep-miss of {triggered_by}", style="dim"))
+    if want_id in shown:
+        branch.add(Text("(shown above)", style="dim"))
+        return
+    shown.add(want_id)
+    if depth >= MAX_TREE_DEPTH:
+        branch.add(Text(f"... deeper: databuild wants show {want_id}", style="dim"))
+        return
+    node = view.data.nodes[want_id]
     if node.instance_id:
         branch.add(instance_label(node.instance_id, want.ref, index, "fulfilled by"))
     for group in node.job_runs:
@@ -133,9 +154,8 @@ def _fulfillment_node(
             label = job_run_label(last, group.last.relation)
             label.append(f"  ({len(runs)} runs: {states}; --expand shows each)", style="dim")
             _run_branch(branch.add(label), last, index)
-    for child in node.derivatives:
-        _fulfillment_node(child, index, branch, expand)
-    return branch
+    for edge in node.derivatives:
+        _fulfillment_node(view, edge.want_id, edge.triggered_by, branch, expand, shown, depth + 1)
 
 
 def _run_branch(branch: Tree, run: JobRun, index: RelatedEntities) -> None:

@@ -108,35 +108,47 @@ class RunGroup(Model):
         return self.runs[-1]
 
 
+class DerivativeEdge(Model):
+    want_id: str = Field(description="the derivative want")
+    triggered_by: str = Field(description="the dep-miss job run that asked for it")
+
+
 class FulfillmentNode(Model):
     want_id: str
     instance_id: str | None = Field(description="the partition instance that fulfilled the want")
-    triggered_by: str | None = Field(description="the dep-miss job run that asked for this derivative want")
     job_runs: list[RunGroup]
-    derivatives: list["FulfillmentNode"]
+    derivatives: list[DerivativeEdge] = Field(description="wants its dep-misses started or joined")
+
+
+class Fulfillment(Model):
+    """The work tree of a want, flat: every want in it appears once in ``nodes`` (derivative wants are
+    shared when several wants need the same input), so deep or diamond-shaped trees stay small."""
+
+    want_id: str = Field(description="the root of the tree")
+    nodes: dict[str, FulfillmentNode]
 
 
 class WantView(Model):
-    data: FulfillmentNode
+    data: Fulfillment
     index: RelatedEntities
 
 
 def want_view(bel: BelQueries, want_id: str, max_wants: int = 5_000) -> WantView:
     """What work fulfilled this want: its job runs, the instance it got, and the derivative wants its
-    dep-misses started (or joined), recursively. Batched one level at a time."""
+    dep-misses started (or joined), transitively. One batch of lookups per level of the tree."""
     root = bel.want(want_id)
     wants: dict[str, Want] = {root.want_id: root}
-    asked: dict[str, list[tuple[str, str]]] = {}  # want -> [(derivative want, dep-miss run)]
+    edges: dict[str, list[DerivativeEdge]] = {}
     level = [root.want_id]
     while level and len(wants) < max_wants:
         following: list[str] = []
         for parent, run_id, _ref, child in bel.derivatives_of(level):
             if child is None:
                 continue
-            pairs = asked.setdefault(parent, [])
-            if all(c != child for c, _ in pairs):
-                pairs.append((child, run_id))
-            if child not in wants:
+            known = edges.setdefault(parent, [])
+            if all(e.want_id != child for e in known):
+                known.append(DerivativeEdge(want_id=child, triggered_by=run_id))
+            if child not in wants and child not in following:
                 following.append(child)
         loaded = bel.wants_by_id(following)
         wants.update({w.want_id: w for w in loaded})
@@ -149,34 +161,22 @@ def want_view(bel: BelQueries, want_id: str, max_wants: int = 5_000) -> WantView
     index.add_job_runs(bel.job_runs_by_id(sorted({link.job_run_id for ls in links.values() for link in ls})))
     related = index.build(bel)
 
-    def node(want: Want, triggered_by: str | None, path: frozenset[str]) -> FulfillmentNode:
-        runs = sorted(
-            links.get(want.want_id, []), key=lambda link: related.job_runs[link.job_run_id].created_at
-        )
-        children = sorted(
-            (
-                (wants[child], run_id)
-                for child, run_id in asked.get(want.want_id, [])
-                if child in wants and child not in path
-            ),
-            key=lambda pair: (pair[0].ref, pair[0].want_id),
-        )
-        return FulfillmentNode(
+    def created(link: RunLink) -> datetime:
+        return related.job_runs[link.job_run_id].created_at
+
+    nodes = {
+        want.want_id: FulfillmentNode(
             want_id=want.want_id,
-            instance_id=want.instance_id or _current_instance(related, want),
-            triggered_by=triggered_by,
-            job_runs=_collapse(runs, related),
-            derivatives=[node(child, run_id, path | {child.want_id}) for child, run_id in children],
+            instance_id=want.instance_id,
+            job_runs=_collapse(sorted(links.get(want.want_id, []), key=created), related),
+            derivatives=sorted(
+                (e for e in edges.get(want.want_id, []) if e.want_id in wants),
+                key=lambda e: (wants[e.want_id].ref, e.want_id),
+            ),
         )
-
-    return WantView(data=node(root, None, frozenset({root.want_id})), index=related)
-
-
-def _current_instance(related: RelatedEntities, want: Want) -> str | None:
-    if want.state is not WantState.successful:
-        return None
-    partition = related.partitions.get(want.ref)
-    return partition.instance_id if partition else None
+        for want in wants.values()
+    }
+    return WantView(data=Fulfillment(want_id=root.want_id, nodes=nodes), index=related)
 
 
 def _collapse(links: list[RunLink], related: RelatedEntities) -> list[RunGroup]:
@@ -209,13 +209,9 @@ class PartitionLineage(Model):
     downstream: list[LineageEdge]
     downstream_offset: int
     downstream_total: int
+    downstream_more: int = Field(description="consumers after this page")
     history: list[str] = Field(description="instances of this ref, newest first")
     history_total: int
-
-    @property
-    def downstream_more(self) -> int:
-        shown = sum(len(edge.instance_ids) for edge in self.downstream)
-        return max(self.downstream_total - self.downstream_offset - shown, 0)
 
 
 class PartitionView(Model):
@@ -258,6 +254,7 @@ def _lineage(
             index.instance_ids.add(output.instance_id)
         index.job_run_ids.add(run_id)
     history, history_total = bel.instance_history(partition.ref)
+    shown = sum(len(ids) for ids in by_run.values())
     index.add_instances(history)
     lineage = PartitionLineage(
         ref=partition.ref,
@@ -267,6 +264,7 @@ def _lineage(
         downstream=[LineageEdge(job_run_id=run_id, instance_ids=ids) for run_id, ids in by_run.items()],
         downstream_offset=offset,
         downstream_total=total,
+        downstream_more=max(total - offset - shown, 0),
         history=[i.instance_id for i in history],
         history_total=history_total,
     )

@@ -96,25 +96,25 @@ async def test_browse_from_the_demo_want_to_a_partition_and_its_builder(
         await page.screenshot(path=str(ARTIFACTS / "dashboard-want.png"), full_page=True)
 
         # Follow the link to a partition, then to the job run that built it.
-        await page.locator("a.partition:visible", has_text="daily_users/2024-01-03").first.click()
-        await page.wait_for_url("**/partitions/daily_users/2024-01-03")
-        assert "raw_events/2024-01-03" in await text(page, "#upstream")
+        await page.locator("a.partition:visible", has_text="daily_users/2024-01-05").first.click()
+        await page.wait_for_url("**/partitions/daily_users/2024-01-05")
+        assert "raw_events/2024-01-05" in await text(page, "#upstream")
         assert "daily_summary/2024-01-07" in await text(page, "#downstream")
-        live = stack.bel.partition("daily_users/2024-01-03")
+        live = stack.bel.partition("daily_users/2024-01-05")
         assert (live.instance_id or "")[:8] in await text(page, "#focus")
         await page.screenshot(path=str(ARTIFACTS / "dashboard-partition.png"), full_page=True)
 
         await page.locator("#built-by a.job-run").click()
         await page.wait_for_url(f"**/job-runs/{live.built_by}")
         assert await text(page, "#job-label") == "daily_users"
-        raw = stack.bel.partition("raw_events/2024-01-03")
-        assert f"raw_events/2024-01-03 uuid:{(raw.instance_id or '')[:8]}" in await text(page, "#reads")
-        assert f"daily_users/2024-01-03 uuid:{(live.instance_id or '')[:8]}" in await text(page, "#writes")
+        raw = stack.bel.partition("raw_events/2024-01-05")
+        assert f"raw_events/2024-01-05 uuid:{(raw.instance_id or '')[:8]}" in await text(page, "#reads")
+        assert f"daily_users/2024-01-05 uuid:{(live.instance_id or '')[:8]}" in await text(page, "#writes")
         assert "queued" in await text(page, "#history") and "succeeded" in await text(page, "#history")
         await page.screenshot(path=str(ARTIFACTS / "dashboard-job-run.png"), full_page=True)
 
         # "Want this partition": registers a dashboard want, which the live partition fulfils at once.
-        await page.goto(f"{base}/partitions/raw_events/2024-01-05")
+        await page.goto(f"{base}/partitions/raw_events/2024-01-04")
         await page.locator("#want-this").click()
         await page.wait_for_url("**/wants/w-*")
         for _ in range(50):
@@ -122,7 +122,7 @@ async def test_browse_from_the_demo_want_to_a_partition_and_its_builder(
                 break
             await asyncio.sleep(0.2)
             await page.reload()
-        assert "raw_events/2024-01-05" in await text(page, "h1") and "successful" in await text(page, "h1")
+        assert "raw_events/2024-01-04" in await text(page, "h1") and "successful" in await text(page, "h1")
         assert "dashboard" in await text(page, "dl.facts")
 
         # A hostile ref in the form is shown as text in the error, and nothing runs.

@@ -11,7 +11,6 @@ from fastapi.testclient import TestClient
 
 from databuild.models import InstanceStatus, JobRunState, PartitionStatus, WantState
 from databuild.views import (
-    FulfillmentNode,
     JobRunView,
     ListView,
     PartitionView,
@@ -29,20 +28,16 @@ pytestmark = pytest.mark.slow
 DAYS = [f"2024-01-0{d}" for d in range(1, 8)]
 
 
-def nodes(node: FulfillmentNode) -> Iterator[FulfillmentNode]:
-    yield node
-    for child in node.derivatives:
-        yield from nodes(child)
-
-
 def referenced(view: WantView) -> tuple[set[str], set[str], set[str]]:
     """Want ids, job run ids and instance ids the tree's data mentions."""
     wants, runs, instances = set(), set(), set()
-    for n in nodes(view.data):
+    for n in view.data.nodes.values():
         wants.add(n.want_id)
+        wants.update(e.want_id for e in n.derivatives)
         if n.instance_id:
             instances.add(n.instance_id)
         runs.update(link.job_run_id for group in n.job_runs for link in group.runs)
+        runs.update(e.triggered_by for e in n.derivatives)
     return wants, runs, instances
 
 
@@ -56,11 +51,12 @@ def api(demo_run: DemoRun) -> Iterator[TestClient]:
 def test_fulfillment_tree_of_the_demo_want_is_exactly_what_was_built(demo_run: DemoRun) -> None:
     bel, want = demo_run.stack.bel, demo_run.want
     view = want_view(bel, want.want_id)
-    root = view.data
+    nodes = view.data.nodes
+    root = nodes[view.data.want_id]
     live = {p.ref: p.instance_id for p in bel.partitions(limit=1000)}
 
     # Root: the rollup dep-missed, then succeeded: one collapsed group of two runs.
-    assert root.instance_id == live["daily_summary/2024-01-07"] and root.triggered_by is None
+    assert root.want_id == want.want_id and root.instance_id == live["daily_summary/2024-01-07"]
     [rollup] = root.job_runs
     assert rollup.job_label == "weekly_rollup" and len(rollup.runs) == 2
     miss, built = (view.index.job_runs[link.job_run_id] for link in rollup.runs)
@@ -71,20 +67,20 @@ def test_fulfillment_tree_of_the_demo_want_is_exactly_what_was_built(demo_run: D
     }
 
     # Seven daily_users wants triggered by the rollup's dep-miss, each with one raw_events want below.
-    assert sorted(view.index.wants[c.want_id].ref for c in root.derivatives) == [
-        f"daily_users/{d}" for d in DAYS
-    ]
-    for child in root.derivatives:
+    assert [view.index.wants[e.want_id].ref for e in root.derivatives] == [f"daily_users/{d}" for d in DAYS]
+    for edge in root.derivatives:
+        child = nodes[edge.want_id]
         ref = view.index.wants[child.want_id].ref
-        assert child.triggered_by == miss.job_run_id
+        assert edge.triggered_by == miss.job_run_id
         assert child.instance_id == live[ref]
         [group] = child.job_runs
         states = [view.index.job_runs[link.job_run_id].state for link in group.runs]
         assert states == [JobRunState.dep_miss, JobRunState.succeeded]
-        [raw] = child.derivatives
+        [raw_edge] = child.derivatives
+        raw = nodes[raw_edge.want_id]
         raw_ref = view.index.wants[raw.want_id].ref
         assert raw_ref == ref.replace("daily_users", "raw_events")
-        assert raw.triggered_by == group.runs[0].job_run_id and raw.instance_id == live[raw_ref]
+        assert raw_edge.triggered_by == group.runs[0].job_run_id and raw.instance_id == live[raw_ref]
         assert [view.index.job_runs[link.job_run_id].state for g in raw.job_runs for link in g.runs] == [
             JobRunState.succeeded
         ]
@@ -93,7 +89,7 @@ def test_fulfillment_tree_of_the_demo_want_is_exactly_what_was_built(demo_run: D
     # Exactly the 15 wants, 23 job runs and 16 instances of the demo; the index holds each once.
     wants, runs, instances = referenced(view)
     assert len(wants) == 15 and len(runs) == 23 and len(instances) == 15
-    assert set(view.index.wants) == wants
+    assert set(view.index.wants) == wants == set(nodes)
     executed = {r.job_run_id for r in bel.job_runs(limit=1000) if r.state is not JobRunState.skipped}
     assert set(view.index.job_runs) == runs == executed  # (other tests' wants add skipped runs)
     assert set(view.index.instances) == set(live.values())  # every instance read or written, once

@@ -167,8 +167,13 @@ class WantWorkflow:
             missing,
             f"{job_run_id} dep-missed; derivative wants build",
         )
-        for ref in missing:  # only failures reported from now on count; the activity re-reads the BEL
+        # Only news from now on counts (the activity re-reads the BEL): an input heard live earlier and
+        # tainted since must be waited for again.
+        forget_live = workflow.patched("dep-miss-forgets-live-inputs")
+        for ref in missing:
             self._failed_refs.pop(ref, None)
+            if forget_live:
+                self._live.pop(ref, None)
         status = await remote_call(
             p.ACT_AWAIT_DEPENDENCIES,
             p.DependenciesInput(want_id=spec.want_id, job_run_id=job_run_id, missing=missing),

@@ -13,7 +13,7 @@ from databuild.bel import migrate, projector
 from databuild.bel import schema as s
 from databuild.bel.queries import BelQueries, partition_from_row, want_from_row
 from databuild.bel.transaction import WriteTx, make_engines, now
-from databuild.errors import InvalidTransitionError, NotFoundError, StaleAttemptError
+from databuild.errors import ConcurrentChangeError, InvalidTransitionError, NotFoundError, StaleAttemptError
 from databuild.graph import JobTarget, Resolution
 from databuild.models import (
     ImpactedInstance,
@@ -291,15 +291,25 @@ class BuildEventLog(BelQueries):
         )
 
     def await_dependencies(
-        self, want_id: str, job_run_id: str, missing: Sequence[str], derivatives: Sequence[WantSpec]
-    ) -> DependenciesStatus:
-        """Record that the want waits for ``missing`` (subscribing to them) and its derivative wants;
-        then report, in the same transaction, which inputs are already live and which derivatives failed."""
-        with self._write(want_key(want_id), *(want_key(d.want_id) for d in derivatives)) as tx:
+        self, want_id: str, job_run_id: str, missing: Sequence[str]
+    ) -> tuple[DependenciesStatus, list[WantSpec]]:
+        """Record that the want waits for ``missing`` (subscribing to them) and ensure a derivative want
+        for each; report, in the same transaction, which inputs are already live and which derivatives
+        failed. Returns that and the derivative wants (to start). A derivative's id includes its ref's
+        taint count, read under the ref's lock, so an input tainted since an earlier build is wanted anew."""
+        parent = self.want(want_id).spec
+        generations = self.generations(missing)
+        derivatives = [parent.derive(ref, want_id, generations[ref]) for ref in missing]
+        keys = [want_key(want_id), *map(ref_key, missing), *(want_key(d.want_id) for d in derivatives)]
+        with self._write(*keys) as tx:
+            for ref in missing:
+                row = self._partition_row(tx.conn, ref)
+                if (row["generation"] if row is not None else 0) != generations[ref]:
+                    raise ConcurrentChangeError(f"{ref} was tainted while its want was being derived")
+            for spec in derivatives:
+                self._ensure_want(tx, spec)
             want = self._want_row(tx.conn, want_id)
             if want["state"] != WantState.upstream_building.value or want["job_run_id"] != job_run_id:
-                for spec in derivatives:
-                    self._ensure_want(tx, spec)
                 tx.append(
                     ev.WantUpstreamBuilding(
                         want_id=want_id,
@@ -325,7 +335,7 @@ class BuildEventLog(BelQueries):
                     failed[spec.ref] = (
                         f"derivative want {spec.want_id} {row['state']}: {row['reason'] or ''}".strip()
                     )
-            return DependenciesStatus(live=live, failed=failed)
+            return DependenciesStatus(live=live, failed=failed), derivatives
 
     def finish_want(
         self, want_id: str, state: WantState, reason: str | None = None, instance_id: str | None = None
