@@ -205,7 +205,8 @@ def want(
                 err.print(
                     f"[yellow]note:[/] this want already existed with SLA {_d(existing.sla)} and TTL "
                     f"{_d(existing.ttl)}; those deadlines stand (a want's identity is its ref, data "
-                    "timestamp and source). Use another --data-timestamp or --source for new deadlines."
+                    "timestamp and source, and the ref's taint count). Use another --data-timestamp or "
+                    "--source for new deadlines."
                 )
             if not wait:
                 found = db.bel.find_want(spec.want_id)
@@ -394,7 +395,12 @@ def taint(
         lambda: Group(
             render.taint_impact(result.impact),
             f"tainted {', '.join(t.ref for t in result.tainted)}; the next want rebuilds "
-            + ("them" if len(result.tainted) > 1 else "it"),
+            + ("them" if len(result.tainted) > 1 else "it")
+            + (
+                f"; left alone (being rebuilt): {', '.join(t.ref for t in result.not_tainted)}"
+                if result.not_tainted
+                else ""
+            ),
         ),
     )
 

@@ -71,7 +71,9 @@ class DataBuild:
         source: WantSource = WantSource.cli,
     ) -> WantSpec:
         """Register a want. Asking again for the same want attaches to the same workflow."""
-        spec = self.spec(ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, source=source)
+        spec = await asyncio.to_thread(
+            self.spec, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, source=source
+        )
         await start_want(self.temporal, spec, self.settings.task_queue)
         # The workflow records the want too; doing it here as well (idempotently) means the want is
         # visible in the BEL as soon as this returns, and only once its workflow exists.

@@ -287,6 +287,10 @@ class TaintResult(Model):
     partition: Partition
     impact: TaintImpact
     tainted: list[InstanceRef] = Field(description="the instance, and with --cascade its current downstream")
+    not_tainted: list[InstanceRef] = Field(
+        default=[],
+        description="current downstream that --cascade left alone: being rebuilt or replaced meanwhile",
+    )
 
 
 class JobRun(Model):

@@ -601,3 +601,27 @@ def test_ref_globs_filter_in_sql(bel: BuildEventLog) -> None:
             bel.partitions(ref_glob=bad)
     with pytest.raises(InvalidPatternError, match="empty"):
         compile_glob("")
+
+
+def test_upgrading_from_0002_derives_what_replaying_the_log_would(empty_url: str) -> None:
+    """A log written before 0003 (no taints then), downgraded and upgraded again, matches a replay."""
+    from alembic import command
+
+    from databuild.bel.migrate import alembic_config
+
+    bel = BuildEventLog.create(empty_url)
+    test_execute_then_active_then_historical_delegation(bel)  # wants fulfilled by their instances
+    test_dep_miss_releases_and_failure_fail_locks(bel)  # a fail-locked partition, and a dep-miss
+    waiting = spec("a/60")
+    run = decide(bel, waiting)
+    bel.start_job_run(run.job_run_id, 1, "w")
+    bel.dep_miss_job_run(run.job_run_id, ["ext/60"], [])
+    bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/60"])  # a derivative want
+    with bel.writer.begin() as conn:
+        command.downgrade(alembic_config(conn), "0002")
+    bel.dispose()
+    upgraded = BuildEventLog.create(empty_url)
+    migrated = snapshot(upgraded)
+    upgraded.rebuild_projections()
+    assert snapshot(upgraded) == migrated
+    upgraded.dispose()

@@ -168,6 +168,8 @@ def test_hostile_labels_and_reasons_render_as_text(tmp_path: Path) -> None:
             assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in page.text, path
         missing = client.get("/wants/" + quote("<img src=x onerror=alert(1)>", safe=""))
         assert missing.status_code == 404 and "<img" not in missing.text and "&lt;img src=x" in missing.text
+        bad = client.get("/partitions/h/1", params={"fan_out": "lots"})
+        assert bad.status_code == 400 and "fan_out" in bad.text and "Back to wants" in bad.text
         unknown = client.get("/no/such/page")
         assert unknown.status_code == 404 and "Back to wants" in unknown.text  # an HTML page, not JSON
     bel.dispose()

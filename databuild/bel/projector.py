@@ -207,7 +207,7 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
         case ev.PartitionResolved(ref=ref):
             _upsert_partition(conn, ref, at, status=PartitionStatus.missing.value, reason=None)
         case ev.PartitionSkipped(ref=ref):
-            _upsert_partition(conn, ref, at, status=PartitionStatus.skipped.value)
+            _upsert_partition(conn, ref, at, status=PartitionStatus.skipped.value, reason=None)
         case ev.PartitionReleased(ref=ref):
             _upsert_partition(conn, ref, at, building_job_run_id=None)
         case ev.PartitionFailed(ref=ref, job_run_id=job_run_id, reason=reason):
@@ -289,6 +289,7 @@ def _inherited_staleness(conn: Connection, job_run_id: str | None) -> str | None
             (s.partition_instances.c.status == InstanceStatus.tainted.value)
             | s.partition_instances.c.stale_cause.is_not(None),
         )
+        .order_by(s.read_deps.c.id)
         .limit(1)
     ).first()
     if row is None:

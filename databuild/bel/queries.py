@@ -1,6 +1,5 @@
 """Read side of the build event log: indexed lookups on the projections."""
 
-import fnmatch
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -505,26 +504,8 @@ class BelQueries:
         if types:
             query = query.where(s.events.c.type.in_(list(types)))
         if pattern:
-            literal = pattern.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0]
-            if literal:
-                query = query.where(like_prefix(s.events.c.ref, literal))
-            else:
-                query = query.where(s.events.c.ref.is_not(None))
-        result: list[EventRecord] = []
-        # The glob is refined in Python after an indexed prefix filter; page until `limit` match.
-        cursor = since_idx
-        while len(result) < limit:
-            page = self._all(query.where(s.events.c.idx > cursor).order_by(s.events.c.idx).limit(limit * 4))
-            if not page:
-                break
-            for row in page:
-                cursor = row["idx"]
-                if pattern and not fnmatch.fnmatchcase(row["ref"] or "", pattern):
-                    continue
-                result.append(_event_record(row))
-                if len(result) == limit:
-                    break
-        return result
+            query = query.where(ref_filter(s.events.c.ref, pattern))
+        return [_event_record(r) for r in self._all(query.order_by(s.events.c.idx).limit(limit))]
 
 
 def _event_record(row: Any) -> EventRecord:

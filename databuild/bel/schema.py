@@ -88,7 +88,7 @@ wants = Table(
     Column("workflow_id", String(1024), nullable=False),
     Column("created_at", UTCDateTime, nullable=False, index=True),
     Column("updated_at", UTCDateTime, nullable=False),
-    Column("generation", Integer, nullable=False, default=0),
+    Column("generation", Integer, nullable=False, default=0, server_default="0"),
     Column("instance_id", ID),  # the instance that fulfilled it
 )
 
@@ -102,7 +102,7 @@ partitions = Table(
     Column("building_job_run_id", ID, index=True),
     Column("external", Boolean, nullable=False, default=False),
     Column("updated_at", UTCDateTime, nullable=False),
-    Column("generation", Integer, nullable=False, default=0),  # times tainted
+    Column("generation", Integer, nullable=False, default=0, server_default="0"),  # times tainted
     Column("reason", Text),  # why the current instance was tainted
 )
 
@@ -114,7 +114,7 @@ partition_instances = Table(
     Column("job_run_id", ID, index=True),
     Column("external", Boolean, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
-    Column("status", String(16), nullable=False, default="live"),
+    Column("status", String(16), nullable=False, default="live", server_default="live"),
     Column("stale_cause", ID),
     Column("reason", Text),
 )

@@ -546,6 +546,9 @@ class BuildEventLog(BelQueries):
         preview = self.taint_impact(ref)
         cascaded = sorted({d.ref for d in preview.current}) if cascade else []
         with self._write(*map(ref_key, [ref, *cascaded])) as tx:
+            # Holding the head lock, no build can commit in between: one that read the instance either
+            # committed already (its output is in the impact) or commits after us and inherits the taint.
+            tx.lock_head()
             partition = self._taintable(self._partition_row(tx.conn, ref), ref)
             if instance_id is not None and partition.instance_id != instance_id:
                 raise InvalidTransitionError(
@@ -558,6 +561,7 @@ class BuildEventLog(BelQueries):
                 ev.PartitionTainted(ref=ref, instance_id=impact.instance_id, reason=reason, stale=stale)
             )
             tainted = [InstanceRef(ref=ref, instance_id=impact.instance_id)]
+            skipped: list[InstanceRef] = []
             for d in impact.current if cascade else []:
                 row = self._partition_row(tx.conn, d.ref)
                 still_live = (
@@ -566,7 +570,9 @@ class BuildEventLog(BelQueries):
                     and row["status"] == PartitionStatus.live.value
                     and not row["building_job_run_id"]
                 )
-                if d.ref in cascaded and still_live:  # locked above, and not rebuilt meanwhile
+                if d.ref in cascaded and not still_live:
+                    skipped.append(InstanceRef(ref=d.ref, instance_id=d.instance_id))
+                elif d.ref in cascaded:  # locked above, and not rebuilt meanwhile
                     tx.append(
                         ev.PartitionTainted(
                             ref=d.ref,
@@ -577,7 +583,7 @@ class BuildEventLog(BelQueries):
                     )
                     tainted.append(InstanceRef(ref=d.ref, instance_id=d.instance_id))
             result = partition_from_row(self._require_partition(tx.conn, ref))
-        return TaintResult(partition=result, impact=impact, tainted=tainted)
+        return TaintResult(partition=result, impact=impact, tainted=tainted, not_tainted=skipped)
 
     @staticmethod
     def _taintable(row: RowMapping | Partition | None, ref: str) -> Partition:

@@ -68,6 +68,7 @@ def make_engines(url: str) -> tuple[Engine, Engine]:
             cursor.execute("PRAGMA busy_timeout=20000")
             _enable_wal(cursor)
             cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA case_sensitive_like=ON")  # ref prefixes match as on PostgreSQL
             cursor.close()
 
         @event.listens_for(engine, "begin")

@@ -8,6 +8,8 @@ from urllib.parse import quote
 
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -87,6 +89,15 @@ def create_app(context: WebContext) -> FastAPI:
         if request.url.path.startswith("/api/"):
             return JSONResponse({"error": str(error), "type": type(error).__name__}, status_code=status)
         return pages.error_page(request, error, status)  # type: ignore[return-value]
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, error: RequestValidationError) -> Response:
+        if request.url.path.startswith("/api/"):
+            return await request_validation_exception_handler(request, error)
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e.get('loc', ())[1:])}: {e.get('msg')}" for e in error.errors()
+        )
+        return pages.error_page(request, InvalidInputError(problems), 400)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, error: StarletteHTTPException) -> Response:

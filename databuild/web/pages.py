@@ -1,6 +1,7 @@
 """Server-rendered dashboard pages (Jinja2, autoescaped): lists, the three detail views, and a
 "want this partition" form. Links go between the views and into the Temporal UI."""
 
+import asyncio
 from typing import Annotated, Any
 from urllib.parse import quote, urlsplit
 
@@ -99,7 +100,7 @@ async def want_form(
             WantSource.dashboard,
         )
     except InvalidInputError as error:
-        view = list_wants(context(request).bel, limit=50)
+        view = await asyncio.to_thread(list_wants, context(request).bel, limit=50)
         return _page(
             request, "wants.html", 400, view=view, states=list(WantState), form_error=str(error), ref=ref
         )

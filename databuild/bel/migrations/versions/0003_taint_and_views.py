@@ -50,10 +50,7 @@ def upgrade() -> None:
         "UPDATE partition_instances SET status = 'superseded' WHERE instance_id NOT IN "
         "(SELECT instance_id FROM partitions WHERE instance_id IS NOT NULL)"
     )
-    op.execute(
-        "UPDATE wants SET instance_id = (SELECT p.instance_id FROM partitions p WHERE p.ref = wants.ref) "
-        "WHERE state = 'successful'"
-    )
+    _backfill_from_events()
 
 
 def _backfill_derivatives() -> None:
@@ -79,6 +76,34 @@ def _backfill_derivatives() -> None:
             })
     if rows:
         bind.execute(sa.insert(derivatives), rows)
+
+
+def _backfill_from_events() -> None:
+    """What replaying the log would set: the instance each want got, and why a partition is failed."""
+    bind = op.get_bind()
+    events = sa.table('events', sa.column('idx'), sa.column('type'), sa.column('data', sa.JSON))
+    wants = sa.table('wants', sa.column('want_id'), sa.column('instance_id'))
+    partitions = sa.table('partitions', sa.column('ref'), sa.column('status'), sa.column('reason'))
+    query = (
+        sa.select(events.c.type, events.c.data)
+        .where(events.c.type.in_(['WantSucceeded', 'PartitionFailed']))
+        .order_by(events.c.idx)
+    )
+    got: dict[str, str] = {}
+    failures: dict[str, str] = {}
+    for kind, data in bind.execute(query):
+        if kind == 'WantSucceeded' and data.get('instance_id'):
+            got[data['want_id']] = data['instance_id']
+        elif kind == 'PartitionFailed':
+            failures[data['ref']] = f"job run {data['job_run_id']} failed: {data['reason']}"
+    for want_id, instance_id in got.items():
+        bind.execute(sa.update(wants).where(wants.c.want_id == want_id).values(instance_id=instance_id))
+    for ref, reason in failures.items():
+        bind.execute(
+            sa.update(partitions)
+            .where(partitions.c.ref == ref, partitions.c.status == 'failed')
+            .values(reason=reason)
+        )
 
 
 def downgrade() -> None:
