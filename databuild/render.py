@@ -190,6 +190,8 @@ def lineage_view(view: PartitionView) -> RenderableType:
             branch.add(instance_label(instance_id, index.instances[instance_id].ref, index, "built"))
     if data.downstream_more:
         down.add(Text(f"+{data.downstream_more} more (--offset to page)", style="dim"))
+    if not data.downstream and not data.downstream_more:
+        down.add(Text("nothing has read this instance", style="dim"))
     history = Tree(Text(f"instances ({data.history_total})", style="bold"))
     for instance_id in data.history:
         history.add(instance_label(instance_id, data.ref, index))

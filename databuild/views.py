@@ -368,7 +368,7 @@ def _history_detail(kind: str, data: dict[str, object]) -> str | None:
         return f"attempt {data.get('attempt')} on {data.get('worker')}"
     if kind == "JobRunDepMiss":
         missing = data.get("missing")
-        return "missing " + ", ".join(str(m) for m in missing) if isinstance(missing, list) else None
+        return f"{len(missing)} input(s) missing" if isinstance(missing, list) else None
     if kind == "JobRunFailed":
         return str(data.get("reason")) + (" (lost)" if data.get("lost") else "")
     if kind == "JobRunSkipped":
