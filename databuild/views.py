@@ -5,9 +5,10 @@ run, partition and partition instance once, so detail types stay flat (reference
 Each view is a fixed handful of indexed lookups, batched per level, whatever the size of the log.
 """
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Concatenate, Generic, ParamSpec, TypeVar
 
 from pydantic import Field
 
@@ -15,6 +16,20 @@ from databuild.bel.queries import BelQueries
 from databuild.models import Instance, JobRun, JobRunState, Model, Partition, PartitionStatus, Want, WantState
 
 FAN_OUT = 20  # downstream consumers, delegations and wanting wants shown before "+N more"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def consistent(view: Callable[Concatenate[BelQueries, P], R]) -> Callable[Concatenate[BelQueries, P], R]:
+    """Assemble the view from one snapshot of the log (one read transaction, one connection)."""
+
+    @functools.wraps(view)
+    def wrapper(bel: BelQueries, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with bel.snapshot():
+            return view(bel, *args, **kwargs)
+
+    return wrapper
 
 
 class RelatedEntities(Model):
@@ -133,6 +148,7 @@ class WantView(Model):
     index: RelatedEntities
 
 
+@consistent
 def want_view(bel: BelQueries, want_id: str, max_wants: int = 5_000) -> WantView:
     """What work fulfilled this want: its job runs, the instance it got, and the derivative wants its
     dep-misses started (or joined), transitively. One batch of lookups per level of the tree."""
@@ -219,6 +235,7 @@ class PartitionView(Model):
     index: RelatedEntities
 
 
+@consistent
 def partition_view(bel: BelQueries, ref: str, *, fan_out: int = FAN_OUT, offset: int = 0) -> PartitionView:
     """Lineage of the ref's current instance (or, if it has none, its latest one)."""
     partition = bel.partition(ref)
@@ -229,6 +246,7 @@ def partition_view(bel: BelQueries, ref: str, *, fan_out: int = FAN_OUT, offset:
     return _lineage(bel, partition, instance_id, fan_out=fan_out, offset=offset)
 
 
+@consistent
 def instance_view(
     bel: BelQueries, instance_id: str, *, fan_out: int = FAN_OUT, offset: int = 0
 ) -> PartitionView:
@@ -331,6 +349,7 @@ class JobRunView(Model):
     index: RelatedEntities
 
 
+@consistent
 def job_run_view(bel: BelQueries, job_run_id: str, *, fan_out: int = FAN_OUT) -> JobRunView:
     """What a job run did: who wanted it, what it read and wrote (UUIDs, in the index), its status
     history, the derivative wants its dep-miss started, and the delegations pointing at it."""
@@ -399,6 +418,7 @@ def _page(rows: list[T], limit: int, offset: int) -> tuple[list[T], Page]:
     return rows[:limit], Page(limit=limit, offset=offset, next_offset=offset + limit if more else None)
 
 
+@consistent
 def list_wants(
     bel: BelQueries,
     *,
@@ -415,6 +435,7 @@ def list_wants(
     return ListView[Want](data=data, index=index.build(bel), page=page)
 
 
+@consistent
 def list_partitions(
     bel: BelQueries,
     *,
@@ -433,6 +454,7 @@ def list_partitions(
     return ListView[Partition](data=data, index=index.build(bel), page=page)
 
 
+@consistent
 def list_job_runs(
     bel: BelQueries,
     *,

@@ -18,6 +18,7 @@ from databuild.config import Settings
 from databuild.execution import JobExecutor
 from databuild.graph import Graph, load_graph
 from databuild.openlineage import LineageEmitter
+from databuild.runtime import settle_heap
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
 from databuild.temporal import connect, ensure_search_attributes
@@ -89,6 +90,7 @@ async def serve(settings: Settings) -> None:
     parts = await open_parts(settings)
     try:
         async with running_worker(parts):
+            settle_heap()
             await asyncio.Event().wait()
     finally:
         parts.spark.stop()

@@ -1,10 +1,12 @@
 """Read side of the build event log: indexed lookups on the projections."""
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Select, func, select
+from sqlalchemy import Connection, Engine, Select, func, select
 
 from databuild.bel import schema as s
 from databuild.errors import NotFoundError
@@ -102,12 +104,36 @@ def _ref_conditions(column: Any, ref_prefix: str | None, ref_glob: str | None) -
 class BelQueries:
     def __init__(self, reader: Engine) -> None:
         self.reader = reader
+        self._pinned = threading.local()  # this thread's snapshot connection, if any
+
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Run the enclosed reads on one connection in one read transaction: a view assembled from
+        several lookups then sees one state of the log, and costs one connection checkout."""
+        if getattr(self._pinned, "conn", None) is not None:
+            yield
+            return
+        with self.reader.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                self._pinned.conn = conn
+                try:
+                    yield
+                finally:
+                    self._pinned.conn = None
 
     def _all(self, query: Select[Any]) -> list[Any]:
+        pinned: Connection | None = getattr(self._pinned, "conn", None)
+        if pinned is not None:
+            return list(pinned.execute(query).mappings())
         with self.reader.connect() as conn:
             return list(conn.execute(query).mappings())
 
     def _count(self, query: Select[Any]) -> int:
+        pinned: Connection | None = getattr(self._pinned, "conn", None)
+        if pinned is not None:
+            return int(pinned.execute(query).scalar_one())
         with self.reader.connect() as conn:
             return int(conn.execute(query).scalar_one())
 

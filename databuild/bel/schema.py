@@ -218,6 +218,13 @@ job_run_leases = Table(
     Column("expires_at", UTCDateTime, nullable=False),
 )
 
+# Ref prefix and glob filters are LIKE 'prefix%'. PostgreSQL can use a B-tree for that only under the
+# C collation or with pattern ops; SQLite uses the plain index (case_sensitive_like is on).
+for _table in (events, wants, partitions, job_run_outputs):
+    Index(
+        f"ix_{_table.name}_ref_pattern", _table.c.ref, postgresql_ops={"ref": "varchar_pattern_ops"}
+    ).ddl_if(dialect="postgresql")
+
 PROJECTIONS = [
     wants,
     partitions,

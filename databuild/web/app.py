@@ -18,6 +18,7 @@ from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.errors import DataBuildError, InvalidInputError, InvalidTransitionError, NotFoundError
+from databuild.runtime import settle_heap
 from databuild.web.paths import STATIC
 
 Connect = Callable[[], Awaitable[DataBuild]]
@@ -144,6 +145,7 @@ class _EmbeddedServer(uvicorn.Server):
 async def serve(app: FastAPI, host: str, port: int, started: asyncio.Event | None = None) -> None:
     """Serve until cancelled. ``started`` is set once the socket listens."""
     server = _EmbeddedServer(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    settle_heap()
     task = asyncio.ensure_future(server.serve())
     try:
         while not server.started:

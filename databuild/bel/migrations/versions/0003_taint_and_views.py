@@ -30,6 +30,11 @@ def upgrade() -> None:
             batch_op.f('ix_derivatives_derivative_want_id'), ['derivative_want_id'], unique=False
         )
     _backfill_derivatives()
+    if op.get_bind().dialect.name == 'postgresql':  # LIKE 'prefix%' on refs (see schema.py)
+        for table in ('events', 'wants', 'partitions', 'job_run_outputs'):
+            op.create_index(
+                f'ix_{table}_ref_pattern', table, ['ref'], postgresql_ops={'ref': 'varchar_pattern_ops'}
+            )
     with op.batch_alter_table('wants', schema=None) as batch_op:
         batch_op.add_column(sa.Column('generation', sa.Integer(), nullable=False, server_default='0'))
         batch_op.add_column(sa.Column('instance_id', sa.String(length=64), nullable=True))
@@ -107,6 +112,9 @@ def _backfill_from_events() -> None:
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == 'postgresql':
+        for table in ('events', 'wants', 'partitions', 'job_run_outputs'):
+            op.drop_index(f'ix_{table}_ref_pattern', table_name=table)
     op.drop_table('derivatives')
     with op.batch_alter_table('events', schema=None) as batch_op:
         batch_op.drop_index('ix_events_job_run_type')
