@@ -39,6 +39,7 @@ lint: install
 bench: install
 	$(BIN)/python -m bench.bench_orchestration
 	$(BIN)/python -m bench.bench_bel
+	$(BIN)/python -m bench.bench_views
 
 clean:
 	rm -rf .databuild $(VENV) .pytest_cache .mypy_cache .ruff_cache
