@@ -386,7 +386,8 @@ def taint(
                 f"then confirm with `databuild taint {ref} --yes`"
             )
         console.print(render.taint_impact(impact))
-        if not typer.confirm(f"taint {ref}?", default=False):
+        also = f" and {len(impact.current)} current downstream partition(s) (--cascade)" if cascade else ""
+        if not typer.confirm(f"taint {ref}{also}?", default=False):
             raise typer.Exit(1)
     result = bel.taint(ref, reason=reason, cascade=cascade, instance_id=impact.instance_id)
     _emit(

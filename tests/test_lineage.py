@@ -227,6 +227,9 @@ def test_api_registers_wants_and_previews_taints(demo_run: DemoRun, api: TestCli
     assert bel.partition("raw_events/2024-01-06").status is PartitionStatus.live
     missing = api.post("/api/partitions/never/built/taint", json={"dry_run": True})
     assert missing.status_code == 404
+    moved = api.post("/api/partitions/raw_events/2024-01-06/taint", json={"instance_id": "not-the-live-one"})
+    assert moved.status_code == 409 and "look at the impact again" in moved.json()["error"]
+    assert bel.partition("raw_events/2024-01-06").status is PartitionStatus.live
 
 
 async def test_taint_then_want_again_rebuilds_and_keeps_both_lineages(demo_run: DemoRun) -> None:

@@ -65,6 +65,10 @@ class TaintRequest(Model):
     reason: str | None = Field(default=None, max_length=2000)
     cascade: bool = Field(default=False, description="taint the current downstream too")
     dry_run: bool = Field(default=False, description="record nothing; report the impact")
+    instance_id: str | None = Field(
+        default=None,
+        description="refuse (409) unless this is still the live instance, e.g. the one previewed",
+    )
 
 
 async def register_want(ctx: WebContext, request: WantRequest, source: WantSource) -> Want:
@@ -133,7 +137,7 @@ def post_taint(request: Request, ref: str, body: TaintRequest) -> TaintResult:
     if body.dry_run:
         impact = bel.taint_impact(ref)
         return TaintResult(partition=bel.partition(ref), impact=impact, tainted=[])
-    return bel.taint(ref, reason=body.reason, cascade=body.cascade)
+    return bel.taint(ref, reason=body.reason, cascade=body.cascade, instance_id=body.instance_id)
 
 
 @router.get("/partitions/{ref:path}", response_model=PartitionView)

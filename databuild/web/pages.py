@@ -91,8 +91,9 @@ async def want_form(
 ) -> Response:
     """The "want this partition" form: registers a want (source `dashboard`) and shows it."""
     origin = request.headers.get("origin")
-    if origin and urlsplit(origin).netloc != request.headers.get("host"):
-        raise InvalidInputError(f"a form posted from another site ({origin}) is refused")
+    cross_site = request.headers.get("sec-fetch-site") == "cross-site"
+    if cross_site or (origin and urlsplit(origin).netloc != request.headers.get("host")):
+        raise InvalidInputError(f"a form posted from another site ({origin or 'unknown origin'}) is refused")
     try:
         want = await register_want(
             context(request),
