@@ -47,11 +47,15 @@ class IndexBuilder:
         self.job_run_ids: set[str] = set()
         self.refs: set[str] = set()
         self.instance_ids: set[str] = set()
-        self.known: RelatedEntities = RelatedEntities()
+        # Entities the view loaded already, so the index does not load them again.
+        self.wants: dict[str, Want] = {}
+        self.job_runs: dict[str, JobRun] = {}
+        self.partitions: dict[str, Partition] = {}
+        self.instances: dict[str, Instance] = {}
 
     def add_wants(self, wants: Iterable[Want]) -> None:
         for want in wants:
-            self.known.wants[want.want_id] = want
+            self.wants[want.want_id] = want
             self.refs.add(want.ref)
             if want.job_run_id:
                 self.job_run_ids.add(want.job_run_id)
@@ -60,7 +64,7 @@ class IndexBuilder:
 
     def add_job_runs(self, runs: Iterable[JobRun]) -> None:
         for run in runs:
-            self.known.job_runs[run.job_run_id] = run
+            self.job_runs[run.job_run_id] = run
             self.refs.update(run.outputs)
             for io in (*run.reads, *run.writes):
                 self.refs.add(io.ref)
@@ -69,7 +73,7 @@ class IndexBuilder:
 
     def add_partitions(self, partitions: Iterable[Partition]) -> None:
         for partition in partitions:
-            self.known.partitions[partition.ref] = partition
+            self.partitions[partition.ref] = partition
             if partition.instance_id:
                 self.instance_ids.add(partition.instance_id)
             for run_id in (partition.built_by, partition.building_job_run_id):
@@ -78,25 +82,24 @@ class IndexBuilder:
 
     def add_instances(self, instances: Iterable[Instance]) -> None:
         for instance in instances:
-            self.known.instances[instance.instance_id] = instance
+            self.instances[instance.instance_id] = instance
             self.refs.add(instance.ref)
 
     def build(self, bel: BelQueries) -> RelatedEntities:
-        known = self.known
-        wants = dict(known.wants)
+        wants = dict(self.wants)
         wants.update({w.want_id: w for w in bel.wants_by_id(sorted(self.want_ids - wants.keys()))})
-        runs = dict(known.job_runs)
+        runs = dict(self.job_runs)
         runs.update({r.job_run_id: r for r in bel.job_runs_by_id(sorted(self.job_run_ids - runs.keys()))})
         refs = set(self.refs)
         for run in runs.values():
             refs.update(run.outputs)
-        partitions = dict(known.partitions)
+        partitions = dict(self.partitions)
         partitions.update({p.ref: p for p in bel.partitions_by_ref(sorted(refs - partitions.keys()))})
         instance_ids = set(self.instance_ids)
         for run in runs.values():
             instance_ids.update(io.instance_id for io in (*run.reads, *run.writes) if io.instance_id)
         instance_ids.update(p.instance_id for p in partitions.values() if p.instance_id)
-        instances = dict(known.instances)
+        instances = dict(self.instances)
         instances.update(
             {i.instance_id: i for i in bel.instances_by_id(sorted(instance_ids - instances.keys()))}
         )
