@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Select, func, select
+from sqlalchemy import Connection, Engine, Select, Table, func, select
 
 from databuild.bel import schema as s
 from databuild.errors import NotFoundError
@@ -92,6 +92,21 @@ def _chunks(ids: Sequence[str]) -> list[list[str]]:
     return [unique[i : i + CHUNK] for i in range(0, len(unique), CHUNK)]
 
 
+def _newest_first(
+    table: Table, conditions: list[Any], key: str, limit: int, offset: int, *, filter_first: bool
+) -> Select[Any]:
+    """A page of ``table`` newest first. With ``filter_first`` the matching rows are selected before
+    they are sorted: refs of one period cluster in time, and a plan that walks the ``created_at``
+    index backwards would otherwise scan the log back to them (PostgreSQL picks that plan)."""
+    if not filter_first:
+        source: Any = table
+        query = select(table).where(*conditions)
+    else:
+        source = select(table).where(*conditions).cte("matching").prefix_with("MATERIALIZED")
+        query = select(source)
+    return query.order_by(source.c.created_at.desc(), source.c[key]).limit(limit).offset(offset)
+
+
 def _ref_conditions(column: Any, ref_prefix: str | None, ref_glob: str | None) -> list[Any]:
     conditions = []
     if ref_prefix:
@@ -159,14 +174,16 @@ class BelQueries:
         limit: int = 100,
         offset: int = 0,
     ) -> list[Want]:
-        query = select(s.wants).where(*_ref_conditions(s.wants.c.ref, ref_prefix, ref_glob))
+        conditions = _ref_conditions(s.wants.c.ref, ref_prefix, ref_glob)
         if state is not None:
-            query = query.where(s.wants.c.state == state.value)
+            conditions.append(s.wants.c.state == state.value)
         if root_want_id is not None:
-            query = query.where(s.wants.c.root_want_id == root_want_id)
+            conditions.append(s.wants.c.root_want_id == root_want_id)
         if parent_want_id is not None:
-            query = query.where(s.wants.c.parent_want_id == parent_want_id)
-        query = query.order_by(s.wants.c.created_at.desc(), s.wants.c.want_id).limit(limit).offset(offset)
+            conditions.append(s.wants.c.parent_want_id == parent_want_id)
+        query = _newest_first(
+            s.wants, conditions, "want_id", limit, offset, filter_first=bool(ref_prefix or ref_glob)
+        )
         return [want_from_row(r) for r in self._all(query)]
 
     def sla_misses(self, now: datetime | None = None, limit: int = 1000) -> list[Want]:
@@ -403,20 +420,16 @@ class BelQueries:
         limit: int = 100,
         offset: int = 0,
     ) -> list[JobRun]:
-        query = select(s.job_runs)
+        conditions: list[Any] = []
         by_ref = _ref_conditions(s.job_run_outputs.c.ref, ref_prefix, ref_glob)
         if by_ref:  # runs with an output matching
             outputs = select(s.job_run_outputs.c.job_run_id).where(*by_ref)
-            query = query.where(s.job_runs.c.job_run_id.in_(outputs))
+            conditions.append(s.job_runs.c.job_run_id.in_(outputs))
         if state is not None:
-            query = query.where(s.job_runs.c.state == state.value)
+            conditions.append(s.job_runs.c.state == state.value)
         if job_label is not None:
-            query = query.where(s.job_runs.c.job_label == job_label)
-        query = (
-            query.order_by(s.job_runs.c.created_at.desc(), s.job_runs.c.job_run_id)
-            .limit(limit)
-            .offset(offset)
-        )
+            conditions.append(s.job_runs.c.job_label == job_label)
+        query = _newest_first(s.job_runs, conditions, "job_run_id", limit, offset, filter_first=bool(by_ref))
         return self._hydrate_runs(self._all(query))
 
     def _hydrate_runs(self, rows: list[Any]) -> list[JobRun]:
