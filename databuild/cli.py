@@ -9,17 +9,25 @@ from datetime import timedelta
 from typing import Annotated, Any, TypeVar
 
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from rich.console import Console, Group
 from rich.live import Live
 
 from databuild import render
-from databuild.client import DataBuild, build_spec
+from databuild.client import DataBuild, build_spec, first_error
 from databuild.config import Settings
 from databuild.durations import format_duration, parse_duration, parse_timestamp
 from databuild.errors import DataBuildError
 from databuild.graph import load_graph
-from databuild.models import JobRunState, PartitionStatus, Want, WantSource, WantState, parse_choice
+from databuild.models import (
+    EventFilter,
+    JobRunState,
+    PartitionStatus,
+    Want,
+    WantSource,
+    WantState,
+    parse_choice,
+)
 from databuild.views import (
     FAN_OUT,
     Page,
@@ -407,10 +415,19 @@ def taint(
 
 
 @app.command()
-def publish(ref: str, as_json: JsonFlag = False) -> None:
+def publish(
+    ref: str,
+    instance_id: Annotated[
+        str | None, typer.Option(help="The producer's instance UUID (repeats of it change nothing).")
+    ] = None,
+    graph: Annotated[str | None, typer.Option(help="Who produced it (recorded with the partition).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
     """Announce that an external partition is now available; wakes every want waiting for it."""
 
-    partition, created, signalled = _run(_with_client(lambda db: db.publish(ref)))
+    partition, created, signalled = _run(
+        _with_client(lambda db: db.publish(ref, instance_id=instance_id, source=graph or "cli"))
+    )
     payload = {"partition": partition, "newly_live": created, "wants_signalled": signalled}
     _emit(
         as_json,
@@ -466,24 +483,45 @@ def stats(as_json: JsonFlag = False) -> None:
 @app.command()
 def events(
     since: Annotated[int, typer.Option("--since", help="Only events after this index.")] = 0,
-    pattern: Annotated[str | None, typer.Option(help="Only events for refs matching this glob.")] = None,
+    pattern: Annotated[
+        list[str] | None,
+        typer.Option(help="Refs matching this glob (* in a segment, ** across); repeatable."),
+    ] = None,
+    ref: Annotated[list[str] | None, typer.Option(help="This exact ref; repeatable.")] = None,
+    job: Annotated[list[str] | None, typer.Option(help="Job runs of this job label; repeatable.")] = None,
+    job_run: Annotated[list[str] | None, typer.Option(help="This job run id; repeatable.")] = None,
+    want: Annotated[list[str] | None, typer.Option(help="This want id; repeatable.")] = None,
+    event_type: Annotated[
+        list[str] | None, typer.Option("--type", help="This event type; repeatable.")
+    ] = None,
     limit: Limit = 100,
     as_json: JsonFlag = False,
 ) -> None:
-    """The build event log, oldest first."""
-    found = _bel().events(since_idx=since, limit=limit, pattern=pattern)
+    """The build event log, oldest first; prints the cursor to continue from (--since)."""
+    try:
+        where = EventFilter(
+            refs=ref or [],
+            patterns=pattern or [],
+            job_labels=job or [],
+            job_run_ids=job_run or [],
+            want_ids=want or [],
+            types=event_type or [],
+        )
+    except ValidationError as error:
+        raise CliError(first_error(error)) from None
+    page = _bel().event_page(since, limit, where)
 
     def human() -> Any:
         from rich.table import Table
 
         table = Table("idx", "at", "type", "ref", "want", "job run")
-        for e in found:
+        for e in page.events:
             table.add_row(
                 str(e.idx), f"{e.at:%H:%M:%S}", e.type, e.ref or "", e.want_id or "", e.job_run_id or ""
             )
-        return table
+        return Group(table, f"next: --since {page.next_since_idx}  (log at {page.last_idx})")
 
-    _emit(as_json, found, human)
+    _emit(as_json, page, human)
 
 
 @app.command()

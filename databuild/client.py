@@ -112,10 +112,14 @@ class DataBuild:
             await asyncio.sleep(0.1)
         return want
 
-    async def publish(self, ref: str) -> tuple[Partition, bool, int]:
-        """Announce that ``ref`` is available and wake every want waiting for it.
-        Returns the partition, whether this call made it live, and how many wants were signalled."""
-        partition, created = await asyncio.to_thread(self.bel.publish_external, ref)
+    async def publish(
+        self, ref: str, *, instance_id: str | None = None, source: str | None = None
+    ) -> tuple[Partition, bool, int]:
+        """Announce that ``ref`` is available and wake every want waiting for it. ``instance_id`` (the
+        producer's instance UUID) makes repeats of one announcement change nothing; ``source`` names the
+        producer. Returns the partition, whether this call changed it, and how many wants were signalled."""
+        validate_ref(ref)
+        partition, created = await asyncio.to_thread(self.bel.publish_external, ref, instance_id, source)
         assert partition.instance_id is not None
         notice = PartitionAvailable(ref=ref, instance_id=partition.instance_id, job_run_id=partition.built_by)
         signalled = await notify_subscribers(
@@ -169,7 +173,7 @@ def build_spec(
             generation=generation,
         )
     except ValueError as error:
-        raise InvalidWantError(_first_error(error)) from None
+        raise InvalidWantError(first_error(error)) from None
     graph.resolve(spec.ref)  # unknown job -> UnknownJobError
     if spec.ttl_deadline is not None and spec.ttl_deadline <= now:
         raise InvalidWantError(
@@ -180,7 +184,7 @@ def build_spec(
     return spec
 
 
-def _first_error(error: ValueError) -> str:
+def first_error(error: ValueError) -> str:
     errors = getattr(error, "errors", None)
     if callable(errors):
         first = errors()[0]

@@ -36,6 +36,9 @@ class Settings(Model):
     )
     openlineage_namespace: str = "databuild"
     openlineage_api_key: SecretStr | None = None
+    # Bearer tokens of the graphs and clients allowed to change state or read events over HTTP.
+    api_tokens: SecretStr | None = Field(default=None, description="name=token,name2=token2 (or bare tokens)")
+    api_tokens_file: Path | None = Field(default=None, description="a file of name=token lines")
 
     @field_validator("job_heartbeat_timeout", "job_start_to_close_timeout", "job_lease", mode="before")
     @classmethod
@@ -104,6 +107,8 @@ class Settings(Model):
             "openlineage_url": "DATABUILD_OPENLINEAGE_URL",
             "openlineage_namespace": "DATABUILD_OPENLINEAGE_NAMESPACE",
             "openlineage_api_key": "DATABUILD_OPENLINEAGE_API_KEY",
+            "api_tokens": "DATABUILD_API_TOKENS",
+            "api_tokens_file": "DATABUILD_API_TOKENS_FILE",
         }
         values: dict[str, object] = {field: env[var] for field, var in names.items() if env.get(var)}
         values.update({k: v for k, v in overrides.items() if v is not None})

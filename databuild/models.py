@@ -338,3 +338,35 @@ class EventRecord(Model):
     job_run_id: str | None
     ref: str | None
     data: dict[str, object]
+
+
+MAX_FILTER_ITEMS = 100
+
+
+class EventFilter(Model):
+    """Which events to return. Within a kind any value matches (refs and patterns are one kind); across
+    kinds all must match. Empty = no filter on that kind."""
+
+    refs: list[str] = Field(default=[], max_length=MAX_FILTER_ITEMS)
+    patterns: list[str] = Field(
+        default=[], max_length=MAX_FILTER_ITEMS, description="ref globs: * within a segment, ** across"
+    )
+    job_labels: list[str] = Field(default=[], max_length=MAX_FILTER_ITEMS)
+    job_run_ids: list[str] = Field(default=[], max_length=MAX_FILTER_ITEMS)
+    want_ids: list[str] = Field(default=[], max_length=MAX_FILTER_ITEMS)
+    types: list[str] = Field(
+        default=[], max_length=MAX_FILTER_ITEMS, description="event types, e.g. PartitionLive"
+    )
+
+    @field_validator("refs")
+    @classmethod
+    def _valid_refs(cls, refs: list[str]) -> list[str]:
+        return [validate_ref(ref) for ref in refs]
+
+
+class EventPage(Model):
+    events: list[EventRecord]
+    next_since_idx: int = Field(
+        description="pass as since_idx to continue; nothing before it is left to read"
+    )
+    last_idx: int = Field(description="the log's last index when this page was read")

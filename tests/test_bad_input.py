@@ -70,4 +70,5 @@ async def test_cli_json_output(make_stack) -> None:
     tree = json.loads(shown.stdout)  # the fulfillment view, {data, index}
     assert tree["index"]["wants"][tree["data"]["want_id"]]["state"] == "successful"
     events = json.loads((await cli(stack, "events", "--pattern", "feed/*", "--json")).stdout)
-    assert {e["type"] for e in events} >= {"WantCreated", "PartitionLive"}
+    assert {e["type"] for e in events["events"]} >= {"WantCreated", "PartitionLive"}
+    assert events["next_since_idx"] == events["last_idx"] == stack.bel.last_idx()

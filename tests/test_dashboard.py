@@ -154,7 +154,7 @@ def test_hostile_labels_and_reasons_render_as_text(tmp_path: Path) -> None:
     bel.start_job_run(decision.job_run_id, 1, "w")
     bel.fail_job_run(decision.job_run_id, HOSTILE)
     bel.finish_want(spec.want_id, WantState.failed, reason=HOSTILE)
-    with TestClient(create_app(web_context(settings, bel, UI))) as client:
+    with TestClient(create_app(web_context(settings, bel, UI)), client=("127.0.0.1", 50000)) as client:
         for path in (
             "/wants",
             f"/wants/{spec.want_id}",
@@ -176,6 +176,9 @@ def test_hostile_labels_and_reasons_render_as_text(tmp_path: Path) -> None:
             bel.find_want(WantSpec(ref="h/2", data_timestamp=datetime(2024, 1, 1, tzinfo=UTC)).want_id)
             is None
         )
+        remote = TestClient(create_app(web_context(settings, bel, UI)), client=("192.0.2.7", 50000))
+        refused = remote.post("/wants", data={"ref": "h/2"})
+        assert refused.status_code == 401 and "loopback clients only" in refused.text
         unknown = client.get("/no/such/page")
         assert unknown.status_code == 404 and "Back to wants" in unknown.text  # an HTML page, not JSON
     bel.dispose()

@@ -19,6 +19,7 @@ from databuild.models import Want, WantState
 from databuild.temporal import connect
 from databuild.views import want_view
 from databuild.web import WebContext, create_app, serve
+from databuild.web.auth import ApiTokens
 from worker.run import WorkerParts, open_parts, running_worker
 
 DEMO_REF = "daily_summary/2024-01-07"
@@ -135,6 +136,7 @@ async def running_web(parts: WorkerParts, ui_port: int, web_port: int) -> AsyncI
         settings=settings,
         temporal_ui=f"http://{host}:{ui_port}",
         connect=_ready(DataBuild(parts.client, parts.bel, parts.graph, settings)),
+        tokens=ApiTokens.from_settings(settings),
     )
     started = asyncio.Event()
     task = asyncio.ensure_future(serve(create_app(context), host, web_port, started))

@@ -122,6 +122,7 @@ class PartitionLive(Model):
     instance_id: str
     job_run_id: str | None
     external: bool = False
+    source: str | None = Field(default=None, description="for external partitions: who announced it")
 
 
 class PartitionReleased(Model):

@@ -6,13 +6,15 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Select, Table, func, select
+from sqlalchemy import Connection, Engine, Select, Table, func, or_, select
 
 from databuild.bel import schema as s
 from databuild.errors import NotFoundError
-from databuild.globs import like_prefix, ref_filter
+from databuild.globs import compile_glob, like_prefix, ref_filter
 from databuild.models import (
     BuildStats,
+    EventFilter,
+    EventPage,
     EventRecord,
     Instance,
     InstanceRef,
@@ -524,6 +526,34 @@ class BelQueries:
     def last_idx(self) -> int:
         rows = self._all(select(s.head.c.last_idx))
         return int(rows[0]["last_idx"]) if rows else 0
+
+    def event_page(self, since_idx: int, limit: int, where: EventFilter) -> EventPage:
+        """Events after ``since_idx`` that match, oldest first, and the cursor to continue from. Read in
+        one snapshot: the index is gap-free in commit order, so every event up to the head read here is
+        visible, and the cursor can skip past events that did not match."""
+        for pattern in where.patterns:
+            compile_glob(pattern)  # a clear error for a bad pattern, before any SQL
+        with self.snapshot():
+            head = self.last_idx()
+            query = select(s.events).where(s.events.c.idx > since_idx, s.events.c.idx <= head)
+            by_ref = [ref_filter(s.events.c.ref, p) for p in where.patterns]
+            if where.refs:
+                by_ref.append(s.events.c.ref.in_(where.refs))
+            if by_ref:
+                query = query.where(or_(*by_ref))
+            if where.job_labels:
+                runs = select(s.job_runs.c.job_run_id).where(s.job_runs.c.job_label.in_(where.job_labels))
+                query = query.where(s.events.c.job_run_id.in_(runs))
+            if where.job_run_ids:
+                query = query.where(s.events.c.job_run_id.in_(where.job_run_ids))
+            if where.want_ids:
+                query = query.where(s.events.c.want_id.in_(where.want_ids))
+            if where.types:
+                query = query.where(s.events.c.type.in_(where.types))
+            rows = self._all(query.order_by(s.events.c.idx).limit(limit))
+        found = [_event_record(r) for r in rows]
+        following = found[-1].idx if len(found) == limit else head
+        return EventPage(events=found, next_since_idx=max(following, since_idx), last_idx=head)
 
     def events(
         self,

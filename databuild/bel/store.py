@@ -13,7 +13,13 @@ from databuild.bel import migrate, projector
 from databuild.bel import schema as s
 from databuild.bel.queries import BelQueries, partition_from_row, want_from_row
 from databuild.bel.transaction import WriteTx, make_engines, now
-from databuild.errors import ConcurrentChangeError, InvalidTransitionError, NotFoundError, StaleAttemptError
+from databuild.errors import (
+    ConcurrentChangeError,
+    InvalidInputError,
+    InvalidTransitionError,
+    NotFoundError,
+    StaleAttemptError,
+)
 from databuild.graph import JobTarget, Resolution
 from databuild.models import (
     ImpactedInstance,
@@ -606,8 +612,13 @@ class BuildEventLog(BelQueries):
             raise NotFoundError(f"no partition {ref!r} in the build event log")
         return row
 
-    def publish_external(self, ref: str) -> tuple[Partition, bool]:
-        """Announce that ``ref`` is available from outside. Idempotent: a live ref is left as it is."""
+    def publish_external(
+        self, ref: str, instance_id: str | None = None, source: str | None = None
+    ) -> tuple[Partition, bool]:
+        """Announce that ``ref`` is available from outside (``source``: who says so, e.g. the upstream
+        graph). Idempotent: without ``instance_id`` a live ref is left as it is; with one (an upstream
+        graph's instance UUID) an instance seen before is never applied again, and a new one replaces
+        the live instance (the upstream rebuilt it). Returns the partition and whether this call changed it."""
         with self._write(ref_key(ref)) as tx:
             row = self._partition_row(tx.conn, ref)
             if row is not None and row["building_job_run_id"]:
@@ -619,10 +630,28 @@ class BuildEventLog(BelQueries):
                 raise InvalidTransitionError(
                     f"{ref} was retired with `databuild skip`; it cannot become live again"
                 )
-            created = row is None or row["status"] != PartitionStatus.live.value
+            if instance_id is None:
+                created = row is None or row["status"] != PartitionStatus.live.value
+            else:
+                seen = tx.conn.execute(
+                    select(s.partition_instances.c.ref).where(
+                        s.partition_instances.c.instance_id == instance_id
+                    )
+                ).first()
+                if seen is not None and seen.ref != ref:
+                    raise InvalidInputError(
+                        f"instance {instance_id} is already an instance of {seen.ref}, not {ref}"
+                    )
+                created = seen is None
             if created:
                 tx.append(
-                    ev.PartitionLive(ref=ref, instance_id=new_instance_id(), job_run_id=None, external=True)
+                    ev.PartitionLive(
+                        ref=ref,
+                        instance_id=instance_id or new_instance_id(),
+                        job_run_id=None,
+                        external=True,
+                        source=source,
+                    )
                 )
             result = self._partition_row(tx.conn, ref)
             assert result is not None

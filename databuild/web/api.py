@@ -4,12 +4,16 @@ import asyncio
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request
-from pydantic import Field
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import Field, ValidationError
 
+from databuild.client import first_error
 from databuild.durations import parse_duration
+from databuild.errors import InvalidInputError
 from databuild.models import (
     BuildStats,
+    EventFilter,
+    EventPage,
     JobRun,
     JobRunState,
     Model,
@@ -35,6 +39,7 @@ from databuild.views import (
     want_view,
 )
 from databuild.web.app import WebContext
+from databuild.web.auth import caller
 
 router = APIRouter(prefix="/api", tags=["api"])
 
@@ -52,6 +57,14 @@ def context(request: Request) -> WebContext:
     return found
 
 
+def authorized(request: Request) -> str:
+    """The caller's name; 401 before anything else is read or recorded."""
+    return caller(request, context(request).tokens)
+
+
+Caller = Annotated[str, Depends(authorized)]
+
+
 class WantRequest(Model):
     ref: str
     data_timestamp: datetime | None = Field(
@@ -59,6 +72,23 @@ class WantRequest(Model):
     )
     sla: str | None = Field(default=None, description="e.g. 9h, counted from data_timestamp")
     ttl: str | None = Field(default=None, description="e.g. 30d, counted from data_timestamp")
+
+
+class Announcement(Model):
+    """ "Partition X is available", from an upstream graph or any producer."""
+
+    instance_id: str | None = Field(
+        default=None,
+        max_length=64,
+        description="the producer's instance UUID: the same one twice changes nothing",
+    )
+    graph: str | None = Field(default=None, max_length=200, description="who produced it")
+
+
+class AnnouncementResult(Model):
+    partition: Partition
+    newly_live: bool = Field(description="whether this announcement changed the partition")
+    wants_signalled: int
 
 
 class TaintRequest(Model):
@@ -95,7 +125,7 @@ def get_wants(
 
 
 @router.post("/wants", response_model=WantView, status_code=201)
-async def post_want(request: Request, body: WantRequest) -> WantView:
+async def post_want(request: Request, _caller: Caller, body: WantRequest) -> WantView:
     """Register a want (source `api`). Asking again for the same want returns the same want."""
     ctx = context(request)
     want = await register_want(ctx, body, WantSource.api)
@@ -131,13 +161,49 @@ def get_instance(
 
 
 @router.post("/partitions/{ref:path}/taint", response_model=TaintResult)
-def post_taint(request: Request, ref: str, body: TaintRequest) -> TaintResult:
+def post_taint(request: Request, _caller: Caller, ref: str, body: TaintRequest) -> TaintResult:
     """Taint the live instance (``dry_run``: only report the impact, every instance built from it)."""
     bel = context(request).bel
     if body.dry_run:
         impact = bel.taint_impact(ref)
         return TaintResult(partition=bel.partition(ref), impact=impact, tainted=[])
     return bel.taint(ref, reason=body.reason, cascade=body.cascade, instance_id=body.instance_id)
+
+
+@router.post("/partitions/{ref:path}/available", response_model=AnnouncementResult)
+async def post_available(
+    request: Request, caller: Caller, ref: str, body: Announcement
+) -> AnnouncementResult:
+    """Announce an external partition (the same path as `databuild publish` and the Temporal signal):
+    records it and wakes every want waiting for it. Idempotent."""
+    db = await context(request).client()
+    source = body.graph or caller
+    partition, created, signalled = await db.publish(ref, instance_id=body.instance_id, source=source)
+    return AnnouncementResult(partition=partition, newly_live=created, wants_signalled=signalled)
+
+
+@router.get("/events", response_model=EventPage)
+def get_events(
+    request: Request,
+    _caller: Caller,
+    since_idx: Annotated[int, Query(ge=0, description="return events after this index")] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ref: Annotated[list[str], Query(description="exact partition refs")] = [],  # noqa: B006
+    pattern: Annotated[list[str], Query(description="ref globs: * in a segment, ** across")] = [],  # noqa: B006
+    job: Annotated[list[str], Query(description="job labels")] = [],  # noqa: B006
+    job_run_id: Annotated[list[str], Query()] = [],  # noqa: B006
+    want_id: Annotated[list[str], Query()] = [],  # noqa: B006
+    type: Annotated[list[str], Query(description="event types, e.g. PartitionLive")] = [],  # noqa: B006
+) -> EventPage:
+    """The build event log for other graphs: events after ``since_idx`` that match, and the cursor
+    (``next_since_idx``) to continue from. Within a filter any value matches; filters combine with AND."""
+    try:
+        where = EventFilter(
+            refs=ref, patterns=pattern, job_labels=job, job_run_ids=job_run_id, want_ids=want_id, types=type
+        )
+    except ValidationError as error:
+        raise InvalidInputError(first_error(error)) from None
+    return context(request).bel.event_page(since_idx, limit, where)
 
 
 @router.get("/partitions/{ref:path}", response_model=PartitionView)

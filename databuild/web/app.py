@@ -19,6 +19,7 @@ from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.errors import DataBuildError, InvalidInputError, InvalidTransitionError, NotFoundError
 from databuild.runtime import settle_heap
+from databuild.web.auth import ApiTokens, UnauthorizedError
 from databuild.web.paths import STATIC
 
 Connect = Callable[[], Awaitable[DataBuild]]
@@ -33,6 +34,7 @@ class WebContext:
     settings: Settings
     temporal_ui: str
     connect: Connect
+    tokens: ApiTokens = field(default_factory=lambda: ApiTokens({}))
     _client: DataBuild | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -67,6 +69,8 @@ def status_of(error: Exception) -> int:
         return 400
     if isinstance(error, TemporalUnavailableError):
         return 503
+    if isinstance(error, UnauthorizedError):
+        return 401
     return 500
 
 
@@ -88,7 +92,9 @@ def create_app(context: WebContext) -> FastAPI:
     async def _error(request: Request, error: DataBuildError) -> JSONResponse:
         status = status_of(error)
         if request.url.path.startswith("/api/"):
-            return JSONResponse({"error": str(error), "type": type(error).__name__}, status_code=status)
+            headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+            body = {"error": str(error), "type": type(error).__name__}
+            return JSONResponse(body, status_code=status, headers=headers)
         return pages.error_page(request, error, status)  # type: ignore[return-value]
 
     @app.exception_handler(RequestValidationError)
@@ -128,6 +134,7 @@ def web_context(settings: Settings, bel: BuildEventLog, temporal_ui: str | None 
         settings=settings,
         temporal_ui=temporal_ui or default_temporal_ui(settings),
         connect=connect_client,
+        tokens=ApiTokens.from_settings(settings),
     )
 
 

@@ -24,6 +24,7 @@ from databuild.views import (
     want_view,
 )
 from databuild.web.api import WantRequest, context, register_want
+from databuild.web.auth import UnauthorizedError, is_loopback
 from databuild.web.paths import TEMPLATES
 
 router = APIRouter(include_in_schema=False)
@@ -90,6 +91,11 @@ async def want_form(
     ttl: Annotated[str, Form()] = "",
 ) -> Response:
     """The "want this partition" form: registers a want (source `dashboard`) and shows it."""
+    if not is_loopback(request):
+        raise UnauthorizedError(
+            "the dashboard registers wants for loopback clients only; use `databuild want` or "
+            "`POST /api/wants` with a bearer token"
+        )
     origin = request.headers.get("origin")
     cross_site = request.headers.get("sec-fetch-site") == "cross-site"
     if cross_site or (origin and urlsplit(origin).netloc != request.headers.get("host")):

@@ -1,0 +1,80 @@
+"""Bearer tokens on the endpoints that change state or expose events; a refused request records nothing."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+
+from databuild.bel import BuildEventLog
+from databuild.config import Settings
+from databuild.errors import InvalidInputError
+from databuild.web import create_app, web_context
+from databuild.web.auth import ApiTokens
+
+TOKEN = "s3cret-token-of-graph-b"
+REMOTE = ("192.0.2.10", 40000)
+LOOPBACK = ("127.0.0.1", 40000)
+WRITES = [
+    ("post", "/api/wants", {"ref": "daily_users/2024-01-01"}),
+    ("post", "/api/partitions/ext/1/taint", {"dry_run": False}),
+    ("post", "/api/partitions/ext/1/available", {}),
+    ("get", "/api/events", None),
+]
+
+
+@pytest.fixture
+def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
+    log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
+    log.publish_external("ext/1")
+    yield log
+    log.dispose()
+
+
+def app(tmp_path: Path, bel: BuildEventLog, tokens: str | None) -> object:
+    settings = Settings(home=tmp_path, api_tokens=SecretStr(tokens) if tokens else None)
+    return create_app(web_context(settings, bel))
+
+
+def call(client: TestClient, method: str, path: str, body: object, **headers: str) -> object:
+    if method == "get":
+        return client.get(path, headers=headers)
+    return client.post(path, json=body, headers=headers)
+
+
+def test_with_tokens_every_guarded_endpoint_needs_one(tmp_path: Path, bel: BuildEventLog) -> None:
+    before = bel.last_idx()
+    client = TestClient(app(tmp_path, bel, f"graph-b={TOKEN}"), client=LOOPBACK)  # (loopback is not enough)
+    for method, path, body in WRITES:
+        for headers in ({}, {"authorization": "Bearer wrong-token-wrong-token"}, {"authorization": TOKEN}):
+            response = call(client, method, path, body, **headers)
+            assert response.status_code == 401, (path, headers, response.text)  # type: ignore[attr-defined]
+            assert response.headers["www-authenticate"] == "Bearer"  # type: ignore[attr-defined]
+    assert bel.last_idx() == before
+    ok = client.get("/api/events", headers={"authorization": f"Bearer {TOKEN}"})
+    assert ok.status_code == 200 and ok.json()["events"]
+    assert client.get("/api/wants").status_code == 200  # read-only views stay open
+    assert client.get("/wants").status_code == 200
+
+
+def test_without_tokens_only_loopback_clients_may_write(tmp_path: Path, bel: BuildEventLog) -> None:
+    before = bel.last_idx()
+    remote = TestClient(app(tmp_path, bel, None), client=REMOTE)
+    for method, path, body in WRITES:
+        response = call(remote, method, path, body)
+        assert response.status_code == 401 and "DATABUILD_API_TOKENS" in response.text  # type: ignore[attr-defined]
+    assert bel.last_idx() == before
+    local = TestClient(app(tmp_path, bel, None), client=LOOPBACK)
+    assert local.get("/api/events").status_code == 200
+
+
+def test_token_configuration_errors_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="shorter than 16"):
+        ApiTokens.from_settings(Settings(home=tmp_path, api_tokens=SecretStr("a=short")))
+    listed = tmp_path / "tokens"
+    listed.write_text(f"# graphs allowed to call us\ngraph-a={TOKEN}\n\n")
+    tokens = ApiTokens.from_settings(Settings(home=tmp_path, api_tokens_file=listed))
+    assert tokens.holder(TOKEN) == "graph-a" and tokens.holder("nope") is None
+    with pytest.raises(InvalidInputError, match="cannot read DATABUILD_API_TOKENS_FILE"):
+        ApiTokens.from_settings(Settings(home=tmp_path, api_tokens_file=tmp_path / "missing"))
