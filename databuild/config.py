@@ -39,6 +39,8 @@ class Settings(Model):
     # Bearer tokens of the graphs and clients allowed to change state or read events over HTTP.
     api_tokens: SecretStr | None = Field(default=None, description="name=token,name2=token2 (or bare tokens)")
     api_tokens_file: Path | None = Field(default=None, description="a file of name=token lines")
+    # Tokens this graph presents to its upstream graphs' events APIs, by upstream name.
+    upstream_tokens: SecretStr | None = Field(default=None, description="name=token,name2=token2")
 
     @field_validator("job_heartbeat_timeout", "job_start_to_close_timeout", "job_lease", mode="before")
     @classmethod
@@ -109,6 +111,7 @@ class Settings(Model):
             "openlineage_api_key": "DATABUILD_OPENLINEAGE_API_KEY",
             "api_tokens": "DATABUILD_API_TOKENS",
             "api_tokens_file": "DATABUILD_API_TOKENS_FILE",
+            "upstream_tokens": "DATABUILD_UPSTREAM_TOKENS",
         }
         values: dict[str, object] = {field: env[var] for field, var in names.items() if env.get(var)}
         values.update({k: v for k, v in overrides.items() if v is not None})

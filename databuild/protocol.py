@@ -12,12 +12,15 @@ from databuild.models import JobRunState, Model, WantSpec, WantState
 
 WANT_WORKFLOW = "Want"
 JOB_RUN_WORKFLOW = "JobRun"
+UPSTREAM_WORKFLOW = "UpstreamSync"
 
 SIGNAL_PARTITION_AVAILABLE = "partition_available"
 SIGNAL_PARTITION_FAILED = "partition_failed"
 SIGNAL_DEP_MISS = "dep_miss"
 SIGNAL_REDECIDE = "redecide"
+SIGNAL_ANNOUNCE = "announce"  # to an UpstreamSync workflow: "partition X is available" (push)
 QUERY_PROGRESS = "progress"
+QUERY_UPSTREAM_STATUS = "status"
 
 ACT_REGISTER_WANT = "register_want"
 ACT_DECIDE = "decide"
@@ -28,6 +31,8 @@ ACT_RUN_JOB = "run_job"
 ACT_FAIL_JOB_RUN = "fail_job_run"
 ACT_FAN_OUT = "fan_out"
 ACT_CHECK_BUILD = "check_build"
+ACT_PULL_UPSTREAM = "pull_upstream"
+ACT_APPLY_ANNOUNCEMENTS = "apply_announcements"
 
 SA_PARTITION_REF = SearchAttributeKey.for_keyword("DataBuildPartitionRef")
 SA_WANT_STATE = SearchAttributeKey.for_keyword("DataBuildWantState")
@@ -181,3 +186,53 @@ class FailJobRunInput(Model):
 
 class FanOutInput(Model):
     job_run_id: str
+
+
+# Cross-graph coordination ------------------------------------------------------------------------
+def upstream_workflow_id(name: str) -> str:
+    return f"upstream:{name}"
+
+
+class Announcement(Model):
+    """The typed push signal: partition ``ref`` is available, as instance ``instance_id`` of ``graph``.
+    Send it with ``databuild.temporal.announce`` (signal-with-start on ``upstream:<graph>``)."""
+
+    ref: str
+    instance_id: str | None = None
+    graph: str
+
+
+class UpstreamInput(Model):
+    """One upstream graph: pulled from ``url`` (its events API) when given, pushed to in any case."""
+
+    name: str
+    url: str | None = None
+    patterns: list[str] = []
+    poll_every: timedelta = timedelta(seconds=5)
+    cursor: int = 0  # the upstream's event index applied up to (carried across continue-as-new)
+    applied: int = 0
+
+
+class PullInput(Model):
+    name: str
+    url: str
+    patterns: list[str]
+    cursor: int
+
+
+class PullResult(Model):
+    cursor: int
+    applied: int = 0
+    more: bool = False
+
+
+class AnnouncementsInput(Model):
+    announcements: list[Announcement]
+
+
+class UpstreamStatus(Model):
+    name: str
+    url: str | None
+    patterns: list[str]
+    cursor: int
+    applied: int

@@ -18,6 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from databuild.bel.queries import BelQueries
 from databuild.config import Settings
+from databuild.errors import InvalidTransitionError
 from databuild.models import JobRun, JobRunState, WantSpec, WantState
 from databuild.protocol import (
     SA_PARTITION_REF,
@@ -25,18 +26,24 @@ from databuild.protocol import (
     SA_SLA_MISSED,
     SA_WANT_STATE,
     SEARCH_ATTRIBUTES,
+    SIGNAL_ANNOUNCE,
     SIGNAL_DEP_MISS,
     SIGNAL_PARTITION_AVAILABLE,
     SIGNAL_PARTITION_FAILED,
     SIGNAL_REDECIDE,
+    UPSTREAM_WORKFLOW,
     WANT_WORKFLOW,
+    Announcement,
     DepMissNotice,
     PartitionAvailable,
     PartitionFailedNotice,
     RedecideNotice,
+    UpstreamInput,
     WantInput,
     WantResult,
+    upstream_workflow_id,
 )
+from databuild.refs import validate_ref
 
 
 async def connect(settings: Settings) -> Client:
@@ -170,3 +177,35 @@ def signal_for_run(run: JobRun) -> SignalFor:
         return None
 
     return signal
+
+
+async def start_upstream(client: Client, task_queue: str, input: UpstreamInput) -> None:
+    """Start following an upstream graph. Refused if one of that name is already followed."""
+    try:
+        await client.start_workflow(
+            UPSTREAM_WORKFLOW,
+            input,
+            id=upstream_workflow_id(input.name),
+            task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            static_summary=f"upstream {input.name}: {input.url or 'push only'}",
+        )
+    except WorkflowAlreadyStartedError:
+        raise InvalidTransitionError(
+            f"upstream {input.name!r} is already followed; `databuild upstream remove {input.name}` first"
+        ) from None
+
+
+async def announce(client: Client, task_queue: str, announcement: Announcement) -> None:
+    """Push "partition X is available" to the graph served on ``client``/``task_queue``: a signal to its
+    workflow for ``announcement.graph``, started if it does not run yet (it then only takes pushes)."""
+    validate_ref(announcement.ref)
+    await client.start_workflow(
+        UPSTREAM_WORKFLOW,
+        UpstreamInput(name=announcement.graph),
+        id=upstream_workflow_id(announcement.graph),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        start_signal=SIGNAL_ANNOUNCE,
+        start_signal_args=[announcement],
+    )

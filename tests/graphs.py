@@ -100,3 +100,12 @@ def base(ctx: JobContext, n: str) -> None:
 @chain.job("derived/{n}")
 def derived(ctx: JobContext, n: str) -> None:
     ctx.write(f"derived/{n}", ctx.read(f"base/{n}"))
+
+
+# feeds: an upstream graph that builds feed/{date}, which `late` (downstream) declares external.
+feeds = Graph("feeds")
+
+
+@feeds.job("feed/{date}")
+def feed(ctx: JobContext, date: str) -> None:
+    ctx.write(f"feed/{date}", ctx.spark.range(5))

@@ -12,8 +12,10 @@ from temporalio.worker import Worker
 
 from activities.fanout import FanOutActivities
 from activities.jobs import JobActivities
+from activities.upstream import UpstreamActivities
 from activities.wants import WantActivities
 from databuild.bel import BuildEventLog
+from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.execution import JobExecutor
 from databuild.graph import Graph, load_graph
@@ -23,6 +25,7 @@ from databuild.spark import SparkRuntime
 from databuild.storage import Storage
 from databuild.temporal import connect, ensure_search_attributes
 from workflows.job_run import JobRunWorkflow
+from workflows.upstream import UpstreamSyncWorkflow
 from workflows.want import WantWorkflow
 
 
@@ -44,10 +47,11 @@ def build_worker(parts: WorkerParts) -> tuple[Worker, JobActivities]:
     jobs = JobActivities(executor, max_concurrent=settings.max_concurrent_jobs)
     wants = WantActivities(parts.bel, parts.graph, parts.client, settings)
     fan_out = FanOutActivities(parts.bel, parts.client)
+    upstream = UpstreamActivities(DataBuild(parts.client, parts.bel, parts.graph, settings))
     worker = Worker(
         parts.client,
         task_queue=settings.task_queue,
-        workflows=[WantWorkflow, JobRunWorkflow],
+        workflows=[WantWorkflow, JobRunWorkflow, UpstreamSyncWorkflow],
         activities=[
             wants.register_want,
             wants.decide,
@@ -58,6 +62,8 @@ def build_worker(parts: WorkerParts) -> tuple[Worker, JobActivities]:
             jobs.run_job,
             jobs.fail_job_run,
             fan_out.fan_out,
+            upstream.pull_upstream,
+            upstream.apply_announcements,
         ],
         max_concurrent_activities=settings.max_concurrent_jobs + 16,
         identity=identity,

@@ -165,7 +165,7 @@ async def serve(app: FastAPI, host: str, port: int, started: asyncio.Event | Non
             raise RuntimeError(f"the web server could not listen on {host}:{port}; is the port in use?")
         if started is not None:
             started.set()
-        await task
+        await asyncio.shield(task)  # on cancel, shut down cleanly below (closing the socket)
     finally:
         server.should_exit = True
         if not task.done():

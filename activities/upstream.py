@@ -1,0 +1,40 @@
+"""Activities of the upstream-sync workflow: pull a page of an upstream graph's events, apply pushed
+announcements. Both announce through `DataBuild.publish`, like `databuild publish` and the HTTP API."""
+
+import httpx
+from temporalio import activity
+
+from databuild import protocol as p
+from databuild.client import DataBuild
+from databuild.errors import InvalidInputError
+from databuild.upstream import pull, token_for
+
+
+class UpstreamActivities:
+    def __init__(self, db: DataBuild) -> None:
+        self.db = db
+
+    @activity.defn(name=p.ACT_PULL_UPSTREAM)
+    async def pull_upstream(self, input: p.PullInput) -> p.PullResult:
+        async def announce(ref: str, instance_id: str | None) -> bool:
+            _, changed, _ = await self.db.publish(ref, instance_id=instance_id, source=input.name)
+            return changed
+
+        token = token_for(self.db.settings, input.name)
+        async with httpx.AsyncClient(timeout=30) as client:
+            cursor, applied, more = await pull(
+                client, input.url, input.patterns, input.cursor, token, announce
+            )
+        return p.PullResult(cursor=cursor, applied=applied, more=more)
+
+    @activity.defn(name=p.ACT_APPLY_ANNOUNCEMENTS)
+    async def apply_announcements(self, input: p.AnnouncementsInput) -> int:
+        applied = 0
+        for a in input.announcements:
+            try:
+                _, changed, _ = await self.db.publish(a.ref, instance_id=a.instance_id, source=a.graph)
+            except InvalidInputError as error:  # a bad announcement can never apply: say why, go on
+                activity.logger.warning("ignored announcement of %r from %s: %s", a.ref, a.graph, error)
+                continue
+            applied += changed
+        return applied

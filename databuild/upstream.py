@@ -1,0 +1,97 @@
+"""Pulling from an upstream graph's events API: fetch a page of its partition events, check it, and
+announce each live partition locally (the same path as `databuild publish` and the push signal)."""
+
+import re
+from collections.abc import Awaitable, Callable
+
+import httpx
+from pydantic import ValidationError
+
+from databuild.config import Settings
+from databuild.errors import DataBuildError, InvalidInputError
+from databuild.globs import compile_glob
+from databuild.models import EventPage
+from databuild.refs import validate_ref
+
+PAGE = 500
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
+
+Announce = Callable[[str, str | None], Awaitable[bool]]  # (ref, instance id) -> changed anything
+
+
+class UpstreamError(DataBuildError):
+    """The upstream answered with something we cannot use (it is retried: the upstream may be fixed)."""
+
+
+def check_upstream(name: str, url: str | None, patterns: list[str]) -> None:
+    """Refuse a subscription that cannot work, before anything starts."""
+    if not _NAME.fullmatch(name):
+        raise InvalidInputError(f"upstream name {name!r} must be 1-100 of A-Z a-z 0-9 _ . -")
+    if url is not None:
+        parsed = httpx.URL(url)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise InvalidInputError(f"upstream URL {url!r} must be http(s)://host[:port] of a DataBuild API")
+        if not patterns:
+            raise InvalidInputError(
+                "give at least one --pattern of the upstream refs to follow, e.g. 'daily/**'"
+            )
+    for pattern in patterns:
+        compile_glob(pattern)
+
+
+def token_for(settings: Settings, name: str) -> str | None:
+    if settings.upstream_tokens is None:
+        return None
+    for entry in settings.upstream_tokens.get_secret_value().split(","):
+        holder, _, token = entry.strip().partition("=")
+        if holder == name and token:
+            return token
+    return None
+
+
+async def fetch_page(
+    client: httpx.AsyncClient, url: str, patterns: list[str], cursor: int, token: str | None
+) -> EventPage:
+    params: list[tuple[str, str | int | float | bool | None]] = [
+        ("since_idx", cursor),
+        ("limit", PAGE),
+        ("type", "PartitionLive"),
+    ]
+    params += [("pattern", p) for p in patterns]
+    headers = {"authorization": f"Bearer {token}"} if token else {}
+    response = await client.get(url.rstrip("/") + "/api/events", params=params, headers=headers)
+    if response.status_code == 401:
+        raise UpstreamError(f"{url} refused our token (401); set DATABUILD_UPSTREAM_TOKENS")
+    response.raise_for_status()  # 5xx and others: retried with backoff by the activity's policy
+    try:
+        page = EventPage.model_validate_json(response.content)
+    except ValidationError as error:
+        raise UpstreamError(f"{url} sent a malformed events page: {error.errors()[0]['msg']}") from None
+    for event in page.events:  # check the whole page before applying any of it
+        if event.type != "PartitionLive" or event.ref is None or event.idx <= cursor:
+            raise UpstreamError(f"{url} sent an event we did not ask for: #{event.idx} {event.type}")
+        validate_ref(event.ref)
+        instance = event.data.get("instance_id")
+        if not isinstance(instance, str) or not instance:
+            raise UpstreamError(f"{url} sent PartitionLive #{event.idx} without an instance id")
+    if page.next_since_idx < cursor:
+        raise UpstreamError(f"{url} moved the cursor back from {cursor} to {page.next_since_idx}")
+    return page
+
+
+async def pull(
+    client: httpx.AsyncClient,
+    url: str,
+    patterns: list[str],
+    cursor: int,
+    token: str | None,
+    announce: Announce,
+) -> tuple[int, int, bool]:
+    """Apply one page. Returns (new cursor, partitions that changed, whether more is waiting)."""
+    page = await fetch_page(client, url, patterns, cursor, token)
+    changed = 0
+    for event in page.events:
+        instance = event.data["instance_id"]
+        assert event.ref is not None and isinstance(instance, str)
+        changed += await announce(event.ref, instance)
+    return page.next_since_idx, changed, page.next_since_idx < page.last_idx

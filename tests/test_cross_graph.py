@@ -1,0 +1,157 @@
+"""Two graphs on one machine: two BELs, two task queues on one Temporal dev server, two HTTP servers
+on loopback, one shared data lake. A downstream want blocked on an upstream partition is fulfilled by
+pull (a durable subscription that survives the upstream's HTTP server going away) and by push."""
+
+import asyncio
+import contextlib
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from databuild.models import EventFilter, PartitionStatus, WantState
+from databuild.protocol import (
+    QUERY_UPSTREAM_STATUS,
+    Announcement,
+    UpstreamInput,
+    UpstreamStatus,
+    upstream_workflow_id,
+)
+from databuild.temporal import announce, start_upstream
+from databuild.web import create_app, serve, web_context
+from tests.conftest import Stack, cli
+
+pytestmark = pytest.mark.slow
+
+TOKEN = "token-that-down-presents-to-up"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def http_server(stack: Stack, port: int) -> AsyncIterator[str]:
+    started = asyncio.Event()
+    app = create_app(web_context(stack.settings, stack.bel))
+    task = asyncio.ensure_future(serve(app, "127.0.0.1", port, started))
+    await asyncio.wait_for(started.wait(), 30)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def eventually(check: Callable[[], bool], within: float = 60) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.2)
+
+
+def announced(stack: Stack) -> list[str]:
+    """Refs recorded live from outside, one entry per PartitionLive event."""
+    page = stack.bel.event_page(0, 1000, EventFilter(types=["PartitionLive"], patterns=["feed/*"]))
+    return sorted(e.ref or "" for e in page.events)
+
+
+def waiting_external(stack: Stack, ref: str) -> bool:
+    return any(
+        w.ref == ref and w.state is WantState.upstream_building for w in stack.bel.wants(ref_prefix=ref)
+    )
+
+
+async def test_pull_from_an_upstream_graph_survives_its_server_restarting(make_stack, tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    up = await make_stack(
+        graph="tests.graphs:feeds", storage_root=lake, api_tokens=SecretStr(f"down={TOKEN}")
+    )
+    down = await make_stack(
+        graph="tests.graphs:late", storage_root=lake, upstream_tokens=SecretStr(f"up={TOKEN}")
+    )
+    port = free_port()
+    subscription = UpstreamInput(
+        name="up", url=f"http://127.0.0.1:{port}", patterns=["feed/*"], poll_every=timedelta(milliseconds=300)
+    )
+    async with http_server(up, port):
+        await start_upstream(down.client, down.settings.task_queue, subscription)
+        first = await down.db.want("report/2024-01-01")
+        await eventually(lambda: waiting_external(down, "feed/2024-01-01"))  # blocked, not building it
+        built = await up.db.wait(await up.db.want("feed/2024-01-01"))
+        assert built.state is WantState.successful
+        report = await asyncio.wait_for(down.db.wait(first), 60)
+        assert report.state is WantState.successful, report.reason
+        # The upstream instance keeps its UUID here: lineage crosses the graphs.
+        assert (
+            down.bel.partition("feed/2024-01-01").instance_id
+            == up.bel.partition("feed/2024-01-01").instance_id
+        )
+
+    # The upstream's HTTP server is gone while it builds the next partition; the pull retries.
+    second = await down.db.want("report/2024-01-02")
+    await up.db.wait(await up.db.want("feed/2024-01-02"))
+    await asyncio.sleep(2)
+    assert down.bel.find_partition("feed/2024-01-02") is None or (
+        down.bel.partition("feed/2024-01-02").status is not PartitionStatus.live
+    )
+    async with http_server(up, port):
+        report = await asyncio.wait_for(down.db.wait(second), 90)
+    assert report.state is WantState.successful, report.reason
+    assert announced(down) == ["feed/2024-01-01", "feed/2024-01-02"]  # nothing missed, nothing twice
+    handle = down.client.get_workflow_handle(upstream_workflow_id("up"))
+    status = await handle.query(QUERY_UPSTREAM_STATUS, result_type=UpstreamStatus)
+    assert (
+        status.applied == 2
+        and status.cursor >= up.bel.event_page(0, 1, EventFilter(refs=["feed/2024-01-02"])).events[0].idx
+    )
+    listed = await cli(down, "upstream", "list", "--json")
+    assert '"name": "up"' in listed.stdout, listed.stderr
+    await handle.terminate("test over")
+
+
+async def test_push_by_signal_http_and_cli_takes_one_path(make_stack, tmp_path: Path, spark_runtime) -> None:
+    lake = tmp_path / "lake"
+    down = await make_stack(graph="tests.graphs:late", storage_root=lake, api_tokens=SecretStr(f"up={TOKEN}"))
+    days = ["2024-02-01", "2024-02-02", "2024-02-03"]
+    for day in days:  # the upstream graph wrote these to the shared lake
+        spark_runtime.session().range(2).write.parquet(str(lake / "feed" / day))
+    specs = [await down.db.want(f"report/{day}") for day in days]
+    for day in days:
+        await eventually(lambda day=day: waiting_external(down, f"feed/{day}"))
+
+    # 1. A typed Temporal signal (signal-with-start on upstream:up), sent twice.
+    sent = Announcement(ref=f"feed/{days[0]}", instance_id=str(uuid.uuid4()), graph="up")
+    await announce(down.client, down.settings.task_queue, sent)
+    await announce(down.client, down.settings.task_queue, sent)
+    assert (await asyncio.wait_for(down.db.wait(specs[0]), 60)).state is WantState.successful
+
+    # 2. HTTP, with the upstream's token, twice.
+    async with http_server(down, free_port()) as base, httpx.AsyncClient() as client:
+        body = {"instance_id": str(uuid.uuid4()), "graph": "up"}
+        url = f"{base}/api/partitions/feed/{days[1]}/available"
+        refused = await client.post(url, json=body)
+        assert refused.status_code == 401
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        answers = [(await client.post(url, json=body, headers=auth)).json() for _ in range(2)]
+    assert [a["newly_live"] for a in answers] == [True, False]
+    assert (await asyncio.wait_for(down.db.wait(specs[1]), 60)).state is WantState.successful
+
+    # 3. The CLI, twice.
+    instance = str(uuid.uuid4())
+    for _ in range(2):
+        published = await cli(down, "publish", f"feed/{days[2]}", "--instance-id", instance, "--graph", "up")
+        assert published.returncode == 0, published.stderr
+    assert (await asyncio.wait_for(down.db.wait(specs[2]), 60)).state is WantState.successful
+
+    assert announced(down) == [f"feed/{day}" for day in days]  # each announcement applied once
+    assert down.bel.partition(f"feed/{days[0]}").instance_id == sent.instance_id
+    await down.client.get_workflow_handle(upstream_workflow_id("up")).terminate("test over")

@@ -1,0 +1,94 @@
+"""One workflow per upstream graph: holds the cursor into its events API and applies what it pulls,
+and applies what that graph pushes (the `announce` signal). Deterministic; I/O is in activities."""
+
+import contextlib
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from databuild import protocol as p
+
+# While the upstream is down, pulls back off to one try every 30 s, and never give up.
+PULL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_interval=timedelta(seconds=30)
+)
+PULL_TIMEOUT = timedelta(seconds=90)
+STEPS_PER_RUN = (
+    200  # pulls and pushes applied; then continue-as-new, so the history stays small however long it follows
+)
+
+
+@workflow.defn(name=p.UPSTREAM_WORKFLOW)
+class UpstreamSyncWorkflow:
+    def __init__(self) -> None:
+        self._inbox: list[p.Announcement] = []
+        self._state: p.UpstreamInput | None = None
+        self._steps = 0  # pulls and applied batches in this run
+
+    @workflow.signal(name=p.SIGNAL_ANNOUNCE)
+    def announce(self, announcement: p.Announcement) -> None:
+        self._inbox.append(announcement)
+
+    @workflow.query(name=p.QUERY_UPSTREAM_STATUS)
+    def status(self) -> p.UpstreamStatus:
+        s = self._state
+        assert s is not None
+        return p.UpstreamStatus(
+            name=s.name, url=s.url, patterns=s.patterns, cursor=s.cursor, applied=s.applied
+        )
+
+    @workflow.run
+    async def run(self, input: p.UpstreamInput) -> None:
+        self._state = input
+        workflow.set_current_details(self._details())
+        while True:
+            await self._apply_inbox()
+            more = False
+            state = self._state
+            if state.url is not None:
+                result = await workflow.execute_activity(
+                    p.ACT_PULL_UPSTREAM,
+                    p.PullInput(name=state.name, url=state.url, patterns=state.patterns, cursor=state.cursor),
+                    result_type=p.PullResult,
+                    start_to_close_timeout=PULL_TIMEOUT,
+                    retry_policy=PULL_RETRY,
+                )
+                self._advance(cursor=result.cursor, applied=result.applied)
+                more = result.more
+            if self._steps >= STEPS_PER_RUN or workflow.info().is_continue_as_new_suggested():
+                await self._apply_inbox()
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(self._state)
+            if not more:  # wait for the next poll, or for a push
+                wait = self._state.poll_every if self._state.url is not None else None
+                with contextlib.suppress(TimeoutError):
+                    await workflow.wait_condition(lambda: bool(self._inbox), timeout=wait)
+
+    def _advance(self, *, applied: int, cursor: int | None = None) -> None:
+        assert self._state is not None
+        update: dict[str, int] = {"applied": self._state.applied + applied}
+        if cursor is not None:
+            update["cursor"] = cursor
+        self._state = self._state.model_copy(update=update)
+        self._steps += 1
+        workflow.set_current_details(self._details())
+
+    async def _apply_inbox(self) -> None:
+        while self._inbox:
+            batch, self._inbox = self._inbox[:500], self._inbox[500:]
+            applied = await workflow.execute_activity(
+                p.ACT_APPLY_ANNOUNCEMENTS,
+                p.AnnouncementsInput(announcements=batch),
+                result_type=int,
+                start_to_close_timeout=PULL_TIMEOUT,
+                retry_policy=PULL_RETRY,
+            )
+            self._advance(applied=applied)
+
+    def _details(self) -> str:
+        s = self._state
+        assert s is not None
+        source = f"pulling {s.url} ({', '.join(s.patterns)})" if s.url else "push only"
+        return f"upstream `{s.name}`: {source}; cursor {s.cursor}, {s.applied} partition(s) applied"
