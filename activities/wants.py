@@ -84,6 +84,11 @@ class WantActivities:
         await asyncio.gather(*(start_want(self.client, d, self.settings.task_queue) for d in pending))
         return status
 
+    @activity.defn(name=p.ACT_AWAIT_REQUIREMENTS)
+    async def await_requirements(self, input: p.RequirementsInput) -> p.RequirementsStatus:
+        live = await asyncio.to_thread(self.bel.await_requirements, input.want_id, input.refs)
+        return p.RequirementsStatus(live=live)
+
     @activity.defn(name=p.ACT_FINISH_WANT)
     async def finish_want(self, input: p.FinishInput) -> None:
         want = await asyncio.to_thread(

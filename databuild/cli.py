@@ -192,6 +192,10 @@ def want(
     ttl: Annotated[str | None, typer.Option(help="Give up this long after the data time, e.g. 30d.")] = None,
     source: Annotated[WantSource, typer.Option(help="Who asks.")] = WantSource.cli,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the want, showing live progress.")] = False,
+    requires: Annotated[
+        list[str] | None,
+        typer.Option(help="An external partition that must be available before the job runs; repeatable."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Declare that a partition must exist."""
@@ -201,13 +205,21 @@ def want(
 
     # Check everything before touching Temporal or the BEL: bad input records nothing.
     build_spec(
-        load_graph(_settings().graph), ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source
+        load_graph(_settings().graph),
+        ref,
+        data_timestamp=timestamp,
+        sla=sla_d,
+        ttl=ttl_d,
+        source=source,
+        requires=requires or (),
     )
 
     async def go() -> Want | None:
         db = await _client()
         async with db:
-            spec = await db.want(ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source)
+            spec = await db.want(
+                ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source, requires=requires or ()
+            )
             existing = db.bel.find_want(spec.want_id)
             if not as_json:
                 console.print(

@@ -2,7 +2,7 @@
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from temporalio.client import Client, WorkflowFailureError
@@ -47,6 +47,7 @@ class DataBuild:
         sla: timedelta | None = None,
         ttl: timedelta | None = None,
         source: WantSource = WantSource.cli,
+        requires: Sequence[str] = (),
     ) -> WantSpec:
         validate_ref(ref)
         # After a taint the same request is a new want (a new generation), so it rebuilds.
@@ -59,6 +60,7 @@ class DataBuild:
             ttl=ttl,
             source=source,
             generation=generation,
+            requires=requires,
         )
 
     async def want(
@@ -69,10 +71,12 @@ class DataBuild:
         sla: timedelta | None = None,
         ttl: timedelta | None = None,
         source: WantSource = WantSource.cli,
+        requires: Sequence[str] = (),
     ) -> WantSpec:
-        """Register a want. Asking again for the same want attaches to the same workflow."""
+        """Register a want. Asking again for the same want attaches to the same workflow. ``requires``:
+        external partitions that must be available before its job is dispatched."""
         spec = await asyncio.to_thread(
-            self.spec, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, source=source
+            self.spec, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, source=source, requires=requires
         )
         await start_want(self.temporal, spec, self.settings.task_queue)
         # The workflow records the want too; doing it here as well (idempotently) means the want is
@@ -157,6 +161,7 @@ def build_spec(
     source: WantSource = WantSource.cli,
     now: datetime | None = None,
     generation: int = 0,
+    requires: Sequence[str] = (),
 ) -> WantSpec:
     """Build and check a want without recording anything; raises a clear error on bad input."""
     validate_ref(ref)
@@ -171,6 +176,7 @@ def build_spec(
             ttl=ttl,
             source=source,
             generation=generation,
+            requires=list(requires),
         )
     except ValueError as error:
         raise InvalidWantError(first_error(error)) from None

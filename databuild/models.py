@@ -109,6 +109,11 @@ class WantSpec(Model):
     source: WantSource = WantSource.cli
     parent_want_id: str | None = None
     root_want_id: str | None = None
+    requires: list[str] = Field(
+        default=[],
+        max_length=100,
+        description="external partitions that must be available before the want's job is dispatched",
+    )
     generation: int = Field(
         default=0,
         ge=0,
@@ -120,6 +125,11 @@ class WantSpec(Model):
     @classmethod
     def _valid_ref(cls, ref: str) -> str:
         return validate_ref(ref)
+
+    @field_validator("requires")
+    @classmethod
+    def _valid_requires(cls, refs: list[str]) -> list[str]:
+        return list(dict.fromkeys(validate_ref(ref) for ref in refs))
 
     @field_validator("data_timestamp")
     @classmethod

@@ -25,6 +25,7 @@ QUERY_UPSTREAM_STATUS = "status"
 ACT_REGISTER_WANT = "register_want"
 ACT_DECIDE = "decide"
 ACT_AWAIT_DEPENDENCIES = "await_dependencies"
+ACT_AWAIT_REQUIREMENTS = "await_requirements"
 ACT_FINISH_WANT = "finish_want"
 ACT_RECORD_SLA_MISSED = "record_sla_missed"
 ACT_RUN_JOB = "run_job"
@@ -149,6 +150,15 @@ class DependenciesInput(Model):
 class DependenciesStatus(Model):
     live: list[str]
     failed: dict[str, str]
+
+
+class RequirementsInput(Model):
+    want_id: str
+    refs: list[str]
+
+
+class RequirementsStatus(Model):
+    live: list[str]
 
 
 class FinishInput(Model):

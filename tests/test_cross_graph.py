@@ -14,7 +14,8 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from databuild.models import EventFilter, PartitionStatus, WantState
+from databuild.errors import InvalidInputError
+from databuild.models import EventFilter, JobRunState, PartitionStatus, WantState
 from databuild.protocol import (
     QUERY_UPSTREAM_STATUS,
     Announcement,
@@ -155,3 +156,24 @@ async def test_push_by_signal_http_and_cli_takes_one_path(make_stack, tmp_path: 
     assert announced(down) == [f"feed/{day}" for day in days]  # each announcement applied once
     assert down.bel.partition(f"feed/{days[0]}").instance_id == sent.instance_id
     await down.client.get_workflow_handle(upstream_workflow_id("up")).terminate("test over")
+
+
+async def test_a_want_with_external_requirements_waits_before_its_job_runs(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:chain")
+    before = stack.bel.last_idx()
+    with pytest.raises(InvalidInputError, match="'..' segment"):
+        await stack.db.want("base/req", requires=["gate/../x"])
+    assert stack.bel.last_idx() == before  # a bad requirement records nothing
+
+    spec = await stack.db.want("base/req", requires=["gate/2024-03-01", "gate/2024-03-02"])
+    await eventually(lambda: stack.bel.want(spec.want_id).state is WantState.upstream_building)
+    await asyncio.sleep(1)
+    assert stack.bel.job_runs(ref_prefix="base/req") == []  # held back: nothing dispatched
+    await stack.db.publish("gate/2024-03-01")
+    await asyncio.sleep(1)
+    assert stack.bel.job_runs(ref_prefix="base/req") == []  # one of two is not enough
+    await stack.db.publish("gate/2024-03-02", source="upstream-b")
+    done = await asyncio.wait_for(stack.db.wait(spec), 60)
+    assert done.state is WantState.successful, done.reason
+    [run] = stack.bel.job_runs(ref_prefix="base/req")
+    assert run.state is JobRunState.succeeded

@@ -56,6 +56,7 @@ def build_worker(parts: WorkerParts) -> tuple[Worker, JobActivities]:
             wants.register_want,
             wants.decide,
             wants.await_dependencies,
+            wants.await_requirements,
             wants.finish_want,
             wants.record_sla_missed,
             wants.check_build,

@@ -81,6 +81,8 @@ class WantWorkflow:
             await fulfil
 
     async def _fulfil(self, spec: WantSpec) -> Outcome:
+        if spec.requires:
+            await self._await_requirements(spec)
         seq = 0
         while not self._stopping:
             seq += 1
@@ -158,6 +160,29 @@ class WantWorkflow:
 
     def _run_settled(self, ref: str, job_run_id: str) -> bool:
         return ref in self._live or job_run_id in self._failed_runs or job_run_id in self._dep_missed
+
+    async def _await_requirements(self, spec: WantSpec) -> None:
+        """Hold the job back until the external partitions the want requires are available."""
+        status = await bel_call(
+            p.ACT_AWAIT_REQUIREMENTS,
+            p.RequirementsInput(want_id=spec.want_id, refs=spec.requires),
+            p.RequirementsStatus,
+        )
+        for ref in status.live:
+            self._live.setdefault(ref, "")
+
+        def available() -> bool:
+            self._waiting_for = [r for r in spec.requires if r not in self._live]
+            return not self._waiting_for
+
+        if not available():
+            self._set(
+                WantState.upstream_building,
+                None,
+                self._waiting_for,
+                "waiting for required external partitions",
+            )
+            await self._wait(available)
 
     async def _await_inputs(self, spec: WantSpec, job_run_id: str, missing: list[str]) -> str | None:
         """Start derivative wants for the missing inputs and wait until all are live (or one fails)."""

@@ -35,6 +35,14 @@ class WantUpstreamBuilding(Model):
     derivative_want_ids: list[str]
 
 
+class WantAwaitingRequirements(Model):
+    """The want waits for the external partitions it requires before its job is dispatched."""
+
+    type: Literal["WantAwaitingRequirements"] = "WantAwaitingRequirements"
+    want_id: str
+    refs: list[str]
+
+
 class WantWaitingExternal(Model):
     type: Literal["WantWaitingExternal"] = "WantWaitingExternal"
     want_id: str
@@ -183,6 +191,7 @@ Event = Annotated[
     | WantBuilding
     | WantUpstreamBuilding
     | WantWaitingExternal
+    | WantAwaitingRequirements
     | WantBlocked
     | WantFinished
     | WantSlaMissed

@@ -36,10 +36,12 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
                     updated_at=at,
                 )
             )
-            _subscribe(conn, want_id, [spec.ref], workflow_id)
+            _subscribe(conn, want_id, [spec.ref, *spec.requires], workflow_id)
         case ev.WantBuilding(want_id=want_id, job_run_id=job_run_id, relation=relation, decision_seq=seq):
             _set_want(conn, want_id, at, state=WantState.building, job_run_id=job_run_id, decision_seq=seq)
             _link(conn, want_id, job_run_id, relation)
+        case ev.WantAwaitingRequirements(want_id=want_id):
+            _set_want(conn, want_id, at, state=WantState.upstream_building)
         case ev.WantWaitingExternal(want_id=want_id, decision_seq=seq):
             _set_want(conn, want_id, at, state=WantState.upstream_building, decision_seq=seq)
         case ev.WantBlocked(want_id=want_id, refs=refs, reason=reason, decision_seq=seq):

@@ -343,6 +343,20 @@ class BuildEventLog(BelQueries):
                     )
             return DependenciesStatus(live=live, failed=failed), derivatives
 
+    def await_requirements(self, want_id: str, refs: Sequence[str]) -> list[str]:
+        """Record that the want waits for the external partitions it requires (it subscribed to them
+        when it was created); returns those already live, read in the same transaction."""
+        with self._write(want_key(want_id), *map(ref_key, refs)) as tx:
+            want = self._want_row(tx.conn, want_id)
+            if want["state"] == WantState.new.value:
+                tx.append(ev.WantAwaitingRequirements(want_id=want_id, refs=list(refs)))
+            return [
+                ref
+                for ref in refs
+                if (row := self._partition_row(tx.conn, ref)) is not None
+                and row["status"] == PartitionStatus.live.value
+            ]
+
     def finish_want(
         self, want_id: str, state: WantState, reason: str | None = None, instance_id: str | None = None
     ) -> Want:

@@ -72,6 +72,11 @@ class WantRequest(Model):
     )
     sla: str | None = Field(default=None, description="e.g. 9h, counted from data_timestamp")
     ttl: str | None = Field(default=None, description="e.g. 30d, counted from data_timestamp")
+    requires: list[str] = Field(
+        default=[],
+        max_length=100,
+        description="external partitions that must be available before the job runs",
+    )
 
 
 class Announcement(Model):
@@ -106,7 +111,14 @@ async def register_want(ctx: WebContext, request: WantRequest, source: WantSourc
     sla = parse_duration(request.sla) if request.sla else None
     ttl = parse_duration(request.ttl) if request.ttl else None
     db = await ctx.client()
-    spec = await db.want(request.ref, data_timestamp=request.data_timestamp, sla=sla, ttl=ttl, source=source)
+    spec = await db.want(
+        request.ref,
+        data_timestamp=request.data_timestamp,
+        sla=sla,
+        ttl=ttl,
+        source=source,
+        requires=request.requires,
+    )
     return await asyncio.to_thread(ctx.bel.want, spec.want_id)
 
 
