@@ -17,7 +17,15 @@ from databuild.bel import schema as s
 from databuild.errors import InvalidPatternError, InvalidTransitionError, NotFoundError
 from databuild.globs import compile_glob
 from databuild.graph import Graph
-from databuild.models import InstanceRef, InstanceStatus, JobRunState, PartitionStatus, WantSpec, WantState
+from databuild.models import (
+    EventFilter,
+    InstanceRef,
+    InstanceStatus,
+    JobRunState,
+    PartitionStatus,
+    WantSpec,
+    WantState,
+)
 from databuild.protocol import Decision, DecisionKind
 
 T = TypeVar("T")
@@ -625,3 +633,49 @@ def test_upgrading_from_0002_derives_what_replaying_the_log_would(empty_url: str
     upgraded.rebuild_projections()
     assert snapshot(upgraded) == migrated
     upgraded.dispose()
+
+
+def test_event_cursor_pages_without_gaps_under_concurrent_appends(bel: BuildEventLog) -> None:
+    """A follower paging with the cursor sees every matching event exactly once, in order, while
+    writers append (refs that match and refs that do not)."""
+    where = EventFilter(patterns=["data/users/*"], types=["PartitionLive"])
+    stop = threading.Event()
+    seen: list[int] = []
+
+    def follow() -> None:
+        cursor = 0
+        while True:
+            done = stop.is_set()
+            page = bel.event_page(cursor, 7, where)
+            seen.extend(e.idx for e in page.events)
+            cursor = page.next_since_idx
+            if done and not page.events:
+                return
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    released_together(
+        6,
+        lambda i: [bel.publish_external(f"{'data/users' if i % 2 else 'other'}/{i}-{n}") for n in range(15)],
+    )
+    stop.set()
+    follower.join(60)
+    expected = [e.idx for e in bel.event_page(0, 10_000, where).events]
+    assert len(expected) == 45 and seen == expected
+
+
+def test_event_filters_combine_and_reject_hostile_patterns(bel: BuildEventLog) -> None:
+    test_execute_then_active_then_historical_delegation(bel)
+    everything = bel.event_page(0, 1000, EventFilter()).events
+    run = next(e.job_run_id for e in everything if e.type == "JobRunQueued")
+    by_run = bel.event_page(0, 1000, EventFilter(job_run_ids=[run or ""])).events
+    assert by_run and {e.job_run_id for e in by_run} == {run}
+    by_label = bel.event_page(0, 1000, EventFilter(job_labels=["<lambda>"], types=["JobRunQueued"])).events
+    assert [e.job_run_id for e in by_label] == [e.job_run_id for e in everything if e.type == "JobRunQueued"]
+    exact = bel.event_page(0, 1000, EventFilter(refs=["a/1"], types=["PartitionLive"])).events
+    assert [e.ref for e in exact] == ["a/1"]
+    for hostile in ["a/%", "' OR 1=1 --", "x" * 600, "a/***", "a/[bc]"]:
+        with pytest.raises(InvalidPatternError):
+            bel.event_page(0, 10, EventFilter(patterns=[hostile]))
+    with pytest.raises(ValueError, match="illegal character"):
+        EventFilter(refs=["a/<b>"])
