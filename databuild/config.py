@@ -30,6 +30,9 @@ class Settings(Model):
     # A build lock lapses this long after its worker last renewed it (renewed while heartbeating).
     job_lease: timedelta = timedelta(minutes=1)
     max_concurrent_jobs: int = 4
+    # Workflows a worker keeps in memory; a signal to one evicted from the cache replays its history.
+    # Size it to the wants a worker holds waiting at once.
+    workflow_cache: int = Field(default=2000, ge=0)
     # OpenLineage export (databuild/openlineage.py); off unless a URL is set.
     openlineage_url: str | None = Field(
         default=None, description="file:///abs/path.ndjson, a plain path, or an http(s):// endpoint"
@@ -106,6 +109,7 @@ class Settings(Model):
             "job_attempts": "DATABUILD_JOB_ATTEMPTS",
             "job_lease": "DATABUILD_JOB_LEASE",
             "max_concurrent_jobs": "DATABUILD_MAX_CONCURRENT_JOBS",
+            "workflow_cache": "DATABUILD_WORKFLOW_CACHE",
             "openlineage_url": "DATABUILD_OPENLINEAGE_URL",
             "openlineage_namespace": "DATABUILD_OPENLINEAGE_NAMESPACE",
             "openlineage_api_key": "DATABUILD_OPENLINEAGE_API_KEY",

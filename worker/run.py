@@ -67,6 +67,7 @@ def build_worker(parts: WorkerParts) -> tuple[Worker, JobActivities]:
             upstream.apply_announcements,
         ],
         max_concurrent_activities=settings.max_concurrent_jobs + 16,
+        max_cached_workflows=settings.workflow_cache,
         identity=identity,
     )
     return worker, jobs
