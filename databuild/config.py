@@ -32,7 +32,7 @@ class Settings(Model):
     max_concurrent_jobs: int = 4
     # Workflows a worker keeps in memory; a signal to one evicted from the cache replays its history.
     # Size it to the wants a worker holds waiting at once.
-    workflow_cache: int = Field(default=2000, ge=0)
+    workflow_cache: int = Field(default=10_000, ge=0)
     # OpenLineage export (databuild/openlineage.py); off unless a URL is set.
     openlineage_url: str | None = Field(
         default=None, description="file:///abs/path.ndjson, a plain path, or an http(s):// endpoint"
