@@ -40,6 +40,7 @@ bench: install
 	$(BIN)/python -m bench.bench_orchestration
 	$(BIN)/python -m bench.bench_bel
 	$(BIN)/python -m bench.bench_views
+	$(BIN)/python -m bench.bench_announce
 
 clean:
 	rm -rf .databuild $(VENV) .pytest_cache .mypy_cache .ruff_cache
