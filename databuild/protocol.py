@@ -221,6 +221,7 @@ class UpstreamInput(Model):
     poll_every: timedelta = timedelta(seconds=5)
     cursor: int = 0  # the upstream's event index applied up to (carried across continue-as-new)
     applied: int = 0
+    steps_per_run: int = 200  # pulls and applied pushes per workflow run, then continue-as-new
 
 
 class PullInput(Model):

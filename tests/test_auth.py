@@ -52,8 +52,14 @@ def test_with_tokens_every_guarded_endpoint_needs_one(tmp_path: Path, bel: Build
             assert response.status_code == 401, (path, headers, response.text)  # type: ignore[attr-defined]
             assert response.headers["www-authenticate"] == "Bearer"  # type: ignore[attr-defined]
     assert bel.last_idx() == before
-    ok = client.get("/api/events", headers={"authorization": f"Bearer {TOKEN}"})
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    ok = client.get("/api/events", headers=auth)
     assert ok.status_code == 200 and ok.json()["events"]
+    for hostile in ["a/%", "' OR 1=1 --", "x" * 600, "a/[bc]"]:
+        bad = client.get("/api/events", params={"pattern": hostile}, headers=auth)
+        assert bad.status_code == 400 and "pattern" in bad.json()["error"], hostile
+    bad_ref = client.get("/api/events", params={"ref": "a/../b"}, headers=auth)
+    assert bad_ref.status_code == 400 and "'..' segment" in bad_ref.json()["error"]
     assert client.get("/api/wants").status_code == 200  # read-only views stay open
     assert client.get("/wants").status_code == 200
 

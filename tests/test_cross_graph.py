@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from pydantic import SecretStr
+from temporalio.client import WorkflowExecutionStatus
 
 from databuild.errors import InvalidInputError
 from databuild.models import EventFilter, JobRunState, WantState
@@ -84,7 +85,11 @@ async def test_pull_from_an_upstream_graph_survives_restarts(make_stack, tmp_pat
     )
     port = free_port()
     subscription = UpstreamInput(
-        name="up", url=f"http://127.0.0.1:{port}", patterns=["feed/*"], poll_every=timedelta(milliseconds=300)
+        name="up",
+        url=f"http://127.0.0.1:{port}",
+        patterns=["feed/*"],
+        poll_every=timedelta(milliseconds=300),
+        steps_per_run=5,  # continue-as-new every 5 pulls, so the test crosses several runs
     )
     async with running_worker(down.parts), http_server(up, port):
         await start_upstream(down.client, down.settings.task_queue, subscription)
@@ -118,6 +123,13 @@ async def test_pull_from_an_upstream_graph_survives_restarts(make_stack, tmp_pat
             0
         ]
         assert status.applied == 2 and status.cursor >= last.idx
+        query = f"WorkflowId = '{upstream_workflow_id('up')}'"
+        for _ in range(100):  # it continued as new and kept its cursor (visibility lags a little)
+            runs = [w.status async for w in down.client.list_workflows(query)]
+            if WorkflowExecutionStatus.CONTINUED_AS_NEW in runs:
+                break
+            await asyncio.sleep(0.1)
+        assert WorkflowExecutionStatus.CONTINUED_AS_NEW in runs
         listed = await cli(down, "upstream", "list", "--json")
         assert '"name": "up"' in listed.stdout, listed.stderr
         removed = await cli(down, "upstream", "remove", "up")

@@ -57,7 +57,7 @@ class UpstreamSyncWorkflow:
                 )
                 self._advance(cursor=result.cursor, applied=result.applied)
                 more = result.more
-            if self._steps >= STEPS_PER_RUN or workflow.info().is_continue_as_new_suggested():
+            if self._steps >= self._state.steps_per_run or workflow.info().is_continue_as_new_suggested():
                 await self._apply_inbox()
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._state)
