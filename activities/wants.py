@@ -9,6 +9,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from databuild import protocol as p
 from databuild.bel import BuildEventLog
+from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.errors import GraphDefinitionError, InvalidInputError
 from databuild.graph import Graph
@@ -88,6 +89,22 @@ class WantActivities:
     async def await_requirements(self, input: p.RequirementsInput) -> p.RequirementsStatus:
         live = await asyncio.to_thread(self.bel.await_requirements, input.want_id, input.refs)
         return p.RequirementsStatus(live=live)
+
+    @activity.defn(name=p.ACT_REGISTER_SCHEDULED_WANT)
+    async def register_scheduled_want(self, input: p.ScheduledWantRequest) -> str:
+        """A schedule's run: the want for its time, with source `schedule` (so re-runs are one want)."""
+        db = DataBuild(self.client, self.bel, self.graph, self.settings)
+        try:
+            spec = await db.want(
+                input.ref,
+                data_timestamp=input.data_timestamp,
+                sla=input.sla,
+                ttl=input.ttl,
+                source=WantSource.schedule,
+            )
+        except InvalidInputError as error:  # e.g. a backfill past the TTL: retrying cannot help
+            raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from error
+        return spec.want_id
 
     @activity.defn(name=p.ACT_FINISH_WANT)
     async def finish_want(self, input: p.FinishInput) -> None:

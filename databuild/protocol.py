@@ -13,6 +13,7 @@ from databuild.models import JobRunState, Model, WantSpec, WantState
 WANT_WORKFLOW = "Want"
 JOB_RUN_WORKFLOW = "JobRun"
 UPSTREAM_WORKFLOW = "UpstreamSync"
+SCHEDULED_WANT_WORKFLOW = "ScheduledWant"
 
 SIGNAL_PARTITION_AVAILABLE = "partition_available"
 SIGNAL_PARTITION_FAILED = "partition_failed"
@@ -34,6 +35,7 @@ ACT_FAN_OUT = "fan_out"
 ACT_CHECK_BUILD = "check_build"
 ACT_PULL_UPSTREAM = "pull_upstream"
 ACT_APPLY_ANNOUNCEMENTS = "apply_announcements"
+ACT_REGISTER_SCHEDULED_WANT = "register_scheduled_want"
 
 SA_PARTITION_REF = SearchAttributeKey.for_keyword("DataBuildPartitionRef")
 SA_WANT_STATE = SearchAttributeKey.for_keyword("DataBuildWantState")
@@ -41,6 +43,8 @@ SA_SLA_MISSED = SearchAttributeKey.for_bool("DataBuildSlaMissed")
 SA_ROOT_WANT_ID = SearchAttributeKey.for_keyword("DataBuildRootWantId")
 SA_JOB_LABEL = SearchAttributeKey.for_keyword("DataBuildJobLabel")
 SEARCH_ATTRIBUTES = (SA_PARTITION_REF, SA_WANT_STATE, SA_SLA_MISSED, SA_ROOT_WANT_ID, SA_JOB_LABEL)
+# Set by the Temporal server on every workflow a schedule starts (also for backfills).
+SA_SCHEDULED_START_TIME = SearchAttributeKey.for_datetime("TemporalScheduledStartTime")
 
 
 # Signals -----------------------------------------------------------------------------------------
@@ -247,3 +251,19 @@ class UpstreamStatus(Model):
     patterns: list[str]
     cursor: int
     applied: int
+
+
+# Scheduled wants ---------------------------------------------------------------------------------
+class ScheduledWantInput(Model):
+    """What a schedule's runs do: want ``pattern`` filled from the scheduled time."""
+
+    pattern: str
+    sla: timedelta | None = None
+    ttl: timedelta | None = None
+
+
+class ScheduledWantRequest(Model):
+    ref: str
+    data_timestamp: datetime
+    sla: timedelta | None = None
+    ttl: timedelta | None = None

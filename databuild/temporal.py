@@ -2,10 +2,23 @@
 
 import asyncio
 from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleBackfill,
+    ScheduleHandle,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleState,
+    WorkflowHandle,
+)
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -18,13 +31,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from databuild.bel.queries import BelQueries
 from databuild.config import Settings
-from databuild.errors import InvalidTransitionError
+from databuild.errors import InvalidInputError, InvalidTransitionError, NotFoundError
 from databuild.models import JobRun, JobRunState, WantSpec, WantState
 from databuild.protocol import (
     SA_PARTITION_REF,
     SA_ROOT_WANT_ID,
     SA_SLA_MISSED,
     SA_WANT_STATE,
+    SCHEDULED_WANT_WORKFLOW,
     SEARCH_ATTRIBUTES,
     SIGNAL_ANNOUNCE,
     SIGNAL_DEP_MISS,
@@ -38,12 +52,14 @@ from databuild.protocol import (
     PartitionAvailable,
     PartitionFailedNotice,
     RedecideNotice,
+    ScheduledWantInput,
     UpstreamInput,
     WantInput,
     WantResult,
     upstream_workflow_id,
 )
 from databuild.refs import validate_ref
+from databuild.schedules import SCHEDULE_PREFIX, schedule_id
 
 
 async def connect(settings: Settings) -> Client:
@@ -209,3 +225,70 @@ async def announce(client: Client, task_queue: str, announcement: Announcement) 
         start_signal=SIGNAL_ANNOUNCE,
         start_signal_args=[announcement],
     )
+
+
+async def create_want_schedule(
+    client: Client, task_queue: str, input: ScheduledWantInput, cron: str, *, paused: bool = False
+) -> str:
+    """A Temporal Schedule whose runs want ``input.pattern`` for their scheduled time."""
+    sid = schedule_id(input.pattern)
+    try:
+        await client.create_schedule(
+            sid,
+            Schedule(
+                action=ScheduleActionStartWorkflow(
+                    SCHEDULED_WANT_WORKFLOW, input, id=sid, task_queue=task_queue
+                ),
+                spec=ScheduleSpec(cron_expressions=[cron]),
+                # Every scheduled time is its own want; a slow one must not hold the next back.
+                policy=SchedulePolicy(
+                    overlap=ScheduleOverlapPolicy.ALLOW_ALL, catchup_window=timedelta(days=1)
+                ),
+                state=ScheduleState(paused=paused, note=f"cron {cron}"),
+            ),
+        )
+    except ScheduleAlreadyRunningError:
+        raise InvalidTransitionError(
+            f"a schedule for {input.pattern!r} exists; `databuild schedule remove {input.pattern}` first"
+        ) from None
+    except RPCError as error:
+        raise InvalidInputError(
+            f"Temporal refused the schedule ({error.message}); check --cron {cron!r}"
+        ) from None
+    return sid
+
+
+async def backfill_want_schedule(client: Client, pattern: str, start: datetime, end: datetime) -> None:
+    """Run the schedule for every time it would have fired in [start, end] (idempotent: one want per time)."""
+    handle = client.get_schedule_handle(schedule_id(pattern))
+    await _known_schedule(handle, pattern)
+    await handle.backfill(
+        ScheduleBackfill(start_at=start, end_at=end, overlap=ScheduleOverlapPolicy.ALLOW_ALL)
+    )
+
+
+async def delete_want_schedule(client: Client, pattern: str) -> None:
+    handle = client.get_schedule_handle(schedule_id(pattern))
+    await _known_schedule(handle, pattern)
+    await handle.delete()
+
+
+async def list_want_schedules(client: Client) -> list[tuple[str, str, bool]]:
+    """(pattern, its cron expression, paused) of the want schedules."""
+    found = []
+    async for listed in await client.list_schedules():
+        if listed.id.startswith(SCHEDULE_PREFIX):
+            described = await client.get_schedule_handle(listed.id).describe()
+            spec, state = described.schedule.spec, described.schedule.state
+            cron = ", ".join(spec.cron_expressions) or (state.note or "").removeprefix("cron ")
+            found.append((listed.id.removeprefix(SCHEDULE_PREFIX), cron, state.paused))
+    return sorted(found)
+
+
+async def _known_schedule(handle: ScheduleHandle, pattern: str) -> None:
+    try:
+        await handle.describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise NotFoundError(f"no schedule for {pattern!r}; see `databuild schedule list`") from None
+        raise

@@ -25,6 +25,7 @@ from databuild.spark import SparkRuntime
 from databuild.storage import Storage
 from databuild.temporal import connect, ensure_search_attributes
 from workflows.job_run import JobRunWorkflow
+from workflows.scheduled import ScheduledWantWorkflow
 from workflows.upstream import UpstreamSyncWorkflow
 from workflows.want import WantWorkflow
 
@@ -51,12 +52,13 @@ def build_worker(parts: WorkerParts) -> tuple[Worker, JobActivities]:
     worker = Worker(
         parts.client,
         task_queue=settings.task_queue,
-        workflows=[WantWorkflow, JobRunWorkflow, UpstreamSyncWorkflow],
+        workflows=[WantWorkflow, JobRunWorkflow, UpstreamSyncWorkflow, ScheduledWantWorkflow],
         activities=[
             wants.register_want,
             wants.decide,
             wants.await_dependencies,
             wants.await_requirements,
+            wants.register_scheduled_want,
             wants.finish_want,
             wants.record_sla_missed,
             wants.check_build,
