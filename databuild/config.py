@@ -30,6 +30,12 @@ class Settings(Model):
     # A build lock lapses this long after its worker last renewed it (renewed while heartbeating).
     job_lease: timedelta = timedelta(minutes=1)
     max_concurrent_jobs: int = 4
+    # Temporal over TLS (a self-hosted cluster with mTLS, or Temporal Cloud): PEM files, or an API key.
+    temporal_tls: bool = False
+    temporal_tls_cert: Path | None = None
+    temporal_tls_key: Path | None = None
+    temporal_tls_ca: Path | None = None
+    temporal_api_key: SecretStr | None = None
     # Workflows a worker keeps in memory; a signal to one evicted from the cache replays its history.
     # Size it to the wants a worker holds waiting at once.
     workflow_cache: int = Field(default=10_000, ge=0)
@@ -110,6 +116,11 @@ class Settings(Model):
             "job_lease": "DATABUILD_JOB_LEASE",
             "max_concurrent_jobs": "DATABUILD_MAX_CONCURRENT_JOBS",
             "workflow_cache": "DATABUILD_WORKFLOW_CACHE",
+            "temporal_tls": "DATABUILD_TEMPORAL_TLS",
+            "temporal_tls_cert": "DATABUILD_TEMPORAL_TLS_CERT",
+            "temporal_tls_key": "DATABUILD_TEMPORAL_TLS_KEY",
+            "temporal_tls_ca": "DATABUILD_TEMPORAL_TLS_CA",
+            "temporal_api_key": "DATABUILD_TEMPORAL_API_KEY",
             "openlineage_url": "DATABUILD_OPENLINEAGE_URL",
             "openlineage_namespace": "DATABUILD_OPENLINEAGE_NAMESPACE",
             "openlineage_api_key": "DATABUILD_OPENLINEAGE_API_KEY",

@@ -3,6 +3,7 @@
 import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
@@ -27,7 +28,7 @@ from temporalio.common import (
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from databuild.bel.queries import BelQueries
 from databuild.config import Settings
@@ -63,8 +64,39 @@ from databuild.schedules import SCHEDULE_PREFIX, schedule_id
 
 
 async def connect(settings: Settings) -> Client:
+    api_key = settings.temporal_api_key.get_secret_value() if settings.temporal_api_key else None
     return await Client.connect(
-        settings.temporal_address, namespace=settings.namespace, data_converter=pydantic_data_converter
+        settings.temporal_address,
+        namespace=settings.namespace,
+        data_converter=pydantic_data_converter,
+        tls=tls_config(settings),
+        api_key=api_key,
+    )
+
+
+def tls_config(settings: Settings) -> TLSConfig | bool:
+    """TLS from the settings: client certificate and key (mTLS), a CA for a private server, or plain
+    TLS (an API key implies it, as Temporal Cloud wants). False when none is configured."""
+    cert, key, ca = settings.temporal_tls_cert, settings.temporal_tls_key, settings.temporal_tls_ca
+    if (cert is None) != (key is None):
+        raise InvalidInputError(
+            "set both DATABUILD_TEMPORAL_TLS_CERT and DATABUILD_TEMPORAL_TLS_KEY (mTLS), or neither"
+        )
+    if cert is None and ca is None:
+        return settings.temporal_tls or settings.temporal_api_key is not None
+
+    def read(path: Path | None, variable: str) -> bytes | None:
+        if path is None:
+            return None
+        try:
+            return path.read_bytes()
+        except OSError as error:
+            raise InvalidInputError(f"cannot read {variable} {path}: {error.strerror}") from None
+
+    return TLSConfig(
+        client_cert=read(cert, "DATABUILD_TEMPORAL_TLS_CERT"),
+        client_private_key=read(key, "DATABUILD_TEMPORAL_TLS_KEY"),
+        server_root_ca_cert=read(ca, "DATABUILD_TEMPORAL_TLS_CA"),
     )
 
 

@@ -119,3 +119,25 @@ def test_graph_definition_errors() -> None:
     g.job("a/{y}", label="other")(lambda ctx, y: None)
     with pytest.raises(GraphDefinitionError, match="more than one job"):
         g.resolve("a/1")
+
+
+def test_temporal_tls_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from temporalio.service import TLSConfig
+
+    from databuild.config import Settings
+    from databuild.errors import InvalidInputError
+    from databuild.temporal import tls_config
+
+    assert tls_config(Settings(home=tmp_path)) is False
+    assert tls_config(Settings(home=tmp_path, temporal_tls=True)) is True
+    assert tls_config(Settings.from_env(home=tmp_path, temporal_api_key="k")) is True  # API keys need TLS
+    (tmp_path / "c.pem").write_bytes(b"CERT")
+    (tmp_path / "k.pem").write_bytes(b"KEY")
+    mtls = tls_config(
+        Settings(home=tmp_path, temporal_tls_cert=tmp_path / "c.pem", temporal_tls_key=tmp_path / "k.pem")
+    )
+    assert isinstance(mtls, TLSConfig) and (mtls.client_cert, mtls.client_private_key) == (b"CERT", b"KEY")
+    with pytest.raises(InvalidInputError, match="set both"):
+        tls_config(Settings(home=tmp_path, temporal_tls_cert=tmp_path / "c.pem"))
+    with pytest.raises(InvalidInputError, match="cannot read DATABUILD_TEMPORAL_TLS_CA"):
+        tls_config(Settings(home=tmp_path, temporal_tls_ca=tmp_path / "missing.pem"))
