@@ -41,6 +41,10 @@ class InvalidTransitionError(DataBuildError):
     """A state change the lifecycle does not allow; it is rejected, never applied."""
 
 
+class TemporalSetupError(DataBuildError):
+    """The Temporal namespace lacks something DataBuild needs and may not create itself."""
+
+
 class ConcurrentChangeError(DataBuildError):
     """What a command read changed before it could lock it; retrying the command is safe."""
 

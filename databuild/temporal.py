@@ -32,7 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from databuild.bel.queries import BelQueries
 from databuild.config import Settings
-from databuild.errors import InvalidInputError, InvalidTransitionError, NotFoundError
+from databuild.errors import InvalidInputError, InvalidTransitionError, NotFoundError, TemporalSetupError
 from databuild.models import JobRun, JobRunState, WantSpec, WantState
 from databuild.protocol import (
     SA_PARTITION_REF,
@@ -111,11 +111,12 @@ async def ensure_search_attributes(client: Client, namespace: str) -> None:
         key.name: kinds[key.indexed_value_type.name.removeprefix("INDEXED_VALUE_TYPE_")]
         for key in SEARCH_ATTRIBUTES
     }
+    denied = (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNAUTHENTICATED)
     try:
         existing = await service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
         wanted = {name: kind for name, kind in wanted.items() if name not in existing.custom_attributes}
     except RPCError as error:
-        if error.status != RPCStatusCode.UNIMPLEMENTED:  # the time-skipping test server cannot list
+        if error.status not in (RPCStatusCode.UNIMPLEMENTED, *denied):  # the test server cannot list
             raise
     if wanted:
         try:
@@ -123,8 +124,19 @@ async def ensure_search_attributes(client: Client, namespace: str) -> None:
                 AddSearchAttributesRequest(namespace=namespace, search_attributes=wanted)
             )
         except RPCError as error:
+            if error.status in denied:  # e.g. Temporal Cloud: attributes are set in the namespace settings
+                names = ", ".join(f"{name} ({key_kind(kind)})" for name, kind in sorted(wanted.items()))
+                raise TemporalSetupError(
+                    f"namespace {namespace!r} needs the search attributes {names}, and this client may "
+                    "not add them; add them in the namespace settings (Temporal Cloud: Namespaces -> "
+                    "Search Attributes), then start again"
+                ) from None
             if error.status != RPCStatusCode.ALREADY_EXISTS:
                 raise
+
+
+def key_kind(kind: int) -> str:
+    return "Bool" if kind == IndexedValueType.INDEXED_VALUE_TYPE_BOOL else "Keyword"
 
 
 def want_search_attributes(spec: WantSpec, state: WantState = WantState.new) -> TypedSearchAttributes:
