@@ -603,9 +603,9 @@ def upstream_remove(name: str, as_json: JsonFlag = False) -> None:
 
     async def go(db: DataBuild) -> None:
         try:
-            await db.temporal.get_workflow_handle(upstream_workflow_id(name)).terminate(
-                "databuild upstream remove"
-            )
+            await db.temporal.get_workflow_handle(
+                upstream_workflow_id(db.settings.task_queue, name)
+            ).terminate("databuild upstream remove")
         except RPCError as error:
             raise CliError(
                 f"no upstream {name!r} is followed ({error.message}); see `databuild upstream list`"

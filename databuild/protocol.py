@@ -203,13 +203,14 @@ class FanOutInput(Model):
 
 
 # Cross-graph coordination ------------------------------------------------------------------------
-def upstream_workflow_id(name: str) -> str:
-    return f"upstream:{name}"
+def upstream_workflow_id(task_queue: str, name: str) -> str:
+    """One per (receiving graph, upstream graph): graphs may share a namespace, each on its task queue."""
+    return f"upstream:{task_queue}:{name}"
 
 
 class Announcement(Model):
     """The typed push signal: partition ``ref`` is available, as instance ``instance_id`` of ``graph``.
-    Send it with ``databuild.temporal.announce`` (signal-with-start on ``upstream:<graph>``)."""
+    Send it with ``databuild.temporal.announce`` (signal-with-start on ``upstream:<task queue>:<graph>``)."""
 
     ref: str
     instance_id: str | None = None

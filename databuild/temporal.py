@@ -245,7 +245,7 @@ async def start_upstream(client: Client, task_queue: str, input: UpstreamInput) 
         await client.start_workflow(
             UPSTREAM_WORKFLOW,
             input,
-            id=upstream_workflow_id(input.name),
+            id=upstream_workflow_id(task_queue, input.name),
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             static_summary=f"upstream {input.name}: {input.url or 'push only'}",
@@ -263,7 +263,7 @@ async def announce(client: Client, task_queue: str, announcement: Announcement) 
     await client.start_workflow(
         UPSTREAM_WORKFLOW,
         UpstreamInput(name=announcement.graph),
-        id=upstream_workflow_id(announcement.graph),
+        id=upstream_workflow_id(task_queue, announcement.graph),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         start_signal=SIGNAL_ANNOUNCE,
