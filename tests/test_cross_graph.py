@@ -88,7 +88,7 @@ async def test_pull_from_an_upstream_graph_survives_restarts(make_stack, tmp_pat
         url=f"http://127.0.0.1:{port}",
         patterns=["feed/*"],
         poll_every=timedelta(milliseconds=300),
-        steps_per_run=5,  # continue-as-new every 5 pulls, so the test crosses several runs
+        steps_per_run=2,  # continue-as-new every 2 pulls, so the test crosses several runs
     )
     async with running_worker(down.parts), http_server(up, port):
         await start_upstream(down.client, down.settings.task_queue, subscription)
