@@ -13,7 +13,17 @@ from typing import Concatenate, Generic, ParamSpec, TypeVar
 from pydantic import Field
 
 from databuild.bel.queries import BelQueries
-from databuild.models import Instance, JobRun, JobRunState, Model, Partition, PartitionStatus, Want, WantState
+from databuild.models import (
+    EventFilter,
+    Instance,
+    JobRun,
+    JobRunState,
+    Model,
+    Partition,
+    PartitionStatus,
+    Want,
+    WantState,
+)
 
 FAN_OUT = 20  # downstream consumers, delegations and wanting wants shown before "+N more"
 
@@ -368,7 +378,9 @@ def job_run_view(bel: BelQueries, job_run_id: str, *, fan_out: int = FAN_OUT) ->
     index.refs.update(ref for _, ref, _ in derivatives)
     history = [
         StatusChange(idx=e.idx, at=e.at, state=_STATE_OF[e.type], detail=_history_detail(e.type, e.data))
-        for e in bel.job_run_events(job_run_id, HISTORY_EVENTS)
+        for e in bel.event_page(
+            0, 1000, EventFilter(job_run_ids=[job_run_id], types=list(HISTORY_EVENTS))
+        ).events
     ]
     detail = JobRunDetail(
         job_run_id=job_run_id,

@@ -251,14 +251,6 @@ class BelQueries:
         )
         return [(r["want_id"], r["ref"], r["derivative_want_id"]) for r in rows]
 
-    def job_run_events(self, job_run_id: str, types: Sequence[str]) -> list[EventRecord]:
-        rows = self._all(
-            select(s.events)
-            .where(s.events.c.job_run_id == job_run_id, s.events.c.type.in_(list(types)))
-            .order_by(s.events.c.idx)
-        )
-        return [_event_record(r) for r in rows]
-
     def want_job_runs(self, want_id: str) -> list[tuple[str, JobRun]]:
         rows = self._all(
             select(s.want_job_runs.c.relation, s.want_job_runs.c.job_run_id).where(
@@ -375,11 +367,6 @@ class BelQueries:
                         found.append((InstanceRef(ref=row["output_ref"], instance_id=out), depth))
             frontier = following
         return found[:limit]
-
-    def readers_of(self, instance_id: str) -> list[str]:
-        """Job runs that read this instance."""
-        rows = self._all(select(s.read_deps.c.job_run_id).where(s.read_deps.c.instance_id == instance_id))
-        return [r["job_run_id"] for r in rows]
 
     def consumers_of(
         self, instance_id: str, limit: int = 20, offset: int = 0
@@ -563,18 +550,16 @@ class BelQueries:
         pattern: str | None = None,
         want_id: str | None = None,
         job_run_id: str | None = None,
-        types: Sequence[str] | None = None,
+        types: Sequence[str] = (),
     ) -> list[EventRecord]:
-        query = select(s.events).where(s.events.c.idx > since_idx)
-        if want_id is not None:
-            query = query.where(s.events.c.want_id == want_id)
-        if job_run_id is not None:
-            query = query.where(s.events.c.job_run_id == job_run_id)
-        if types:
-            query = query.where(s.events.c.type.in_(list(types)))
-        if pattern:
-            query = query.where(ref_filter(s.events.c.ref, pattern))
-        return [_event_record(r) for r in self._all(query.order_by(s.events.c.idx).limit(limit))]
+        """Shorthand for ``event_page`` with one value per filter."""
+        where = EventFilter(
+            patterns=[pattern] if pattern else [],
+            want_ids=[want_id] if want_id else [],
+            job_run_ids=[job_run_id] if job_run_id else [],
+            types=list(types),
+        )
+        return self.event_page(since_idx, limit, where).events
 
 
 def _event_record(row: Any) -> EventRecord:
