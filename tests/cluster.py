@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,17 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from databuild.java import ensure_java
+from tests.conftest import free_port
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOOPBACK = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return int(sock.getsockname()[1])
 
 
 def spark_home() -> Path:

@@ -3,6 +3,7 @@
 import asyncio
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -163,3 +164,10 @@ async def cli(stack: Stack, *args: str, **env: str) -> subprocess.CompletedProce
         text=True,
         timeout=120,
     )
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

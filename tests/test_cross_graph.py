@@ -3,10 +3,9 @@ on loopback, one shared data lake. A downstream want blocked on an upstream part
 pull (a durable subscription that survives the upstream's HTTP server going away) and by push."""
 
 import asyncio
-import contextlib
-import socket
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,8 +23,8 @@ from databuild.protocol import (
     upstream_workflow_id,
 )
 from databuild.temporal import announce, start_upstream
-from databuild.web import create_app, serve, web_context
-from tests.conftest import Stack, cli
+from databuild.web import create_app, serving, web_context
+from tests.conftest import Stack, cli, free_port
 from worker.run import running_worker
 
 pytestmark = pytest.mark.slow
@@ -33,24 +32,8 @@ pytestmark = pytest.mark.slow
 TOKEN = "token-that-down-presents-to-up"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.asynccontextmanager
-async def http_server(stack: Stack, port: int) -> AsyncIterator[str]:
-    started = asyncio.Event()
-    app = create_app(web_context(stack.settings, stack.bel))
-    task = asyncio.ensure_future(serve(app, "127.0.0.1", port, started))
-    await asyncio.wait_for(started.wait(), 30)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+def http_server(stack: Stack, port: int) -> AbstractAsyncContextManager[str]:
+    return serving(create_app(web_context(stack.settings, stack.bel)), "127.0.0.1", port)
 
 
 async def eventually(check: Callable[[], bool], within: float = 60) -> None:

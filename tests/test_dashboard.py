@@ -1,10 +1,8 @@
 """The dashboard in a real headless Chromium (Debian's package, driven by Playwright), over the demo."""
 
 import asyncio
-import contextlib
 import os
 import shutil
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import quote
@@ -17,8 +15,8 @@ from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.graph import Graph
 from databuild.models import WantSpec, WantState
-from databuild.web import create_app, serve, web_context
-from tests.conftest import DemoRun
+from databuild.web import create_app, serving, web_context
+from tests.conftest import DemoRun, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -32,29 +30,6 @@ def chromium() -> str:
     if found is None:
         pytest.fail("Debian's chromium is missing; `make install` installs it (apt-get install chromium)")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@contextlib.asynccontextmanager
-async def dashboard(settings: Settings, bel: BuildEventLog) -> AsyncIterator[str]:
-    port = free_port()
-    started = asyncio.Event()
-    task = asyncio.ensure_future(
-        serve(create_app(web_context(settings, bel, UI)), "127.0.0.1", port, started)
-    )
-    await asyncio.wait_for(started.wait(), 30)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 @pytest.fixture
@@ -83,7 +58,8 @@ async def test_browse_from_the_demo_want_to_a_partition_and_its_builder(
 ) -> None:
     stack, want = demo_run.stack, demo_run.want
     await asyncio.to_thread(ARTIFACTS.mkdir, parents=True, exist_ok=True)
-    async with dashboard(stack.settings, stack.bel) as base:
+    app = create_app(web_context(stack.settings, stack.bel, UI))
+    async with serving(app, "127.0.0.1", free_port()) as base:
         page = await browser.new_page(viewport={"width": 1400, "height": 1800})
         await page.goto(f"{base}/wants/{want.want_id}")
         assert "daily_summary/2024-01-07" in await page.title()

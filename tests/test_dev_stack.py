@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -11,13 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
+
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_dev_stack_runs_the_demo_and_serves_the_dashboard(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import contextlib
 import shutil
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from rich.console import Console
@@ -18,8 +18,7 @@ from databuild.config import Settings
 from databuild.models import Want, WantState
 from databuild.temporal import connect
 from databuild.views import want_view
-from databuild.web import WebContext, create_app, serve
-from databuild.web.auth import ApiTokens
+from databuild.web import create_app, serving, web_context
 from worker.run import WorkerParts, open_parts, running_worker
 
 DEMO_REF = "daily_summary/2024-01-07"
@@ -131,33 +130,10 @@ async def running_web(parts: WorkerParts, ui_port: int, web_port: int) -> AsyncI
         return
     settings = parts.settings
     host = settings.temporal_address.rpartition(":")[0] or "127.0.0.1"
-    context = WebContext(
-        bel=parts.bel,
-        settings=settings,
-        temporal_ui=f"http://{host}:{ui_port}",
-        connect=_ready(DataBuild(parts.client, parts.bel, parts.graph, settings)),
-        tokens=ApiTokens.from_settings(settings),
-    )
-    started = asyncio.Event()
-    task = asyncio.ensure_future(serve(create_app(context), host, web_port, started))
-    done, _ = await asyncio.wait(
-        {task, asyncio.ensure_future(started.wait())}, return_when=asyncio.FIRST_COMPLETED
-    )
-    if task in done:
-        task.result()  # raises why the web server could not start
-    try:
+    db = DataBuild(parts.client, parts.bel, parts.graph, settings)
+    context = web_context(settings, parts.bel, f"http://{host}:{ui_port}", client=db)
+    async with serving(create_app(context), host, web_port):
         yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-def _ready(db: DataBuild) -> Callable[[], Awaitable[DataBuild]]:
-    async def connect() -> DataBuild:
-        return db
-
-    return connect
 
 
 async def run_demo(db: DataBuild, console: Console) -> Want:

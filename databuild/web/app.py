@@ -2,7 +2,7 @@
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -35,20 +35,20 @@ class WebContext:
     temporal_ui: str
     connect: Connect
     tokens: ApiTokens = field(default_factory=lambda: ApiTokens({}))
-    _client: DataBuild | None = None
+    connected: DataBuild | None = None  # the client, once connected (or handed in)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def client(self) -> DataBuild:
         async with self._lock:
-            if self._client is None:
+            if self.connected is None:
                 try:
-                    self._client = await self.connect()
+                    self.connected = await self.connect()
                 except RuntimeError as error:
                     raise TemporalUnavailableError(
                         f"cannot reach Temporal at {self.settings.temporal_address} ({error}); "
                         "start it (`databuild dev`) or set DATABUILD_TEMPORAL_ADDRESS"
                     ) from None
-            return self._client
+            return self.connected
 
     def workflow_url(self, workflow_id: str) -> str:
         return f"{self.temporal_ui}/namespaces/{quote(self.settings.namespace, safe='')}/workflows/" + quote(
@@ -120,8 +120,11 @@ def create_app(context: WebContext) -> FastAPI:
     return app
 
 
-def web_context(settings: Settings, bel: BuildEventLog, temporal_ui: str | None = None) -> WebContext:
-    """A context whose client shares ``bel`` and connects to Temporal on first use."""
+def web_context(
+    settings: Settings, bel: BuildEventLog, temporal_ui: str | None = None, *, client: DataBuild | None = None
+) -> WebContext:
+    """What the app needs: ``bel`` to read, and a client to register wants, either ``client`` or one
+    that shares ``bel`` and connects to Temporal on first use (so read-only pages work without it)."""
 
     async def connect_client() -> DataBuild:
         from databuild.graph import load_graph
@@ -135,6 +138,7 @@ def web_context(settings: Settings, bel: BuildEventLog, temporal_ui: str | None 
         temporal_ui=temporal_ui or default_temporal_ui(settings),
         connect=connect_client,
         tokens=ApiTokens.from_settings(settings),
+        connected=client,
     )
 
 
@@ -170,3 +174,22 @@ async def serve(app: FastAPI, host: str, port: int, started: asyncio.Event | Non
         server.should_exit = True
         if not task.done():
             await asyncio.wait({task}, timeout=5)
+
+
+@contextlib.asynccontextmanager
+async def serving(app: FastAPI, host: str, port: int) -> AsyncIterator[str]:
+    """Serve ``app`` for the duration of the block; yields its base URL. Raises at once if it cannot
+    listen."""
+    started = asyncio.Event()
+    task = asyncio.ensure_future(serve(app, host, port, started))
+    waiter = asyncio.ensure_future(started.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    if task.done():
+        task.result()  # raises why the web server could not start
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
