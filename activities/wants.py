@@ -23,6 +23,7 @@ class WantActivities:
         self.graph = graph
         self.client = client
         self.settings = settings
+        self.db = DataBuild(client, bel, graph, settings)  # registers wants as clients do
 
     @activity.defn(name=p.ACT_REGISTER_WANT)
     async def register_want(self, input: p.WantInput) -> None:
@@ -93,9 +94,8 @@ class WantActivities:
     @activity.defn(name=p.ACT_REGISTER_SCHEDULED_WANT)
     async def register_scheduled_want(self, input: p.ScheduledWantRequest) -> str:
         """A schedule's run: the want for its time, with source `schedule` (so re-runs are one want)."""
-        db = DataBuild(self.client, self.bel, self.graph, self.settings)
         try:
-            spec = await db.want(
+            spec = await self.db.want(
                 input.ref,
                 data_timestamp=input.data_timestamp,
                 sla=input.sla,

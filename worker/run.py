@@ -15,7 +15,6 @@ from activities.jobs import JobActivities
 from activities.upstream import UpstreamActivities
 from activities.wants import WantActivities
 from databuild.bel import BuildEventLog
-from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.execution import JobExecutor
 from databuild.graph import Graph, load_graph
@@ -48,7 +47,7 @@ def build_worker(parts: WorkerParts) -> tuple[Worker, JobActivities]:
     jobs = JobActivities(executor, max_concurrent=settings.max_concurrent_jobs)
     wants = WantActivities(parts.bel, parts.graph, parts.client, settings)
     fan_out = FanOutActivities(parts.bel, parts.client)
-    upstream = UpstreamActivities(DataBuild(parts.client, parts.bel, parts.graph, settings))
+    upstream = UpstreamActivities(wants.db)
     worker = Worker(
         parts.client,
         task_queue=settings.task_queue,
