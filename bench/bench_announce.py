@@ -28,12 +28,10 @@ import argparse
 import asyncio
 import inspect
 import json
-import os
 import statistics
 import sys
 import tempfile
 import time
-import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.testing import WorkflowEnvironment
     from temporalio.worker import Worker
 
-    from bench.bench_orchestration import temporal_binary
+    from bench.common import run_and_exit
     from databuild.bel import BuildEventLog
     from databuild.bel import schema as s
     from databuild.client import DataBuild
@@ -68,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from databuild.spark import SparkRuntime
     from databuild.temporal import ensure_search_attributes, notify_subscribers
+    from worker.dev import temporal_binary
     from worker.run import WorkerParts, build_worker
 
 GRAPH = "bench.graphs:graph"  # declares live/{n} external
@@ -523,25 +522,16 @@ def main() -> None:
     args = parser.parse_args()
     if args.n < 1:
         parser.error("--n must be at least 1")
-    code = 0
-    try:
+
+    def work() -> int:
         figures = asyncio.run(run(args.n, args.memory))
         report(figures)
         if figures["wants_successful"] != args.n:
             print(f"only {figures['wants_successful']} of {args.n} wants succeeded", file=sys.stderr)
-            code = 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        code = 130
-    except SystemExit as stop:
-        print(stop, file=sys.stderr)
-        code = 1
-    except Exception:
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # the Temporal SDK can abort at interpreter exit
+            return 1
+        return 0
+
+    run_and_exit(work)
 
 
 if __name__ == "__main__":

