@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, TypeVar
 
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from rich.console import Console, Group
 from rich.live import Live
 
 from databuild import render
-from databuild.client import DataBuild, build_spec, first_error
+from databuild.client import DataBuild, build_spec
 from databuild.config import Settings
 from databuild.durations import format_duration, parse_duration, parse_timestamp
 from databuild.errors import DataBuildError
@@ -27,6 +27,7 @@ from databuild.models import (
     WantSource,
     WantState,
     parse_choice,
+    validated,
 )
 from databuild.views import (
     FAN_OUT,
@@ -516,17 +517,15 @@ def events(
     as_json: JsonFlag = False,
 ) -> None:
     """The build event log, oldest first; prints the cursor to continue from (--since)."""
-    try:
-        where = EventFilter(
-            refs=ref or [],
-            patterns=pattern or [],
-            job_labels=job or [],
-            job_run_ids=job_run or [],
-            want_ids=want or [],
-            types=event_type or [],
-        )
-    except ValidationError as error:
-        raise CliError(first_error(error)) from None
+    where = validated(
+        EventFilter,
+        refs=ref or [],
+        patterns=pattern or [],
+        job_labels=job or [],
+        job_run_ids=job_run or [],
+        want_ids=want or [],
+        types=event_type or [],
+    )
     page = _bel().event_page(since, limit, where)
 
     def human() -> Any:

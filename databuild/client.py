@@ -11,7 +11,7 @@ from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.errors import InvalidWantError
 from databuild.graph import Graph, load_graph
-from databuild.models import Partition, Want, WantSource, WantSpec, default_data_timestamp
+from databuild.models import Partition, Want, WantSource, WantSpec, default_data_timestamp, first_error
 from databuild.protocol import SIGNAL_PARTITION_AVAILABLE, SIGNAL_REDECIDE, PartitionAvailable, RedecideNotice
 from databuild.refs import validate_ref
 from databuild.temporal import connect, notify_subscribers, start_want
@@ -188,13 +188,3 @@ def build_spec(
             f"{spec.data_timestamp:%Y-%m-%d %H:%M}Z, so give a longer --ttl or none"
         )
     return spec
-
-
-def first_error(error: ValueError) -> str:
-    errors = getattr(error, "errors", None)
-    if callable(errors):
-        first = errors()[0]
-        where = ".".join(str(x) for x in first.get("loc", ()))
-        message = str(first.get("msg", error)).removeprefix("Value error, ")
-        return f"{where}: {message}" if where else message
-    return str(error)

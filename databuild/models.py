@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from databuild.errors import InvalidInputError
 from databuild.refs import validate_ref
@@ -75,6 +75,28 @@ def parse_choice(kind: type[E], value: str | None, what: str = "state") -> E | N
 
 class Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def first_error(error: ValueError) -> str:
+    """The first problem pydantic found, as ``field: message``."""
+    errors = getattr(error, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        message = str(first.get("msg", error)).removeprefix("Value error, ")
+        return f"{where}: {message}" if where else message
+    return str(error)
+
+
+def validated(kind: type[M], **values: object) -> M:
+    """``kind(**values)`` from user input: a bad value is an ``InvalidInputError`` naming it."""
+    try:
+        return kind(**values)
+    except ValidationError as error:
+        raise InvalidInputError(first_error(error)) from None
 
 
 def _utc(value: datetime) -> datetime:

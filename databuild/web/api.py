@@ -5,11 +5,9 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from databuild.client import first_error
 from databuild.durations import parse_duration
-from databuild.errors import InvalidInputError
 from databuild.models import (
     BuildStats,
     EventFilter,
@@ -23,6 +21,7 @@ from databuild.models import (
     Want,
     WantSource,
     WantState,
+    validated,
 )
 from databuild.views import (
     FAN_OUT,
@@ -209,12 +208,15 @@ def get_events(
 ) -> EventPage:
     """The build event log for other graphs: events after ``since_idx`` that match, and the cursor
     (``next_since_idx``) to continue from. Within a filter any value matches; filters combine with AND."""
-    try:
-        where = EventFilter(
-            refs=ref, patterns=pattern, job_labels=job, job_run_ids=job_run_id, want_ids=want_id, types=type
-        )
-    except ValidationError as error:
-        raise InvalidInputError(first_error(error)) from None
+    where = validated(
+        EventFilter,
+        refs=ref,
+        patterns=pattern,
+        job_labels=job,
+        job_run_ids=job_run_id,
+        want_ids=want_id,
+        types=type,
+    )
     return context(request).bel.event_page(since_idx, limit, where)
 
 
