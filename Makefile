@@ -41,6 +41,7 @@ bench: install
 	$(BIN)/python -m bench.bench_bel
 	$(BIN)/python -m bench.bench_views
 	$(BIN)/python -m bench.bench_announce
+	$(BIN)/python -m bench.bench_executors
 
 clean:
 	rm -rf .databuild $(VENV) .pytest_cache .mypy_cache .ruff_cache

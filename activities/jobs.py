@@ -1,5 +1,5 @@
-"""Job execution activity: runs the job on the worker's Spark session in a thread, heartbeating
-progress, and cancels the Spark job group when Temporal cancels the activity."""
+"""Job execution activity: runs the job on its executor in a thread, heartbeating progress, and stops
+its Spark work when Temporal cancels the activity."""
 
 import asyncio
 import threading
@@ -9,8 +9,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from databuild import protocol as p
-from databuild.errors import DataBuildError
-from databuild.execution import JobExecutor, job_group
+from databuild.errors import DataBuildError, SubmittedJobError
+from databuild.execution import JobExecutor
+from databuild.executors import job_group
 from databuild.job_context import JobContractError
 
 
@@ -44,15 +45,25 @@ class JobActivities:
                 done, _ = await asyncio.wait({future}, timeout=self.heartbeat_every)
                 if done:
                     break
-                activity.heartbeat({**self.executor.spark.progress(group), **last_message})
+                progress = await asyncio.to_thread(self.executor.progress, group)
+                activity.heartbeat({**progress, **last_message})
             return future.result()
         except asyncio.CancelledError:
             cancelled.set()
-            self.executor.spark.cancel_group(group)
-            await asyncio.wait({future})
+            # Until the body returns: Spark work it starts just after a cancel must be stopped too.
+            while not future.done():
+                activity.heartbeat({"message": "stopping"})  # stopping may outlast the heartbeat timeout
+                await asyncio.to_thread(self.executor.cancel, group)
+                await asyncio.wait({future}, timeout=1.0)
+            if not future.cancelled() and future.exception() is None:
+                return future.result()  # it finished before it could be stopped: that is its outcome
             raise
         except JobContractError as error:
             raise ApplicationError(str(error), type="JobContractError", non_retryable=True) from error
+        except SubmittedJobError as error:
+            # The type the job raised in its own application, so the retry policy and the reason read
+            # as for a job run in-process (not chained: the reason is taken from the innermost cause).
+            raise ApplicationError(str(error), error.traceback, type=error.kind) from None
         except DataBuildError as error:
             raise ApplicationError(str(error), type=type(error).__name__) from error
 
@@ -66,9 +77,10 @@ class JobActivities:
 
     @activity.defn(name=p.ACT_FAIL_JOB_RUN)
     async def fail_job_run(self, input: p.FailJobRunInput) -> None:
-        await asyncio.to_thread(self.executor.fail, input.job_run_id, input.reason)
+        await asyncio.to_thread(self.executor.fail, input.job_run_id, input.reason, release=input.release)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.executor.executors.close()
         if self.executor.lineage is not None:
             self.executor.lineage.close()  # sends the lineage events still queued

@@ -13,6 +13,18 @@ from databuild.upstream import pull, token_for
 class UpstreamActivities:
     def __init__(self, db: DataBuild) -> None:
         self.db = db
+        self._http: httpx.AsyncClient | None = None  # made in the worker's event loop, on first use
+
+    def http(self) -> httpx.AsyncClient:
+        """One connection pool for every pull, so polling an upstream reuses its connection."""
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=30)
+        return self._http
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
 
     @activity.defn(name=p.ACT_PULL_UPSTREAM)
     async def pull_upstream(self, input: p.PullInput) -> p.PullResult:
@@ -21,10 +33,9 @@ class UpstreamActivities:
             return changed
 
         token = token_for(self.db.settings, input.name)
-        async with httpx.AsyncClient(timeout=30) as client:
-            cursor, applied, more = await pull(
-                client, input.url, input.patterns, input.cursor, token, announce
-            )
+        cursor, applied, more = await pull(
+            self.http(), input.url, input.patterns, input.cursor, token, announce
+        )
         return p.PullResult(cursor=cursor, applied=applied, more=more)
 
     @activity.defn(name=p.ACT_APPLY_ANNOUNCEMENTS)

@@ -106,6 +106,17 @@ class WantActivities:
             raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from error
         return spec.want_id
 
+    @activity.defn(name=p.ACT_ABANDON_BUILD)
+    async def abandon_build(self, input: p.AbandonBuildInput) -> p.AbandonBuildResult:
+        """Asked by a want that was canceled or expired (and recorded so) while following a run: the
+        run is abandoned if it is still going and no other want waits on it."""
+        run = await asyncio.to_thread(self.bel.job_run, input.job_run_id)
+        if run.state.is_final:
+            return p.AbandonBuildResult()
+        if await asyncio.to_thread(self.bel.waiting_on, run.job_run_id) > 0:
+            return p.AbandonBuildResult()
+        return p.AbandonBuildResult(workflow_id=run.workflow_id)
+
     @activity.defn(name=p.ACT_FINISH_WANT)
     async def finish_want(self, input: p.FinishInput) -> None:
         want = await asyncio.to_thread(

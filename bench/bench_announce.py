@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.testing import WorkflowEnvironment
     from temporalio.worker import Worker
 
-    from bench.common import run_and_exit
+    from bench.common import dev_server_settings, run_and_exit
     from databuild.bel import BuildEventLog
     from databuild.bel import schema as s
     from databuild.client import DataBuild
@@ -428,12 +428,10 @@ async def run(n: int, memory: bool) -> dict[str, Any]:
         spark = SparkRuntime("local[1]", "1g", app_name="databuild-bench-announce")  # never started
         try:
             client = env.client
-            settings = Settings(
-                home=home / "databuild",
-                temporal_address=client.service_client.config.target_host,
-                namespace=client.namespace,
-                task_queue=f"bench-{uuid.uuid4().hex[:8]}",
-                graph=GRAPH,
+            settings = dev_server_settings(
+                client,
+                home / "databuild",
+                GRAPH,
                 # The product default (10,000) holds every waiting want up to --n 10000; beyond, as a
                 # deployment would, size DATABUILD_WORKFLOW_CACHE to the wants waiting at once.
                 workflow_cache=max(Settings().workflow_cache, n + 2 * WARMUP + 100),
@@ -443,7 +441,7 @@ async def run(n: int, memory: bool) -> dict[str, Any]:
             graph = load_graph(GRAPH)
             parts = WorkerParts(settings, client, worker_bel, graph, spark)
             await ensure_search_attributes(client, settings.namespace)
-            wants_worker, jobs = build_worker(parts)
+            built = build_worker(parts)
             rig = Rig(
                 client,
                 DataBuild(client, client_bel, graph, settings),
@@ -457,9 +455,9 @@ async def run(n: int, memory: bool) -> dict[str, Any]:
                 workflows=[SignalBareWorkflow],
                 max_cached_workflows=2 * n + WARMUP + 100,
             )
-            async with wants_worker, bare_worker:
+            async with built.worker, bare_worker:
                 figures = await measure(rig, n)
-            jobs.shutdown()
+            await built.shutdown()
             client_bel.dispose()
             worker_bel.dispose()
         finally:

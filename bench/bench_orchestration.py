@@ -33,10 +33,9 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.testing import WorkflowEnvironment
     from temporalio.worker import Worker
 
-    from bench.common import run_and_exit
+    from bench.common import dev_server_settings, run_and_exit
     from databuild.bel import BuildEventLog
     from databuild.client import DataBuild
-    from databuild.config import Settings
     from databuild.graph import load_graph
     from databuild.models import Want, WantState
     from databuild.protocol import SEARCH_ATTRIBUTES
@@ -215,13 +214,7 @@ async def run(n: int, jobs: int) -> dict[str, Any]:
         spark = SparkRuntime("local[2]", "2g", app_name="databuild-bench")
         try:
             client = env.client
-            settings = Settings(
-                home=home / "databuild",
-                temporal_address=client.service_client.config.target_host,
-                namespace=client.namespace,
-                task_queue=f"bench-{uuid.uuid4().hex[:8]}",
-                graph=GRAPH,
-            )
+            settings = dev_server_settings(client, home / "databuild", GRAPH)
             bel = BuildEventLog.create(settings.database_url)
             graph = load_graph(GRAPH)
             # Start Spark before timing anything, so its start-up does not compete for the CPU.

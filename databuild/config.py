@@ -1,8 +1,10 @@
 """Settings from the environment (``DATABUILD_*``); flags may override them."""
 
 import os
+import shlex
 from datetime import timedelta
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -12,6 +14,47 @@ from databuild.errors import InvalidInputError
 from databuild.models import Model
 
 DEFAULT_HOME = Path(".databuild")
+
+# Where a job body runs (databuild/executors): the worker's own SparkSession, its own application
+# through spark-submit, or a Spark Connect server.
+ExecutorKind = Literal["session", "submit", "connect"]
+
+
+# The environment variable of each setting.
+ENV_NAMES = {
+    "home": "DATABUILD_HOME",
+    "temporal_address": "DATABUILD_TEMPORAL_ADDRESS",
+    "namespace": "DATABUILD_NAMESPACE",
+    "task_queue": "DATABUILD_TASK_QUEUE",
+    "database_url": "DATABUILD_DATABASE_URL",
+    "storage_root": "DATABUILD_STORAGE_ROOT",
+    "graph": "DATABUILD_GRAPH",
+    "spark_master": "DATABUILD_SPARK_MASTER",
+    "spark_driver_memory": "DATABUILD_SPARK_DRIVER_MEMORY",
+    "executor": "DATABUILD_EXECUTOR",
+    "job_executors": "DATABUILD_JOB_EXECUTORS",
+    "spark_connect_url": "DATABUILD_SPARK_CONNECT_URL",
+    "spark_submit": "DATABUILD_SPARK_SUBMIT",
+    "spark_submit_master": "DATABUILD_SPARK_SUBMIT_MASTER",
+    "spark_submit_args": "DATABUILD_SPARK_SUBMIT_ARGS",
+    "job_heartbeat_timeout": "DATABUILD_JOB_HEARTBEAT_TIMEOUT",
+    "job_start_to_close_timeout": "DATABUILD_JOB_TIMEOUT",
+    "job_attempts": "DATABUILD_JOB_ATTEMPTS",
+    "job_lease": "DATABUILD_JOB_LEASE",
+    "max_concurrent_jobs": "DATABUILD_MAX_CONCURRENT_JOBS",
+    "workflow_cache": "DATABUILD_WORKFLOW_CACHE",
+    "temporal_tls": "DATABUILD_TEMPORAL_TLS",
+    "temporal_tls_cert": "DATABUILD_TEMPORAL_TLS_CERT",
+    "temporal_tls_key": "DATABUILD_TEMPORAL_TLS_KEY",
+    "temporal_tls_ca": "DATABUILD_TEMPORAL_TLS_CA",
+    "temporal_api_key": "DATABUILD_TEMPORAL_API_KEY",
+    "openlineage_url": "DATABUILD_OPENLINEAGE_URL",
+    "openlineage_namespace": "DATABUILD_OPENLINEAGE_NAMESPACE",
+    "openlineage_api_key": "DATABUILD_OPENLINEAGE_API_KEY",
+    "api_tokens": "DATABUILD_API_TOKENS",
+    "api_tokens_file": "DATABUILD_API_TOKENS_FILE",
+    "upstream_tokens": "DATABUILD_UPSTREAM_TOKENS",
+}
 
 
 class Settings(Model):
@@ -24,6 +67,12 @@ class Settings(Model):
     graph: str = "examples.demo:graph"
     spark_master: str = "local[2]"
     spark_driver_memory: str = "2g"
+    executor: ExecutorKind = "session"
+    job_executors: dict[str, ExecutorKind] = Field(default_factory=dict, description="label=kind,label2=kind")
+    spark_connect_url: str | None = Field(default=None, description="sc://host:15002")
+    spark_submit: Path | None = Field(default=None, description="default: the pyspark package's spark-submit")
+    spark_submit_master: str | None = Field(default=None, description="default: spark_master")
+    spark_submit_args: list[str] = Field(default_factory=list, description="more spark-submit arguments")
     job_heartbeat_timeout: timedelta = timedelta(seconds=20)
     job_start_to_close_timeout: timedelta = timedelta(hours=6)
     job_attempts: int = 3
@@ -56,6 +105,36 @@ class Settings(Model):
     def _duration(cls, value: object) -> object:
         if isinstance(value, str):
             return parse_duration(value + "s" if value.strip().isdigit() else value)
+        return value
+
+    @field_validator("job_executors", mode="before")
+    @classmethod
+    def _job_executors(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        pairs: dict[str, str] = {}
+        for item in filter(None, (i.strip() for i in value.split(","))):
+            label, sep, kind = item.partition("=")
+            if not sep or not label.strip():
+                raise ValueError(f"{item!r} is not label=executor (e.g. weekly_rollup=submit)")
+            pairs[label.strip()] = kind.strip()
+        return pairs
+
+    @field_validator("spark_submit_args", mode="before")
+    @classmethod
+    def _spark_submit_args(cls, value: object) -> object:
+        return shlex.split(value) if isinstance(value, str) else value
+
+    @field_validator("spark_connect_url")
+    @classmethod
+    def _spark_connect_url(cls, value: str | None) -> str | None:
+        value = (value or "").strip()
+        if not value:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme != "sc" or not parts.hostname:
+            raise ValueError("a Spark Connect URL looks like sc://host:15002")
+        _ = parts.port  # raises ValueError for a port that is not a number in range
         return value
 
     @field_validator("openlineage_url")
@@ -97,38 +176,24 @@ class Settings(Model):
         if self.storage_root == Path():
             object.__setattr__(self, "storage_root", (self.home / "data").resolve())
 
+    def process_env(self) -> dict[str, str]:
+        """The variables that point another `databuild` process (a worker, the CLI) at the same Temporal,
+        task queue, BEL, storage and graph as these settings."""
+        shared = (
+            "home",
+            "temporal_address",
+            "namespace",
+            "task_queue",
+            "database_url",
+            "storage_root",
+            "graph",
+        )
+        return {ENV_NAMES[name]: str(getattr(self, name)) for name in shared}
+
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
         env = os.environ
-        names = {
-            "home": "DATABUILD_HOME",
-            "temporal_address": "DATABUILD_TEMPORAL_ADDRESS",
-            "namespace": "DATABUILD_NAMESPACE",
-            "task_queue": "DATABUILD_TASK_QUEUE",
-            "database_url": "DATABUILD_DATABASE_URL",
-            "storage_root": "DATABUILD_STORAGE_ROOT",
-            "graph": "DATABUILD_GRAPH",
-            "spark_master": "DATABUILD_SPARK_MASTER",
-            "spark_driver_memory": "DATABUILD_SPARK_DRIVER_MEMORY",
-            "job_heartbeat_timeout": "DATABUILD_JOB_HEARTBEAT_TIMEOUT",
-            "job_start_to_close_timeout": "DATABUILD_JOB_TIMEOUT",
-            "job_attempts": "DATABUILD_JOB_ATTEMPTS",
-            "job_lease": "DATABUILD_JOB_LEASE",
-            "max_concurrent_jobs": "DATABUILD_MAX_CONCURRENT_JOBS",
-            "workflow_cache": "DATABUILD_WORKFLOW_CACHE",
-            "temporal_tls": "DATABUILD_TEMPORAL_TLS",
-            "temporal_tls_cert": "DATABUILD_TEMPORAL_TLS_CERT",
-            "temporal_tls_key": "DATABUILD_TEMPORAL_TLS_KEY",
-            "temporal_tls_ca": "DATABUILD_TEMPORAL_TLS_CA",
-            "temporal_api_key": "DATABUILD_TEMPORAL_API_KEY",
-            "openlineage_url": "DATABUILD_OPENLINEAGE_URL",
-            "openlineage_namespace": "DATABUILD_OPENLINEAGE_NAMESPACE",
-            "openlineage_api_key": "DATABUILD_OPENLINEAGE_API_KEY",
-            "api_tokens": "DATABUILD_API_TOKENS",
-            "api_tokens_file": "DATABUILD_API_TOKENS_FILE",
-            "upstream_tokens": "DATABUILD_UPSTREAM_TOKENS",
-        }
-        values: dict[str, object] = {field: env[var] for field, var in names.items() if env.get(var)}
+        values: dict[str, object] = {field: env[var] for field, var in ENV_NAMES.items() if env.get(var)}
         values.update({k: v for k, v in overrides.items() if v is not None})
         try:
             return cls.model_validate(values)
@@ -136,5 +201,5 @@ class Settings(Model):
             first = error.errors()[0]
             field = str(first["loc"][0]) if first["loc"] else "?"
             raise InvalidInputError(
-                f"bad setting {names.get(field, field)}={values.get(field)!r}: {first['msg']}"
+                f"bad setting {ENV_NAMES.get(field, field)}={values.get(field)!r}: {first['msg']}"
             ) from None

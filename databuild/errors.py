@@ -63,3 +63,13 @@ class MissingInputsError(DataBuildError):
 
 class JavaNotFoundError(DataBuildError):
     pass
+
+
+class SubmittedJobError(DataBuildError):
+    """A job run as its own Spark application (spark-submit) raised, or its application ended without
+    reporting a result. ``kind`` is the type name of what the job raised, ``traceback`` its traceback."""
+
+    def __init__(self, message: str, *, kind: str = "SubmittedJobError", traceback: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.traceback = traceback

@@ -19,6 +19,7 @@ SIGNAL_PARTITION_AVAILABLE = "partition_available"
 SIGNAL_PARTITION_FAILED = "partition_failed"
 SIGNAL_DEP_MISS = "dep_miss"
 SIGNAL_REDECIDE = "redecide"
+SIGNAL_ABANDON = "abandon"  # to a JobRun workflow: every want that needed it was canceled or expired
 SIGNAL_ANNOUNCE = "announce"  # to an UpstreamSync workflow: "partition X is available" (push)
 QUERY_PROGRESS = "progress"
 QUERY_UPSTREAM_STATUS = "status"
@@ -33,6 +34,7 @@ ACT_RUN_JOB = "run_job"
 ACT_FAIL_JOB_RUN = "fail_job_run"
 ACT_FAN_OUT = "fan_out"
 ACT_CHECK_BUILD = "check_build"
+ACT_ABANDON_BUILD = "abandon_build"
 ACT_PULL_UPSTREAM = "pull_upstream"
 ACT_APPLY_ANNOUNCEMENTS = "apply_announcements"
 ACT_REGISTER_SCHEDULED_WANT = "register_scheduled_want"
@@ -196,6 +198,21 @@ class JobOutcome(Model):
 class FailJobRunInput(Model):
     job_run_id: str
     reason: str
+    # Abandoned, not broken: its outputs are released for the next want instead of fail-locked.
+    release: bool = False
+
+
+ABANDONED = "abandoned: every want that needed it was canceled or expired"
+
+
+class AbandonBuildInput(Model):
+    job_run_id: str
+
+
+class AbandonBuildResult(Model):
+    """The workflow of the run to tell it is abandoned; None while another want still waits on it."""
+
+    workflow_id: str | None = None
 
 
 class FanOutInput(Model):

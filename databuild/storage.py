@@ -16,6 +16,7 @@ class Storage:
         self.root = root.resolve()
         self._staging = self.root / RESERVED_SEGMENT / "staging"
         self._trash = self.root / RESERVED_SEGMENT / "trash"
+        self._submissions = self.root / RESERVED_SEGMENT / "submissions"
 
     def path(self, ref: str) -> Path:
         return storage_path(self.root, ref)
@@ -23,6 +24,14 @@ class Storage:
     def staging_area(self, job_run_id: str, attempt: int) -> Path:
         """A fresh, empty directory private to one attempt of one job run."""
         area = self._staging / f"{job_run_id}-{attempt}"
+        shutil.rmtree(area, ignore_errors=True)
+        area.mkdir(parents=True)
+        return area
+
+    def submission_area(self, job_run_id: str, attempt: int) -> Path:
+        """A fresh directory for one attempt submitted as its own Spark application, on the same
+        (shared) storage as the partitions, so its driver can reach it wherever it runs."""
+        area = self._submissions / f"{job_run_id}-{attempt}"
         shutil.rmtree(area, ignore_errors=True)
         area.mkdir(parents=True)
         return area

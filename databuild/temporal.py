@@ -35,6 +35,7 @@ from databuild.config import Settings
 from databuild.errors import InvalidInputError, InvalidTransitionError, NotFoundError, TemporalSetupError
 from databuild.models import JobRun, JobRunState, WantSpec, WantState
 from databuild.protocol import (
+    ABANDONED,
     SA_PARTITION_REF,
     SA_ROOT_WANT_ID,
     SA_SLA_MISSED,
@@ -113,7 +114,10 @@ async def ensure_search_attributes(client: Client, namespace: str) -> None:
     }
     denied = (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNAUTHENTICATED)
     try:
-        existing = await service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
+        # retry=True rides out the connection resets a server's max connection age causes
+        existing = await service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=namespace), retry=True
+        )
         wanted = {name: kind for name, kind in wanted.items() if name not in existing.custom_attributes}
     except RPCError as error:
         if error.status not in (RPCStatusCode.UNIMPLEMENTED, *denied):  # the test server cannot list
@@ -121,7 +125,7 @@ async def ensure_search_attributes(client: Client, namespace: str) -> None:
     if wanted:
         try:
             await service.add_search_attributes(
-                AddSearchAttributesRequest(namespace=namespace, search_attributes=wanted)
+                AddSearchAttributesRequest(namespace=namespace, search_attributes=wanted), retry=True
             )
         except RPCError as error:
             if error.status in denied:  # e.g. Temporal Cloud: attributes are set in the namespace settings
@@ -229,7 +233,8 @@ def signal_for_run(run: JobRun) -> SignalFor:
             return SIGNAL_PARTITION_AVAILABLE, notice
         if run.state is JobRunState.dep_miss:
             return SIGNAL_DEP_MISS, DepMissNotice(job_run_id=run.job_run_id, missing=run.missing)
-        if run.state is JobRunState.failed and run.lost:
+        if run.state is JobRunState.failed and (run.lost or run.reason == ABANDONED):
+            # Nothing is wrong with the partition: whoever still wants it decides again (and builds).
             return SIGNAL_REDECIDE, RedecideNotice(ref=ref, reason=run.reason or "build lost")
         if run.state is JobRunState.failed:
             failed = PartitionFailedNotice(ref=ref, job_run_id=run.job_run_id, reason=run.reason or "failed")

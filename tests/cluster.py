@@ -1,5 +1,6 @@
 """A Spark standalone cluster on loopback (master + one worker, started from the pyspark package), a
-`databuild worker` subprocess pointed at it, and content checksums of built partitions.
+Spark Connect server on it, a `databuild worker` subprocess pointed at them, and content checksums of
+built partitions.
 
 Everything here blocks; async tests call it through ``asyncio.to_thread``.
 """
@@ -25,6 +26,18 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOOPBACK = "127.0.0.1"
+# Short-lived JVMs: the quick JIT tier and the serial collector halve their start-up CPU.
+QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# spark-submit arguments of the submit executor on the loopback cluster: one core per application, its
+# driver on loopback, executors only while tasks are pending (an attempt that dep-misses before running
+# any costs none), quick JVMs.
+SUBMIT_ARGS = (
+    "--conf spark.cores.max=1 --executor-memory 768m "
+    f"--conf spark.driver.host={LOOPBACK} --conf spark.driver.bindAddress={LOOPBACK} "
+    "--conf spark.dynamicAllocation.enabled=true --conf spark.dynamicAllocation.shuffleTracking.enabled=true "
+    "--conf spark.dynamicAllocation.initialExecutors=0 --conf spark.dynamicAllocation.minExecutors=0 "
+    f"--driver-java-options '{QUICK_JVM}' --conf 'spark.executor.extraJavaOptions={QUICK_JVM}'"
+)
 
 
 def spark_home() -> Path:
@@ -91,19 +104,8 @@ class SparkCluster:
         with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=10) as response:
             return dict(json.load(response))
 
-    def apps(self, name: str) -> list[dict[str, Any]]:
-        status = self.status()
-        return [a for a in status["activeapps"] + status["completedapps"] if a["name"] == name]
-
     def executor_logs(self, app_id: str) -> list[Path]:
         return sorted((self.work_dir / app_id).glob("*/stderr"))
-
-    def executor_registered(self, app_id: str) -> bool:
-        """Whether an executor of the application has registered with its driver (ready for tasks)."""
-        return any(
-            "Successfully registered with driver" in log.read_text(errors="replace")
-            for log in self.executor_logs(app_id)
-        )
 
     def tasks_finished(self, app_id: str) -> int:
         """Tasks the cluster's executors ran for the application (from their INFO logs)."""
@@ -136,7 +138,9 @@ def _wait_for(pattern: str, log: Path, proc: subprocess.Popen[bytes], seconds: f
         if match := re.search(pattern, text):
             return match
         if proc.poll() is not None:
-            raise AssertionError(f"{proc.args[1]} exited with {proc.returncode}:\n{text[-3000:]}")
+            raise AssertionError(
+                f"the process logging to {log} exited with {proc.returncode}:\n{text[-3000:]}"
+            )
         time.sleep(0.2)
     raise AssertionError(f"no {pattern!r} in {log} after {seconds}s:\n{log.read_text()[-3000:]}")
 
@@ -184,6 +188,56 @@ def spark_cluster(
     finally:
         for proc in reversed(procs):
             stop_group(proc)
+
+
+@dataclass
+class ConnectServer:
+    url: str  # sc://127.0.0.1:<port>
+    ui_url: str
+    proc: subprocess.Popen[bytes]
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """The server's Spark jobs, from its driver's REST API."""
+        with urllib.request.urlopen(f"{self.ui_url}/api/v1/applications", timeout=10) as response:
+            (app,) = json.load(response)
+        with urllib.request.urlopen(
+            f"{self.ui_url}/api/v1/applications/{app['id']}/jobs", timeout=10
+        ) as response:
+            return list(json.load(response))
+
+    def jobs_tagged(self, tag: str) -> list[dict[str, Any]]:
+        """Jobs of operations a client tagged ``tag`` (the server prefixes user tags with the session)."""
+        return [j for j in self.jobs() if any(t.endswith(f"_Tag_{tag}") for t in j.get("jobTags", []))]
+
+
+@contextlib.contextmanager
+def connect_server(root: Path, master_url: str, timeout: float = 120) -> Iterator[ConnectServer]:
+    """A Spark Connect server (from the pip package) whose application runs on the cluster at
+    ``master_url``; stopped with its children on exit."""
+    root.mkdir(parents=True, exist_ok=True)
+    port, ui_port = free_port(), free_port()
+    log = root / "connect-server.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                str(spark_home() / "sbin" / "start-connect-server.sh"),
+                *("--master", master_url),
+                *("--conf", f"spark.connect.grpc.binding.port={port}"),
+                *("--conf", f"spark.connect.grpc.binding.address={LOOPBACK}"),
+                *("--conf", f"spark.ui.port={ui_port}"),  # its REST API shows the jobs and their tags
+                *("--conf", "spark.sql.shuffle.partitions=4"),
+            ],
+            env=spark_env(SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(root / "logs"), SPARK_PID_DIR=str(root)),
+            cwd=root,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        _wait_for(r"Spark Connect server started at", log, proc, timeout)
+        yield ConnectServer(f"sc://{LOOPBACK}:{port}", f"http://{LOOPBACK}:{ui_port}", proc)
+    finally:
+        stop_group(proc)
 
 
 def _status_or_empty(cluster: SparkCluster) -> list[dict[str, Any]]:

@@ -73,7 +73,7 @@ def make_settings(
         namespace=client.namespace,
         task_queue=f"tq-{uuid.uuid4().hex[:8]}",
         graph=graph,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 
@@ -139,18 +139,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def stack_env(stack: Stack, **extra: str) -> dict[str, str]:
     """Environment that points a `databuild` subprocess at this test's stack."""
-    s = stack.settings
-    return {
-        **os.environ,
-        "DATABUILD_HOME": str(s.home),
-        "DATABUILD_TEMPORAL_ADDRESS": s.temporal_address,
-        "DATABUILD_NAMESPACE": s.namespace,
-        "DATABUILD_TASK_QUEUE": s.task_queue,
-        "DATABUILD_DATABASE_URL": s.database_url,
-        "DATABUILD_STORAGE_ROOT": str(s.storage_root),
-        "DATABUILD_GRAPH": s.graph,
-        **extra,
-    }
+    return {**os.environ, **stack.settings.process_env(), **extra}
 
 
 async def cli(stack: Stack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -109,3 +109,16 @@ feeds = Graph("feeds")
 @feeds.job("feed/{date}")
 def feed(ctx: JobContext, date: str) -> None:
     ctx.write(f"feed/{date}", ctx.spark.range(5))
+
+
+# spin/{n}: DataFrame work that runs for hours unless cancelled. No RDDs and no Python UDFs, so it
+# runs unchanged on every executor, Spark Connect included.
+spin = Graph("spin")
+
+
+@spin.job("spin/{n}")
+def spin_job(ctx: JobContext, n: str) -> None:
+    ctx.progress("spinning")
+    # Small tasks (10M rows each), so progress shows within seconds even on a slow JIT; hours in all.
+    rows = ctx.spark.range(0, 10**12, numPartitions=100_000)
+    ctx.write(f"spin/{n}", rows.selectExpr("sum(id % 3) AS total"))

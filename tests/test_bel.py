@@ -224,6 +224,23 @@ def test_dep_miss_releases_and_failure_fail_locks(bel: BuildEventLog) -> None:
     assert bel.job_run(retry.job_run_id).reason == "boom"
 
 
+def test_an_abandoned_run_releases_its_outputs_and_counts_who_waits(bel: BuildEventLog) -> None:
+    first, joined = spec("a/6"), spec("b/6", source="api")
+    run = decide(bel, first)
+    assert decide(bel, joined).job_run_id == run.job_run_id
+    bel.start_job_run(run.job_run_id, 1, "w")
+    assert bel.waiting_on(run.job_run_id) == 2
+    bel.finish_want(first.want_id, WantState.canceled, "canceled on request")
+    assert bel.waiting_on(run.job_run_id) == 1
+    bel.finish_want(joined.want_id, WantState.expired, "TTL passed")
+    assert bel.waiting_on(run.job_run_id) == 0
+
+    bel.fail_job_run(run.job_run_id, "abandoned", release=True)
+    assert bel.job_run(run.job_run_id).state is JobRunState.failed
+    assert statuses(bel, 6) == {PartitionStatus.missing}  # not fail-locked: the next want builds
+    assert decide(bel, spec("a/6", source="dashboard")).kind is DecisionKind.execute
+
+
 def test_external_publish_and_its_errors(bel: BuildEventLog) -> None:
     partition, created = bel.publish_external("ext/5")
     assert created and partition.external and partition.status is PartitionStatus.live

@@ -1,11 +1,13 @@
-"""The demo want on a real Spark standalone cluster (master + worker on loopback): the worker's long-lived
-SparkSession is a client of the cluster, executors write the partitions, and every partition has the
-same contents as when built in local mode."""
+"""The demo want through each executor on a real Spark standalone cluster (master + worker on loopback,
+from the pip package): the worker's own SparkSession as a client of the cluster, each job as its own
+application through spark-submit, and Spark Connect. Every partition has the same contents as when
+built in local mode; cancelling a want stops its Spark application (spark-submit) or its operations
+(Spark Connect)."""
 
 import asyncio
-import time
+import subprocess
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,17 +15,22 @@ from typing import Any
 import pytest
 
 from databuild.models import JobRunState, PartitionStatus, WantState
+from databuild.protocol import ABANDONED
 from databuild.spark import SparkRuntime
 from tests.cluster import (
     LOOPBACK,
+    SUBMIT_ARGS,
+    ConnectServer,
     SparkCluster,
+    connect_server,
     group_alive,
     partition_checksum,
     spark_cluster,
     start_databuild_worker,
     stop_group,
 )
-from tests.conftest import DEMO_REF, Stack, stack_env
+from tests.conftest import DEMO_REF, DemoRun, Stack, stack_env
+from tests.test_time import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -35,17 +42,29 @@ BUILT = sorted(
 )
 WORKER_APP = "databuild"  # SparkRuntime's default app name, used by `databuild worker`
 WANT_TIMEOUT = 600
+CORES = 4  # offered by the cluster's worker (more than the machine has: applications mostly wait)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    with spark_cluster(tmp_path_factory.mktemp("spark-cluster"), cores=CORES, memory="4g") as started:
+        yield started
+    assert not any(group_alive(p.pid) for p in started.procs), "Spark daemons left behind"
+
+
+@pytest.fixture(scope="module")
+def connect(cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    with connect_server(tmp_path_factory.mktemp("spark-connect"), cluster.master_url) as server:
+        yield server
+    assert not group_alive(server.proc.pid), "Spark Connect server left behind"
 
 
 @pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[SparkCluster]:
-    context = spark_cluster(tmp_path / "spark-cluster")
-    started = await asyncio.to_thread(context.__enter__)
-    try:
-        yield started
-    finally:
-        await asyncio.to_thread(context.__exit__, None, None, None)
-    assert not any(group_alive(p.pid) for p in started.procs), "Spark daemons left behind"
+async def local_checksums(demo_run: DemoRun, spark_runtime: SparkRuntime) -> dict[str, str]:
+    """The demo partitions as local mode built them (the session's demo run)."""
+    root = demo_run.stack.settings.storage_root
+    session = await asyncio.to_thread(spark_runtime.session)
+    return {ref: await asyncio.to_thread(partition_checksum, session, root / ref) for ref in BUILT}
 
 
 def unique_data_timestamp() -> datetime:
@@ -54,14 +73,10 @@ def unique_data_timestamp() -> datetime:
     return datetime(2024, 1, 7, tzinfo=UTC) + timedelta(microseconds=uuid.uuid4().int % 86_400_000_000)
 
 
-async def build_demo(stack: Stack) -> float:
-    """Register the demo want, wait until it is fulfilled; returns the wall time."""
-    started = time.monotonic()
+async def build_demo(stack: Stack) -> None:
     spec = await stack.db.want(DEMO_REF, data_timestamp=unique_data_timestamp())
     want = await asyncio.wait_for(stack.db.wait(spec), timeout=WANT_TIMEOUT)
-    elapsed = time.monotonic() - started
     assert want.state is WantState.successful, want.reason
-    return elapsed
 
 
 def checksums(runtime: SparkRuntime, stack: Stack) -> dict[str, str]:
@@ -78,69 +93,155 @@ def assert_built_once(stack: Stack) -> None:
     assert all(len(stack.bel.instances(ref)) == 1 for ref in BUILT)
 
 
-async def test_demo_on_standalone_cluster_matches_local_mode(
-    make_stack, spark_runtime: SparkRuntime, cluster: SparkCluster, tmp_path: Path, record_property
-) -> None:
-    # Baseline: local mode, on the test session's in-process worker (warm session, as on the cluster).
-    await asyncio.to_thread(spark_runtime.session)
-    local = await make_stack()
-    local_seconds = await build_demo(local)
-    assert_built_once(local)
+async def worker_process(stack: Stack, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    return await asyncio.to_thread(start_databuild_worker, stack_env(stack, **env), log)
 
-    # The same want on a worker process whose SparkSession is a client of the standalone cluster.
-    remote = await make_stack(worker=False)
-    log = tmp_path / "cluster-worker.log"
-    env = stack_env(
-        remote,
+
+async def wait_for_app(cluster: SparkCluster, prefix: str, seconds: float = 120) -> dict[str, Any]:
+    """The first active application on the master whose name starts with ``prefix``, once RUNNING."""
+    for _ in range(int(seconds * 5)):
+        status = await asyncio.to_thread(cluster.status)
+        apps = [a for a in status["activeapps"] if a["name"].startswith(prefix) and a["state"] == "RUNNING"]
+        if apps:
+            return dict(apps[0])
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no running application {prefix}* on the master: {status}")
+
+
+async def test_session_executor_on_the_cluster_matches_local_mode(
+    make_stack, spark_runtime: SparkRuntime, cluster: SparkCluster, local_checksums, tmp_path: Path
+) -> None:
+    """(a) The worker's own SparkSession, a client of the standalone master."""
+    stack = await make_stack(worker=False)
+    worker = await worker_process(
+        stack,
+        tmp_path / "worker.log",
         DATABUILD_SPARK_MASTER=cluster.master_url,
         SPARK_LOCAL_IP=LOOPBACK,  # the driver binds and advertises loopback, not the host's address
     )
-    worker_started = time.monotonic()
-    worker = await asyncio.to_thread(start_databuild_worker, env, log)
     try:
-        # Ready when its SparkContext (warmed as the worker starts) has registered with the master and
-        # got an executor, so the timing below is of a warm cluster session, as the local one is.
-        apps: list[dict[str, Any]] = []
-        for _ in range(1200):
-            apps = await asyncio.to_thread(cluster.apps, WORKER_APP)
-            if (apps and cluster.executor_registered(apps[0]["id"])) or worker.poll() is not None:
-                break
-            await asyncio.sleep(0.1)
-        assert apps and cluster.executor_registered(apps[0]["id"]), (
-            f"no executor for a {WORKER_APP!r} application on the master\n{log.read_text()[-3000:]}"
-        )
-        ready_seconds = time.monotonic() - worker_started
-        cluster_seconds = await build_demo(remote)
+        await build_demo(stack)
         status = await asyncio.to_thread(cluster.status)
     finally:
         await asyncio.to_thread(stop_group, worker)
-    assert_built_once(remote)
+    assert_built_once(stack)
 
     # It ran on the cluster: the worker's application held the cluster's executor, which ran the tasks.
     running = [a for a in status["activeapps"] if a["name"] == WORKER_APP]
-    assert len(running) == 1 and running[0]["state"] == "RUNNING" and running[0]["cores"] == 2, status
+    assert len(running) == 1 and running[0]["state"] == "RUNNING" and running[0]["cores"] == CORES, status
     app_id = running[0]["id"]
-    assert cluster.executor_logs(app_id), f"no executor ran for {app_id}"
-    tasks = cluster.tasks_finished(app_id)
-    assert tasks > 0
+    assert cluster.tasks_finished(app_id) > 0
     # Once the worker is stopped, its driver disconnects and the master lists the application as done.
-    for _ in range(100):
-        status = await asyncio.to_thread(cluster.status)
-        if any(a["id"] == app_id for a in status["completedapps"]):
-            break
-        await asyncio.sleep(0.1)
-    assert [a["id"] for a in status["completedapps"]] == [app_id] and not status["activeapps"], status
+    await until(lambda: app_id in {a["id"] for a in cluster.status()["completedapps"]}, seconds=20)
+    assert await asyncio.to_thread(checksums, spark_runtime, stack) == local_checksums
 
-    # Same contents, partition by partition (read back with the test's own local session).
-    local_sums = await asyncio.to_thread(checksums, spark_runtime, local)
-    cluster_sums = await asyncio.to_thread(checksums, spark_runtime, remote)
-    assert cluster_sums == local_sums
 
-    record_property("demo_local_seconds", round(local_seconds, 1))
-    record_property("demo_cluster_seconds", round(cluster_seconds, 1))
-    record_property("cluster_worker_ready_seconds", round(ready_seconds, 1))
-    record_property("cluster_tasks", tasks)
-    print(
-        f"\ndemo want: local[2] {local_seconds:.1f}s, cluster {cluster_seconds:.1f}s ({tasks} executor tasks; "
-        f"cluster worker ready in {ready_seconds:.1f}s)"
+async def test_submit_executor_on_the_cluster_matches_local_mode(
+    make_stack, spark_runtime: SparkRuntime, cluster: SparkCluster, local_checksums
+) -> None:
+    """(b) Each job run attempt is its own application, submitted to the standalone master."""
+    before = {a["id"] for a in (await asyncio.to_thread(cluster.status))["completedapps"]}
+    stack = await make_stack(
+        executor="submit",
+        spark_submit_master=cluster.master_url,
+        spark_submit_args=SUBMIT_ARGS,
+        spark_driver_memory="768m",
+        max_concurrent_jobs=3,
     )
+    await build_demo(stack)
+    assert_built_once(stack)
+
+    # One application per attempt (the dep-missed ones included), each done, each with executor tasks.
+    runs = stack.bel.job_runs(limit=1000)
+    status = await asyncio.to_thread(cluster.status)
+    apps = [
+        a for a in status["completedapps"] if a["id"] not in before and a["name"].startswith("databuild:")
+    ]
+    assert sorted(a["name"] for a in apps) == sorted(
+        f"databuild:{r.job_label}:{r.job_run_id}-{attempt}"
+        for r in runs
+        for attempt in range(1, r.attempts + 1)
+    )
+    assert not [a for a in status["activeapps"] if a["name"].startswith("databuild:")]
+    assert all(cluster.tasks_finished(a["id"]) > 0 for a in apps if ":raw_events:" in a["name"])
+    assert await asyncio.to_thread(checksums, spark_runtime, stack) == local_checksums
+
+
+async def test_cancelling_a_want_kills_its_submitted_application(make_stack, cluster: SparkCluster) -> None:
+    stack = await make_stack(
+        graph="tests.graphs:spin",
+        executor="submit",
+        spark_submit_master=cluster.master_url,
+        spark_submit_args=SUBMIT_ARGS,
+        spark_driver_memory="768m",
+    )
+    spec = await stack.db.want("spin/submit")
+    app = await wait_for_app(cluster, "databuild:spin_job:")
+    await until(lambda: cluster.tasks_finished(app["id"]) > 0, seconds=120)  # its executor is computing
+    (run,) = stack.bel.job_runs()
+
+    await stack.client.get_workflow_handle(spec.workflow_id).cancel()
+    assert (await stack.db.wait(spec)).state is WantState.canceled
+    # The master lists the application as done within seconds, and the worker's executor is free.
+    await until(lambda: app["id"] in {a["id"] for a in cluster.status()["completedapps"]}, seconds=30)
+    status = await asyncio.to_thread(cluster.status)
+    assert not [a for a in status["activeapps"] if a["name"].startswith("databuild:")], status
+    assert all(w["coresused"] == 0 for w in status["workers"]), status["workers"]
+    await until(lambda: stack.bel.job_run(run.job_run_id).state.is_final, seconds=30)
+    assert stack.bel.job_run(run.job_run_id).reason == ABANDONED
+    assert stack.bel.partition("spin/submit").status is PartitionStatus.missing
+    # No driver (spark-submit's JVM or its Python) is left on this host.
+    leftovers = await asyncio.to_thread(
+        subprocess.run, ["pgrep", "-af", run.job_run_id], capture_output=True, text=True
+    )
+    assert leftovers.stdout == "", leftovers.stdout
+
+
+async def test_connect_executor_matches_local_mode(
+    make_stack, spark_runtime: SparkRuntime, connect: ConnectServer, local_checksums, tmp_path: Path
+) -> None:
+    """(c) Spark Connect: the job body runs in the worker, its DataFrames on the server's application."""
+    stack = await make_stack(worker=False)
+    before = len(await asyncio.to_thread(connect.jobs))
+    worker = await worker_process(
+        stack, tmp_path / "worker.log", DATABUILD_EXECUTOR="connect", DATABUILD_SPARK_CONNECT_URL=connect.url
+    )
+    try:
+        await build_demo(stack)
+    finally:
+        await asyncio.to_thread(stop_group, worker)
+    assert_built_once(stack)
+    # The work ran as the server's Spark jobs, tagged per attempt.
+    jobs = (await asyncio.to_thread(connect.jobs))[: -before or None]
+    tagged = {t for j in jobs for t in j.get("jobTags", []) if "_Tag_databuild-" in t}
+    assert len({t.rsplit("_Tag_", 1)[1] for t in tagged}) >= 15
+    assert await asyncio.to_thread(checksums, spark_runtime, stack) == local_checksums
+
+
+async def test_cancelling_a_want_interrupts_its_spark_connect_operations(
+    make_stack, connect: ConnectServer, tmp_path: Path
+) -> None:
+    stack = await make_stack(graph="tests.graphs:spin", worker=False)
+    worker = await worker_process(
+        stack, tmp_path / "worker.log", DATABUILD_EXECUTOR="connect", DATABUILD_SPARK_CONNECT_URL=connect.url
+    )
+    try:
+        spec = await stack.db.want("spin/connect")
+        await until(lambda: bool(stack.bel.job_runs()), seconds=60)
+        (run,) = stack.bel.job_runs()
+        tag = f"databuild-{run.job_run_id}-1"
+
+        def running() -> list[dict[str, Any]]:
+            return [j for j in connect.jobs_tagged(tag) if j["status"] == "RUNNING"]
+
+        await until(lambda: any(j["numCompletedTasks"] > 0 for j in running()), seconds=120)
+        await stack.client.get_workflow_handle(spec.workflow_id).cancel()
+        assert (await stack.db.wait(spec)).state is WantState.canceled
+        await until(lambda: not running(), seconds=30)
+        assert [j["status"] for j in await asyncio.to_thread(connect.jobs_tagged, tag)] == ["FAILED"]
+        await until(lambda: stack.bel.job_run(run.job_run_id).state.is_final, seconds=30)
+    finally:
+        await asyncio.to_thread(stop_group, worker)
+    assert stack.bel.job_run(run.job_run_id).reason == ABANDONED
+    assert stack.bel.partition("spin/connect").status is PartitionStatus.missing
+    assert connect.proc.poll() is None  # the server (a shared application) keeps serving

@@ -19,6 +19,8 @@ import jsonschema
 import pytest
 import yaml
 
+from databuild.config import ENV_NAMES, Settings
+
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -40,6 +42,7 @@ DATABUILD_ENV = {
     "DATABUILD_DATABASE_URL": "postgresql+psycopg://databuild:databuild@bel-db:5432/databuild",
     "DATABUILD_STORAGE_ROOT": "/data/lake",
     "DATABUILD_SPARK_MASTER": "spark://spark-master:7077",
+    "DATABUILD_SPARK_CONNECT_URL": "sc://spark-connect:15002",
 }
 TOKENS = "DATABUILD_API_TOKENS"
 
@@ -238,6 +241,15 @@ def test_databuild_services_are_configured(services: dict[str, dict[str, Any]]) 
         for key, value in DATABUILD_ENV.items():
             assert env.get(key) == value, f"{name}: {key} is {env.get(key)!r}, expected {value!r}"
     assert services["databuild-worker"].get("command") == ["worker"]
+    # Every DATABUILD_ variable the file sets is a setting DataBuild reads, with a valid default.
+    known = set(ENV_NAMES.values())
+    worker_env = environment(services["databuild-worker"])
+    assert {k for k in worker_env if k.startswith("DATABUILD_")} <= known | {"DATABUILD_TEMPORAL_UI_URL"}
+    defaults = {k: re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", v) for k, v in worker_env.items()}
+    assert defaults["DATABUILD_EXECUTOR"] in ("session", "submit", "connect")
+    Settings.model_validate({"spark_connect_url": worker_env["DATABUILD_SPARK_CONNECT_URL"]})
+    connect_port = services["spark-connect"]["command"][-1].rsplit("=", 1)[1]
+    assert worker_env["DATABUILD_SPARK_CONNECT_URL"].endswith(f":{connect_port}")
     web = services["databuild-web"]
     command = web.get("command")
     assert command[:1] == ["web"] and "0.0.0.0" in command and "8000" in command, command

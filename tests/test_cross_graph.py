@@ -4,7 +4,6 @@ pull (a durable subscription that survives the upstream's HTTP server going away
 
 import asyncio
 import uuid
-from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from pathlib import Path
@@ -25,6 +24,7 @@ from databuild.protocol import (
 from databuild.temporal import announce, start_upstream
 from databuild.web import create_app, serving, web_context
 from tests.conftest import Stack, cli, free_port
+from tests.test_time import until
 from worker.run import running_worker
 
 pytestmark = pytest.mark.slow
@@ -34,13 +34,6 @@ TOKEN = "token-that-down-presents-to-up"
 
 def http_server(stack: Stack, port: int) -> AbstractAsyncContextManager[str]:
     return serving(create_app(web_context(stack.settings, stack.bel)), "127.0.0.1", port)
-
-
-async def eventually(check: Callable[[], bool], within: float = 60) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.2)
 
 
 def announced(stack: Stack) -> list[str]:
@@ -76,7 +69,7 @@ async def test_pull_from_an_upstream_graph_survives_restarts(make_stack, tmp_pat
     async with running_worker(down.parts), http_server(up, port):
         await start_upstream(down.client, down.settings.task_queue, subscription)
         first = await down.db.want("report/2024-01-01")
-        await eventually(lambda: waiting_external(down, "feed/2024-01-01"))  # blocked, not building it
+        await until(lambda: waiting_external(down, "feed/2024-01-01"))  # blocked, not building it
         built = await up.db.wait(await up.db.want("feed/2024-01-01"))
         assert built.state is WantState.successful
         report = await asyncio.wait_for(down.db.wait(first), 60)
@@ -87,7 +80,7 @@ async def test_pull_from_an_upstream_graph_survives_restarts(make_stack, tmp_pat
             == up.bel.partition("feed/2024-01-01").instance_id
         )
         second = await down.db.want("report/2024-01-02")
-        await eventually(lambda: waiting_external(down, "feed/2024-01-02"))
+        await until(lambda: waiting_external(down, "feed/2024-01-02"))
 
     # The downstream worker is gone; the upstream builds the next partition while its HTTP server is
     # down too. Then a new worker starts, and later the server comes back on the same port.
@@ -121,7 +114,7 @@ async def test_push_by_signal_http_and_cli_takes_one_path(make_stack, tmp_path: 
         spark_runtime.session().range(2).write.parquet(str(lake / "feed" / day))
     specs = [await down.db.want(f"report/{day}") for day in days]
     for day in days:
-        await eventually(lambda day=day: waiting_external(down, f"feed/{day}"))
+        await until(lambda day=day: waiting_external(down, f"feed/{day}"))
 
     # 1. A typed Temporal signal (signal-with-start on upstream:up), sent twice.
     sent = Announcement(ref=f"feed/{days[0]}", instance_id=str(uuid.uuid4()), graph="up")
@@ -162,7 +155,7 @@ async def test_a_want_with_external_requirements_waits_before_its_job_runs(make_
     assert stack.bel.last_idx() == before  # a bad requirement records nothing
 
     spec = await stack.db.want("base/req", requires=["gate/2024-03-01", "gate/2024-03-02"])
-    await eventually(lambda: stack.bel.want(spec.want_id).state is WantState.upstream_building)
+    await until(lambda: stack.bel.want(spec.want_id).state is WantState.upstream_building)
     await asyncio.sleep(1)
     assert stack.bel.job_runs(ref_prefix="base/req") == []  # held back: nothing dispatched
     await stack.db.publish("gate/2024-03-01")

@@ -6,12 +6,14 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from databuild.models import JobRunState, PartitionStatus, WantState
+from databuild.protocol import ABANDONED
 from databuild.storage import INSTANCE_MARKER
 from tests import graphs
 from tests.conftest import stack_env
@@ -128,3 +130,46 @@ async def test_reading_a_ref_nobody_produces_fails_clearly(make_stack) -> None:
     assert done.state is WantState.failed
     assert "reads 'nowhere/1', which the graph cannot provide" in (done.reason or "")
     assert stack.bel.job_runs()[0].attempts == 1  # a contract error is not retried
+
+
+async def test_a_canceled_want_stops_the_build_only_when_no_other_want_waits(make_stack, monkeypatch) -> None:
+    stack = await make_stack(graph="tests.graphs:slow")
+
+    def running(ref: str) -> list[str]:
+        return [
+            r.job_run_id
+            for r in stack.bel.job_runs()
+            if r.outputs == [ref] and r.state is JobRunState.running
+        ]
+
+    # Two wants share one build: cancelling one leaves the build to the other.
+    monkeypatch.setattr(graphs, "SLOW_SECONDS", 8.0)
+    first = await stack.db.want("slow/shared")
+    await until(lambda: bool(running("slow/shared")), seconds=60)
+    second = await stack.db.want("slow/shared", data_timestamp=first.data_timestamp + timedelta(seconds=1))
+    await until(lambda: stack.bel.want(second.want_id).job_run_id is not None, seconds=30)
+    await stack.client.get_workflow_handle(first.workflow_id).cancel()
+    assert (await stack.db.wait(first)).state is WantState.canceled
+    assert running("slow/shared")  # still building, for the second want
+    assert (await stack.db.wait(second)).state is WantState.successful
+    assert [r.state for r in stack.bel.job_runs() if r.outputs == ["slow/shared"]] == [JobRunState.succeeded]
+
+    # A want alone on its build: cancelling it abandons the build, which stops its Spark job at once and
+    # frees the partition (no fail-lock), so the next want just builds it.
+    monkeypatch.setattr(graphs, "SLOW_SECONDS", 30.0)
+    alone = await stack.db.want("slow/alone")
+    await until(lambda: bool(running("slow/alone")), seconds=60)
+    await asyncio.sleep(1.5)  # into the 30 s Spark tasks
+    (job_run_id,) = running("slow/alone")
+    started = time.monotonic()
+    await stack.client.get_workflow_handle(alone.workflow_id).cancel()
+    assert (await stack.db.wait(alone)).state is WantState.canceled
+    await until(lambda: stack.bel.job_run(job_run_id).state.is_final, seconds=20)
+    assert time.monotonic() - started < 20  # the 30 s Spark tasks were interrupted
+    run = stack.bel.job_run(job_run_id)
+    assert run.state is JobRunState.failed and run.reason == ABANDONED
+    assert stack.bel.partition("slow/alone").status is PartitionStatus.missing
+    assert stack.parts.spark.session().sparkContext.statusTracker().getActiveJobsIds() == []
+    monkeypatch.setattr(graphs, "SLOW_SECONDS", 0.1)
+    again = await stack.db.want("slow/alone", data_timestamp=alone.data_timestamp + timedelta(seconds=1))
+    assert (await stack.db.wait(again)).state is WantState.successful

@@ -15,6 +15,7 @@ import pytest
 from databuild.config import Settings
 from databuild.errors import InvalidInputError
 from databuild.execution import JobExecutor
+from databuild.executors import Executors
 from databuild.models import InstanceRef, JobRun, JobRunState, WantState
 from databuild.openlineage import LineageEmitter, run_id, transport_from_settings
 from databuild.storage import Storage
@@ -126,9 +127,11 @@ async def test_a_run_failing_past_its_retries_emits_one_fail(make_stack, tmp_pat
 
     # Recording the failure again (a retried activity) changes nothing and emits nothing.
     emitter = LineageEmitter.from_settings(stack.settings)
-    executor = JobExecutor(
-        stack.graph, stack.bel, Storage(stack.settings.storage_root), stack.parts.spark, "t", lineage=emitter
+    storage = Storage(stack.settings.storage_root)
+    executors = Executors.from_settings(
+        stack.settings, graph=stack.graph, bel=stack.bel, storage=storage, spark=stack.parts.spark
     )
+    executor = JobExecutor(stack.bel, storage, executors, "t", lineage=emitter)
     assert executor.fail(run.job_run_id, "again").reason == run.reason
     assert emitter is not None and emitter.flush()
     assert len(read_events(path)) == 3

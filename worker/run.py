@@ -17,6 +17,7 @@ from activities.wants import WantActivities
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.execution import JobExecutor
+from databuild.executors import Executors
 from databuild.graph import Graph, load_graph
 from databuild.openlineage import LineageEmitter
 from databuild.runtime import settle_heap
@@ -38,12 +39,27 @@ class WorkerParts:
     spark: SparkRuntime
 
 
-def build_worker(parts: WorkerParts) -> tuple[Worker, JobActivities]:
+@dataclass
+class BuiltWorker:
+    worker: Worker
+    jobs: JobActivities
+    upstream: UpstreamActivities
+
+    async def shutdown(self) -> None:
+        """Release what the activities hold, once the worker has stopped."""
+        self.jobs.shutdown()
+        await self.upstream.aclose()
+
+
+def build_worker(parts: WorkerParts) -> BuiltWorker:
     settings = parts.settings
     storage = Storage(settings.storage_root)
     identity = f"{socket.gethostname()}:{threading.get_native_id()}"
     lineage = LineageEmitter.from_settings(settings)  # None unless DATABUILD_OPENLINEAGE_URL is set
-    executor = JobExecutor(parts.graph, parts.bel, storage, parts.spark, worker=identity, lineage=lineage)
+    executors = Executors.from_settings(
+        settings, graph=parts.graph, bel=parts.bel, storage=storage, spark=parts.spark
+    )
+    executor = JobExecutor(parts.bel, storage, executors, worker=identity, lineage=lineage)
     jobs = JobActivities(executor, max_concurrent=settings.max_concurrent_jobs)
     wants = WantActivities(parts.bel, parts.graph, parts.client, settings)
     fan_out = FanOutActivities(parts.bel, parts.client)
@@ -61,6 +77,7 @@ def build_worker(parts: WorkerParts) -> tuple[Worker, JobActivities]:
             wants.finish_want,
             wants.record_sla_missed,
             wants.check_build,
+            wants.abandon_build,
             jobs.run_job,
             jobs.fail_job_run,
             fan_out.fan_out,
@@ -71,20 +88,20 @@ def build_worker(parts: WorkerParts) -> tuple[Worker, JobActivities]:
         max_cached_workflows=settings.workflow_cache,
         identity=identity,
     )
-    return worker, jobs
+    return BuiltWorker(worker, jobs, upstream)
 
 
 @contextlib.asynccontextmanager
 async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> AsyncIterator[Worker]:
     """Run a worker for the duration of the block (used by tests, `databuild dev` and `worker`)."""
     await ensure_search_attributes(parts.client, parts.settings.namespace)
+    built = build_worker(parts)
     if warm_spark:
-        # Start the session now, so the first job does not pay the JVM start-up.
-        asyncio.get_running_loop().run_in_executor(None, parts.spark.session)
-    worker, jobs = build_worker(parts)
-    async with worker:
-        yield worker
-    jobs.shutdown()
+        # Start the sessions now, so the first job does not pay the JVM start-up.
+        asyncio.get_running_loop().run_in_executor(None, built.jobs.executor.executors.warm)
+    async with built.worker:
+        yield built.worker
+    await built.shutdown()
 
 
 async def open_parts(settings: Settings, spark: SparkRuntime | None = None) -> WorkerParts:

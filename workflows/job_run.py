@@ -19,26 +19,24 @@ NOT_RETRYABLE = ["JobContractError", "UnknownJobError", "GraphDefinitionError", 
 
 @workflow.defn(name=p.JOB_RUN_WORKFLOW)
 class JobRunWorkflow:
+    def __init__(self) -> None:
+        self._abandoned = False
+
+    @workflow.signal(name=p.SIGNAL_ABANDON)
+    def abandon(self) -> None:
+        self._abandoned = True
+
     @workflow.run
     async def run(self, input: p.JobRunInput) -> p.JobOutcome:
         workflow.set_current_details(f"running job **{input.job_label}** for {', '.join(input.outputs)}")
         try:
-            outcome: p.JobOutcome = await workflow.execute_activity(
-                p.ACT_RUN_JOB,
-                input,
-                result_type=p.JobOutcome,
-                start_to_close_timeout=input.policy.start_to_close_timeout,
-                heartbeat_timeout=input.policy.heartbeat_timeout,
-                retry_policy=RetryPolicy(
-                    maximum_attempts=input.policy.attempts,
-                    initial_interval=timedelta(seconds=1),
-                    non_retryable_error_types=NOT_RETRYABLE,
-                ),
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            )
+            outcome = await self._execute(input)
         except ActivityError as error:
             cancelled = isinstance(error.__cause__, CancelledError)
-            outcome = self._failed(input, "canceled" if cancelled else failure_message(error))
+            if self._abandoned:  # however its stopping ended (a timeout while stopping, say)
+                outcome = self._failed(input, p.ABANDONED)
+            else:
+                outcome = self._failed(input, "canceled" if cancelled else failure_message(error))
         except asyncio.CancelledError:
             outcome = self._failed(input, "canceled")
         try:
@@ -53,6 +51,33 @@ class JobRunWorkflow:
             raise asyncio.CancelledError("job run canceled")
         return outcome
 
+    async def _execute(self, input: p.JobRunInput) -> p.JobOutcome:
+        """The job activity, cancelled (and waited for until it has stopped) when the run is canceled
+        or abandoned."""
+        job = workflow.start_activity(
+            p.ACT_RUN_JOB,
+            input,
+            result_type=p.JobOutcome,
+            start_to_close_timeout=input.policy.start_to_close_timeout,
+            heartbeat_timeout=input.policy.heartbeat_timeout,
+            retry_policy=RetryPolicy(
+                maximum_attempts=input.policy.attempts,
+                initial_interval=timedelta(seconds=1),
+                non_retryable_error_types=NOT_RETRYABLE,
+            ),
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        )
+        try:
+            await workflow.wait_condition(lambda: job.done() or self._abandoned)
+        except asyncio.CancelledError:
+            job.cancel()
+            await workflow.wait([job])
+            raise
+        if not job.done():
+            job.cancel()
+        outcome: p.JobOutcome = await job
+        return outcome
+
     def _failed(self, input: p.JobRunInput, reason: str) -> p.JobOutcome:
         return p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.failed, reason=reason)
 
@@ -61,5 +86,9 @@ class JobRunWorkflow:
         every want subscribed to the outputs. Both steps are idempotent."""
         if outcome.state is JobRunState.failed:
             reason = outcome.reason or "failed"
-            await bel_do(p.ACT_FAIL_JOB_RUN, p.FailJobRunInput(job_run_id=input.job_run_id, reason=reason))
+            release = outcome.reason == p.ABANDONED
+            await bel_do(
+                p.ACT_FAIL_JOB_RUN,
+                p.FailJobRunInput(job_run_id=input.job_run_id, reason=reason, release=release),
+            )
         await fan_out(input.job_run_id)

@@ -15,9 +15,6 @@ PULL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2, maximum_interval=timedelta(seconds=30)
 )
 PULL_TIMEOUT = timedelta(seconds=90)
-STEPS_PER_RUN = (
-    200  # pulls and pushes applied; then continue-as-new, so the history stays small however long it follows
-)
 
 
 @workflow.defn(name=p.UPSTREAM_WORKFLOW)

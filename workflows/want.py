@@ -7,7 +7,7 @@ from functools import partial
 
 from temporalio import workflow
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.workflow import ParentClosePolicy
 
 from workflows.calls import bel_call, bel_do, failure_message, remote_call
@@ -257,6 +257,7 @@ class WantWorkflow:
         self, spec: WantSpec, state: WantState, reason: str | None, instance: str | None
     ) -> p.WantResult:
         finish = p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance)
+        following = self._job_run_id if self._state is WantState.building else None
         try:
             await bel_do(p.ACT_FINISH_WANT, finish)
         except asyncio.CancelledError:
@@ -264,6 +265,8 @@ class WantWorkflow:
             await bel_do(p.ACT_FINISH_WANT, finish)
             raise
         self._set(state, self._job_run_id, [], reason or "")
+        if following and state in (WantState.canceled, WantState.expired):
+            await self._abandon_build(following)
         result = p.WantResult(
             want_id=spec.want_id,
             state=state,
@@ -276,6 +279,22 @@ class WantWorkflow:
                 f"want {spec.ref} failed: {reason}", result, type="WantFailed", non_retryable=True
             )
         return result
+
+    async def _abandon_build(self, job_run_id: str) -> None:
+        """A want that stops while a run builds for it stops the run too, unless another want waits on
+        it (checked after this want is recorded as ended, so two wants stopping together both see it)."""
+        if not workflow.patched("stopped-want-abandons-its-build"):
+            return
+        run = await bel_call(
+            p.ACT_ABANDON_BUILD,
+            p.AbandonBuildInput(job_run_id=job_run_id),
+            p.AbandonBuildResult,
+        )
+        if run.workflow_id is not None:
+            try:
+                await workflow.get_external_workflow_handle(run.workflow_id).signal(p.SIGNAL_ABANDON)
+            except FailureError as error:  # it ended meanwhile
+                workflow.logger.info("job run %s not told it is abandoned: %s", job_run_id, error)
 
     def _until(self, deadline: datetime | None) -> float | None:
         if deadline is None:

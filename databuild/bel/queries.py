@@ -12,6 +12,7 @@ from databuild.bel import schema as s
 from databuild.errors import NotFoundError
 from databuild.globs import compile_glob, like_prefix, ref_filter
 from databuild.models import (
+    FINAL_WANT_STATES,
     BuildStats,
     EventFilter,
     EventPage,
@@ -227,6 +228,18 @@ class BelQueries:
         )
         total = self._count(select(func.count()).select_from(s.want_job_runs).where(where))
         return [(r["want_id"], r["relation"]) for r in rows], total
+
+    def waiting_on(self, job_run_id: str) -> int:
+        """How many wants that have not ended queued this run or delegated to it."""
+        linked = s.want_job_runs.join(s.wants, s.wants.c.want_id == s.want_job_runs.c.want_id)
+        return self._count(
+            select(func.count())
+            .select_from(linked)
+            .where(
+                s.want_job_runs.c.job_run_id == job_run_id,
+                s.wants.c.state.not_in([state.value for state in FINAL_WANT_STATES]),
+            )
+        )
 
     def delegations_to(self, job_run_id: str, limit: int = 20) -> tuple[list[dict[str, Any]], int]:
         """Delegations pointing at this run (oldest first, the first ``limit``) and how many in all."""

@@ -421,13 +421,25 @@ class BuildEventLog(BelQueries):
                     tx.append(ev.PartitionReleased(ref=out, job_run_id=job_run_id))
         return self.job_run(job_run_id)
 
-    def fail_job_run(self, job_run_id: str, reason: str) -> JobRun:
+    def fail_job_run(self, job_run_id: str, reason: str, *, release: bool = False) -> JobRun:
+        """End the run as failed. Its outputs are fail-locked (an operator resolves them), or with
+        ``release`` (a run nobody wants any more, not a broken one) freed for the next build."""
         with self._write_run(job_run_id) as tx:
             if (row := self._open_run(tx.conn, job_run_id)) is not None:
-                tx.append(ev.JobRunFailed(job_run_id=job_run_id, reason=reason))
-                for out in self._locked_outputs(tx.conn, row):
-                    tx.append(ev.PartitionFailed(ref=out, job_run_id=job_run_id, reason=reason))
+                self._end_failed(tx, row, reason, release=release)
         return self.job_run(job_run_id)
+
+    def _end_failed(
+        self, tx: WriteTx, run: RowMapping, reason: str, *, release: bool, lost: bool = False
+    ) -> None:
+        """Record an open run as failed; its locked outputs are released or fail-locked with it."""
+        job_run_id = run["job_run_id"]
+        tx.append(ev.JobRunFailed(job_run_id=job_run_id, reason=reason, lost=lost))
+        for out in self._locked_outputs(tx.conn, run):
+            if release:
+                tx.append(ev.PartitionReleased(ref=out, job_run_id=job_run_id))
+            else:
+                tx.append(ev.PartitionFailed(ref=out, job_run_id=job_run_id, reason=reason))
 
     def _open_run(self, conn: Connection, job_run_id: str, attempt: int | None = None) -> RowMapping | None:
         """The run if it has not ended. With ``attempt``: only if that attempt is still the current one,
@@ -481,9 +493,7 @@ class BuildEventLog(BelQueries):
             row = self._open_run(tx.conn, job_run_id)
             if row is None:
                 return False
-            tx.append(ev.JobRunFailed(job_run_id=job_run_id, reason=reason, lost=True))
-            for out in self._locked_outputs(tx.conn, row):
-                tx.append(ev.PartitionReleased(ref=out, job_run_id=job_run_id))
+            self._end_failed(tx, row, reason, release=True, lost=True)
             return True
 
     # Partitions ----------------------------------------------------------------------------------

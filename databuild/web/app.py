@@ -18,7 +18,6 @@ from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.errors import DataBuildError, InvalidInputError, InvalidTransitionError, NotFoundError
-from databuild.runtime import settle_heap
 from databuild.web.auth import ApiTokens, UnauthorizedError
 from databuild.web.paths import STATIC
 
@@ -156,7 +155,6 @@ class _EmbeddedServer(uvicorn.Server):
 async def serve(app: FastAPI, host: str, port: int, started: asyncio.Event | None = None) -> None:
     """Serve until cancelled. ``started`` is set once the socket listens."""
     server = _EmbeddedServer(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
-    settle_heap()
     task = asyncio.ensure_future(server.serve())
     try:
         while not server.started:

@@ -1,0 +1,211 @@
+"""The demo want on each job executor, against local mode, measured in one run.
+
+    python -m bench.bench_executors [--skip submit]
+
+One Temporal dev server, one Spark standalone cluster on loopback (a master and a 2-core worker from the
+pip pyspark package) and, for the last variant, a Spark Connect server on that cluster. Each variant
+runs a `databuild worker` process with its own BEL and storage:
+
+    local     the worker's SparkSession in local[2] (the baseline)
+    cluster   the worker's SparkSession as a client of the standalone master (executor "session")
+    submit    each attempt its own application, spark-submit to the master (executor "submit")
+    connect   the job bodies in the worker, their DataFrames on the Spark Connect server ("connect")
+
+A warm-up want (one raw_events job) runs first on each worker, so sessions are started and warm; then
+the demo want `daily_summary/2024-01-07` is timed from registration to fulfilment: 15 job runs that
+succeed, plus the 8 attempts that dep-miss first (runtime dependency discovery). Per job: the span of
+each attempt in the BEL (started -> outcome). Ratios are against local mode in this run. The last line
+printed is JSON.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from bench.common import dev_server_settings, run_and_exit
+from databuild.bel import BuildEventLog
+from databuild.client import DataBuild
+from databuild.graph import load_graph
+from databuild.models import JobRunState, WantState
+from databuild.protocol import SEARCH_ATTRIBUTES
+from tests.cluster import (
+    LOOPBACK,
+    SUBMIT_ARGS,
+    connect_server,
+    spark_cluster,
+    start_databuild_worker,
+    stop_group,
+)
+from worker.dev import temporal_binary
+
+GRAPH = "examples.demo:graph"
+DEMO_REF = "daily_summary/2024-01-07"
+WARMUP_REF = "raw_events/2023-12-01"
+VARIANTS = ("local", "cluster", "submit", "connect")
+CORES = 2
+TIMEOUT = 1800
+
+
+def variant_env(variant: str, master: str, connect_url: str | None) -> dict[str, str]:
+    if variant == "local":
+        return {"DATABUILD_SPARK_MASTER": "local[2]"}
+    if variant == "cluster":
+        return {"DATABUILD_SPARK_MASTER": master, "SPARK_LOCAL_IP": LOOPBACK}
+    if variant == "submit":
+        return {
+            "DATABUILD_EXECUTOR": "submit",
+            "DATABUILD_SPARK_SUBMIT_MASTER": master,
+            "DATABUILD_SPARK_SUBMIT_ARGS": SUBMIT_ARGS,
+            "DATABUILD_SPARK_DRIVER_MEMORY": "768m",
+            "DATABUILD_MAX_CONCURRENT_JOBS": str(CORES),
+        }
+    assert connect_url is not None
+    return {"DATABUILD_EXECUTOR": "connect", "DATABUILD_SPARK_CONNECT_URL": connect_url}
+
+
+def attempt_spans(bel: BuildEventLog) -> list[float]:
+    """Seconds from each attempt's start to its recorded outcome."""
+    starts: dict[str, datetime] = {}
+    spans: list[float] = []
+    events = bel.events(
+        limit=10_000, types=["JobRunStarted", "JobRunSucceeded", "JobRunDepMiss", "JobRunFailed"]
+    )
+    for event in events:
+        assert event.job_run_id is not None
+        if event.type == "JobRunStarted":
+            starts[event.job_run_id] = event.at
+        elif event.job_run_id in starts:
+            spans.append((event.at - starts.pop(event.job_run_id)).total_seconds())
+    return spans
+
+
+async def run_variant(client: Client, home: Path, variant: str, env: dict[str, str]) -> dict[str, Any]:
+    settings = dev_server_settings(client, home / variant, GRAPH)
+    bel = BuildEventLog.create(settings.database_url)
+    db = DataBuild(client, bel, load_graph(GRAPH), settings)
+    worker_env = {**os.environ, **settings.process_env(), **env}
+    worker = await asyncio.to_thread(start_databuild_worker, worker_env, home / f"{variant}-worker.log")
+    # Want ids derive from ref + data time, and the variants share a namespace: each variant wants at
+    # its own data times.
+    offset = timedelta(microseconds=uuid.uuid4().int % 1_000_000)
+
+    async def fulfil(ref: str, data_time: datetime) -> float:
+        started = time.perf_counter()
+        want = await asyncio.wait_for(db.wait(await db.want(ref, data_timestamp=data_time + offset)), TIMEOUT)
+        assert want.state is WantState.successful, want.reason
+        return time.perf_counter() - started
+
+    try:
+        warmup_s = await fulfil(WARMUP_REF, datetime(2023, 12, 1, tzinfo=UTC))
+        warm_spans = attempt_spans(bel)
+        demo_s = await fulfil(DEMO_REF, datetime(2024, 1, 7, tzinfo=UTC))
+    finally:
+        await asyncio.to_thread(stop_group, worker)
+    runs = [r for r in bel.job_runs(limit=1000) if r.outputs != [WARMUP_REF]]
+    succeeded = [r for r in runs if r.state is JobRunState.succeeded]
+    assert len(succeeded) == 15, [(r.job_label, r.state) for r in runs]
+    spans = attempt_spans(bel)[len(warm_spans) :]
+    bel.dispose()
+    return {
+        "variant": variant,
+        "warmup_s": warmup_s,
+        "demo_s": demo_s,
+        "job_runs": len(succeeded),
+        "attempts": len(spans),
+        "attempt_mean_s": statistics.fmean(spans),
+        "attempt_median_s": statistics.median(spans),
+    }
+
+
+@contextmanager
+def temporary_home() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="databuild-bench-exec-") as tmp:
+        yield Path(tmp)
+
+
+async def run(variants: list[str]) -> dict[str, Any]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    figures: dict[str, Any] = {}
+    with ExitStack() as stack:
+        home = stack.enter_context(temporary_home())
+        cluster = stack.enter_context(spark_cluster(home / "spark-cluster", cores=CORES, memory="2g"))
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_binary(),
+            data_converter=pydantic_data_converter,
+            search_attributes=SEARCH_ATTRIBUTES,
+            dev_server_log_level="error",
+        )
+        try:
+            for variant in variants:
+                connect_url = None
+                if variant == "connect":  # last: its application holds the cluster's cores while it lives
+                    server = stack.enter_context(connect_server(home / "spark-connect", cluster.master_url))
+                    connect_url = server.url
+                print(f"{variant}: running the demo want ...", flush=True)
+                figures[variant] = await run_variant(
+                    env.client, home, variant, variant_env(variant, cluster.master_url, connect_url)
+                )
+                print(f"{variant}: {figures[variant]['demo_s']:.1f} s", flush=True)
+        finally:
+            await env.shutdown()
+    return figures
+
+
+def report(figures: dict[str, Any]) -> None:
+    base = figures["local"]
+    print()
+    print(
+        f"{'executor':<10}{'demo want':>11}{'ratio':>8}{'per attempt':>14}{'ratio':>8}"
+        f"{'overhead/job':>15}{'warm-up want':>15}"
+    )
+    print("-" * 81)
+    for variant, f in figures.items():
+        f["demo_ratio"] = f["demo_s"] / base["demo_s"]
+        f["attempt_ratio"] = f["attempt_mean_s"] / base["attempt_mean_s"]
+        f["overhead_per_attempt_s"] = f["attempt_mean_s"] - base["attempt_mean_s"]
+        print(
+            f"{variant:<10}{f['demo_s']:>9.1f} s{f['demo_ratio']:>7.2f}x{f['attempt_mean_s']:>12.2f} s"
+            f"{f['attempt_ratio']:>7.2f}x{f['overhead_per_attempt_s']:>+13.2f} s{f['warmup_s']:>13.1f} s"
+        )
+    print("-" * 81)
+    print(
+        f"demo want: {base['job_runs']} job runs, {base['attempts']} attempts (dep-misses included); "
+        "per attempt: mean span in the BEL, start to outcome; ratios against local[2]."
+    )
+    if "submit" in figures:
+        print(f"submit arguments: {SUBMIT_ARGS}")
+    print(json.dumps(figures))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument(
+        "--skip", action="append", default=[], choices=VARIANTS[1:], help="leave out a variant"
+    )
+    args = parser.parse_args()
+    variants = [v for v in VARIANTS if v not in args.skip]
+
+    def work() -> int:
+        report(asyncio.run(run(variants)))
+        return 0
+
+    run_and_exit(work)
+
+
+if __name__ == "__main__":
+    main()

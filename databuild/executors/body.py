@@ -1,0 +1,93 @@
+"""What every executor shares: one attempt of a job run, described as data, and running its body on a
+SparkSession through a JobContext to learn what it read, wrote and found missing."""
+
+import contextlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import field_validator
+
+from databuild.bel.queries import BelQueries
+from databuild.errors import MissingInputsError
+from databuild.graph import Graph
+from databuild.job_context import JobContext
+from databuild.models import InstanceRef, Model
+from databuild.refs import validate_ref
+from databuild.storage import Storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Report = Callable[[str], None]
+
+
+def job_group(job_run_id: str, attempt: int) -> str:
+    """The Spark job group (classic) or operation tag (Connect) of one attempt."""
+    return f"{job_run_id}-{attempt}"
+
+
+class JobAttempt(Model):
+    job_run_id: str
+    attempt: int
+    job_label: str
+    outputs: list[str]
+    params: dict[str, str]
+    staging: Path
+
+    @property
+    def group(self) -> str:
+        return job_group(self.job_run_id, self.attempt)
+
+    @property
+    def description(self) -> str:
+        return f"{self.job_label} -> {', '.join(self.outputs)}"
+
+
+class BodyResult(Model):
+    """What a job body did. Executors that run the body out of process send this back as JSON, so the
+    refs are checked again when it is read."""
+
+    reads: list[InstanceRef]
+    missing: list[str]
+    written: list[str]
+
+    @field_validator("missing", "written")
+    @classmethod
+    def _refs(cls, refs: list[str]) -> list[str]:
+        for ref in refs:
+            validate_ref(ref)
+        return sorted(set(refs))
+
+
+@dataclass(frozen=True)
+class JobBodies:
+    """What running a job body takes besides a session: the BEL (to check inputs), the graph, storage."""
+
+    bel: BelQueries
+    graph: Graph
+    storage: Storage
+
+    def run(
+        self, session: "SparkSession", attempt: JobAttempt, *, cancelled: threading.Event, report: Report
+    ) -> BodyResult:
+        """Run the job's own code, unchanged whichever executor calls this. Raises what the job raises;
+        missing inputs are not an error here but part of the result."""
+        ctx = JobContext(
+            spark=session,
+            bel=self.bel,
+            graph=self.graph,
+            storage=self.storage,
+            staging=attempt.staging,
+            job_run_id=attempt.job_run_id,
+            job_label=attempt.job_label,
+            outputs=attempt.outputs,
+            params=attempt.params,
+            cancelled=cancelled,
+            report=report,
+        )
+        with contextlib.suppress(MissingInputsError):  # ctx.missing holds every input found missing
+            self.graph.job_by_label(attempt.job_label).run(ctx, attempt.params)
+        return BodyResult(reads=ctx.reads, missing=sorted(ctx.missing), written=sorted(ctx.written))

@@ -1,0 +1,204 @@
+"""Executor (b): each attempt is its own Spark application, launched with ``spark-submit``. The worker
+heartbeats it through a file, reads its progress and result from files on shared storage, and kills
+the application when the job run is cancelled."""
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from databuild.errors import SubmittedJobError
+from databuild.executors.base import Progress
+from databuild.executors.body import BodyResult, JobAttempt, Report
+from databuild.executors.submission import (
+    DATABASE_URL_VARIABLE,
+    ENTRY_SCRIPT,
+    SubmitFiles,
+    SubmitProgress,
+    SubmitResult,
+    SubmittedJob,
+    write_atomically,
+)
+from databuild.java import ensure_java
+from databuild.job_context import JobCancelledError, JobContractError
+from databuild.spark import JOB_SQL_CONF
+from databuild.storage import Storage
+
+HEARTBEAT_EVERY = 1.0
+KILL_GRACE = 10.0  # seconds between SIGTERM and SIGKILL of a cancelled application
+LOG_TAIL = 3000
+
+
+def default_spark_submit() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "bin" / "spark-submit"
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    master: str
+    driver_memory: str
+    graph: str
+    database_url: str
+    abandon_after_seconds: float
+    spark_submit: Path
+    extra_args: tuple[str, ...] = ()
+
+
+class SubmitExecutor:
+    kind = "submit"
+
+    def __init__(self, options: SubmitOptions, *, storage: Storage) -> None:
+        self.options = options
+        self._storage = storage
+        self._files: dict[str, SubmitFiles] = {}
+
+    def warm(self) -> None:
+        ensure_java()
+
+    def command(self, attempt: JobAttempt, files: SubmitFiles) -> list[str]:
+        o = self.options
+        return [
+            str(o.spark_submit),
+            *("--master", o.master),
+            *("--name", f"databuild:{attempt.job_label}:{attempt.group}"),
+            *("--driver-memory", o.driver_memory),
+            *("--conf", "spark.ui.enabled=false"),
+            *(arg for key, value in JOB_SQL_CONF.items() for arg in ("--conf", f"{key}={value}")),
+            *o.extra_args,  # after the defaults, so a user's --conf wins
+            str(files.entry),
+            str(files.request),
+        ]
+
+    def environment(self) -> dict[str, str]:
+        # The driver imports the graph as this worker does: same interpreter, same module path ('' on
+        # sys.path is the worker's working directory). Executors on other hosts need PYSPARK_PYTHON set
+        # to their own interpreter.
+        paths = [p or os.getcwd() for p in (*os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path)]
+        return {
+            **os.environ,
+            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+            "PYSPARK_DRIVER_PYTHON": os.environ.get("PYSPARK_DRIVER_PYTHON", sys.executable),
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+            DATABASE_URL_VARIABLE: self.options.database_url,
+        }
+
+    def run(self, attempt: JobAttempt, *, cancelled: threading.Event, report: Report) -> BodyResult:
+        files = SubmitFiles(self._storage.submission_area(attempt.job_run_id, attempt.attempt))
+        job = SubmittedJob(
+            attempt=attempt,
+            graph=self.options.graph,
+            storage_root=self._storage.root,
+            abandon_after_seconds=self.options.abandon_after_seconds,
+        )
+        write_atomically(files.request, job.model_dump_json())
+        files.entry.write_text(ENTRY_SCRIPT)
+        write_atomically(files.heartbeat, "0")
+        ensure_java()
+        with files.log.open("ab") as log:
+            process = subprocess.Popen(
+                self.command(attempt, files),
+                env=self.environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: the JVM and the Python driver go together
+            )
+        self._files[attempt.group] = files
+        try:
+            self._supervise(process, files, cancelled)
+        finally:
+            self._files.pop(attempt.group, None)
+            if process.poll() is None:  # the worker is giving up on it (e.g. shutting down)
+                _kill(process)
+        if cancelled.is_set():
+            shutil.rmtree(files.root, ignore_errors=True)
+            raise JobCancelledError(
+                f"job run {attempt.job_run_id} was cancelled; its application was stopped"
+            )
+        body = self._result(process, files)
+        shutil.rmtree(files.root, ignore_errors=True)
+        return body
+
+    def _supervise(
+        self, process: subprocess.Popen[bytes], files: SubmitFiles, cancelled: threading.Event
+    ) -> None:
+        beat = 0
+        while True:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=HEARTBEAT_EVERY)
+                return
+            beat += 1
+            with contextlib.suppress(OSError):  # a storage hiccup: the application tolerates missed beats
+                write_atomically(files.heartbeat, str(beat))
+            if cancelled.is_set():
+                files.cancel.touch()  # reaches a driver that runs elsewhere (cluster deploy mode)
+                _kill(process)
+                return
+
+    def _result(self, process: subprocess.Popen[bytes], files: SubmitFiles) -> BodyResult:
+        """What the application reported. A failed job keeps its folder, with the application's log."""
+        try:
+            result = SubmitResult.model_validate_json(files.result.read_text())
+        except FileNotFoundError:
+            raise SubmittedJobError(
+                f"the Spark application exited with code {process.returncode} without a result; "
+                f"its log ({files.log}) ends:\n{_tail(files.log)}"
+            ) from None
+        except ValidationError as error:
+            raise SubmittedJobError(
+                f"the Spark application wrote an unreadable {files.result}: {error}"
+            ) from None
+        if result.failure is not None:
+            failure = result.failure
+            if failure.type == "JobContractError":
+                raise JobContractError(failure.message)
+            if failure.type == "JobCancelledError":
+                raise JobCancelledError(failure.message)
+            raise SubmittedJobError(failure.message, kind=failure.type, traceback=failure.traceback)
+        if result.body is None:
+            raise SubmittedJobError(f"{files.result} holds neither an outcome nor an error")
+        return result.body
+
+    def progress(self, attempt: JobAttempt) -> Progress:
+        files = self._files.get(attempt.group)
+        if files is None:
+            return {}
+        try:
+            progress = SubmitProgress.model_validate_json(files.progress.read_text())
+        except (OSError, ValidationError):
+            return {"application": "starting"}
+        return progress.model_dump()
+
+    def cancel(self, attempt: JobAttempt) -> None:
+        """``run`` sees the cancelled event within a heartbeat and kills the application."""
+
+    def close(self) -> None:
+        pass
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the application's process group (JVM shutdown hooks stop the SparkContext, so the
+    cluster manager frees its executors), then SIGKILL whatever is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=KILL_GRACE)
+    with contextlib.suppress(ProcessLookupError):  # the JVM, or a Python driver that outlived it
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _tail(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")[-LOG_TAIL:]
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,198 @@
+"""Job executors without a cluster: the spark-submit executor in local mode (dep-miss, lineage,
+failures, an application that loses its worker), and how the settings choose executors."""
+
+import asyncio
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from databuild.bel.store import BuildEventLog, new_job_run_id
+from databuild.config import Settings
+from databuild.errors import InvalidInputError
+from databuild.executors import Executors, JobAttempt
+from databuild.executors.connect import ConnectExecutor
+from databuild.executors.session import SessionExecutor
+from databuild.executors.submission import (
+    ENTRY_SCRIPT,
+    SubmitFiles,
+    SubmitResult,
+    SubmittedJob,
+    write_atomically,
+)
+from databuild.executors.submit import SubmitExecutor, SubmitOptions, default_spark_submit
+from databuild.graph import load_graph
+from databuild.models import JobRunState, WantState
+from databuild.spark import SparkRuntime
+from databuild.storage import Storage
+from tests.cluster import QUICK_JVM, stop_group
+
+SUBMIT_LOCAL = {
+    "executor": "submit",
+    "spark_submit_master": "local[1]",
+    "spark_driver_memory": "1g",
+    "spark_submit_args": f"--driver-java-options '{QUICK_JVM}'",
+}
+
+
+async def test_submit_executor_builds_with_runtime_dependencies_and_lineage(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:chain", **SUBMIT_LOCAL)
+    n = uuid.uuid4().hex[:6]
+    want = await asyncio.wait_for(stack.db.wait(await stack.db.want(f"derived/{n}")), timeout=300)
+    assert want.state is WantState.successful, want.reason
+
+    # derived dep-missed in its own application, base was built, then derived read it in another.
+    runs = sorted(stack.bel.job_runs(limit=10), key=lambda r: r.created_at)
+    assert [(r.job_label, r.state) for r in runs] == [
+        ("derived", JobRunState.dep_miss),
+        ("base", JobRunState.succeeded),
+        ("derived", JobRunState.succeeded),
+    ]
+    assert runs[0].missing == [f"base/{n}"]
+    base, derived = stack.bel.partition(f"base/{n}"), stack.bel.partition(f"derived/{n}")
+    assert [(r.ref, r.instance_id) for r in runs[2].reads] == [(base.ref, base.instance_id)]
+    assert Storage(stack.settings.storage_root).instance_on_disk(derived.ref) == derived.instance_id
+    # Each application's folder is gone once it reported.
+    assert not list((stack.settings.storage_root / "_databuild" / "submissions").iterdir())
+
+
+async def test_submit_executor_reports_job_errors_and_contract_breaches(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:flaky", job_attempts=2, **SUBMIT_LOCAL)
+    n = uuid.uuid4().hex[:6]
+    fails, typo = await asyncio.gather(stack.db.want(f"fails/{n}"), stack.db.want(f"typo/{n}"))
+    fails_done, typo_done = await asyncio.wait_for(
+        asyncio.gather(stack.db.wait(fails), stack.db.wait(typo)), timeout=300
+    )
+    runs = {r.job_label: r for r in stack.bel.job_runs(limit=10)}
+    # A job that raises is retried by the policy, and its error (with its traceback) is the reason.
+    assert fails_done.state is WantState.failed
+    assert runs["always_fails"].attempts == 2
+    assert runs["always_fails"].reason and f"RuntimeError: boom {n}" in runs["always_fails"].reason
+    # Reading a ref the graph cannot provide breaks the job's contract: not retried.
+    assert typo_done.state is WantState.failed
+    assert runs["typo"].attempts == 1
+    assert runs["typo"].reason and "reads 'nowhere/" in runs["typo"].reason
+    # A failed application keeps its folder and log for the operator.
+    kept = sorted(p.name for p in (stack.settings.storage_root / "_databuild" / "submissions").iterdir())
+    assert kept == sorted(
+        [
+            f"{runs['always_fails'].job_run_id}-1",
+            f"{runs['always_fails'].job_run_id}-2",
+            f"{runs['typo'].job_run_id}-1",
+        ]
+    )
+
+
+def test_submitted_application_stops_when_its_worker_stops_heartbeating(tmp_path: Path) -> None:
+    """A worker killed mid-job leaves its application running on the cluster; the application notices
+    the worker's heartbeat file has stopped changing, cancels its Spark jobs and exits."""
+    storage = Storage(tmp_path / "lake")
+    bel = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
+    bel.dispose()
+    job_run_id = new_job_run_id()
+    attempt = JobAttempt(
+        job_run_id=job_run_id,
+        attempt=1,
+        job_label="spin_job",
+        outputs=["spin/orphan"],
+        params={"n": "orphan"},
+        staging=storage.staging_area(job_run_id, 1),
+    )
+    options = SubmitOptions(
+        master="local[1]",
+        driver_memory="1g",
+        graph="tests.graphs:spin",
+        database_url=bel.url,
+        abandon_after_seconds=3,
+        spark_submit=default_spark_submit(),
+    )
+    executor = SubmitExecutor(options, storage=storage)
+    files = SubmitFiles(storage.submission_area(job_run_id, 1))
+    job = SubmittedJob(
+        attempt=attempt,
+        graph=options.graph,
+        storage_root=storage.root,
+        abandon_after_seconds=options.abandon_after_seconds,
+    )
+    write_atomically(files.request, job.model_dump_json())
+    files.entry.write_text(ENTRY_SCRIPT)
+    write_atomically(files.heartbeat, "0")  # and never again: the worker is gone
+    started = time.monotonic()
+    with files.log.open("ab") as log:
+        application = subprocess.Popen(
+            executor.command(attempt, files),
+            env=executor.environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        assert application.wait(timeout=180) == 0, files.log.read_text()[-3000:]
+    finally:
+        stop_group(application)
+    result = SubmitResult.model_validate_json(files.result.read_text())
+    assert result.failure is not None and result.failure.type == "JobCancelledError", result
+    assert "no heartbeat from the worker for 3s" in result.failure.message
+    assert time.monotonic() - started < 120
+    # The request never held the BEL's address (its credentials stay off shared storage).
+    assert "sqlite" not in files.request.read_text()
+
+
+def test_settings_choose_executors_per_graph_and_per_job(tmp_path: Path) -> None:
+    graph = load_graph("examples.demo:graph")
+    storage = Storage(tmp_path / "lake")
+    bel = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
+    spark = SparkRuntime()  # never started: choosing executors starts nothing
+
+    def executors(**values: object) -> Executors:
+        settings = Settings.from_env(home=tmp_path, **values)
+        return Executors.from_settings(settings, graph=graph, bel=bel, storage=storage, spark=spark)
+
+    plain = executors()
+    assert isinstance(plain.for_job("weekly_rollup"), SessionExecutor)
+    mixed = executors(job_executors="weekly_rollup=submit, daily_users = submit")
+    assert isinstance(mixed.for_job("weekly_rollup"), SubmitExecutor)
+    assert mixed.for_job("daily_users") is mixed.for_job("weekly_rollup")  # one executor per kind
+    assert isinstance(mixed.for_job("raw_events"), SessionExecutor)
+    remote = executors(
+        executor="connect", spark_connect_url="sc://spark:15002", job_executors="raw_events=submit"
+    )
+    assert isinstance(remote.default, ConnectExecutor) and isinstance(
+        remote.for_job("raw_events"), SubmitExecutor
+    )
+    args = "--conf spark.cores.max=1 --name 'a b'"
+    submit = executors(
+        executor="submit", spark_submit_master="spark://m:7077", spark_submit_args=args
+    ).default
+    assert isinstance(submit, SubmitExecutor)
+    assert submit.options.master == "spark://m:7077"
+    assert submit.options.extra_args == ("--conf", "spark.cores.max=1", "--name", "a b")
+
+    refused = {
+        "unknown": (dict(job_executors="weekly_rolup=submit"), "DATABUILD_JOB_EXECUTORS names weekly_rolup"),
+        "both in-process": (
+            dict(executor="connect", spark_connect_url="sc://h:15002", job_executors="raw_events=session"),
+            "both its own SparkSession",
+        ),
+        "no url": (dict(executor="connect"), "needs DATABUILD_SPARK_CONNECT_URL"),
+        "no spark-submit": (
+            dict(executor="submit", spark_submit=tmp_path / "nope"),
+            "DATABUILD_SPARK_SUBMIT=.* is not",
+        ),
+    }
+    for name, (values, message) in refused.items():
+        with pytest.raises(InvalidInputError, match=message):
+            executors(**values)
+        print("refused:", name)
+    for values, variable in [
+        (dict(executor="gpu"), "DATABUILD_EXECUTOR"),
+        (dict(job_executors="weekly_rollup"), "DATABUILD_JOB_EXECUTORS"),
+        (dict(job_executors="weekly_rollup=gpu"), "DATABUILD_JOB_EXECUTORS"),
+        (dict(spark_connect_url="http://spark:15002"), "DATABUILD_SPARK_CONNECT_URL"),
+        (dict(spark_connect_url="sc://spark:99999"), "DATABUILD_SPARK_CONNECT_URL"),
+    ]:
+        with pytest.raises(InvalidInputError, match=variable):
+            Settings.from_env(home=tmp_path, **values)
+    bel.dispose()
