@@ -42,18 +42,20 @@ class Storage:
     def publish(self, area: Path, instances: dict[str, str]) -> None:
         """Move each staged output into place. Each rename is atomic, so a reader sees the old data or
         the new, never a mix; the BEL commit that follows is what makes the new instance live."""
-        self._trash.mkdir(parents=True, exist_ok=True)
+        # A trash folder of its own: publishes run concurrently (threads of one worker, other workers),
+        # and clearing a shared one would pull it from under another publish's rename.
+        trash = self._trash / uuid.uuid4().hex
+        trash.mkdir(parents=True)
         for ref, instance_id in instances.items():
             staged = self.staged(area, ref)
             (staged / INSTANCE_MARKER).write_text(instance_id)
             final = self.path(ref)
             final.parent.mkdir(parents=True, exist_ok=True)
             if final.exists():
-                retired = self._trash / uuid.uuid4().hex
-                os.rename(final, retired)
+                os.rename(final, trash / uuid.uuid4().hex)
             os.rename(staged, final)
         self.discard(area)
-        shutil.rmtree(self._trash, ignore_errors=True)
+        shutil.rmtree(trash, ignore_errors=True)
 
     def instance_on_disk(self, ref: str) -> str | None:
         marker = self.path(ref) / INSTANCE_MARKER
