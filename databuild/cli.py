@@ -29,6 +29,7 @@ from databuild.models import (
     parse_choice,
     validated,
 )
+from databuild.storage import Storage
 from databuild.views import (
     FAN_OUT,
     Page,
@@ -493,6 +494,27 @@ def migrate() -> None:
     url = _settings().database_url
     BuildEventLog.create(url).dispose()
     console.print(f"BEL schema at {url} is up to date")
+
+
+@app.command()
+def sweep(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would go.")] = False,
+    keep_failed: Annotated[
+        str | None,
+        typer.Option(
+            help="Keep failed attempts' submission folders this long (default: 7d, or DATABUILD_KEEP_FAILED_ATTEMPTS)."
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Remove what job attempts left on the storage once their job run has ended, and put back a live
+    partition a killed publish had moved aside. Workers do this every DATABUILD_SWEEP_EVERY (1h)."""
+    from databuild.sweep import sweep as sweep_storage
+
+    settings = _settings()
+    keep = parse_duration(keep_failed) if keep_failed is not None else settings.keep_failed_attempts
+    report = sweep_storage(Storage(settings.storage_root), _bel(), keep_failed=keep, dry_run=dry_run)
+    _emit(as_json, report, lambda: render.sweep_report(report))
 
 
 @app.command()

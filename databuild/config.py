@@ -42,6 +42,8 @@ ENV_NAMES = {
     "job_attempts": "DATABUILD_JOB_ATTEMPTS",
     "job_lease": "DATABUILD_JOB_LEASE",
     "max_concurrent_jobs": "DATABUILD_MAX_CONCURRENT_JOBS",
+    "sweep_every": "DATABUILD_SWEEP_EVERY",
+    "keep_failed_attempts": "DATABUILD_KEEP_FAILED_ATTEMPTS",
     "workflow_cache": "DATABUILD_WORKFLOW_CACHE",
     "temporal_tls": "DATABUILD_TEMPORAL_TLS",
     "temporal_tls_cert": "DATABUILD_TEMPORAL_TLS_CERT",
@@ -79,6 +81,10 @@ class Settings(Model):
     # A build lock lapses this long after its worker last renewed it (renewed while heartbeating).
     job_lease: timedelta = timedelta(minutes=1)
     max_concurrent_jobs: int = 4
+    # Each worker sweeps the storage this often (0 turns it off): folders attempts left behind go once
+    # their job run has ended; a failed attempt's submission folder and log stay this long first.
+    sweep_every: timedelta = timedelta(hours=1)
+    keep_failed_attempts: timedelta = timedelta(days=7)
     # Temporal over TLS (a self-hosted cluster with mTLS, or Temporal Cloud): PEM files, or an API key.
     temporal_tls: bool = False
     temporal_tls_cert: Path | None = None
@@ -100,7 +106,14 @@ class Settings(Model):
     # Tokens this graph presents to its upstream graphs' events APIs, by upstream name.
     upstream_tokens: SecretStr | None = Field(default=None, description="name=token,name2=token2")
 
-    @field_validator("job_heartbeat_timeout", "job_start_to_close_timeout", "job_lease", mode="before")
+    @field_validator(
+        "job_heartbeat_timeout",
+        "job_start_to_close_timeout",
+        "job_lease",
+        "sweep_every",
+        "keep_failed_attempts",
+        mode="before",
+    )
     @classmethod
     def _duration(cls, value: object) -> object:
         if isinstance(value, str):

@@ -19,6 +19,7 @@ from databuild.models import (
     Want,
     WantState,
 )
+from databuild.sweep import SweepReport
 from databuild.views import JobRunView, PartitionView, RelatedEntities, WantView
 
 STATE_STYLE = {
@@ -324,6 +325,20 @@ def stats_view(stats: BuildStats) -> Group:
         f"{stats.delegations_historical} to earlier builds)"
     )
     return Group(table, summary)
+
+
+def sweep_report(report: SweepReport) -> Group:
+    table = Table("kind", "folder", "job run", "why", title="would remove" if report.dry_run else "removed")
+    for item in report.removed:
+        table.add_row(item.kind, Text(item.path), item.job_run_id or "-", item.reason)
+    verb = "would restore" if report.dry_run else "restored"
+    restored = [
+        Text(f"{verb} {p.ref} (instance {p.instance_id}) from a killed publish") for p in report.restored
+    ]
+    summary = Text(
+        f"{len(report.removed)} folder(s) {'to remove' if report.dry_run else 'removed'}, {report.kept} kept"
+    )
+    return Group(table, *restored, summary)
 
 
 def progress(bel: BelQueries, current: Want | None) -> Table:

@@ -4,11 +4,35 @@ with an atomic rename. Availability itself is decided by the BEL, never by the f
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from databuild.refs import RESERVED_SEGMENT, storage_path
 
 INSTANCE_MARKER = "_DATABUILD_INSTANCE"
+
+AreaKind = Literal["staging", "submission"]
+
+
+@dataclass(frozen=True)
+class AttemptArea:
+    """A folder one attempt of a job run wrote besides the partitions (see ``Storage.attempt_areas``)."""
+
+    kind: AreaKind
+    job_run_id: str
+    attempt: int
+    path: Path
+
+
+@dataclass(frozen=True)
+class Retired:
+    """A partition a publish moved aside, in that publish's trash folder."""
+
+    publish: Path
+    path: Path
+    instance_id: str | None
 
 
 class Storage:
@@ -63,3 +87,46 @@ class Storage:
 
     def discard(self, area: Path) -> None:
         shutil.rmtree(area, ignore_errors=True)
+
+    def attempt_areas(self) -> Iterator[AttemptArea]:
+        """Staging and submission folders on disk, named ``<job_run_id>-<attempt>``."""
+        parents: tuple[tuple[AreaKind, Path], ...] = (
+            ("staging", self._staging),
+            ("submission", self._submissions),
+        )
+        for kind, parent in parents:
+            for path in _folders(parent):
+                job_run_id, sep, attempt = path.name.rpartition("-")
+                if sep and attempt.isdigit():
+                    yield AttemptArea(kind, job_run_id, int(attempt), path)
+
+    def publishes(self) -> list[Path]:
+        """The trash folder of every publish that has not cleared it: in flight, or killed midway."""
+        return list(_folders(self._trash))
+
+    def retired(self, publish: Path) -> list[Retired]:
+        found = []
+        for path in _folders(publish):
+            marker = path / INSTANCE_MARKER
+            instance_id = marker.read_text().strip() if marker.is_file() else None
+            found.append(Retired(publish, path, instance_id))
+        return found
+
+    def restore(self, retired: Retired, ref: str) -> bool:
+        """Put a retired partition back at its ref. False if something is there now (a rename never
+        replaces a folder that holds files), so a publish that got there first always wins."""
+        final = self.path(ref)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(retired.path, final)
+        except OSError:
+            return False
+        return True
+
+
+def _folders(parent: Path) -> Iterator[Path]:
+    try:
+        children = list(parent.iterdir())
+    except FileNotFoundError:
+        return
+    yield from (child for child in sorted(children) if child.is_dir())

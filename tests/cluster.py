@@ -211,11 +211,13 @@ class ConnectServer:
 
 
 @contextlib.contextmanager
-def connect_server(root: Path, master_url: str, timeout: float = 120) -> Iterator[ConnectServer]:
+def connect_server(
+    root: Path, master_url: str, timeout: float = 120, port: int | None = None
+) -> Iterator[ConnectServer]:
     """A Spark Connect server (from the pip package) whose application runs on the cluster at
     ``master_url``; stopped with its children on exit."""
     root.mkdir(parents=True, exist_ok=True)
-    port, ui_port = free_port(), free_port()
+    port, ui_port = port or free_port(), free_port()
     log = root / "connect-server.log"
     with log.open("ab") as out:
         proc = subprocess.Popen(

@@ -24,6 +24,7 @@ CASES = [
     (["wants", "show", "w-unknown"], "no want 'w-unknown'"),
     (["job-runs", "show", "jr-unknown"], "no job run 'jr-unknown'"),
     (["partitions", "show", "never/built"], "no partition 'never/built'"),
+    (["sweep", "--keep-failed", "a week"], "cannot read duration 'a week'"),
 ]
 
 

@@ -29,7 +29,7 @@ from tests.cluster import (
     start_databuild_worker,
     stop_group,
 )
-from tests.conftest import DEMO_REF, DemoRun, Stack, stack_env
+from tests.conftest import DEMO_REF, DemoRun, Stack, free_port, stack_env
 from tests.test_time import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
@@ -245,3 +245,25 @@ async def test_cancelling_a_want_interrupts_its_spark_connect_operations(
     assert stack.bel.job_run(run.job_run_id).reason == ABANDONED
     assert stack.bel.partition("spin/connect").status is PartitionStatus.missing
     assert connect.proc.poll() is None  # the server (a shared application) keeps serving
+
+
+async def test_connect_executor_starts_a_new_session_when_the_server_restarts(
+    make_stack, tmp_path: Path
+) -> None:
+    """A restarted Connect server has forgotten the worker's session; the next attempt starts a new
+    one instead of failing (and spending a retry)."""
+    stack = await make_stack(graph="tests.graphs:chain", worker=False)
+    port, n = free_port(), uuid.uuid4().hex[:6]
+    env = {"DATABUILD_EXECUTOR": "connect", "DATABUILD_SPARK_CONNECT_URL": f"sc://127.0.0.1:{port}"}
+    worker = None
+    try:
+        for server in ("first", "restarted"):
+            with connect_server(tmp_path / server, "local[1]", port=port):
+                worker = worker or await worker_process(stack, tmp_path / "worker.log", **env)
+                spec = await stack.db.want(f"base/{server}-{n}")
+                want = await asyncio.wait_for(stack.db.wait(spec), timeout=WANT_TIMEOUT)
+                assert want.state is WantState.successful, want.reason
+    finally:
+        if worker is not None:
+            await asyncio.to_thread(stop_group, worker)
+    assert [(r.state, r.attempts) for r in stack.bel.job_runs()] == [(JobRunState.succeeded, 1)] * 2

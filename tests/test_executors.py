@@ -27,7 +27,9 @@ from databuild.graph import load_graph
 from databuild.models import JobRunState, WantState
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
+from databuild.sweep import SweepReport
 from tests.cluster import QUICK_JVM, stop_group
+from tests.conftest import cli
 
 SUBMIT_LOCAL = {
     "executor": "submit",
@@ -83,6 +85,15 @@ async def test_submit_executor_reports_job_errors_and_contract_breaches(make_sta
             f"{runs['typo'].job_run_id}-1",
         ]
     )
+    # ... for a week (DATABUILD_KEEP_FAILED_ATTEMPTS); an operator may sweep them sooner.
+    kept_for_now = SweepReport.model_validate_json((await cli(stack, "sweep", "--json")).stdout)
+    assert (kept_for_now.removed, kept_for_now.kept) == ([], 3)
+    swept = await cli(stack, "sweep", "--keep-failed", "0s", "--json")
+    assert swept.returncode == 0, swept.stderr
+    removed = SweepReport.model_validate_json(swept.stdout).removed
+    assert sorted(Path(r.path).name for r in removed) == kept
+    assert {r.reason for r in removed} == {"job run failed"}
+    assert not list((stack.settings.storage_root / "_databuild" / "submissions").iterdir())
 
 
 def test_submitted_application_stops_when_its_worker_stops_heartbeating(tmp_path: Path) -> None:

@@ -2,10 +2,12 @@
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -23,11 +25,14 @@ from databuild.openlineage import LineageEmitter
 from databuild.runtime import settle_heap
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
+from databuild.sweep import sweep
 from databuild.temporal import connect, ensure_search_attributes
 from workflows.job_run import JobRunWorkflow
 from workflows.scheduled import ScheduledWantWorkflow
 from workflows.upstream import UpstreamSyncWorkflow
 from workflows.want import WantWorkflow
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -99,9 +104,37 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
     if warm_spark:
         # Start the sessions now, so the first job does not pay the JVM start-up.
         asyncio.get_running_loop().run_in_executor(None, built.jobs.executor.executors.warm)
-    async with built.worker:
-        yield built.worker
+    sweeping = asyncio.create_task(sweep_storage_periodically(parts))
+    try:
+        async with built.worker:
+            yield built.worker
+    finally:
+        sweeping.cancel()
     await built.shutdown()
+
+
+async def sweep_storage_periodically(parts: WorkerParts) -> None:
+    """Sweep the storage now and every ``sweep_every``. Every worker does: sweeps may overlap, and each
+    removal is one a lone sweep would make."""
+    settings = parts.settings
+    if settings.sweep_every <= timedelta(0):
+        return
+    storage = Storage(settings.storage_root)
+    while True:
+        try:
+            report = await asyncio.to_thread(
+                sweep, storage, parts.bel, keep_failed=settings.keep_failed_attempts
+            )
+        except Exception:
+            log.exception("storage sweep failed; the next one is in %s", settings.sweep_every)
+        else:
+            for item in report.removed:
+                log.info("swept %s (%s)", item.path, item.reason)
+            for partition in report.restored:
+                log.warning(
+                    "restored %s (instance %s) from a killed publish", partition.ref, partition.instance_id
+                )
+        await asyncio.sleep(settings.sweep_every.total_seconds())
 
 
 async def open_parts(settings: Settings, spark: SparkRuntime | None = None) -> WorkerParts:

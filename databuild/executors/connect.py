@@ -10,6 +10,7 @@ from databuild.spark import JOB_SQL_CONF
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as RemoteSession
     from pyspark.sql.connect.shell.progress import ProgressHandler
 
 
@@ -32,6 +33,11 @@ class ConnectExecutor:
 
     def session(self) -> "SparkSession":
         with self._lock:
+            if self._session is not None and _closed(self._session):
+                # The client closes itself when the server says it restarted (INVALID_HANDLE.
+                # SESSION_CHANGED); stopping it also clears pyspark's default, so a new one is built.
+                self._session.stop()
+                self._session = None
             if self._session is None:
                 from pyspark.sql import SparkSession
 
@@ -46,8 +52,20 @@ class ConnectExecutor:
     def warm(self) -> None:
         self.session()
 
-    def run(self, attempt: JobAttempt, *, cancelled: threading.Event, report: Report) -> BodyResult:
+    def live_session(self) -> "SparkSession":
+        """The session, after one round trip: the first call after a server restart fails and closes
+        the client, and that should cost a new session, not the attempt."""
         session = self.session()
+        try:
+            session.conf.get("spark.sql.session.timeZone")
+        except Exception:
+            if not _closed(session):
+                raise
+            session = self.session()
+        return session
+
+    def run(self, attempt: JobAttempt, *, cancelled: threading.Event, report: Report) -> BodyResult:
+        session = self.live_session()
         tag = operation_tag(attempt)
         self._stages[attempt.group] = {}
         self._running.group = attempt.group
@@ -84,3 +102,8 @@ class ConnectExecutor:
             if self._session is not None:
                 self._session.stop()
                 self._session = None
+
+
+def _closed(session: "SparkSession") -> bool:
+    # The builder is typed as returning a classic session; with a remote URL it is a Connect one.
+    return cast("RemoteSession", session).is_stopped

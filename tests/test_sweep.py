@@ -1,0 +1,155 @@
+"""The storage sweep: what attempts and killed publishes leave on the storage goes once the BEL says
+nothing can use it; a live partition a killed publish moved aside is put back."""
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from databuild.bel import BuildEventLog
+from databuild.graph import Graph
+from databuild.models import InstanceRef, WantSpec, WantState
+from databuild.storage import Storage
+from databuild.sweep import PUBLISH_GRACE, sweep
+from tests.test_time import until
+
+graph = Graph("sweep")
+graph.job("p/{n}")(lambda ctx, n: None)
+WEEK = timedelta(days=7)
+
+
+@pytest.fixture
+def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
+    log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
+    yield log
+    log.dispose()
+
+
+def claimed_run(bel: BuildEventLog, ref: str) -> str:
+    want = WantSpec(ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), source="cli")  # type: ignore[arg-type]
+    bel.register_want(want)
+    return bel.decide(want.want_id, 1, graph.resolve(ref)).job_run_id
+
+
+def folder(path: Path, age: timedelta = timedelta(0)) -> Path:
+    path.mkdir(parents=True)
+    (path / "log").write_text("...")
+    then = time.time() - age.total_seconds()
+    os.utime(path, (then, then))
+    return path
+
+
+def test_sweep_removes_what_ended_runs_left_and_keeps_what_is_in_use(
+    tmp_path: Path, bel: BuildEventLog
+) -> None:
+    storage = Storage(tmp_path / "lake")
+    reserved = storage.root / "_databuild"
+    ended, running = claimed_run(bel, "p/1"), claimed_run(bel, "p/2")
+    bel.start_job_run(ended, 1, "w")
+    bel.fail_job_run(ended, "boom")
+    bel.start_job_run(running, 1, "w")
+    bel.start_job_run(running, 2, "w")  # attempt 1's worker was lost
+
+    gone = [
+        folder(reserved / "staging" / f"{ended}-1"),
+        folder(reserved / "submissions" / f"{ended}-1", age=WEEK + timedelta(hours=1)),
+        folder(reserved / "staging" / f"{running}-1"),
+        folder(reserved / "staging" / "jr-unknown-1", age=WEEK + timedelta(hours=1)),
+    ]
+    kept = [
+        folder(reserved / "submissions" / f"{ended}-2"),  # a failed attempt's log, for a week
+        folder(reserved / "staging" / f"{running}-2"),  # the attempt running now
+        folder(reserved / "submissions" / f"{running}-2"),
+        folder(reserved / "staging" / "jr-unknown-2"),
+    ]
+
+    preview = sweep(storage, bel, keep_failed=WEEK, dry_run=True)
+    assert sorted(r.path for r in preview.removed) == sorted(str(p) for p in gone)
+    assert all(p.exists() for p in gone + kept)  # a dry run removes nothing
+
+    report = sweep(storage, bel, keep_failed=WEEK)
+    assert sorted((r.kind, Path(r.path).name, r.reason) for r in report.removed) == sorted(
+        [
+            ("staging", f"{ended}-1", "job run failed"),
+            ("submission", f"{ended}-1", "job run failed"),
+            ("staging", f"{running}-1", "attempt 1 was superseded by attempt 2"),
+            ("staging", "jr-unknown-1", "no such job run in the BEL"),
+        ]
+    )
+    assert [p for p in gone if p.exists()] == []
+    assert [p for p in kept if not p.exists()] == []
+    assert report.kept == len(kept)
+
+    # Past the retention, the failed attempt's folder goes too; the running attempt's never does.
+    later = sweep(storage, bel, keep_failed=WEEK, now=datetime.now(UTC) + WEEK + timedelta(days=1))
+    assert sorted(Path(r.path).name for r in later.removed) == sorted([f"{ended}-2", "jr-unknown-2"])
+    assert (reserved / "staging" / f"{running}-2").exists()
+
+
+def build(bel: BuildEventLog, storage: Storage, ref: str) -> str:
+    run = claimed_run(bel, ref)
+    bel.start_job_run(run, 1, "w")
+    area = storage.staging_area(run, 1)
+    folder(storage.staged(area, ref))
+    instance = str(uuid.uuid4())
+    storage.publish(area, {ref: instance})
+    bel.succeed_job_run(run, [], [InstanceRef(ref=ref, instance_id=instance)])
+    return instance
+
+
+def killed_publish(storage: Storage, ref: str, age: timedelta) -> Path:
+    """What a publish killed between its two renames leaves: the live partition in its trash folder."""
+    publish = storage.root / "_databuild" / "trash" / uuid.uuid4().hex
+    publish.mkdir(parents=True)
+    os.rename(storage.path(ref), publish / uuid.uuid4().hex)
+    then = time.time() - age.total_seconds()
+    os.utime(publish, (then, then))
+    return publish
+
+
+def test_sweep_puts_back_a_live_partition_a_killed_publish_moved_aside(
+    tmp_path: Path, bel: BuildEventLog
+) -> None:
+    storage = Storage(tmp_path / "lake")
+    live = build(bel, storage, "p/live")
+    old_publish = killed_publish(storage, "p/live", age=PUBLISH_GRACE * 2)
+    build(bel, storage, "p/young")
+    young_publish = killed_publish(storage, "p/young", age=timedelta(0))
+    assert not storage.path("p/live").exists()
+
+    report = sweep(storage, bel, keep_failed=WEEK)
+    assert [(r.ref, r.instance_id) for r in report.restored] == [("p/live", live)]
+    assert storage.instance_on_disk("p/live") == live
+    assert not old_publish.exists()
+    assert young_publish.exists()  # a publish may still be running: left for a later sweep
+
+
+def test_sweep_never_restores_over_a_later_publish_or_a_superseded_instance(
+    tmp_path: Path, bel: BuildEventLog
+) -> None:
+    storage = Storage(tmp_path / "lake")
+    build(bel, storage, "p/r")
+    publish = killed_publish(storage, "p/r", age=PUBLISH_GRACE * 2)
+    newer = build(bel, storage, "p/r")  # rebuilt since: the retired instance is superseded
+
+    report = sweep(storage, bel, keep_failed=WEEK)
+    assert report.restored == []
+    assert storage.instance_on_disk("p/r") == newer
+    assert not publish.exists()
+
+
+async def test_workers_sweep_the_storage_periodically(make_stack) -> None:
+    """A worker killed mid-job leaves its attempt's staging folder; a running worker removes it once
+    the BEL says its job run has ended."""
+    stack = await make_stack(graph="tests.graphs:flaky", job_attempts=1, sweep_every="1s")
+    n = uuid.uuid4().hex[:6]
+    want = await asyncio.wait_for(stack.db.wait(await stack.db.want(f"fails/{n}")), timeout=120)
+    assert want.state is WantState.failed
+    (run,) = stack.bel.job_runs(limit=10)
+    leftover = folder(stack.settings.storage_root / "_databuild" / "staging" / f"{run.job_run_id}-7")
+    await until(lambda: not leftover.exists(), seconds=30)
