@@ -30,7 +30,6 @@ class AttemptArea:
 class Retired:
     """A partition a publish moved aside, in that publish's trash folder."""
 
-    publish: Path
     path: Path
     instance_id: str | None
 
@@ -109,15 +108,17 @@ class Storage:
         for path in _folders(publish):
             marker = path / INSTANCE_MARKER
             instance_id = marker.read_text().strip() if marker.is_file() else None
-            found.append(Retired(publish, path, instance_id))
+            found.append(Retired(path, instance_id))
         return found
 
     def restore(self, retired: Retired, ref: str) -> bool:
-        """Put a retired partition back at its ref. False if something is there now (a rename never
-        replaces a folder that holds files), so a publish that got there first always wins."""
+        """Put a retired partition back at its ref, moving what is there now into the retired one's
+        trash folder. False if the ref changed under it (a publish got there first)."""
         final = self.path(ref)
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
+            if final.exists():
+                os.rename(final, retired.path.parent / uuid.uuid4().hex)
             os.rename(retired.path, final)
         except OSError:
             return False

@@ -86,12 +86,21 @@ def sweep(
         retired = storage.retired(publish)
         ids = [r.instance_id for r in retired if r.instance_id]
         live = {i.instance_id: i.ref for i in bel.instances_by_id(ids) if i.status is InstanceStatus.live}
+        building = {p.ref for p in bel.partitions_by_ref(list(live.values())) if p.building_job_run_id}
+        held = False
         for partition in retired:
             ref = live.get(partition.instance_id or "")
-            if ref is None or storage.path(ref).exists():
-                continue  # no longer the live instance, or the ref holds a later publish, which wins
-            if dry_run or storage.restore(partition, ref):
+            if ref is None:
+                continue  # superseded or tainted since: nothing reads it any more
+            # Whatever the ref holds now was never committed; unless a build is publishing it right
+            # now, the live instance goes back in its place.
+            if ref not in building and (dry_run or storage.restore(partition, ref)):
                 restored.append(Restored(ref=ref, instance_id=partition.instance_id or ""))
+            else:
+                held = True  # never remove a live instance's data: a later sweep decides again
+        if held:
+            kept += 1
+            continue
         removed.append(
             Removed(
                 path=str(publish), kind="trash", job_run_id=None, reason="left by a publish that was killed"

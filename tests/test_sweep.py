@@ -13,13 +13,15 @@ import pytest
 
 from databuild.bel import BuildEventLog
 from databuild.graph import Graph
-from databuild.models import InstanceRef, WantSpec, WantState
+from databuild.models import InstanceRef, InstanceStatus, WantSpec, WantState
+from databuild.protocol import Decision
 from databuild.storage import Storage
 from databuild.sweep import PUBLISH_GRACE, sweep
 from tests.test_time import until
 
 graph = Graph("sweep")
 graph.job("p/{n}")(lambda ctx, n: None)
+graph.job("pair/{n}", "twin/{n}", label="pair")(lambda ctx, n: None)
 WEEK = timedelta(days=7)
 
 
@@ -30,10 +32,13 @@ def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
     log.dispose()
 
 
-def claimed_run(bel: BuildEventLog, ref: str) -> str:
-    want = WantSpec(ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), source="cli")  # type: ignore[arg-type]
+def claim(bel: BuildEventLog, ref: str, source: str = "cli") -> Decision:
+    generation = bel.generations([ref]).get(ref, 0)
+    want = WantSpec(
+        ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), source=source, generation=generation
+    )  # type: ignore[arg-type]
     bel.register_want(want)
-    return bel.decide(want.want_id, 1, graph.resolve(ref)).job_run_id
+    return bel.decide(want.want_id, 1, graph.resolve(ref))
 
 
 def folder(path: Path, age: timedelta = timedelta(0)) -> Path:
@@ -49,7 +54,7 @@ def test_sweep_removes_what_ended_runs_left_and_keeps_what_is_in_use(
 ) -> None:
     storage = Storage(tmp_path / "lake")
     reserved = storage.root / "_databuild"
-    ended, running = claimed_run(bel, "p/1"), claimed_run(bel, "p/2")
+    ended, running = claim(bel, "p/1").job_run_id, claim(bel, "p/2").job_run_id
     bel.start_job_run(ended, 1, "w")
     bel.fail_job_run(ended, "boom")
     bel.start_job_run(running, 1, "w")
@@ -91,15 +96,18 @@ def test_sweep_removes_what_ended_runs_left_and_keeps_what_is_in_use(
     assert (reserved / "staging" / f"{running}-2").exists()
 
 
-def build(bel: BuildEventLog, storage: Storage, ref: str) -> str:
-    run = claimed_run(bel, ref)
-    bel.start_job_run(run, 1, "w")
-    area = storage.staging_area(run, 1)
-    folder(storage.staged(area, ref))
-    instance = str(uuid.uuid4())
-    storage.publish(area, {ref: instance})
-    bel.succeed_job_run(run, [], [InstanceRef(ref=ref, instance_id=instance)])
-    return instance
+def build(bel: BuildEventLog, storage: Storage, ref: str, source: str = "cli") -> dict[str, str]:
+    """Want ``ref``, run its job and publish every output as a new instance; returns them by ref."""
+    decision = claim(bel, ref, source)
+    bel.start_job_run(decision.job_run_id, 1, "w")
+    area = storage.staging_area(decision.job_run_id, 1)
+    instances = {out: str(uuid.uuid4()) for out in decision.outputs}
+    for out in decision.outputs:
+        folder(storage.staged(area, out))
+    storage.publish(area, instances)
+    writes = [InstanceRef(ref=out, instance_id=i) for out, i in instances.items()]
+    bel.succeed_job_run(decision.job_run_id, [], writes)
+    return instances
 
 
 def killed_publish(storage: Storage, ref: str, age: timedelta) -> Path:
@@ -116,30 +124,45 @@ def test_sweep_puts_back_a_live_partition_a_killed_publish_moved_aside(
     tmp_path: Path, bel: BuildEventLog
 ) -> None:
     storage = Storage(tmp_path / "lake")
-    live = build(bel, storage, "p/live")
+    live = build(bel, storage, "p/live")["p/live"]
     old_publish = killed_publish(storage, "p/live", age=PUBLISH_GRACE * 2)
     build(bel, storage, "p/young")
     young_publish = killed_publish(storage, "p/young", age=timedelta(0))
-    assert not storage.path("p/live").exists()
+    uncommitted = build(bel, storage, "p/uncommitted")["p/uncommitted"]
+    uncommitted_publish = killed_publish(storage, "p/uncommitted", age=PUBLISH_GRACE * 2)
+    folder(storage.path("p/uncommitted"))  # data whose BEL commit never happened
 
     report = sweep(storage, bel, keep_failed=WEEK)
-    assert [(r.ref, r.instance_id) for r in report.restored] == [("p/live", live)]
+    assert sorted((r.ref, r.instance_id) for r in report.restored) == [
+        ("p/live", live),
+        ("p/uncommitted", uncommitted),
+    ]
     assert storage.instance_on_disk("p/live") == live
-    assert not old_publish.exists()
+    assert storage.instance_on_disk("p/uncommitted") == uncommitted
+    assert not old_publish.exists() and not uncommitted_publish.exists()
     assert young_publish.exists()  # a publish may still be running: left for a later sweep
 
 
-def test_sweep_never_restores_over_a_later_publish_or_a_superseded_instance(
+def test_sweep_waits_for_a_rebuild_and_drops_an_instance_it_superseded(
     tmp_path: Path, bel: BuildEventLog
 ) -> None:
     storage = Storage(tmp_path / "lake")
-    build(bel, storage, "p/r")
-    publish = killed_publish(storage, "p/r", age=PUBLISH_GRACE * 2)
-    newer = build(bel, storage, "p/r")  # rebuilt since: the retired instance is superseded
+    first = build(bel, storage, "pair/1")
+    publish = killed_publish(storage, "twin/1", age=PUBLISH_GRACE * 2)
+    bel.taint("pair/1")
+    rebuild = claim(bel, "pair/1", source="api")  # rebuilds both outputs: twin/1 is being published
+    folder(storage.path("twin/1"))
 
-    report = sweep(storage, bel, keep_failed=WEEK)
-    assert report.restored == []
-    assert storage.instance_on_disk("p/r") == newer
+    held = sweep(storage, bel, keep_failed=WEEK)
+    assert (held.restored, held.removed, held.kept) == ([], [], 1)
+    assert publish.exists()  # still twin/1's live instance: kept until the rebuild settles it
+
+    bel.start_job_run(rebuild.job_run_id, 1, "w")
+    writes = [InstanceRef(ref=out, instance_id=str(uuid.uuid4())) for out in rebuild.outputs]
+    bel.succeed_job_run(rebuild.job_run_id, [], writes)
+    assert bel.instance(first["twin/1"]).status is not InstanceStatus.live
+    settled = sweep(storage, bel, keep_failed=WEEK)
+    assert settled.restored == [] and [r.path for r in settled.removed] == [str(publish)]
     assert not publish.exists()
 
 
