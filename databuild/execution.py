@@ -74,9 +74,11 @@ class JobExecutor:
                 raise JobContractError(f"job {run.job_label} finished without writing {', '.join(unwritten)}")
             instances = {ref: new_instance_id() for ref in run.outputs}
             self.bel.check_current_attempt(job_run_id, attempt)  # a superseded attempt must not publish
-            self.storage.publish(job.staging, instances)
+            replaced = self.storage.publish(job.staging, instances)
             writes = [InstanceRef(ref=ref, instance_id=i) for ref, i in instances.items()]
             succeeded = self.bel.succeed_job_run(job_run_id, body.reads, writes, attempt)
+            if set(succeeded.writes) >= set(writes):  # committed: what it replaced is superseded now
+                self.storage.discard(replaced)
             return outcome_of(self._finished(succeeded, JobRunState.succeeded))
         finally:
             self._running.pop(job.group, None)

@@ -62,9 +62,12 @@ class Storage:
     def staged(self, area: Path, ref: str) -> Path:
         return storage_path(area, ref)
 
-    def publish(self, area: Path, instances: dict[str, str]) -> None:
+    def publish(self, area: Path, instances: dict[str, str]) -> Path:
         """Move each staged output into place. Each rename is atomic, so a reader sees the old data or
-        the new, never a mix; the BEL commit that follows is what makes the new instance live."""
+        the new, never a mix; the BEL commit that follows is what makes the new instance live.
+
+        Returns the trash folder holding the partitions it replaced: discard it once the BEL commit
+        has superseded them. If the commit never happens, the storage sweep puts them back."""
         # A trash folder of its own: publishes run concurrently (threads of one worker, other workers),
         # and clearing a shared one would pull it from under another publish's rename.
         trash = self._trash / uuid.uuid4().hex
@@ -78,7 +81,7 @@ class Storage:
                 os.rename(final, trash / uuid.uuid4().hex)
             os.rename(staged, final)
         self.discard(area)
-        shutil.rmtree(trash, ignore_errors=True)
+        return trash
 
     def instance_on_disk(self, ref: str) -> str | None:
         marker = self.path(ref) / INSTANCE_MARKER

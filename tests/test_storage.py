@@ -16,16 +16,20 @@ def stage(storage: Storage, job_run_id: str, ref: str, content: str) -> Path:
     return area
 
 
-def test_publish_replaces_a_partition_and_leaves_nothing_behind(tmp_path: Path) -> None:
+def test_publish_replaces_a_partition_and_keeps_the_old_one_until_discarded(tmp_path: Path) -> None:
     storage = Storage(tmp_path / "lake")
-    for generation in ("old", "new"):
-        instance = str(uuid.uuid4())
-        storage.publish(
-            stage(storage, f"run-{generation}", "daily/2024-01-01", generation),
-            {"daily/2024-01-01": instance},
-        )
-        assert storage.instance_on_disk("daily/2024-01-01") == instance
+    old, new = str(uuid.uuid4()), str(uuid.uuid4())
+    storage.discard(
+        storage.publish(stage(storage, "run-old", "daily/2024-01-01", "old"), {"daily/2024-01-01": old})
+    )
+    replaced = storage.publish(
+        stage(storage, "run-new", "daily/2024-01-01", "new"), {"daily/2024-01-01": new}
+    )
+    assert storage.instance_on_disk("daily/2024-01-01") == new
     assert (storage.path("daily/2024-01-01") / "part-0.parquet").read_text() == "new"
+    # The replaced instance waits in the publish's trash until the BEL commit supersedes it.
+    assert [r.instance_id for r in storage.retired(replaced)] == [old]
+    storage.discard(replaced)
     reserved = storage.root / RESERVED_SEGMENT
     assert [p for p in reserved.rglob("*") if p.is_file()] == []
 
@@ -43,7 +47,7 @@ def test_concurrent_publishes_never_trip_over_each_other(tmp_path: Path) -> None
             for round_ in range(40):
                 ref = f"t{worker}/p"
                 area = stage(storage, f"run-{worker}-{round_}", ref, f"{worker}:{round_}")
-                storage.publish(area, {ref: f"{worker}-{round_}"})
+                storage.discard(storage.publish(area, {ref: f"{worker}-{round_}"}))
         except Exception as error:  # reported by the assertion below
             errors.append(error)
 

@@ -104,9 +104,10 @@ def build(bel: BuildEventLog, storage: Storage, ref: str, source: str = "cli") -
     instances = {out: str(uuid.uuid4()) for out in decision.outputs}
     for out in decision.outputs:
         folder(storage.staged(area, out))
-    storage.publish(area, instances)
+    replaced = storage.publish(area, instances)
     writes = [InstanceRef(ref=out, instance_id=i) for out, i in instances.items()]
     bel.succeed_job_run(decision.job_run_id, [], writes)
+    storage.discard(replaced)
     return instances
 
 
@@ -164,6 +165,30 @@ def test_sweep_waits_for_a_rebuild_and_drops_an_instance_it_superseded(
     settled = sweep(storage, bel, keep_failed=WEEK)
     assert settled.restored == [] and [r.path for r in settled.removed] == [str(publish)]
     assert not publish.exists()
+
+
+def test_a_build_killed_before_its_commit_leaves_the_live_instance_to_put_back(
+    tmp_path: Path, bel: BuildEventLog
+) -> None:
+    """The rebuild of pair/2 and twin/2 published, then its worker died before the BEL commit: twin/2
+    holds data no BEL event describes, and its live instance is in the publish's trash."""
+    storage = Storage(tmp_path / "lake")
+    first = build(bel, storage, "pair/2")
+    bel.taint("pair/2")
+    rebuild = claim(bel, "pair/2", source="api")
+    bel.start_job_run(rebuild.job_run_id, 1, "w")
+    area = storage.staging_area(rebuild.job_run_id, 1)
+    for out in rebuild.outputs:
+        folder(storage.staged(area, out))
+    replaced = storage.publish(area, {out: str(uuid.uuid4()) for out in rebuild.outputs})
+    bel.fail_job_run(rebuild.job_run_id, "worker lost")  # its lease ran out; the lock is released
+    then = time.time() - (PUBLISH_GRACE * 2).total_seconds()
+    os.utime(replaced, (then, then))
+
+    report = sweep(storage, bel, keep_failed=WEEK)
+    assert [(r.ref, r.instance_id) for r in report.restored] == [("twin/2", first["twin/2"])]
+    assert storage.instance_on_disk("twin/2") == bel.partition("twin/2").instance_id == first["twin/2"]
+    assert not replaced.exists()  # pair/2's old instance was tainted: nobody reads it
 
 
 async def test_workers_sweep_the_storage_periodically(make_stack) -> None:
