@@ -16,7 +16,7 @@ from rich.live import Live
 from databuild import render
 from databuild.client import DataBuild, build_spec
 from databuild.config import Settings
-from databuild.durations import format_duration, parse_duration, parse_timestamp
+from databuild.durations import format_duration, parse_duration, parse_setting_duration, parse_timestamp
 from databuild.errors import DataBuildError
 from databuild.graph import load_graph
 from databuild.models import (
@@ -508,11 +508,11 @@ def sweep(
     as_json: JsonFlag = False,
 ) -> None:
     """Remove what job attempts left on the storage once their job run has ended, and put back a live
-    partition a killed publish had moved aside. Workers do this every DATABUILD_SWEEP_EVERY (1h)."""
+    partition an uncommitted publish had moved aside. Workers do this every DATABUILD_SWEEP_EVERY (1h)."""
     from databuild.sweep import sweep as sweep_storage
 
     settings = _settings()
-    keep = parse_duration(keep_failed) if keep_failed is not None else settings.keep_failed_attempts
+    keep = parse_setting_duration(keep_failed) if keep_failed is not None else settings.keep_failed_attempts
     report = sweep_storage(Storage(settings.storage_root), _bel(), keep_failed=keep, dry_run=dry_run)
     _emit(as_json, report, lambda: render.sweep_report(report))
 

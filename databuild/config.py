@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 
-from databuild.durations import parse_duration
+from databuild.durations import parse_setting_duration
 from databuild.errors import InvalidInputError
 from databuild.models import Model
 
@@ -117,7 +117,7 @@ class Settings(Model):
     @classmethod
     def _duration(cls, value: object) -> object:
         if isinstance(value, str):
-            return parse_duration(value + "s" if value.strip().isdigit() else value)
+            return parse_setting_duration(value)
         return value
 
     @field_validator("job_executors", mode="before")

@@ -20,6 +20,11 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in _PART.findall(raw)))
 
 
+def parse_setting_duration(text: str) -> timedelta:
+    """A duration in a setting or option: as ``parse_duration``, and a bare number counts seconds."""
+    return parse_duration(text + "s" if text.strip().isdigit() else text)
+
+
 def format_duration(value: timedelta) -> str:
     seconds = int(value.total_seconds())
     if seconds == 0:

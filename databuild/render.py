@@ -333,7 +333,8 @@ def sweep_report(report: SweepReport) -> Group:
         table.add_row(item.kind, Text(item.path), item.job_run_id or "-", item.reason)
     verb = "would restore" if report.dry_run else "restored"
     restored = [
-        Text(f"{verb} {p.ref} (instance {p.instance_id}) from a killed publish") for p in report.restored
+        Text(f"{verb} {p.ref} (instance {p.instance_id}) from an uncommitted publish")
+        for p in report.restored
     ]
     summary = Text(
         f"{len(report.removed)} folder(s) {'to remove' if report.dry_run else 'removed'}, {report.kept} kept"

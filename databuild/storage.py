@@ -109,22 +109,37 @@ class Storage:
     def retired(self, publish: Path) -> list[Retired]:
         found = []
         for path in _folders(publish):
-            marker = path / INSTANCE_MARKER
-            instance_id = marker.read_text().strip() if marker.is_file() else None
+            try:
+                instance_id: str | None = (path / INSTANCE_MARKER).read_text().strip()
+            except FileNotFoundError:  # not a partition DataBuild published, or gone meanwhile
+                instance_id = None
             found.append(Retired(path, instance_id))
         return found
 
     def restore(self, retired: Retired, ref: str) -> bool:
-        """Put a retired partition back at its ref, moving what is there now into the retired one's
-        trash folder. False if the ref changed under it (a publish got there first)."""
+        """Put a retired partition back at its ref, in place of whatever the ref holds. False if another
+        sweep claimed it first, or the ref changed under it (it then waits for a later sweep).
+
+        It first moves into a trash folder of its own, out of the one other sweeps may be reading or
+        removing; that folder is young, so they leave it alone. Of sweeps running at once, only the one
+        whose rename claims it goes on to touch the ref."""
+        own = self._trash / uuid.uuid4().hex
+        own.mkdir(parents=True)
+        claimed = own / "restoring"
+        try:
+            os.rename(retired.path, claimed)
+        except OSError:
+            own.rmdir()
+            return False
         final = self.path(ref)
         final.parent.mkdir(parents=True, exist_ok=True)
         try:
             if final.exists():
-                os.rename(final, retired.path.parent / uuid.uuid4().hex)
-            os.rename(retired.path, final)
+                os.rename(final, own / uuid.uuid4().hex)  # never committed: removed with this folder
+            os.rename(claimed, final)
         except OSError:
             return False
+        shutil.rmtree(own, ignore_errors=True)
         return True
 
 

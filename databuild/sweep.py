@@ -1,7 +1,8 @@
 """Storage housekeeping. Attempts leave folders on the shared storage when their worker is killed
 (staging and submission folders) or their job fails (the submission folder and its log, kept on purpose
-for a while); a publish killed between its two renames leaves the live partition in its trash folder.
-The sweep asks the BEL what is still in use, removes the rest, and puts such a partition back."""
+for a while); a publish whose BEL commit never happened (killed, or refused) leaves the partitions it
+replaced in its trash folder, the live instance among them. The sweep asks the BEL what is still in
+use, removes the rest, and puts such a live instance back."""
 
 import shutil
 from datetime import UTC, datetime, timedelta
@@ -14,7 +15,7 @@ from databuild.bel.queries import BelQueries
 from databuild.models import InstanceStatus, Model
 from databuild.storage import Storage
 
-# A publish clears its trash folder within seconds; one this old belongs to a publish that was killed.
+# A publish's trash folder is discarded within seconds of its commit; one this old was never committed.
 PUBLISH_GRACE = timedelta(hours=1)
 
 
@@ -33,7 +34,7 @@ class Restored(Model):
 class SweepReport(Model):
     dry_run: bool
     removed: list[Removed]
-    restored: list[Restored] = Field(description="live partitions a killed publish had moved aside")
+    restored: list[Restored] = Field(description="live instances an uncommitted publish had moved aside")
     kept: int = Field(description="folders still in use, or kept for inspection until keep_failed passes")
 
 
@@ -46,7 +47,7 @@ def sweep(
     dry_run: bool = False,
 ) -> SweepReport:
     """Remove the staging folders of ended job runs and superseded attempts, their submission folders
-    once older than ``keep_failed``, and the trash of killed publishes (restoring a live partition
+    once older than ``keep_failed``, and the trash of uncommitted publishes (restoring a live partition
     found there)."""
     now = now or datetime.now(UTC)
     removed: list[Removed] = []
@@ -75,13 +76,15 @@ def sweep(
         removed.append(
             Removed(path=str(area.path), kind=area.kind, job_run_id=area.job_run_id, reason=reason)
         )
+        if not dry_run:
+            shutil.rmtree(area.path, ignore_errors=True)
 
     for publish in storage.publishes():
         age = _age(publish, now)
         if age is None:
             continue
         if age < PUBLISH_GRACE:
-            kept += 1
+            kept += 1  # a publish still committing, or a sweep restoring from it
             continue
         retired = storage.retired(publish)
         ids = [r.instance_id for r in retired if r.instance_id]
@@ -103,13 +106,14 @@ def sweep(
             continue
         removed.append(
             Removed(
-                path=str(publish), kind="trash", job_run_id=None, reason="left by a publish that was killed"
+                path=str(publish),
+                kind="trash",
+                job_run_id=None,
+                reason="left by a publish that was never committed",
             )
         )
-
-    if not dry_run:
-        for item in removed:
-            shutil.rmtree(item.path, ignore_errors=True)
+        if not dry_run:
+            shutil.rmtree(publish, ignore_errors=True)
     return SweepReport(dry_run=dry_run, removed=removed, restored=restored, kept=kept)
 
 

@@ -203,10 +203,15 @@ def test_a_superseded_attempt_cannot_record_an_outcome(bel: BuildEventLog) -> No
         bel.succeed_job_run(
             run.job_run_id, [], [InstanceRef(ref=r, instance_id=f"x-{r}") for r in run.outputs], 1
         )
+    with pytest.raises(StaleAttemptError, match="superseded"):
+        bel.check_current_attempt(run.job_run_id, 1)  # so it must not publish either
+    bel.check_current_attempt(run.job_run_id, 2)
     bel.succeed_job_run(
         run.job_run_id, [], [InstanceRef(ref=r, instance_id=f"y-{r}") for r in run.outputs], 2
     )
     assert bel.partition("a/4").instance_id == "y-a/4"
+    with pytest.raises(StaleAttemptError, match="has ended"):
+        bel.check_current_attempt(run.job_run_id, 2)  # e.g. a lost worker still running a failed run
 
 
 def test_dep_miss_releases_and_failure_fail_locks(bel: BuildEventLog) -> None:

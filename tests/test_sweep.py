@@ -3,6 +3,7 @@ nothing can use it; a live partition a killed publish moved aside is put back.""
 
 import asyncio
 import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from databuild.graph import Graph
 from databuild.models import InstanceRef, InstanceStatus, WantSpec, WantState
 from databuild.protocol import Decision
 from databuild.storage import Storage
-from databuild.sweep import PUBLISH_GRACE, sweep
+from databuild.sweep import PUBLISH_GRACE, SweepReport, sweep
 from tests.test_time import until
 
 graph = Graph("sweep")
@@ -201,3 +202,43 @@ async def test_workers_sweep_the_storage_periodically(make_stack) -> None:
     (run,) = stack.bel.job_runs(limit=10)
     leftover = folder(stack.settings.storage_root / "_databuild" / "staging" / f"{run.job_run_id}-7")
     await until(lambda: not leftover.exists(), seconds=30)
+
+
+def sweeps_at_once(storage: Storage, bel: BuildEventLog, count: int) -> list[SweepReport]:
+    start = threading.Barrier(count)
+    reports: list[SweepReport] = []
+    errors: list[Exception] = []
+
+    def sweep_when_all_are_ready() -> None:
+        start.wait()
+        try:
+            reports.append(sweep(storage, bel, keep_failed=WEEK))
+        except Exception as error:  # reported by the assertion below
+            errors.append(error)
+
+    threads = [threading.Thread(target=sweep_when_all_are_ready) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    return reports
+
+
+def test_overlapping_sweeps_restore_each_live_instance_and_lose_none(
+    tmp_path: Path, bel: BuildEventLog
+) -> None:
+    """Every worker sweeps at start, so sweeps overlap: only one of them may restore a live instance,
+    and none may remove it from under another."""
+    storage = Storage(tmp_path / "lake")
+    for round_ in range(15):
+        refs = [f"p/r{round_}-{i}" for i in range(4)]
+        live = {ref: build(bel, storage, ref)[ref] for ref in refs}
+        for ref in refs:
+            killed_publish(storage, ref, age=PUBLISH_GRACE * 2)
+            folder(storage.path(ref))  # data whose BEL commit never happened
+        reports = sweeps_at_once(storage, bel, 3)
+        assert {ref: storage.instance_on_disk(ref) for ref in refs} == live
+        assert sorted(r.ref for report in reports for r in report.restored) == refs  # each once
+    sweep(storage, bel, keep_failed=WEEK)  # what a sweep kept while another worked on it
+    assert list((storage.root / "_databuild" / "trash").iterdir()) == []

@@ -104,23 +104,25 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
     if warm_spark:
         # Start the sessions now, so the first job does not pay the JVM start-up.
         asyncio.get_running_loop().run_in_executor(None, built.jobs.executor.executors.warm)
-    sweeping = asyncio.create_task(sweep_storage_periodically(parts))
+    stop_sweeping = asyncio.Event()
+    sweeping = asyncio.create_task(sweep_storage_periodically(parts, stop_sweeping))
     try:
         async with built.worker:
             yield built.worker
     finally:
-        sweeping.cancel()
+        stop_sweeping.set()
+        await sweeping  # a sweep in progress ends before the BEL it reads is closed
     await built.shutdown()
 
 
-async def sweep_storage_periodically(parts: WorkerParts) -> None:
-    """Sweep the storage now and every ``sweep_every``. Every worker does: sweeps may overlap, and each
-    removal is one a lone sweep would make."""
+async def sweep_storage_periodically(parts: WorkerParts, stop: asyncio.Event) -> None:
+    """Sweep the storage now and every ``sweep_every`` until ``stop`` is set. Every worker does: sweeps
+    may overlap, and each removal is one a lone sweep would make."""
     settings = parts.settings
     if settings.sweep_every <= timedelta(0):
         return
     storage = Storage(settings.storage_root)
-    while True:
+    while not stop.is_set():
         try:
             report = await asyncio.to_thread(
                 sweep, storage, parts.bel, keep_failed=settings.keep_failed_attempts
@@ -132,9 +134,12 @@ async def sweep_storage_periodically(parts: WorkerParts) -> None:
                 log.info("swept %s (%s)", item.path, item.reason)
             for partition in report.restored:
                 log.warning(
-                    "restored %s (instance %s) from a killed publish", partition.ref, partition.instance_id
+                    "restored %s (instance %s) from an uncommitted publish",
+                    partition.ref,
+                    partition.instance_id,
                 )
-        await asyncio.sleep(settings.sweep_every.total_seconds())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), settings.sweep_every.total_seconds())
 
 
 async def open_parts(settings: Settings, spark: SparkRuntime | None = None) -> WorkerParts:

@@ -454,8 +454,11 @@ class BuildEventLog(BelQueries):
         return row
 
     def check_current_attempt(self, job_run_id: str, attempt: int) -> None:
+        """Raises ``StaleAttemptError`` unless ``attempt`` may still publish: its run has not ended (it
+        may have been failed or abandoned while a lost worker kept going) and no newer attempt started."""
         with self.reader.connect() as conn:
-            self._open_run(conn, job_run_id, attempt)
+            if self._open_run(conn, job_run_id, attempt) is None:
+                raise StaleAttemptError(f"job run {job_run_id} has ended; attempt {attempt} may not publish")
 
     def _locked_outputs(self, conn: Connection, run: RowMapping) -> list[str]:
         return [

@@ -94,6 +94,7 @@ class ConnectExecutor:
         }
 
     def cancel(self, attempt: JobAttempt) -> None:
+        # The current session: one replaced after a server restart has no operations left to stop.
         if self._session is not None:
             self._session.interruptTag(operation_tag(attempt))
 
