@@ -11,8 +11,8 @@ from temporalio.exceptions import ApplicationError
 from databuild import protocol as p
 from databuild.errors import DataBuildError, SubmittedJobError
 from databuild.execution import JobExecutor
-from databuild.executors import job_group
 from databuild.job_context import JobContractError
+from databuild.models import attempt_name
 
 
 class JobActivities:
@@ -24,7 +24,7 @@ class JobActivities:
     @activity.defn(name=p.ACT_RUN_JOB)
     async def run_job(self, input: p.JobRunInput) -> p.JobOutcome:
         attempt = activity.info().attempt
-        group = job_group(input.job_run_id, attempt)
+        group = attempt_name(input.job_run_id, attempt)
         cancelled = threading.Event()
         last_message = {"message": "starting"}
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from databuild.models import attempt_name, parse_attempt_name
 from databuild.refs import RESERVED_SEGMENT, storage_path
 
 INSTANCE_MARKER = "_DATABUILD_INSTANCE"
@@ -46,18 +47,12 @@ class Storage:
 
     def staging_area(self, job_run_id: str, attempt: int) -> Path:
         """A fresh, empty directory private to one attempt of one job run."""
-        area = self._staging / f"{job_run_id}-{attempt}"
-        shutil.rmtree(area, ignore_errors=True)
-        area.mkdir(parents=True)
-        return area
+        return _fresh(self._staging / attempt_name(job_run_id, attempt))
 
     def submission_area(self, job_run_id: str, attempt: int) -> Path:
         """A fresh directory for one attempt submitted as its own Spark application, on the same
         (shared) storage as the partitions, so its driver can reach it wherever it runs."""
-        area = self._submissions / f"{job_run_id}-{attempt}"
-        shutil.rmtree(area, ignore_errors=True)
-        area.mkdir(parents=True)
-        return area
+        return _fresh(self._submissions / attempt_name(job_run_id, attempt))
 
     def staged(self, area: Path, ref: str) -> Path:
         return storage_path(area, ref)
@@ -98,9 +93,8 @@ class Storage:
         )
         for kind, parent in parents:
             for path in _folders(parent):
-                job_run_id, sep, attempt = path.name.rpartition("-")
-                if sep and attempt.isdigit():
-                    yield AttemptArea(kind, job_run_id, int(attempt), path)
+                if (named := parse_attempt_name(path.name)) is not None:
+                    yield AttemptArea(kind, *named, path)
 
     def publishes(self) -> list[Path]:
         """The trash folder of every publish that has not cleared it: in flight, or killed midway."""
@@ -141,6 +135,12 @@ class Storage:
             return False
         shutil.rmtree(own, ignore_errors=True)
         return True
+
+
+def _fresh(area: Path) -> Path:
+    shutil.rmtree(area, ignore_errors=True)
+    area.mkdir(parents=True)
+    return area
 
 
 def _folders(parent: Path) -> Iterator[Path]:

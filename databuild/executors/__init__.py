@@ -8,7 +8,7 @@ from databuild.bel.queries import BelQueries
 from databuild.config import ExecutorKind, Settings
 from databuild.errors import InvalidInputError
 from databuild.executors.base import Executor, Progress
-from databuild.executors.body import BodyResult, JobAttempt, JobBodies, job_group
+from databuild.executors.body import BodyResult, JobAttempt, JobBodies
 from databuild.executors.connect import ConnectExecutor
 from databuild.executors.session import SessionExecutor
 from databuild.executors.submit import SubmitExecutor, SubmitOptions, default_spark_submit
@@ -22,7 +22,6 @@ __all__ = [
     "Executors",
     "JobAttempt",
     "Progress",
-    "job_group",
 ]
 
 

@@ -14,7 +14,7 @@ from databuild.bel.queries import BelQueries
 from databuild.errors import MissingInputsError
 from databuild.graph import Graph
 from databuild.job_context import JobContext
-from databuild.models import InstanceRef, Model
+from databuild.models import InstanceRef, Model, attempt_name
 from databuild.refs import validate_ref
 from databuild.storage import Storage
 
@@ -22,11 +22,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 Report = Callable[[str], None]
-
-
-def job_group(job_run_id: str, attempt: int) -> str:
-    """The Spark job group (classic) or operation tag (Connect) of one attempt."""
-    return f"{job_run_id}-{attempt}"
 
 
 class JobAttempt(Model):
@@ -39,7 +34,7 @@ class JobAttempt(Model):
 
     @property
     def group(self) -> str:
-        return job_group(self.job_run_id, self.attempt)
+        return attempt_name(self.job_run_id, self.attempt)
 
     @property
     def description(self) -> str:
