@@ -42,12 +42,17 @@ def claim(bel: BuildEventLog, ref: str, source: str = "cli") -> Decision:
     return bel.decide(want.want_id, 1, graph.resolve(ref))
 
 
-def folder(path: Path, age: timedelta = timedelta(0)) -> Path:
-    path.mkdir(parents=True)
-    (path / "log").write_text("...")
+def aged(path: Path, age: timedelta) -> Path:
+    """Last modified ``age`` ago, as the sweep sees it."""
     then = time.time() - age.total_seconds()
     os.utime(path, (then, then))
     return path
+
+
+def folder(path: Path, age: timedelta = timedelta(0)) -> Path:
+    path.mkdir(parents=True)
+    (path / "log").write_text("...")
+    return aged(path, age)
 
 
 def test_sweep_removes_what_ended_runs_left_and_keeps_what_is_in_use(
@@ -117,9 +122,7 @@ def killed_publish(storage: Storage, ref: str, age: timedelta) -> Path:
     publish = storage.root / "_databuild" / "trash" / uuid.uuid4().hex
     publish.mkdir(parents=True)
     os.rename(storage.path(ref), publish / uuid.uuid4().hex)
-    then = time.time() - age.total_seconds()
-    os.utime(publish, (then, then))
-    return publish
+    return aged(publish, age)
 
 
 def test_sweep_puts_back_a_live_partition_a_killed_publish_moved_aside(
@@ -183,8 +186,7 @@ def test_a_build_killed_before_its_commit_leaves_the_live_instance_to_put_back(
         folder(storage.staged(area, out))
     replaced = storage.publish(area, {out: str(uuid.uuid4()) for out in rebuild.outputs})
     bel.fail_job_run(rebuild.job_run_id, "worker lost")  # its lease ran out; the lock is released
-    then = time.time() - (PUBLISH_GRACE * 2).total_seconds()
-    os.utime(replaced, (then, then))
+    aged(replaced, PUBLISH_GRACE * 2)
 
     report = sweep(storage, bel, keep_failed=WEEK)
     assert [(r.ref, r.instance_id) for r in report.restored] == [("twin/2", first["twin/2"])]
