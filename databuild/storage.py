@@ -65,18 +65,26 @@ class Storage:
         has superseded them. If the commit never happens, the storage sweep puts them back."""
         # A trash folder of its own: publishes run concurrently (threads of one worker, other workers),
         # and clearing a shared one would pull it from under another publish's rename.
-        trash = self._trash / uuid.uuid4().hex
-        trash.mkdir(parents=True)
+        trash = self._own_trash()
         for ref, instance_id in instances.items():
             staged = self.staged(area, ref)
             (staged / INSTANCE_MARKER).write_text(instance_id)
-            final = self.path(ref)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            if final.exists():
-                os.rename(final, trash / uuid.uuid4().hex)
-            os.rename(staged, final)
+            self._replace(ref, staged, trash)
         self.discard(area)
         return trash
+
+    def _own_trash(self) -> Path:
+        trash = self._trash / uuid.uuid4().hex
+        trash.mkdir(parents=True)
+        return trash
+
+    def _replace(self, ref: str, source: Path, trash: Path) -> None:
+        """Move ``source`` to the ref, moving what is there now into ``trash`` first."""
+        final = self.path(ref)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            os.rename(final, trash / uuid.uuid4().hex)
+        os.rename(source, final)
 
     def instance_on_disk(self, ref: str) -> str | None:
         marker = self.path(ref) / INSTANCE_MARKER
@@ -117,20 +125,15 @@ class Storage:
         It first moves into a trash folder of its own, out of the one other sweeps may be reading or
         removing; that folder is young, so they leave it alone. Of sweeps running at once, only the one
         whose rename claims it goes on to touch the ref."""
-        own = self._trash / uuid.uuid4().hex
-        own.mkdir(parents=True)
+        own = self._own_trash()
         claimed = own / "restoring"
         try:
             os.rename(retired.path, claimed)
         except OSError:
             own.rmdir()
             return False
-        final = self.path(ref)
-        final.parent.mkdir(parents=True, exist_ok=True)
         try:
-            if final.exists():
-                os.rename(final, own / uuid.uuid4().hex)  # never committed: removed with this folder
-            os.rename(claimed, final)
+            self._replace(ref, claimed, own)  # what the ref held was never committed: it goes with own
         except OSError:
             return False
         shutil.rmtree(own, ignore_errors=True)

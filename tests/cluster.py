@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from databuild.executors.submit import default_spark_submit
 from databuild.java import ensure_java
 from tests.conftest import free_port
 
@@ -41,9 +42,7 @@ SUBMIT_ARGS = (
 
 
 def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent
+    return default_spark_submit().parent.parent  # the pip package is a Spark distribution
 
 
 def spark_env(**extra: str) -> dict[str, str]:
@@ -83,17 +82,8 @@ def stop_group(proc: subprocess.Popen[bytes], grace: float = 30.0) -> None:
         time.sleep(0.2)
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @dataclass
 class SparkCluster:
-    root: Path
     master_url: str
     ui_url: str
     work_dir: Path
@@ -113,10 +103,6 @@ class SparkCluster:
             len(re.findall(r"Executor: Finished task", log.read_text(errors="replace")))
             for log in self.executor_logs(app_id)
         )
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):  # the worker (and its executors) first, then the master
-            stop_group(proc)
 
 
 def _launch(args: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
@@ -178,7 +164,7 @@ def spark_cluster(
             root,
         )
         procs.append(worker)
-        cluster = SparkCluster(root, master_url, ui_url, work_dir, procs)
+        cluster = SparkCluster(master_url, ui_url, work_dir, procs)
         deadline = time.monotonic() + timeout
         while not any(w["state"] == "ALIVE" for w in _status_or_empty(cluster)):
             if worker.poll() is not None or time.monotonic() > deadline:
@@ -186,8 +172,8 @@ def spark_cluster(
             time.sleep(0.3)
         yield cluster
     finally:
-        for proc in reversed(procs):
-            stop_group(proc)
+        for proc in reversed(procs):  # the worker (and its executors) first, then the master
+            stop_group(proc)  # raises if any of the group survives
 
 
 @dataclass

@@ -23,7 +23,6 @@ from tests.cluster import (
     ConnectServer,
     SparkCluster,
     connect_server,
-    group_alive,
     partition_checksum,
     spark_cluster,
     start_databuild_worker,
@@ -49,14 +48,12 @@ CORES = 4  # offered by the cluster's worker (more than the machine has: applica
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
     with spark_cluster(tmp_path_factory.mktemp("spark-cluster"), cores=CORES, memory="4g") as started:
         yield started
-    assert not any(group_alive(p.pid) for p in started.procs), "Spark daemons left behind"
 
 
 @pytest.fixture(scope="module")
 def connect(cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
     with connect_server(tmp_path_factory.mktemp("spark-connect"), cluster.master_url) as server:
         yield server
-    assert not group_alive(server.proc.pid), "Spark Connect server left behind"
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 failures, an application that loses its worker), and how the settings choose executors."""
 
 import asyncio
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -16,11 +15,7 @@ from databuild.executors import Executors, JobAttempt
 from databuild.executors.connect import ConnectExecutor
 from databuild.executors.session import SessionExecutor
 from databuild.executors.submission import (
-    ENTRY_SCRIPT,
-    SubmitFiles,
     SubmitResult,
-    SubmittedJob,
-    write_atomically,
 )
 from databuild.executors.submit import SubmitExecutor, SubmitOptions, default_spark_submit
 from databuild.graph import load_graph
@@ -85,6 +80,12 @@ async def test_submit_executor_reports_job_errors_and_contract_breaches(make_sta
             f"{runs['typo'].job_run_id}-1",
         ]
     )
+    # The requests never held the BEL's address (its credentials stay off shared storage).
+    for folder in kept:
+        request = (
+            stack.settings.storage_root / "_databuild" / "submissions" / folder / "request.json"
+        ).read_text()
+        assert stack.settings.database_url not in request and "bel.sqlite" not in request
     # ... for a week (DATABUILD_KEEP_FAILED_ATTEMPTS); an operator may sweep them sooner.
     kept_for_now = SweepReport.model_validate_json((await cli(stack, "sweep", "--json")).stdout)
     assert (kept_for_now.removed, kept_for_now.kept) == ([], 3)
@@ -119,26 +120,9 @@ def test_submitted_application_stops_when_its_worker_stops_heartbeating(tmp_path
         abandon_after_seconds=3,
         spark_submit=default_spark_submit(),
     )
-    executor = SubmitExecutor(options, storage=storage)
-    files = SubmitFiles(storage.submission_area(job_run_id, 1))
-    job = SubmittedJob(
-        attempt=attempt,
-        graph=options.graph,
-        storage_root=storage.root,
-        abandon_after_seconds=options.abandon_after_seconds,
-    )
-    write_atomically(files.request, job.model_dump_json())
-    files.entry.write_text(ENTRY_SCRIPT)
-    write_atomically(files.heartbeat, "0")  # and never again: the worker is gone
     started = time.monotonic()
-    with files.log.open("ab") as log:
-        application = subprocess.Popen(
-            executor.command(attempt, files),
-            env=executor.environment(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    # Launched as `run` would, but nobody supervises it: its heartbeat file never changes again.
+    application, files = SubmitExecutor(options, storage=storage).launch(attempt)
     try:
         assert application.wait(timeout=180) == 0, files.log.read_text()[-3000:]
     finally:
@@ -147,8 +131,6 @@ def test_submitted_application_stops_when_its_worker_stops_heartbeating(tmp_path
     assert result.failure is not None and result.failure.type == "JobCancelledError", result
     assert "no heartbeat from the worker for 3s" in result.failure.message
     assert time.monotonic() - started < 120
-    # The request never held the BEL's address (its credentials stay off shared storage).
-    assert "sqlite" not in files.request.read_text()
 
 
 def test_settings_choose_executors_per_graph_and_per_job(tmp_path: Path) -> None:

@@ -105,7 +105,9 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
         # Start the sessions now, so the first job does not pay the JVM start-up.
         asyncio.get_running_loop().run_in_executor(None, built.jobs.executor.executors.warm)
     stop_sweeping = asyncio.Event()
-    sweeping = asyncio.create_task(sweep_storage_periodically(parts, stop_sweeping))
+    sweeping = asyncio.create_task(
+        sweep_storage_periodically(parts, built.jobs.executor.storage, stop_sweeping)
+    )
     try:
         async with built.worker:
             yield built.worker
@@ -115,13 +117,12 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
     await built.shutdown()
 
 
-async def sweep_storage_periodically(parts: WorkerParts, stop: asyncio.Event) -> None:
+async def sweep_storage_periodically(parts: WorkerParts, storage: Storage, stop: asyncio.Event) -> None:
     """Sweep the storage now and every ``sweep_every`` until ``stop`` is set. Every worker does: sweeps
     may overlap, and each removal is one a lone sweep would make."""
     settings = parts.settings
     if settings.sweep_every <= timedelta(0):
         return
-    storage = Storage(settings.storage_root)
     while not stop.is_set():
         try:
             report = await asyncio.to_thread(

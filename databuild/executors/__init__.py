@@ -3,6 +3,7 @@ cluster client), ``submit`` (its own application through spark-submit) and ``con
 all run the same job code; the settings choose one per graph and may override it per job."""
 
 import os
+from pathlib import Path
 
 from databuild.bel.queries import BelQueries
 from databuild.config import ExecutorKind, Settings
@@ -71,7 +72,7 @@ class Executors:
                 "the 'connect' executor needs DATABUILD_SPARK_CONNECT_URL, e.g. sc://spark-connect:15002"
             )
 
-        spark_submit = settings.spark_submit or default_spark_submit()
+        spark_submit = (settings.spark_submit or default_spark_submit()) if "submit" in kinds else Path()
         if "submit" in kinds and not (spark_submit.is_file() and os.access(spark_submit, os.X_OK)):
             raise InvalidInputError(
                 f"DATABUILD_SPARK_SUBMIT={spark_submit} is not an executable file: point it at "

@@ -9,8 +9,6 @@ Progress = dict[str, int | str]
 
 
 class Executor(Protocol):
-    kind: str
-
     def warm(self) -> None:
         """Start what the first job would otherwise wait for (a session, a connection)."""
 

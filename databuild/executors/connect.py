@@ -19,8 +19,6 @@ def operation_tag(attempt: JobAttempt) -> str:
 
 
 class ConnectExecutor:
-    kind = "connect"
-
     def __init__(self, url: str, bodies: JobBodies) -> None:
         self.url = url
         self._bodies = bodies

@@ -9,8 +9,6 @@ from databuild.spark import SparkRuntime
 
 
 class SessionExecutor:
-    kind = "session"
-
     def __init__(self, runtime: SparkRuntime, bodies: JobBodies) -> None:
         self.runtime = runtime
         self._bodies = bodies

@@ -4,7 +4,6 @@ the application when the job run is cancelled."""
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -54,8 +53,6 @@ class SubmitOptions:
 
 
 class SubmitExecutor:
-    kind = "submit"
-
     def __init__(self, options: SubmitOptions, *, storage: Storage) -> None:
         self.options = options
         self._storage = storage
@@ -91,7 +88,8 @@ class SubmitExecutor:
             DATABASE_URL_VARIABLE: self.options.database_url,
         }
 
-    def run(self, attempt: JobAttempt, *, cancelled: threading.Event, report: Report) -> BodyResult:
+    def launch(self, attempt: JobAttempt) -> tuple[subprocess.Popen[bytes], SubmitFiles]:
+        """Write the attempt's request into a fresh submission folder and start its application."""
         files = SubmitFiles(self._storage.submission_area(attempt.job_run_id, attempt.attempt))
         job = SubmittedJob(
             attempt=attempt,
@@ -112,6 +110,10 @@ class SubmitExecutor:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: the JVM and the Python driver go together
             )
+        return process, files
+
+    def run(self, attempt: JobAttempt, *, cancelled: threading.Event, report: Report) -> BodyResult:
+        process, files = self.launch(attempt)
         self._files[attempt.group] = files
         try:
             self._supervise(process, files, cancelled)
@@ -120,12 +122,12 @@ class SubmitExecutor:
             if process.poll() is None:  # the worker is giving up on it (e.g. shutting down)
                 _kill(process)
         if cancelled.is_set():
-            shutil.rmtree(files.root, ignore_errors=True)
+            self._storage.discard(files.root)
             raise JobCancelledError(
                 f"job run {attempt.job_run_id} was cancelled; its application was stopped"
             )
         body = self._result(process, files)
-        shutil.rmtree(files.root, ignore_errors=True)
+        self._storage.discard(files.root)
         return body
 
     def _supervise(
