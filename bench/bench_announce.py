@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.testing import WorkflowEnvironment
     from temporalio.worker import Worker
 
-    from bench.common import dev_server_settings, run_and_exit
+    from bench.common import run_and_exit
     from databuild.bel import BuildEventLog
     from databuild.bel import schema as s
     from databuild.client import DataBuild
@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from databuild.spark import SparkRuntime
     from databuild.temporal import ensure_search_attributes, notify_subscribers
+    from tests.conftest import make_settings
     from worker.dev import temporal_binary
     from worker.run import WorkerParts, build_worker
 
@@ -428,9 +429,9 @@ async def run(n: int, memory: bool) -> dict[str, Any]:
         spark = SparkRuntime("local[1]", "1g", app_name="databuild-bench-announce")  # never started
         try:
             client = env.client
-            settings = dev_server_settings(
-                client,
+            settings = make_settings(
                 home / "databuild",
+                client,
                 GRAPH,
                 # The product default (10,000) holds every waiting want up to --n 10000; beyond, as a
                 # deployment would, size DATABUILD_WORKFLOW_CACHE to the wants waiting at once.

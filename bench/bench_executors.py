@@ -36,7 +36,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from bench.common import dev_server_settings, run_and_exit
+from bench.common import run_and_exit
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.graph import load_graph
@@ -50,6 +50,7 @@ from tests.cluster import (
     start_databuild_worker,
     stop_group,
 )
+from tests.conftest import make_settings
 from worker.dev import temporal_binary
 
 GRAPH = "examples.demo:graph"
@@ -94,7 +95,7 @@ def attempt_spans(bel: BuildEventLog) -> list[float]:
 
 
 async def run_variant(client: Client, home: Path, variant: str, env: dict[str, str]) -> dict[str, Any]:
-    settings = dev_server_settings(client, home / variant, GRAPH)
+    settings = make_settings(home / variant, client, GRAPH)
     bel = BuildEventLog.create(settings.database_url)
     db = DataBuild(client, bel, load_graph(GRAPH), settings)
     worker_env = {**os.environ, **settings.process_env(), **env}

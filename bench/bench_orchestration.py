@@ -33,13 +33,14 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.testing import WorkflowEnvironment
     from temporalio.worker import Worker
 
-    from bench.common import dev_server_settings, run_and_exit
+    from bench.common import run_and_exit
     from databuild.bel import BuildEventLog
     from databuild.client import DataBuild
     from databuild.graph import load_graph
     from databuild.models import Want, WantState
     from databuild.protocol import SEARCH_ATTRIBUTES
     from databuild.spark import SparkRuntime
+    from tests.conftest import make_settings
     from worker.dev import temporal_binary
     from worker.run import WorkerParts, running_worker
 
@@ -214,7 +215,7 @@ async def run(n: int, jobs: int) -> dict[str, Any]:
         spark = SparkRuntime("local[2]", "2g", app_name="databuild-bench")
         try:
             client = env.client
-            settings = dev_server_settings(client, home / "databuild", GRAPH)
+            settings = make_settings(home / "databuild", client, GRAPH)
             bel = BuildEventLog.create(settings.database_url)
             graph = load_graph(GRAPH)
             # Start Spark before timing anything, so its start-up does not compete for the CPU.

@@ -1,10 +1,6 @@
 """Delegation under real concurrency, fail-locks and lost builds: real Temporal, Spark and SQLite."""
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -13,6 +9,7 @@ import pytest
 from databuild.errors import InvalidTransitionError
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantState
 from tests import graphs
+from tests.cluster import start_databuild_worker, stop_group
 from tests.conftest import stack_env
 from tests.test_time import until
 
@@ -25,13 +22,7 @@ async def test_hundred_wants_two_workers_one_execution(make_stack, tmp_path) -> 
     # The second worker is its own process, as in production (one Temporal worker per task queue
     # and process), with its own SparkSession and BEL connections.
     log = tmp_path / "second-worker.log"
-    second = subprocess.Popen(  # noqa: ASYNC220 - started once, not awaited
-        [sys.executable, "-m", "databuild.cli", "worker"],
-        env=stack_env(stack, PYTHONUNBUFFERED="1"),
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    second = start_databuild_worker(stack_env(stack), log)
     try:
         await until(lambda: "worker on task queue" in log.read_text(), seconds=60)
         specs = await asyncio.gather(
@@ -40,8 +31,7 @@ async def test_hundred_wants_two_workers_one_execution(make_stack, tmp_path) -> 
         assert len({s.want_id for s in specs}) == 100
         done = await asyncio.gather(*(stack.db.wait(s) for s in specs))
     finally:
-        os.killpg(second.pid, signal.SIGTERM)
-        second.wait(timeout=30)
+        await asyncio.to_thread(stop_group, second)
 
     assert Counter(w.state for w in done) == {WantState.successful: 100}
     runs = stack.bel.job_runs(limit=1000)

@@ -4,7 +4,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -16,6 +15,7 @@ from databuild.models import JobRunState, PartitionStatus, WantState
 from databuild.protocol import ABANDONED
 from databuild.storage import INSTANCE_MARKER
 from tests import graphs
+from tests.cluster import start_databuild_worker
 from tests.conftest import stack_env
 from tests.test_time import until
 
@@ -25,13 +25,7 @@ SLOW = 6.0
 
 def start_worker(stack, log: Path) -> subprocess.Popen[bytes]:  # type: ignore[no-untyped-def]
     env = stack_env(stack, DATABUILD_JOB_HEARTBEAT_TIMEOUT="4", DATABUILD_TEST_SLOW_SECONDS=str(SLOW))
-    return subprocess.Popen(
-        [sys.executable, "-m", "databuild.cli", "worker"],
-        env=env,
-        stdout=log.open("ab"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # so the kill takes the Spark JVM with it
-    )
+    return start_databuild_worker(env, log)  # its own process group: the kill takes the Spark JVM too
 
 
 async def test_worker_killed_mid_job_completes_once(make_stack, tmp_path: Path) -> None:
