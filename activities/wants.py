@@ -4,7 +4,7 @@ import asyncio
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
 from databuild import protocol as p
@@ -13,7 +13,7 @@ from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.errors import GraphDefinitionError, InvalidInputError
 from databuild.graph import Graph
-from databuild.models import Want, WantSource, WantState
+from databuild.models import PartitionStatus, Want, WantSource, WantState
 from databuild.temporal import notify_subscribers, signal_for_run, start_want
 
 
@@ -49,12 +49,32 @@ class WantActivities:
             decision = decision.model_copy(update={"policy": policy, "watchdog": lease})
         return decision
 
+    @activity.defn(name=p.ACT_WATCH)
+    async def watch(self, input: p.WatchInput) -> None:
+        """Completes once the waiting want should decide again: the run it follows ended (perhaps
+        unheard) or was lost, or the refs it is blocked on are no longer fail-locked. Until then each
+        attempt fails benignly (logged at debug level) and Temporal retries it."""
+        if input.job_run_id is not None:
+            if await self._build_health(input.job_run_id) is not p.BuildHealth.alive:
+                return
+            waiting = f"job run {input.job_run_id} is still building"
+        else:
+            partitions = await asyncio.to_thread(self.bel.partitions_by_ref, input.blocked_refs)
+            locked = {part.ref for part in partitions if part.status is PartitionStatus.failed}
+            if locked != set(input.blocked_refs):
+                return
+            waiting = f"{', '.join(input.blocked_refs)} still fail-locked"
+        raise ApplicationError(waiting, type="StillWaiting", category=ApplicationErrorCategory.BENIGN)
+
     @activity.defn(name=p.ACT_CHECK_BUILD)
     async def check_build(self, input: p.CheckBuildInput) -> p.BuildHealth:
-        """Is the job run a want waits on still alive? Asked when the want has heard nothing for a
-        lease period. A run whose lease lapsed and whose workflow is closed or gone is abandoned: its
-        outputs are released and every subscribed want is told to decide again."""
-        run = await asyncio.to_thread(self.bel.job_run, input.job_run_id)
+        return await self._build_health(input.job_run_id)
+
+    async def _build_health(self, job_run_id: str) -> p.BuildHealth:
+        """Is the job run a want waits on still alive? A run whose lease lapsed and whose workflow is
+        closed or gone is abandoned: its outputs are released and every subscribed want is told to
+        decide again."""
+        run = await asyncio.to_thread(self.bel.job_run, job_run_id)
         if run.lost:  # abandoned before (perhaps by an attempt of this activity): tell everyone again
             await notify_subscribers(self.client, self.bel, run.outputs, signal_for_run(run))
             return p.BuildHealth.lost

@@ -33,7 +33,8 @@ ACT_RECORD_SLA_MISSED = "record_sla_missed"
 ACT_RUN_JOB = "run_job"
 ACT_FAIL_JOB_RUN = "fail_job_run"
 ACT_FAN_OUT = "fan_out"
-ACT_CHECK_BUILD = "check_build"
+ACT_CHECK_BUILD = "check_build"  # the watchdog of wants started before `watch` existed
+ACT_WATCH = "watch"
 ACT_ABANDON_BUILD = "abandon_build"
 ACT_PULL_UPSTREAM = "pull_upstream"
 ACT_APPLY_ANNOUNCEMENTS = "apply_announcements"
@@ -78,8 +79,23 @@ class DepMissNotice(Model):
 
 
 # Want workflow ------------------------------------------------------------------------------------
+class WantCarry(Model):
+    """What a want's workflow knows that the BEL does not, carried across continue-as-new: news that
+    arrived by signal, the job runs it started, and whether its SLA miss is recorded."""
+
+    sla_missed: bool = False
+    live: dict[str, str] = {}
+    failed_runs: dict[str, str] = {}
+    failed_refs: dict[str, str] = {}
+    dep_missed: dict[str, list[str]] = {}
+    started: list[str] = []
+    requirements_met: bool = False
+    seq: int = 0  # decision steps taken so far (the BEL replays a step it already answered)
+
+
 class WantInput(Model):
     spec: WantSpec
+    carried: WantCarry | None = None  # set when a run continues as new
 
 
 class WantResult(Model):
@@ -139,6 +155,15 @@ class Decision(Model):
 
 class CheckBuildInput(Model):
     job_run_id: str
+
+
+class WatchInput(Model):
+    """What a waiting want watches between signals: the run it follows, or the fail-locked refs it is
+    blocked on. The watch activity completes once the want should decide again; until then each
+    attempt fails (benignly) and the server retries it, which adds nothing to the want's history."""
+
+    job_run_id: str | None = None
+    blocked_refs: list[str] = []
 
 
 class BuildHealth(StrEnum):

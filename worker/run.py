@@ -82,6 +82,7 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
             wants.finish_want,
             wants.record_sla_missed,
             wants.check_build,
+            wants.watch,
             wants.abandon_build,
             jobs.run_job,
             jobs.fail_job_run,

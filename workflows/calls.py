@@ -6,6 +6,7 @@ from typing import TypeVar
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.workflow import ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
     from databuild import protocol as p
@@ -39,6 +40,19 @@ async def remote_call(activity: str, arg: Model, result_type: type[T]) -> T:
         activity, arg, result_type=result_type, start_to_close_timeout=REMOTE_TIMEOUT, retry_policy=BEL_RETRY
     )
     return result
+
+
+def watch(what: p.WatchInput, every: timedelta) -> ActivityHandle[None]:
+    """Start the watch activity: each attempt looks once and fails benignly while nothing changed, so
+    the server retries it at ``every`` (backing off to ten times that) without adding history."""
+    return workflow.start_activity(
+        p.ACT_WATCH,
+        what,
+        start_to_close_timeout=REMOTE_TIMEOUT,
+        retry_policy=RetryPolicy(
+            initial_interval=every, backoff_coefficient=1.5, maximum_interval=every * 10
+        ),
+    )
 
 
 async def fan_out(job_run_id: str) -> None:

@@ -10,7 +10,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.workflow import ParentClosePolicy
 
-from workflows.calls import bel_call, bel_do, failure_message, remote_call
+from workflows.calls import bel_call, bel_do, failure_message, remote_call, watch
 
 with workflow.unsafe.imports_passed_through():
     from databuild import protocol as p
@@ -18,6 +18,12 @@ with workflow.unsafe.imports_passed_through():
 
 
 Outcome = tuple[WantState, str | None, str | None]  # state, reason, instance id
+
+# A run continues as new at its next decision once its history is this long (or the server suggests
+# it), far below Temporal's 51,200-event limit: waiting adds no events, deciding and signals do.
+HISTORY_LIMIT = 2_000
+# Wants that started before the watch activity and continue-as-new replay the old way.
+BOUNDED_HISTORY = "bounded-history"
 
 
 def ttl_reason(spec: WantSpec) -> str:
@@ -41,15 +47,22 @@ class WantWorkflow:
         self._dep_missed: dict[str, list[str]] = {}
         self._redecides = 0
         self._started: set[str] = set()
+        self._requirements_met = False
+        self._seq = 0
+        self._bounded = False
 
     @workflow.run
     async def run(self, input: p.WantInput) -> p.WantResult:
         spec = self._spec = input.spec
+        self._bounded = workflow.patched(BOUNDED_HISTORY)
+        if input.carried is not None:
+            self._restore(input.carried)
         sla_timer: asyncio.Task[None] | None = None
-        fulfil: asyncio.Task[Outcome] | None = None
+        fulfil: asyncio.Task[Outcome | None] | None = None
         try:
-            await bel_do(p.ACT_REGISTER_WANT, input)
-            if spec.sla_deadline:
+            if input.carried is None:
+                await bel_do(p.ACT_REGISTER_WANT, input)
+            if spec.sla_deadline and not self._sla_missed:
                 sla_timer = asyncio.create_task(self._watch_sla(spec.sla_deadline))
             fulfil = asyncio.create_task(self._fulfil(spec))
             outcome = await self._within_ttl(spec, fulfil)
@@ -60,9 +73,41 @@ class WantWorkflow:
         finally:
             if sla_timer is not None:
                 sla_timer.cancel()
+        if outcome is None:
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            workflow.continue_as_new(p.WantInput(spec=spec, carried=self._carry()))
         return await self._finish(spec, *outcome)
 
-    async def _within_ttl(self, spec: WantSpec, fulfil: "asyncio.Task[Outcome]") -> Outcome:
+    def _carry(self) -> p.WantCarry:
+        return p.WantCarry(
+            sla_missed=self._sla_missed,
+            live=self._live,
+            failed_runs=self._failed_runs,
+            failed_refs=self._failed_refs,
+            dep_missed=self._dep_missed,
+            started=sorted(self._started),
+            requirements_met=self._requirements_met,
+            seq=self._seq,
+        )
+
+    def _restore(self, carried: p.WantCarry) -> None:
+        self._sla_missed = carried.sla_missed
+        # Signals may have landed before the first task of this run: keep them over the carried news.
+        self._live = {**carried.live, **self._live}
+        self._failed_runs = {**carried.failed_runs, **self._failed_runs}
+        self._failed_refs = {**carried.failed_refs, **self._failed_refs}
+        self._dep_missed = {**carried.dep_missed, **self._dep_missed}
+        self._started = set(carried.started)
+        self._requirements_met = carried.requirements_met
+        self._seq = carried.seq
+
+    def _history_is_long(self) -> bool:
+        info = workflow.info()
+        return self._bounded and (
+            info.is_continue_as_new_suggested() or info.get_current_history_length() >= HISTORY_LIMIT
+        )
+
+    async def _within_ttl(self, spec: WantSpec, fulfil: "asyncio.Task[Outcome | None]") -> Outcome | None:
         remaining = self._until(spec.ttl_deadline)
         try:
             if remaining is not None and remaining <= 0:
@@ -73,23 +118,25 @@ class WantWorkflow:
             return WantState.expired, ttl_reason(spec), None
         return fulfil.result()
 
-    async def _stop_fulfilling(self, fulfil: "asyncio.Task[Outcome] | None", why: str) -> None:
+    async def _stop_fulfilling(self, fulfil: "asyncio.Task[Outcome | None] | None", why: str) -> None:
         """Let the current step finish rather than cancel it: a decision the BEL has committed must
         be followed through (its job run started), or its build lock would be orphaned."""
         self._stopping = why
         if fulfil is not None and not fulfil.done():
             await fulfil
 
-    async def _fulfil(self, spec: WantSpec) -> Outcome:
-        if spec.requires:
+    async def _fulfil(self, spec: WantSpec) -> Outcome | None:
+        """The want's outcome; None when this run should continue as new (between two decisions)."""
+        if spec.requires and not self._requirements_met:
             await self._await_requirements(spec)
-        seq = 0
         while not self._stopping:
-            seq += 1
+            if self._history_is_long():
+                return None
+            self._seq += 1
             redecides = self._redecides  # a redecide signal from now on means: decide again
             try:
                 decision = await bel_call(
-                    p.ACT_DECIDE, p.DecideInput(want_id=spec.want_id, seq=seq), p.Decision
+                    p.ACT_DECIDE, p.DecideInput(want_id=spec.want_id, seq=self._seq), p.Decision
                 )
             except ActivityError as error:  # e.g. the graph no longer produces this ref
                 return WantState.failed, failure_message(error), None
@@ -110,8 +157,16 @@ class WantWorkflow:
                     await self._wait(lambda: spec.ref in self._live or redecide())
                 case p.DecisionKind.blocked:
                     self._set(WantState.upstream_building, None, decision.blocked_refs, decision.reason or "")
-                    # Woken by `resolve`/`skip`; the periodic look covers a signal that never came.
-                    await self._wait(lambda: spec.ref in self._live or redecide(), within=decision.watchdog)
+                    # Woken by `resolve`/`skip`; the watch covers a signal that never came.
+                    if self._bounded:
+                        what = p.WatchInput(blocked_refs=decision.blocked_refs)
+                        await self._wait_watching(
+                            lambda: spec.ref in self._live or redecide(), what, decision
+                        )
+                    else:
+                        await self._wait(
+                            lambda: spec.ref in self._live or redecide(), within=decision.watchdog
+                        )
                 case p.DecisionKind.execute | p.DecisionKind.delegate:
                     outcome = await self._follow_run(spec, decision, redecide)
                     if outcome is not None:
@@ -132,11 +187,16 @@ class WantWorkflow:
         verb = "building" if decision.kind is p.DecisionKind.execute else "delegated to active build"
         self._set(WantState.building, job_run_id, [spec.ref], f"{verb} {job_run_id} for")
         settled = partial(self._run_settled, spec.ref, job_run_id)
-        # Signals wake the want; the watchdog only guards against a run whose workflow is gone.
-        while not await self._wait(lambda: settled() or redecide(), within=decision.watchdog):
-            check = p.CheckBuildInput(job_run_id=job_run_id)
-            if await remote_call(p.ACT_CHECK_BUILD, check, p.BuildHealth) is not p.BuildHealth.alive:
+        # Signals wake the want; the watch only guards against a run that ended unheard or is gone.
+        if self._bounded:
+            what = p.WatchInput(job_run_id=job_run_id)
+            if not await self._wait_watching(lambda: settled() or redecide(), what, decision):
                 return None
+        else:
+            while not await self._wait(lambda: settled() or redecide(), within=decision.watchdog):
+                check = p.CheckBuildInput(job_run_id=job_run_id)
+                if await remote_call(p.ACT_CHECK_BUILD, check, p.BuildHealth) is not p.BuildHealth.alive:
+                    return None
         if spec.ref in self._live:
             return WantState.successful, None, self._live[spec.ref]
         if job_run_id in self._failed_runs:
@@ -157,6 +217,20 @@ class WantWorkflow:
         except TimeoutError:
             return False
         return True
+
+    async def _wait_watching(
+        self, condition: Callable[[], bool], what: p.WatchInput, decision: p.Decision
+    ) -> bool:
+        """Wait until ``condition`` holds or the want is stopping, with the watch activity looking out
+        for what no signal reports; False if the watch saw it first (then the want decides again)."""
+        watching = watch(what, decision.watchdog or timedelta(minutes=1))
+        await self._wait(lambda: condition() or watching.done())
+        if not watching.done():
+            watching.cancel()
+            return True
+        if not watching.cancelled() and (error := watching.exception()) is not None:
+            workflow.logger.warning("watch of %s ended with %s; deciding again", what, error)
+        return condition() or bool(self._stopping)
 
     def _run_settled(self, ref: str, job_run_id: str) -> bool:
         return ref in self._live or job_run_id in self._failed_runs or job_run_id in self._dep_missed
@@ -183,6 +257,7 @@ class WantWorkflow:
                 "waiting for required external partitions",
             )
             await self._wait(available)
+        self._requirements_met = not self._stopping
 
     async def _await_inputs(self, spec: WantSpec, job_run_id: str, missing: list[str]) -> str | None:
         """Start derivative wants for the missing inputs and wait until all are live (or one fails)."""

@@ -1,0 +1,129 @@
+"""Wants that wait for weeks keep a bounded history (time-skipping server: days in seconds).
+
+The want workflow and its activities are the real ones; the job run is ``tests.timed``'s double.
+"""
+
+import asyncio
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.fanout import FanOutActivities
+from activities.wants import WantActivities
+from databuild.bel import BuildEventLog
+from databuild.client import DataBuild
+from databuild.models import PartitionStatus, WantSource, WantState
+from databuild.temporal import ensure_search_attributes
+from tests.conftest import make_settings
+from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed
+from workflows.want import WantWorkflow
+
+
+@pytest.fixture
+async def timed_stack(tmp_path: Path) -> AsyncIterator[tuple[WorkflowEnvironment, DataBuild]]:
+    path = shutil.which("temporal-test-server") or str(Path(sys.executable).parent / "temporal-test-server")
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=path, data_converter=pydantic_data_converter
+    )
+    # A ten-minute lease: the old watchdog woke the want every lease; the watch adds no history.
+    settings = make_settings(tmp_path, env.client, "tests.timed:timed", job_lease=timedelta(minutes=10))
+    bel = BuildEventLog.create(settings.database_url)
+    await ensure_search_attributes(env.client, settings.namespace)
+    wants = WantActivities(bel, timed, env.client, settings)
+    worker = Worker(
+        env.client,
+        task_queue=settings.task_queue,
+        workflows=[WantWorkflow, TimedJobRun],
+        activities=[
+            wants.register_want,
+            wants.decide,
+            wants.await_dependencies,
+            wants.await_requirements,
+            wants.finish_want,
+            wants.record_sla_missed,
+            wants.check_build,
+            wants.watch,
+            wants.abandon_build,
+            TimedBuilds(bel).build,
+            Failures(bel).fail_job_run,
+            FanOutActivities(bel, env.client).fan_out,
+        ],
+    )
+    async with worker:
+        yield env, DataBuild(env.client, bel, timed, settings)
+    bel.dispose()
+    await env.shutdown()
+
+
+async def run_lengths(client: Client, workflow_id: str) -> list[int]:
+    """Events in each run of the workflow's continue-as-new chain, oldest first."""
+    lengths = []
+    run_id: str | None = None
+    while True:
+        handle: WorkflowHandle[object, object] = client.get_workflow_handle(workflow_id, run_id=run_id)
+        history = await handle.fetch_history()
+        lengths.append(len(history.events))
+        first = history.events[0].workflow_execution_started_event_attributes
+        if not first.continued_execution_run_id:
+            return lengths[::-1]
+        run_id = first.continued_execution_run_id
+
+
+async def until_state(db: DataBuild, want_id: str, state: WantState) -> None:
+    for _ in range(600):
+        if db.bel.want(want_id).state is state:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"want {want_id} never reached {state.value}: {db.bel.want(want_id)}")
+
+
+async def test_want_blocked_for_a_month_keeps_a_short_history(
+    timed_stack: tuple[WorkflowEnvironment, DataBuild],
+) -> None:
+    env, db = timed_stack
+    start = await env.get_current_time()
+    BROKEN.add("timed/0")
+    first = await db.want("timed/0", data_timestamp=start, source=WantSource.api)
+    assert (await db.wait(first)).state is WantState.failed
+    assert db.bel.partition("timed/0").status is PartitionStatus.failed  # fail-locked
+
+    blocked = await db.want("timed/0", data_timestamp=start, ttl=timedelta(days=60))
+    await until_state(db, blocked.want_id, WantState.upstream_building)
+    await env.sleep(timedelta(days=30))
+    assert db.bel.want(blocked.want_id).state is WantState.upstream_building
+    decisions = [e.type for e in db.bel.events(want_id=blocked.want_id, limit=1000)]
+    assert decisions.count("WantBlocked") == 1  # one BEL event per decision, not per wake-up
+
+    BROKEN.discard("timed/0")  # the operator fixed the cause
+    _, woken = await db.resolve("timed/0")
+    assert woken == 1
+    done = await db.wait(blocked)
+    assert done.state is WantState.successful
+    lengths = await run_lengths(env.client, blocked.workflow_id)
+    assert max(lengths) < 5_000, lengths
+
+
+async def test_want_delegated_to_a_ten_day_build_keeps_a_short_history(
+    timed_stack: tuple[WorkflowEnvironment, DataBuild],
+) -> None:
+    env, db = timed_stack
+    start = await env.get_current_time()
+    builder = await db.want("timed/10", data_timestamp=start, source=WantSource.api)
+    await until_state(db, builder.want_id, WantState.building)
+    follower = await db.want("timed/10", data_timestamp=start)
+    await until_state(db, follower.want_id, WantState.building)
+    assert db.bel.want(follower.want_id).job_run_id == db.bel.want(builder.want_id).job_run_id
+
+    await env.sleep(timedelta(days=11))
+    for spec in (builder, follower):
+        assert (await db.wait(spec)).state is WantState.successful
+        lengths = await run_lengths(env.client, spec.workflow_id)
+        assert max(lengths) < 5_000, lengths

@@ -1,0 +1,66 @@
+"""A double of the job run for tests on the time-skipping server: it takes its ``days`` parameter in
+virtual time, then records its outcome as the real job activity would (no Spark job can run for ten
+virtual days)."""
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio import activity, workflow
+
+from workflows.calls import bel_do, fan_out
+
+with workflow.unsafe.imports_passed_through():
+    from databuild import protocol as p
+    from databuild.bel import BuildEventLog
+    from databuild.graph import Graph
+    from databuild.job_context import JobContext
+    from databuild.models import InstanceRef, JobRunState
+
+timed = Graph("timed")
+BROKEN: set[str] = set()  # refs whose (double) build fails
+
+
+@timed.job("timed/{days}")
+def timed_job(ctx: JobContext, days: str) -> None:
+    raise AssertionError("built by TimedJobRun, the double of the job run")
+
+
+@dataclass
+class TimedBuilds:
+    bel: BuildEventLog
+
+    @activity.defn(name="timed_build")
+    async def build(self, input: p.JobRunInput) -> p.JobOutcome:
+        """Record the attempt and its outcome the way the job activity does."""
+        await asyncio.to_thread(self.bel.start_job_run, input.job_run_id, 1, "test")
+        if any(ref in BROKEN for ref in input.outputs):
+            return p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.failed, reason="broken")
+        writes = [InstanceRef(ref=ref, instance_id=str(uuid.uuid4())) for ref in input.outputs]
+        await asyncio.to_thread(self.bel.succeed_job_run, input.job_run_id, [], writes)
+        return p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.succeeded)
+
+
+@workflow.defn(name=p.JOB_RUN_WORKFLOW)
+class TimedJobRun:
+    @workflow.run
+    async def run(self, input: p.JobRunInput) -> p.JobOutcome:
+        await workflow.sleep(timedelta(days=int(input.params["days"])))
+        outcome: p.JobOutcome = await workflow.execute_activity(
+            "timed_build", input, result_type=p.JobOutcome, start_to_close_timeout=timedelta(minutes=1)
+        )
+        if outcome.state is JobRunState.failed:
+            failed = p.FailJobRunInput(job_run_id=input.job_run_id, reason=outcome.reason or "failed")
+            await bel_do(p.ACT_FAIL_JOB_RUN, failed)
+        await fan_out(input.job_run_id)
+        return outcome
+
+
+@dataclass
+class Failures:
+    bel: BuildEventLog
+
+    @activity.defn(name=p.ACT_FAIL_JOB_RUN)
+    async def fail_job_run(self, input: p.FailJobRunInput) -> None:
+        await asyncio.to_thread(self.bel.fail_job_run, input.job_run_id, input.reason)
