@@ -3,7 +3,10 @@
 concurrent writers released together, readers tailing the log, and rebuilding state from events."""
 
 import os
+import random
+import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -631,6 +634,43 @@ def test_ref_globs_filter_in_sql(bel: BuildEventLog) -> None:
             bel.partitions(ref_glob=bad)
     with pytest.raises(InvalidPatternError, match="empty"):
         compile_glob("")
+    with pytest.raises(InvalidPatternError, match="33 wildcards; the limit is 32"):
+        compile_glob("a/" + "?" * 33)
+
+
+def test_glob_matcher_agrees_with_the_regular_expression_of_its_pattern() -> None:
+    """The linear matcher (SQLite, upstream subscriptions) and the regex (PostgreSQL) are one semantics."""
+    rng = random.Random(11)
+    for _ in range(20_000):
+        ref = "".join(rng.choice("ab_/") for _ in range(rng.randint(0, 9)))
+        pattern = "".join(
+            rng.choice(["a", "b", "_", "/", "*", "**", "?", "**/"]) for _ in range(rng.randint(1, 6))
+        )
+        if "***" in pattern:
+            continue
+        glob = compile_glob(pattern)
+        assert glob.matches(ref) == (re.fullmatch(glob.regex, ref) is not None), (pattern, ref)
+
+
+def test_hostile_globs_cost_time_linear_in_the_refs(bel: BuildEventLog) -> None:
+    """Patterns that make a backtracking regex take hours on one ref answer at once on 300 (the matcher
+    used to run in a SQLite callback holding the GIL: one request froze the web server and worker)."""
+    refs = [f"daily_users/2024-01-{n % 28 + 1:02d}/part-{n:05d}-of-the-day" for n in range(300)]
+    for ref in refs:
+        bel.publish_external(ref)
+    for hostile in [
+        "**?**?**?**?**?**?**?**?**?**Z",
+        "*?*?*?*?*?*?*?*?*?*y",
+        "**?**?**?**?**?**?**?**?**?**0-of-the-day",
+    ]:
+        elapsed = []
+        for _ in range(3):
+            started = time.perf_counter()
+            found = {p.ref for p in bel.partitions(ref_glob=hostile, limit=1000)}
+            elapsed.append(time.perf_counter() - started)
+        assert found == {r for r in refs if compile_glob(hostile).matches(r)}, hostile
+        assert min(elapsed) < 0.1, (hostile, elapsed)
+    assert len(found) == 30  # the last pattern matches parts ending in 0
 
 
 def test_upgrading_from_0002_derives_what_replaying_the_log_would(empty_url: str) -> None:

@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from databuild.bel import events as ev
 from databuild.bel import projector
 from databuild.bel import schema as s
+from databuild.globs import SQL_FUNCTION, sql_glob
 
 
 def _enable_wal(cursor: Any) -> None:
@@ -70,6 +71,7 @@ def make_engines(url: str) -> tuple[Engine, Engine]:
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.execute("PRAGMA case_sensitive_like=ON")  # ref prefixes match as on PostgreSQL
             cursor.close()
+            dbapi_conn.create_function(SQL_FUNCTION, 2, sql_glob, deterministic=True)
 
         @event.listens_for(engine, "begin")
         def _begin(conn: Connection) -> None:
