@@ -84,3 +84,35 @@ def test_token_configuration_errors_are_clear(tmp_path: Path) -> None:
     assert tokens.holder(TOKEN) == "graph-a" and tokens.holder("nope") is None
     with pytest.raises(InvalidInputError, match="cannot read DATABUILD_API_TOKENS_FILE"):
         ApiTokens.from_settings(Settings(home=tmp_path, api_tokens_file=tmp_path / "missing"))
+
+
+def test_a_token_is_everything_after_the_first_equals_sign(tmp_path: Path) -> None:
+    """Base64 tokens end in `=`; the holder's name ends at the first one."""
+    settings = Settings(
+        home=tmp_path, api_tokens=SecretStr("ci=abc=def0123456789abcdef,graph-b=dG9rZW4tb2YtZ3JhcGgtYg==")
+    )
+    tokens = ApiTokens.from_settings(settings)
+    assert tokens.holder("abc=def0123456789abcdef") == "ci" and tokens.holder("def0123456789abcdef") is None
+    assert tokens.holder("dG9rZW4tb2YtZ3JhcGgtYg==") == "graph-b"
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        (f"={TOKEN}", "the name before the first `=` is empty"),
+        ("graph-a=", "the token after the first `=` is shorter than 16 characters"),
+        ("dG9rZW4tb2YtZ3JhcGgtYQ==", "the token after the first `=` is shorter"),  # bare, with `=`
+        (f"graph a={TOKEN}", "the name before the first `=` is empty or has spaces"),
+        ("graph-a=short", "the token after the first `=` is shorter than 16 characters"),
+    ],
+)
+def test_a_malformed_token_line_refuses_to_start_and_names_its_line(
+    tmp_path: Path, line: str, problem: str
+) -> None:
+    listed = tmp_path / "tokens"
+    listed.write_text(f"# graphs allowed to call us\ngraph-b={TOKEN}\n\n{line}\n")
+    with pytest.raises(InvalidInputError) as refused:
+        ApiTokens.from_settings(Settings(home=tmp_path, api_tokens_file=listed))
+    message = str(refused.value)
+    assert f"DATABUILD_API_TOKENS_FILE ({listed}) line 4: {problem}" in message and "name=token" in message
+    assert TOKEN not in message and "dG9rZW4" not in message

@@ -25,25 +25,25 @@ class ApiTokens:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "ApiTokens":
-        entries: list[str] = []
+        """Tokens from ``name=token`` entries (a bare token is held by "default"); a token may contain
+        ``=``, as base64 does: the name ends at the first one. A malformed entry refuses to start."""
+        entries: list[tuple[str, str]] = []
         if settings.api_tokens is not None:
-            entries += settings.api_tokens.get_secret_value().split(",")
+            listed = settings.api_tokens.get_secret_value().split(",")
+            entries += [(f"DATABUILD_API_TOKENS entry {n}", entry) for n, entry in enumerate(listed, 1)]
         if settings.api_tokens_file is not None:
             try:
-                entries += settings.api_tokens_file.read_text().splitlines()
+                lines = settings.api_tokens_file.read_text().splitlines()
             except OSError as error:
                 raise InvalidInputError(f"cannot read DATABUILD_API_TOKENS_FILE: {error}") from None
+            where = f"DATABUILD_API_TOKENS_FILE ({settings.api_tokens_file}) line"
+            entries += [(f"{where} {n}", line) for n, line in enumerate(lines, 1)]
         by_token: dict[str, str] = {}
-        for number, entry in enumerate(entries, start=1):
+        for where, entry in entries:
             entry = entry.strip()
-            if not entry or entry.startswith("#"):
-                continue
-            name, _, token = entry.rpartition("=") if "=" in entry else ("default", "", entry)
-            if len(token) < 16:
-                raise InvalidInputError(
-                    f"API token {number} ({name or 'unnamed'}) is shorter than 16 characters"
-                )
-            by_token[token] = name.strip() or "default"
+            if entry and not entry.startswith("#"):
+                name, token = _parse_entry(where, entry)
+                by_token[token] = name
         return cls(by_token)
 
     @property
@@ -55,6 +55,27 @@ class ApiTokens:
             if hmac.compare_digest(token.encode(), presented.encode()):
                 return name
         return None
+
+
+def _parse_entry(where: str, entry: str) -> tuple[str, str]:
+    """(name, token) of one ``name=token`` entry, or a bare token. Messages show neither: the part
+    before the first ``=`` of a bare base64 token is most of the token."""
+    name, sep, token = entry.partition("=")
+    if not sep:
+        name, token = "default", entry
+    name, token = name.strip(), token.strip()
+    problem = None
+    if not name or any(c.isspace() for c in name):
+        problem = "the name before the first `=` is empty or has spaces"
+    elif any(c.isspace() for c in token):
+        problem = "the token has spaces"
+    elif len(token) < 16:
+        problem = "the token after the first `=` is shorter than 16 characters"
+    if problem is not None:
+        raise InvalidInputError(
+            f"{where}: {problem}; write each entry as name=token (a token that contains `=` needs a name)"
+        )
+    return name, token
 
 
 def is_loopback(request: Request) -> bool:
