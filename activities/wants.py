@@ -26,8 +26,11 @@ class WantActivities:
         self.db = DataBuild(client, bel, graph, settings)  # registers wants as clients do
 
     @activity.defn(name=p.ACT_REGISTER_WANT)
-    async def register_want(self, input: p.WantInput) -> None:
+    async def register_want(self, input: p.WantInput) -> int:
+        """Record the want (once) and return its last decision step, which is not 0 when this is a
+        new run of a want whose workflow died (see ``start_want``)."""
         await asyncio.to_thread(self.bel.register_want, input.spec)
+        return await asyncio.to_thread(self.bel.decision_seq, input.spec.want_id)
 
     @activity.defn(name=p.ACT_DECIDE)
     async def decide(self, input: p.DecideInput) -> p.Decision:
@@ -103,7 +106,7 @@ class WantActivities:
             self.bel.await_dependencies, input.want_id, input.job_run_id, input.missing
         )
         pending = [d for d in derivatives if d.ref not in status.live and d.ref not in status.failed]
-        await asyncio.gather(*(start_want(self.client, d, self.settings.task_queue) for d in pending))
+        await asyncio.gather(*(start_want(self.client, d, self.settings.task_queue, self.bel) for d in pending))
         return status
 
     @activity.defn(name=p.ACT_AWAIT_REQUIREMENTS)

@@ -78,7 +78,7 @@ class DataBuild:
         spec = await asyncio.to_thread(
             self.spec, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, source=source, requires=requires
         )
-        await start_want(self.temporal, spec, self.settings.task_queue)
+        await start_want(self.temporal, spec, self.settings.task_queue, self.bel)
         # The workflow records the want too; doing it here as well (idempotently) means the want is
         # visible in the BEL as soon as this returns, and only once its workflow exists.
         await asyncio.to_thread(self.bel.register_want, spec)
@@ -135,19 +135,21 @@ class DataBuild:
         """Clear the fail-lock on ``ref`` and on the outputs its failed job run locked with it (after
         fixing the cause); waiting wants decide again. Returns the partitions and wants woken."""
         partitions = await asyncio.to_thread(self.bel.resolve, ref)
-        woken = [await self._redecide(p.ref, f"{ref} resolved") for p in partitions]
-        return partitions, sum(woken)
+        return partitions, await self._redecide([p.ref for p in partitions], f"{ref} resolved")
 
     async def skip(self, ref: str) -> tuple[Partition, int]:
         """Retire ``ref``: it is never built again, and the wants waiting for it fail."""
         self.graph.resolve(ref)  # a malformed ref, or one no job produces, is refused before recording
         partition = await asyncio.to_thread(self.bel.skip, ref)
-        return partition, await self._redecide(ref, f"{ref} retired")
+        return partition, await self._redecide([ref], f"{ref} retired")
 
-    async def _redecide(self, ref: str, reason: str) -> int:
-        notice = RedecideNotice(ref=ref, reason=reason)
+    async def _redecide(self, refs: list[str], reason: str) -> int:
+        """Tell the wants subscribed to ``refs`` to decide again; returns how many will."""
         return await notify_subscribers(
-            self.temporal, self.bel, [ref], lambda _r, _w: (SIGNAL_REDECIDE, notice)
+            self.temporal,
+            self.bel,
+            refs,
+            lambda ref, _want: (SIGNAL_REDECIDE, RedecideNotice(ref=ref, reason=reason)),
         )
 
 

@@ -1,6 +1,7 @@
 """Talking to Temporal from outside workflows: connecting, starting wants, signalling subscribers."""
 
 import asyncio
+import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -62,6 +63,8 @@ from databuild.protocol import (
 )
 from databuild.refs import validate_ref
 from databuild.schedules import SCHEDULE_PREFIX, schedule_id
+
+log = logging.getLogger(__name__)
 
 
 async def connect(settings: Settings) -> Client:
@@ -162,27 +165,43 @@ def want_summary(spec: WantSpec) -> str:
     return ", ".join(parts)
 
 
-async def start_want(client: Client, spec: WantSpec, task_queue: str) -> WorkflowHandle[object, WantResult]:
-    """Start the want's workflow, or attach to it: one want, one workflow, however often it is asked for."""
+async def start_want(
+    client: Client, spec: WantSpec, task_queue: str, bel: BelQueries
+) -> WorkflowHandle[object, WantResult]:
+    """Start the want's workflow, or attach to it: one want, one workflow, however often it is asked for.
+
+    A want whose workflow ended without a final state in the BEL (terminated by an operator, or by
+    Temporal at its history limit) is repaired: it gets a new run, which carries on from the BEL."""
     try:
-        return await client.start_workflow(
-            WANT_WORKFLOW,
-            WantInput(spec=spec),
-            id=spec.workflow_id,
-            task_queue=task_queue,
-            result_type=WantResult,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            search_attributes=want_search_attributes(spec),
-            static_summary=want_summary(spec),
-            static_details=(
-                f"want id `{spec.want_id}`\n\nparent `{spec.parent_want_id or '-'}`, "
-                f"root `{spec.root_want_id or spec.want_id}`"
-            ),
-        )
+        return await _start_want_run(client, spec, task_queue, WorkflowIDReusePolicy.REJECT_DUPLICATE)
     except WorkflowAlreadyStartedError:
-        # It ran before and is closed: the same want, so hand back that workflow.
-        return client.get_workflow_handle(spec.workflow_id, result_type=WantResult)
+        recorded = await asyncio.to_thread(bel.find_want, spec.want_id)
+        if recorded is not None and recorded.state.is_final:
+            return client.get_workflow_handle(
+                spec.workflow_id, result_type=WantResult
+            )  # ended: the same want
+    log.warning("want %s: its workflow ended without a final state; starting a new run", spec.want_id)
+    return await _start_want_run(client, spec, task_queue, WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+
+
+async def _start_want_run(
+    client: Client, spec: WantSpec, task_queue: str, reuse: WorkflowIDReusePolicy
+) -> WorkflowHandle[object, WantResult]:
+    return await client.start_workflow(
+        WANT_WORKFLOW,
+        WantInput(spec=spec),
+        id=spec.workflow_id,
+        task_queue=task_queue,
+        result_type=WantResult,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_reuse_policy=reuse,
+        search_attributes=want_search_attributes(spec),
+        static_summary=want_summary(spec),
+        static_details=(
+            f"want id `{spec.want_id}`\n\nparent `{spec.parent_want_id or '-'}`, "
+            f"root `{spec.root_want_id or spec.want_id}`"
+        ),
+    )
 
 
 SignalFor = Callable[[str, str], tuple[str, object] | None]
@@ -201,26 +220,44 @@ async def notify_subscribers(
     """Signal every want subscribed to any of ``refs``, a page at a time, starting after ``after_id``.
 
     ``signal_for(ref, want_id)`` returns (signal name, payload) or None to skip. ``on_page`` receives
-    the cursor after each page so a retried caller resumes where it stopped. Returns signals sent.
+    the cursor after each page so a retried caller resumes where it stopped. Returns how many wants
+    heard: running workflows signalled, and wants repaired (see ``_signal``); finished ones do not count.
     """
-    sent = 0
+    heard: set[str] = set()
     while True:
         page = await asyncio.to_thread(bel.subscriptions, refs, after_id, page_size)
         if not page:
-            return sent
-        targets = [(wf, sig) for _, ref, want_id, wf in page if (sig := signal_for(ref, want_id)) is not None]
-        await asyncio.gather(*(_signal(client, workflow_id, sig) for workflow_id, sig in targets))
-        sent += len(targets)
+            return len(heard)
+        targets = [(w, wf, sig) for _, ref, w, wf in page if (sig := signal_for(ref, w)) is not None]
+        delivered = await asyncio.gather(*(_signal(client, bel, w, wf, sig) for w, wf, sig in targets))
+        heard.update(want_id for (want_id, _, _), ok in zip(targets, delivered, strict=True) if ok)
         after_id = page[-1][0]
         on_page(after_id)
 
 
-async def _signal(client: Client, workflow_id: str, signal: tuple[str, object]) -> None:
+async def _signal(
+    client: Client, bel: BelQueries, want_id: str, workflow_id: str, signal: tuple[str, object]
+) -> bool:
+    """Signal a want's workflow. One that is closed has finished, or died without a final state in the
+    BEL: that want is started again (it decides afresh, so it needs no signal). False if it finished."""
     try:
         await client.get_workflow_handle(workflow_id).signal(signal[0], signal[1])
+        return True
     except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:  # the want already finished: nothing to wake
+        if error.status != RPCStatusCode.NOT_FOUND:
             raise
+    want = await asyncio.to_thread(bel.find_want, want_id)
+    if want is None or want.state.is_final:
+        return False
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+        log.warning("want %s is not final, and its workflow is gone; register it again", want_id)
+        return False
+    await start_want(client, want.spec, described.task_queue, bel)
+    return True
 
 
 def signal_for_run(run: JobRun) -> SignalFor:

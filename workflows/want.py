@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 from workflows.calls import bel_call, bel_do, failure_message, remote_call, watch
@@ -60,7 +60,9 @@ class WantWorkflow:
         sla_timer: asyncio.Task[None] | None = None
         fulfil: asyncio.Task[Outcome | None] | None = None
         try:
-            if input.carried is None:
+            if input.carried is None and self._bounded:
+                self._seq = await bel_call(p.ACT_REGISTER_WANT, input, int)
+            elif input.carried is None:
                 await bel_do(p.ACT_REGISTER_WANT, input)
             if spec.sla_deadline and not self._sla_missed:
                 sla_timer = asyncio.create_task(self._watch_sla(spec.sla_deadline))
@@ -226,6 +228,7 @@ class WantWorkflow:
         watching = watch(what, decision.watchdog or timedelta(minutes=1))
         await self._wait(lambda: condition() or watching.done())
         if not watching.done():
+            watching.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved
             watching.cancel()
             return True
         if not watching.cancelled() and (error := watching.exception()) is not None:
@@ -295,6 +298,14 @@ class WantWorkflow:
 
     async def _start_job_run(self, decision: p.Decision) -> None:
         assert decision.job_run_id and decision.job_label and decision.policy and self._spec
+        try:
+            await self._start_child(decision)
+        except WorkflowAlreadyStartedError:
+            # Started by an earlier run of this want (one that died and was started again): follow it.
+            workflow.logger.info("job run %s was started before; following it", decision.job_run_id)
+
+    async def _start_child(self, decision: p.Decision) -> None:
+        assert decision.job_run_id and decision.job_label and decision.policy and self._spec
         await workflow.start_child_workflow(
             p.JOB_RUN_WORKFLOW,
             p.JobRunInput(
@@ -307,6 +318,12 @@ class WantWorkflow:
             id=job_run_workflow_id(decision.job_label, decision.job_run_id),
             # A job run serves every want delegated to it, so it outlives the want that queued it.
             parent_close_policy=ParentClosePolicy.ABANDON,
+            # One workflow per job run, ever: an ended one is never started again.
+            id_reuse_policy=(
+                WorkflowIDReusePolicy.REJECT_DUPLICATE
+                if self._bounded
+                else WorkflowIDReusePolicy.ALLOW_DUPLICATE
+            ),
             static_summary=f"job {decision.job_label} -> {', '.join(decision.outputs)}",
             search_attributes=TypedSearchAttributes(
                 [

@@ -166,6 +166,11 @@ class BelQueries:
         rows = self._all(select(s.wants).where(s.wants.c.want_id == want_id))
         return want_from_row(rows[0]) if rows else None
 
+    def decision_seq(self, want_id: str) -> int:
+        """The want's last decision step: a new workflow run of the want decides from the next one."""
+        rows = self._all(select(s.wants.c.decision_seq).where(s.wants.c.want_id == want_id))
+        return int(rows[0]["decision_seq"]) if rows else 0
+
     def wants(
         self,
         *,
