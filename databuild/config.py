@@ -43,6 +43,7 @@ ENV_NAMES = {
     "job_lease": "DATABUILD_JOB_LEASE",
     "max_concurrent_jobs": "DATABUILD_MAX_CONCURRENT_JOBS",
     "sweep_every": "DATABUILD_SWEEP_EVERY",
+    "repair_every": "DATABUILD_REPAIR_EVERY",
     "keep_failed_attempts": "DATABUILD_KEEP_FAILED_ATTEMPTS",
     "workflow_cache": "DATABUILD_WORKFLOW_CACHE",
     "temporal_tls": "DATABUILD_TEMPORAL_TLS",
@@ -84,6 +85,7 @@ class Settings(Model):
     # Each worker sweeps the storage this often (0 turns it off): folders attempts left behind go once
     # their job run has ended; a failed attempt's submission folder and log stay this long first.
     sweep_every: timedelta = timedelta(hours=1)
+    repair_every: timedelta = timedelta(minutes=5)  # look for wants whose workflows died
     keep_failed_attempts: timedelta = timedelta(days=7)
     # Temporal over TLS (a self-hosted cluster with mTLS, or Temporal Cloud): PEM files, or an API key.
     temporal_tls: bool = False
@@ -111,6 +113,7 @@ class Settings(Model):
         "job_start_to_close_timeout",
         "job_lease",
         "sweep_every",
+        "repair_every",
         "keep_failed_attempts",
         mode="before",
     )

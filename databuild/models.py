@@ -166,6 +166,18 @@ class WantSpec(Model):
         return value
 
     @model_validator(mode="after")
+    def _deadlines_exist(self) -> Self:
+        # A deadline past datetime's range cannot be computed (OverflowError); no stored want has one.
+        room = datetime.max.replace(tzinfo=UTC) - self.data_timestamp
+        for name, duration in (("sla", self.sla), ("ttl", self.ttl)):
+            if duration is not None and duration > room:
+                raise ValueError(
+                    f"data_timestamp + {name} is after the year 9999; give a shorter {name} "
+                    "or an earlier data_timestamp"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _lineage_fields(self) -> Self:
         derivative = self.source == WantSource.derivative
         if derivative and not (self.parent_want_id and self.root_want_id):
@@ -210,6 +222,10 @@ class WantSpec(Model):
 
 def want_workflow_id(ref: str, want_id: str) -> str:
     return f"want:{ref}:{want_id}"
+
+
+def want_id_of_workflow(workflow_id: str) -> str:
+    return workflow_id.rpartition(":")[2]  # refs have no ':'
 
 
 def job_run_workflow_id(job_label: str, job_run_id: str) -> str:

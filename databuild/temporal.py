@@ -19,6 +19,7 @@ from temporalio.client import (
     SchedulePolicy,
     ScheduleSpec,
     ScheduleState,
+    WorkflowExecutionStatus,
     WorkflowHandle,
 )
 from temporalio.common import (
@@ -34,7 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 from databuild.bel.queries import BelQueries
 from databuild.config import Settings
 from databuild.errors import InvalidInputError, InvalidTransitionError, NotFoundError, TemporalSetupError
-from databuild.models import JobRun, JobRunState, WantSpec, WantState
+from databuild.models import JobRun, JobRunState, WantSpec, WantState, want_id_of_workflow
 from databuild.protocol import (
     ABANDONED,
     SA_PARTITION_REF,
@@ -202,6 +203,27 @@ async def _start_want_run(
             f"root `{spec.root_want_id or spec.want_id}`"
         ),
     )
+
+
+async def repair_wants(client: Client, bel: BelQueries, task_queue: str) -> int:
+    """Start again every want on ``task_queue`` whose workflow ended without a final state in the BEL
+    (terminated by an operator, or by Temporal). Returns how many were started again."""
+    query = (
+        f"WorkflowType = '{WANT_WORKFLOW}' AND TaskQueue = '{task_queue}' "
+        "AND ExecutionStatus IN ('Terminated', 'TimedOut', 'Failed') "
+        f"AND {SA_WANT_STATE.name} IN ('new', 'building', 'upstream_building')"
+    )
+    dead = {execution.id async for execution in client.list_workflows(query)}
+    repaired = 0
+    for workflow_id in sorted(dead):
+        want = await asyncio.to_thread(bel.find_want, want_id_of_workflow(workflow_id))
+        if want is None or want.state.is_final:
+            continue
+        latest = await client.get_workflow_handle(workflow_id).describe()
+        if latest.status is not WorkflowExecutionStatus.RUNNING:  # else repaired already
+            await start_want(client, want.spec, task_queue, bel)
+            repaired += 1
+    return repaired
 
 
 SignalFor = Callable[[str, str], tuple[str, object] | None]

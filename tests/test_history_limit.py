@@ -19,6 +19,7 @@ from databuild.client import DataBuild
 from databuild.graph import load_graph
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantSpec, WantState
 from databuild.spark import SparkRuntime
+from databuild.temporal import repair_wants
 from tests import graphs
 from tests.conftest import binary, make_settings
 from worker.run import WorkerParts, running_worker
@@ -136,3 +137,21 @@ async def test_a_want_whose_workflow_died_is_repaired(db: DataBuild) -> None:
         r.state.value for r in db.bel.job_runs(ref_prefix=ref) if r.state is not JobRunState.skipped
     )
     assert built == ["failed", "succeeded"]  # the failed build and one rebuild
+
+
+async def test_workers_find_and_repair_dead_wants(db: DataBuild) -> None:
+    ref = await fail_lock(db, "found")
+    spec = await blocked_want(db, ref, WantSource.cli)
+    await db.temporal.get_workflow_handle(spec.workflow_id).terminate("simulated history limit")
+    task_queue = db.settings.task_queue
+    for _ in range(100):  # visibility follows the termination within a moment
+        repaired = await repair_wants(db.temporal, db.bel, task_queue)
+        if repaired:
+            break
+        await asyncio.sleep(0.1)
+    assert repaired == 1
+    assert await repair_wants(db.temporal, db.bel, task_queue) == 0  # running again: nothing to do
+    graphs.BROKEN.discard("found")
+    _, woken = await db.resolve(ref)
+    assert woken == 1
+    assert (await db.wait(spec)).state is WantState.successful

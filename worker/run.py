@@ -5,11 +5,13 @@ import contextlib
 import logging
 import socket
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from activities.fanout import FanOutActivities
@@ -26,7 +28,7 @@ from databuild.runtime import settle_heap
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
 from databuild.sweep import sweep
-from databuild.temporal import connect, ensure_search_attributes
+from databuild.temporal import connect, ensure_search_attributes, repair_wants
 from workflows.job_run import JobRunWorkflow
 from workflows.scheduled import ScheduledWantWorkflow
 from workflows.upstream import UpstreamSyncWorkflow
@@ -105,43 +107,60 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
     if warm_spark:
         # Start the sessions now, so the first job does not pay the JVM start-up.
         asyncio.get_running_loop().run_in_executor(None, built.jobs.executor.executors.warm)
-    stop_sweeping = asyncio.Event()
-    sweeping = asyncio.create_task(
-        sweep_storage_periodically(parts, built.jobs.executor.storage, stop_sweeping)
-    )
+    stop = asyncio.Event()
+    chores = [
+        asyncio.create_task(periodically(parts.settings.sweep_every, stop, sweep_storage, parts, built)),
+        asyncio.create_task(periodically(parts.settings.repair_every, stop, repair, parts, built)),
+    ]
     try:
         async with built.worker:
             yield built.worker
     finally:
-        stop_sweeping.set()
-        await sweeping  # a sweep in progress ends before the BEL it reads is closed
+        stop.set()
+        await asyncio.gather(*chores)  # a chore in progress ends before the BEL it reads is closed
     await built.shutdown()
 
 
-async def sweep_storage_periodically(parts: WorkerParts, storage: Storage, stop: asyncio.Event) -> None:
-    """Sweep the storage now and every ``sweep_every`` until ``stop`` is set. Every worker does: sweeps
-    may overlap, and each removal is one a lone sweep would make."""
-    settings = parts.settings
-    if settings.sweep_every <= timedelta(0):
+Chore = Callable[[WorkerParts, BuiltWorker], Awaitable[None]]
+
+
+async def periodically(every: timedelta, stop: asyncio.Event, chore: Chore, *args: Any) -> None:
+    """Do ``chore`` now and every ``every`` (never when it is 0) until ``stop`` is set. Every worker
+    does: chores may overlap, and each is safe when they do."""
+    if every <= timedelta(0):
         return
     while not stop.is_set():
         try:
-            report = await asyncio.to_thread(
-                sweep, storage, parts.bel, keep_failed=settings.keep_failed_attempts
-            )
+            await chore(*args)
         except Exception:
-            log.exception("storage sweep failed; the next one is in %s", settings.sweep_every)
-        else:
-            for item in report.removed:
-                log.info("swept %s (%s)", item.path, item.reason)
-            for partition in report.restored:
-                log.warning(
-                    "restored %s (instance %s) from an uncommitted publish",
-                    partition.ref,
-                    partition.instance_id,
-                )
+            log.exception("%s failed; the next one is in %s", chore.__name__, every)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), settings.sweep_every.total_seconds())
+            await asyncio.wait_for(stop.wait(), every.total_seconds())
+
+
+async def sweep_storage(parts: WorkerParts, built: BuiltWorker) -> None:
+    storage = built.jobs.executor.storage
+    report = await asyncio.to_thread(
+        sweep, storage, parts.bel, keep_failed=parts.settings.keep_failed_attempts
+    )
+    for item in report.removed:
+        log.info("swept %s (%s)", item.path, item.reason)
+    for partition in report.restored:
+        log.warning(
+            "restored %s (instance %s) from an uncommitted publish", partition.ref, partition.instance_id
+        )
+
+
+async def repair(parts: WorkerParts, _built: BuiltWorker) -> None:
+    """Start again the wants whose workflows died without a final state (see ``repair_wants``)."""
+    try:
+        repaired = await repair_wants(parts.client, parts.bel, parts.settings.task_queue)
+    except RPCError as error:
+        if error.status is RPCStatusCode.UNIMPLEMENTED:  # no list visibility (the time-skipping server)
+            return
+        raise
+    if repaired:
+        log.warning("started %d want(s) again whose workflows had ended without a final state", repaired)
 
 
 async def open_parts(settings: Settings, spark: SparkRuntime | None = None) -> WorkerParts:
