@@ -80,6 +80,11 @@ async def test_cancelling_a_job_run_stops_its_spark_job(make_stack, monkeypatch)
     assert stack.bel.job_run(run.job_run_id).state is JobRunState.failed
     assert stack.bel.partition("slow/cancel").status is PartitionStatus.failed
     assert not (stack.settings.storage_root / "slow/cancel").exists()
+    # The wants hear of the failure from the run's fan-out, just before its workflow closes.
+    for _ in range(50):
+        if (await job_run.describe()).status is not WorkflowExecutionStatus.RUNNING:
+            break
+        await asyncio.sleep(0.1)
     assert (await job_run.describe()).status is WorkflowExecutionStatus.CANCELED
     tracker = stack.parts.spark.session().sparkContext.statusTracker()
     assert tracker.getActiveJobsIds() == []
