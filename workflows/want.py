@@ -297,7 +297,6 @@ class WantWorkflow:
         return None
 
     async def _start_job_run(self, decision: p.Decision) -> None:
-        assert decision.job_run_id and decision.job_label and decision.policy and self._spec
         try:
             await self._start_child(decision)
         except WorkflowAlreadyStartedError:
