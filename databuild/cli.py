@@ -12,10 +12,11 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 
 from databuild import render
 from databuild.client import DataBuild, build_spec
-from databuild.config import Settings
+from databuild.config import Settings, masked_url
 from databuild.durations import format_duration, parse_duration, parse_setting_duration, parse_timestamp
 from databuild.errors import DataBuildError
 from databuild.graph import load_graph
@@ -81,14 +82,7 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 async def _client() -> DataBuild:
-    settings = _settings()
-    try:
-        return await DataBuild.connect(settings)
-    except RuntimeError as error:
-        raise CliError(
-            f"cannot reach Temporal at {settings.temporal_address} ({error}). Start the embedded stack "
-            "with `databuild dev`, or point DATABUILD_TEMPORAL_ADDRESS at your server."
-        ) from None
+    return await DataBuild.connect(_settings())
 
 
 async def _with_client(call: Callable[[DataBuild], Coroutine[Any, Any, T]]) -> T:
@@ -171,7 +165,7 @@ def web(
     app = create_app(context)
     settle_heap()  # once, after start-up: what start-up made stays out of every later full collection
     console.print(
-        f"dashboard http://{host}:{port}/  API http://{host}:{port}/api  BEL {settings.database_url}"
+        f"dashboard http://{host}:{port}/  API http://{host}:{port}/api  BEL {masked_url(settings.database_url)}"
     )
     _run(serve(app, host, port))
 
@@ -184,7 +178,7 @@ def worker() -> None:
     settings = _settings()
     console.print(
         f"worker on task queue [bold]{settings.task_queue}[/] at {settings.temporal_address} "
-        f"(namespace {settings.namespace}); BEL {settings.database_url}"
+        f"(namespace {settings.namespace}); BEL {masked_url(settings.database_url)}"
     )
     _run(serve(settings))
 
@@ -493,7 +487,7 @@ def migrate() -> None:
 
     url = _settings().database_url
     BuildEventLog.create(url).dispose()
-    console.print(f"BEL schema at {url} is up to date")
+    console.print(f"BEL schema at {masked_url(url)} is up to date")
 
 
 @app.command()
@@ -612,7 +606,8 @@ def upstream_list(as_json: JsonFlag = False) -> None:
 
         table = Table("name", "url", "patterns", "cursor", "applied")
         for u in statuses:
-            table.add_row(u.name, u.url or "push only", ", ".join(u.patterns), str(u.cursor), str(u.applied))
+            url = masked_url(u.url) if u.url else "push only"
+            table.add_row(u.name, url, ", ".join(u.patterns), str(u.cursor), str(u.applied))
         return table
 
     _emit(as_json, statuses, human)
@@ -737,7 +732,8 @@ def main() -> None:
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     except (DataBuildError, CliError) as error:
-        err.print(f"[bold red]error:[/] {error}")
+        # One line, however wide the terminal, and printed as is (messages quote user input).
+        err.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
         code = 2
     except KeyboardInterrupt:
         code = 130

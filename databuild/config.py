@@ -1,10 +1,11 @@
 """Settings from the environment (``DATABUILD_*``); flags may override them."""
 
 import os
+import re
 import shlex
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
@@ -64,7 +65,8 @@ class Settings(Model):
     home: Path = DEFAULT_HOME
     temporal_address: str = "127.0.0.1:7233"
     namespace: str = "default"
-    task_queue: str = "databuild"
+    # Default: derived from the graph, so two graphs on one Temporal namespace never take each other's tasks.
+    task_queue: str = Field(default="", description="default: databuild-<graph>")
     database_url: str = Field(default="", description="SQLAlchemy URL; default SQLite under home")
     storage_root: Path = Field(default=Path(), description="default: <home>/data")
     graph: str = "examples.demo:graph"
@@ -186,7 +188,9 @@ class Settings(Model):
         return value.strip()
 
     def model_post_init(self, _context: object) -> None:
-        # Derived defaults depend on `home`, so fill them once it is known.
+        # Derived defaults depend on `home` and `graph`, so fill them once they are known.
+        if not self.task_queue:
+            object.__setattr__(self, "task_queue", default_task_queue(self.graph))
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{(self.home / 'bel.sqlite').resolve()}")
         if self.storage_root == Path():
@@ -217,5 +221,36 @@ class Settings(Model):
             first = error.errors()[0]
             field = str(first["loc"][0]) if first["loc"] else "?"
             raise InvalidInputError(
-                f"bad setting {ENV_NAMES.get(field, field)}={values.get(field)!r}: {first['msg']}"
+                f"bad setting {ENV_NAMES.get(field, field)}={_shown(field, values.get(field))!r}: {first['msg']}"
             ) from None
+
+
+def default_task_queue(graph: str) -> str:
+    """The task queue of a graph unless DATABUILD_TASK_QUEUE says otherwise: ``examples.demo:graph``
+    gets ``databuild-examples.demo-graph``."""
+    return "databuild-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", graph).strip("-")
+
+
+# The password of user:password@ as SQLAlchemy parses it (anything up to the first @), and query or path
+# parameters that carry a secret: ?password=... (libpq), ;token=... (Spark Connect).
+_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*):[^@]*@")
+_SECRET_PARAM = re.compile(r"(?i)([?&;][a-z_]*(?:password|passwd|token|secret|api_?key)=)[^&;#]*")
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password and secret parameters replaced by ``***``, for printing and logging."""
+    return _SECRET_PARAM.sub(r"\1***", _PASSWORD.sub(r"\1:***@", url, count=1))
+
+
+_SECRET_FIELDS = {
+    name
+    for name, field in Settings.model_fields.items()
+    if SecretStr in (field.annotation, *get_args(field.annotation))
+}
+
+
+def _shown(field: str, value: object) -> object:
+    """A setting's value as an error message may show it."""
+    if field in _SECRET_FIELDS:
+        return "***"
+    return masked_url(value) if isinstance(value, str) else value

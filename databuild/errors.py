@@ -45,6 +45,14 @@ class TemporalSetupError(DataBuildError):
     """The Temporal namespace lacks something DataBuild needs and may not create itself."""
 
 
+class TemporalUnavailableError(DataBuildError):
+    """The Temporal server does not answer at the configured address."""
+
+
+class PortInUseError(DataBuildError):
+    """A port `databuild dev` would listen on is held by another process."""
+
+
 class ConcurrentChangeError(DataBuildError):
     """What a command read changed before it could lock it; retrying the command is safe."""
 

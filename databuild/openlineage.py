@@ -55,7 +55,7 @@ from openlineage.client.transport.http_common import DEFAULT_RETRY_CONFIG
 from openlineage.client.transport.transport import Transport
 
 from databuild import __version__
-from databuild.config import Settings
+from databuild.config import Settings, masked_url
 from databuild.errors import InvalidInputError
 from databuild.models import InstanceRef, JobRun, JobRunState
 from databuild.refs import storage_path
@@ -119,7 +119,9 @@ def transport_from_settings(settings: Settings) -> Transport | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         return FileTransport(FileConfig(log_file_path=str(path), append=True))
     except (OSError, ValueError, KeyError) as error:
-        raise InvalidInputError(f"bad setting DATABUILD_OPENLINEAGE_URL={url!r}: {error}") from None
+        raise InvalidInputError(
+            f"bad setting DATABUILD_OPENLINEAGE_URL={masked_url(url)!r}: {error}"
+        ) from None
 
 
 class LineageEmitter:

@@ -2,6 +2,7 @@
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -34,7 +35,13 @@ from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from databuild.bel.queries import BelQueries
 from databuild.config import Settings
-from databuild.errors import InvalidInputError, InvalidTransitionError, NotFoundError, TemporalSetupError
+from databuild.errors import (
+    InvalidInputError,
+    InvalidTransitionError,
+    NotFoundError,
+    TemporalSetupError,
+    TemporalUnavailableError,
+)
 from databuild.models import JobRun, JobRunState, WantSpec, WantState, want_id_of_workflow
 from databuild.protocol import (
     ABANDONED,
@@ -70,13 +77,25 @@ log = logging.getLogger(__name__)
 
 async def connect(settings: Settings) -> Client:
     api_key = settings.temporal_api_key.get_secret_value() if settings.temporal_api_key else None
-    return await Client.connect(
-        settings.temporal_address,
-        namespace=settings.namespace,
-        data_converter=pydantic_data_converter,
-        tls=tls_config(settings),
-        api_key=api_key,
-    )
+    try:
+        return await Client.connect(
+            settings.temporal_address,
+            namespace=settings.namespace,
+            data_converter=pydantic_data_converter,
+            tls=tls_config(settings),
+            api_key=api_key,
+        )
+    except RuntimeError as error:
+        raise TemporalUnavailableError(
+            f"cannot reach Temporal at {settings.temporal_address}: {_connect_failure(error)}; start the "
+            "embedded stack with `databuild dev`, or set DATABUILD_TEMPORAL_ADDRESS to your server"
+        ) from None
+
+
+def _connect_failure(error: RuntimeError) -> str:
+    """The cause in the SDK's connect error, which otherwise is a nested dump of Rust error values."""
+    found = re.search(r'(?:message|error): "([^"]+)"', str(error))
+    return found.group(1) if found else str(error).removeprefix("Failed client connect: ")
 
 
 def tls_config(settings: Settings) -> TLSConfig | bool:

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 from pydantic import ValidationError
 
-from databuild.config import Settings
+from databuild.config import Settings, masked_url
 from databuild.errors import DataBuildError, InvalidInputError
 from databuild.globs import compile_glob
 from databuild.models import EventPage
@@ -30,7 +30,14 @@ def check_upstream(name: str, url: str | None, patterns: list[str]) -> None:
     if url is not None:
         parsed = httpx.URL(url)
         if parsed.scheme not in ("http", "https") or not parsed.host:
-            raise InvalidInputError(f"upstream URL {url!r} must be http(s)://host[:port] of a DataBuild API")
+            raise InvalidInputError(
+                f"upstream URL {masked_url(url)!r} must be http(s)://host[:port] of a DataBuild API"
+            )
+        if parsed.userinfo:
+            raise InvalidInputError(
+                f"upstream URL {masked_url(url)!r} carries credentials, which Temporal would keep in the "
+                f"workflow's history; give the upstream's token in DATABUILD_UPSTREAM_TOKENS ({name}=TOKEN)"
+            )
         if not patterns:
             raise InvalidInputError(
                 "give at least one --pattern of the upstream refs to follow, e.g. 'daily/**'"

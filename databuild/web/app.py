@@ -17,7 +17,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
-from databuild.errors import DataBuildError, InvalidInputError, InvalidTransitionError, NotFoundError
+from databuild.errors import (
+    DataBuildError,
+    InvalidInputError,
+    InvalidTransitionError,
+    NotFoundError,
+    TemporalUnavailableError,
+)
 from databuild.web.auth import ApiTokens, UnauthorizedError
 from databuild.web.paths import STATIC
 
@@ -40,23 +46,13 @@ class WebContext:
     async def client(self) -> DataBuild:
         async with self._lock:
             if self.connected is None:
-                try:
-                    self.connected = await self.connect()
-                except RuntimeError as error:
-                    raise TemporalUnavailableError(
-                        f"cannot reach Temporal at {self.settings.temporal_address} ({error}); "
-                        "start it (`databuild dev`) or set DATABUILD_TEMPORAL_ADDRESS"
-                    ) from None
+                self.connected = await self.connect()
             return self.connected
 
     def workflow_url(self, workflow_id: str) -> str:
         return f"{self.temporal_ui}/namespaces/{quote(self.settings.namespace, safe='')}/workflows/" + quote(
             workflow_id, safe=""
         )
-
-
-class TemporalUnavailableError(DataBuildError):
-    pass
 
 
 def status_of(error: Exception) -> int:
