@@ -106,7 +106,9 @@ class WantActivities:
             self.bel.await_dependencies, input.want_id, input.job_run_id, input.missing
         )
         pending = [d for d in derivatives if d.ref not in status.live and d.ref not in status.failed]
-        await asyncio.gather(*(start_want(self.client, d, self.settings.task_queue, self.bel) for d in pending))
+        await asyncio.gather(
+            *(start_want(self.client, d, self.settings.task_queue, self.bel) for d in pending)
+        )
         return status
 
     @activity.defn(name=p.ACT_AWAIT_REQUIREMENTS)
