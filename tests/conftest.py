@@ -1,6 +1,7 @@
 """Shared fixtures: a real Temporal dev server, one real SparkSession, a BEL per test."""
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -35,14 +36,21 @@ def binary(name: str) -> str:
     return found
 
 
-@pytest.fixture(scope="session")
-async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
+async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
+    """A Temporal dev server with DataBuild's search attributes; ``extra_args`` go to `temporal server
+    start-dev` (e.g. ``--dynamic-config-value``)."""
+    return await WorkflowEnvironment.start_local(
         dev_server_existing_path=binary("temporal"),
         data_converter=pydantic_data_converter,
         search_attributes=SEARCH_ATTRIBUTES,
         dev_server_log_level="error",
+        dev_server_extra_args=list(extra_args),
     )
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await start_dev_server()
     yield env
     await env.shutdown()
 
@@ -77,31 +85,50 @@ def make_settings(
     )
 
 
+@contextlib.asynccontextmanager
+async def running_stack(
+    client: Client,
+    spark: SparkRuntime,
+    home: Path,
+    graph: str = "examples.demo:graph",
+    *,
+    worker: bool = True,
+    **extra: object,
+) -> AsyncIterator[Stack]:
+    """A graph's BEL under ``home`` on its own task queue, with a worker serving it unless ``worker``
+    is False."""
+    settings = make_settings(home, client, graph, **extra)
+    bel = BuildEventLog.create(settings.database_url)
+    loaded = load_graph(graph)
+    parts = WorkerParts(settings, client, bel, loaded, spark)
+    stack = Stack(settings, client, bel, loaded, DataBuild(client, bel, loaded, settings), parts)
+    try:
+        if worker:
+            async with running_worker(parts):
+                yield stack
+        else:
+            yield stack
+    finally:
+        bel.dispose()
+
+
 @pytest.fixture
 async def make_stack(
     temporal_env: WorkflowEnvironment, spark_runtime: SparkRuntime, tmp_path: Path
 ) -> AsyncIterator[object]:
     """Factory: ``await make_stack(graph="tests.graphs:flaky")`` starts a worker for that graph."""
-    stacks: list[tuple[Stack, object]] = []
+    async with contextlib.AsyncExitStack() as stacks:
+        count = 0
 
-    async def start(graph: str = "examples.demo:graph", worker: bool = True, **extra: object) -> Stack:
-        client = temporal_env.client
-        settings = make_settings(tmp_path / f"s{len(stacks)}", client, graph, **extra)
-        bel = BuildEventLog.create(settings.database_url)
-        loaded = load_graph(graph)
-        parts = WorkerParts(settings, client, bel, loaded, spark_runtime)
-        stack = Stack(settings, client, bel, loaded, DataBuild(client, bel, loaded, settings), parts)
-        context = running_worker(parts) if worker else None
-        if context is not None:
-            await context.__aenter__()
-        stacks.append((stack, context))
-        return stack
+        async def start(graph: str = "examples.demo:graph", worker: bool = True, **extra: object) -> Stack:
+            nonlocal count
+            home = tmp_path / f"s{count}"
+            count += 1
+            return await stacks.enter_async_context(
+                running_stack(temporal_env.client, spark_runtime, home, graph, worker=worker, **extra)
+            )
 
-    yield start
-    for stack, context in reversed(stacks):
-        if context is not None:
-            await context.__aexit__(None, None, None)  # type: ignore[attr-defined]
-        stack.bel.dispose()
+        yield start
 
 
 @dataclass
@@ -120,17 +147,11 @@ async def demo_run(
 ) -> AsyncIterator[DemoRun]:
     """The demo want, fulfilled once per session on its own worker; the worker keeps running so tests
     can build more (tests that change the demo's state say so and run last in their module)."""
-    client = temporal_env.client
-    settings = make_settings(tmp_path_factory.mktemp("demo"), client)
-    bel = BuildEventLog.create(settings.database_url)
-    graph = load_graph(settings.graph)
-    parts = WorkerParts(settings, client, bel, graph, spark_runtime)
-    db = DataBuild(client, bel, graph, settings)
-    async with running_worker(parts):
-        spec = await db.want(DEMO_REF)
-        want = await db.wait(spec)
-        yield DemoRun(Stack(settings, client, bel, graph, db, parts), spec, want)
-    bel.dispose()
+    home = tmp_path_factory.mktemp("demo")
+    async with running_stack(temporal_env.client, spark_runtime, home) as stack:
+        spec = await stack.db.want(DEMO_REF)
+        want = await stack.db.wait(spec)
+        yield DemoRun(stack, spec, want)
 
 
 def pytest_configure(config: pytest.Config) -> None:

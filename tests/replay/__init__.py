@@ -1,0 +1,59 @@
+"""Recorded workflow histories (tests/histories) and how to replay them against today's workflow code.
+
+``python -m tests.replay.record`` records them; tests/test_replay.py replays them on every run."""
+
+import json
+from pathlib import Path
+
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workflows.job_run import JobRunWorkflow
+from workflows.scheduled import ScheduledWantWorkflow
+from workflows.upstream import UpstreamSyncWorkflow
+from workflows.want import WantWorkflow
+
+HISTORY_DIR = Path(__file__).parent.parent / "histories"
+
+# Each scenario of the recorder, and the histories it saves.
+SCENARIOS: dict[str, tuple[str, ...]] = {
+    "execute": ("want-execute", "job-run-success"),
+    "delegate": ("want-delegate",),
+    "dep-miss-chain": ("want-dep-miss-chain", "want-derivative", "job-run-dep-miss"),
+    "fail-lock": ("want-failed", "job-run-failed", "want-fail-lock-resolve"),
+    "retry": ("job-run-retry",),
+    "cancel": ("want-cancel",),
+    "job-run-cancel": ("job-run-cancel",),
+    "abandon": ("want-cancel-building", "job-run-abandon"),
+    "upstream-pull": ("upstream-sync-pull",),
+    "upstream-push": ("upstream-sync-push",),
+    "scheduled": ("scheduled-want",),
+    "sla-miss": ("want-sla-miss",),
+    "ttl-expiry": ("want-ttl-expiry",),
+    "continue-as-new": ("want-continue-as-new-1", "want-continue-as-new-2"),
+    # Recorded by the want workflow before the bounded-history patch (commit 8f9f934), when a waiting
+    # want woke up every lease on a timer: they prove wants started then still replay.
+    "v0-execute": ("v0-want-execute",),
+    "v0-blocked": ("v0-want-blocked-watchdog",),
+    "v0-following": ("v0-want-following-watchdog",),
+}
+OLD_COMMIT = "8f9f934"
+
+
+def history_path(name: str) -> Path:
+    return HISTORY_DIR / f"{name}.json"
+
+
+def load_history(name: str) -> WorkflowHistory:
+    """A recorded history: ``{"workflow_id": ..., "history": <the JSON `temporal workflow show` writes>}``."""
+    recorded = json.loads(history_path(name).read_text())
+    return WorkflowHistory.from_json(recorded["workflow_id"], recorded["history"])
+
+
+def replayer() -> Replayer:
+    """Today's workflows, as the worker registers them (worker/run.py)."""
+    return Replayer(
+        workflows=[WantWorkflow, JobRunWorkflow, UpstreamSyncWorkflow, ScheduledWantWorkflow],
+        data_converter=pydantic_data_converter,
+    )

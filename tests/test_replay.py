@@ -1,0 +1,19 @@
+"""Recorded histories of every workflow type replay against today's workflow code (no server): a change
+that would break the workflows already running (other commands, or in another order, without
+``workflow.patched``) fails here. How to record them: README, "Replay tests"."""
+
+import pytest
+
+from tests.replay import HISTORY_DIR, SCENARIOS, load_history, replayer
+
+HISTORIES = sorted(name for names in SCENARIOS.values() for name in names)
+
+
+def test_every_recorded_history_is_present() -> None:
+    recorded = sorted(path.stem for path in HISTORY_DIR.glob("*.json"))
+    assert recorded == HISTORIES
+
+
+@pytest.mark.parametrize("name", HISTORIES)
+async def test_history_replays(name: str) -> None:
+    await replayer().replay_workflow(load_history(name))
