@@ -21,6 +21,8 @@ DEFAULT_HOME = Path(".databuild")
 ExecutorKind = Literal["session", "submit", "connect"]
 
 
+_HOST_CHARACTERS = set("abcdefghijklmnopqrstuvwxyz0123456789-._:")  # names, IPv4 and IPv6 addresses
+
 # The environment variable of each setting.
 ENV_NAMES = {
     "home": "DATABUILD_HOME",
@@ -58,6 +60,7 @@ ENV_NAMES = {
     "api_tokens": "DATABUILD_API_TOKENS",
     "api_tokens_file": "DATABUILD_API_TOKENS_FILE",
     "upstream_tokens": "DATABUILD_UPSTREAM_TOKENS",
+    "allowed_hosts": "DATABUILD_ALLOWED_HOSTS",
 }
 
 
@@ -109,6 +112,13 @@ class Settings(Model):
     api_tokens_file: Path | None = Field(default=None, description="a file of name=token lines")
     # Tokens this graph presents to its upstream graphs' events APIs, by upstream name.
     upstream_tokens: SecretStr | None = Field(default=None, description="name=token,name2=token2")
+    # The names the web server answers to (its requests' Host, any port). A request naming another host
+    # is refused before anything else: a page whose own name resolves to this server (DNS rebinding)
+    # would otherwise reach it as a loopback client.
+    allowed_hosts: list[str] = Field(
+        default_factory=lambda: ["localhost", "127.0.0.1", "::1"],
+        description="host,host2; `*.example.com` for subdomains, `*` for any",
+    )
 
     @field_validator(
         "job_heartbeat_timeout",
@@ -186,6 +196,19 @@ class Settings(Model):
         if not value.strip():
             raise ValueError("the OpenLineage job namespace may not be empty")
         return value.strip()
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _allowed_hosts(cls, value: object) -> object:
+        names = value.split(",") if isinstance(value, str) else value
+        if not isinstance(names, list):
+            return value
+        hosts = [str(name).strip().lower().removeprefix("[").removesuffix("]") for name in names]
+        for host in filter(None, hosts):
+            # One colon is a port (an IPv6 address has more): ports are never part of the check.
+            if host != "*" and (host.count(":") == 1 or not set(host.removeprefix("*.")) <= _HOST_CHARACTERS):
+                raise ValueError(f"{host!r} is not a host name or address (without port), `*.domain` or `*`")
+        return [host for host in hosts if host]
 
     def model_post_init(self, _context: object) -> None:
         # Derived defaults depend on `home` and `graph`, so fill them once they are known.

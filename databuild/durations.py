@@ -7,6 +7,9 @@ from databuild.errors import InvalidDurationError, InvalidInputError
 
 _PART = re.compile(r"(\d+)([wdhms])")
 _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+# Longer is a typo, and a deadline (data time + duration) then stays far inside datetime's range.
+MAX_DURATION = timedelta(days=36500)
+_TOO_LONG = f"durations are at most {MAX_DURATION.days}d (100 years)"
 
 
 def parse_duration(text: str) -> timedelta:
@@ -17,7 +20,14 @@ def parse_duration(text: str) -> timedelta:
         )
     if not raw or _PART.sub("", raw) != "":
         raise InvalidDurationError(f"cannot read duration {text!r}; write it like 9h, 30d, 1d12h, 90m or 45s")
-    return timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in _PART.findall(raw)))
+    parts = _PART.findall(raw)
+    # More digits than any duration under the limit has: refused before int() is asked to read them.
+    if any(len(number.lstrip("0")) > 12 for number, _ in parts):
+        raise InvalidDurationError(f"duration {text[:40]!r} is too long; {_TOO_LONG}")
+    seconds = sum(int(number) * _UNITS[unit] for number, unit in parts)
+    if seconds > MAX_DURATION.total_seconds():
+        raise InvalidDurationError(f"duration {text[:40]!r} is too long; {_TOO_LONG}")
+    return timedelta(seconds=seconds)
 
 
 def parse_setting_duration(text: str) -> timedelta:

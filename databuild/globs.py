@@ -82,19 +82,18 @@ class RefGlob:
         inside = every ^ slashes ^ (1 << end)  # positions of a character that is not "/"
         reached = 1
         for kind, text in self.steps:
-            lowest = reached & -reached
-            if kind == "text":
-                reached = _after_text(ref, text, reached)
-            elif kind == "?":
+            if kind == "?":
                 reached = (reached & inside) << 1
             elif kind == "*":
                 # Adding a reached bit to its run of non-slash bits carries it to the run's end: the
                 # bits that flip are the positions from it to the next "/" (or the end of the ref).
                 reached |= (inside + (reached & inside)) ^ inside
+            elif kind == "text":
+                reached = _after_text(ref, text, reached)
             elif kind == "**":
-                reached = every & -lowest  # every position from the first one reached
-            else:
-                reached |= (slashes & -lowest) << 1  # just after any "/" at or beyond the first one
+                reached = every & -(reached & -reached)  # every position from the first one reached
+            else:  # "**/": just after any "/" at or beyond the first position reached
+                reached |= (slashes & -(reached & -reached)) << 1
             if not reached:
                 return False
         return bool(reached >> end & 1)

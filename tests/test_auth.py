@@ -16,6 +16,7 @@ from databuild.web.auth import ApiTokens
 TOKEN = "s3cret-token-of-graph-b"
 REMOTE = ("192.0.2.10", 40000)
 LOOPBACK = ("127.0.0.1", 40000)
+BASE = "http://127.0.0.1:8000"  # a Host the server answers to (DATABUILD_ALLOWED_HOSTS)
 WRITES = [
     ("post", "/api/wants", {"ref": "daily_users/2024-01-01"}),
     ("post", "/api/partitions/ext/1/taint", {"dry_run": False}),
@@ -45,7 +46,9 @@ def call(client: TestClient, method: str, path: str, body: object, **headers: st
 
 def test_with_tokens_every_guarded_endpoint_needs_one(tmp_path: Path, bel: BuildEventLog) -> None:
     before = bel.last_idx()
-    client = TestClient(app(tmp_path, bel, f"graph-b={TOKEN}"), client=LOOPBACK)  # (loopback is not enough)
+    client = TestClient(
+        app(tmp_path, bel, f"graph-b={TOKEN}"), base_url=BASE, client=LOOPBACK
+    )  # (loopback is not enough)
     for method, path, body in WRITES:
         for headers in ({}, {"authorization": "Bearer wrong-token-wrong-token"}, {"authorization": TOKEN}):
             response = call(client, method, path, body, **headers)
@@ -66,12 +69,12 @@ def test_with_tokens_every_guarded_endpoint_needs_one(tmp_path: Path, bel: Build
 
 def test_without_tokens_only_loopback_clients_may_write(tmp_path: Path, bel: BuildEventLog) -> None:
     before = bel.last_idx()
-    remote = TestClient(app(tmp_path, bel, None), client=REMOTE)
+    remote = TestClient(app(tmp_path, bel, None), base_url=BASE, client=REMOTE)
     for method, path, body in WRITES:
         response = call(remote, method, path, body)
         assert response.status_code == 401 and "DATABUILD_API_TOKENS" in response.text  # type: ignore[attr-defined]
     assert bel.last_idx() == before
-    local = TestClient(app(tmp_path, bel, None), client=LOOPBACK)
+    local = TestClient(app(tmp_path, bel, None), base_url=BASE, client=LOOPBACK)
     assert local.get("/api/events").status_code == 200
 
 

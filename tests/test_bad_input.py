@@ -16,6 +16,8 @@ CASES = [
     (["want", "daily_users/2024-01-01", "--sla", "-2h"], "negative"),
     (["want", "daily_users/2024-01-01", "--ttl", "soon"], "cannot read duration 'soon'"),
     (["want", "daily_users/2024-01-01", "--ttl", "30d"], "TTL of this want ended"),
+    (["want", "daily_users/2024-01-01", "--ttl", "999999999999d"], "durations are at most 36500d"),
+    (["want", "daily_users/9999-12-31", "--sla", "2d"], "data_timestamp + sla is after the year 9999"),
     (["want", "daily_users/2024-01-01", "--data-timestamp", "yesterday"], "cannot read timestamp"),
     (
         ["want", "daily_users/2024-01-01", "--source", "derivative"],
@@ -46,6 +48,7 @@ async def test_sdk_rejects_bad_input_and_records_nothing(make_stack) -> None:
         ("no_such_job/1", {}),
         ("daily_users/2024-01-01", {"sla": timedelta(hours=-1)}),
         ("daily_users/2024-01-01", {"ttl": timedelta(days=1)}),
+        ("daily_users/9999-12-31", {"ttl": timedelta(days=2)}),  # a deadline past datetime's range
     ]
     for ref, options in bad:
         with pytest.raises(InvalidInputError):

@@ -130,7 +130,8 @@ def test_hostile_labels_and_reasons_render_as_text(tmp_path: Path) -> None:
     bel.start_job_run(decision.job_run_id, 1, "w")
     bel.fail_job_run(decision.job_run_id, HOSTILE)
     bel.finish_want(spec.want_id, WantState.failed, reason=HOSTILE)
-    with TestClient(create_app(web_context(settings, bel, UI)), client=("127.0.0.1", 50000)) as client:
+    app = create_app(web_context(settings, bel, UI))
+    with TestClient(app, base_url="http://localhost:8000", client=("127.0.0.1", 50000)) as client:
         for path in (
             "/wants",
             f"/wants/{spec.want_id}",
@@ -149,7 +150,7 @@ def test_hostile_labels_and_reasons_render_as_text(tmp_path: Path) -> None:
         before = bel.last_idx()
         forged = client.post("/wants", data={"ref": "h/2"}, headers={"origin": "http://evil.example"})
         assert forged.status_code == 400 and "another site" in forged.text
-        remote = TestClient(create_app(web_context(settings, bel, UI)), client=("192.0.2.7", 50000))
+        remote = TestClient(app, base_url="http://localhost:8000", client=("192.0.2.7", 50000))
         refused = remote.post("/wants", data={"ref": "h/2"})
         assert refused.status_code == 401 and "loopback clients only" in refused.text
         assert bel.last_idx() == before and bel.wants(ref_prefix="h/2") == []  # neither was recorded

@@ -38,12 +38,13 @@ from databuild.views import (
     want_view,
 )
 from databuild.web.app import WebContext
-from databuild.web.auth import caller
+from databuild.web.auth import GuardedRoute, caller, guard
 
-router = APIRouter(prefix="/api", tags=["api"])
+router = APIRouter(prefix="/api", tags=["api"], route_class=GuardedRoute)
 
+MAX_INDEX = 2**63 - 1  # the largest integer SQLite and PostgreSQL (BIGINT) take
 Limit = Annotated[int, Query(ge=1, le=1000, description="rows per page")]
-Offset = Annotated[int, Query(ge=0)]
+Offset = Annotated[int, Query(ge=0, le=MAX_INDEX)]
 Prefix = Annotated[str | None, Query(description="only refs starting with this")]
 Pattern = Annotated[
     str | None, Query(description="only refs matching this glob: `*` in a segment, `**` across")
@@ -56,8 +57,9 @@ def context(request: Request) -> WebContext:
     return found
 
 
+@guard
 def authorized(request: Request) -> str:
-    """The caller's name; 401 before anything else is read or recorded."""
+    """The caller's name; 401 before the body or anything else is read, and nothing recorded."""
     return caller(request, context(request).tokens)
 
 
@@ -197,7 +199,7 @@ async def post_available(
 def get_events(
     request: Request,
     _caller: Caller,
-    since_idx: Annotated[int, Query(ge=0, description="return events after this index")] = 0,
+    since_idx: Annotated[int, Query(ge=0, le=MAX_INDEX, description="return events after this index")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ref: Annotated[list[str], Query(description="exact partition refs")] = [],  # noqa: B006
     pattern: Annotated[list[str], Query(description="ref globs: * in a segment, ** across")] = [],  # noqa: B006

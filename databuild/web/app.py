@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -25,6 +25,7 @@ from databuild.errors import (
     TemporalUnavailableError,
 )
 from databuild.web.auth import ApiTokens, UnauthorizedError
+from databuild.web.guards import AllowedHosts, BodyLimit, HostCheck
 from databuild.web.paths import STATIC
 
 Connect = Callable[[], Awaitable[DataBuild]]
@@ -48,6 +49,10 @@ class WebContext:
             if self.connected is None:
                 self.connected = await self.connect()
             return self.connected
+
+    @property
+    def hosts(self) -> AllowedHosts:
+        return AllowedHosts(self.settings.allowed_hosts)
 
     def workflow_url(self, workflow_id: str) -> str:
         return f"{self.temporal_ui}/namespaces/{quote(self.settings.namespace, safe='')}/workflows/" + quote(
@@ -82,6 +87,8 @@ def create_app(context: WebContext) -> FastAPI:
     app.include_router(api.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(BodyLimit)
+    app.add_middleware(HostCheck, hosts=context.hosts)  # added last, so it runs first
 
     @app.exception_handler(DataBuildError)
     async def _error(request: Request, error: DataBuildError) -> JSONResponse:
@@ -94,11 +101,16 @@ def create_app(context: WebContext) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, error: RequestValidationError) -> Response:
-        if request.url.path.startswith("/api/"):
-            return await request_validation_exception_handler(request, error)
         problems = "; ".join(
             f"{'.'.join(str(x) for x in e.get('loc', ())[1:])}: {e.get('msg')}" for e in error.errors()
         )
+        if request.url.path.startswith("/api/"):  # bad input is a 400 like every other; `detail` as FastAPI's
+            body = {
+                "error": problems,
+                "type": "InvalidInputError",
+                "detail": jsonable_encoder(error.errors()),
+            }
+            return JSONResponse(body, status_code=400)
         return pages.error_page(request, InvalidInputError(problems), 400)
 
     @app.exception_handler(StarletteHTTPException)

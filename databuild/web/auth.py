@@ -7,9 +7,12 @@ works out of the box, and a server exposed on a network refuses writes until tok
 
 import hmac
 import ipaddress
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from fastapi import Request
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
 
 from databuild.config import Settings
 from databuild.errors import DataBuildError, InvalidInputError
@@ -103,3 +106,32 @@ def caller(request: Request, tokens: ApiTokens) -> str:
         "no API tokens are configured, so only loopback clients may call this endpoint; "
         "set DATABUILD_API_TOKENS on the server and send `Authorization: Bearer <token>`"
     )
+
+
+Guard = TypeVar("Guard", bound=Callable[[Request], object])
+_GUARDS: set[Callable[..., Any]] = set()
+
+
+def guard(check: Guard) -> Guard:
+    """Marks a dependency that decides whether the caller may use the route at all: a ``GuardedRoute``
+    runs it before the request body is read."""
+    _GUARDS.add(check)
+    return check
+
+
+class GuardedRoute(APIRoute):
+    """Runs the route's guards before FastAPI reads and parses the request body (it resolves
+    dependencies only after), so refusing a caller never costs reading and holding what it sent."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        guards = [d.call for d in self.dependant.dependencies if d.call in _GUARDS]
+        if not guards:
+            return handler
+
+        async def guarded(request: Request) -> Response:
+            for check in guards:
+                check(request)
+            return await handler(request)
+
+        return guarded

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 from urllib.parse import quote, urlsplit
 
 import jinja2
-from fastapi import APIRouter, Form, Query, Request
+from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
@@ -23,11 +23,11 @@ from databuild.views import (
     partition_view,
     want_view,
 )
-from databuild.web.api import WantRequest, context, register_want
-from databuild.web.auth import UnauthorizedError, is_loopback
+from databuild.web.api import Offset, WantRequest, context, register_want
+from databuild.web.auth import GuardedRoute, UnauthorizedError, guard, is_loopback
 from databuild.web.paths import TEMPLATES
 
-router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, route_class=GuardedRoute)
 
 # Every template is autoescaped: refs, labels, reasons and errors are user-supplied.
 _env = jinja2.Environment(
@@ -55,7 +55,6 @@ def error_page(request: Request, error: DataBuildError, status: int) -> HTMLResp
 
 Text = Annotated[str | None, Query()]
 Limit = Annotated[int, Query(ge=1, le=1000)]
-Offset = Annotated[int, Query(ge=0)]
 
 
 @router.get("/")
@@ -83,14 +82,10 @@ def wants_page(
     return _page(request, "wants.html", view=view, states=list(WantState))
 
 
-@router.post("/wants", response_model=None)
-async def want_form(
-    request: Request,
-    ref: Annotated[str, Form()],
-    sla: Annotated[str, Form()] = "",
-    ttl: Annotated[str, Form()] = "",
-) -> Response:
-    """The "want this partition" form: registers a want (source `dashboard`) and shows it."""
+@guard
+def dashboard_writer(request: Request) -> None:
+    """The want form registers wants for loopback clients only, and only when posted from a page of this
+    very server: a browser's Origin must name an allowed host and match the Host it sent to."""
     if not is_loopback(request):
         raise UnauthorizedError(
             "the dashboard registers wants for loopback clients only; use `databuild want` or "
@@ -98,8 +93,22 @@ async def want_form(
         )
     origin = request.headers.get("origin")
     cross_site = request.headers.get("sec-fetch-site") == "cross-site"
-    if cross_site or (origin and urlsplit(origin).netloc != request.headers.get("host")):
+    if origin is not None:
+        netloc = urlsplit(origin).netloc
+        cross_site |= netloc != request.headers.get("host") or not context(request).hosts.allows(netloc)
+    if cross_site:
         raise InvalidInputError(f"a form posted from another site ({origin or 'unknown origin'}) is refused")
+
+
+@router.post("/wants", response_model=None)
+async def want_form(
+    request: Request,
+    _writer: Annotated[None, Depends(dashboard_writer)],
+    ref: Annotated[str, Form()],
+    sla: Annotated[str, Form()] = "",
+    ttl: Annotated[str, Form()] = "",
+) -> Response:
+    """The "want this partition" form: registers a want (source `dashboard`) and shows it."""
     try:
         want = await register_want(
             context(request),
