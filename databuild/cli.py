@@ -21,6 +21,7 @@ from databuild.durations import format_duration, parse_duration, parse_setting_d
 from databuild.errors import DataBuildError
 from databuild.graph import load_graph
 from databuild.models import (
+    MAX_INDEX,
     EventFilter,
     JobRunState,
     PartitionStatus,
@@ -66,7 +67,7 @@ err = Console(stderr=True)
 T = TypeVar("T")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
-Limit = Annotated[int, typer.Option(help="Rows to show.")]
+Limit = Annotated[int, typer.Option(min=1, max=MAX_INDEX, help="Rows to show.")]
 
 
 class CliError(Exception):
@@ -274,7 +275,7 @@ Prefix = Annotated[str | None, typer.Option(help="Only refs starting with this."
 Pattern = Annotated[
     str | None, typer.Option("--pattern", help="Only refs matching this glob: * within a segment, ** across.")
 ]
-Offset = Annotated[int, typer.Option(help="Skip this many rows (paging).")]
+Offset = Annotated[int, typer.Option(min=0, max=MAX_INDEX, help="Skip this many rows (paging).")]
 
 
 def _page_note(page: Page) -> str:
@@ -340,8 +341,10 @@ def partitions_show(
     instance: Annotated[
         str | None, typer.Option("--instance", help="Show this instance (UUID) instead, live or not.")
     ] = None,
-    fan_out: Annotated[int, typer.Option(help="Downstream consumers to show.")] = FAN_OUT,
-    offset: Annotated[int, typer.Option(help="Skip this many downstream consumers.")] = 0,
+    fan_out: Annotated[int, typer.Option(min=1, max=10_000, help="Downstream consumers to show.")] = FAN_OUT,
+    offset: Annotated[
+        int, typer.Option(min=0, max=MAX_INDEX, help="Skip this many downstream consumers.")
+    ] = 0,
     as_json: JsonFlag = False,
 ) -> None:
     """Lineage of a partition instance: the job run that built it and what it read; who reads it."""
@@ -520,7 +523,9 @@ def stats(as_json: JsonFlag = False) -> None:
 
 @app.command()
 def events(
-    since: Annotated[int, typer.Option("--since", help="Only events after this index.")] = 0,
+    since: Annotated[
+        int, typer.Option("--since", min=0, max=MAX_INDEX, help="Only events after this index.")
+    ] = 0,
     pattern: Annotated[
         list[str] | None,
         typer.Option(help="Refs matching this glob (* in a segment, ** across); repeatable."),

@@ -398,6 +398,7 @@ class EventRecord(Model):
     data: dict[str, object]
 
 
+MAX_INDEX = 2**63 - 1  # the largest offset or event index: SQLite's INTEGER and PostgreSQL's BIGINT
 MAX_FILTER_ITEMS = 100
 
 

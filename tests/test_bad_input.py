@@ -18,6 +18,14 @@ CASES = [
     (["want", "daily_users/2024-01-01", "--ttl", "30d"], "TTL of this want ended"),
     (["want", "daily_users/2024-01-01", "--ttl", "999999999999d"], "durations are at most 36500d"),
     (["want", "daily_users/9999-12-31", "--sla", "2d"], "data_timestamp + sla is after the year 9999"),
+    (
+        ["events", "--since", "99999999999999999999"],
+        "'--since': Input should be less than or equal to 9223372036854775807",
+    ),
+    (
+        ["wants", "list", "--offset", "99999999999999999999"],
+        "'--offset': Input should be less than or equal to 92233",
+    ),
     (["want", "daily_users/2024-01-01", "--data-timestamp", "yesterday"], "cannot read timestamp"),
     (
         ["want", "daily_users/2024-01-01", "--source", "derivative"],

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from databuild.durations import parse_duration
 from databuild.models import (
+    MAX_INDEX,
     BuildStats,
     EventFilter,
     EventPage,
@@ -42,7 +43,6 @@ from databuild.web.auth import GuardedRoute, caller, guard
 
 router = APIRouter(prefix="/api", tags=["api"], route_class=GuardedRoute)
 
-MAX_INDEX = 2**63 - 1  # the largest integer SQLite and PostgreSQL (BIGINT) take
 Limit = Annotated[int, Query(ge=1, le=1000, description="rows per page")]
 Offset = Annotated[int, Query(ge=0, le=MAX_INDEX)]
 Prefix = Annotated[str | None, Query(description="only refs starting with this")]
