@@ -6,7 +6,7 @@ from temporalio import activity
 
 from databuild import protocol as p
 from databuild.client import DataBuild
-from databuild.errors import InvalidInputError
+from databuild.errors import InvalidInputError, InvalidTransitionError
 from databuild.upstream import pull, token_for
 
 
@@ -29,23 +29,27 @@ class UpstreamActivities:
     @activity.defn(name=p.ACT_PULL_UPSTREAM)
     async def pull_upstream(self, input: p.PullInput) -> p.PullResult:
         async def announce(ref: str, instance_id: str | None) -> bool:
-            _, changed, _ = await self.db.publish(ref, instance_id=instance_id, source=input.name)
+            _, changed, _ = await self.db.publish(
+                ref, instance_id=instance_id, source=input.name, patterns=input.patterns
+            )
             return changed
 
         token = token_for(self.db.settings, input.name)
-        cursor, applied, more = await pull(
-            self.http(), input.url, input.patterns, input.cursor, token, announce
-        )
-        return p.PullResult(cursor=cursor, applied=applied, more=more)
+        result, refusals = await pull(self.http(), input.url, input.patterns, input.cursor, token, announce)
+        for refusal in refusals:
+            activity.logger.warning("skipped event %s from upstream %s", refusal, input.name)
+        return result
 
     @activity.defn(name=p.ACT_APPLY_ANNOUNCEMENTS)
     async def apply_announcements(self, input: p.AnnouncementsInput) -> int:
         applied = 0
         for a in input.announcements:
             try:
-                _, changed, _ = await self.db.publish(a.ref, instance_id=a.instance_id, source=a.graph)
-            except InvalidInputError as error:  # a bad announcement can never apply: say why, go on
-                activity.logger.warning("ignored announcement of %r from %s: %s", a.ref, a.graph, error)
+                _, changed, _ = await self.db.publish(
+                    a.ref, instance_id=a.instance_id, source=a.graph, patterns=input.patterns
+                )
+            except (InvalidInputError, InvalidTransitionError) as error:  # it can never apply: say why, go on
+                activity.logger.warning("refused announcement of %r from %s: %s", a.ref, a.graph, error)
                 continue
             applied += changed
         return applied

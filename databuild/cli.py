@@ -609,10 +609,10 @@ def upstream_list(as_json: JsonFlag = False) -> None:
     def human() -> Any:
         from rich.table import Table
 
-        table = Table("name", "url", "patterns", "cursor", "applied")
+        table = Table("name", "url", "patterns", "cursor", "applied", "refused")
         for u in statuses:
             url = masked_url(u.url) if u.url else "push only"
-            table.add_row(u.name, url, ", ".join(u.patterns), str(u.cursor), str(u.applied))
+            table.add_row(u.name, url, ", ".join(u.patterns), str(u.cursor), str(u.applied), str(u.refused))
         return table
 
     _emit(as_json, statuses, human)

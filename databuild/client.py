@@ -15,6 +15,7 @@ from databuild.models import Partition, Want, WantSource, WantSpec, default_data
 from databuild.protocol import SIGNAL_PARTITION_AVAILABLE, SIGNAL_REDECIDE, PartitionAvailable, RedecideNotice
 from databuild.refs import validate_ref
 from databuild.temporal import connect, notify_subscribers, start_want
+from databuild.upstream import check_announcement
 
 
 class DataBuild:
@@ -117,12 +118,19 @@ class DataBuild:
         return want
 
     async def publish(
-        self, ref: str, *, instance_id: str | None = None, source: str | None = None
+        self,
+        ref: str,
+        *,
+        instance_id: str | None = None,
+        source: str | None = None,
+        patterns: Sequence[str] = (),
     ) -> tuple[Partition, bool, int]:
         """Announce that ``ref`` is available and wake every want waiting for it. ``instance_id`` (the
         producer's instance UUID) makes repeats of one announcement change nothing; ``source`` names the
-        producer. Returns the partition, whether this call changed it, and how many wants were signalled."""
-        validate_ref(ref)
+        producer; ``patterns``: those of the upstream subscription it came through. Returns the
+        partition, whether this call changed it, and how many wants were signalled. A ref the graph
+        does not declare external, or outside ``patterns``, raises AnnouncementRefusedError."""
+        check_announcement(self.graph, ref, patterns)
         partition, created = await asyncio.to_thread(self.bel.publish_external, ref, instance_id, source)
         assert partition.instance_id is not None
         notice = PartitionAvailable(ref=ref, instance_id=partition.instance_id, job_run_id=partition.built_by)

@@ -29,6 +29,11 @@ class UnknownJobError(InvalidInputError):
     """No job in the graph declares an output pattern matching the ref."""
 
 
+class AnnouncementRefusedError(InvalidInputError):
+    """An announcement of a ref its source may not announce: not external here, or outside the
+    patterns of the upstream subscription it came through."""
+
+
 class GraphDefinitionError(DataBuildError):
     """The user's graph is malformed (bad pattern, clashing outputs, unloadable module)."""
 

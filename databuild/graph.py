@@ -118,6 +118,10 @@ class Graph:
         self._external.extend(Pattern.parse(p) for p in patterns)
 
     @property
+    def external_patterns(self) -> list[str]:
+        return [p.text for p in self._external]
+
+    @property
     def jobs(self) -> list[Job]:
         return list(self._jobs.values())
 

@@ -268,6 +268,7 @@ class UpstreamInput(Model):
     poll_every: timedelta = timedelta(seconds=5)
     cursor: int = 0  # the upstream's event index applied up to (carried across continue-as-new)
     applied: int = 0
+    refused: int = 0  # pulled events skipped: not external here, or outside ``patterns``
     steps_per_run: int = 200  # pulls and applied pushes per workflow run, then continue-as-new
 
 
@@ -281,11 +282,13 @@ class PullInput(Model):
 class PullResult(Model):
     cursor: int
     applied: int = 0
+    refused: int = 0
     more: bool = False
 
 
 class AnnouncementsInput(Model):
     announcements: list[Announcement]
+    patterns: list[str] = []  # the subscription's: each announcement must match one (none: any external ref)
 
 
 class UpstreamStatus(Model):
@@ -294,6 +297,7 @@ class UpstreamStatus(Model):
     patterns: list[str]
     cursor: int
     applied: int
+    refused: int = 0
 
 
 # Scheduled wants ---------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from databuild.errors import (
     TemporalSetupError,
     TemporalUnavailableError,
 )
+from databuild.graph import Graph
 from databuild.models import JobRun, JobRunState, WantSpec, WantState, want_id_of_workflow
 from databuild.protocol import (
     ABANDONED,
@@ -71,6 +72,7 @@ from databuild.protocol import (
 )
 from databuild.refs import validate_ref
 from databuild.schedules import SCHEDULE_PREFIX, schedule_id
+from databuild.upstream import check_announcement
 
 log = logging.getLogger(__name__)
 
@@ -339,10 +341,18 @@ async def start_upstream(client: Client, task_queue: str, input: UpstreamInput) 
         ) from None
 
 
-async def announce(client: Client, task_queue: str, announcement: Announcement) -> None:
+async def announce(
+    client: Client, task_queue: str, announcement: Announcement, *, graph: Graph | None = None
+) -> None:
     """Push "partition X is available" to the graph served on ``client``/``task_queue``: a signal to its
-    workflow for ``announcement.graph``, started if it does not run yet (it then only takes pushes)."""
-    validate_ref(announcement.ref)
+    workflow for ``announcement.graph``, started if it does not run yet (it then only takes pushes).
+    The receiving worker applies only refs its graph declares external, within the patterns that
+    upstream is followed for, and logs the rest. Give the receiving ``graph`` when you have it: an
+    announcement it would refuse then raises AnnouncementRefusedError here, and nothing is sent."""
+    if graph is None:
+        validate_ref(announcement.ref)
+    else:
+        check_announcement(graph, announcement.ref)
     await client.start_workflow(
         UPSTREAM_WORKFLOW,
         UpstreamInput(name=announcement.graph),

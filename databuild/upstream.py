@@ -1,16 +1,26 @@
-"""Pulling from an upstream graph's events API: fetch a page of its partition events, check it, and
-announce each live partition locally (the same path as `databuild publish` and the push signal)."""
+"""Announcements from other graphs: which refs a source may announce here, and pulling from an
+upstream graph's events API (fetch a page of its partition events, check it, and announce each live
+partition locally: the same path as `databuild publish`, the HTTP call and the push signal)."""
 
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import httpx
 from pydantic import ValidationError
 
 from databuild.config import Settings, masked_url
-from databuild.errors import DataBuildError, InvalidInputError
+from databuild.errors import (
+    AnnouncementRefusedError,
+    DataBuildError,
+    GraphDefinitionError,
+    InvalidInputError,
+    InvalidTransitionError,
+    UnknownJobError,
+)
 from databuild.globs import compile_glob
+from databuild.graph import Graph
 from databuild.models import EventPage
+from databuild.protocol import PullResult
 from databuild.refs import validate_ref
 
 PAGE = 500
@@ -21,6 +31,35 @@ Announce = Callable[[str, str | None], Awaitable[bool]]  # (ref, instance id) ->
 
 class UpstreamError(DataBuildError):
     """The upstream answered with something we cannot use (it is retried: the upstream may be fixed)."""
+
+
+def check_announcement(graph: Graph, ref: str, patterns: Sequence[str] = ()) -> None:
+    """Refuse an announcement of ``ref`` that ``graph`` must not accept, before anything is recorded.
+
+    Only refs the graph declares external may be announced: the same rule that makes a want wait for
+    a publish (`wait_external`) instead of building. A job's output is built here, and an announcement
+    would replace what the job wrote with an instance whose data this graph never saw. ``patterns``
+    are the globs of the upstream subscription the announcement came through; it must match one.
+    Without patterns (a push-only upstream, the HTTP call, `databuild publish`) any external ref may."""
+    declared = ", ".join(graph.external_patterns) or "none"
+    try:
+        target = graph.resolve(ref).target
+    except UnknownJobError:
+        raise AnnouncementRefusedError(
+            f"{ref} is not external in graph {graph.name!r}: no job builds it and no graph.external(...) "
+            f"pattern ({declared}) matches it; declare it external to accept announcements of it"
+        ) from None
+    except GraphDefinitionError as error:  # several jobs build it: still built here
+        raise AnnouncementRefusedError(f"{ref} is built here ({error}), so it cannot be announced") from None
+    if target is not None:
+        raise AnnouncementRefusedError(
+            f"{ref} is built here by job {target.job.label!r}, so it cannot be announced; only refs "
+            f"graph {graph.name!r} declares external ({declared}) can"
+        )
+    if patterns and not any(compile_glob(p).matches(ref) for p in patterns):
+        raise AnnouncementRefusedError(
+            f"{ref} is outside the patterns this upstream is followed for ({', '.join(patterns)})"
+        )
 
 
 def check_upstream(name: str, url: str | None, patterns: list[str]) -> None:
@@ -93,12 +132,18 @@ async def pull(
     cursor: int,
     token: str | None,
     announce: Announce,
-) -> tuple[int, int, bool]:
-    """Apply one page. Returns (new cursor, partitions that changed, whether more is waiting)."""
+) -> tuple[PullResult, list[str]]:
+    """Apply one page. Returns the new cursor with what changed and was refused, and why each refused
+    event was refused. A refused event can never apply, so it is skipped and the cursor moves past it."""
     page = await fetch_page(client, url, patterns, cursor, token)
-    changed = 0
+    changed, refusals = 0, []
     for event in page.events:
         instance = event.data["instance_id"]
         assert event.ref is not None and isinstance(instance, str)
-        changed += await announce(event.ref, instance)
-    return page.next_since_idx, changed, page.next_since_idx < page.last_idx
+        try:
+            changed += await announce(event.ref, instance)
+        except (InvalidInputError, InvalidTransitionError) as error:
+            refusals.append(f"#{event.idx} {event.ref}: {error}")
+    more = page.next_since_idx < page.last_idx
+    result = PullResult(cursor=page.next_since_idx, applied=changed, refused=len(refusals), more=more)
+    return result, refusals

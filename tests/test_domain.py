@@ -1,5 +1,6 @@
 """Pure domain logic: refs, durations, patterns, want identity."""
 
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -7,6 +8,7 @@ import pytest
 
 from databuild.durations import format_duration, parse_duration
 from databuild.errors import (
+    AnnouncementRefusedError,
     GraphDefinitionError,
     InvalidDurationError,
     InvalidPartitionRefError,
@@ -15,6 +17,7 @@ from databuild.errors import (
 from databuild.graph import Graph
 from databuild.models import WantSource, WantSpec, default_data_timestamp
 from databuild.refs import storage_path, validate_ref
+from databuild.upstream import check_announcement
 from examples.demo import graph as demo
 
 BAD_REFS = {
@@ -141,3 +144,24 @@ def test_temporal_tls_settings(tmp_path) -> None:  # type: ignore[no-untyped-def
         tls_config(Settings(home=tmp_path, temporal_tls_cert=tmp_path / "c.pem"))
     with pytest.raises(InvalidInputError, match="cannot read DATABUILD_TEMPORAL_TLS_CA"):
         tls_config(Settings(home=tmp_path, temporal_tls_ca=tmp_path / "missing.pem"))
+
+
+def test_only_external_refs_may_be_announced_within_the_subscription() -> None:
+    g = Graph("g")
+    g.external("feed/{date}", "x/{n}")
+    g.job("report/{date}", label="report")(lambda ctx, date: None)
+    check_announcement(g, "feed/2024-01-01")
+    check_announcement(g, "feed/2024-01-01", ["feed/2024-01-*", "x/*"])
+    refusals = {
+        ("feed/2024-01-01", ("x/*",)): "outside the patterns this upstream is followed for (x/*)",
+        ("report/2024-01-01", ()): "built here by job 'report'",
+        ("report/2024-01-01", ("report/*",)): "built here by job 'report'",
+        ("nowhere/1", ()): "no job builds it and no graph.external(...) pattern (feed/{date}, x/{n})",
+    }
+    for (ref, patterns), reason in refusals.items():
+        with pytest.raises(AnnouncementRefusedError, match=re.escape(reason)):
+            check_announcement(g, ref, patterns)
+    with pytest.raises(AnnouncementRefusedError, match=r"declares external \(none\)"):
+        check_announcement(demo, "daily_summary/2024-01-07")
+    with pytest.raises(InvalidPartitionRefError):  # malformed: bad input, as everywhere
+        check_announcement(g, "feed/../etc")

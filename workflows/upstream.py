@@ -33,7 +33,7 @@ class UpstreamSyncWorkflow:
         s = self._state
         assert s is not None
         return p.UpstreamStatus(
-            name=s.name, url=s.url, patterns=s.patterns, cursor=s.cursor, applied=s.applied
+            name=s.name, url=s.url, patterns=s.patterns, cursor=s.cursor, applied=s.applied, refused=s.refused
         )
 
     @workflow.run
@@ -52,7 +52,7 @@ class UpstreamSyncWorkflow:
                     start_to_close_timeout=PULL_TIMEOUT,
                     retry_policy=PULL_RETRY,
                 )
-                self._advance(cursor=result.cursor, applied=result.applied)
+                self._advance(cursor=result.cursor, applied=result.applied, refused=result.refused)
                 more = result.more
             if self._steps >= self._state.steps_per_run or workflow.info().is_continue_as_new_suggested():
                 await self._apply_inbox()
@@ -63,9 +63,9 @@ class UpstreamSyncWorkflow:
                 with contextlib.suppress(TimeoutError):
                     await workflow.wait_condition(lambda: bool(self._inbox), timeout=wait)
 
-    def _advance(self, *, applied: int, cursor: int | None = None) -> None:
+    def _advance(self, *, applied: int, cursor: int | None = None, refused: int = 0) -> None:
         assert self._state is not None
-        update: dict[str, int] = {"applied": self._state.applied + applied}
+        update = {"applied": self._state.applied + applied, "refused": self._state.refused + refused}
         if cursor is not None:
             update["cursor"] = cursor
         self._state = self._state.model_copy(update=update)
@@ -73,11 +73,12 @@ class UpstreamSyncWorkflow:
         workflow.set_current_details(self._details())
 
     async def _apply_inbox(self) -> None:
+        assert self._state is not None
         while self._inbox:
             batch, self._inbox = self._inbox[:500], self._inbox[500:]
             applied = await workflow.execute_activity(
                 p.ACT_APPLY_ANNOUNCEMENTS,
-                p.AnnouncementsInput(announcements=batch),
+                p.AnnouncementsInput(announcements=batch, patterns=self._state.patterns),
                 result_type=int,
                 start_to_close_timeout=PULL_TIMEOUT,
                 retry_policy=PULL_RETRY,
@@ -88,4 +89,5 @@ class UpstreamSyncWorkflow:
         s = self._state
         assert s is not None
         source = f"pulling {s.url} ({', '.join(s.patterns)})" if s.url else "push only"
-        return f"upstream `{s.name}`: {source}; cursor {s.cursor}, {s.applied} partition(s) applied"
+        refused = f", {s.refused} refused (see the worker log)" if s.refused else ""
+        return f"upstream `{s.name}`: {source}; cursor {s.cursor}, {s.applied} partition(s) applied{refused}"

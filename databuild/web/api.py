@@ -188,7 +188,8 @@ async def post_available(
     request: Request, caller: Caller, ref: str, body: Announcement
 ) -> AnnouncementResult:
     """Announce an external partition (the same path as `databuild publish` and the Temporal signal):
-    records it and wakes every want waiting for it. Idempotent."""
+    records it and wakes every want waiting for it. Idempotent. A ref the graph does not declare
+    external (e.g. a job's output) is refused with 400 and the reason, and nothing is recorded."""
     db = await context(request).client()
     source = body.graph or caller
     partition, created, signalled = await db.publish(ref, instance_id=body.instance_id, source=source)
