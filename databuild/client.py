@@ -9,7 +9,7 @@ from temporalio.client import Client, WorkflowFailureError
 
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
-from databuild.errors import InvalidWantError
+from databuild.errors import AnnouncementRefusedError, InvalidWantError
 from databuild.graph import Graph, load_graph
 from databuild.models import Partition, Want, WantSource, WantSpec, default_data_timestamp, first_error
 from databuild.protocol import SIGNAL_PARTITION_AVAILABLE, SIGNAL_REDECIDE, PartitionAvailable, RedecideNotice
@@ -191,6 +191,11 @@ def build_spec(
     except ValueError as error:
         raise InvalidWantError(first_error(error)) from None
     graph.resolve(spec.ref)  # unknown job -> UnknownJobError
+    for required in spec.requires:
+        try:
+            check_announcement(graph, required)
+        except AnnouncementRefusedError as error:  # nothing could ever make it available
+            raise InvalidWantError(f"the want cannot require {required}: {error}") from None
     if spec.ttl_deadline is not None and spec.ttl_deadline <= now:
         raise InvalidWantError(
             f"the TTL of this want ended at {spec.ttl_deadline:%Y-%m-%d %H:%M}Z, before now "

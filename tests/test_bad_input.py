@@ -36,6 +36,10 @@ CASES = [
     (["partitions", "show", "never/built"], "no partition 'never/built'"),
     (["sweep", "--keep-failed", "a week"], "cannot read duration 'a week'"),
     (["publish", "raw_events/2024-06-01"], "raw_events/2024-06-01 is built here by job 'raw_events'"),
+    (
+        ["want", "daily_users/2024-01-01", "--requires", "raw_events/2024-01-01"],
+        "the want cannot require raw_events/2024-01-01: raw_events/2024-01-01 is built here",
+    ),
 ]
 
 
