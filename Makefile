@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install chromium demo dev test lint bench clean
+.PHONY: install chromium demo dev test lint bench chaos clean
 
 install: $(VENV)/.installed
 
@@ -42,6 +42,10 @@ bench: install
 	$(BIN)/python -m bench.bench_views
 	$(BIN)/python -m bench.bench_announce
 	$(BIN)/python -m bench.bench_executors
+
+# The soak under faults (tests/chaos.py): `make chaos MINUTES=30 SEED=42`; prints the seed it drew.
+chaos: install
+	$(BIN)/python -m bench.bench_chaos --minutes $(or $(MINUTES),10) $(if $(SEED),--seed $(SEED))
 
 clean:
 	rm -rf .databuild $(VENV) .pytest_cache .mypy_cache .ruff_cache

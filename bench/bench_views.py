@@ -29,15 +29,13 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, create_engine, func, insert, select, text, update
-from sqlalchemy.engine import make_url
+from sqlalchemy import Connection, Table, bindparam, func, insert, select, text, update
 
 from databuild import views
 from databuild.bel import BuildEventLog
@@ -45,6 +43,7 @@ from databuild.bel import events as ev
 from databuild.bel import schema as s
 from databuild.models import InstanceRef, JobRunState, WantSource, WantSpec, WantState
 from databuild.runtime import settle_heap
+from tests.conftest import postgres_database
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 TARGET_MS = 50.0
@@ -1003,21 +1002,6 @@ def bench_backend(
         bel.dispose()
 
 
-@contextmanager
-def postgres_database(admin_url: str) -> Iterator[str]:
-    """A throwaway database next to ``admin_url``'s, dropped afterwards."""
-    name = f"bench_views_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
-
-
 def default_shape(args: argparse.Namespace) -> Shape:
     events: int = args.events
     days: int = args.days or min(100, max(1, events // 10_000))
@@ -1098,7 +1082,7 @@ def main() -> None:
             fills["sqlite"], found = bench_backend("sqlite", url, shape, args.samples, args.seed, check)
             results += found
     if args.backend in ("postgres", "both"):
-        with postgres_database(args.postgres) as url:
+        with postgres_database(args.postgres, prefix="bench_views") as url:
             fills["postgresql"], found = bench_backend(
                 "postgresql", url, shape, args.samples, args.seed, check
             )

@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, select, text
+from sqlalchemy.engine import make_url
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from databuild.bel import BuildEventLog
+from databuild.bel import schema as s
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.graph import Graph, load_graph
@@ -174,6 +177,57 @@ async def cli(stack: Stack, *args: str, **env: str) -> subprocess.CompletedProce
         text=True,
         timeout=120,
     )
+
+
+POSTGRES_URL = os.environ.get(
+    "DATABUILD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+def postgres_available() -> bool:
+    try:
+        with create_engine(POSTGRES_URL).connect() as conn:
+            conn.execute(text("select 1"))
+        return True
+    except Exception:
+        return False
+
+
+def require_postgres() -> str:
+    """The PostgreSQL URL of the tests; the test is skipped when it is unreachable (CI requires it)."""
+    if not postgres_available():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL at {POSTGRES_URL} is unreachable, and CI requires it")
+        pytest.skip(f"PostgreSQL at {POSTGRES_URL} is unreachable; set DATABUILD_TEST_POSTGRES_URL")
+    return POSTGRES_URL
+
+
+@contextlib.contextmanager
+def postgres_database(admin_url: str, prefix: str) -> Iterator[str]:
+    """A throwaway PostgreSQL database next to ``admin_url``'s (``<prefix>_<random>``), dropped
+    afterwards, connections and all."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+def projection_rows(bel: BuildEventLog) -> dict[str, list[tuple[str, ...]]]:
+    """Every row of every projection table, without surrogate ids, sorted: equal before and after
+    ``rebuild_projections()`` when state is exactly what the events say."""
+    result = {}
+    with bel.reader.connect() as conn:
+        for table in s.PROJECTIONS:
+            columns = [c for c in table.columns if c.name != "id"]
+            rows = conn.execute(select(*columns)).all()
+            result[table.name] = sorted(tuple(map(str, r)) for r in rows)
+    return result
 
 
 def free_port() -> int:

@@ -2,7 +2,6 @@
 `eventsourcing` library's persistence tests: appends, projections, claims and delegation decisions,
 concurrent writers released together, readers tailing the log, and rebuilding state from events."""
 
-import os
 import random
 import re
 import threading
@@ -13,7 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import create_engine, text
 
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
@@ -30,11 +29,9 @@ from databuild.models import (
     WantState,
 )
 from databuild.protocol import Decision, DecisionKind
+from tests.conftest import POSTGRES_URL, projection_rows, require_postgres
 
 T = TypeVar("T")
-POSTGRES_URL = os.environ.get(
-    "DATABUILD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
 
 graph = Graph("bel")
 graph.external("ext/{n}")
@@ -53,25 +50,12 @@ def reset_postgres(url: str) -> None:
     engine.dispose()
 
 
-def postgres_available() -> bool:
-    try:
-        with create_engine(POSTGRES_URL).connect() as conn:
-            conn.execute(text("select 1"))
-        return True
-    except Exception:
-        return False
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of an empty database of each backend."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'bel.sqlite'}"
-    if not postgres_available():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"PostgreSQL at {POSTGRES_URL} is unreachable, and CI requires it")
-        pytest.skip(f"PostgreSQL at {POSTGRES_URL} is unreachable; set DATABUILD_TEST_POSTGRES_URL")
-    reset_postgres(POSTGRES_URL)
+    reset_postgres(require_postgres())
     return POSTGRES_URL
 
 
@@ -277,24 +261,14 @@ def test_finish_and_sla_flag_are_idempotent(bel: BuildEventLog) -> None:
         bel.finish_want(w.want_id, WantState.building)
 
 
-def snapshot(bel: BuildEventLog) -> dict[str, list[tuple[object, ...]]]:
-    result = {}
-    with bel.reader.connect() as conn:
-        for table in s.PROJECTIONS:
-            columns = [c for c in table.columns if c.name != "id"]
-            rows = conn.execute(select(*columns)).all()
-            result[table.name] = sorted(tuple(map(str, r)) for r in rows)
-    return result
-
-
 def test_projections_rebuild_from_events_alone(bel: BuildEventLog) -> None:
     test_execute_then_active_then_historical_delegation(bel)
     test_dep_miss_releases_and_failure_fail_locks(bel)
     bel.publish_external("ext/7")
-    before = snapshot(bel)
+    before = projection_rows(bel)
     replayed = bel.rebuild_projections()
     assert replayed == bel.last_idx()
-    assert snapshot(bel) == before
+    assert projection_rows(bel) == before
 
 
 def released_together(count: int, work: "Callable[[int], T]") -> list[T]:
@@ -429,9 +403,9 @@ def test_consumer_index_follows_instances(bel: BuildEventLog) -> None:
     assert {run_id for run_id, _ in edges} == {run.job_run_id}
     assert edges[0][1] == InstanceRef(ref="a/40", instance_id="a/40-v1")
     assert bel.consumers_of("a/40-v1")[1] == 0
-    before = snapshot(bel)
+    before = projection_rows(bel)
     bel.rebuild_projections()
-    assert snapshot(bel) == before
+    assert projection_rows(bel) == before
 
 
 def test_upgrading_from_the_first_revision_keeps_and_indexes_history(empty_url: str) -> None:
@@ -573,9 +547,9 @@ def test_taint_marks_the_downstream_stale_and_the_next_want_rebuilds(bel: BuildE
     assert [ir.instance_id for ir, _ in bel.downstream_closure(up)] == [mid, down, side]
     assert bel.downstream_closure(up2) == []
 
-    before = snapshot(bel)
+    before = projection_rows(bel)
     bel.rebuild_projections()
-    assert snapshot(bel) == before
+    assert projection_rows(bel) == before
 
 
 def test_a_build_that_read_an_instance_tainted_meanwhile_is_stale(bel: BuildEventLog) -> None:
@@ -605,9 +579,9 @@ def test_taint_cascade_taints_the_current_downstream(bel: BuildEventLog) -> None
     again = spec("mid/3", "api")
     bel.register_want(again)
     assert bel.decide(again.want_id, 1, layers.resolve("mid/3")).kind is DecisionKind.execute
-    before = snapshot(bel)
+    before = projection_rows(bel)
     bel.rebuild_projections()
-    assert snapshot(bel) == before
+    assert projection_rows(bel) == before
 
 
 GLOB_REFS = ["data/users/a", "data/users/b/c", "data/users_x/a", "data/usersAx/a", "other/x"]
@@ -691,9 +665,9 @@ def test_upgrading_from_0002_derives_what_replaying_the_log_would(empty_url: str
         command.downgrade(alembic_config(conn), "0002")
     bel.dispose()
     upgraded = BuildEventLog.create(empty_url)
-    migrated = snapshot(upgraded)
+    migrated = projection_rows(upgraded)
     upgraded.rebuild_projections()
-    assert snapshot(upgraded) == migrated
+    assert projection_rows(upgraded) == migrated
     upgraded.dispose()
 
 
