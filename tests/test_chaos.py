@@ -4,11 +4,13 @@ PostgreSQL BEL, killed and restarted under a workload, and every invariant check
 The random run draws its seed afresh each time and prints it; ``DATABUILD_CHAOS_SEED=N`` replays that
 schedule. ``make chaos`` runs the long soak (bench/bench_chaos.py)."""
 
+import os
+import random
 from pathlib import Path
 
 import pytest
 
-from tests.chaos import ChaosConfig, ChaosReport, run_chaos
+from tests.chaos import FAULT_KINDS, ChaosConfig, ChaosReport, run_chaos
 from tests.conftest import require_postgres
 
 pytestmark = pytest.mark.slow
@@ -22,6 +24,17 @@ async def chaos(config: ChaosConfig, home: Path) -> ChaosReport:
         f"seed {config.seed} (DATABUILD_CHAOS_SEED={config.seed} replays it):\n{violations}"
     )
     return report
+
+
+async def test_invariants_hold_under_random_faults(tmp_path: Path) -> None:
+    seed = int(os.environ.get("DATABUILD_CHAOS_SEED") or random.randrange(1_000_000))
+    # One week of the demo (16 partitions) and 20 wants racing its own for the same partitions, while
+    # a worker, the Temporal server, the BEL's connections and the whole stack are killed, one each at
+    # random moments.
+    config = ChaosConfig(seed=seed, days=1, extra_wants=20, fault_gap=(3.0, 8.0), max_faults=len(FAULT_KINDS))
+    report = await chaos(config, tmp_path)
+    assert set(report.faults) == set(FAULT_KINDS)
+    assert report.successful == report.wants > 20
 
 
 # The two restarts measured when the product was attacked: a small backfill (three days of daily_users,
