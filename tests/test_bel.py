@@ -216,6 +216,20 @@ def test_dep_miss_releases_and_failure_fail_locks(bel: BuildEventLog) -> None:
     assert bel.job_run(retry.job_run_id).reason == "boom"
 
 
+def test_an_input_live_since_the_dep_miss_gets_no_derivative_want(bel: BuildEventLog) -> None:
+    """Found by the chaos test: a derivative recorded for an input that went live meanwhile was never
+    started (only derivatives of inputs not yet live are), so it stayed `new` with no workflow."""
+    waiting = spec("a/61")
+    run = decide(bel, waiting)
+    bel.start_job_run(run.job_run_id, 1, "w")
+    bel.dep_miss_job_run(run.job_run_id, ["ext/61", "ext/62"], [])
+    bel.publish_external("ext/61")  # another want's build, or an upstream, made it live meanwhile
+    status, derivatives = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/61", "ext/62"])
+    assert status.live == ["ext/61"]
+    assert [d.ref for d in derivatives] == ["ext/62"]
+    assert [w.ref for w in bel.wants(parent_want_id=waiting.want_id)] == ["ext/62"]
+
+
 def test_an_abandoned_run_releases_its_outputs_and_counts_who_waits(bel: BuildEventLog) -> None:
     first, joined = spec("a/6"), spec("b/6", source="api")
     run = decide(bel, first)

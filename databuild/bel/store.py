@@ -300,9 +300,10 @@ class BuildEventLog(BelQueries):
         self, want_id: str, job_run_id: str, missing: Sequence[str]
     ) -> tuple[DependenciesStatus, list[WantSpec]]:
         """Record that the want waits for ``missing`` (subscribing to them) and ensure a derivative want
-        for each; report, in the same transaction, which inputs are already live and which derivatives
-        failed. Returns that and the derivative wants (to start). A derivative's id includes its ref's
-        taint count, read under the ref's lock, so an input tainted since an earlier build is wanted anew."""
+        for each input not live; report, in the same transaction, which inputs are live and which
+        derivatives failed. Returns that and the derivative wants (to start). A derivative's id includes
+        its ref's taint count, read under the ref's lock, so an input tainted since an earlier build is
+        wanted anew."""
         parent = self.want(want_id).spec
         generations = self.generations(missing)
         derivatives = [parent.derive(ref, want_id, generations[ref]) for ref in missing]
@@ -312,7 +313,16 @@ class BuildEventLog(BelQueries):
                 row = self._partition_row(tx.conn, ref)
                 if (row["generation"] if row is not None else 0) != generations[ref]:
                     raise ConcurrentChangeError(f"{ref} was tainted while its want was being derived")
-            for spec in derivatives:
+            live = [
+                ref
+                for ref in missing
+                if (row := self._partition_row(tx.conn, ref)) is not None
+                and row["status"] == PartitionStatus.live.value
+            ]
+            # An input that went live since the dep-miss needs no derivative: one recorded now would
+            # never be started (only the wants for inputs not yet live are), and wait forever.
+            needed = [spec for spec in derivatives if spec.ref not in live]
+            for spec in needed:
                 self._ensure_want(tx, spec)
             want = self._want_row(tx.conn, want_id)
             if want["state"] != WantState.upstream_building.value or want["job_run_id"] != job_run_id:
@@ -321,17 +331,11 @@ class BuildEventLog(BelQueries):
                         want_id=want_id,
                         job_run_id=job_run_id,
                         missing=list(missing),
-                        derivative_want_ids=[d.want_id for d in derivatives],
+                        derivative_want_ids=[d.want_id for d in needed],
                     )
                 )
-            live = [
-                ref
-                for ref in missing
-                if (row := self._partition_row(tx.conn, ref)) is not None
-                and row["status"] == PartitionStatus.live.value
-            ]
             failed = {}
-            for spec in derivatives:
+            for spec in needed:
                 row = self._want_row(tx.conn, spec.want_id)
                 if row["state"] in (
                     WantState.failed.value,
@@ -341,7 +345,7 @@ class BuildEventLog(BelQueries):
                     failed[spec.ref] = (
                         f"derivative want {spec.want_id} {row['state']}: {row['reason'] or ''}".strip()
                     )
-            return DependenciesStatus(live=live, failed=failed), derivatives
+            return DependenciesStatus(live=live, failed=failed), needed
 
     def await_requirements(self, want_id: str, refs: Sequence[str]) -> list[str]:
         """Record that the want waits for the external partitions it requires (it subscribed to them
