@@ -228,6 +228,9 @@ def test_an_input_live_since_the_dep_miss_gets_no_derivative_want(bel: BuildEven
     assert status.live == ["ext/61"]
     assert [d.ref for d in derivatives] == ["ext/62"]
     assert [w.ref for w in bel.wants(parent_want_id=waiting.want_id)] == ["ext/62"]
+    # Lineage links each missing input to its own derivative (none for the one that went live).
+    links = [(ref, child) for _, _, ref, child in bel.derivatives_of([waiting.want_id])]
+    assert links == [("ext/61", None), ("ext/62", derivatives[0].want_id)]
 
 
 def test_an_abandoned_run_releases_its_outputs_and_counts_who_waits(bel: BuildEventLog) -> None:

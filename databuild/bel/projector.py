@@ -63,6 +63,8 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
         ):
             _set_want(conn, want_id, at, state=WantState.upstream_building)
             if missing:
+                # By ref, not by position: an input live by then has no derivative want.
+                child_of = _derivatives_by_ref(conn, derivative_ids)
                 conn.execute(
                     insert(s.derivatives),
                     [
@@ -70,9 +72,9 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
                             "want_id": want_id,
                             "job_run_id": job_run_id,
                             "ref": ref,
-                            "derivative_want_id": derivative_ids[i] if i < len(derivative_ids) else None,
+                            "derivative_want_id": child_of.get(ref),
                         }
-                        for i, ref in enumerate(missing)
+                        for ref in missing
                     ],
                 )
             workflow_id = conn.execute(
@@ -227,6 +229,14 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
                 )
         case _:
             raise TypeError(f"no projection for event {type(event).__name__}")
+
+
+def _derivatives_by_ref(conn: Connection, want_ids: list[str]) -> dict[str, str]:
+    """The derivative wants (recorded before the event that names them) by the ref each wants."""
+    if not want_ids:
+        return {}
+    rows = conn.execute(select(s.wants.c.ref, s.wants.c.want_id).where(s.wants.c.want_id.in_(want_ids)))
+    return {ref: want_id for ref, want_id in rows}
 
 
 def _set_want(conn: Connection, want_id: str, at: datetime, **values: object) -> None:
