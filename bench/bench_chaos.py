@@ -54,7 +54,8 @@ def report(result: ChaosReport, home: Path, kept: bool) -> None:
         print(f"VIOLATED: {violation}")
     if kept:
         print(f"logs (Temporal, workers) and the BEL's events: {home}")
-    figures = asdict(result)
+    # Counts only: the findings themselves are printed above.
+    figures = {k: len(v) if isinstance(v, list) else v for k, v in asdict(result).items()}
     figures["faults"] = dict(result.faults)
     print(json.dumps(figures))
 

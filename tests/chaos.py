@@ -348,24 +348,28 @@ def open_wants(bel: BuildEventLog) -> Counter[str]:
     return Counter(state for (state,) in rows)
 
 
-async def until_all_final(stack: ChaosStack, seconds: float, every: float = 15.0) -> bool:
-    """Whether every want ended within ``seconds``. Every ``every`` seconds it says what is open, and
-    gives up early when no open want has a running workflow (nothing could move them any more)."""
+Settled = Literal["final", "stuck", "timeout"]
+
+
+async def until_settled(stack: ChaosStack, seconds: float, every: float = 15.0) -> Settled:
+    """Until every want has ended ("final"), or no open want has a running workflow any more, so
+    nothing can move them ("stuck"), or ``seconds`` have passed ("timeout"). Says what is open every
+    ``every`` seconds."""
     started = time.monotonic()
     shown = started
     while True:
         open_now = await read(stack, open_wants)
         if not open_now:
-            return True
+            return "final"
         now = time.monotonic()
         if now - started > seconds:
-            return False
+            return "timeout"
         if now - shown >= every:
             shown = now
             stack.log(f"open wants: {dict(open_now)}")
             if not stack.paused and await all_open_wants_dead(stack):
-                stack.log("no open want has a running workflow: they are stuck")
-                return False
+                stack.log(f"no open want has a running workflow: {sum(open_now.values())} stuck")
+                return "stuck"
         await asyncio.sleep(1.0)
 
 
@@ -691,7 +695,7 @@ async def run_chaos(config: ChaosConfig, home: Path, admin_url: str, log: Log = 
             report.worker_exits = stack.worker_exits
             faults.note("faults stopped; checking liveness")
             await check_liveness(stack, report)
-            if not await until_all_final(stack, config.settle_seconds):
+            if await until_settled(stack, config.settle_seconds) != "final":
                 faults.note("some wants did not end")
                 first = (report.stuck, report.dead_locks)
                 await check_liveness(stack, report)
@@ -711,12 +715,13 @@ async def run_chaos(config: ChaosConfig, home: Path, admin_url: str, log: Log = 
 
 async def soak(stack: ChaosStack, rng: random.Random, config: ChaosConfig, started: float, log: Log) -> int:
     """The backfill and its concurrent wants; in a soak, then taint-and-rebuild rounds until time is up.
-    Each round ends when every want is final (under faults). Returns the rounds completed."""
+    Each round ends when every want is final or stuck (under faults). Returns the rounds completed."""
     refs = backfill_refs(config)
     rounds = 0
     while True:
         await register_round(stack, rng, config, refs)
-        if not await until_all_final(stack, max(config.settle_seconds, 60 * config.minutes)):
+        # Stuck wants never end: the checks at the end report them, and the soak goes on without them.
+        if await until_settled(stack, max(config.settle_seconds, 60 * config.minutes)) == "timeout":
             return rounds  # the settle check after the faults reports what is open
         rounds += 1
         log(f"[chaos +{time.monotonic() - started:6.1f}s] round {rounds} done")
