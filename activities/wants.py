@@ -105,9 +105,8 @@ class WantActivities:
         status, derivatives = await asyncio.to_thread(
             self.bel.await_dependencies, input.want_id, input.job_run_id, input.missing
         )
-        pending = [d for d in derivatives if d.ref not in status.live and d.ref not in status.failed]
         await asyncio.gather(
-            *(start_want(self.client, d, self.settings.task_queue, self.bel) for d in pending)
+            *(start_want(self.client, d, self.settings.task_queue, self.bel) for d in derivatives)
         )
         return status
 

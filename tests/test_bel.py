@@ -233,6 +233,21 @@ def test_an_input_live_since_the_dep_miss_gets_no_derivative_want(bel: BuildEven
     assert links == [("ext/61", None), ("ext/62", derivatives[0].want_id)]
 
 
+def test_a_derivative_recorded_before_its_input_went_live_is_started_again(bel: BuildEventLog) -> None:
+    """Found by the chaos soak: an attempt recorded the derivative and failed to start its workflow
+    (Temporal down); by the retry its input was live. The retry must still start it, or it stays
+    `new` with no workflow."""
+    waiting = spec("a/63")
+    run = decide(bel, waiting)
+    bel.start_job_run(run.job_run_id, 1, "w")
+    bel.dep_miss_job_run(run.job_run_id, ["ext/63"], [])
+    _, first = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/63"])  # its start failed
+    bel.publish_external("ext/63")
+    status, retried = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/63"])
+    assert status.live == ["ext/63"] and not status.failed
+    assert [d.want_id for d in retried] == [d.want_id for d in first]
+
+
 def test_an_abandoned_run_releases_its_outputs_and_counts_who_waits(bel: BuildEventLog) -> None:
     first, joined = spec("a/6"), spec("b/6", source="api")
     run = decide(bel, first)

@@ -301,9 +301,9 @@ class BuildEventLog(BelQueries):
     ) -> tuple[DependenciesStatus, list[WantSpec]]:
         """Record that the want waits for ``missing`` (subscribing to them) and ensure a derivative want
         for each input not live; report, in the same transaction, which inputs are live and which
-        derivatives failed. Returns that and the derivative wants (to start). A derivative's id includes
-        its ref's taint count, read under the ref's lock, so an input tainted since an earlier build is
-        wanted anew."""
+        derivatives ended without their partition. Returns that and the derivative wants that have not
+        ended (to start). A derivative's id includes its ref's taint count, read under the ref's lock, so
+        an input tainted since an earlier build is wanted anew."""
         parent = self.want(want_id).spec
         generations = self.generations(missing)
         derivatives = [parent.derive(ref, want_id, generations[ref]) for ref in missing]
@@ -319,11 +319,13 @@ class BuildEventLog(BelQueries):
                 if (row := self._partition_row(tx.conn, ref)) is not None
                 and row["status"] == PartitionStatus.live.value
             ]
-            # An input that went live since the dep-miss needs no derivative: one recorded now would
-            # never be started (only the wants for inputs not yet live are), and wait forever.
-            needed = [spec for spec in derivatives if spec.ref not in live]
-            for spec in needed:
-                self._ensure_want(tx, spec)
+            # An input that went live since the dep-miss needs no new derivative.
+            for spec in derivatives:
+                if spec.ref not in live:
+                    self._ensure_want(tx, spec)
+            found = {d.want_id: self._want_row(tx.conn, d.want_id, required=False) for d in derivatives}
+            rows = {want_id: row for want_id, row in found.items() if row is not None}
+            recorded = [d for d in derivatives if d.want_id in rows]
             want = self._want_row(tx.conn, want_id)
             if want["state"] != WantState.upstream_building.value or want["job_run_id"] != job_run_id:
                 tx.append(
@@ -331,21 +333,20 @@ class BuildEventLog(BelQueries):
                         want_id=want_id,
                         job_run_id=job_run_id,
                         missing=list(missing),
-                        derivative_want_ids=[d.want_id for d in needed],
+                        derivative_want_ids=[d.want_id for d in recorded],
                     )
                 )
+            ended = [d for d in recorded if WantState(rows[d.want_id]["state"]).is_final]
             failed = {}
-            for spec in needed:
-                row = self._want_row(tx.conn, spec.want_id)
-                if row["state"] in (
-                    WantState.failed.value,
-                    WantState.canceled.value,
-                    WantState.expired.value,
-                ):
-                    failed[spec.ref] = (
-                        f"derivative want {spec.want_id} {row['state']}: {row['reason'] or ''}".strip()
-                    )
-            return DependenciesStatus(live=live, failed=failed), needed
+            for d in ended:
+                if d.ref not in live and rows[d.want_id]["state"] != WantState.successful.value:
+                    state, reason = rows[d.want_id]["state"], rows[d.want_id]["reason"] or ""
+                    failed[d.ref] = f"derivative want {d.want_id} {state}: {reason}".strip()
+            # Every recorded derivative that has not ended is started (again: starting is idempotent),
+            # also one of an input live by now: recorded by an attempt whose start failed, it would
+            # otherwise stay `new` with no workflow.
+            unfinished = [d for d in recorded if d not in ended]
+            return DependenciesStatus(live=live, failed=failed), unfinished
 
     def await_requirements(self, want_id: str, refs: Sequence[str]) -> list[str]:
         """Record that the want waits for the external partitions it requires (it subscribed to them
