@@ -7,6 +7,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.heartbeats import heartbeating
 from databuild import protocol as p
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
@@ -53,6 +54,7 @@ class WantActivities:
         return decision
 
     @activity.defn(name=p.ACT_WATCH)
+    @heartbeating
     async def watch(self, input: p.WatchInput) -> None:
         """Completes once the waiting want should decide again: the run it follows ended (perhaps
         unheard) or was lost, or the refs it is blocked on are no longer fail-locked. Until then each
@@ -70,6 +72,7 @@ class WantActivities:
         raise ApplicationError(waiting, type="StillWaiting", category=ApplicationErrorCategory.BENIGN)
 
     @activity.defn(name=p.ACT_CHECK_BUILD)
+    @heartbeating
     async def check_build(self, input: p.CheckBuildInput) -> p.BuildHealth:
         return await self._build_health(input.job_run_id)
 
@@ -101,6 +104,7 @@ class WantActivities:
         return p.BuildHealth.lost
 
     @activity.defn(name=p.ACT_AWAIT_DEPENDENCIES)
+    @heartbeating
     async def await_dependencies(self, input: p.DependenciesInput) -> p.DependenciesStatus:
         status, derivatives = await asyncio.to_thread(
             self.bel.await_dependencies, input.want_id, input.job_run_id, input.missing
@@ -116,6 +120,7 @@ class WantActivities:
         return p.RequirementsStatus(live=live)
 
     @activity.defn(name=p.ACT_REGISTER_SCHEDULED_WANT)
+    @heartbeating
     async def register_scheduled_want(self, input: p.ScheduledWantRequest) -> str:
         """A schedule's run: the want for its time, with source `schedule` (so re-runs are one want)."""
         try:

@@ -18,8 +18,10 @@ T = TypeVar("T")
 # queue round trip) and retry them until the database answers.
 BEL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=30))
 BEL_TIMEOUT = timedelta(seconds=60)
-# Steps that also call Temporal (starting derivative wants) run as regular activities.
+# Steps that also call Temporal (starting derivative wants) run as regular activities. They heartbeat
+# (activities.heartbeats), so a worker killed during one delays the want by seconds, not minutes.
 REMOTE_TIMEOUT = timedelta(minutes=2)
+REMOTE_HEARTBEAT = timedelta(seconds=15)
 
 
 async def bel_call(activity: str, arg: Model, result_type: type[T]) -> T:
@@ -37,7 +39,12 @@ async def bel_do(activity: str, arg: Model) -> None:
 
 async def remote_call(activity: str, arg: Model, result_type: type[T]) -> T:
     result: T = await workflow.execute_activity(
-        activity, arg, result_type=result_type, start_to_close_timeout=REMOTE_TIMEOUT, retry_policy=BEL_RETRY
+        activity,
+        arg,
+        result_type=result_type,
+        start_to_close_timeout=REMOTE_TIMEOUT,
+        heartbeat_timeout=REMOTE_HEARTBEAT,
+        retry_policy=BEL_RETRY,
     )
     return result
 
@@ -49,6 +56,7 @@ def watch(what: p.WatchInput, every: timedelta) -> ActivityHandle[None]:
         p.ACT_WATCH,
         what,
         start_to_close_timeout=REMOTE_TIMEOUT,
+        heartbeat_timeout=REMOTE_HEARTBEAT,
         retry_policy=RetryPolicy(
             initial_interval=every, backoff_coefficient=1.5, maximum_interval=every * 10
         ),
