@@ -17,6 +17,8 @@ from databuild.graph import Graph
 from databuild.models import PartitionStatus, Want, WantSource, WantState
 from databuild.temporal import notify_subscribers, signal_for_run, start_want
 
+BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
+
 
 class WantActivities:
     def __init__(self, bel: BuildEventLog, graph: Graph, client: Client, settings: Settings) -> None:
@@ -58,7 +60,10 @@ class WantActivities:
     async def watch(self, input: p.WatchInput) -> None:
         """Completes once the waiting want should decide again: the run it follows ended (perhaps
         unheard) or was lost, or the refs it is blocked on are no longer fail-locked. Until then each
-        attempt fails benignly (logged at debug level) and Temporal retries it."""
+        attempt fails benignly (logged at debug level) and Temporal retries it. The first attempt only
+        schedules the first look, a lease later: a run that just ended has its signal on the way."""
+        if activity.info().attempt == 1:
+            raise ApplicationError("first look after a lease", type="StillWaiting", category=BENIGN)
         if input.job_run_id is not None:
             if await self._build_health(input.job_run_id) is not p.BuildHealth.alive:
                 return
@@ -69,7 +74,7 @@ class WantActivities:
             if locked != set(input.blocked_refs):
                 return
             waiting = f"{', '.join(input.blocked_refs)} still fail-locked"
-        raise ApplicationError(waiting, type="StillWaiting", category=ApplicationErrorCategory.BENIGN)
+        raise ApplicationError(waiting, type="StillWaiting", category=BENIGN)
 
     @activity.defn(name=p.ACT_CHECK_BUILD)
     @heartbeating

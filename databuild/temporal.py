@@ -4,7 +4,7 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from temporalio.api.enums.v1 import IndexedValueType
@@ -226,13 +226,19 @@ async def _start_want_run(
     )
 
 
-async def repair_wants(client: Client, bel: BelQueries, task_queue: str) -> int:
+async def repair_wants(
+    client: Client, bel: BelQueries, task_queue: str, quiet: timedelta = timedelta(minutes=1)
+) -> int:
     """Start again every want on ``task_queue`` whose workflow ended without a final state in the BEL
-    (terminated by an operator, or by Temporal). Returns how many were started again."""
+    (terminated by an operator, or by Temporal), and every want the BEL has held ``new`` for ``quiet``
+    without a workflow (recorded by a call that failed to start it; a want with a workflow decides
+    within seconds). Returns how many were started."""
+    open_states = ", ".join(f"'{state.value}'" for state in WantState if not state.is_final)
+    # Not 'Failed': a want fails its workflow only with a final state recorded, or on a bug that
+    # starting it again would only repeat.
     query = (
         f"WorkflowType = '{WANT_WORKFLOW}' AND TaskQueue = '{task_queue}' "
-        "AND ExecutionStatus IN ('Terminated', 'TimedOut', 'Failed') "
-        f"AND {SA_WANT_STATE.name} IN ('new', 'building', 'upstream_building')"
+        f"AND ExecutionStatus IN ('Terminated', 'TimedOut') AND {SA_WANT_STATE.name} IN ({open_states})"
     )
     dead = {execution.id async for execution in client.list_workflows(query)}
     repaired = 0
@@ -244,7 +250,21 @@ async def repair_wants(client: Client, bel: BelQueries, task_queue: str) -> int:
         if latest.status is not WorkflowExecutionStatus.RUNNING:  # else repaired already
             await start_want(client, want.spec, task_queue, bel)
             repaired += 1
-    return repaired
+    return repaired + await _start_unstarted(client, bel, task_queue, datetime.now(UTC) - quiet)
+
+
+async def _start_unstarted(client: Client, bel: BelQueries, task_queue: str, quiet_since: datetime) -> int:
+    waiting = await asyncio.to_thread(bel.wants, state=WantState.new, limit=1000)
+    started = 0
+    for want in (w for w in waiting if w.updated_at < quiet_since):
+        try:
+            await client.get_workflow_handle(want.workflow_id).describe()
+        except RPCError as error:
+            if error.status != RPCStatusCode.NOT_FOUND:
+                raise
+            await start_want(client, want.spec, task_queue, bel)
+            started += 1
+    return started
 
 
 SignalFor = Callable[[str, str], tuple[str, object] | None]

@@ -5,12 +5,12 @@ run that carries on from the BEL."""
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from databuild import protocol as p
@@ -21,7 +21,8 @@ from databuild.models import JobRunState, PartitionStatus, WantSource, WantSpec,
 from databuild.spark import SparkRuntime
 from databuild.temporal import repair_wants
 from tests import graphs
-from tests.conftest import binary, make_settings
+from tests.conftest import make_settings, start_dev_server
+from tests.test_time import until
 from worker.run import WorkerParts, running_worker
 
 pytestmark = pytest.mark.slow
@@ -31,17 +32,11 @@ DAY = datetime(2024, 3, 1, tzinfo=UTC)
 
 @pytest.fixture(scope="module")
 async def limited_env() -> AsyncIterator[WorkflowEnvironment]:
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=binary("temporal"),
-        data_converter=pydantic_data_converter,
-        search_attributes=p.SEARCH_ATTRIBUTES,
-        dev_server_log_level="error",
-        dev_server_extra_args=[
-            "--dynamic-config-value",
-            "limit.historyCount.error=400",
-            "--dynamic-config-value",
-            "limit.historyCount.suggestContinueAsNew=200",
-        ],
+    env = await start_dev_server(
+        "--dynamic-config-value",
+        "limit.historyCount.error=400",
+        "--dynamic-config-value",
+        "limit.historyCount.suggestContinueAsNew=200",
     )
     yield env
     await env.shutdown()
@@ -59,13 +54,8 @@ async def db(
     bel.dispose()
 
 
-async def until(check: object, seconds: float = 60) -> None:
-    assert callable(check)
-    for _ in range(int(seconds * 10)):
-        if check():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("condition not reached in time")
+def decided(db: DataBuild, want_id: str, steps: int) -> bool:
+    return db.bel.decision_seq(want_id) >= steps
 
 
 async def fail_lock(db: DataBuild, n: str) -> str:
@@ -100,7 +90,7 @@ async def test_a_want_that_decides_often_continues_as_new_under_a_low_history_li
     # Each redecide is a decision (and a few dozen of them pass the 400-event limit).
     for round in range(60):
         await handle.signal(p.SIGNAL_REDECIDE, p.RedecideNotice(ref=ref, reason=f"round {round}"))
-        await until(lambda seen=round + 2: db.bel.decision_seq(spec.want_id) >= seen)
+        await until(partial(decided, db, spec.want_id, round + 2))
     assert [e.type for e in db.bel.events(want_id=spec.want_id, limit=1000)].count("WantBlocked") == 61
 
     graphs.BROKEN.discard("often")
@@ -155,3 +145,13 @@ async def test_workers_find_and_repair_dead_wants(db: DataBuild) -> None:
     _, woken = await db.resolve(ref)
     assert woken == 1
     assert (await db.wait(spec)).state is WantState.successful
+
+
+async def test_workers_start_a_want_recorded_without_a_workflow(db: DataBuild) -> None:
+    """A derivative recorded by an attempt that could not start it, whose retry derived another want
+    (its input was tainted meanwhile), has no workflow at all: the repair starts it."""
+    spec = db.spec("b/orphan", data_timestamp=DAY, source=WantSource.api)
+    db.bel.register_want(spec)  # recorded, never started
+    assert await repair_wants(db.temporal, db.bel, db.settings.task_queue, quiet=timedelta(0)) == 1
+    assert (await db.wait(spec)).state is WantState.successful
+    assert await repair_wants(db.temporal, db.bel, db.settings.task_queue, quiet=timedelta(0)) == 0

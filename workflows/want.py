@@ -75,8 +75,7 @@ class WantWorkflow:
         finally:
             if sla_timer is not None:
                 sla_timer.cancel()
-        if outcome is None:
-            await workflow.wait_condition(workflow.all_handlers_finished)
+        if outcome is None:  # signal handlers are synchronous: nothing is left to finish
             workflow.continue_as_new(p.WantInput(spec=spec, carried=self._carry()))
         return await self._finish(spec, *outcome)
 

@@ -345,7 +345,7 @@ class BuildEventLog(BelQueries):
             # Every recorded derivative that has not ended is started (again: starting is idempotent),
             # also one of an input live by now: recorded by an attempt whose start failed, it would
             # otherwise stay `new` with no workflow.
-            unfinished = [d for d in recorded if d not in ended]
+            unfinished = [d for d in recorded if not WantState(rows[d.want_id]["state"]).is_final]
             return DependenciesStatus(live=live, failed=failed), unfinished
 
     def await_requirements(self, want_id: str, refs: Sequence[str]) -> list[str]:

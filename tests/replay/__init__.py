@@ -37,6 +37,9 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "v0-execute": ("v0-want-execute",),
     "v0-blocked": ("v0-want-blocked-watchdog",),
     "v0-following": ("v0-want-following-watchdog",),
+    # UpstreamSync before the announcement restrictions (its activity inputs had no patterns).
+    "v0-upstream-pull": ("v0-upstream-sync-pull",),
+    "v0-upstream-push": ("v0-upstream-sync-push",),
 }
 OLD_COMMIT = "8f9f934"
 
