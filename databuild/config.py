@@ -1,18 +1,20 @@
-"""Settings from the environment (``DATABUILD_*``); flags may override them."""
+"""Settings from the environment (``DATABUILD_*``, read by pydantic-settings); flags may override them."""
 
 import os
 import re
 import shlex
+from contextvars import ContextVar
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, JsonValue, SecretStr, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from databuild.durations import parse_setting_duration
 from databuild.errors import InvalidInputError
-from databuild.models import Model
 
 DEFAULT_HOME = Path(".databuild")
 
@@ -23,102 +25,178 @@ ExecutorKind = Literal["session", "submit", "connect"]
 
 _HOST_CHARACTERS = set("abcdefghijklmnopqrstuvwxyz0123456789-._:")  # names, IPv4 and IPv6 addresses
 
-# The environment variable of each setting.
-ENV_NAMES = {
-    "home": "DATABUILD_HOME",
-    "temporal_address": "DATABUILD_TEMPORAL_ADDRESS",
-    "namespace": "DATABUILD_NAMESPACE",
-    "task_queue": "DATABUILD_TASK_QUEUE",
-    "database_url": "DATABUILD_DATABASE_URL",
-    "storage_root": "DATABUILD_STORAGE_ROOT",
-    "graph": "DATABUILD_GRAPH",
-    "spark_master": "DATABUILD_SPARK_MASTER",
-    "spark_driver_memory": "DATABUILD_SPARK_DRIVER_MEMORY",
-    "executor": "DATABUILD_EXECUTOR",
-    "job_executors": "DATABUILD_JOB_EXECUTORS",
-    "spark_connect_url": "DATABUILD_SPARK_CONNECT_URL",
-    "spark_submit": "DATABUILD_SPARK_SUBMIT",
-    "spark_submit_master": "DATABUILD_SPARK_SUBMIT_MASTER",
-    "spark_submit_args": "DATABUILD_SPARK_SUBMIT_ARGS",
-    "job_heartbeat_timeout": "DATABUILD_JOB_HEARTBEAT_TIMEOUT",
-    "job_start_to_close_timeout": "DATABUILD_JOB_TIMEOUT",
-    "job_attempts": "DATABUILD_JOB_ATTEMPTS",
-    "job_lease": "DATABUILD_JOB_LEASE",
-    "max_concurrent_jobs": "DATABUILD_MAX_CONCURRENT_JOBS",
-    "sweep_every": "DATABUILD_SWEEP_EVERY",
-    "repair_every": "DATABUILD_REPAIR_EVERY",
-    "keep_failed_attempts": "DATABUILD_KEEP_FAILED_ATTEMPTS",
-    "workflow_cache": "DATABUILD_WORKFLOW_CACHE",
-    "temporal_tls": "DATABUILD_TEMPORAL_TLS",
-    "temporal_tls_cert": "DATABUILD_TEMPORAL_TLS_CERT",
-    "temporal_tls_key": "DATABUILD_TEMPORAL_TLS_KEY",
-    "temporal_tls_ca": "DATABUILD_TEMPORAL_TLS_CA",
-    "temporal_api_key": "DATABUILD_TEMPORAL_API_KEY",
-    "openlineage_url": "DATABUILD_OPENLINEAGE_URL",
-    "openlineage_namespace": "DATABUILD_OPENLINEAGE_NAMESPACE",
-    "openlineage_api_key": "DATABUILD_OPENLINEAGE_API_KEY",
-    "api_tokens": "DATABUILD_API_TOKENS",
-    "api_tokens_file": "DATABUILD_API_TOKENS_FILE",
-    "upstream_tokens": "DATABUILD_UPSTREAM_TOKENS",
-    "allowed_hosts": "DATABUILD_ALLOWED_HOSTS",
-}
+ENV_PREFIX = "DATABUILD_"
+# The README's configuration table shows this instead of the default where the default is derived or
+# would read badly; the text is Markdown.
+SHOWN_DEFAULT = "shown_default"
+
+# Only `Settings.from_env` reads the environment: settings built in code (tests, tools) never pick up
+# what the calling shell happens to export.
+_READ_ENV: ContextVar[bool] = ContextVar("databuild_settings_read_env", default=False)
 
 
-class Settings(Model):
-    home: Path = DEFAULT_HOME
-    temporal_address: str = "127.0.0.1:7233"
-    namespace: str = "default"
+def _shown_default(text: str) -> dict[str, JsonValue]:
+    return {SHOWN_DEFAULT: text}
+
+
+class Settings(BaseSettings):
+    """Each field is read from ``DATABUILD_<FIELD>`` (or its alias) by `from_env`; the descriptions are
+    the README's configuration table."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_ignore_empty=True,
+        frozen=True,
+        extra="forbid",
+        validate_by_name=True,
+    )
+
+    home: Path = Field(default=DEFAULT_HOME, description="base of the local defaults (`<home>` below)")
+    temporal_address: str = Field(default="127.0.0.1:7233", description="Temporal frontend")
+    namespace: str = Field(default="default", description="Temporal namespace")
     # Default: derived from the graph, so two graphs on one Temporal namespace never take each other's tasks.
-    task_queue: str = Field(default="", description="default: databuild-<graph>")
-    database_url: str = Field(default="", description="SQLAlchemy URL; default SQLite under home")
-    storage_root: Path = Field(default=Path(), description="default: <home>/data")
-    graph: str = "examples.demo:graph"
-    spark_master: str = "local[2]"
-    spark_driver_memory: str = "2g"
-    executor: ExecutorKind = "session"
-    job_executors: dict[str, ExecutorKind] = Field(default_factory=dict, description="label=kind,label2=kind")
-    spark_connect_url: str | None = Field(default=None, description="sc://host:15002")
-    spark_submit: Path | None = Field(default=None, description="default: the pyspark package's spark-submit")
-    spark_submit_master: str | None = Field(default=None, description="default: spark_master")
-    spark_submit_args: list[str] = Field(default_factory=list, description="more spark-submit arguments")
-    job_heartbeat_timeout: timedelta = timedelta(seconds=20)
-    job_start_to_close_timeout: timedelta = timedelta(hours=6)
-    job_attempts: int = 3
-    # A build lock lapses this long after its worker last renewed it (renewed while heartbeating).
-    job_lease: timedelta = timedelta(minutes=1)
-    max_concurrent_jobs: int = 4
-    # Each worker sweeps the storage this often (0 turns it off): folders attempts left behind go once
-    # their job run has ended; a failed attempt's submission folder and log stay this long first.
-    sweep_every: timedelta = timedelta(hours=1)
-    repair_every: timedelta = timedelta(minutes=5)  # look for wants whose workflows died
-    keep_failed_attempts: timedelta = timedelta(days=7)
+    task_queue: str = Field(
+        default="",
+        description="task queue of wants and job runs; default derived from `DATABUILD_GRAPH` (see Operations)",
+        json_schema_extra=_shown_default("`databuild-<graph>`"),
+    )
+    database_url: str = Field(
+        default="",
+        description="BEL (SQLAlchemy URL; `postgresql+psycopg://user@host/db` for PostgreSQL)",
+        json_schema_extra=_shown_default("`sqlite:///<home>/bel.sqlite`"),
+    )
+    storage_root: Path = Field(
+        default=Path(),
+        description="where partitions are stored",
+        json_schema_extra=_shown_default("`<home>/data`"),
+    )
+    graph: str = Field(default="examples.demo:graph", description="`module:attribute` of your graph")
+    spark_master: str = Field(default="local[2]", description="Spark master of the worker's session")
+    spark_driver_memory: str = Field(
+        default="2g",
+        description="driver memory (set before the session starts; also each submitted application's)",
+    )
+    executor: ExecutorKind = Field(
+        default="session",
+        description="where jobs run: `session`, `submit` or `connect` (see Job executors)",
+    )
+    # NoDecode: list and dict settings are written `a,b` and `k=v,k2=v2`, not JSON.
+    job_executors: Annotated[dict[str, ExecutorKind], NoDecode] = Field(
+        default_factory=dict, description="per-job overrides, `label=executor,...`"
+    )
+    spark_connect_url: str | None = Field(
+        default=None, description="Spark Connect server of the `connect` executor, `sc://host:15002`"
+    )
+    spark_submit: Path | None = Field(
+        default=None,
+        description="the `spark-submit` to run",
+        json_schema_extra=_shown_default("the pyspark package's"),
+    )
+    spark_submit_master: str | None = Field(
+        default=None,
+        description="master that `submit` sends applications to",
+        json_schema_extra=_shown_default("`DATABUILD_SPARK_MASTER`"),
+    )
+    spark_submit_args: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="more `spark-submit` arguments (shell quoting), after DataBuild's defaults",
+    )
+    job_heartbeat_timeout: timedelta = Field(
+        default=timedelta(seconds=20),
+        description="a job attempt whose worker stops heartbeating this long is retried elsewhere",
+    )
+    # The historical name, kept so existing deployments go on working.
+    job_start_to_close_timeout: timedelta = Field(
+        default=timedelta(hours=6),
+        validation_alias=f"{ENV_PREFIX}JOB_TIMEOUT",
+        description="longest a job attempt may run",
+    )
+    job_attempts: int = Field(
+        default=3, description="attempts before a job run fails and fail-locks its outputs"
+    )
+    # Renewed while the job heartbeats.
+    job_lease: timedelta = Field(
+        default=timedelta(minutes=1),
+        description="a build lock lapses this long after its worker last renewed it",
+    )
+    max_concurrent_jobs: int = Field(default=4, description="job activities one worker runs at once")
+    # Folders attempts left behind go once their job run has ended; a failed attempt's submission folder
+    # and log stay `keep_failed_attempts` first.
+    sweep_every: timedelta = Field(
+        default=timedelta(hours=1),
+        description="how often each worker sweeps the storage (`0`: never); see Storage housekeeping",
+    )
+    repair_every: timedelta = Field(
+        default=timedelta(minutes=5),
+        description="how often each worker looks for wants whose workflows died without a final state, "
+        "and starts them again (`0`: never); see Long waits",
+    )
+    keep_failed_attempts: timedelta = Field(
+        default=timedelta(days=7),
+        description="how long a failed attempt's submission folder and log are kept",
+    )
     # Temporal over TLS (a self-hosted cluster with mTLS, or Temporal Cloud): PEM files, or an API key.
-    temporal_tls: bool = False
-    temporal_tls_cert: Path | None = None
-    temporal_tls_key: Path | None = None
-    temporal_tls_ca: Path | None = None
-    temporal_api_key: SecretStr | None = None
-    # Workflows a worker keeps in memory; a signal to one evicted from the cache replays its history.
-    # Size it to the wants a worker holds waiting at once.
-    workflow_cache: int = Field(default=10_000, ge=0)
-    # OpenLineage export (databuild/openlineage.py); off unless a URL is set.
+    temporal_tls: bool = Field(
+        default=False,
+        description="plain TLS to Temporal (implied by the certificate, CA and API key settings)",
+    )
+    temporal_tls_cert: Path | None = Field(
+        default=None, description="client certificate (PEM) for mTLS, with `DATABUILD_TEMPORAL_TLS_KEY`"
+    )
+    temporal_tls_key: Path | None = Field(default=None, description="the client certificate's key (PEM)")
+    temporal_tls_ca: Path | None = Field(
+        default=None, description="CA (PEM) of a Temporal server with a private certificate"
+    )
+    temporal_api_key: SecretStr | None = Field(
+        default=None, description="API key for Temporal Cloud (implies TLS)"
+    )
+    # A signal to a workflow evicted from the cache replays its history.
+    workflow_cache: int = Field(
+        default=10_000,
+        ge=0,
+        description="workflows a worker keeps in memory; size it to the wants it holds waiting at once "
+        "(a signal to an evicted one replays its history)",
+    )
+    # OpenLineage export (databuild/openlineage.py).
     openlineage_url: str | None = Field(
-        default=None, description="file:///abs/path.ndjson, a plain path, or an http(s):// endpoint"
+        default=None,
+        description="send job runs as OpenLineage events to a file (`file:///abs/path.ndjson` or a plain "
+        "path) or an `http(s)://` endpoint (see OpenLineage export)",
+        json_schema_extra=_shown_default("unset (off)"),
     )
-    openlineage_namespace: str = "databuild"
-    openlineage_api_key: SecretStr | None = None
-    # Bearer tokens of the graphs and clients allowed to change state or read events over HTTP.
-    api_tokens: SecretStr | None = Field(default=None, description="name=token,name2=token2 (or bare tokens)")
-    api_tokens_file: Path | None = Field(default=None, description="a file of name=token lines")
-    # Tokens this graph presents to its upstream graphs' events APIs, by upstream name.
-    upstream_tokens: SecretStr | None = Field(default=None, description="name=token,name2=token2")
-    # The names the web server answers to (its requests' Host, any port). A request naming another host
-    # is refused before anything else: a page whose own name resolves to this server (DNS rebinding)
-    # would otherwise reach it as a loopback client.
-    allowed_hosts: list[str] = Field(
+    openlineage_namespace: str = Field(default="databuild", description="OpenLineage job namespace")
+    openlineage_api_key: SecretStr | None = Field(
+        default=None, description="bearer token for an HTTP OpenLineage endpoint"
+    )
+    api_tokens: SecretStr | None = Field(
+        default=None,
+        description="`name=token,...` (or bare tokens): bearer tokens accepted by the HTTP API's writes and "
+        "events (unset: loopback clients only)",
+    )
+    api_tokens_file: Path | None = Field(default=None, description="the same, one `name=token` per line")
+    upstream_tokens: SecretStr | None = Field(
+        default=None,
+        description="`upstream-name=token,...`: tokens presented to upstream graphs' events APIs",
+    )
+    # A request naming another host is refused before anything else: a page whose own name resolves to
+    # this server (DNS rebinding) would otherwise reach it as a loopback client.
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["localhost", "127.0.0.1", "::1"],
-        description="host,host2; `*.example.com` for subdomains, `*` for any",
+        description="host names the web server answers to (any port; `*.example.com`, `*` for any); "
+        "others get a 400",
     )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Keyword arguments win over the environment; no .env file or secrets directory is read.
+        return (init_settings, env_settings) if _READ_ENV.get() else (init_settings,)
 
     @field_validator(
         "job_heartbeat_timeout",
@@ -235,17 +313,33 @@ class Settings(Model):
 
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
-        env = os.environ
-        values: dict[str, object] = {field: env[var] for field, var in ENV_NAMES.items() if env.get(var)}
-        values.update({k: v for k, v in overrides.items() if v is not None})
+        """Settings from the ``DATABUILD_*`` variables; keyword arguments that are not None win (flags)."""
+        # Any: each value is checked by the model, as the environment's are.
+        given: dict[str, Any] = {name: value for name, value in overrides.items() if value is not None}
+        reading = _READ_ENV.set(True)
         try:
-            return cls.model_validate(values)
+            return cls(**given)
         except ValidationError as error:
             first = error.errors()[0]
-            field = str(first["loc"][0]) if first["loc"] else "?"
+            where = str(first["loc"][0]) if first["loc"] else "?"
+            field = next((name for name, env in ENV_NAMES.items() if where in (name, env)), where)
+            variable = ENV_NAMES.get(field, field)
+            # The whole value as written, not the item of a list or map that pydantic stopped at.
+            value = given[field] if field in given else os.environ.get(variable, first["input"])
             raise InvalidInputError(
-                f"bad setting {ENV_NAMES.get(field, field)}={_shown(field, values.get(field))!r}: {first['msg']}"
+                f"bad setting {variable}={_shown(field, value)!r}: {first['msg']}"
             ) from None
+        finally:
+            _READ_ENV.reset(reading)
+
+
+def _env_name(name: str, field: FieldInfo) -> str:
+    alias = field.validation_alias
+    return alias if isinstance(alias, str) else f"{ENV_PREFIX}{name.upper()}"
+
+
+# The environment variable of each setting, as the settings model reads it.
+ENV_NAMES = {name: _env_name(name, field) for name, field in Settings.model_fields.items()}
 
 
 def default_task_queue(graph: str) -> str:
