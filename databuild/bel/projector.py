@@ -1,234 +1,339 @@
 """Applies one event to the projection tables. The only code that writes projections, so replaying
-the log through it rebuilds current state exactly."""
+the log through it rebuilds current state exactly.
 
+One small handler per event type, registered with ``@projects(EventType)`` in ``HANDLERS``; ``apply``
+dispatches through that table (tests check that every type of ``events.Event`` has exactly one)."""
+
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, delete, insert, select, update
 
-from databuild.bel import events as ev
 from databuild.bel import schema as s
-from databuild.models import InstanceRef, InstanceStatus, JobRunState, PartitionStatus, WantState
+from databuild.domain import events as ev
+from databuild.models import (
+    InstanceRef,
+    InstanceStatus,
+    JobRunCause,
+    JobRunState,
+    PartitionStatus,
+    WantState,
+)
+
+E = TypeVar("E")
+Handler = Callable[[Connection, Any, datetime], None]
+
+HANDLERS: dict[type, Handler] = {}
+
+
+def projects(
+    event_type: type[E],
+) -> Callable[[Callable[[Connection, E, datetime], None]], Callable[[Connection, E, datetime], None]]:
+    """Registers the decorated function as the projection of ``event_type``; a second one is an error."""
+
+    def register(
+        handler: Callable[[Connection, E, datetime], None],
+    ) -> Callable[[Connection, E, datetime], None]:
+        if event_type in HANDLERS:
+            raise RuntimeError(f"{event_type.__name__} already has a projection: {HANDLERS[event_type]}")
+        HANDLERS[event_type] = handler
+        return handler
+
+    return register
 
 
 def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
-    match event:
-        case ev.WantCreated(want_id=want_id, spec=spec, workflow_id=workflow_id):
-            conn.execute(
-                insert(s.wants).values(
-                    want_id=want_id,
-                    ref=spec.ref,
-                    data_timestamp=spec.data_timestamp,
-                    sla_seconds=None if spec.sla is None else spec.sla.total_seconds(),
-                    ttl_seconds=None if spec.ttl is None else spec.ttl.total_seconds(),
-                    source=spec.source.value,
-                    parent_want_id=spec.parent_want_id,
-                    root_want_id=spec.root_want_id or want_id,
-                    generation=spec.generation,
-                    instance_id=None,
-                    state=WantState.new.value,
-                    sla_missed=False,
-                    sla_deadline=spec.sla_deadline,
-                    reason=None,
-                    job_run_id=None,
-                    decision_seq=0,
-                    workflow_id=workflow_id,
-                    created_at=at,
-                    updated_at=at,
-                )
-            )
-            _subscribe(conn, want_id, [spec.ref, *spec.requires], workflow_id)
-        case ev.WantBuilding(want_id=want_id, job_run_id=job_run_id, relation=relation, decision_seq=seq):
-            _set_want(conn, want_id, at, state=WantState.building, job_run_id=job_run_id, decision_seq=seq)
-            _link(conn, want_id, job_run_id, relation)
-        case ev.WantAwaitingRequirements(want_id=want_id):
-            _set_want(conn, want_id, at, state=WantState.upstream_building)
-        case ev.WantWaitingExternal(want_id=want_id, decision_seq=seq):
-            _set_want(conn, want_id, at, state=WantState.upstream_building, decision_seq=seq)
-        case ev.WantBlocked(want_id=want_id, refs=refs, reason=reason, decision_seq=seq):
-            _set_want(
-                conn,
-                want_id,
-                at,
-                state=WantState.upstream_building,
-                decision_seq=seq,
-                reason=reason,
-                job_run_id=None,
-            )
-            workflow_id = conn.execute(
-                select(s.wants.c.workflow_id).where(s.wants.c.want_id == want_id)
-            ).scalar_one()
-            _subscribe(conn, want_id, refs, workflow_id)
-        case ev.WantUpstreamBuilding(
-            want_id=want_id, job_run_id=job_run_id, missing=missing, derivative_want_ids=derivative_ids
-        ):
-            _set_want(conn, want_id, at, state=WantState.upstream_building)
-            if missing:
-                # By ref, not by position: an input live by then has no derivative want.
-                child_of = _derivatives_by_ref(conn, derivative_ids)
-                conn.execute(
-                    insert(s.derivatives),
-                    [
-                        {
-                            "want_id": want_id,
-                            "job_run_id": job_run_id,
-                            "ref": ref,
-                            "derivative_want_id": child_of.get(ref),
-                        }
-                        for ref in missing
-                    ],
-                )
-            workflow_id = conn.execute(
-                select(s.wants.c.workflow_id).where(s.wants.c.want_id == want_id)
-            ).scalar_one()
-            _subscribe(conn, want_id, missing, workflow_id)
-        case ev.WantFinished(want_id=want_id, state=state, reason=reason, instance_id=instance_id):
-            _set_want(conn, want_id, at, state=state, reason=reason, instance_id=instance_id)
-            conn.execute(delete(s.subscriptions).where(s.subscriptions.c.want_id == want_id))
-        case ev.WantSlaMissed(want_id=want_id):
-            conn.execute(update(s.wants).where(s.wants.c.want_id == want_id).values(sla_missed=True))
-        case ev.JobRunQueued() | ev.JobRunSkipped():
-            skipped = isinstance(event, ev.JobRunSkipped)
-            conn.execute(
-                insert(s.job_runs).values(
-                    job_run_id=event.job_run_id,
-                    job_label=event.job_label,
-                    state=(JobRunState.skipped if skipped else JobRunState.queued).value,
-                    outputs=event.outputs,
-                    params=event.params,
-                    want_id=event.want_id,
-                    attempts=0,
-                    lost=False,
-                    reason=event.message if isinstance(event, ev.JobRunSkipped) else None,
-                    missing=[],
-                    workflow_id=event.workflow_id,
-                    created_at=at,
-                    updated_at=at,
-                )
-            )
-            conn.execute(
-                insert(s.job_run_outputs),
-                [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs],
-            )
-            if skipped and event.want_id:
-                _link(conn, event.want_id, event.job_run_id, "skipped")
-        case ev.JobRunStarted(job_run_id=job_run_id, attempt=attempt):
-            _set_job_run(conn, job_run_id, at, state=JobRunState.running.value, attempts=attempt)
-        case ev.JobRunSucceeded(job_run_id=job_run_id, reads=reads, writes=writes):
-            _set_job_run(conn, job_run_id, at, state=JobRunState.succeeded.value)
-            _record_reads(conn, job_run_id, reads)
-            edges = [
+    handler = HANDLERS.get(type(event))
+    if handler is None:
+        raise TypeError(f"no projection for event {type(event).__name__}")
+    handler(conn, event, at)
+
+
+# Wants ---------------------------------------------------------------------------------------------
+
+
+@projects(ev.WantCreated)
+def _want_created(conn: Connection, event: ev.WantCreated, at: datetime) -> None:
+    spec = event.spec
+    conn.execute(
+        insert(s.wants).values(
+            want_id=event.want_id,
+            ref=spec.ref,
+            data_timestamp=spec.data_timestamp,
+            sla_seconds=None if spec.sla is None else spec.sla.total_seconds(),
+            ttl_seconds=None if spec.ttl is None else spec.ttl.total_seconds(),
+            source=spec.source.value,
+            parent_want_id=spec.parent_want_id,
+            root_want_id=spec.root_want_id or event.want_id,
+            generation=spec.generation,
+            instance_id=None,
+            state=WantState.new.value,
+            sla_missed=False,
+            sla_deadline=spec.sla_deadline,
+            reason=None,
+            job_run_id=None,
+            decision_seq=0,
+            workflow_id=event.workflow_id,
+            created_at=at,
+            updated_at=at,
+        )
+    )
+    _subscribe(conn, event.want_id, [spec.ref, *spec.requires], event.workflow_id)
+
+
+@projects(ev.WantBuilding)
+def _want_building(conn: Connection, event: ev.WantBuilding, at: datetime) -> None:
+    _set_want(
+        conn,
+        event.want_id,
+        at,
+        state=WantState.building,
+        job_run_id=event.job_run_id,
+        decision_seq=event.decision_seq,
+    )
+    _link(conn, event.want_id, event.job_run_id, event.relation)
+
+
+@projects(ev.WantAwaitingRequirements)
+def _want_awaiting_requirements(conn: Connection, event: ev.WantAwaitingRequirements, at: datetime) -> None:
+    _set_want(conn, event.want_id, at, state=WantState.upstream_building)
+
+
+@projects(ev.WantWaitingExternal)
+def _want_waiting_external(conn: Connection, event: ev.WantWaitingExternal, at: datetime) -> None:
+    _set_want(conn, event.want_id, at, state=WantState.upstream_building, decision_seq=event.decision_seq)
+
+
+@projects(ev.WantBlocked)
+def _want_blocked(conn: Connection, event: ev.WantBlocked, at: datetime) -> None:
+    _set_want(
+        conn,
+        event.want_id,
+        at,
+        state=WantState.upstream_building,
+        decision_seq=event.decision_seq,
+        reason=event.reason,
+        job_run_id=None,
+    )
+    _subscribe(conn, event.want_id, event.refs, _workflow_of(conn, event.want_id))
+
+
+@projects(ev.WantUpstreamBuilding)
+def _want_upstream_building(conn: Connection, event: ev.WantUpstreamBuilding, at: datetime) -> None:
+    _set_want(conn, event.want_id, at, state=WantState.upstream_building)
+    if event.missing:
+        # By ref, not by position: an input live by then has no derivative want.
+        child_of = _derivatives_by_ref(conn, event.derivative_want_ids)
+        conn.execute(
+            insert(s.derivatives),
+            [
                 {
-                    "input_instance_id": r.instance_id,
-                    "output_instance_id": w.instance_id,
-                    "output_ref": w.ref,
-                    "job_run_id": job_run_id,
+                    "want_id": event.want_id,
+                    "job_run_id": event.job_run_id,
+                    "ref": ref,
+                    "derivative_want_id": child_of.get(ref),
                 }
-                for r in reads
-                if r.instance_id
-                for w in writes
-            ]
-            if edges:
-                conn.execute(insert(s.consumers), edges)
-        case ev.JobRunDepMiss(job_run_id=job_run_id, missing=missing, reads=reads):
-            _set_job_run(conn, job_run_id, at, state=JobRunState.dep_miss.value, missing=missing)
-            _record_reads(conn, job_run_id, reads)
-        case ev.JobRunFailed(job_run_id=job_run_id, reason=reason, lost=lost):
-            _set_job_run(conn, job_run_id, at, state=JobRunState.failed.value, reason=reason, lost=lost)
-        case ev.Delegation():
-            conn.execute(
-                insert(s.delegations).values(
-                    want_id=event.want_id,
-                    ref=event.ref,
-                    delegated_to=event.delegated_to,
-                    kind=event.kind,
-                    at=at,
-                )
+                for ref in event.missing
+            ],
+        )
+    _subscribe(conn, event.want_id, event.missing, _workflow_of(conn, event.want_id))
+
+
+@projects(ev.WantFinished)
+def _want_finished(conn: Connection, event: ev.WantFinished, at: datetime) -> None:
+    _set_want(conn, event.want_id, at, state=event.state, reason=event.reason, instance_id=event.instance_id)
+    conn.execute(delete(s.subscriptions).where(s.subscriptions.c.want_id == event.want_id))
+
+
+@projects(ev.WantSlaMissed)
+def _want_sla_missed(conn: Connection, event: ev.WantSlaMissed, at: datetime) -> None:
+    conn.execute(update(s.wants).where(s.wants.c.want_id == event.want_id).values(sla_missed=True))
+
+
+# Job runs ------------------------------------------------------------------------------------------
+
+
+@projects(ev.JobRunQueued)
+def _job_run_queued(conn: Connection, event: ev.JobRunQueued, at: datetime) -> None:
+    _declare_job_run(conn, event, at, JobRunState.queued, reason=None)
+
+
+@projects(ev.JobRunSkipped)
+def _job_run_skipped(conn: Connection, event: ev.JobRunSkipped, at: datetime) -> None:
+    _declare_job_run(conn, event, at, JobRunState.skipped, reason=event.message)
+    if event.want_id:
+        _link(conn, event.want_id, event.job_run_id, "skipped")
+
+
+@projects(ev.JobRunStarted)
+def _job_run_started(conn: Connection, event: ev.JobRunStarted, at: datetime) -> None:
+    _set_job_run(conn, event.job_run_id, at, state=JobRunState.running.value, attempts=event.attempt)
+
+
+@projects(ev.JobRunSucceeded)
+def _job_run_succeeded(conn: Connection, event: ev.JobRunSucceeded, at: datetime) -> None:
+    _set_job_run(conn, event.job_run_id, at, state=JobRunState.succeeded.value)
+    _record_reads(conn, event.job_run_id, event.reads)
+    edges = [
+        {
+            "input_instance_id": r.instance_id,
+            "output_instance_id": w.instance_id,
+            "output_ref": w.ref,
+            "job_run_id": event.job_run_id,
+        }
+        for r in event.reads
+        if r.instance_id
+        for w in event.writes
+    ]
+    if edges:
+        conn.execute(insert(s.consumers), edges)
+
+
+@projects(ev.JobRunDepMiss)
+def _job_run_dep_miss(conn: Connection, event: ev.JobRunDepMiss, at: datetime) -> None:
+    _set_job_run(conn, event.job_run_id, at, state=JobRunState.dep_miss.value, missing=event.missing)
+    _record_reads(conn, event.job_run_id, event.reads)
+
+
+@projects(ev.JobRunFailed)
+def _job_run_failed(conn: Connection, event: ev.JobRunFailed, at: datetime) -> None:
+    _set_job_run(
+        conn,
+        event.job_run_id,
+        at,
+        state=event.cause.state.value,
+        cause=event.cause.value,
+        reason=event.reason,
+        lost=event.cause is JobRunCause.lost,
+    )
+
+
+@projects(ev.Delegation)
+def _delegation(conn: Connection, event: ev.Delegation, at: datetime) -> None:
+    conn.execute(
+        insert(s.delegations).values(
+            want_id=event.want_id,
+            ref=event.ref,
+            delegated_to=event.delegated_to,
+            kind=event.kind,
+            at=at,
+        )
+    )
+
+
+# Partitions ----------------------------------------------------------------------------------------
+
+
+@projects(ev.PartitionBuilding)
+def _partition_building(conn: Connection, event: ev.PartitionBuilding, at: datetime) -> None:
+    _upsert_partition(conn, event.ref, at, building_job_run_id=event.job_run_id)
+
+
+@projects(ev.PartitionLive)
+def _partition_live(conn: Connection, event: ev.PartitionLive, at: datetime) -> None:
+    previous = conn.execute(
+        select(s.partitions.c.instance_id).where(s.partitions.c.ref == event.ref)
+    ).scalar()
+    if previous is not None:
+        conn.execute(
+            update(s.partition_instances)
+            .where(
+                s.partition_instances.c.instance_id == previous,
+                s.partition_instances.c.status == InstanceStatus.live.value,
             )
-        case ev.PartitionBuilding(ref=ref, job_run_id=job_run_id):
-            _upsert_partition(conn, ref, at, building_job_run_id=job_run_id)
-        case ev.PartitionLive(ref=ref, instance_id=instance_id, job_run_id=job_run_id, external=external):
-            previous = conn.execute(
-                select(s.partitions.c.instance_id).where(s.partitions.c.ref == ref)
-            ).scalar()
-            if previous is not None:
-                conn.execute(
-                    update(s.partition_instances)
-                    .where(
-                        s.partition_instances.c.instance_id == previous,
-                        s.partition_instances.c.status == InstanceStatus.live.value,
-                    )
-                    .values(status=InstanceStatus.superseded.value)
-                )
-            conn.execute(
-                insert(s.partition_instances).values(
-                    instance_id=instance_id,
-                    ref=ref,
-                    job_run_id=job_run_id,
-                    external=external,
-                    created_at=at,
-                    status=InstanceStatus.live.value,
-                    stale_cause=_inherited_staleness(conn, job_run_id),
-                    reason=None,
-                )
+            .values(status=InstanceStatus.superseded.value)
+        )
+    conn.execute(
+        insert(s.partition_instances).values(
+            instance_id=event.instance_id,
+            ref=event.ref,
+            job_run_id=event.job_run_id,
+            external=event.external,
+            created_at=at,
+            status=InstanceStatus.live.value,
+            stale_cause=_inherited_staleness(conn, event.job_run_id),
+            reason=None,
+        )
+    )
+    _upsert_partition(
+        conn,
+        event.ref,
+        at,
+        status=PartitionStatus.live.value,
+        instance_id=event.instance_id,
+        built_by=event.job_run_id,
+        building_job_run_id=None,
+        external=event.external,
+        reason=None,
+    )
+
+
+@projects(ev.PartitionTainted)
+def _partition_tainted(conn: Connection, event: ev.PartitionTainted, at: datetime) -> None:
+    conn.execute(
+        update(s.partition_instances)
+        .where(s.partition_instances.c.instance_id == event.instance_id)
+        .values(status=InstanceStatus.tainted.value, reason=event.reason)
+    )
+    conn.execute(
+        update(s.partitions)
+        .where(s.partitions.c.ref == event.ref)
+        .values(
+            status=PartitionStatus.tainted.value,
+            generation=s.partitions.c.generation + 1,
+            reason=event.reason,
+            updated_at=at,
+        )
+    )
+    ids = [i.instance_id for i in event.stale if i.instance_id]
+    for start in range(0, len(ids), 500):
+        conn.execute(
+            update(s.partition_instances)
+            .where(
+                s.partition_instances.c.instance_id.in_(ids[start : start + 500]),
+                s.partition_instances.c.stale_cause.is_(None),
             )
-            _upsert_partition(
-                conn,
-                ref,
-                at,
-                status=PartitionStatus.live.value,
-                instance_id=instance_id,
-                built_by=job_run_id,
-                building_job_run_id=None,
-                external=external,
-                reason=None,
-            )
-        case ev.PartitionTainted(ref=ref, instance_id=instance_id, reason=reason, stale=stale):
-            conn.execute(
-                update(s.partition_instances)
-                .where(s.partition_instances.c.instance_id == instance_id)
-                .values(status=InstanceStatus.tainted.value, reason=reason)
-            )
-            conn.execute(
-                update(s.partitions)
-                .where(s.partitions.c.ref == ref)
-                .values(
-                    status=PartitionStatus.tainted.value,
-                    generation=s.partitions.c.generation + 1,
-                    reason=reason,
-                    updated_at=at,
-                )
-            )
-            ids = [i.instance_id for i in stale if i.instance_id]
-            for start in range(0, len(ids), 500):
-                conn.execute(
-                    update(s.partition_instances)
-                    .where(
-                        s.partition_instances.c.instance_id.in_(ids[start : start + 500]),
-                        s.partition_instances.c.stale_cause.is_(None),
-                    )
-                    .values(stale_cause=instance_id)
-                )
-        case ev.PartitionResolved(ref=ref):
-            _upsert_partition(conn, ref, at, status=PartitionStatus.missing.value, reason=None)
-        case ev.PartitionSkipped(ref=ref):
-            _upsert_partition(conn, ref, at, status=PartitionStatus.skipped.value, reason=None)
-        case ev.PartitionReleased(ref=ref):
-            _upsert_partition(conn, ref, at, building_job_run_id=None)
-        case ev.PartitionFailed(ref=ref, job_run_id=job_run_id, reason=reason):
-            current = conn.execute(select(s.partitions.c.status).where(s.partitions.c.ref == ref)).scalar()
-            if current == PartitionStatus.live.value:  # a failed rebuild leaves the live instance intact
-                _upsert_partition(conn, ref, at, building_job_run_id=None)
-            else:
-                _upsert_partition(
-                    conn,
-                    ref,
-                    at,
-                    status=PartitionStatus.failed.value,
-                    building_job_run_id=None,
-                    reason=f"job run {job_run_id} failed: {reason}",
-                )
-        case _:
-            raise TypeError(f"no projection for event {type(event).__name__}")
+            .values(stale_cause=event.instance_id)
+        )
+
+
+@projects(ev.PartitionResolved)
+def _partition_resolved(conn: Connection, event: ev.PartitionResolved, at: datetime) -> None:
+    _upsert_partition(conn, event.ref, at, status=PartitionStatus.missing.value, reason=None)
+
+
+@projects(ev.PartitionSkipped)
+def _partition_skipped(conn: Connection, event: ev.PartitionSkipped, at: datetime) -> None:
+    _upsert_partition(conn, event.ref, at, status=PartitionStatus.skipped.value, reason=None)
+
+
+@projects(ev.PartitionReleased)
+def _partition_released(conn: Connection, event: ev.PartitionReleased, at: datetime) -> None:
+    _upsert_partition(conn, event.ref, at, building_job_run_id=None)
+
+
+@projects(ev.PartitionFailed)
+def _partition_failed(conn: Connection, event: ev.PartitionFailed, at: datetime) -> None:
+    current = conn.execute(select(s.partitions.c.status).where(s.partitions.c.ref == event.ref)).scalar()
+    if current == PartitionStatus.live.value:  # a failed rebuild leaves the live instance intact
+        _upsert_partition(conn, event.ref, at, building_job_run_id=None)
+    else:
+        _upsert_partition(
+            conn,
+            event.ref,
+            at,
+            status=PartitionStatus.failed.value,
+            building_job_run_id=None,
+            reason=f"job run {event.job_run_id} failed: {event.reason}",
+        )
+
+
+# Row helpers ---------------------------------------------------------------------------------------
+
+
+def _workflow_of(conn: Connection, want_id: str) -> str:
+    return str(conn.execute(select(s.wants.c.workflow_id).where(s.wants.c.want_id == want_id)).scalar_one())
 
 
 def _derivatives_by_ref(conn: Connection, want_ids: list[str]) -> dict[str, str]:
@@ -242,6 +347,36 @@ def _derivatives_by_ref(conn: Connection, want_ids: list[str]) -> dict[str, str]
 def _set_want(conn: Connection, want_id: str, at: datetime, **values: object) -> None:
     values = {k: (v.value if isinstance(v, WantState) else v) for k, v in values.items()}
     conn.execute(update(s.wants).where(s.wants.c.want_id == want_id).values(updated_at=at, **values))
+
+
+def _declare_job_run(
+    conn: Connection,
+    event: ev.JobRunQueued | ev.JobRunSkipped,
+    at: datetime,
+    state: JobRunState,
+    reason: str | None,
+) -> None:
+    conn.execute(
+        insert(s.job_runs).values(
+            job_run_id=event.job_run_id,
+            job_label=event.job_label,
+            state=state.value,
+            outputs=event.outputs,
+            params=event.params,
+            want_id=event.want_id,
+            attempts=0,
+            lost=False,
+            reason=reason,
+            missing=[],
+            workflow_id=event.workflow_id,
+            created_at=at,
+            updated_at=at,
+        )
+    )
+    conn.execute(
+        insert(s.job_run_outputs),
+        [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs],
+    )
 
 
 def _set_job_run(conn: Connection, job_run_id: str, at: datetime, **values: object) -> None:
