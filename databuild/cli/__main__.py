@@ -1,0 +1,3 @@
+from databuild.cli import main
+
+main()

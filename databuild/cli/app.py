@@ -1,0 +1,111 @@
+"""The `databuild` Typer app and what every command shares: settings, the SDK client, output."""
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
+from typing import Annotated, Any, TypeVar
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.markup import escape
+
+from databuild.client import DataBuild
+from databuild.config import Settings
+from databuild.durations import format_duration
+from databuild.errors import DataBuildError
+from databuild.models import MAX_INDEX
+from databuild.views import Page
+
+app = typer.Typer(
+    help="DataBuild: declare the partitions you want; DataBuild builds them.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+console = Console()
+err = Console(stderr=True)
+T = TypeVar("T")
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+Limit = Annotated[int, typer.Option(min=1, max=MAX_INDEX, help="Rows to show.")]
+State = Annotated[str | None, typer.Option(help="Only this state.")]
+Prefix = Annotated[str | None, typer.Option(help="Only refs starting with this.")]
+Pattern = Annotated[
+    str | None, typer.Option("--pattern", help="Only refs matching this glob: * within a segment, ** across.")
+]
+Offset = Annotated[int, typer.Option(min=0, max=MAX_INDEX, help="Skip this many rows (paging).")]
+
+
+class CliError(Exception):
+    pass
+
+
+def settings(**overrides: object) -> Settings:
+    return Settings.from_env(**overrides)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+async def client() -> DataBuild:
+    return await DataBuild.connect(settings())
+
+
+async def with_client(call: Callable[[DataBuild], Coroutine[Any, Any, T]]) -> T:
+    db = await client()
+    async with db:
+        return await call(db)
+
+
+def bel() -> Any:
+    from databuild.bel import BuildEventLog
+
+    return BuildEventLog.create(settings().database_url)
+
+
+def duration(value: timedelta | None) -> str:
+    return "none" if value is None else format_duration(value)
+
+
+def emit(as_json: bool, value: Any, human: Callable[[], Any]) -> None:
+    if as_json:
+        print(json.dumps(jsonable(value), indent=2, default=str))
+    else:
+        console.print(human())
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, list):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    return value
+
+
+def page_note(page: Page) -> str:
+    return "" if page.next_offset is None else f"more: --offset {page.next_offset}"
+
+
+def main() -> None:
+    code: int = 0
+    try:
+        app()
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except (DataBuildError, CliError) as error:
+        # One line, however wide the terminal, and printed as is (messages quote user input).
+        err.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
+        code = 2
+    except KeyboardInterrupt:
+        code = 130
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The Temporal SDK can abort the interpreter at exit (PyGILState_Release); leave directly.
+    os._exit(code)

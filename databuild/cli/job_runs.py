@@ -1,0 +1,44 @@
+"""`databuild job-runs list|show`: job runs, and what one of them did."""
+
+from typing import Annotated
+
+import typer
+from rich.console import Group
+
+from databuild import render
+from databuild.cli.app import JsonFlag, Limit, Offset, Pattern, Prefix, State, app, bel, emit, page_note
+from databuild.models import JobRunState, parse_choice
+from databuild.views import job_run_view, list_job_runs
+
+job_runs_app = typer.Typer(help="Inspect job runs.", no_args_is_help=True)
+app.add_typer(job_runs_app, name="job-runs")
+
+
+@job_runs_app.command("list")
+def job_runs_list(
+    state: State = None,
+    job: Annotated[str | None, typer.Option(help="Only this job label.")] = None,
+    prefix: Prefix = None,
+    pattern: Pattern = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    as_json: JsonFlag = False,
+) -> None:
+    """List job runs, newest first (filter by an output ref with --prefix or --pattern)."""
+    view = list_job_runs(
+        bel(),
+        state=parse_choice(JobRunState, state),
+        job_label=job,
+        ref_prefix=prefix,
+        ref_glob=pattern,
+        limit=limit,
+        offset=offset,
+    )
+    emit(as_json, view, lambda: Group(render.job_runs_table(view.data), page_note(view.page)))
+
+
+@job_runs_app.command("show")
+def job_runs_show(job_run_id: str, as_json: JsonFlag = False) -> None:
+    """What a job run did: wanted by, read and wrote (UUIDs), status history, derivative wants, delegations."""
+    view = job_run_view(bel(), job_run_id)
+    emit(as_json, view, lambda: render.job_run_detail(view))

@@ -1,0 +1,138 @@
+"""Operator actions: `taint`, `publish`, `resolve`, `skip`, and the upkeep commands `migrate`, `sweep`."""
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Group
+
+from databuild import render
+from databuild.cli.app import CliError, JsonFlag, app, bel, console, emit, run, settings, with_client
+from databuild.config import masked_url
+from databuild.durations import parse_setting_duration
+from databuild.storage import Storage
+
+
+@app.command()
+def taint(
+    ref: str,
+    reason: Annotated[str | None, typer.Option(help="Why, shown in the lineage views.")] = None,
+    cascade: Annotated[
+        bool, typer.Option("--cascade", help="Taint the current downstream too, so wants rebuild it.")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show the impact.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Invalidate a partition's live instance: shows the downstream impact, then (once confirmed)
+    marks it tainted; the next want rebuilds it and everything built from it shows as stale."""
+    log = bel()
+    impact = log.taint_impact(ref)
+    if dry_run:
+        emit(as_json, {"impact": impact, "tainted": []}, lambda: render.taint_impact(impact))
+        return
+    if not yes:
+        if as_json or not sys.stdin.isatty():
+            raise CliError(
+                f"nothing tainted: see the impact with `databuild taint {ref} --dry-run`, "
+                f"then confirm with `databuild taint {ref} --yes`"
+            )
+        console.print(render.taint_impact(impact))
+        also = f" and {len(impact.current)} current downstream partition(s) (--cascade)" if cascade else ""
+        if not typer.confirm(f"taint {ref}{also}?", default=False):
+            raise typer.Exit(1)
+    result = log.taint(ref, reason=reason, cascade=cascade, instance_id=impact.instance_id)
+    emit(
+        as_json,
+        {"impact": result.impact, "tainted": result.tainted, "partition": result.partition},
+        lambda: Group(
+            render.taint_impact(result.impact),
+            f"tainted {', '.join(t.ref for t in result.tainted)}; the next want rebuilds "
+            + ("them" if len(result.tainted) > 1 else "it")
+            + (
+                f"; left alone (being rebuilt): {', '.join(t.ref for t in result.not_tainted)}"
+                if result.not_tainted
+                else ""
+            ),
+        ),
+    )
+
+
+@app.command()
+def publish(
+    ref: str,
+    instance_id: Annotated[
+        str | None, typer.Option(help="The producer's instance UUID (repeats of it change nothing).")
+    ] = None,
+    graph: Annotated[str | None, typer.Option(help="Who produced it (recorded with the partition).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Announce that an external partition is now available; wakes every want waiting for it."""
+
+    partition, created, signalled = run(
+        with_client(lambda db: db.publish(ref, instance_id=instance_id, source=graph or "cli"))
+    )
+    payload = {"partition": partition, "newly_live": created, "wants_signalled": signalled}
+    emit(
+        as_json,
+        payload,
+        lambda: (
+            f"{ref} is live (instance {partition.instance_id}); "
+            + ("announced now" if created else "it already was")
+            + f"; {signalled} waiting want(s) signalled"
+        ),
+    )
+
+
+@app.command()
+def resolve(ref: str, as_json: JsonFlag = False) -> None:
+    """Clear a fail-lock after fixing its cause: waiting wants decide again and rebuild it."""
+    partitions, woken = run(with_client(lambda db: db.resolve(ref)))
+    refs = ", ".join(p.ref for p in partitions)
+    emit(
+        as_json,
+        {"partitions": partitions, "wants_woken": woken},
+        lambda: f"resolved {refs}; {woken} waiting want(s) will decide again",
+    )
+
+
+@app.command()
+def skip(ref: str, as_json: JsonFlag = False) -> None:
+    """Retire a partition: it is never built again, and wants waiting for it fail."""
+    partition, woken = run(with_client(lambda db: db.skip(ref)))
+    emit(
+        as_json,
+        {"partition": partition, "wants_woken": woken},
+        lambda: f"{ref} retired; {woken} waiting want(s) told",
+    )
+
+
+@app.command()
+def migrate() -> None:
+    """Create or upgrade the BEL schema (Alembic); workers and commands also do this on start."""
+    from databuild.bel import BuildEventLog
+
+    url = settings().database_url
+    BuildEventLog.create(url).dispose()
+    console.print(f"BEL schema at {masked_url(url)} is up to date")
+
+
+@app.command()
+def sweep(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would go.")] = False,
+    keep_failed: Annotated[
+        str | None,
+        typer.Option(
+            help="Keep failed attempts' submission folders this long (default: 7d, or DATABUILD_KEEP_FAILED_ATTEMPTS)."
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Remove what job attempts left on the storage once their job run has ended, and put back a live
+    partition an uncommitted publish had moved aside. Workers do this every DATABUILD_SWEEP_EVERY (1h)."""
+    from databuild.sweep import sweep as sweep_storage
+
+    configured = settings()
+    keep = parse_setting_duration(keep_failed) if keep_failed is not None else configured.keep_failed_attempts
+    report = sweep_storage(Storage(configured.storage_root), bel(), keep_failed=keep, dry_run=dry_run)
+    emit(as_json, report, lambda: render.sweep_report(report))

@@ -1,0 +1,71 @@
+"""`databuild partitions list|show`: partitions, and the lineage of one instance."""
+
+from typing import Annotated
+
+import typer
+from rich.console import Group
+
+from databuild import render
+from databuild.cli.app import (
+    CliError,
+    JsonFlag,
+    Limit,
+    Offset,
+    Pattern,
+    Prefix,
+    State,
+    app,
+    bel,
+    emit,
+    page_note,
+)
+from databuild.models import MAX_INDEX, PartitionStatus, parse_choice
+from databuild.views import FAN_OUT, instance_view, list_partitions, partition_view
+
+partitions_app = typer.Typer(help="Inspect partitions.", no_args_is_help=True)
+app.add_typer(partitions_app, name="partitions")
+
+
+@partitions_app.command("list")
+def partitions_list(
+    status: State = None,
+    prefix: Prefix = None,
+    pattern: Pattern = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    as_json: JsonFlag = False,
+) -> None:
+    """List partitions by ref."""
+    view = list_partitions(
+        bel(),
+        status=parse_choice(PartitionStatus, status, "status"),
+        ref_prefix=prefix,
+        ref_glob=pattern,
+        limit=limit,
+        offset=offset,
+    )
+    emit(as_json, view, lambda: Group(render.partitions_table(view.data), page_note(view.page)))
+
+
+@partitions_app.command("show")
+def partitions_show(
+    ref: Annotated[str | None, typer.Argument(help="Partition ref; its live (or latest) instance.")] = None,
+    instance: Annotated[
+        str | None, typer.Option("--instance", help="Show this instance (UUID) instead, live or not.")
+    ] = None,
+    fan_out: Annotated[int, typer.Option(min=1, max=10_000, help="Downstream consumers to show.")] = FAN_OUT,
+    offset: Annotated[
+        int, typer.Option(min=0, max=MAX_INDEX, help="Skip this many downstream consumers.")
+    ] = 0,
+    as_json: JsonFlag = False,
+) -> None:
+    """Lineage of a partition instance: the job run that built it and what it read; who reads it."""
+    if (ref is None) == (instance is None):
+        raise CliError("give a partition REF or --instance UUID (one of them)")
+    log = bel()
+    if instance is not None:
+        view = instance_view(log, instance, fan_out=fan_out, offset=offset)
+    else:
+        assert ref is not None
+        view = partition_view(log, ref, fan_out=fan_out, offset=offset)
+    emit(as_json, view, lambda: render.lineage_view(view))

@@ -1,0 +1,73 @@
+"""Commands that run the stack: `dev` (everything embedded), `web` and `worker`."""
+
+from typing import Annotated
+
+import typer
+
+from databuild.cli.app import app, console, run, settings
+from databuild.config import masked_url
+
+
+@app.command()
+def dev(
+    demo: Annotated[
+        bool, typer.Option(help="Request the demo's top partition and print its fulfillment.")
+    ] = False,
+    exit_after_demo: Annotated[bool, typer.Option("--exit", help="Stop once the demo is done.")] = False,
+    port: Annotated[int, typer.Option(help="Temporal frontend port.")] = 7233,
+    ui_port: Annotated[int, typer.Option(help="Temporal UI port.")] = 8233,
+    web_port: Annotated[int, typer.Option(help="Dashboard and HTTP API port (0: no web server).")] = 8000,
+) -> None:
+    """Embedded stack: Temporal dev server (+ UI), a worker and the dashboard; data in ./.databuild."""
+    from worker.dev import run_dev  # the CLI hands over to the worker package to host workflows
+
+    configured = settings(temporal_address=f"127.0.0.1:{port}")
+    raise typer.Exit(
+        run(
+            run_dev(
+                configured,
+                demo=demo,
+                exit_after_demo=exit_after_demo,
+                ui_port=ui_port,
+                web_port=web_port,
+                console=console,
+            )
+        )
+    )
+
+
+@app.command()
+def web(
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port of the dashboard and the HTTP API.")] = 8000,
+    temporal_ui: Annotated[
+        str | None,
+        typer.Option(envvar="DATABUILD_TEMPORAL_UI_URL", help="Temporal UI base URL for workflow links."),
+    ] = None,
+) -> None:
+    """Serve the dashboard (/) and the HTTP JSON API (/api, docs at /docs) over the configured BEL."""
+    from databuild.bel import BuildEventLog
+    from databuild.runtime import settle_heap
+    from databuild.web import create_app, serve, web_context
+
+    configured = settings()
+    context = web_context(configured, BuildEventLog.create(configured.database_url), temporal_ui)
+    served = create_app(context)
+    settle_heap()  # once, after start-up: what start-up made stays out of every later full collection
+    console.print(
+        f"dashboard http://{host}:{port}/  API http://{host}:{port}/api  BEL {masked_url(configured.database_url)}"
+    )
+    run(serve(served, host, port))
+
+
+@app.command()
+def worker() -> None:
+    """Run a worker against the configured Temporal, BEL and storage."""
+    from worker.run import serve
+
+    configured = settings()
+    console.print(
+        f"worker on task queue [bold]{configured.task_queue}[/] at {configured.temporal_address} "
+        f"(namespace {configured.namespace}); BEL {masked_url(configured.database_url)}"
+    )
+    run(serve(configured))

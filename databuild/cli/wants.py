@@ -1,0 +1,155 @@
+"""`databuild want` (declare a need, optionally wait for it) and `databuild wants list|show`."""
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Group
+from rich.live import Live
+
+from databuild import render
+from databuild.cli.app import (
+    JsonFlag,
+    Limit,
+    Offset,
+    Pattern,
+    Prefix,
+    State,
+    app,
+    bel,
+    client,
+    console,
+    duration,
+    emit,
+    err,
+    jsonable,
+    page_note,
+    run,
+    settings,
+)
+from databuild.client import build_spec
+from databuild.durations import parse_duration, parse_timestamp
+from databuild.graph import load_graph
+from databuild.models import Want, WantSource, WantState, parse_choice
+from databuild.views import list_wants, want_view
+
+wants_app = typer.Typer(help="Inspect wants.", no_args_is_help=True)
+app.add_typer(wants_app, name="wants")
+
+
+@app.command()
+def want(
+    ref: Annotated[str, typer.Argument(help="Partition ref, e.g. daily_summary/2024-01-07")],
+    data_timestamp: Annotated[
+        str | None, typer.Option(help="Business time (ISO); default: the date in the ref, else today.")
+    ] = None,
+    sla: Annotated[str | None, typer.Option(help="Due this long after the data time, e.g. 9h.")] = None,
+    ttl: Annotated[str | None, typer.Option(help="Give up this long after the data time, e.g. 30d.")] = None,
+    source: Annotated[WantSource, typer.Option(help="Who asks.")] = WantSource.cli,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the want, showing live progress.")] = False,
+    requires: Annotated[
+        list[str] | None,
+        typer.Option(help="An external partition that must be available before the job runs; repeatable."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Declare that a partition must exist."""
+    timestamp = parse_timestamp(data_timestamp) if data_timestamp else None
+    sla_d = parse_duration(sla) if sla else None
+    ttl_d = parse_duration(ttl) if ttl else None
+
+    # Check everything before touching Temporal or the BEL: bad input records nothing.
+    build_spec(
+        load_graph(settings().graph),
+        ref,
+        data_timestamp=timestamp,
+        sla=sla_d,
+        ttl=ttl_d,
+        source=source,
+        requires=requires or (),
+    )
+
+    async def go() -> Want | None:
+        db = await client()
+        async with db:
+            spec = await db.want(
+                ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source, requires=requires or ()
+            )
+            existing = db.bel.find_want(spec.want_id)
+            if not as_json:
+                console.print(
+                    f"want [bold]{spec.want_id}[/] for [bold]{ref}[/] registered (workflow {spec.workflow_id})"
+                )
+            if existing is not None and (existing.sla, existing.ttl) != (spec.sla, spec.ttl):
+                err.print(
+                    f"[yellow]note:[/] this want already existed with SLA {duration(existing.sla)} and TTL "
+                    f"{duration(existing.ttl)}; those deadlines stand (a want's identity is its ref, data "
+                    "timestamp and source, and the ref's taint count). Use another --data-timestamp or "
+                    "--source for new deadlines."
+                )
+            if not wait:
+                found = db.bel.find_want(spec.want_id)
+                if as_json:
+                    print(
+                        json.dumps(
+                            {
+                                "want_id": spec.want_id,
+                                "workflow_id": spec.workflow_id,
+                                "want": jsonable(found),
+                            },
+                            indent=2,
+                        )
+                    )
+                return found
+            if as_json:
+                result = await db.wait(spec)
+            else:
+                with Live(
+                    render.progress_summary(None, [], []), console=console, refresh_per_second=4
+                ) as live:
+
+                    def update(current: Want | None) -> None:
+                        live.update(render.progress(db.bel, current))
+
+                    result = await db.wait(spec, on_update=update)
+                    live.update(render.progress(db.bel, result))
+                console.print(render.fulfillment_tree(want_view(db.bel, spec.want_id)))
+            if as_json:
+                print(json.dumps(jsonable(want_view(db.bel, spec.want_id)), indent=2))
+            return result
+
+    result = run(go())
+    if wait and result is not None and result.state is not WantState.successful:
+        raise typer.Exit(1)
+
+
+@wants_app.command("list")
+def wants_list(
+    state: State = None,
+    prefix: Prefix = None,
+    pattern: Pattern = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    as_json: JsonFlag = False,
+) -> None:
+    """List wants, newest first."""
+    view = list_wants(
+        bel(),
+        state=parse_choice(WantState, state),
+        ref_prefix=prefix,
+        ref_glob=pattern,
+        limit=limit,
+        offset=offset,
+    )
+    emit(as_json, view, lambda: Group(render.wants_table(view.data), page_note(view.page)))
+
+
+@wants_app.command("show")
+def wants_show(
+    want_id: str,
+    expand: Annotated[bool, typer.Option("--expand", help="Show every retry of a build.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """The fulfillment tree of a want: job runs, partition instances, derivative wants."""
+    view = want_view(bel(), want_id)
+    emit(as_json, view, lambda: render.fulfillment_tree(view, expand=expand))
