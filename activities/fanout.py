@@ -17,7 +17,7 @@ class FanOutActivities:
         self.client = client
         self.page_size = page_size
 
-    @activity.defn(name=p.ACT_FAN_OUT)
+    @activity.defn
     async def fan_out(self, input: p.FanOutInput) -> int:
         run = await asyncio.to_thread(self.bel.job_run, input.job_run_id)
         details = activity.info().heartbeat_details

@@ -6,12 +6,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from databuild import protocol as p
-from databuild.errors import DataBuildError, SubmittedJobError
 from databuild.execution import JobExecutor
-from databuild.job_context import JobContractError
 from databuild.models import attempt_name
 
 
@@ -21,7 +18,7 @@ class JobActivities:
         self.heartbeat_every = heartbeat_every
         self._pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="databuild-job")
 
-    @activity.defn(name=p.ACT_RUN_JOB)
+    @activity.defn
     async def run_job(self, input: p.JobRunInput) -> p.JobOutcome:
         attempt = activity.info().attempt
         group = attempt_name(input.job_run_id, attempt)
@@ -58,14 +55,6 @@ class JobActivities:
             if not future.cancelled() and future.exception() is None:
                 return future.result()  # it finished before it could be stopped: that is its outcome
             raise
-        except JobContractError as error:
-            raise ApplicationError(str(error), type="JobContractError", non_retryable=True) from error
-        except SubmittedJobError as error:
-            # The type the job raised in its own application, so the retry policy and the reason read
-            # as for a job run in-process (not chained: the reason is taken from the innermost cause).
-            raise ApplicationError(str(error), error.traceback, type=error.kind) from None
-        except DataBuildError as error:
-            raise ApplicationError(str(error), type=type(error).__name__) from error
 
     async def _renew_lease(self, input: p.JobRunInput) -> None:
         # A missed renewal only risks an early liveness check, which the Temporal check then
@@ -75,9 +64,9 @@ class JobActivities:
         except Exception as error:
             activity.logger.warning("could not renew the lease of %s: %s", input.job_run_id, error)
 
-    @activity.defn(name=p.ACT_FAIL_JOB_RUN)
+    @activity.defn
     async def fail_job_run(self, input: p.FailJobRunInput) -> None:
-        await asyncio.to_thread(self.executor.fail, input.job_run_id, input.reason, release=input.release)
+        await asyncio.to_thread(self.executor.fail, input.job_run_id, input.reason, input.cause)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -26,7 +26,7 @@ class UpstreamActivities:
             await self._http.aclose()
             self._http = None
 
-    @activity.defn(name=p.ACT_PULL_UPSTREAM)
+    @activity.defn
     async def pull_upstream(self, input: p.PullInput) -> p.PullResult:
         async def announce(ref: str, instance_id: str | None) -> bool:
             _, changed, _ = await self.db.publish(
@@ -40,7 +40,7 @@ class UpstreamActivities:
             activity.logger.warning("skipped event %s from upstream %s", refusal, input.name)
         return result
 
-    @activity.defn(name=p.ACT_APPLY_ANNOUNCEMENTS)
+    @activity.defn
     async def apply_announcements(self, input: p.AnnouncementsInput) -> int:
         applied = 0
         for a in input.announcements:

@@ -12,9 +12,9 @@ from databuild import protocol as p
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
-from databuild.errors import GraphDefinitionError, InvalidInputError
+from databuild.domain.decisions import Blocked, Delegate, DependenciesStatus, Execute
 from databuild.graph import Graph
-from databuild.models import PartitionStatus, Want, WantSource, WantState
+from databuild.models import PartitionStatus, Subscription, Want, WantSource, WantState
 from databuild.temporal import notify_subscribers, signal_for_run, start_want
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
@@ -28,34 +28,36 @@ class WantActivities:
         self.settings = settings
         self.db = DataBuild(client, bel, graph, settings)  # registers wants as clients do
 
-    @activity.defn(name=p.ACT_REGISTER_WANT)
+    @activity.defn
     async def register_want(self, input: p.WantInput) -> int:
         """Record the want (once) and return its last decision step, which is not 0 when this is a
         new run of a want whose workflow died (see ``start_want``)."""
         await asyncio.to_thread(self.bel.register_want, input.spec)
         return await asyncio.to_thread(self.bel.decision_seq, input.spec.want_id)
 
-    @activity.defn(name=p.ACT_DECIDE)
+    @activity.defn
     async def decide(self, input: p.DecideInput) -> p.Decision:
+        """The want's next step: the BEL's verdict, plus how to run and watch a job run it follows."""
         want = await asyncio.to_thread(self.bel.want, input.want_id)
-        try:
-            resolution = self.graph.resolve(want.ref)
-        except (InvalidInputError, GraphDefinitionError) as error:
-            # Retrying cannot help: the graph does not (or no longer) produce this ref.
-            raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from error
+        resolution = self.graph.resolve(want.ref)  # the graph may no longer produce it: not retryable
         lease = self.settings.job_lease
-        decision = await asyncio.to_thread(self.bel.decide, input.want_id, input.seq, resolution, lease)
-        if decision.kind in (p.DecisionKind.execute, p.DecisionKind.delegate, p.DecisionKind.blocked):
-            policy = p.JobPolicy(
-                heartbeat_timeout=self.settings.job_heartbeat_timeout,
-                start_to_close_timeout=self.settings.job_start_to_close_timeout,
-                attempts=self.settings.job_attempts,
-                lease=lease,
-            )
-            decision = decision.model_copy(update={"policy": policy, "watchdog": lease})
-        return decision
+        verdict = await asyncio.to_thread(self.bel.decide, input.want_id, input.seq, resolution, lease)
+        match verdict:
+            case Execute():
+                policy = p.JobPolicy(
+                    heartbeat_timeout=self.settings.job_heartbeat_timeout,
+                    start_to_close_timeout=self.settings.job_start_to_close_timeout,
+                    attempts=self.settings.job_attempts,
+                    lease=lease,
+                )
+                return p.ExecuteOrder(**verdict.model_dump(exclude={"kind"}), policy=policy, watchdog=lease)
+            case Delegate():
+                return p.DelegateOrder(**verdict.model_dump(exclude={"kind"}), watchdog=lease)
+            case Blocked():
+                return p.BlockedOrder(**verdict.model_dump(exclude={"kind"}), watchdog=lease)
+        return verdict
 
-    @activity.defn(name=p.ACT_WATCH)
+    @activity.defn
     @heartbeating
     async def watch(self, input: p.WatchInput) -> None:
         """Completes once the waiting want should decide again: the run it follows ended (perhaps
@@ -76,7 +78,7 @@ class WantActivities:
             waiting = f"{', '.join(input.blocked_refs)} still fail-locked"
         raise ApplicationError(waiting, type="StillWaiting", category=BENIGN)
 
-    @activity.defn(name=p.ACT_CHECK_BUILD)
+    @activity.defn
     @heartbeating
     async def check_build(self, input: p.CheckBuildInput) -> p.BuildHealth:
         return await self._build_health(input.job_run_id)
@@ -108,9 +110,9 @@ class WantActivities:
         await notify_subscribers(self.client, self.bel, lost.outputs, signal_for_run(lost))
         return p.BuildHealth.lost
 
-    @activity.defn(name=p.ACT_AWAIT_DEPENDENCIES)
+    @activity.defn
     @heartbeating
-    async def await_dependencies(self, input: p.DependenciesInput) -> p.DependenciesStatus:
+    async def await_dependencies(self, input: p.DependenciesInput) -> DependenciesStatus:
         status, derivatives = await asyncio.to_thread(
             self.bel.await_dependencies, input.want_id, input.job_run_id, input.missing
         )
@@ -119,28 +121,25 @@ class WantActivities:
         )
         return status
 
-    @activity.defn(name=p.ACT_AWAIT_REQUIREMENTS)
+    @activity.defn
     async def await_requirements(self, input: p.RequirementsInput) -> p.RequirementsStatus:
         live = await asyncio.to_thread(self.bel.await_requirements, input.want_id, input.refs)
         return p.RequirementsStatus(live=live)
 
-    @activity.defn(name=p.ACT_REGISTER_SCHEDULED_WANT)
+    @activity.defn
     @heartbeating
     async def register_scheduled_want(self, input: p.ScheduledWantRequest) -> str:
         """A schedule's run: the want for its time, with source `schedule` (so re-runs are one want)."""
-        try:
-            spec = await self.db.want(
-                input.ref,
-                data_timestamp=input.data_timestamp,
-                sla=input.sla,
-                ttl=input.ttl,
-                source=WantSource.schedule,
-            )
-        except InvalidInputError as error:  # e.g. a backfill past the TTL: retrying cannot help
-            raise ApplicationError(str(error), type=type(error).__name__, non_retryable=True) from error
+        spec = await self.db.want(  # e.g. a backfill past the TTL raises InvalidInputError: not retried
+            input.ref,
+            data_timestamp=input.data_timestamp,
+            sla=input.sla,
+            ttl=input.ttl,
+            source=WantSource.schedule,
+        )
         return spec.want_id
 
-    @activity.defn(name=p.ACT_ABANDON_BUILD)
+    @activity.defn
     async def abandon_build(self, input: p.AbandonBuildInput) -> p.AbandonBuildResult:
         """Asked by a want that was canceled or expired (and recorded so) while following a run: the
         run is abandoned if it is still going and no other want waits on it."""
@@ -151,7 +150,7 @@ class WantActivities:
             return p.AbandonBuildResult()
         return p.AbandonBuildResult(workflow_id=run.workflow_id)
 
-    @activity.defn(name=p.ACT_FINISH_WANT)
+    @activity.defn
     async def finish_want(self, input: p.FinishInput) -> None:
         want = await asyncio.to_thread(
             self.bel.finish_want, input.want_id, input.state, input.reason, input.instance_id
@@ -168,15 +167,14 @@ class WantActivities:
             reason=f"derivative want {want.want_id} {want.state.value}: {want.reason or 'no reason given'}",
         )
 
-        def signal(ref: str, subscriber_id: str) -> tuple[str, object] | None:
-            subscriber = self.bel.find_want(subscriber_id)
-            depends = subscriber is not None and subscriber.ref != ref
-            if depends and subscriber is not None and subscriber.data_timestamp == want.data_timestamp:
+        def signal(subscription: Subscription) -> tuple[str, object] | None:
+            depends = subscription.want_ref != want.ref
+            if depends and subscription.data_timestamp == want.data_timestamp:
                 return p.SIGNAL_PARTITION_FAILED, notice
             return None
 
         await notify_subscribers(self.client, self.bel, [want.ref], signal)
 
-    @activity.defn(name=p.ACT_RECORD_SLA_MISSED)
+    @activity.defn
     async def record_sla_missed(self, input: p.SlaMissedInput) -> None:
         await asyncio.to_thread(self.bel.mark_sla_missed, input.want_id, input.deadline)

@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
     from databuild.client import DataBuild
     from databuild.config import Settings
     from databuild.graph import load_graph
-    from databuild.models import Partition, WantSpec, WantState
+    from databuild.models import Partition, Subscription, WantSpec, WantState
     from databuild.protocol import (
         SA_PARTITION_REF,
         SA_WANT_STATE,
@@ -124,9 +124,7 @@ class TimedBel(BuildEventLog):
         finally:
             self.spans.publish_external.append((start, time.perf_counter()))
 
-    def subscriptions(
-        self, refs: Sequence[str], after_id: int, limit: int
-    ) -> list[tuple[int, str, str, str]]:
+    def subscriptions(self, refs: Sequence[str], after_id: int, limit: int) -> list[Subscription]:
         start = time.perf_counter()
         try:
             return super().subscriptions(refs, after_id, limit)

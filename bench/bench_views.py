@@ -39,7 +39,7 @@ from sqlalchemy import Connection, Table, bindparam, func, insert, select, text,
 
 from databuild import views
 from databuild.bel import BuildEventLog
-from databuild.bel import events as ev
+from databuild.domain import events as ev
 from databuild.bel import schema as s
 from databuild.models import InstanceRef, JobRunState, WantSource, WantSpec, WantState
 from databuild.runtime import settle_heap

@@ -135,7 +135,7 @@ class DataBuild:
         assert partition.instance_id is not None
         notice = PartitionAvailable(ref=ref, instance_id=partition.instance_id, job_run_id=partition.built_by)
         signalled = await notify_subscribers(
-            self.temporal, self.bel, [ref], lambda _ref, _want: (SIGNAL_PARTITION_AVAILABLE, notice)
+            self.temporal, self.bel, [ref], lambda _sub: (SIGNAL_PARTITION_AVAILABLE, notice)
         )
         return partition, created, signalled
 
@@ -157,7 +157,7 @@ class DataBuild:
             self.temporal,
             self.bel,
             refs,
-            lambda ref, _want: (SIGNAL_REDECIDE, RedecideNotice(ref=ref, reason=reason)),
+            lambda sub: (SIGNAL_REDECIDE, RedecideNotice(ref=sub.ref, reason=reason)),
         )
 
 

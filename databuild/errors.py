@@ -1,12 +1,24 @@
-"""Typed error hierarchy. Every error a user can cause names the problem and, where there is one, the fix."""
+"""Typed error hierarchy. Every error a user can cause names the problem and, where there is one, the fix.
+
+Each class says how it crosses the boundaries: ``retryable`` (whether an activity that raised it may
+succeed on a retry; activities.errors turns it into a Temporal ``ApplicationError`` accordingly) and
+``http_status`` (what the HTTP API answers)."""
+
+from typing import ClassVar
 
 
 class DataBuildError(Exception):
     """Base of every error DataBuild raises on purpose."""
 
+    retryable: ClassVar[bool] = True
+    http_status: ClassVar[int] = 500
+
 
 class InvalidInputError(DataBuildError, ValueError):
     """Input was rejected before anything was recorded."""
+
+    retryable = False
+    http_status = 400
 
 
 class InvalidPartitionRefError(InvalidInputError):
@@ -37,13 +49,20 @@ class AnnouncementRefusedError(InvalidInputError):
 class GraphDefinitionError(DataBuildError):
     """The user's graph is malformed (bad pattern, clashing outputs, unloadable module)."""
 
+    retryable = False
+
 
 class NotFoundError(DataBuildError, LookupError):
     """An id or ref that the build event log does not know."""
 
+    http_status = 404
+
 
 class InvalidTransitionError(DataBuildError):
     """A state change the lifecycle does not allow; it is rejected, never applied."""
+
+    retryable = False
+    http_status = 409
 
 
 class TemporalSetupError(DataBuildError):
@@ -53,6 +72,8 @@ class TemporalSetupError(DataBuildError):
 class TemporalUnavailableError(DataBuildError):
     """The Temporal server does not answer at the configured address."""
 
+    http_status = 503
+
 
 class PortInUseError(DataBuildError):
     """A port `databuild dev` would listen on is held by another process."""
@@ -60,6 +81,8 @@ class PortInUseError(DataBuildError):
 
 class ConcurrentChangeError(DataBuildError):
     """What a command read changed before it could lock it; retrying the command is safe."""
+
+    http_status = 409
 
 
 class StaleAttemptError(DataBuildError):
@@ -78,6 +101,16 @@ class JavaNotFoundError(DataBuildError):
     pass
 
 
+class JobCancelledError(DataBuildError):
+    """The job body stopped because its activity was cancelled."""
+
+
+class JobContractError(DataBuildError):
+    """The job broke its contract (wrote a ref it does not declare, or left an output unwritten)."""
+
+    retryable = False
+
+
 class SubmittedJobError(DataBuildError):
     """A job run as its own Spark application (spark-submit) raised, or its application ended without
     reporting a result. ``kind`` is the type name of what the job raised, ``traceback`` its traceback."""
@@ -86,3 +119,14 @@ class SubmittedJobError(DataBuildError):
         super().__init__(message)
         self.kind = kind
         self.traceback = traceback
+
+
+def error_class(name: str) -> type[DataBuildError] | None:
+    """The DataBuild error class of that name (a job run in its own application reports only names)."""
+    pending: list[type[DataBuildError]] = [DataBuildError]
+    while pending:
+        kind = pending.pop()
+        if kind.__name__ == name:
+            return kind
+        pending.extend(kind.__subclasses__())
+    return None

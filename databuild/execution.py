@@ -5,8 +5,8 @@ from collections.abc import Callable
 
 from databuild.bel.store import BuildEventLog, new_instance_id
 from databuild.executors import Executors, JobAttempt, Progress
-from databuild.job_context import JobContractError
-from databuild.models import InstanceRef, JobRun, JobRunState
+from databuild.errors import JobContractError
+from databuild.models import InstanceRef, JobRun, JobRunCause, JobRunState
 from databuild.openlineage import LineageEmitter
 from databuild.protocol import JobOutcome
 from databuild.storage import Storage
@@ -95,14 +95,14 @@ class JobExecutor:
         if job is not None:
             self.executors.for_job(job.job_label).cancel(job)
 
-    def fail(self, job_run_id: str, reason: str, *, release: bool = False) -> JobRun:
-        """Record that the run failed past its retry policy (idempotent), and emit its lineage FAIL event
-        if this call is the one that recorded it (a retried call, or a run that already ended, emits
-        nothing)."""
+    def fail(self, job_run_id: str, reason: str, cause: JobRunCause = JobRunCause.error) -> JobRun:
+        """Record that the run failed past its retry policy, or was cancelled (idempotent), and emit its
+        final lineage event if this call is the one that recorded it (a retried call, or a run that
+        already ended, emits nothing)."""
         before = self.bel.job_run(job_run_id)
-        run = self.bel.fail_job_run(job_run_id, reason, release=release)
+        run = self.bel.fail_job_run(job_run_id, reason, cause)
         if not before.state.is_final:
-            self._finished(run, JobRunState.failed)
+            self._finished(run, cause.state)
         return run
 
     def _finished(self, run: JobRun, recorded: JobRunState) -> JobRun:

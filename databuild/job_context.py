@@ -7,21 +7,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from databuild.bel.queries import BelQueries
-from databuild.errors import DataBuildError, GraphDefinitionError, InvalidInputError, MissingInputsError
+from databuild.errors import (
+    GraphDefinitionError,
+    InvalidInputError,
+    JobCancelledError,
+    JobContractError,
+    MissingInputsError,
+)
 from databuild.graph import Graph
 from databuild.models import InstanceRef, PartitionStatus
 from databuild.storage import Storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-
-class JobCancelledError(DataBuildError):
-    pass
-
-
-class JobContractError(DataBuildError):
-    """The job broke its contract (wrote a ref it does not declare, or left an output unwritten)."""
 
 
 class JobContext:

@@ -53,10 +53,29 @@ class JobRunState(StrEnum):
     failed = "failed"
     dep_miss = "dep_miss"
     skipped = "skipped"
+    cancelled = "cancelled"  # stopped on request, abandoned by its wants, or lost with its worker
 
     @property
     def is_final(self) -> bool:
         return self not in (JobRunState.queued, JobRunState.running)
+
+
+class JobRunCause(StrEnum):
+    """Why a job run ended without building its outputs."""
+
+    error = "error"  # the job failed: its outputs are fail-locked
+    cancelled = "cancelled"  # cancelled on request: fail-locked, so an operator decides when to rebuild
+    abandoned = "abandoned"  # every want that needed it was cancelled or expired: released
+    lost = "lost"  # its workflow was gone and its lease lapsed: released
+
+    @property
+    def state(self) -> JobRunState:
+        return JobRunState.failed if self is JobRunCause.error else JobRunState.cancelled
+
+    @property
+    def releases_outputs(self) -> bool:
+        """Nothing is wrong with the outputs: whoever still wants them builds them again."""
+        return self in (JobRunCause.abandoned, JobRunCause.lost)
 
 
 E = TypeVar("E", bound=StrEnum)
@@ -292,6 +311,18 @@ class Partition(Model):
     reason: str | None = Field(default=None, description="why it is tainted or failed")
 
 
+class Subscription(Model):
+    """A want waiting to hear about ``ref``, with what a notifier needs to know of that want (read in
+    the same query, so deciding whom to tell is pure)."""
+
+    id: int
+    ref: str
+    want_id: str
+    workflow_id: str
+    want_ref: str
+    data_timestamp: datetime
+
+
 class InstanceStatus(StrEnum):
     live = "live"  # the partition's current instance
     superseded = "superseded"  # a later build replaced it
@@ -353,7 +384,12 @@ class TaintResult(Model):
 
 class JobRun(Model):
     job_run_id: str
-    lost: bool = Field(default=False, description="failed because its workflow was gone and its lease lapsed")
+    lost: bool = Field(
+        default=False, description="cancelled because its workflow was gone and its lease lapsed"
+    )
+    cause: JobRunCause | None = Field(
+        default=None, description="why it ended without building (failed or cancelled runs)"
+    )
     job_label: str
     outputs: list[str]
     params: dict[str, str]
@@ -376,8 +412,10 @@ class JobStats(Model):
     failed: int
     dep_miss: int
     in_progress: int
+    cancelled: int = 0
     success_rate: float | None = Field(
-        description="(succeeded + skipped) / (succeeded + skipped + failed); a dep-miss is neither"
+        description="(succeeded + skipped) / (succeeded + skipped + failed); a dep-miss or a cancelled run "
+        "is neither"
     )
 
 

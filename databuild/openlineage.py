@@ -77,6 +77,7 @@ FINAL_EVENT = {
     JobRunState.succeeded: RunState.COMPLETE,
     JobRunState.dep_miss: RunState.ABORT,
     JobRunState.failed: RunState.FAIL,
+    JobRunState.cancelled: RunState.ABORT,
 }
 
 
@@ -152,7 +153,8 @@ class LineageEmitter:
         self._submit(lambda: self._event(RunState.START, run, attempt, inputs=[], outputs=run.outputs))
 
     def finished(self, run: JobRun) -> None:
-        """The final event of a run that ended: COMPLETE (succeeded), ABORT (dep-miss) or FAIL (failed).
+        """The final event of a run that ended: COMPLETE (succeeded), ABORT (dep-miss or cancelled) or
+        FAIL (failed).
 
         A dep-miss is reported as ABORT: a normal result (inputs were missing, nothing was written),
         not an error. Runs in any other state emit nothing.

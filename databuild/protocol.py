@@ -5,10 +5,22 @@ Shared by clients (CLI, SDK), workflows and activities, so each side agrees on o
 
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Annotated, Any
 
+from pydantic import Field, model_validator
 from temporalio.common import SearchAttributeKey
 
-from databuild.models import JobRunState, Model, WantSpec, WantState
+from databuild.domain.decisions import (
+    Blocked,
+    Delegate,
+    DependenciesStatus,
+    Execute,
+    Final,
+    Live,
+    WaitExternal,
+)
+from databuild.domain.events import LEGACY_CANCELLED
+from databuild.models import JobRunCause, JobRunState, Model, WantSpec, WantState
 
 WANT_WORKFLOW = "Want"
 JOB_RUN_WORKFLOW = "JobRun"
@@ -120,15 +132,6 @@ class DecideInput(Model):
     seq: int
 
 
-class DecisionKind(StrEnum):
-    live = "live"  # done: the partition is live (historical delegation recorded)
-    execute = "execute"  # a new job run was queued for this want
-    delegate = "delegate"  # another active run is building it: wait for that run
-    wait_external = "wait_external"  # external ref, not yet announced
-    blocked = "blocked"  # an output is fail-locked: wait for `databuild resolve`
-    final = "final"  # the want already reached a final state
-
-
 class JobPolicy(Model):
     """How a job run's activity is run; set by the worker's configuration when the run is queued."""
 
@@ -138,19 +141,29 @@ class JobPolicy(Model):
     lease: timedelta = timedelta(minutes=1)
 
 
-class Decision(Model):
-    kind: DecisionKind
-    job_run_id: str | None = None
-    job_label: str | None = None
-    outputs: list[str] = []
-    params: dict[str, str] = {}
-    instance_id: str | None = None
-    final_state: WantState | None = None
-    reason: str | None = None
-    policy: JobPolicy | None = None
-    blocked_refs: list[str] = []
-    # While waiting on a job run, check this often that the run is still alive (its lease).
-    watchdog: timedelta | None = None
+class ExecuteOrder(Execute):
+    """Start this new job run with ``policy``, then follow it, watching it every ``watchdog``."""
+
+    policy: JobPolicy
+    watchdog: timedelta = timedelta(minutes=1)
+
+
+class DelegateOrder(Delegate):
+    """Follow another want's job run, watching it every ``watchdog``."""
+
+    watchdog: timedelta = timedelta(minutes=1)
+
+
+class BlockedOrder(Blocked):
+    """Wait for `databuild resolve`, watching the fail-locks every ``watchdog``."""
+
+    watchdog: timedelta = timedelta(minutes=1)
+
+
+# What the decide activity answers: the BEL's verdict, with what the worker's settings add to it.
+Decision = Annotated[
+    Live | ExecuteOrder | DelegateOrder | WaitExternal | BlockedOrder | Final, Field(discriminator="kind")
+]
 
 
 class CheckBuildInput(Model):
@@ -176,11 +189,6 @@ class DependenciesInput(Model):
     want_id: str
     job_run_id: str
     missing: list[str]
-
-
-class DependenciesStatus(Model):
-    live: list[str]
-    failed: dict[str, str]
 
 
 class RequirementsInput(Model):
@@ -218,16 +226,25 @@ class JobOutcome(Model):
     state: JobRunState
     missing: list[str] = []
     reason: str | None = None
+    cause: JobRunCause | None = None  # of a failed or cancelled run
 
 
 class FailJobRunInput(Model):
     job_run_id: str
     reason: str
-    # Abandoned, not broken: its outputs are released for the next want instead of fail-locked.
-    release: bool = False
+    cause: JobRunCause = JobRunCause.error
 
-
-ABANDONED = "abandoned: every want that needed it was canceled or expired"
+    @model_validator(mode="before")
+    @classmethod
+    def _upcast(cls, data: Any) -> Any:
+        """A call a worker before ``cause`` scheduled: ``release`` meant abandoned."""
+        if isinstance(data, dict) and "release" in data:
+            data = dict(data)
+            released = data.pop("release")
+            cancelled = data.get("reason") == LEGACY_CANCELLED
+            legacy = JobRunCause.cancelled if cancelled else JobRunCause.error
+            data.setdefault("cause", JobRunCause.abandoned if released else legacy)
+        return data
 
 
 class AbandonBuildInput(Model):

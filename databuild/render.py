@@ -34,6 +34,7 @@ STATE_STYLE = {
     JobRunState.skipped: "green",
     JobRunState.failed: "red",
     JobRunState.dep_miss: "magenta",
+    JobRunState.cancelled: "yellow",
     JobRunState.running: "cyan",
     JobRunState.queued: "white",
     PartitionStatus.live: "green",
@@ -315,10 +316,12 @@ def progress_summary(root: Want | None, family: list[Want], runs: list[JobRun]) 
 
 
 def stats_view(stats: BuildStats) -> Group:
-    table = Table("job", "succeeded", "skipped", "failed", "dep-miss", "in progress", "success rate")
+    table = Table(
+        "job", "succeeded", "skipped", "failed", "dep-miss", "cancelled", "in progress", "success rate"
+    )
     for job in stats.jobs:
         rate = "-" if job.success_rate is None else f"{job.success_rate:.1%}"
-        counts = (job.succeeded, job.skipped, job.failed, job.dep_miss, job.in_progress)
+        counts = (job.succeeded, job.skipped, job.failed, job.dep_miss, job.cancelled, job.in_progress)
         table.add_row(job.job_label, *(str(n) for n in counts), rate)
     summary = Text(
         f"builds avoided: {stats.builds_avoided}  (delegations: {stats.delegations_active} to running builds, "

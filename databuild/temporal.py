@@ -43,9 +43,8 @@ from databuild.errors import (
     TemporalUnavailableError,
 )
 from databuild.graph import Graph
-from databuild.models import JobRun, JobRunState, WantSpec, WantState, want_id_of_workflow
+from databuild.models import JobRun, JobRunState, Subscription, WantSpec, WantState, want_id_of_workflow
 from databuild.protocol import (
-    ABANDONED,
     SA_PARTITION_REF,
     SA_ROOT_WANT_ID,
     SA_SLA_MISSED,
@@ -267,7 +266,9 @@ async def _start_unstarted(client: Client, bel: BelQueries, task_queue: str, qui
     return started
 
 
-SignalFor = Callable[[str, str], tuple[str, object] | None]
+# What a subscriber is told (signal name, payload), or None to skip it. Pure: it runs on the event loop
+# for every subscription, so anything it needs comes with the subscription.
+SignalFor = Callable[[Subscription], tuple[str, object] | None]
 
 
 async def notify_subscribers(
@@ -282,7 +283,7 @@ async def notify_subscribers(
 ) -> int:
     """Signal every want subscribed to any of ``refs``, a page at a time, starting after ``after_id``.
 
-    ``signal_for(ref, want_id)`` returns (signal name, payload) or None to skip. ``on_page`` receives
+    ``signal_for(subscription)`` returns (signal name, payload) or None to skip. ``on_page`` receives
     the cursor after each page so a retried caller resumes where it stopped. Returns how many wants
     heard: running workflows signalled, and wants repaired (see ``_signal``); finished ones do not count.
     """
@@ -291,10 +292,12 @@ async def notify_subscribers(
         page = await asyncio.to_thread(bel.subscriptions, refs, after_id, page_size)
         if not page:
             return len(heard)
-        targets = [(w, wf, sig) for _, ref, w, wf in page if (sig := signal_for(ref, w)) is not None]
+        targets = [
+            (sub.want_id, sub.workflow_id, sig) for sub in page if (sig := signal_for(sub)) is not None
+        ]
         delivered = await asyncio.gather(*(_signal(client, bel, w, wf, sig) for w, wf, sig in targets))
         heard.update(want_id for (want_id, _, _), ok in zip(targets, delivered, strict=True) if ok)
-        after_id = page[-1][0]
+        after_id = page[-1].id
         on_page(after_id)
 
 
@@ -327,16 +330,17 @@ def signal_for_run(run: JobRun) -> SignalFor:
     """What each want subscribed to a finished run's outputs is told."""
     instances = {w.ref: w.instance_id for w in run.writes}
 
-    def signal(ref: str, _want_id: str) -> tuple[str, object] | None:
+    def signal(subscription: Subscription) -> tuple[str, object] | None:
+        ref = subscription.ref
         if run.state is JobRunState.succeeded and instances.get(ref):
             notice = PartitionAvailable(ref=ref, instance_id=instances[ref] or "", job_run_id=run.job_run_id)
             return SIGNAL_PARTITION_AVAILABLE, notice
         if run.state is JobRunState.dep_miss:
             return SIGNAL_DEP_MISS, DepMissNotice(job_run_id=run.job_run_id, missing=run.missing)
-        if run.state is JobRunState.failed and (run.lost or run.reason == ABANDONED):
+        if run.cause is not None and run.cause.releases_outputs:
             # Nothing is wrong with the partition: whoever still wants it decides again (and builds).
             return SIGNAL_REDECIDE, RedecideNotice(ref=ref, reason=run.reason or "build lost")
-        if run.state is JobRunState.failed:
+        if run.state in (JobRunState.failed, JobRunState.cancelled):
             failed = PartitionFailedNotice(ref=ref, job_run_id=run.job_run_id, reason=run.reason or "failed")
             return SIGNAL_PARTITION_FAILED, failed
         return None

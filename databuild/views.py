@@ -13,10 +13,12 @@ from typing import Concatenate, Generic, ParamSpec, TypeVar
 from pydantic import Field
 
 from databuild.bel.queries import BelQueries
+from databuild.domain.events import JobRunFailed
 from databuild.models import (
     EventFilter,
     Instance,
     JobRun,
+    JobRunCause,
     JobRunState,
     Model,
     Partition,
@@ -377,7 +379,9 @@ def job_run_view(bel: BelQueries, job_run_id: str, *, fan_out: int = FAN_OUT) ->
     index.want_ids.update(d for _, _, d in derivatives if d)
     index.refs.update(ref for _, ref, _ in derivatives)
     history = [
-        StatusChange(idx=e.idx, at=e.at, state=_STATE_OF[e.type], detail=_history_detail(e.type, e.data))
+        StatusChange(
+            idx=e.idx, at=e.at, state=_state_of(e.type, e.data), detail=_history_detail(e.type, e.data)
+        )
         for e in bel.event_page(
             0, 1000, EventFilter(job_run_ids=[job_run_id], types=list(HISTORY_EVENTS))
         ).events
@@ -397,6 +401,12 @@ def job_run_view(bel: BelQueries, job_run_id: str, *, fan_out: int = FAN_OUT) ->
     return JobRunView(data=detail, index=index.build(bel))
 
 
+def _state_of(kind: str, data: dict[str, object]) -> JobRunState:
+    if kind == "JobRunFailed":  # failed, or cancelled: by its cause (upcast for events recorded before it)
+        return JobRunFailed.model_validate(data).cause.state
+    return _STATE_OF[kind]
+
+
 def _history_detail(kind: str, data: dict[str, object]) -> str | None:
     if kind == "JobRunStarted":
         return f"attempt {data.get('attempt')} on {data.get('worker')}"
@@ -404,7 +414,8 @@ def _history_detail(kind: str, data: dict[str, object]) -> str | None:
         missing = data.get("missing")
         return f"{len(missing)} input(s) missing" if isinstance(missing, list) else None
     if kind == "JobRunFailed":
-        return str(data.get("reason")) + (" (lost)" if data.get("lost") else "")
+        cause = JobRunFailed.model_validate(data).cause
+        return str(data.get("reason")) + (f" ({cause.value})" if cause is not JobRunCause.error else "")
     if kind == "JobRunSkipped":
         return str(data.get("message"))
     return None

@@ -16,6 +16,7 @@ from sqlalchemy import create_engine, text
 
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
+from databuild.domain.decisions import Verdict
 from databuild.errors import InvalidPatternError, InvalidTransitionError, NotFoundError
 from databuild.globs import compile_glob
 from databuild.graph import Graph
@@ -23,12 +24,12 @@ from databuild.models import (
     EventFilter,
     InstanceRef,
     InstanceStatus,
+    JobRunCause,
     JobRunState,
     PartitionStatus,
     WantSpec,
     WantState,
 )
-from databuild.protocol import Decision, DecisionKind
 from tests.conftest import POSTGRES_URL, projection_rows, require_postgres
 
 T = TypeVar("T")
@@ -88,7 +89,7 @@ def decide(bel: BuildEventLog, w: WantSpec, seq: int = 1):  # type: ignore[no-un
     return bel.decide(w.want_id, seq, graph.resolve(w.ref))
 
 
-def build(bel: BuildEventLog, w: WantSpec, version: str) -> Decision:
+def build(bel: BuildEventLog, w: WantSpec, version: str) -> Verdict:
     """Claim the want's job and record it built, each output as instance ``<ref>-<version>``."""
     run = decide(bel, w)
     bel.start_job_run(run.job_run_id, 1, "w")
@@ -131,11 +132,11 @@ def test_registration_is_idempotent(bel: BuildEventLog) -> None:
 
 def test_execute_then_active_then_historical_delegation(bel: BuildEventLog) -> None:
     first = decide(bel, spec("b/1"))
-    assert first.kind is DecisionKind.execute and first.outputs == ["a/1", "b/1", "c/1"]
+    assert first.kind == "execute" and first.outputs == ["a/1", "b/1", "c/1"]
     assert {p.status for p in bel.partitions()} == {PartitionStatus.building}
 
     second = decide(bel, spec("c/1", source="api"))
-    assert second.kind is DecisionKind.delegate and second.job_run_id == first.job_run_id
+    assert second.kind == "delegate" and second.job_run_id == first.job_run_id
     delegations = bel.events(types=["Delegation"])
     assert [(d.ref, d.data["kind"], d.data["delegated_to"]) for d in delegations] == [
         (ref, "active", first.job_run_id) for ref in ("a/1", "b/1", "c/1")
@@ -152,7 +153,7 @@ def test_execute_then_active_then_historical_delegation(bel: BuildEventLog) -> N
     assert {p.status for p in bel.partitions()} == {PartitionStatus.live}
 
     third = decide(bel, spec("a/1", source="dashboard"))
-    assert third.kind is DecisionKind.live and third.instance_id == "a/1-uuid"
+    assert third.kind == "live" and third.instance_id == "a/1-uuid"
     skipped = bel.job_runs(state=JobRunState.skipped)
     assert len(skipped) == 1
     historical = [d for d in bel.events(types=["Delegation"]) if d.data["kind"] == "historical"]
@@ -167,7 +168,7 @@ def test_mixed_availability_executes_and_rebuilds_all_outputs(bel: BuildEventLog
     with bel.writer.begin() as conn:
         conn.execute(s.partitions.update().where(s.partitions.c.ref == "c/2").values(status="missing"))
     again = decide(bel, spec("c/2", source="api"))
-    assert again.kind is DecisionKind.execute and again.outputs == ["a/2", "b/2", "c/2"]
+    assert again.kind == "execute" and again.outputs == ["a/2", "b/2", "c/2"]
     # While the rebuild runs, and after it fails, the live outputs stay live and readable.
     assert bel.partition("a/2").status is PartitionStatus.live
     assert bel.partition("a/2").building_job_run_id == again.job_run_id
@@ -259,10 +260,12 @@ def test_an_abandoned_run_releases_its_outputs_and_counts_who_waits(bel: BuildEv
     bel.finish_want(joined.want_id, WantState.expired, "TTL passed")
     assert bel.waiting_on(run.job_run_id) == 0
 
-    bel.fail_job_run(run.job_run_id, "abandoned", release=True)
-    assert bel.job_run(run.job_run_id).state is JobRunState.failed
+    bel.fail_job_run(run.job_run_id, "abandoned", JobRunCause.abandoned)
+    abandoned = bel.job_run(run.job_run_id)
+    assert abandoned.state is JobRunState.cancelled and abandoned.cause is JobRunCause.abandoned
+    assert bel.stats().jobs[0].cancelled == 1 and bel.stats().jobs[0].success_rate is None  # not a failure
     assert statuses(bel, 6) == {PartitionStatus.missing}  # not fail-locked: the next want builds
-    assert decide(bel, spec("a/6", source="dashboard")).kind is DecisionKind.execute
+    assert decide(bel, spec("a/6", source="dashboard")).kind == "execute"
 
 
 def test_external_publish_and_its_errors(bel: BuildEventLog) -> None:
@@ -272,7 +275,7 @@ def test_external_publish_and_its_errors(bel: BuildEventLog) -> None:
     run = decide(bel, spec("a/5"))
     with pytest.raises(InvalidTransitionError, match="being built"):
         bel.publish_external("b/5")
-    assert run.kind is DecisionKind.execute
+    assert run.kind == "execute"
     with pytest.raises(NotFoundError):
         bel.want("w-nope")
     with pytest.raises(NotFoundError):
@@ -332,7 +335,7 @@ def distinct_want(ref: str, i: int) -> WantSpec:
 
 def test_concurrent_claims_for_one_partition_execute_once(bel: BuildEventLog) -> None:
     decisions = released_together(16, lambda i: decide(bel, distinct_want("b/20", i)))
-    executed = [d for d in decisions if d.kind is DecisionKind.execute]
+    executed = [d for d in decisions if d.kind == "execute"]
     assert len(executed) == 1
     assert {d.job_run_id for d in decisions} == {executed[0].job_run_id}
     assert len(bel.job_runs()) == 1
@@ -342,13 +345,13 @@ def test_concurrent_claims_for_one_partition_execute_once(bel: BuildEventLog) ->
 def test_overlapping_multi_output_claims_execute_once(bel: BuildEventLog) -> None:
     refs = ["a/21", "b/21", "c/21"] * 4
     decisions = released_together(len(refs), lambda i: decide(bel, distinct_want(refs[i], i)))
-    assert sum(d.kind is DecisionKind.execute for d in decisions) == 1
+    assert sum(d.kind == "execute" for d in decisions) == 1
     assert len({d.job_run_id for d in decisions}) == 1
 
 
 def test_claims_on_different_partitions_do_not_block_each_other(bel: BuildEventLog) -> None:
     decisions = released_together(12, lambda i: decide(bel, distinct_want(f"a/{100 + i}", 0)))
-    assert all(d.kind is DecisionKind.execute for d in decisions)
+    assert all(d.kind == "execute" for d in decisions)
     assert len({d.job_run_id for d in decisions}) == 12
 
 
@@ -378,7 +381,7 @@ def test_seed_scenario_mixed_availability(bel: BuildEventLog) -> None:
         conn.execute(s.partitions.update().where(s.partitions.c.ref == "b/30").values(status="missing"))
     before = bel.last_idx()
     decision = decide(bel, spec("b/30", source="api"))
-    assert decision.kind is DecisionKind.execute
+    assert decision.kind == "execute"
     types = [e.type for e in bel.events(since_idx=before)]
     assert types == ["WantCreated", "JobRunQueued", *["PartitionBuilding"] * 3, "WantBuilding"]
 
@@ -388,7 +391,7 @@ def test_seed_scenario_all_available(bel: BuildEventLog) -> None:
     run = build(bel, spec("a/31"), "v1")
     before = bel.last_idx()
     decision = decide(bel, spec("b/31", source="api"))
-    assert decision.kind is DecisionKind.live
+    assert decision.kind == "live"
     events = bel.events(since_idx=before)
     assert [e.type for e in events] == [
         "WantCreated",
@@ -409,7 +412,7 @@ def test_seed_scenario_active_build_conflict(bel: BuildEventLog) -> None:
     active = decide(bel, spec("b/32"))
     before = bel.last_idx()
     decision = decide(bel, spec("a/32", source="api"))
-    assert decision.kind is DecisionKind.delegate and decision.job_run_id == active.job_run_id
+    assert decision.kind == "delegate" and decision.job_run_id == active.job_run_id
     events = bel.events(since_idx=before)
     assert [e.type for e in events] == [
         "WantCreated",
@@ -495,18 +498,14 @@ def test_upgrading_from_the_first_revision_keeps_and_indexes_history(empty_url: 
 def test_wants_that_took_part_in_a_failed_build_fail_and_newcomers_wait(bel: BuildEventLog) -> None:
     runner, joiner, newcomer = spec("a/50"), spec("b/50", source="api"), spec("c/50", source="dashboard")
     run = decide(bel, runner)
-    assert decide(bel, joiner).kind is DecisionKind.delegate
+    assert decide(bel, joiner).kind == "delegate"
     bel.start_job_run(run.job_run_id, 1, "w")
     bel.fail_job_run(run.job_run_id, "boom")
     # The joiner missed the failure signal and decides again: it took part, so it fails all the same.
     late = bel.decide(joiner.want_id, 2, graph.resolve(joiner.ref))
-    assert (
-        late.kind is DecisionKind.final
-        and late.final_state is WantState.failed
-        and "boom" in (late.reason or "")
-    )
+    assert late.kind == "final" and late.final_state is WantState.failed and "boom" in (late.reason or "")
     blocked = decide(bel, newcomer)
-    assert blocked.kind is DecisionKind.blocked and blocked.blocked_refs == ["a/50", "b/50", "c/50"]
+    assert blocked.kind == "blocked" and blocked.blocked_refs == ["a/50", "b/50", "c/50"]
     assert "databuild resolve" in (blocked.reason or "")
 
 
@@ -521,7 +520,7 @@ def test_deciding_again_while_following_its_own_run_records_nothing(bel: BuildEv
 def test_a_retired_external_ref_fails_its_wants_and_cannot_be_published(bel: BuildEventLog) -> None:
     bel.skip("ext/52")
     decision = decide(bel, spec("ext/52"))
-    assert decision.kind is DecisionKind.final and "retired" in (decision.reason or "")
+    assert decision.kind == "final" and "retired" in (decision.reason or "")
     with pytest.raises(InvalidTransitionError, match="retired"):
         bel.publish_external("ext/52")
 
@@ -531,7 +530,7 @@ def build_layer(bel: BuildEventLog, ref: str, reads: list[str], version: str, so
     w = spec(ref, source)
     bel.register_want(w)
     run = bel.decide(w.want_id, 1, layers.resolve(ref))
-    assert run.kind is DecisionKind.execute, run
+    assert run.kind == "execute", run
     bel.start_job_run(run.job_run_id, 1, "w")
     inputs = [InstanceRef(ref=r, instance_id=bel.partition(r).instance_id) for r in reads]
     bel.succeed_job_run(run.job_run_id, inputs, [InstanceRef(ref=ref, instance_id=f"{ref}-{version}")])
@@ -610,7 +609,7 @@ def test_taint_cascade_taints_the_current_downstream(bel: BuildEventLog) -> None
     # A cascaded partition that is wanted again rebuilds.
     again = spec("mid/3", "api")
     bel.register_want(again)
-    assert bel.decide(again.want_id, 1, layers.resolve("mid/3")).kind is DecisionKind.execute
+    assert bel.decide(again.want_id, 1, layers.resolve("mid/3")).kind == "execute"
     before = projection_rows(bel)
     bel.rebuild_projections()
     assert projection_rows(bel) == before

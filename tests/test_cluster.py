@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from databuild.models import JobRunState, PartitionStatus, WantState
-from databuild.protocol import ABANDONED
+from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
 from databuild.spark import SparkRuntime
 from tests.cluster import (
     LOOPBACK,
@@ -185,7 +184,7 @@ async def test_cancelling_a_want_kills_its_submitted_application(make_stack, clu
     assert not [a for a in status["activeapps"] if a["name"].startswith("databuild:")], status
     assert all(w["coresused"] == 0 for w in status["workers"]), status["workers"]
     await until(lambda: stack.bel.job_run(run.job_run_id).state.is_final, seconds=30)
-    assert stack.bel.job_run(run.job_run_id).reason == ABANDONED
+    assert stack.bel.job_run(run.job_run_id).cause is JobRunCause.abandoned
     assert stack.bel.partition("spin/submit").status is PartitionStatus.missing
     # No driver (spark-submit's JVM or its Python) is left on this host.
     leftovers = await asyncio.to_thread(
@@ -239,7 +238,7 @@ async def test_cancelling_a_want_interrupts_its_spark_connect_operations(
         await until(lambda: stack.bel.job_run(run.job_run_id).state.is_final, seconds=30)
     finally:
         await asyncio.to_thread(stop_group, worker)
-    assert stack.bel.job_run(run.job_run_id).reason == ABANDONED
+    assert stack.bel.job_run(run.job_run_id).cause is JobRunCause.abandoned
     assert stack.bel.partition("spin/connect").status is PartitionStatus.missing
     assert connect.proc.poll() is None  # the server (a shared application) keeps serving
 

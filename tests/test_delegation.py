@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from databuild.errors import InvalidTransitionError
-from databuild.models import JobRunState, PartitionStatus, WantSource, WantState
+from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantSource, WantState
 from tests import graphs
 from tests.cluster import start_databuild_worker, stop_group
 from tests.conftest import stack_env
@@ -128,5 +128,10 @@ async def test_lock_of_a_gone_build_is_released(make_stack) -> None:
     done = await asyncio.wait_for(stack.db.wait(spec), timeout=120)
     assert done.state is WantState.successful
     lost = stack.bel.job_run(dead.job_run_id or "")
-    assert lost.state is JobRunState.failed and lost.lost and "no such workflow" in (lost.reason or "")
+    assert (
+        lost.state is JobRunState.cancelled
+        and lost.cause is JobRunCause.lost
+        and lost.lost
+        and "no such workflow" in (lost.reason or "")
+    )
     assert stack.bel.partition("b/orphan").built_by != dead.job_run_id

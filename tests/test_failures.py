@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
-from databuild.models import JobRunState, PartitionStatus, WantState
-from databuild.protocol import ABANDONED
+from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
 from databuild.storage import INSTANCE_MARKER
 from tests import graphs
 from tests.cluster import start_databuild_worker
@@ -77,7 +76,8 @@ async def test_cancelling_a_job_run_stops_its_spark_job(make_stack, monkeypatch)
     done = await stack.db.wait(spec)
     assert time.monotonic() - started < 20  # the 30 s Spark tasks were interrupted
     assert done.state is WantState.failed and "canceled" in (done.reason or "")
-    assert stack.bel.job_run(run.job_run_id).state is JobRunState.failed
+    cancelled = stack.bel.job_run(run.job_run_id)
+    assert cancelled.state is JobRunState.cancelled and cancelled.cause is JobRunCause.cancelled
     assert stack.bel.partition("slow/cancel").status is PartitionStatus.failed
     assert not (stack.settings.storage_root / "slow/cancel").exists()
     # The wants hear of the failure from the run's fan-out, just before its workflow closes.
@@ -166,7 +166,7 @@ async def test_a_canceled_want_stops_the_build_only_when_no_other_want_waits(mak
     await until(lambda: stack.bel.job_run(job_run_id).state.is_final, seconds=20)
     assert time.monotonic() - started < 20  # the 30 s Spark tasks were interrupted
     run = stack.bel.job_run(job_run_id)
-    assert run.state is JobRunState.failed and run.reason == ABANDONED
+    assert run.state is JobRunState.cancelled and run.cause is JobRunCause.abandoned
     assert stack.bel.partition("slow/alone").status is PartitionStatus.missing
     assert stack.parts.spark.session().sparkContext.statusTracker().getActiveJobsIds() == []
     monkeypatch.setattr(graphs, "SLOW_SECONDS", 0.1)

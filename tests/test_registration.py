@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from databuild.models import WantSource, WantState
+from databuild.models import Subscription, WantSource, WantState
 from tests.test_time import until
 
 pytestmark = pytest.mark.slow
@@ -100,7 +100,7 @@ async def test_fan_out_pages_and_resumes_from_its_cursor(make_stack) -> None:
     notice = PartitionAvailable(ref="feed/fan", instance_id=partition.instance_id or "")
     cursors: list[int] = []
 
-    def signal(_ref: str, _want: str) -> tuple[str, object]:
+    def signal(_subscription: Subscription) -> tuple[str, object]:
         return SIGNAL_PARTITION_AVAILABLE, notice
 
     # A first attempt that stops after one page of two...
@@ -108,7 +108,7 @@ async def test_fan_out_pages_and_resumes_from_its_cursor(make_stack) -> None:
     sent = await notify_subscribers(
         stack.client, stack.bel, ["feed/fan"], signal, page_size=2, on_page=cursors.append
     )
-    assert sent == 4 and cursors[0] == page[-1][0]
+    assert sent == 4 and cursors[0] == page[-1].id
     # ...and a retry that resumes after the first page signals only the rest.
     resumed = await notify_subscribers(
         stack.client, stack.bel, ["feed/fan"], signal, after_id=cursors[0], page_size=2

@@ -14,6 +14,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
+from activities.errors import DataBuildErrors
 from activities.fanout import FanOutActivities
 from activities.jobs import JobActivities
 from activities.upstream import UpstreamActivities
@@ -93,6 +94,7 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
             upstream.apply_announcements,
         ],
         max_concurrent_activities=settings.max_concurrent_jobs + 16,
+        interceptors=[DataBuildErrors()],
         max_cached_workflows=settings.workflow_cache,
         identity=identity,
     )

@@ -1,7 +1,9 @@
-"""Activity calls shared by the workflows, with the timeouts and retry policies they need."""
+"""How the workflows call activities: by method reference (typed arguments and results), with the
+timeouts and retry policies each kind of call needs."""
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -9,10 +11,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
+    from activities.fanout import FanOutActivities
+    from activities.wants import WantActivities
     from databuild import protocol as p
-    from databuild.models import Model
 
-T = TypeVar("T")
+A = TypeVar("A")
+R = TypeVar("R")
+Method = Callable[[Any, A], Awaitable[R]]
 
 # BEL steps are single short transactions and idempotent: run them as local activities (no task
 # queue round trip) and retry them until the database answers.
@@ -24,36 +29,29 @@ REMOTE_TIMEOUT = timedelta(minutes=2)
 REMOTE_HEARTBEAT = timedelta(seconds=15)
 
 
-async def bel_call(activity: str, arg: Model, result_type: type[T]) -> T:
-    result: T = await workflow.execute_local_activity(
-        activity, arg, result_type=result_type, start_to_close_timeout=BEL_TIMEOUT, retry_policy=BEL_RETRY
-    )
-    return result
-
-
-async def bel_do(activity: str, arg: Model) -> None:
-    await workflow.execute_local_activity(
+async def bel(activity: Method[A, R], arg: A) -> R:
+    """A BEL step, as a local activity."""
+    return await workflow.execute_local_activity_method(
         activity, arg, start_to_close_timeout=BEL_TIMEOUT, retry_policy=BEL_RETRY
     )
 
 
-async def remote_call(activity: str, arg: Model, result_type: type[T]) -> T:
-    result: T = await workflow.execute_activity(
+async def remote(activity: Method[A, R], arg: A) -> R:
+    """A step that also calls Temporal, as a heartbeating activity."""
+    return await workflow.execute_activity_method(
         activity,
         arg,
-        result_type=result_type,
         start_to_close_timeout=REMOTE_TIMEOUT,
         heartbeat_timeout=REMOTE_HEARTBEAT,
         retry_policy=BEL_RETRY,
     )
-    return result
 
 
 def watch(what: p.WatchInput, every: timedelta) -> ActivityHandle[None]:
     """Start the watch activity: each attempt looks once and fails benignly while nothing changed, so
     the server retries it at ``every`` (backing off to ten times that) without adding history."""
-    return workflow.start_activity(
-        p.ACT_WATCH,
+    return workflow.start_activity_method(
+        WantActivities.watch,
         what,
         start_to_close_timeout=REMOTE_TIMEOUT,
         heartbeat_timeout=REMOTE_HEARTBEAT,
@@ -66,8 +64,8 @@ def watch(what: p.WatchInput, every: timedelta) -> ActivityHandle[None]:
 async def fan_out(job_run_id: str) -> None:
     """Signal the subscribers of a finished run. It resumes from its heartbeated cursor, so it may
     retry for as long as it takes."""
-    await workflow.execute_activity(
-        p.ACT_FAN_OUT,
+    await workflow.execute_activity_method(
+        FanOutActivities.fan_out,
         p.FanOutInput(job_run_id=job_run_id),
         start_to_close_timeout=timedelta(minutes=30),
         heartbeat_timeout=timedelta(seconds=60),

@@ -8,13 +8,15 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
-from workflows.calls import bel_do, failure_message, fan_out
+from workflows.calls import bel, failure_message, fan_out
 
 with workflow.unsafe.imports_passed_through():
+    from activities.jobs import JobActivities
     from databuild import protocol as p
-    from databuild.models import JobRunState
+    from databuild.models import JobRunCause
 
-NOT_RETRYABLE = ["JobContractError", "UnknownJobError", "GraphDefinitionError", "InvalidPartitionRefError"]
+ABANDONED = "abandoned: every want that needed it was canceled or expired"
+CANCELED = "canceled"
 
 
 @workflow.defn(name=p.JOB_RUN_WORKFLOW)
@@ -32,13 +34,14 @@ class JobRunWorkflow:
         try:
             outcome = await self._execute(input)
         except ActivityError as error:
-            cancelled = isinstance(error.__cause__, CancelledError)
             if self._abandoned:  # however its stopping ended (a timeout while stopping, say)
-                outcome = self._failed(input, p.ABANDONED)
+                outcome = self._ended(input, JobRunCause.abandoned, ABANDONED)
+            elif isinstance(error.__cause__, CancelledError):
+                outcome = self._ended(input, JobRunCause.cancelled, CANCELED)
             else:
-                outcome = self._failed(input, "canceled" if cancelled else failure_message(error))
+                outcome = self._ended(input, JobRunCause.error, failure_message(error))
         except asyncio.CancelledError:
-            outcome = self._failed(input, "canceled")
+            outcome = self._ended(input, JobRunCause.cancelled, CANCELED)
         try:
             await self._settle(input, outcome)
         except asyncio.CancelledError:
@@ -47,23 +50,21 @@ class JobRunWorkflow:
         workflow.set_current_details(
             f"**{outcome.state.value}**" + (f": {outcome.reason}" if outcome.reason else "")
         )
-        if outcome.reason == "canceled":
+        if outcome.cause is JobRunCause.cancelled:
             raise asyncio.CancelledError("job run canceled")
         return outcome
 
     async def _execute(self, input: p.JobRunInput) -> p.JobOutcome:
         """The job activity, cancelled (and waited for until it has stopped) when the run is canceled
         or abandoned."""
-        job = workflow.start_activity(
-            p.ACT_RUN_JOB,
+        job = workflow.start_activity_method(
+            JobActivities.run_job,
             input,
-            result_type=p.JobOutcome,
             start_to_close_timeout=input.policy.start_to_close_timeout,
             heartbeat_timeout=input.policy.heartbeat_timeout,
+            # Errors the job cannot recover from by itself are raised non-retryable (activities.errors).
             retry_policy=RetryPolicy(
-                maximum_attempts=input.policy.attempts,
-                initial_interval=timedelta(seconds=1),
-                non_retryable_error_types=NOT_RETRYABLE,
+                maximum_attempts=input.policy.attempts, initial_interval=timedelta(seconds=1)
             ),
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
@@ -78,17 +79,15 @@ class JobRunWorkflow:
         outcome: p.JobOutcome = await job
         return outcome
 
-    def _failed(self, input: p.JobRunInput, reason: str) -> p.JobOutcome:
-        return p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.failed, reason=reason)
+    def _ended(self, input: p.JobRunInput, cause: JobRunCause, reason: str) -> p.JobOutcome:
+        return p.JobOutcome(job_run_id=input.job_run_id, state=cause.state, reason=reason, cause=cause)
 
     async def _settle(self, input: p.JobRunInput, outcome: p.JobOutcome) -> None:
-        """Record a failure (the activity records successes and dep-misses itself), then signal
-        every want subscribed to the outputs. Both steps are idempotent."""
-        if outcome.state is JobRunState.failed:
-            reason = outcome.reason or "failed"
-            release = outcome.reason == p.ABANDONED
-            await bel_do(
-                p.ACT_FAIL_JOB_RUN,
-                p.FailJobRunInput(job_run_id=input.job_run_id, reason=reason, release=release),
+        """Record a failure or cancellation (the activity records successes and dep-misses itself),
+        then signal every want subscribed to the outputs. Both steps are idempotent."""
+        if outcome.cause is not None:
+            ended = p.FailJobRunInput(
+                job_run_id=input.job_run_id, reason=outcome.reason or "", cause=outcome.cause
             )
+            await bel(JobActivities.fail_job_run, ended)
         await fan_out(input.job_run_id)

@@ -3,10 +3,11 @@
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from activities.wants import WantActivities
     from databuild import protocol as p
     from databuild.schedules import fill
 
-from workflows.calls import remote_call
+from workflows.calls import remote
 
 
 @workflow.defn(name=p.SCHEDULED_WANT_WORKFLOW)
@@ -19,4 +20,4 @@ class ScheduledWantWorkflow:
             ref=fill(input.pattern, at), data_timestamp=at, sla=input.sla, ttl=input.ttl
         )
         workflow.set_current_details(f"wanting `{request.ref}` for {at:%Y-%m-%d %H:%M}Z")
-        return await remote_call(p.ACT_REGISTER_SCHEDULED_WANT, request, str)
+        return await remote(WantActivities.register_scheduled_want, request)

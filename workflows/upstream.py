@@ -8,6 +8,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.upstream import UpstreamActivities
     from databuild import protocol as p
 
 # While the upstream is down, pulls back off to one try every 30 s, and never give up.
@@ -45,10 +46,9 @@ class UpstreamSyncWorkflow:
             more = False
             state = self._state
             if state.url is not None:
-                result = await workflow.execute_activity(
-                    p.ACT_PULL_UPSTREAM,
+                result = await workflow.execute_activity_method(
+                    UpstreamActivities.pull_upstream,
                     p.PullInput(name=state.name, url=state.url, patterns=state.patterns, cursor=state.cursor),
-                    result_type=p.PullResult,
                     start_to_close_timeout=PULL_TIMEOUT,
                     retry_policy=PULL_RETRY,
                 )
@@ -76,10 +76,9 @@ class UpstreamSyncWorkflow:
         assert self._state is not None
         while self._inbox:
             batch, self._inbox = self._inbox[:500], self._inbox[500:]
-            applied = await workflow.execute_activity(
-                p.ACT_APPLY_ANNOUNCEMENTS,
+            applied = await workflow.execute_activity_method(
+                UpstreamActivities.apply_announcements,
                 p.AnnouncementsInput(announcements=batch, patterns=self._state.patterns),
-                result_type=int,
                 start_to_close_timeout=PULL_TIMEOUT,
                 retry_policy=PULL_RETRY,
             )

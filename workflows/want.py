@@ -10,11 +10,15 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
-from workflows.calls import bel_call, bel_do, failure_message, remote_call, watch
+from workflows.calls import bel, failure_message, remote, watch
 
 with workflow.unsafe.imports_passed_through():
+    from activities.wants import WantActivities
     from databuild import protocol as p
+    from databuild.domain.decisions import Final, Live, WaitExternal
     from databuild.models import WantSpec, WantState, job_run_workflow_id
+
+Following = p.ExecuteOrder | p.DelegateOrder
 
 
 Outcome = tuple[WantState, str | None, str | None]  # state, reason, instance id
@@ -60,10 +64,9 @@ class WantWorkflow:
         sla_timer: asyncio.Task[None] | None = None
         fulfil: asyncio.Task[Outcome | None] | None = None
         try:
-            if input.carried is None and self._bounded:
-                self._seq = await bel_call(p.ACT_REGISTER_WANT, input, int)
-            elif input.carried is None:
-                await bel_do(p.ACT_REGISTER_WANT, input)
+            if input.carried is None:
+                seq = await bel(WantActivities.register_want, input)
+                self._seq = seq if self._bounded else 0
             if spec.sla_deadline and not self._sla_missed:
                 sla_timer = asyncio.create_task(self._watch_sla(spec.sla_deadline))
             fulfil = asyncio.create_task(self._fulfil(spec))
@@ -136,8 +139,8 @@ class WantWorkflow:
             self._seq += 1
             redecides = self._redecides  # a redecide signal from now on means: decide again
             try:
-                decision = await bel_call(
-                    p.ACT_DECIDE, p.DecideInput(want_id=spec.want_id, seq=self._seq), p.Decision
+                decision = await bel(
+                    WantActivities.decide, p.DecideInput(want_id=spec.want_id, seq=self._seq)
                 )
             except ActivityError as error:  # e.g. the graph no longer produces this ref
                 return WantState.failed, failure_message(error), None
@@ -145,30 +148,29 @@ class WantWorkflow:
             def redecide(seen: int = redecides) -> bool:
                 return self._redecides != seen
 
-            match decision.kind:
-                case p.DecisionKind.final:
-                    assert decision.final_state is not None
+            match decision:
+                case Final():
                     return decision.final_state, decision.reason, decision.instance_id
-                case p.DecisionKind.live:
+                case Live():
                     return WantState.successful, None, decision.instance_id
-                case p.DecisionKind.wait_external:
+                case WaitExternal():
                     self._set(
                         WantState.upstream_building, None, [spec.ref], "waiting for an external publish of"
                     )
                     await self._wait(lambda: spec.ref in self._live or redecide())
-                case p.DecisionKind.blocked:
-                    self._set(WantState.upstream_building, None, decision.blocked_refs, decision.reason or "")
+                case p.BlockedOrder():
+                    self._set(WantState.upstream_building, None, decision.blocked_refs, decision.reason)
                     # Woken by `resolve`/`skip`; the watch covers a signal that never came.
                     if self._bounded:
                         what = p.WatchInput(blocked_refs=decision.blocked_refs)
                         await self._wait_watching(
-                            lambda: spec.ref in self._live or redecide(), what, decision
+                            lambda: spec.ref in self._live or redecide(), what, decision.watchdog
                         )
                     else:
                         await self._wait(
                             lambda: spec.ref in self._live or redecide(), within=decision.watchdog
                         )
-                case p.DecisionKind.execute | p.DecisionKind.delegate:
+                case p.ExecuteOrder() | p.DelegateOrder():
                     outcome = await self._follow_run(spec, decision, redecide)
                     if outcome is not None:
                         return outcome
@@ -177,26 +179,26 @@ class WantWorkflow:
         return WantState.canceled, f"stopped: {self._stopping}", None
 
     async def _follow_run(
-        self, spec: WantSpec, decision: p.Decision, redecide: Callable[[], bool]
+        self, spec: WantSpec, decision: Following, redecide: Callable[[], bool]
     ) -> Outcome | None:
         """Wait for the job run the want executes or delegated to. None means: decide again."""
         job_run_id = decision.job_run_id
-        assert job_run_id is not None
-        if decision.kind is p.DecisionKind.execute and job_run_id not in self._started:
+        executes = isinstance(decision, p.ExecuteOrder)
+        if isinstance(decision, p.ExecuteOrder) and job_run_id not in self._started:
             self._started.add(job_run_id)  # a decision can be given again (redecide): start it once
             await self._start_job_run(decision)
-        verb = "building" if decision.kind is p.DecisionKind.execute else "delegated to active build"
+        verb = "building" if executes else "delegated to active build"
         self._set(WantState.building, job_run_id, [spec.ref], f"{verb} {job_run_id} for")
         settled = partial(self._run_settled, spec.ref, job_run_id)
         # Signals wake the want; the watch only guards against a run that ended unheard or is gone.
         if self._bounded:
             what = p.WatchInput(job_run_id=job_run_id)
-            if not await self._wait_watching(lambda: settled() or redecide(), what, decision):
+            if not await self._wait_watching(lambda: settled() or redecide(), what, decision.watchdog):
                 return None
         else:
             while not await self._wait(lambda: settled() or redecide(), within=decision.watchdog):
                 check = p.CheckBuildInput(job_run_id=job_run_id)
-                if await remote_call(p.ACT_CHECK_BUILD, check, p.BuildHealth) is not p.BuildHealth.alive:
+                if await remote(WantActivities.check_build, check) is not p.BuildHealth.alive:
                     return None
         if spec.ref in self._live:
             return WantState.successful, None, self._live[spec.ref]
@@ -220,11 +222,11 @@ class WantWorkflow:
         return True
 
     async def _wait_watching(
-        self, condition: Callable[[], bool], what: p.WatchInput, decision: p.Decision
+        self, condition: Callable[[], bool], what: p.WatchInput, every: timedelta
     ) -> bool:
         """Wait until ``condition`` holds or the want is stopping, with the watch activity looking out
         for what no signal reports; False if the watch saw it first (then the want decides again)."""
-        watching = watch(what, decision.watchdog or timedelta(minutes=1))
+        watching = watch(what, every)
         await self._wait(lambda: condition() or watching.done())
         if not watching.done():
             watching.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved
@@ -239,10 +241,8 @@ class WantWorkflow:
 
     async def _await_requirements(self, spec: WantSpec) -> None:
         """Hold the job back until the external partitions the want requires are available."""
-        status = await bel_call(
-            p.ACT_AWAIT_REQUIREMENTS,
-            p.RequirementsInput(want_id=spec.want_id, refs=spec.requires),
-            p.RequirementsStatus,
+        status = await bel(
+            WantActivities.await_requirements, p.RequirementsInput(want_id=spec.want_id, refs=spec.requires)
         )
         for ref in status.live:
             self._live.setdefault(ref, "")
@@ -276,10 +276,9 @@ class WantWorkflow:
             self._failed_refs.pop(ref, None)
             if forget_live:
                 self._live.pop(ref, None)
-        status = await remote_call(
-            p.ACT_AWAIT_DEPENDENCIES,
+        status = await remote(
+            WantActivities.await_dependencies,
             p.DependenciesInput(want_id=spec.want_id, job_run_id=job_run_id, missing=missing),
-            p.DependenciesStatus,
         )
         for ref in status.live:
             self._live.setdefault(ref, "")
@@ -295,15 +294,15 @@ class WantWorkflow:
             return "input(s) failed to build: " + "; ".join(f"{m}: {self._failed_refs[m]}" for m in failed)
         return None
 
-    async def _start_job_run(self, decision: p.Decision) -> None:
+    async def _start_job_run(self, decision: p.ExecuteOrder) -> None:
         try:
             await self._start_child(decision)
         except WorkflowAlreadyStartedError:
             # Started by an earlier run of this want (one that died and was started again): follow it.
             workflow.logger.info("job run %s was started before; following it", decision.job_run_id)
 
-    async def _start_child(self, decision: p.Decision) -> None:
-        assert decision.job_run_id and decision.job_label and decision.policy and self._spec
+    async def _start_child(self, decision: p.ExecuteOrder) -> None:
+        assert self._spec is not None
         await workflow.start_child_workflow(
             p.JOB_RUN_WORKFLOW,
             p.JobRunInput(
@@ -338,7 +337,9 @@ class WantWorkflow:
         if self._state.is_final:
             return
         assert self._spec is not None
-        await bel_do(p.ACT_RECORD_SLA_MISSED, p.SlaMissedInput(want_id=self._spec.want_id, deadline=deadline))
+        await bel(
+            WantActivities.record_sla_missed, p.SlaMissedInput(want_id=self._spec.want_id, deadline=deadline)
+        )
         self._sla_missed = True
         workflow.upsert_search_attributes([p.SA_SLA_MISSED.value_set(True)])
         self._describe()
@@ -349,10 +350,10 @@ class WantWorkflow:
         finish = p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance)
         following = self._job_run_id if self._state is WantState.building else None
         try:
-            await bel_do(p.ACT_FINISH_WANT, finish)
+            await bel(WantActivities.finish_want, finish)
         except asyncio.CancelledError:
             # Cancelled while recording the outcome: record it all the same, so the BEL is final too.
-            await bel_do(p.ACT_FINISH_WANT, finish)
+            await bel(WantActivities.finish_want, finish)
             raise
         self._set(state, self._job_run_id, [], reason or "")
         if following and state in (WantState.canceled, WantState.expired):
@@ -375,11 +376,7 @@ class WantWorkflow:
         it (checked after this want is recorded as ended, so two wants stopping together both see it)."""
         if not workflow.patched("stopped-want-abandons-its-build"):
             return
-        run = await bel_call(
-            p.ACT_ABANDON_BUILD,
-            p.AbandonBuildInput(job_run_id=job_run_id),
-            p.AbandonBuildResult,
-        )
+        run = await bel(WantActivities.abandon_build, p.AbandonBuildInput(job_run_id=job_run_id))
         if run.workflow_id is not None:
             try:
                 await workflow.get_external_workflow_handle(run.workflow_id).signal(p.SIGNAL_ABANDON)

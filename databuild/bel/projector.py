@@ -2,13 +2,16 @@
 the log through it rebuilds current state exactly.
 
 One small handler per event type, registered with ``@projects(EventType)`` in ``HANDLERS``; ``apply``
-dispatches through that table (tests check that every type of ``events.Event`` has exactly one)."""
+dispatches through that table (tests check that every type of ``events.Event`` has exactly one).
+
+Statements are built once, with bound parameters: building one per call (``update(...).values(...)``)
+cost several times what executing it does, and a replay or a benchmark's fill runs millions."""
 
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from databuild.bel import schema as s
 from databuild.domain import events as ev
@@ -50,6 +53,67 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
     handler(conn, event, at)
 
 
+# Statements ----------------------------------------------------------------------------------------
+
+# An UPDATE without .values() sets the columns named by the parameters it is executed with; "pk" binds
+# the row's primary key.
+_UPDATE_WANT = update(s.wants).where(s.wants.c.want_id == bindparam("pk"))
+_UPDATE_JOB_RUN = update(s.job_runs).where(s.job_runs.c.job_run_id == bindparam("pk"))
+_UPDATE_PARTITION = update(s.partitions).where(s.partitions.c.ref == bindparam("pk"))
+_UPDATE_INSTANCE = update(s.partition_instances).where(s.partition_instances.c.instance_id == bindparam("pk"))
+_WORKFLOW_OF = select(s.wants.c.workflow_id).where(s.wants.c.want_id == bindparam("want_id"))
+_REFS_OF_WANTS = select(s.wants.c.ref, s.wants.c.want_id).where(
+    s.wants.c.want_id.in_(bindparam("want_ids", expanding=True))
+)
+_UNSUBSCRIBE = delete(s.subscriptions).where(s.subscriptions.c.want_id == bindparam("want_id"))
+_SUBSCRIBED = select(s.subscriptions.c.ref).where(
+    s.subscriptions.c.want_id == bindparam("want_id"),
+    s.subscriptions.c.ref.in_(bindparam("refs", expanding=True)),
+)
+_LINKED = select(s.want_job_runs.c.relation).where(
+    s.want_job_runs.c.want_id == bindparam("want_id"), s.want_job_runs.c.job_run_id == bindparam("job_run_id")
+)
+_PARTITION = select(s.partitions.c.status, s.partitions.c.instance_id).where(
+    s.partitions.c.ref == bindparam("ref")
+)
+_SUPERSEDE = (
+    update(s.partition_instances)
+    .where(
+        s.partition_instances.c.instance_id == bindparam("previous"),
+        s.partition_instances.c.status == InstanceStatus.live.value,
+    )
+    .values(status=InstanceStatus.superseded.value)
+)
+_TAINT_PARTITION = (
+    update(s.partitions)
+    .where(s.partitions.c.ref == bindparam("pk"))
+    .values(status=PartitionStatus.tainted.value, generation=s.partitions.c.generation + 1)
+)
+_MARK_STALE = (
+    update(s.partition_instances)
+    .where(
+        s.partition_instances.c.instance_id.in_(bindparam("stale", expanding=True)),
+        s.partition_instances.c.stale_cause.is_(None),
+    )
+    .values(stale_cause=bindparam("cause"))
+)
+# The taint behind an instance built from a tainted or stale input (a read that raced the taint).
+_TAINTED_READ = (
+    select(
+        s.partition_instances.c.instance_id,
+        s.partition_instances.c.stale_cause,
+    )
+    .join(s.read_deps, s.read_deps.c.instance_id == s.partition_instances.c.instance_id)
+    .where(
+        s.read_deps.c.job_run_id == bindparam("job_run_id"),
+        (s.partition_instances.c.status == InstanceStatus.tainted.value)
+        | s.partition_instances.c.stale_cause.is_not(None),
+    )
+    .order_by(s.read_deps.c.id)
+    .limit(1)
+)
+
+
 # Wants ---------------------------------------------------------------------------------------------
 
 
@@ -57,27 +121,28 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
 def _want_created(conn: Connection, event: ev.WantCreated, at: datetime) -> None:
     spec = event.spec
     conn.execute(
-        insert(s.wants).values(
-            want_id=event.want_id,
-            ref=spec.ref,
-            data_timestamp=spec.data_timestamp,
-            sla_seconds=None if spec.sla is None else spec.sla.total_seconds(),
-            ttl_seconds=None if spec.ttl is None else spec.ttl.total_seconds(),
-            source=spec.source.value,
-            parent_want_id=spec.parent_want_id,
-            root_want_id=spec.root_want_id or event.want_id,
-            generation=spec.generation,
-            instance_id=None,
-            state=WantState.new.value,
-            sla_missed=False,
-            sla_deadline=spec.sla_deadline,
-            reason=None,
-            job_run_id=None,
-            decision_seq=0,
-            workflow_id=event.workflow_id,
-            created_at=at,
-            updated_at=at,
-        )
+        insert(s.wants),
+        {
+            "want_id": event.want_id,
+            "ref": spec.ref,
+            "data_timestamp": spec.data_timestamp,
+            "sla_seconds": None if spec.sla is None else spec.sla.total_seconds(),
+            "ttl_seconds": None if spec.ttl is None else spec.ttl.total_seconds(),
+            "source": spec.source.value,
+            "parent_want_id": spec.parent_want_id,
+            "root_want_id": spec.root_want_id or event.want_id,
+            "generation": spec.generation,
+            "instance_id": None,
+            "state": WantState.new.value,
+            "sla_missed": False,
+            "sla_deadline": spec.sla_deadline,
+            "reason": None,
+            "job_run_id": None,
+            "decision_seq": 0,
+            "workflow_id": event.workflow_id,
+            "created_at": at,
+            "updated_at": at,
+        },
     )
     _subscribe(conn, event.want_id, [spec.ref, *spec.requires], event.workflow_id)
 
@@ -88,7 +153,7 @@ def _want_building(conn: Connection, event: ev.WantBuilding, at: datetime) -> No
         conn,
         event.want_id,
         at,
-        state=WantState.building,
+        state=WantState.building.value,
         job_run_id=event.job_run_id,
         decision_seq=event.decision_seq,
     )
@@ -97,12 +162,14 @@ def _want_building(conn: Connection, event: ev.WantBuilding, at: datetime) -> No
 
 @projects(ev.WantAwaitingRequirements)
 def _want_awaiting_requirements(conn: Connection, event: ev.WantAwaitingRequirements, at: datetime) -> None:
-    _set_want(conn, event.want_id, at, state=WantState.upstream_building)
+    _set_want(conn, event.want_id, at, state=WantState.upstream_building.value)
 
 
 @projects(ev.WantWaitingExternal)
 def _want_waiting_external(conn: Connection, event: ev.WantWaitingExternal, at: datetime) -> None:
-    _set_want(conn, event.want_id, at, state=WantState.upstream_building, decision_seq=event.decision_seq)
+    _set_want(
+        conn, event.want_id, at, state=WantState.upstream_building.value, decision_seq=event.decision_seq
+    )
 
 
 @projects(ev.WantBlocked)
@@ -111,7 +178,7 @@ def _want_blocked(conn: Connection, event: ev.WantBlocked, at: datetime) -> None
         conn,
         event.want_id,
         at,
-        state=WantState.upstream_building,
+        state=WantState.upstream_building.value,
         decision_seq=event.decision_seq,
         reason=event.reason,
         job_run_id=None,
@@ -121,7 +188,7 @@ def _want_blocked(conn: Connection, event: ev.WantBlocked, at: datetime) -> None
 
 @projects(ev.WantUpstreamBuilding)
 def _want_upstream_building(conn: Connection, event: ev.WantUpstreamBuilding, at: datetime) -> None:
-    _set_want(conn, event.want_id, at, state=WantState.upstream_building)
+    _set_want(conn, event.want_id, at, state=WantState.upstream_building.value)
     if event.missing:
         # By ref, not by position: an input live by then has no derivative want.
         child_of = _derivatives_by_ref(conn, event.derivative_want_ids)
@@ -142,13 +209,20 @@ def _want_upstream_building(conn: Connection, event: ev.WantUpstreamBuilding, at
 
 @projects(ev.WantFinished)
 def _want_finished(conn: Connection, event: ev.WantFinished, at: datetime) -> None:
-    _set_want(conn, event.want_id, at, state=event.state, reason=event.reason, instance_id=event.instance_id)
-    conn.execute(delete(s.subscriptions).where(s.subscriptions.c.want_id == event.want_id))
+    _set_want(
+        conn,
+        event.want_id,
+        at,
+        state=event.state.value,
+        reason=event.reason,
+        instance_id=event.instance_id,
+    )
+    conn.execute(_UNSUBSCRIBE, {"want_id": event.want_id})
 
 
 @projects(ev.WantSlaMissed)
 def _want_sla_missed(conn: Connection, event: ev.WantSlaMissed, at: datetime) -> None:
-    conn.execute(update(s.wants).where(s.wants.c.want_id == event.want_id).values(sla_missed=True))
+    conn.execute(_UPDATE_WANT, {"pk": event.want_id, "sla_missed": True})
 
 
 # Job runs ------------------------------------------------------------------------------------------
@@ -212,13 +286,14 @@ def _job_run_failed(conn: Connection, event: ev.JobRunFailed, at: datetime) -> N
 @projects(ev.Delegation)
 def _delegation(conn: Connection, event: ev.Delegation, at: datetime) -> None:
     conn.execute(
-        insert(s.delegations).values(
-            want_id=event.want_id,
-            ref=event.ref,
-            delegated_to=event.delegated_to,
-            kind=event.kind,
-            at=at,
-        )
+        insert(s.delegations),
+        {
+            "want_id": event.want_id,
+            "ref": event.ref,
+            "delegated_to": event.delegated_to,
+            "kind": event.kind,
+            "at": at,
+        },
     )
 
 
@@ -232,29 +307,21 @@ def _partition_building(conn: Connection, event: ev.PartitionBuilding, at: datet
 
 @projects(ev.PartitionLive)
 def _partition_live(conn: Connection, event: ev.PartitionLive, at: datetime) -> None:
-    previous = conn.execute(
-        select(s.partitions.c.instance_id).where(s.partitions.c.ref == event.ref)
-    ).scalar()
-    if previous is not None:
-        conn.execute(
-            update(s.partition_instances)
-            .where(
-                s.partition_instances.c.instance_id == previous,
-                s.partition_instances.c.status == InstanceStatus.live.value,
-            )
-            .values(status=InstanceStatus.superseded.value)
-        )
+    current = conn.execute(_PARTITION, {"ref": event.ref}).first()
+    if current is not None and current.instance_id is not None:
+        conn.execute(_SUPERSEDE, {"previous": current.instance_id})
     conn.execute(
-        insert(s.partition_instances).values(
-            instance_id=event.instance_id,
-            ref=event.ref,
-            job_run_id=event.job_run_id,
-            external=event.external,
-            created_at=at,
-            status=InstanceStatus.live.value,
-            stale_cause=_inherited_staleness(conn, event.job_run_id),
-            reason=None,
-        )
+        insert(s.partition_instances),
+        {
+            "instance_id": event.instance_id,
+            "ref": event.ref,
+            "job_run_id": event.job_run_id,
+            "external": event.external,
+            "created_at": at,
+            "status": InstanceStatus.live.value,
+            "stale_cause": _inherited_staleness(conn, event.job_run_id),
+            "reason": None,
+        },
     )
     _upsert_partition(
         conn,
@@ -266,36 +333,20 @@ def _partition_live(conn: Connection, event: ev.PartitionLive, at: datetime) -> 
         building_job_run_id=None,
         external=event.external,
         reason=None,
+        found=current is not None,
     )
 
 
 @projects(ev.PartitionTainted)
 def _partition_tainted(conn: Connection, event: ev.PartitionTainted, at: datetime) -> None:
     conn.execute(
-        update(s.partition_instances)
-        .where(s.partition_instances.c.instance_id == event.instance_id)
-        .values(status=InstanceStatus.tainted.value, reason=event.reason)
+        _UPDATE_INSTANCE,
+        {"pk": event.instance_id, "status": InstanceStatus.tainted.value, "reason": event.reason},
     )
-    conn.execute(
-        update(s.partitions)
-        .where(s.partitions.c.ref == event.ref)
-        .values(
-            status=PartitionStatus.tainted.value,
-            generation=s.partitions.c.generation + 1,
-            reason=event.reason,
-            updated_at=at,
-        )
-    )
+    conn.execute(_TAINT_PARTITION, {"pk": event.ref, "reason": event.reason, "updated_at": at})
     ids = [i.instance_id for i in event.stale if i.instance_id]
     for start in range(0, len(ids), 500):
-        conn.execute(
-            update(s.partition_instances)
-            .where(
-                s.partition_instances.c.instance_id.in_(ids[start : start + 500]),
-                s.partition_instances.c.stale_cause.is_(None),
-            )
-            .values(stale_cause=event.instance_id)
-        )
+        conn.execute(_MARK_STALE, {"stale": ids[start : start + 500], "cause": event.instance_id})
 
 
 @projects(ev.PartitionResolved)
@@ -315,9 +366,10 @@ def _partition_released(conn: Connection, event: ev.PartitionReleased, at: datet
 
 @projects(ev.PartitionFailed)
 def _partition_failed(conn: Connection, event: ev.PartitionFailed, at: datetime) -> None:
-    current = conn.execute(select(s.partitions.c.status).where(s.partitions.c.ref == event.ref)).scalar()
-    if current == PartitionStatus.live.value:  # a failed rebuild leaves the live instance intact
-        _upsert_partition(conn, event.ref, at, building_job_run_id=None)
+    current = conn.execute(_PARTITION, {"ref": event.ref}).first()
+    if current is not None and current.status == PartitionStatus.live.value:
+        # A failed rebuild leaves the live instance intact.
+        _upsert_partition(conn, event.ref, at, building_job_run_id=None, found=True)
     else:
         _upsert_partition(
             conn,
@@ -326,6 +378,7 @@ def _partition_failed(conn: Connection, event: ev.PartitionFailed, at: datetime)
             status=PartitionStatus.failed.value,
             building_job_run_id=None,
             reason=f"job run {event.job_run_id} failed: {event.reason}",
+            found=current is not None,
         )
 
 
@@ -333,20 +386,18 @@ def _partition_failed(conn: Connection, event: ev.PartitionFailed, at: datetime)
 
 
 def _workflow_of(conn: Connection, want_id: str) -> str:
-    return str(conn.execute(select(s.wants.c.workflow_id).where(s.wants.c.want_id == want_id)).scalar_one())
+    return str(conn.execute(_WORKFLOW_OF, {"want_id": want_id}).scalar_one())
 
 
 def _derivatives_by_ref(conn: Connection, want_ids: list[str]) -> dict[str, str]:
     """The derivative wants (recorded before the event that names them) by the ref each wants."""
     if not want_ids:
         return {}
-    rows = conn.execute(select(s.wants.c.ref, s.wants.c.want_id).where(s.wants.c.want_id.in_(want_ids)))
-    return {ref: want_id for ref, want_id in rows}
+    return {ref: want_id for ref, want_id in conn.execute(_REFS_OF_WANTS, {"want_ids": want_ids})}
 
 
 def _set_want(conn: Connection, want_id: str, at: datetime, **values: object) -> None:
-    values = {k: (v.value if isinstance(v, WantState) else v) for k, v in values.items()}
-    conn.execute(update(s.wants).where(s.wants.c.want_id == want_id).values(updated_at=at, **values))
+    conn.execute(_UPDATE_WANT, {"pk": want_id, "updated_at": at, **values})
 
 
 def _declare_job_run(
@@ -357,21 +408,22 @@ def _declare_job_run(
     reason: str | None,
 ) -> None:
     conn.execute(
-        insert(s.job_runs).values(
-            job_run_id=event.job_run_id,
-            job_label=event.job_label,
-            state=state.value,
-            outputs=event.outputs,
-            params=event.params,
-            want_id=event.want_id,
-            attempts=0,
-            lost=False,
-            reason=reason,
-            missing=[],
-            workflow_id=event.workflow_id,
-            created_at=at,
-            updated_at=at,
-        )
+        insert(s.job_runs),
+        {
+            "job_run_id": event.job_run_id,
+            "job_label": event.job_label,
+            "state": state.value,
+            "outputs": event.outputs,
+            "params": event.params,
+            "want_id": event.want_id,
+            "attempts": 0,
+            "lost": False,
+            "reason": reason,
+            "missing": [],
+            "workflow_id": event.workflow_id,
+            "created_at": at,
+            "updated_at": at,
+        },
     )
     conn.execute(
         insert(s.job_run_outputs),
@@ -380,31 +432,20 @@ def _declare_job_run(
 
 
 def _set_job_run(conn: Connection, job_run_id: str, at: datetime, **values: object) -> None:
-    conn.execute(
-        update(s.job_runs).where(s.job_runs.c.job_run_id == job_run_id).values(updated_at=at, **values)
-    )
+    conn.execute(_UPDATE_JOB_RUN, {"pk": job_run_id, "updated_at": at, **values})
 
 
 def _link(conn: Connection, want_id: str, job_run_id: str, relation: str) -> None:
-    exists = conn.execute(
-        select(s.want_job_runs.c.relation).where(
-            s.want_job_runs.c.want_id == want_id, s.want_job_runs.c.job_run_id == job_run_id
-        )
-    ).first()
-    if exists is None:
+    if conn.execute(_LINKED, {"want_id": want_id, "job_run_id": job_run_id}).first() is None:
         conn.execute(
-            insert(s.want_job_runs).values(want_id=want_id, job_run_id=job_run_id, relation=relation)
+            insert(s.want_job_runs), {"want_id": want_id, "job_run_id": job_run_id, "relation": relation}
         )
 
 
 def _subscribe(conn: Connection, want_id: str, refs: list[str], workflow_id: str) -> None:
-    have = set(
-        conn.execute(
-            select(s.subscriptions.c.ref).where(
-                s.subscriptions.c.want_id == want_id, s.subscriptions.c.ref.in_(refs)
-            )
-        ).scalars()
-    )
+    if not refs:
+        return
+    have = set(conn.execute(_SUBSCRIBED, {"want_id": want_id, "refs": refs}).scalars())
     rows = [
         {"ref": r, "want_id": want_id, "workflow_id": workflow_id}
         for r in dict.fromkeys(refs)
@@ -424,39 +465,29 @@ def _inherited_staleness(conn: Connection, job_run_id: str | None) -> str | None
     """The taint behind an instance built from a tainted or stale input (a read that raced the taint)."""
     if job_run_id is None:
         return None
-    row = conn.execute(
-        select(
-            s.partition_instances.c.instance_id,
-            s.partition_instances.c.status,
-            s.partition_instances.c.stale_cause,
-        )
-        .join(s.read_deps, s.read_deps.c.instance_id == s.partition_instances.c.instance_id)
-        .where(
-            s.read_deps.c.job_run_id == job_run_id,
-            (s.partition_instances.c.status == InstanceStatus.tainted.value)
-            | s.partition_instances.c.stale_cause.is_not(None),
-        )
-        .order_by(s.read_deps.c.id)
-        .limit(1)
-    ).first()
+    row = conn.execute(_TAINTED_READ, {"job_run_id": job_run_id}).first()
     if row is None:
         return None
     return str(row.stale_cause or row.instance_id)
 
 
-def _upsert_partition(conn: Connection, ref: str, at: datetime, **values: object) -> None:
-    found = conn.execute(select(s.partitions.c.ref).where(s.partitions.c.ref == ref)).first()
+def _upsert_partition(
+    conn: Connection, ref: str, at: datetime, found: bool | None = None, **values: object
+) -> None:
+    """``found``: whether the partition has a row, when the caller has just read it."""
     if found is None:
-        row: dict[str, object] = {
-            "ref": ref,
-            "status": PartitionStatus.missing.value,
-            "instance_id": None,
-            "built_by": None,
-            "building_job_run_id": None,
-            "external": False,
-            "updated_at": at,
-        }
-        row.update(values)
-        conn.execute(insert(s.partitions).values(**row))
-    else:
-        conn.execute(update(s.partitions).where(s.partitions.c.ref == ref).values(updated_at=at, **values))
+        found = conn.execute(_PARTITION, {"ref": ref}).first() is not None
+    if found:
+        conn.execute(_UPDATE_PARTITION, {"pk": ref, "updated_at": at, **values})
+        return
+    row: dict[str, object] = {
+        "ref": ref,
+        "status": PartitionStatus.missing.value,
+        "instance_id": None,
+        "built_by": None,
+        "building_job_run_id": None,
+        "external": False,
+        "updated_at": at,
+    }
+    row.update(values)
+    conn.execute(insert(s.partitions), row)

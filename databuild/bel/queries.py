@@ -21,10 +21,12 @@ from databuild.models import (
     InstanceRef,
     InstanceStatus,
     JobRun,
+    JobRunCause,
     JobRunState,
     JobStats,
     Partition,
     PartitionStatus,
+    Subscription,
     Want,
     WantSource,
     WantState,
@@ -456,6 +458,7 @@ class BelQueries:
             JobRun(
                 job_run_id=r["job_run_id"],
                 lost=bool(r["lost"]),
+                cause=JobRunCause(r["cause"]) if r["cause"] else None,
                 job_label=r["job_label"],
                 outputs=list(r["outputs"]),
                 params=dict(r["params"]),
@@ -493,6 +496,7 @@ class BelQueries:
                     skipped=by_state.get("skipped", 0),
                     failed=by_state.get("failed", 0),
                     dep_miss=by_state.get("dep_miss", 0),
+                    cancelled=by_state.get("cancelled", 0),
                     in_progress=by_state.get("queued", 0) + by_state.get("running", 0),
                     success_rate=good / finished if finished else None,
                 )
@@ -515,17 +519,16 @@ class BelQueries:
             builds_avoided=sum(j.skipped for j in jobs) + int(joined),
         )
 
-    def subscriptions(
-        self, refs: Sequence[str], after_id: int, limit: int
-    ) -> list[tuple[int, str, str, str]]:
-        """A page of (id, ref, want_id, workflow_id) subscribed to any of ``refs``, in id order."""
+    def subscriptions(self, refs: Sequence[str], after_id: int, limit: int) -> list[Subscription]:
+        """A page of the subscriptions to any of ``refs``, in id order."""
         rows = self._all(
-            select(s.subscriptions)
+            select(s.subscriptions, s.wants.c.ref.label("want_ref"), s.wants.c.data_timestamp)
+            .join(s.wants, s.wants.c.want_id == s.subscriptions.c.want_id)
             .where(s.subscriptions.c.ref.in_(list(refs)), s.subscriptions.c.id > after_id)
             .order_by(s.subscriptions.c.id)
             .limit(limit)
         )
-        return [(r["id"], r["ref"], r["want_id"], r["workflow_id"]) for r in rows]
+        return [Subscription.model_validate(dict(r)) for r in rows]
 
     # Events ----------------------------------------------------------------------------------------
     def last_idx(self) -> int:

@@ -130,6 +130,7 @@ job_runs = Table(
     Column("want_id", ID, index=True),
     Column("attempts", Integer, nullable=False, default=0),
     Column("lost", Boolean, nullable=False, default=False),
+    Column("cause", String(16)),  # JobRunCause of a failed or cancelled run
     Column("reason", Text),
     Column("missing", JSON, nullable=False),
     Column("workflow_id", String(1024), nullable=False),

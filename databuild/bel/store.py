@@ -8,11 +8,13 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, delete, insert, select, update
 
-from databuild.bel import events as ev
 from databuild.bel import migrate, projector
 from databuild.bel import schema as s
 from databuild.bel.queries import BelQueries, partition_from_row, want_from_row
-from databuild.bel.transaction import WriteTx, make_engines, now
+from databuild.bel.transaction import WriteTx, make_engines, now, write_lock
+from databuild.domain import decisions
+from databuild.domain import events as ev
+from databuild.domain.decisions import DependenciesStatus, Verdict
 from databuild.errors import (
     ConcurrentChangeError,
     InvalidInputError,
@@ -26,6 +28,7 @@ from databuild.models import (
     InstanceRef,
     InstanceStatus,
     JobRun,
+    JobRunCause,
     JobRunState,
     Partition,
     PartitionStatus,
@@ -34,9 +37,7 @@ from databuild.models import (
     Want,
     WantSpec,
     WantState,
-    job_run_workflow_id,
 )
-from databuild.protocol import Decision, DecisionKind, DependenciesStatus
 
 DEFAULT_LEASE = timedelta(minutes=1)
 
@@ -61,28 +62,18 @@ def new_instance_id() -> str:
     return str(uuid.uuid4())
 
 
-def _job_run_fields(job_run_id: str, target: JobTarget, want_id: str) -> dict[str, Any]:
-    return {
-        "job_run_id": job_run_id,
-        "job_label": target.job.label,
-        "outputs": target.outputs,
-        "params": target.params,
-        "want_id": want_id,
-        "workflow_id": job_run_workflow_id(target.job.label, job_run_id),
-    }
-
-
 class BuildEventLog(BelQueries):
     def __init__(self, url: str) -> None:
         self.url = url
         self.writer, reader = make_engines(url)
+        self._write_lock = write_lock(url)
         super().__init__(reader)
 
     @classmethod
     def create(cls, url: str) -> "BuildEventLog":
         """Open the log, creating or upgrading its schema (Alembic) first."""
         bel = cls(url)
-        with bel.writer.begin() as conn:
+        with bel._write_lock, bel.writer.begin() as conn:
             migrate.upgrade(conn)
         return bel
 
@@ -92,7 +83,7 @@ class BuildEventLog(BelQueries):
 
     @contextmanager
     def _write(self, *keys: str) -> Iterator[WriteTx]:
-        with self.writer.begin() as conn:
+        with self._write_lock, self.writer.begin() as conn:
             tx = WriteTx(conn)
             tx.lock(*keys)
             yield tx
@@ -123,93 +114,54 @@ class BuildEventLog(BelQueries):
 
     def decide(
         self, want_id: str, seq: int, resolution: Resolution, lease: timedelta = DEFAULT_LEASE
-    ) -> Decision:
-        """Step 2 of a want, in one transaction (SPEC 3.3): done (historical delegation), wait for an
-        active run (active delegation), wait for an operator (fail-lock), or queue a new job run."""
+    ) -> Verdict:
+        """Step ``seq`` of a want, in one transaction: the rules of ``decisions.decide`` over the state
+        of the want and its job's outputs. A newly queued run gets its build lease."""
         outputs = resolution.target.outputs if resolution.target else [resolution.ref]
         with self._write(want_key(want_id), *map(ref_key, outputs)) as tx:
-            want = self._want_row(tx.conn, want_id)
-            if WantState(want["state"]).is_final:
-                return self._final_decision(tx.conn, want)
-            if want["decision_seq"] >= seq:
-                return self._replay_decision(tx.conn, want, resolution)
-            rows = {out: self._partition_row(tx.conn, out) for out in outputs}
-            statuses = {
-                out: row["status"] if row else PartitionStatus.missing.value for out, row in rows.items()
-            }
-            own = rows[want["ref"]]
-            if own is not None and own["status"] == PartitionStatus.live.value:
-                self._historical(tx, want_id, resolution)
-                tx.append(
-                    ev.WantFinished(
-                        type="WantSucceeded",
-                        want_id=want_id,
-                        state=WantState.successful,
-                        instance_id=own["instance_id"],
-                    )
-                )
-                return Decision(
-                    kind=DecisionKind.live, instance_id=own["instance_id"], job_run_id=own["built_by"]
-                )
-            retired = [out for out, status in statuses.items() if status == PartitionStatus.skipped.value]
-            if retired:
-                reason = f"{', '.join(retired)} retired with `databuild skip`; it is never built again"
-                tx.append(
-                    ev.WantFinished(type="WantFailed", want_id=want_id, state=WantState.failed, reason=reason)
-                )
-                return Decision(kind=DecisionKind.final, final_state=WantState.failed, reason=reason)
-            target = resolution.target
-            if target is None:
-                tx.append(ev.WantWaitingExternal(want_id=want_id, decision_seq=seq))
-                return Decision(kind=DecisionKind.wait_external)
-            active = next(
-                (r["building_job_run_id"] for r in rows.values() if r and r["building_job_run_id"]), None
-            )
-            if active is not None and active == want["job_run_id"]:
-                return self._replay_decision(tx.conn, want, resolution)  # still following its own run
-            if active is not None:
-                for out in outputs:
-                    message = "delegated to active build"
-                    tx.append(
-                        ev.Delegation(
-                            want_id=want_id, ref=out, delegated_to=active, kind="active", message=message
-                        )
-                    )
-                tx.append(
-                    ev.WantBuilding(
-                        want_id=want_id, job_run_id=active, relation="delegated", decision_seq=seq
-                    )
-                )
-                return self._run_decision(tx.conn, DecisionKind.delegate, active)
-            locked = [out for out, status in statuses.items() if status == PartitionStatus.failed.value]
-            if locked and self._took_part_in_failure(tx.conn, want_id, locked):
-                # The want ran or joined the build that failed: it ends failed, however late it heard.
-                reason = self._fail_lock_reason(tx.conn, locked)
-                tx.append(
-                    ev.WantFinished(type="WantFailed", want_id=want_id, state=WantState.failed, reason=reason)
-                )
-                return Decision(kind=DecisionKind.final, final_state=WantState.failed, reason=reason)
-            if locked:
-                reason = self._fail_lock_reason(tx.conn, locked)
-                tx.append(ev.WantBlocked(want_id=want_id, refs=locked, reason=reason, decision_seq=seq))
-                return Decision(kind=DecisionKind.blocked, blocked_refs=locked, reason=reason)
-            job_run_id = new_job_run_id()
-            tx.append(ev.JobRunQueued(**_job_run_fields(job_run_id, target, want_id)))
-            for out in outputs:
-                tx.append(ev.PartitionBuilding(ref=out, job_run_id=job_run_id))
-            tx.append(
-                ev.WantBuilding(want_id=want_id, job_run_id=job_run_id, relation="executed", decision_seq=seq)
-            )
-            self._set_lease(tx.conn, job_run_id, tx.at + lease)
-            return self._run_decision(tx.conn, DecisionKind.execute, job_run_id)
+            state = self._decision_state(tx.conn, want_id, resolution.target, outputs)
+            decided = decisions.decide(state, seq, new_job_run_id())
+            for event in decided.events:
+                tx.append(event)
+                if isinstance(event, ev.JobRunQueued):
+                    self._set_lease(tx.conn, event.job_run_id, tx.at + lease)
+            return decided.verdict
 
-    def _final_decision(self, conn: Connection, want: RowMapping) -> Decision:
-        own = self._partition_row(conn, want["ref"])
-        return Decision(
-            kind=DecisionKind.final,
-            final_state=WantState(want["state"]),
-            reason=want["reason"],
-            instance_id=own["instance_id"] if own is not None else None,
+    def _decision_state(
+        self, conn: Connection, want_id: str, target: JobTarget | None, outputs: list[str]
+    ) -> decisions.DecisionState:
+        want = self._want_row(conn, want_id)
+        links = {
+            row.job_run_id: row.relation
+            for row in conn.execute(
+                select(s.want_job_runs.c.job_run_id, s.want_job_runs.c.relation).where(
+                    s.want_job_runs.c.want_id == want_id
+                )
+            )
+        }
+        partitions = {out: self._partition(conn, out) for out in outputs}
+        followed = {p.building_job_run_id for p in partitions.values() if p and p.building_job_run_id}
+        if want["job_run_id"]:
+            followed.add(want["job_run_id"])
+        failed = [out for out, p in partitions.items() if p and p.status is PartitionStatus.failed]
+        return decisions.DecisionState(
+            want=decisions.WantStep(
+                want_id=want_id,
+                ref=want["ref"],
+                state=WantState(want["state"]),
+                decision_seq=want["decision_seq"],
+                job_run_id=want["job_run_id"],
+                reason=want["reason"],
+                relation=links.get(want["job_run_id"]),
+                runs=frozenset(links),
+            ),
+            target=target,
+            partitions=partitions,
+            runs={job_run_id: self._run_plan(conn, job_run_id) for job_run_id in sorted(followed)},
+            fail_locks={
+                ref: decisions.FailLock(job_run_id=data["job_run_id"], reason=data["reason"])
+                for ref, data in self._failing_runs(conn, failed).items()
+            },
         )
 
     def _failing_runs(self, conn: Connection, refs: list[str]) -> dict[str, dict[str, Any]]:
@@ -226,70 +178,9 @@ class BuildEventLog(BelQueries):
                 found[ref] = data
         return found
 
-    def _took_part_in_failure(self, conn: Connection, want_id: str, refs: list[str]) -> bool:
-        runs = {d["job_run_id"] for d in self._failing_runs(conn, refs).values()}
-        linked = conn.execute(
-            select(s.want_job_runs.c.job_run_id).where(
-                s.want_job_runs.c.want_id == want_id, s.want_job_runs.c.job_run_id.in_(runs)
-            )
-        ).first()
-        return linked is not None
-
-    def _fail_lock_reason(self, conn: Connection, refs: list[str]) -> str:
-        parts = []
-        failures = self._failing_runs(conn, refs)
-        for ref in refs:
-            failure = failures.get(ref)
-            cause = f" (job run {failure['job_run_id']}: {failure['reason']})" if failure else ""
-            parts.append(f"{ref} is fail-locked{cause}")
-        return "; ".join(parts) + f"; clear it with `databuild resolve {refs[0]}`"
-
-    def _historical(self, tx: WriteTx, want_id: str, resolution: Resolution) -> None:
-        """Historical delegation: point at the runs that built the live outputs, and skip the job."""
-        if resolution.target is not None:
-            target = resolution.target
-            live = [
-                r
-                for r in (self._partition_row(tx.conn, out) for out in target.outputs)
-                if r is not None and r["status"] == PartitionStatus.live.value and r["built_by"]
-            ]
-            for row in live:
-                tx.append(
-                    ev.Delegation(
-                        want_id=want_id,
-                        ref=row["ref"],
-                        delegated_to=row["built_by"],
-                        kind="historical",
-                        message="delegated to historical build: partition already available",
-                    )
-                )
-            tx.append(ev.JobRunSkipped(**_job_run_fields(new_job_run_id(), target, want_id)))
-
-    def _replay_decision(self, conn: Connection, want: RowMapping, resolution: Resolution) -> Decision:
-        """The answer already given for this decision step (the activity was retried after committing)."""
-        if want["state"] == WantState.upstream_building.value and want["job_run_id"] is None:
-            if resolution.target is None:
-                return Decision(kind=DecisionKind.wait_external)
-            locked = [
-                out
-                for out in resolution.target.outputs
-                if (row := self._partition_row(conn, out)) is not None
-                and row["status"] == PartitionStatus.failed.value
-            ]
-            return Decision(kind=DecisionKind.blocked, blocked_refs=locked, reason=want["reason"])
-        relation = conn.execute(
-            select(s.want_job_runs.c.relation).where(
-                s.want_job_runs.c.want_id == want["want_id"],
-                s.want_job_runs.c.job_run_id == want["job_run_id"],
-            )
-        ).scalar_one()
-        kind = DecisionKind.execute if relation == "executed" else DecisionKind.delegate
-        return self._run_decision(conn, kind, want["job_run_id"])
-
-    def _run_decision(self, conn: Connection, kind: DecisionKind, job_run_id: str) -> Decision:
-        row = conn.execute(select(s.job_runs).where(s.job_runs.c.job_run_id == job_run_id)).mappings().one()
-        return Decision(
-            kind=kind,
+    def _run_plan(self, conn: Connection, job_run_id: str) -> decisions.RunPlan:
+        row = self._job_run_row(conn, job_run_id)
+        return decisions.RunPlan(
             job_run_id=job_run_id,
             job_label=row["job_label"],
             outputs=list(row["outputs"]),
@@ -407,44 +298,33 @@ class BuildEventLog(BelQueries):
         self, job_run_id: str, reads: list[InstanceRef], writes: list[InstanceRef], attempt: int | None = None
     ) -> JobRun:
         with self._write_run(job_run_id) as tx:
-            if self._open_run(tx.conn, job_run_id, attempt):
-                tx.append(ev.JobRunSucceeded(job_run_id=job_run_id, reads=reads, writes=writes))
-                for out in writes:
-                    assert out.instance_id is not None
-                    tx.append(
-                        ev.PartitionLive(ref=out.ref, instance_id=out.instance_id, job_run_id=job_run_id)
-                    )
+            if (run := self._open(tx.conn, job_run_id, attempt)) is not None:
+                tx.extend(decisions.succeeded(run, reads, writes))
         return self.job_run(job_run_id)
 
     def dep_miss_job_run(
         self, job_run_id: str, missing: list[str], reads: list[InstanceRef], attempt: int | None = None
     ) -> JobRun:
         with self._write_run(job_run_id) as tx:
-            if (row := self._open_run(tx.conn, job_run_id, attempt)) is not None:
-                tx.append(ev.JobRunDepMiss(job_run_id=job_run_id, missing=sorted(set(missing)), reads=reads))
-                for out in self._locked_outputs(tx.conn, row):
-                    tx.append(ev.PartitionReleased(ref=out, job_run_id=job_run_id))
+            if (run := self._open(tx.conn, job_run_id, attempt)) is not None:
+                tx.extend(decisions.dep_missed(run, missing, reads))
         return self.job_run(job_run_id)
 
-    def fail_job_run(self, job_run_id: str, reason: str, *, release: bool = False) -> JobRun:
-        """End the run as failed. Its outputs are fail-locked (an operator resolves them), or with
-        ``release`` (a run nobody wants any more, not a broken one) freed for the next build."""
+    def fail_job_run(self, job_run_id: str, reason: str, cause: JobRunCause = JobRunCause.error) -> JobRun:
+        """End the run without its outputs: failed (``cause`` error) or cancelled. Broken or cancelled
+        builds fail-lock their outputs (an operator resolves them); abandoned or lost ones release them."""
         with self._write_run(job_run_id) as tx:
-            if (row := self._open_run(tx.conn, job_run_id)) is not None:
-                self._end_failed(tx, row, reason, release=release)
+            if (run := self._open(tx.conn, job_run_id)) is not None:
+                tx.extend(decisions.ended_without_output(run, reason, cause))
         return self.job_run(job_run_id)
 
-    def _end_failed(
-        self, tx: WriteTx, run: RowMapping, reason: str, *, release: bool, lost: bool = False
-    ) -> None:
-        """Record an open run as failed; its locked outputs are released or fail-locked with it."""
-        job_run_id = run["job_run_id"]
-        tx.append(ev.JobRunFailed(job_run_id=job_run_id, reason=reason, lost=lost))
-        for out in self._locked_outputs(tx.conn, run):
-            if release:
-                tx.append(ev.PartitionReleased(ref=out, job_run_id=job_run_id))
-            else:
-                tx.append(ev.PartitionFailed(ref=out, job_run_id=job_run_id, reason=reason))
+    def _open(
+        self, conn: Connection, job_run_id: str, attempt: int | None = None
+    ) -> decisions.OpenRun | None:
+        row = self._open_run(conn, job_run_id, attempt)
+        if row is None:
+            return None
+        return decisions.OpenRun(job_run_id=job_run_id, locked_outputs=self._locked_outputs(conn, row))
 
     def _open_run(self, conn: Connection, job_run_id: str, attempt: int | None = None) -> RowMapping | None:
         """The run if it has not ended. With ``attempt``: only if that attempt is still the current one,
@@ -485,7 +365,7 @@ class BuildEventLog(BelQueries):
 
     def renew_lease(self, job_run_id: str, lease: timedelta) -> None:
         """Called by the worker running the job while it heartbeats (not an event: it is operational)."""
-        with self.writer.begin() as conn:
+        with self._write_lock, self.writer.begin() as conn:
             self._set_lease(conn, job_run_id, now() + lease)
 
     def lease_expired(self, job_run_id: str) -> bool:
@@ -498,10 +378,10 @@ class BuildEventLog(BelQueries):
         """Release the outputs of a run whose workflow is gone (not a build failure: no fail-lock).
         Returns whether this call abandoned it."""
         with self._write_run(job_run_id) as tx:
-            row = self._open_run(tx.conn, job_run_id)
-            if row is None:
+            run = self._open(tx.conn, job_run_id)
+            if run is None:
                 return False
-            self._end_failed(tx, row, reason, release=True, lost=True)
+            tx.extend(decisions.ended_without_output(run, reason, JobRunCause.lost))
             return True
 
     # Partitions ----------------------------------------------------------------------------------
@@ -510,18 +390,12 @@ class BuildEventLog(BelQueries):
         fail-locked with it, may be built again. Returns the partitions resolved."""
         siblings = self._failed_with(ref)
         with self._write(*map(ref_key, siblings)) as tx:
-            status = partition_from_row(self._require_partition(tx.conn, ref)).status
-            if status is not PartitionStatus.failed:
-                raise InvalidTransitionError(
-                    f"{ref} is {status.value}; only a failed (fail-locked) partition can be resolved"
-                )
-            resolved = []
-            for out in siblings:
-                row = self._partition_row(tx.conn, out)
-                if row is not None and row["status"] == PartitionStatus.failed.value:
-                    tx.append(ev.PartitionResolved(ref=out))
-                    resolved.append(partition_from_row(self._require_partition(tx.conn, out)))
-            return resolved
+            partitions = {out: self._partition(tx.conn, out) for out in siblings}
+            if partitions.get(ref) is None:
+                raise NotFoundError(f"no partition {ref!r} in the build event log")
+            events = decisions.resolve(ref, partitions)
+            tx.extend(events)
+            return [partition_from_row(self._require_partition(tx.conn, e.ref)) for e in events]
 
     def _failed_with(self, ref: str) -> list[str]:
         """``ref`` and the outputs of the job run that last failed it."""
@@ -541,15 +415,7 @@ class BuildEventLog(BelQueries):
     def skip(self, ref: str) -> Partition:
         """Retire a partition (operator action): it is never built again, and wants for it fail."""
         with self._write(ref_key(ref)) as tx:
-            row = self._partition_row(tx.conn, ref)
-            current = partition_from_row(row) if row is not None else None
-            if current is not None and current.building_job_run_id:
-                raise InvalidTransitionError(
-                    f"{ref} is being built by job run {current.building_job_run_id}; skip it after that run ends"
-                )
-            if current is not None and current.status is PartitionStatus.skipped:
-                raise InvalidTransitionError(f"{ref} is already retired")
-            tx.append(ev.PartitionSkipped(ref=ref))
+            tx.extend(decisions.skip(ref, self._partition(tx.conn, ref)))
             return partition_from_row(self._require_partition(tx.conn, ref))
 
     def taint_impact(self, ref: str) -> TaintImpact:
@@ -717,3 +583,7 @@ class BuildEventLog(BelQueries):
 
     def _partition_row(self, conn: Connection, ref: str) -> RowMapping | None:
         return conn.execute(select(s.partitions).where(s.partitions.c.ref == ref)).mappings().first()
+
+    def _partition(self, conn: Connection, ref: str) -> Partition | None:
+        row = self._partition_row(conn, ref)
+        return partition_from_row(row) if row is not None else None

@@ -9,7 +9,10 @@ partitions decide in parallel; SQLite serialises whole write transactions (BEGIN
 """
 
 import sqlite3
+import threading
 import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,9 +20,9 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, insert, select, text, update
 from sqlalchemy.engine import make_url
 
-from databuild.bel import events as ev
 from databuild.bel import projector
 from databuild.bel import schema as s
+from databuild.domain import events as ev
 from databuild.globs import SQL_FUNCTION, sql_glob
 
 
@@ -82,6 +85,24 @@ def make_engines(url: str) -> tuple[Engine, Engine]:
     return sqlite_engine(immediate=True), sqlite_engine(immediate=False)
 
 
+_SQLITE_WRITERS: dict[str, threading.Lock] = {}
+_SQLITE_WRITERS_GUARD = threading.Lock()
+
+
+def write_lock(url: str) -> AbstractContextManager[object]:
+    """What a write transaction holds around BEGIN ... COMMIT in this process. SQLite admits one writer
+    at a time, and a writer that finds the database busy sleeps and polls (up to 100 ms a turn), so
+    under load some writers waited seconds while others got through (workflow tasks waiting on those
+    local activities passed 5 s). Writers of one process queue on a lock instead, handed over at once;
+    other processes still meet SQLite's busy handler. PostgreSQL locks per key (``WriteTx.lock``)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return nullcontext()
+    key = str(Path(parsed.database).resolve()) if parsed.database else url
+    with _SQLITE_WRITERS_GUARD:
+        return _SQLITE_WRITERS.setdefault(key, threading.Lock())
+
+
 class WriteTx:
     """One write transaction: key locks first, then events appended under the head lock."""
 
@@ -128,6 +149,10 @@ class WriteTx:
         )
         projector.apply(self.conn, event, self.at)
         return self.idx
+
+    def extend(self, events: Sequence[ev.Event]) -> None:
+        for each in events:
+            self.append(each)
 
     def close(self) -> None:
         if self.idx is not None:

@@ -26,7 +26,7 @@ from databuild.executors.submission import (
     write_atomically,
 )
 from databuild.java import ensure_java
-from databuild.job_context import JobCancelledError, JobContractError
+from databuild.errors import JobCancelledError, JobContractError
 from databuild.spark import JOB_SQL_CONF
 from databuild.storage import Storage
 

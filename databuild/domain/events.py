@@ -1,11 +1,11 @@
 """The typed events of the build event log. Projections are derived from these alone."""
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, TypeAdapter, model_validator
 
-from databuild.models import InstanceRef, Model, WantSpec, WantState
+from databuild.models import InstanceRef, JobRunCause, Model, WantSpec, WantState
 
 
 class WantCreated(Model):
@@ -102,11 +102,33 @@ class JobRunDepMiss(Model):
     reads: list[InstanceRef]
 
 
+# The reasons that told the causes apart in events recorded before ``JobRunFailed.cause`` existed.
+LEGACY_ABANDONED = "abandoned: every want that needed it was canceled or expired"
+LEGACY_CANCELLED = "canceled"
+
+
 class JobRunFailed(Model):
+    """The run ended without building: failed (``cause`` error) or cancelled (any other cause)."""
+
     type: Literal["JobRunFailed"] = "JobRunFailed"
     job_run_id: str
     reason: str
-    lost: bool = False  # its workflow was gone and its lease lapsed: the outputs are released, not failed
+    cause: JobRunCause = JobRunCause.error
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upcast(cls, data: Any) -> Any:
+        """Events recorded before ``cause`` carry ``lost`` and tell the rest by their reason."""
+        if not isinstance(data, dict) or "cause" in data:
+            return data
+        data = dict(data)
+        if data.pop("lost", False):
+            data["cause"] = JobRunCause.lost
+        elif data.get("reason") == LEGACY_ABANDONED:
+            data["cause"] = JobRunCause.abandoned
+        elif data.get("reason") == LEGACY_CANCELLED:
+            data["cause"] = JobRunCause.cancelled
+        return data
 
 
 class Delegation(Model):
