@@ -13,7 +13,6 @@ from temporalio.common import SearchAttributeKey
 from databuild.domain.decisions import (
     Blocked,
     Delegate,
-    DependenciesStatus,
     Execute,
     Final,
     Live,
