@@ -6,7 +6,7 @@ import shlex
 from contextvars import ContextVar
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import Field, JsonValue, SecretStr, ValidationError, field_validator
@@ -186,6 +186,11 @@ class Settings(BaseSettings):
         "others get a 400",
     )
 
+    if TYPE_CHECKING:
+        # For mypy only: its pydantic plugin would list BaseSettings' own typed `_env_file`-style
+        # arguments too, so `Settings(**overrides)` would not type-check; the model validates each value.
+        def __init__(self, **values: object) -> None: ...
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -314,8 +319,7 @@ class Settings(BaseSettings):
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
         """Settings from the ``DATABUILD_*`` variables; keyword arguments that are not None win (flags)."""
-        # Any: each value is checked by the model, as the environment's are.
-        given: dict[str, Any] = {name: value for name, value in overrides.items() if value is not None}
+        given = {name: value for name, value in overrides.items() if value is not None}
         reading = _READ_ENV.set(True)
         try:
             return cls(**given)
