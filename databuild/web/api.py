@@ -1,13 +1,11 @@
 """The HTTP JSON API. Detail and list responses are ``{data, index}`` (databuild.views)."""
 
 import asyncio
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import Field
 
-from databuild.durations import parse_duration
 from databuild.models import (
     MAX_INDEX,
     BuildStats,
@@ -38,23 +36,18 @@ from databuild.views import (
     partition_view,
     want_view,
 )
-from databuild.web.app import WebContext
 from databuild.web.auth import GuardedRoute, caller, guard
+from databuild.web.context import context
+from databuild.web.requests import Offset, WantRequest, register_want
 
 router = APIRouter(prefix="/api", tags=["api"], route_class=GuardedRoute)
 
 Limit = Annotated[int, Query(ge=1, le=1000, description="rows per page")]
-Offset = Annotated[int, Query(ge=0, le=MAX_INDEX)]
 Prefix = Annotated[str | None, Query(description="only refs starting with this")]
 Pattern = Annotated[
     str | None, Query(description="only refs matching this glob: `*` in a segment, `**` across")
 ]
 FanOut = Annotated[int, Query(ge=1, le=10_000, description="downstream consumers to include")]
-
-
-def context(request: Request) -> WebContext:
-    found: WebContext = request.app.state.context
-    return found
 
 
 @guard
@@ -64,20 +57,6 @@ def authorized(request: Request) -> str:
 
 
 Caller = Annotated[str, Depends(authorized)]
-
-
-class WantRequest(Model):
-    ref: str
-    data_timestamp: datetime | None = Field(
-        default=None, description="default: the date in the ref, else today"
-    )
-    sla: str | None = Field(default=None, description="e.g. 9h, counted from data_timestamp")
-    ttl: str | None = Field(default=None, description="e.g. 30d, counted from data_timestamp")
-    requires: list[str] = Field(
-        default=[],
-        max_length=100,
-        description="external partitions that must be available before the job runs",
-    )
 
 
 class Announcement(Model):
@@ -105,22 +84,6 @@ class TaintRequest(Model):
         default=None,
         description="refuse (409) unless this is still the live instance, e.g. the one previewed",
     )
-
-
-async def register_want(ctx: WebContext, request: WantRequest, source: WantSource) -> Want:
-    """Check the request, register the want (idempotently) and return it as recorded."""
-    sla = parse_duration(request.sla) if request.sla else None
-    ttl = parse_duration(request.ttl) if request.ttl else None
-    db = await ctx.client()
-    spec = await db.want(
-        request.ref,
-        data_timestamp=request.data_timestamp,
-        sla=sla,
-        ttl=ttl,
-        source=source,
-        requires=request.requires,
-    )
-    return await asyncio.to_thread(ctx.bel.want, spec.want_id)
 
 
 @router.get("/wants", response_model=ListView[Want])

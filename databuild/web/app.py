@@ -2,9 +2,7 @@
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
-from urllib.parse import quote
+from collections.abc import AsyncIterator, Iterator
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -14,9 +12,6 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from databuild.bel import BuildEventLog
-from databuild.client import DataBuild
-from databuild.config import Settings
 from databuild.errors import (
     DataBuildError,
     InvalidInputError,
@@ -24,40 +19,11 @@ from databuild.errors import (
     NotFoundError,
     TemporalUnavailableError,
 )
-from databuild.web.auth import ApiTokens, UnauthorizedError
-from databuild.web.guards import AllowedHosts, BodyLimit, HostCheck
+from databuild.web import api, pages
+from databuild.web.auth import UnauthorizedError
+from databuild.web.context import WebContext
+from databuild.web.guards import BodyLimit, HostCheck
 from databuild.web.paths import STATIC
-
-Connect = Callable[[], Awaitable[DataBuild]]
-
-
-@dataclass
-class WebContext:
-    """What the handlers need: the BEL to read, and a DataBuild client (connected on first use,
-    so the read-only pages work while Temporal is down) to register wants."""
-
-    bel: BuildEventLog
-    settings: Settings
-    temporal_ui: str
-    connect: Connect
-    tokens: ApiTokens = field(default_factory=lambda: ApiTokens({}))
-    connected: DataBuild | None = None  # the client, once connected (or handed in)
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    async def client(self) -> DataBuild:
-        async with self._lock:
-            if self.connected is None:
-                self.connected = await self.connect()
-            return self.connected
-
-    @property
-    def hosts(self) -> AllowedHosts:
-        return AllowedHosts(self.settings.allowed_hosts)
-
-    def workflow_url(self, workflow_id: str) -> str:
-        return f"{self.temporal_ui}/namespaces/{quote(self.settings.namespace, safe='')}/workflows/" + quote(
-            workflow_id, safe=""
-        )
 
 
 def status_of(error: Exception) -> int:
@@ -75,8 +41,6 @@ def status_of(error: Exception) -> int:
 
 
 def create_app(context: WebContext) -> FastAPI:
-    from databuild.web import api, pages  # routes import this module's helpers
-
     app = FastAPI(
         title="DataBuild",
         description="Wants, partitions, job runs and their lineage. Detail and list responses are "
@@ -125,33 +89,6 @@ def create_app(context: WebContext) -> FastAPI:
         return pages.error_page(request, problem, error.status_code)
 
     return app
-
-
-def web_context(
-    settings: Settings, bel: BuildEventLog, temporal_ui: str | None = None, *, client: DataBuild | None = None
-) -> WebContext:
-    """What the app needs: ``bel`` to read, and a client to register wants, either ``client`` or one
-    that shares ``bel`` and connects to Temporal on first use (so read-only pages work without it)."""
-
-    async def connect_client() -> DataBuild:
-        from databuild.graph import load_graph
-        from databuild.temporal import connect
-
-        return DataBuild(await connect(settings), bel, load_graph(settings.graph), settings)
-
-    return WebContext(
-        bel=bel,
-        settings=settings,
-        temporal_ui=temporal_ui or default_temporal_ui(settings),
-        connect=connect_client,
-        tokens=ApiTokens.from_settings(settings),
-        connected=client,
-    )
-
-
-def default_temporal_ui(settings: Settings, ui_port: int = 8233) -> str:
-    host = settings.temporal_address.rpartition(":")[0] or "127.0.0.1"
-    return f"http://{host}:{ui_port}"
 
 
 class _EmbeddedServer(uvicorn.Server):

@@ -23,9 +23,10 @@ from databuild.views import (
     partition_view,
     want_view,
 )
-from databuild.web.api import Offset, WantRequest, context, register_want
 from databuild.web.auth import GuardedRoute, UnauthorizedError, guard, is_loopback
+from databuild.web.context import context
 from databuild.web.paths import TEMPLATES
+from databuild.web.requests import Offset, WantRequest, register_want
 
 router = APIRouter(include_in_schema=False, route_class=GuardedRoute)
 

@@ -1,0 +1,44 @@
+"""What both the JSON API and the dashboard accept: a want request (and registering it) and paging."""
+
+import asyncio
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import Query
+from pydantic import Field
+
+from databuild.durations import parse_duration
+from databuild.models import MAX_INDEX, Model, Want, WantSource
+from databuild.web.context import WebContext
+
+Offset = Annotated[int, Query(ge=0, le=MAX_INDEX)]
+
+
+class WantRequest(Model):
+    ref: str
+    data_timestamp: datetime | None = Field(
+        default=None, description="default: the date in the ref, else today"
+    )
+    sla: str | None = Field(default=None, description="e.g. 9h, counted from data_timestamp")
+    ttl: str | None = Field(default=None, description="e.g. 30d, counted from data_timestamp")
+    requires: list[str] = Field(
+        default=[],
+        max_length=100,
+        description="external partitions that must be available before the job runs",
+    )
+
+
+async def register_want(ctx: WebContext, request: WantRequest, source: WantSource) -> Want:
+    """Check the request, register the want (idempotently) and return it as recorded."""
+    sla = parse_duration(request.sla) if request.sla else None
+    ttl = parse_duration(request.ttl) if request.ttl else None
+    db = await ctx.client()
+    spec = await db.want(
+        request.ref,
+        data_timestamp=request.data_timestamp,
+        sla=sla,
+        ttl=ttl,
+        source=source,
+        requires=request.requires,
+    )
+    return await asyncio.to_thread(ctx.bel.want, spec.want_id)
