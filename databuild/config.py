@@ -105,7 +105,8 @@ class Settings(BaseSettings):
         default=timedelta(seconds=20),
         description="a job attempt whose worker stops heartbeating this long is retried elsewhere",
     )
-    # The historical name, kept so existing deployments go on working.
+    # The historical name, kept so existing deployments go on working (DATABUILD_JOB_START_TO_CLOSE_TIMEOUT,
+    # from the field's name, is read too when it is unset).
     job_start_to_close_timeout: timedelta = Field(
         default=timedelta(hours=6),
         validation_alias=f"{ENV_PREFIX}JOB_TIMEOUT",

@@ -1,11 +1,13 @@
 """Settings: the variables they are read from, derived defaults, how a setting's value may be shown,
 and the README's table of them."""
 
+import os
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from pydantic.fields import FieldInfo
+from pydantic_settings import EnvSettingsSource
 
 from databuild.config import DEFAULT_HOME, ENV_NAMES, ENV_PREFIX, SHOWN_DEFAULT, Settings, masked_url
 from databuild.durations import format_duration
@@ -120,7 +122,16 @@ def test_a_bad_secret_is_never_shown() -> None:
         Settings.from_env(upstream_tokens=["secret"])
 
 
-def test_every_variable_is_derived_from_the_model() -> None:
+def test_every_variable_is_derived_from_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENV_NAMES (process_env, errors, the README) names the variables pydantic-settings reads."""
+    for name in list(os.environ):
+        if name.upper().startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
+    for field, variable in ENV_NAMES.items():
+        with monkeypatch.context() as patch:
+            patch.setenv(variable, "x")
+            read = EnvSettingsSource(Settings)()
+        assert list(read) in ([field], [variable]), f"{variable} sets {list(read)}, not {field}"
     assert set(ENV_NAMES) == set(Settings.model_fields)
     assert all(name.startswith(ENV_PREFIX) and name.isupper() for name in ENV_NAMES.values())
     assert len(set(ENV_NAMES.values())) == len(ENV_NAMES)
