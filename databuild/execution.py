@@ -4,8 +4,8 @@ import threading
 from collections.abc import Callable
 
 from databuild.bel.store import BuildEventLog, new_instance_id
-from databuild.executors import Executors, JobAttempt, Progress
 from databuild.errors import JobContractError
+from databuild.executors import Executors, JobAttempt, Progress
 from databuild.models import InstanceRef, JobRun, JobRunCause, JobRunState
 from databuild.openlineage import LineageEmitter
 from databuild.protocol import JobOutcome

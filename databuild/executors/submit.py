@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from databuild.errors import SubmittedJobError
+from databuild.errors import JobCancelledError, JobContractError, SubmittedJobError
 from databuild.executors.base import Progress
 from databuild.executors.body import BodyResult, JobAttempt, Report
 from databuild.executors.submission import (
@@ -26,7 +26,6 @@ from databuild.executors.submission import (
     write_atomically,
 )
 from databuild.java import ensure_java
-from databuild.errors import JobCancelledError, JobContractError
 from databuild.spark import JOB_SQL_CONF
 from databuild.storage import Storage
 
