@@ -1,0 +1,73 @@
+"""Throwaway environments for tests and benchmarks (as ``temporalio.testing`` is for workflows):
+settings for a scratch home, a PostgreSQL database of one's own, a free port, and the check that a
+log's projections are what its events alone say."""
+
+import contextlib
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, select
+from sqlalchemy.engine import make_url
+from temporalio.client import Client
+
+from databuild.bel import BuildEventLog
+from databuild.bel import schema as s
+from databuild.config import Settings
+
+# The PostgreSQL the tests and benchmarks use (an existing database; CI provides one).
+POSTGRES_URL = os.environ.get(
+    "DATABUILD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+
+
+def make_settings(
+    tmp_path: Path, client: Client, graph: str = "examples.demo:graph", **extra: Any
+) -> Settings:
+    """Settings for a graph under ``tmp_path`` on ``client``'s server, on a task queue of its own."""
+    return Settings(
+        home=tmp_path,
+        temporal_address=client.service_client.config.target_host,
+        namespace=client.namespace,
+        task_queue=f"tq-{uuid.uuid4().hex[:8]}",
+        graph=graph,
+        **extra,
+    )
+
+
+@contextlib.contextmanager
+def postgres_database(admin_url: str, prefix: str) -> Iterator[str]:
+    """A throwaway PostgreSQL database next to ``admin_url``'s (``<prefix>_<random>``), dropped
+    afterwards, connections and all."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+
+def projection_rows(bel: BuildEventLog) -> dict[str, list[tuple[str, ...]]]:
+    """Every row of every projection table, without surrogate ids, sorted: equal before and after
+    ``rebuild_projections()`` when state is exactly what the events say."""
+    result = {}
+    with bel.reader.connect() as conn:
+        for table in s.PROJECTIONS:
+            columns = [c for c in table.columns if c.name != "id"]
+            rows = conn.execute(select(*columns)).all()
+            result[table.name] = sorted(tuple(map(str, r)) for r in rows)
+    return result
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
