@@ -9,9 +9,18 @@ from temporalio.client import Client, WorkflowFailureError
 
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
-from databuild.errors import AnnouncementRefusedError, InvalidWantError
+from databuild.errors import AnnouncementRefusedError, InvalidWantError, TemporalUnavailableError
 from databuild.graph import Graph, load_graph
-from databuild.models import Partition, Want, WantSource, WantSpec, default_data_timestamp, first_error
+from databuild.models import (
+    Partition,
+    TaintImpact,
+    TaintResult,
+    Want,
+    WantSource,
+    WantSpec,
+    default_data_timestamp,
+    first_error,
+)
 from databuild.protocol import SIGNAL_PARTITION_AVAILABLE, SIGNAL_REDECIDE, PartitionAvailable, RedecideNotice
 from databuild.refs import validate_ref
 from databuild.temporal import connect, notify_subscribers, start_want
@@ -19,20 +28,52 @@ from databuild.upstream import check_announcement
 
 
 class DataBuild:
-    """An async client. ``async with await DataBuild.connect() as db: await db.want("daily_summary/2024-01-07")``."""
+    """An async client. ``async with await DataBuild.connect() as db: await db.want("daily_summary/2024-01-07")``.
 
-    def __init__(self, client: Client, bel: BuildEventLog, graph: Graph, settings: Settings) -> None:
-        self.temporal = client
+    Every change of state goes through it: wants, taints, resolve, skip, publish. ``client`` and
+    ``graph`` may be None: then the first call that needs Temporal connects, and the first that needs
+    the graph loads it, so calls that only touch the BEL (taints) work while Temporal is down."""
+
+    def __init__(
+        self, client: Client | None, bel: BuildEventLog, graph: Graph | None, settings: Settings
+    ) -> None:
+        self._temporal = client
+        self._graph = graph
+        self._connecting = asyncio.Lock()
         self.bel = bel
-        self.graph = graph
         self.settings = settings
 
     @classmethod
-    async def connect(cls, settings: Settings | None = None) -> "DataBuild":
+    async def connect(cls, settings: Settings | None = None, *, lazy: bool = False) -> "DataBuild":
+        """A client over the configured BEL, connected to Temporal (``lazy``: on first need)."""
         settings = settings or Settings.from_env()
+        if lazy:
+            return cls(None, BuildEventLog.create(settings.database_url), None, settings)
         graph = load_graph(settings.graph)
         bel = BuildEventLog.create(settings.database_url)
         return cls(await connect(settings), bel, graph, settings)
+
+    @property
+    def temporal(self) -> Client:
+        """The Temporal client of a connected DataBuild (``await db.temporal_client()`` connects one)."""
+        if self._temporal is None:
+            raise TemporalUnavailableError("this DataBuild has not connected to Temporal yet")
+        return self._temporal
+
+    async def temporal_client(self) -> Client:
+        """The Temporal client, connecting it first if this DataBuild was made without one."""
+        if self._temporal is not None:
+            return self._temporal
+        async with self._connecting:
+            if self._temporal is None:
+                self._temporal = await connect(self.settings)
+            return self._temporal
+
+    @property
+    def graph(self) -> Graph:
+        if self._graph is None:
+            self._graph = load_graph(self.settings.graph)
+        return self._graph
 
     async def __aenter__(self) -> "DataBuild":
         return self
@@ -79,7 +120,7 @@ class DataBuild:
         spec = await asyncio.to_thread(
             self.spec, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, source=source, requires=requires
         )
-        await start_want(self.temporal, spec, self.settings.task_queue, self.bel)
+        await start_want(await self.temporal_client(), spec, self.settings.task_queue, self.bel)
         # The workflow records the want too; doing it here as well (idempotently) means the want is
         # visible in the BEL as soon as this returns, and only once its workflow exists.
         await asyncio.to_thread(self.bel.register_want, spec)
@@ -93,7 +134,7 @@ class DataBuild:
         every: float = 0.5,
     ) -> Want:
         """Wait until the want reaches a final state and return it (as recorded in the BEL)."""
-        handle = self.temporal.get_workflow_handle(spec.workflow_id)
+        handle = (await self.temporal_client()).get_workflow_handle(spec.workflow_id)
         result = asyncio.ensure_future(handle.result())
         try:
             while not result.done():
@@ -135,7 +176,7 @@ class DataBuild:
         assert partition.instance_id is not None
         notice = PartitionAvailable(ref=ref, instance_id=partition.instance_id, job_run_id=partition.built_by)
         signalled = await notify_subscribers(
-            self.temporal, self.bel, [ref], lambda _sub: (SIGNAL_PARTITION_AVAILABLE, notice)
+            await self.temporal_client(), self.bel, [ref], lambda _sub: (SIGNAL_PARTITION_AVAILABLE, notice)
         )
         return partition, created, signalled
 
@@ -151,10 +192,25 @@ class DataBuild:
         partition = await asyncio.to_thread(self.bel.skip, ref)
         return partition, await self._redecide([ref], f"{ref} retired")
 
+    async def taint_impact(self, ref: str) -> TaintImpact:
+        """What tainting ``ref`` would affect (every instance built from its live one); records nothing."""
+        return await asyncio.to_thread(self.bel.taint_impact, ref)
+
+    async def taint(
+        self, ref: str, *, reason: str | None = None, cascade: bool = False, instance_id: str | None = None
+    ) -> TaintResult:
+        """Invalidate the live instance of ``ref``: the next want rebuilds it, and everything built from
+        it shows as stale. ``cascade`` taints the current downstream too, so wants rebuild it as well;
+        ``instance_id`` refuses (InvalidTransitionError) unless that is still the live instance, e.g.
+        the one ``taint_impact`` showed."""
+        return await asyncio.to_thread(
+            self.bel.taint, ref, reason=reason, cascade=cascade, instance_id=instance_id
+        )
+
     async def _redecide(self, refs: list[str], reason: str) -> int:
         """Tell the wants subscribed to ``refs`` to decide again; returns how many will."""
         return await notify_subscribers(
-            self.temporal,
+            await self.temporal_client(),
             self.bel,
             refs,
             lambda sub: (SIGNAL_REDECIDE, RedecideNotice(ref=sub.ref, reason=reason)),

@@ -1,12 +1,26 @@
-"""The CLI, the HTTP API and the dashboard are thin adapters: their modules import each other without a
-cycle."""
+"""The CLI, the HTTP API and the dashboard are thin adapters over the SDK: every change of state goes
+through `DataBuild` (a taint too, which needs only the BEL, so it works while Temporal is down), and
+their modules import each other without a cycle."""
 
 import ast
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 import databuild
+from databuild.bel import BuildEventLog
+from databuild.client import DataBuild
+from databuild.config import Settings
+from databuild.errors import InvalidTransitionError, TemporalUnavailableError
+from databuild.models import PartitionStatus
+from databuild.testing import free_port
+from databuild.web import create_app, web_context
 
 PACKAGE = Path(databuild.__file__).parent
 
@@ -77,3 +91,61 @@ def test_only_the_package_imports_the_web_app() -> None:
 def test_the_cycle_check_finds_a_deferred_import() -> None:
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+# Taints go through the SDK and need only the BEL. ----------------------------------------------------------
+
+
+@pytest.fixture
+def offline(tmp_path: Path) -> Iterator[Settings]:
+    """Settings whose Temporal address has nothing listening, over a BEL with one live partition."""
+    settings = Settings(home=tmp_path, temporal_address=f"127.0.0.1:{free_port()}")
+    bel = BuildEventLog.create(settings.database_url)
+    bel.publish_external("ext/1")
+    bel.dispose()
+    yield settings
+
+
+async def test_the_sdk_taints_without_temporal(offline: Settings) -> None:
+    db = await DataBuild.connect(offline, lazy=True)
+    async with db:
+        impact = await db.taint_impact("ext/1")
+        live = db.bel.partition("ext/1")
+        assert (impact.ref, impact.instance_id, impact.downstream) == ("ext/1", live.instance_id, [])
+        with pytest.raises(InvalidTransitionError, match="look at the impact again"):
+            await db.taint("ext/1", instance_id="not-the-live-one")
+        result = await db.taint("ext/1", reason="bad rows", instance_id=impact.instance_id)
+        assert [t.ref for t in result.tainted] == ["ext/1"]
+        assert (result.partition.status, result.partition.reason) == (PartitionStatus.tainted, "bad rows")
+        with pytest.raises(TemporalUnavailableError, match="not connected"):
+            db.temporal  # noqa: B018 - nothing above needed Temporal, so nothing connected
+        before = db.bel.last_idx()
+        with pytest.raises(TemporalUnavailableError, match="cannot reach Temporal"):
+            await db.want("daily_users/2024-01-01")  # a want needs it: connects then, and records nothing
+        assert db.bel.last_idx() == before
+
+
+def test_the_api_taints_while_temporal_is_down(offline: Settings) -> None:
+    bel = BuildEventLog.create(offline.database_url)
+    app = create_app(web_context(offline, bel))
+    with TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 50000)) as client:
+        preview = client.post("/api/partitions/ext/1/taint", json={"dry_run": True})
+        assert preview.status_code == 200, preview.text
+        assert preview.json()["tainted"] == [] and preview.json()["partition"]["status"] == "live"
+        instance = preview.json()["impact"]["instance_id"]
+        done = client.post("/api/partitions/ext/1/taint", json={"instance_id": instance, "reason": "late"})
+        assert done.status_code == 200, done.text
+        assert done.json()["partition"]["status"] == "tainted"
+        want = client.post("/api/wants", json={"ref": "daily_users/2024-01-01"})
+        assert want.status_code == 503 and "cannot reach Temporal" in want.json()["error"]
+    assert bel.partition("ext/1").status is PartitionStatus.tainted
+    bel.dispose()
+
+
+def test_the_cli_taints_while_temporal_is_down(offline: Settings) -> None:
+    root = Path(databuild.__file__).parents[1]
+    env = {**os.environ, **offline.process_env(), "PYTHONPATH": str(root), "COLUMNS": "200"}
+    taint = [sys.executable, "-m", "databuild.cli", "taint", "ext/1", "--yes", "--json"]
+    done = subprocess.run(taint, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["partition"]["status"] == "tainted"

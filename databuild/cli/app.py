@@ -52,8 +52,10 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-async def client() -> DataBuild:
-    return await DataBuild.connect(settings())
+async def client(*, lazy: bool = False) -> DataBuild:
+    """The SDK client every change of state goes through (``lazy``: it connects to Temporal only if a
+    call needs it, so BEL-only commands work while Temporal is down)."""
+    return await DataBuild.connect(settings(), lazy=lazy)
 
 
 async def with_client(call: Callable[[DataBuild], Coroutine[Any, Any, T]]) -> T:

@@ -137,13 +137,14 @@ def get_instance(
 
 
 @router.post("/partitions/{ref:path}/taint", response_model=TaintResult)
-def post_taint(request: Request, _caller: Caller, ref: str, body: TaintRequest) -> TaintResult:
+async def post_taint(request: Request, _caller: Caller, ref: str, body: TaintRequest) -> TaintResult:
     """Taint the live instance (``dry_run``: only report the impact, every instance built from it)."""
-    bel = context(request).bel
+    ctx = context(request)
     if body.dry_run:
-        impact = bel.taint_impact(ref)
-        return TaintResult(partition=bel.partition(ref), impact=impact, tainted=[])
-    return bel.taint(ref, reason=body.reason, cascade=body.cascade, instance_id=body.instance_id)
+        impact = await ctx.db.taint_impact(ref)
+        partition = await asyncio.to_thread(ctx.bel.partition, ref)
+        return TaintResult(partition=partition, impact=impact, tainted=[])
+    return await ctx.db.taint(ref, reason=body.reason, cascade=body.cascade, instance_id=body.instance_id)
 
 
 @router.post("/partitions/{ref:path}/available", response_model=AnnouncementResult)
@@ -153,8 +154,8 @@ async def post_available(
     """Announce an external partition (the same path as `databuild publish` and the Temporal signal):
     records it and wakes every want waiting for it. Idempotent. A ref the graph does not declare
     external (e.g. a job's output) is refused with 400 and the reason, and nothing is recorded."""
-    db = await context(request).client()
     source = body.graph or caller
+    db = context(request).db
     partition, created, signalled = await db.publish(ref, instance_id=body.instance_id, source=source)
     return AnnouncementResult(partition=partition, newly_live=created, wants_signalled=signalled)
 

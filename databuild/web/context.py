@@ -1,8 +1,6 @@
 """What every handler works with (the BEL to read, the SDK client to change state, settings) and the
 dependency that hands it to them."""
 
-import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -14,27 +12,18 @@ from databuild.config import Settings
 from databuild.web.auth import ApiTokens
 from databuild.web.guards import AllowedHosts
 
-Connect = Callable[[], Awaitable[DataBuild]]
-
 
 @dataclass
 class WebContext:
-    """What the handlers need: the BEL to read, and a DataBuild client (connected on first use,
-    so the read-only pages work while Temporal is down) to register wants."""
+    """What the handlers need: the BEL to read, and the DataBuild client through which every change
+    of state goes (it connects to Temporal when a change first needs it, so the read-only pages and
+    taints work while Temporal is down)."""
 
     bel: BuildEventLog
     settings: Settings
     temporal_ui: str
-    connect: Connect
+    db: DataBuild
     tokens: ApiTokens = field(default_factory=lambda: ApiTokens({}))
-    connected: DataBuild | None = None  # the client, once connected (or handed in)
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    async def client(self) -> DataBuild:
-        async with self._lock:
-            if self.connected is None:
-                self.connected = await self.connect()
-            return self.connected
 
     @property
     def hosts(self) -> AllowedHosts:
@@ -54,22 +43,14 @@ def context(request: Request) -> WebContext:
 def web_context(
     settings: Settings, bel: BuildEventLog, temporal_ui: str | None = None, *, client: DataBuild | None = None
 ) -> WebContext:
-    """What the app needs: ``bel`` to read, and a client to register wants, either ``client`` or one
-    that shares ``bel`` and connects to Temporal on first use (so read-only pages work without it)."""
-
-    async def connect_client() -> DataBuild:
-        from databuild.graph import load_graph
-        from databuild.temporal import connect
-
-        return DataBuild(await connect(settings), bel, load_graph(settings.graph), settings)
-
+    """What the app needs: ``bel`` to read, and a client for changes of state, either ``client`` or one
+    that shares ``bel``, loads the graph and connects to Temporal on first need."""
     return WebContext(
         bel=bel,
         settings=settings,
         temporal_ui=temporal_ui or default_temporal_ui(settings),
-        connect=connect_client,
+        db=client or DataBuild(None, bel, None, settings),
         tokens=ApiTokens.from_settings(settings),
-        connected=client,
     )
 
 

@@ -32,8 +32,7 @@ async def register_want(ctx: WebContext, request: WantRequest, source: WantSourc
     """Check the request, register the want (idempotently) and return it as recorded."""
     sla = parse_duration(request.sla) if request.sla else None
     ttl = parse_duration(request.ttl) if request.ttl else None
-    db = await ctx.client()
-    spec = await db.want(
+    spec = await ctx.db.want(
         request.ref,
         data_timestamp=request.data_timestamp,
         sla=sla,
