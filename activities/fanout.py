@@ -1,8 +1,6 @@
 """Fan-out: when a job run ends, signal every want subscribed to its outputs. Pages through the
 subscriptions and heartbeats its cursor, so a retry resumes where the last attempt stopped."""
 
-import asyncio
-
 from temporalio import activity
 from temporalio.client import Client
 
@@ -19,7 +17,7 @@ class FanOutActivities:
 
     @activity.defn
     async def fan_out(self, input: p.FanOutInput) -> int:
-        run = await asyncio.to_thread(self.bel.job_run, input.job_run_id)
+        run = await self.bel.call(self.bel.job_run, input.job_run_id)
         details = activity.info().heartbeat_details
         cursor = int(details[0]) if details else 0
         return await notify_subscribers(

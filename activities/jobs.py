@@ -60,13 +60,13 @@ class JobActivities:
         # A missed renewal only risks an early liveness check, which the Temporal check then
         # answers; it must never stop the job.
         try:
-            await asyncio.to_thread(self.executor.bel.renew_lease, input.job_run_id, input.policy.lease)
+            await self.executor.bel.call(self.executor.bel.renew_lease, input.job_run_id, input.policy.lease)
         except Exception as error:
             activity.logger.warning("could not renew the lease of %s: %s", input.job_run_id, error)
 
     @activity.defn
     async def fail_job_run(self, input: p.FailJobRunInput) -> None:
-        await asyncio.to_thread(self.executor.fail, input.job_run_id, input.reason, input.cause)
+        await self.executor.bel.call(self.executor.fail, input.job_run_id, input.reason, input.cause)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,6 +1,7 @@
 """BEL activities of the want workflow."""
 
 import asyncio
+from datetime import timedelta
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -12,9 +13,9 @@ from databuild import protocol as p
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
-from databuild.domain.decisions import Blocked, Delegate, DependenciesStatus, Execute
+from databuild.domain.decisions import Blocked, Delegate, DependenciesStatus, Execute, Verdict
 from databuild.graph import Graph
-from databuild.models import PartitionStatus, Subscription, Want, WantSource, WantState
+from databuild.models import PartitionStatus, Subscription, Want, WantSource, WantSpec, WantState
 from databuild.temporal import notify_subscribers, signal_for_run, start_want
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
@@ -32,16 +33,17 @@ class WantActivities:
     async def register_want(self, input: p.WantInput) -> int:
         """Record the want (once) and return its last decision step, which is not 0 when this is a
         new run of a want whose workflow died (see ``start_want``)."""
-        await asyncio.to_thread(self.bel.register_want, input.spec)
-        return await asyncio.to_thread(self.bel.decision_seq, input.spec.want_id)
+        return await self.bel.call(self._register, input.spec)
+
+    def _register(self, spec: WantSpec) -> int:
+        self.bel.register_want(spec)
+        return self.bel.decision_seq(spec.want_id)
 
     @activity.defn
     async def decide(self, input: p.DecideInput) -> p.Decision:
         """The want's next step: the BEL's verdict, plus how to run and watch a job run it follows."""
-        want = await asyncio.to_thread(self.bel.want, input.want_id)
-        resolution = self.graph.resolve(want.ref)  # the graph may no longer produce it: not retryable
         lease = self.settings.job_lease
-        verdict = await asyncio.to_thread(self.bel.decide, input.want_id, input.seq, resolution, lease)
+        verdict = await self.bel.call(self._decide, input, lease)
         match verdict:
             case Execute():
                 policy = p.JobPolicy(
@@ -57,6 +59,11 @@ class WantActivities:
                 return p.BlockedOrder(**verdict.model_dump(exclude={"kind"}), watchdog=lease)
         return verdict
 
+    def _decide(self, input: p.DecideInput, lease: timedelta) -> Verdict:
+        want = self.bel.want(input.want_id)
+        resolution = self.graph.resolve(want.ref)  # the graph may no longer produce it: not retryable
+        return self.bel.decide(input.want_id, input.seq, resolution, lease)
+
     @activity.defn
     @heartbeating
     async def watch(self, input: p.WatchInput) -> None:
@@ -71,7 +78,7 @@ class WantActivities:
                 return
             waiting = f"job run {input.job_run_id} is still building"
         else:
-            partitions = await asyncio.to_thread(self.bel.partitions_by_ref, input.blocked_refs)
+            partitions = await self.bel.call(self.bel.partitions_by_ref, input.blocked_refs)
             locked = {part.ref for part in partitions if part.status is PartitionStatus.failed}
             if locked != set(input.blocked_refs):
                 return
@@ -87,13 +94,13 @@ class WantActivities:
         """Is the job run a want waits on still alive? A run whose lease lapsed and whose workflow is
         closed or gone is abandoned: its outputs are released and every subscribed want is told to
         decide again."""
-        run = await asyncio.to_thread(self.bel.job_run, job_run_id)
+        run = await self.bel.call(self.bel.job_run, job_run_id)
         if run.lost:  # abandoned before (perhaps by an attempt of this activity): tell everyone again
             await notify_subscribers(self.client, self.bel, run.outputs, signal_for_run(run))
             return p.BuildHealth.lost
         if run.state.is_final:
             return p.BuildHealth.ended
-        if not await asyncio.to_thread(self.bel.lease_expired, run.job_run_id):
+        if not await self.bel.call(self.bel.lease_expired, run.job_run_id):
             return p.BuildHealth.alive
         try:
             status = (await self.client.get_workflow_handle(run.workflow_id).describe()).status
@@ -105,15 +112,15 @@ class WantActivities:
             return p.BuildHealth.alive  # queued behind other work, or between attempts: not lost
         why = "no such workflow" if status is None else f"its workflow is {status.name.lower()}"
         reason = f"lost: {why} and its lease lapsed"
-        await asyncio.to_thread(self.bel.abandon_job_run, run.job_run_id, reason)
-        lost = await asyncio.to_thread(self.bel.job_run, run.job_run_id)
+        await self.bel.call(self.bel.abandon_job_run, run.job_run_id, reason)
+        lost = await self.bel.call(self.bel.job_run, run.job_run_id)
         await notify_subscribers(self.client, self.bel, lost.outputs, signal_for_run(lost))
         return p.BuildHealth.lost
 
     @activity.defn
     @heartbeating
     async def await_dependencies(self, input: p.DependenciesInput) -> DependenciesStatus:
-        status, derivatives = await asyncio.to_thread(
+        status, derivatives = await self.bel.call(
             self.bel.await_dependencies, input.want_id, input.job_run_id, input.missing
         )
         await asyncio.gather(
@@ -123,7 +130,7 @@ class WantActivities:
 
     @activity.defn
     async def await_requirements(self, input: p.RequirementsInput) -> p.RequirementsStatus:
-        live = await asyncio.to_thread(self.bel.await_requirements, input.want_id, input.refs)
+        live = await self.bel.call(self.bel.await_requirements, input.want_id, input.refs)
         return p.RequirementsStatus(live=live)
 
     @activity.defn
@@ -143,16 +150,16 @@ class WantActivities:
     async def abandon_build(self, input: p.AbandonBuildInput) -> p.AbandonBuildResult:
         """Asked by a want that was canceled or expired (and recorded so) while following a run: the
         run is abandoned if it is still going and no other want waits on it."""
-        run = await asyncio.to_thread(self.bel.job_run, input.job_run_id)
+        run = await self.bel.call(self.bel.job_run, input.job_run_id)
         if run.state.is_final:
             return p.AbandonBuildResult()
-        if await asyncio.to_thread(self.bel.waiting_on, run.job_run_id) > 0:
+        if await self.bel.call(self.bel.waiting_on, run.job_run_id) > 0:
             return p.AbandonBuildResult()
         return p.AbandonBuildResult(workflow_id=run.workflow_id)
 
     @activity.defn
     async def finish_want(self, input: p.FinishInput) -> None:
-        want = await asyncio.to_thread(
+        want = await self.bel.call(
             self.bel.finish_want, input.want_id, input.state, input.reason, input.instance_id
         )
         if want.state is not WantState.successful and want.source is WantSource.derivative:
@@ -177,4 +184,4 @@ class WantActivities:
 
     @activity.defn
     async def record_sla_missed(self, input: p.SlaMissedInput) -> None:
-        await asyncio.to_thread(self.bel.mark_sla_missed, input.want_id, input.deadline)
+        await self.bel.call(self.bel.mark_sla_missed, input.want_id, input.deadline)

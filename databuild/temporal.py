@@ -196,7 +196,7 @@ async def start_want(
     try:
         return await _start_want_run(client, spec, task_queue, WorkflowIDReusePolicy.REJECT_DUPLICATE)
     except WorkflowAlreadyStartedError:
-        recorded = await asyncio.to_thread(bel.find_want, spec.want_id)
+        recorded = await bel.call(bel.find_want, spec.want_id)
         if recorded is not None and recorded.state.is_final:
             return client.get_workflow_handle(
                 spec.workflow_id, result_type=WantResult
@@ -242,7 +242,7 @@ async def repair_wants(
     dead = {execution.id async for execution in client.list_workflows(query)}
     repaired = 0
     for workflow_id in sorted(dead):
-        want = await asyncio.to_thread(bel.find_want, want_id_of_workflow(workflow_id))
+        want = await bel.call(bel.find_want, want_id_of_workflow(workflow_id))
         if want is None or want.state.is_final:
             continue
         latest = await client.get_workflow_handle(workflow_id).describe()
@@ -253,7 +253,7 @@ async def repair_wants(
 
 
 async def _start_unstarted(client: Client, bel: BelQueries, task_queue: str, quiet_since: datetime) -> int:
-    waiting = await asyncio.to_thread(bel.wants, state=WantState.new, limit=1000)
+    waiting = await bel.call(bel.wants, state=WantState.new, limit=1000)
     started = 0
     for want in (w for w in waiting if w.updated_at < quiet_since):
         try:
@@ -289,7 +289,7 @@ async def notify_subscribers(
     """
     heard: set[str] = set()
     while True:
-        page = await asyncio.to_thread(bel.subscriptions, refs, after_id, page_size)
+        page = await bel.call(bel.subscriptions, refs, after_id, page_size)
         if not page:
             return len(heard)
         targets = [
@@ -312,7 +312,7 @@ async def _signal(
     except RPCError as error:
         if error.status != RPCStatusCode.NOT_FOUND:
             raise
-    want = await asyncio.to_thread(bel.find_want, want_id)
+    want = await bel.call(bel.find_want, want_id)
     if want is None or want.state.is_final:
         return False
     try:

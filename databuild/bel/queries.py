@@ -1,10 +1,13 @@
 """Read side of the build event log: indexed lookups on the projections."""
 
+import asyncio
+import functools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine, Select, Table, func, or_, select
 
@@ -31,6 +34,9 @@ from databuild.models import (
     WantSource,
     WantState,
 )
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _seconds(value: float | None) -> timedelta | None:
@@ -122,9 +128,20 @@ def _ref_conditions(column: Any, ref_prefix: str | None, ref_glob: str | None) -
 
 
 class BelQueries:
+    # Threads that run BEL calls for async code (workers, the SDK, the web server): as many as the
+    # connections, and apart from asyncio's default executor, so BEL steps of workflow tasks never
+    # queue behind unrelated blocking work.
+    THREADS = 16
+
     def __init__(self, reader: Engine) -> None:
         self.reader = reader
         self._pinned = threading.local()  # this thread's snapshot connection, if any
+        self._threads = ThreadPoolExecutor(self.THREADS, thread_name_prefix="databuild-bel")
+
+    async def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """``fn(*args, **kwargs)`` (a BEL call) on the log's threads, off the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads, functools.partial(fn, *args, **kwargs))
 
     @contextmanager
     def snapshot(self) -> Iterator[None]:

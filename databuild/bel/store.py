@@ -78,6 +78,7 @@ class BuildEventLog(BelQueries):
         return bel
 
     def dispose(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
         self.writer.dispose()
         self.reader.dispose()
 
