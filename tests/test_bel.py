@@ -30,7 +30,8 @@ from databuild.models import (
     WantSpec,
     WantState,
 )
-from tests.conftest import POSTGRES_URL, projection_rows, require_postgres
+from databuild.testing import POSTGRES_URL, projection_rows
+from tests.conftest import require_postgres
 
 T = TypeVar("T")
 
@@ -131,6 +132,13 @@ def test_registration_is_idempotent(bel: BuildEventLog) -> None:
 
 
 def test_execute_then_active_then_historical_delegation(bel: BuildEventLog) -> None:
+    execute_then_active_then_historical_delegation(bel)
+
+
+def execute_then_active_then_historical_delegation(bel: BuildEventLog) -> None:
+    """The scenario, checked step by step (other tests start from the history it leaves): a want
+    executes the job of a/1, b/1 and c/1, a second joins the build (active delegation), a third finds
+    the outputs live (historical delegation)."""
     first = decide(bel, spec("b/1"))
     assert first.kind == "execute" and first.outputs == ["a/1", "b/1", "c/1"]
     assert {p.status for p in bel.partitions()} == {PartitionStatus.building}
@@ -160,6 +168,19 @@ def test_execute_then_active_then_historical_delegation(bel: BuildEventLog) -> N
     assert {(d.ref, d.data["delegated_to"]) for d in historical} == {
         (r, first.job_run_id) for r in first.outputs
     }
+
+
+def test_own_output_live_with_a_sibling_not_live_skips_nothing(bel: BuildEventLog) -> None:
+    """A want for a/7 when a/7 is live but its sibling b/7 was tainted: fulfilled by a/7's build alone.
+    No job run is skipped (recording "all target partitions already available" would be false)."""
+    run = build(bel, spec("a/7"), "v1")
+    bel.taint("b/7", reason="bad rows")
+    done = decide(bel, spec("a/7", source="api"))
+    assert done.kind == "live" and done.instance_id == "a/7-v1"
+    assert bel.job_runs(state=JobRunState.skipped) == []
+    historical = [(d.ref, d.data["delegated_to"]) for d in bel.events(types=["Delegation"])]
+    assert historical == [("a/7", run.job_run_id)]
+    assert bel.partition("b/7").status is PartitionStatus.tainted  # left for whoever wants it
 
 
 def test_mixed_availability_executes_and_rebuilds_all_outputs(bel: BuildEventLog) -> None:
@@ -203,6 +224,12 @@ def test_a_superseded_attempt_cannot_record_an_outcome(bel: BuildEventLog) -> No
 
 
 def test_dep_miss_releases_and_failure_fail_locks(bel: BuildEventLog) -> None:
+    dep_miss_releases_and_failure_fail_locks(bel)
+
+
+def dep_miss_releases_and_failure_fail_locks(bel: BuildEventLog) -> None:
+    """The scenario, checked step by step (other tests start from the history it leaves): a run for
+    a/3 dep-misses and releases its outputs, its retry fails and fail-locks them."""
     run = decide(bel, spec("a/3"))
     bel.start_job_run(run.job_run_id, 1, "w")
     bel.dep_miss_job_run(run.job_run_id, ["ext/9", "ext/8"], [])
@@ -297,8 +324,8 @@ def test_finish_and_sla_flag_are_idempotent(bel: BuildEventLog) -> None:
 
 
 def test_projections_rebuild_from_events_alone(bel: BuildEventLog) -> None:
-    test_execute_then_active_then_historical_delegation(bel)
-    test_dep_miss_releases_and_failure_fail_locks(bel)
+    execute_then_active_then_historical_delegation(bel)
+    dep_miss_releases_and_failure_fail_locks(bel)
     bel.publish_external("ext/7")
     before = projection_rows(bel)
     replayed = bel.rebuild_projections()
@@ -685,8 +712,8 @@ def test_upgrading_from_0002_derives_what_replaying_the_log_would(empty_url: str
     from databuild.bel.migrate import alembic_config
 
     bel = BuildEventLog.create(empty_url)
-    test_execute_then_active_then_historical_delegation(bel)  # wants fulfilled by their instances
-    test_dep_miss_releases_and_failure_fail_locks(bel)  # a fail-locked partition, and a dep-miss
+    execute_then_active_then_historical_delegation(bel)  # wants fulfilled by their instances
+    dep_miss_releases_and_failure_fail_locks(bel)  # a fail-locked partition, and a dep-miss
     waiting = spec("a/60")
     run = decide(bel, waiting)
     bel.start_job_run(run.job_run_id, 1, "w")
@@ -732,7 +759,7 @@ def test_event_cursor_pages_without_gaps_under_concurrent_appends(bel: BuildEven
 
 
 def test_event_filters_combine_and_reject_hostile_patterns(bel: BuildEventLog) -> None:
-    test_execute_then_active_then_historical_delegation(bel)
+    execute_then_active_then_historical_delegation(bel)
     everything = bel.event_page(0, 1000, EventFilter()).events
     run = next(e.job_run_id for e in everything if e.type == "JobRunQueued")
     by_run = bel.event_page(0, 1000, EventFilter(job_run_ids=[run or ""])).events
