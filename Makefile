@@ -43,7 +43,7 @@ bench: install
 	$(BIN)/python -m bench.bench_announce
 	$(BIN)/python -m bench.bench_executors
 
-# The soak under faults (tests/chaos.py): `make chaos MINUTES=30 SEED=42`; prints the seed it drew.
+# The soak under faults (bench/chaos.py): `make chaos MINUTES=30 SEED=42`; prints the seed it drew.
 chaos: install
 	$(BIN)/python -m bench.bench_chaos --minutes $(or $(MINUTES),10) $(if $(SEED),--seed $(SEED))
 

@@ -66,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from databuild.spark import SparkRuntime
     from databuild.temporal import ensure_search_attributes, notify_subscribers
-    from tests.conftest import make_settings
+    from databuild.testing import make_settings
     from worker.dev import temporal_binary
     from worker.run import WorkerParts, build_worker
 

@@ -36,13 +36,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from bench.common import run_and_exit
-from databuild.bel import BuildEventLog
-from databuild.client import DataBuild
-from databuild.graph import load_graph
-from databuild.models import JobRunState, WantState
-from databuild.protocol import SEARCH_ATTRIBUTES
-from tests.cluster import (
+from bench.cluster import (
     LOOPBACK,
     SUBMIT_ARGS,
     connect_server,
@@ -50,7 +44,13 @@ from tests.cluster import (
     start_databuild_worker,
     stop_group,
 )
-from tests.conftest import make_settings
+from bench.common import run_and_exit
+from databuild.bel import BuildEventLog
+from databuild.client import DataBuild
+from databuild.graph import load_graph
+from databuild.models import JobRunState, WantState
+from databuild.protocol import SEARCH_ATTRIBUTES
+from databuild.testing import make_settings
 from worker.dev import temporal_binary
 
 GRAPH = "examples.demo:graph"

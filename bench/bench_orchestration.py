@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from databuild.models import Want, WantState
     from databuild.protocol import SEARCH_ATTRIBUTES
     from databuild.spark import SparkRuntime
-    from tests.conftest import make_settings
+    from databuild.testing import make_settings
     from worker.dev import temporal_binary
     from worker.run import WorkerParts, running_worker
 

@@ -4,29 +4,26 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import create_engine, text
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from databuild.bel import BuildEventLog
-from databuild.bel import schema as s
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.graph import Graph, load_graph
 from databuild.models import Want, WantSpec
 from databuild.protocol import SEARCH_ATTRIBUTES
 from databuild.spark import SparkRuntime
+from databuild.testing import POSTGRES_URL, make_settings
 from worker.run import WorkerParts, running_worker
 
 BIN = Path(sys.executable).parent
@@ -73,19 +70,6 @@ class Stack:
     graph: Graph
     db: DataBuild
     parts: WorkerParts
-
-
-def make_settings(
-    tmp_path: Path, client: Client, graph: str = "examples.demo:graph", **extra: object
-) -> Settings:
-    return Settings(
-        home=tmp_path,
-        temporal_address=client.service_client.config.target_host,
-        namespace=client.namespace,
-        task_queue=f"tq-{uuid.uuid4().hex[:8]}",
-        graph=graph,
-        **extra,
-    )
 
 
 @contextlib.asynccontextmanager
@@ -179,11 +163,6 @@ async def cli(stack: Stack, *args: str, **env: str) -> subprocess.CompletedProce
     )
 
 
-POSTGRES_URL = os.environ.get(
-    "DATABUILD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
-
-
 def postgres_available() -> bool:
     try:
         with create_engine(POSTGRES_URL).connect() as conn:
@@ -200,38 +179,3 @@ def require_postgres() -> str:
             pytest.fail(f"PostgreSQL at {POSTGRES_URL} is unreachable, and CI requires it")
         pytest.skip(f"PostgreSQL at {POSTGRES_URL} is unreachable; set DATABUILD_TEST_POSTGRES_URL")
     return POSTGRES_URL
-
-
-@contextlib.contextmanager
-def postgres_database(admin_url: str, prefix: str) -> Iterator[str]:
-    """A throwaway PostgreSQL database next to ``admin_url``'s (``<prefix>_<random>``), dropped
-    afterwards, connections and all."""
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
-
-
-def projection_rows(bel: BuildEventLog) -> dict[str, list[tuple[str, ...]]]:
-    """Every row of every projection table, without surrogate ids, sorted: equal before and after
-    ``rebuild_projections()`` when state is exactly what the events say."""
-    result = {}
-    with bel.reader.connect() as conn:
-        for table in s.PROJECTIONS:
-            columns = [c for c in table.columns if c.name != "id"]
-            rows = conn.execute(select(*columns)).all()
-            result[table.name] = sorted(tuple(map(str, r)) for r in rows)
-    return result
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

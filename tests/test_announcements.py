@@ -26,9 +26,10 @@ from databuild.protocol import (
     upstream_workflow_id,
 )
 from databuild.temporal import announce, start_upstream
+from databuild.testing import free_port
 from databuild.web import create_app, serving, web_context
-from tests.conftest import Stack, cli, free_port
-from tests.test_time import until
+from tests.conftest import Stack, cli
+from tests.helpers import until
 
 pytestmark = pytest.mark.slow
 

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import make_url
 
-from tests.conftest import free_port
-from tests.test_bel import POSTGRES_URL
-from tests.test_dev_stack import until_listening
+from databuild.testing import POSTGRES_URL, free_port
+from tests.helpers import until_listening
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "s3cret-pw-of-the-bel"

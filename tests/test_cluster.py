@@ -14,9 +14,7 @@ from typing import Any
 
 import pytest
 
-from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
-from databuild.spark import SparkRuntime
-from tests.cluster import (
+from bench.cluster import (
     LOOPBACK,
     SUBMIT_ARGS,
     ConnectServer,
@@ -27,8 +25,11 @@ from tests.cluster import (
     start_databuild_worker,
     stop_group,
 )
-from tests.conftest import DEMO_REF, DemoRun, Stack, free_port, stack_env
-from tests.test_time import until
+from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
+from databuild.spark import SparkRuntime
+from databuild.testing import free_port
+from tests.conftest import DEMO_REF, DemoRun, Stack, stack_env
+from tests.helpers import until
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 

@@ -4,7 +4,6 @@ pull (a durable subscription that survives the upstream's HTTP server going away
 
 import asyncio
 import uuid
-from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,18 +21,12 @@ from databuild.protocol import (
     upstream_workflow_id,
 )
 from databuild.temporal import announce, start_upstream
-from databuild.web import create_app, serving, web_context
-from tests.conftest import Stack, cli, free_port
-from tests.test_time import until
+from databuild.testing import free_port
+from tests.conftest import Stack, cli
+from tests.helpers import TOKEN, http_server, until
 from worker.run import running_worker
 
 pytestmark = pytest.mark.slow
-
-TOKEN = "token-that-down-presents-to-up"
-
-
-def http_server(stack: Stack, port: int) -> AbstractAsyncContextManager[str]:
-    return serving(create_app(web_context(stack.settings, stack.bel)), "127.0.0.1", port)
 
 
 def announced(stack: Stack) -> list[str]:

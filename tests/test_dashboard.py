@@ -15,8 +15,9 @@ from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.graph import Graph
 from databuild.models import WantSpec, WantState
+from databuild.testing import free_port
 from databuild.web import create_app, serving, web_context
-from tests.conftest import DemoRun, free_port
+from tests.conftest import DemoRun
 
 pytestmark = pytest.mark.slow
 

@@ -6,15 +6,23 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from bench.cluster import start_databuild_worker, stop_group
 from databuild.errors import InvalidTransitionError
 from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantSource, WantState
 from tests import graphs
-from tests.cluster import start_databuild_worker, stop_group
 from tests.conftest import stack_env
-from tests.test_time import until
+from tests.helpers import until
 
 pytestmark = pytest.mark.slow
 T0 = datetime(2024, 6, 1, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def trio_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builds a test breaks or makes flaky (tests.graphs BROKEN, FLAKY) are its own: each test
+    starts with none, and its switches are gone after it, even when it fails."""
+    monkeypatch.setattr(graphs, "BROKEN", set())
+    monkeypatch.setattr(graphs, "FLAKY", {})
 
 
 async def test_hundred_wants_two_workers_one_execution(make_stack, tmp_path) -> None:

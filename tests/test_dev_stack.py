@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import make_url
 
-from tests.conftest import free_port
-from tests.test_bel import POSTGRES_URL
+from databuild.testing import POSTGRES_URL, free_port
+from tests.helpers import until_listening
 from worker.ports import listener_pid
 
 pytestmark = pytest.mark.slow
@@ -64,17 +64,6 @@ def port_frees(port: int, seconds: float = 5) -> bool:
                 pass
         time.sleep(0.1)
     return False
-
-
-def until_listening(port: int, seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline, f"nothing listens on {port}"
-            time.sleep(0.05)
 
 
 def gone(pid: int, seconds: float = 5) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.cluster import QUICK_JVM, stop_group
 from databuild.bel.store import BuildEventLog, new_job_run_id
 from databuild.config import Settings
 from databuild.errors import InvalidInputError
@@ -23,7 +24,6 @@ from databuild.models import JobRunState, WantState
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
 from databuild.sweep import SweepReport
-from tests.cluster import QUICK_JVM, stop_group
 from tests.conftest import cli
 
 SUBMIT_LOCAL = {

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
+from bench.cluster import start_databuild_worker
 from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
 from databuild.storage import INSTANCE_MARKER
 from tests import graphs
-from tests.cluster import start_databuild_worker
 from tests.conftest import stack_env
-from tests.test_time import until
+from tests.helpers import until
 
 pytestmark = pytest.mark.slow
 SLOW = 6.0

@@ -20,14 +20,23 @@ from databuild.graph import load_graph
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantSpec, WantState
 from databuild.spark import SparkRuntime
 from databuild.temporal import repair_wants
+from databuild.testing import make_settings
 from tests import graphs
-from tests.conftest import make_settings, start_dev_server
-from tests.test_time import until
+from tests.conftest import start_dev_server
+from tests.helpers import until
 from worker.run import WorkerParts, running_worker
 
 pytestmark = pytest.mark.slow
 
 DAY = datetime(2024, 3, 1, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def trio_switches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builds a test breaks or makes flaky (tests.graphs BROKEN, FLAKY) are its own: each test
+    starts with none, and its switches are gone after it, even when it fails."""
+    monkeypatch.setattr(graphs, "BROKEN", set())
+    monkeypatch.setattr(graphs, "FLAKY", {})
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ The want workflow and its activities are the real ones; the job run is ``tests.t
 import asyncio
 import shutil
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,9 +22,16 @@ from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.models import PartitionStatus, WantSource, WantState
 from databuild.temporal import ensure_search_attributes
-from tests.conftest import make_settings
+from databuild.testing import make_settings
 from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed
 from workflows.want import WantWorkflow
+
+
+@pytest.fixture(autouse=True)
+def no_broken_refs() -> Iterator[None]:
+    """The refs a test breaks (tests.timed.BROKEN) do not outlive it, even when it fails."""
+    yield
+    BROKEN.clear()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from databuild.executors import Executors
 from databuild.models import InstanceRef, JobRun, JobRunState, WantState
 from databuild.openlineage import LineageEmitter, run_id, transport_from_settings
 from databuild.storage import Storage
-from tests.test_time import until
+from tests.helpers import until
 
 Event = dict[str, Any]
 EVENT_TYPES = {"START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"}

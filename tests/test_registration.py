@@ -6,7 +6,7 @@ import random
 import pytest
 
 from databuild.models import Subscription, WantSource, WantState
-from tests.test_time import until
+from tests.helpers import until
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from databuild.models import InstanceRef, InstanceStatus, WantSpec, WantState
 from databuild.protocol import Decision
 from databuild.storage import Storage
 from databuild.sweep import PUBLISH_GRACE, SweepReport, sweep
-from tests.test_time import until
+from tests.helpers import until
 
 graph = Graph("sweep")
 graph.job("p/{n}")(lambda ctx, n: None)

@@ -1,9 +1,8 @@
 """SLA and TTL timers on the time-skipping test server: days of virtual time in seconds."""
 
-import asyncio
 import shutil
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,9 +13,10 @@ from temporalio.testing import WorkflowEnvironment
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.graph import load_graph
-from databuild.models import WantSource, WantState
+from databuild.models import WantState
 from databuild.spark import SparkRuntime
-from tests.conftest import make_settings
+from databuild.testing import make_settings
+from tests.helpers import until, waiting_for_feed
 from worker.run import WorkerParts, running_worker
 
 pytestmark = pytest.mark.slow
@@ -38,19 +38,6 @@ async def skipping(
         yield env, DataBuild(env.client, bel, graph, settings)
     bel.dispose()
     await env.shutdown()
-
-
-async def until(check: Callable[[], bool], seconds: float = 60) -> None:
-    for _ in range(int(seconds * 10)):
-        if check():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("condition not reached in time")
-
-
-def waiting_for_feed(db: DataBuild, ref: str) -> bool:
-    feeds = db.bel.wants(ref_prefix=ref)
-    return any(w.source is WantSource.derivative and w.state is WantState.upstream_building for w in feeds)
 
 
 def spark_runtime_session(db: DataBuild):  # type: ignore[no-untyped-def]

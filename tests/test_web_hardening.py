@@ -19,9 +19,9 @@ from fastapi.testclient import TestClient
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.models import PartitionStatus
+from databuild.testing import free_port
 from databuild.web import create_app, web_context
 from databuild.web.guards import MAX_BODY_BYTES
-from tests.conftest import free_port
 
 TOKEN = "s3cret-token-of-graph-b"
 EVIL = "evil.example"

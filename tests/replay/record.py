@@ -53,11 +53,11 @@ from databuild.temporal import (
     delete_want_schedule,
     start_upstream,
 )
+from databuild.testing import free_port
 from tests import graphs
-from tests.conftest import DEMO_REF, Stack, binary, free_port, running_stack, start_dev_server
+from tests.conftest import DEMO_REF, Stack, binary, running_stack, start_dev_server
+from tests.helpers import TOKEN, http_server, until, waiting_for_feed
 from tests.replay import HISTORY_DIR, OLD_COMMIT, SCENARIOS, history_path, replayer
-from tests.test_cross_graph import TOKEN, http_server
-from tests.test_time import until, waiting_for_feed
 
 Server = Literal["dev", "time-skipping", "short-history"]
 # The short-history server suggests continue-as-new past this many events (default 4,096 and more).

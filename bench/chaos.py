@@ -56,6 +56,7 @@ from sqlalchemy.exc import DBAPIError
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from bench.cluster import start_databuild_worker, stop_group
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.client import DataBuild
@@ -65,9 +66,8 @@ from databuild.graph import load_graph
 from databuild.models import FINAL_WANT_STATES, PartitionStatus, WantSource, WantSpec, WantState
 from databuild.storage import Storage
 from databuild.temporal import connect, ensure_search_attributes
+from databuild.testing import free_port, postgres_database, projection_rows
 from examples.demo import EVENTS_PER_DAY, WINDOW_DAYS
-from tests.cluster import start_databuild_worker, stop_group
-from tests.conftest import free_port, postgres_database, projection_rows
 from worker.dev import start_dev_server, wait_for_server
 
 FaultKind = Literal["kill_worker", "restart_temporal", "terminate_bel", "restart_stack"]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from databuild.executors.submit import default_spark_submit
 from databuild.java import ensure_java
-from tests.conftest import free_port
+from databuild.testing import free_port
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,0 +1,44 @@
+"""Helpers shared by test modules (and the history recorder): waiting for a condition, a port or a
+derivative want, and serving a stack's HTTP API. Tests import these, never each other."""
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+
+from databuild.client import DataBuild
+from databuild.models import WantSource, WantState
+from databuild.web import create_app, serving, web_context
+from tests.conftest import Stack
+
+# The token a downstream graph presents to its upstream in the cross-graph tests.
+TOKEN = "token-that-down-presents-to-up"
+
+
+async def until(check: Callable[[], bool], seconds: float = 60) -> None:
+    for _ in range(int(seconds * 10)):
+        if check():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("condition not reached in time")
+
+
+def until_listening(port: int, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on {port}"
+            time.sleep(0.05)
+
+
+def waiting_for_feed(db: DataBuild, ref: str) -> bool:
+    feeds = db.bel.wants(ref_prefix=ref)
+    return any(w.source is WantSource.derivative and w.state is WantState.upstream_building for w in feeds)
+
+
+def http_server(stack: Stack, port: int) -> AbstractAsyncContextManager[str]:
+    return serving(create_app(web_context(stack.settings, stack.bel)), "127.0.0.1", port)
