@@ -729,6 +729,46 @@ def test_upgrading_from_0002_derives_what_replaying_the_log_would(empty_url: str
     upgraded.dispose()
 
 
+def test_upgrading_from_0003_gives_each_ended_run_its_state_and_cause(empty_url: str) -> None:
+    """Runs recorded before 0004 were all 'failed', told apart only by their reason and lost flag: the
+    upgrade gives each its cause and state, the same as replaying their events (read as written then)."""
+    from alembic import command
+
+    from databuild.bel.migrate import alembic_config
+    from databuild.domain.events import LEGACY_ABANDONED, LEGACY_CANCELLED
+
+    bel = BuildEventLog.create(empty_url)
+    ended = {}
+    for n, (reason, cause) in enumerate(
+        [
+            ("boom", JobRunCause.error),
+            (LEGACY_CANCELLED, JobRunCause.cancelled),
+            (LEGACY_ABANDONED, JobRunCause.abandoned),
+            ("lost: no such workflow", JobRunCause.lost),
+        ]
+    ):
+        run = decide(bel, spec(f"a/{80 + n}"))
+        bel.start_job_run(run.job_run_id, 1, "w")
+        bel.fail_job_run(run.job_run_id, reason, cause)
+        ended[run.job_run_id] = cause
+    with bel.writer.begin() as conn:
+        # The events as a writer before 0004 wrote them: no cause, a lost flag.
+        for row in conn.execute(s.events.select().where(s.events.c.type == "JobRunFailed")).mappings():
+            data = {k: v for k, v in row["data"].items() if k != "cause"}
+            data["lost"] = row["data"]["cause"] == "lost"
+            conn.execute(s.events.update().where(s.events.c.idx == row["idx"]).values(data=data))
+        command.downgrade(alembic_config(conn), "0003")
+    bel.dispose()
+    upgraded = BuildEventLog.create(empty_url)
+    for job_run_id, cause in ended.items():
+        run = upgraded.job_run(job_run_id)
+        assert (run.state, run.cause) == (cause.state, cause), job_run_id
+    migrated = projection_rows(upgraded)
+    upgraded.rebuild_projections()
+    assert projection_rows(upgraded) == migrated
+    upgraded.dispose()
+
+
 def test_event_cursor_pages_without_gaps_under_concurrent_appends(bel: BuildEventLog) -> None:
     """A follower paging with the cursor sees every matching event exactly once, in order, while
     writers append (refs that match and refs that do not)."""
