@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 from temporalio.client import Client, WorkflowFailureError
 
@@ -25,6 +26,9 @@ from databuild.protocol import SIGNAL_PARTITION_AVAILABLE, SIGNAL_REDECIDE, Part
 from databuild.refs import validate_ref
 from databuild.temporal import connect, notify_subscribers, start_want
 from databuild.upstream import check_announcement
+from databuild.views import FamilyProgress, family_progress
+
+T = TypeVar("T")
 
 
 class DataBuild:
@@ -131,23 +135,48 @@ class DataBuild:
         spec: WantSpec,
         *,
         on_update: Callable[[Want | None], Awaitable[None] | None] | None = None,
+        on_progress: Callable[[FamilyProgress], Awaitable[None] | None] | None = None,
         every: float = 0.5,
     ) -> Want:
-        """Wait until the want reaches a final state and return it (as recorded in the BEL)."""
+        """Wait until the want reaches a final state and return it (as recorded in the BEL). Every
+        ``every`` seconds ``on_update`` gets the want, and ``on_progress`` the progress of its tree
+        (once more at the end, final); one BEL query per look, made off the event loop."""
         handle = (await self.temporal_client()).get_workflow_handle(spec.workflow_id)
         result = asyncio.ensure_future(handle.result())
         try:
             while not result.done():
-                if on_update is not None:
-                    update = on_update(await asyncio.to_thread(self.bel.find_want, spec.want_id))
-                    if update is not None:
-                        await update
+                await self._report(spec, on_update, on_progress)
                 await asyncio.wait({result}, timeout=every)
             with contextlib.suppress(WorkflowFailureError):
                 result.result()  # a failed want raises; its final state and reason are in the BEL
         finally:
             result.cancel()
-        return await self._final(spec.want_id)
+        final = await self._final(spec.want_id)
+        if on_progress is not None:
+            await _called(on_progress, await self.progress(spec))
+        return final
+
+    async def progress(self, spec: WantSpec) -> FamilyProgress:
+        """How far the want and its fulfillment tree have come: the want, the wants of the tree and the
+        state of their job runs."""
+        return await asyncio.to_thread(family_progress, self.bel, spec.want_id, spec.root_want_id)
+
+    async def _report(
+        self,
+        spec: WantSpec,
+        on_update: Callable[[Want | None], Awaitable[None] | None] | None,
+        on_progress: Callable[[FamilyProgress], Awaitable[None] | None] | None,
+    ) -> None:
+        if on_progress is not None:
+            progress = await self.progress(spec)
+            await _called(on_progress, progress)
+            current = progress.want
+        elif on_update is not None:
+            current = await asyncio.to_thread(self.bel.find_want, spec.want_id)
+        else:
+            return
+        if on_update is not None:
+            await _called(on_update, current)
 
     async def _final(self, want_id: str) -> Want:
         # The workflow records the final state before it completes; read it from the log.
@@ -215,6 +244,12 @@ class DataBuild:
             refs,
             lambda sub: (SIGNAL_REDECIDE, RedecideNotice(ref=sub.ref, reason=reason)),
         )
+
+
+async def _called(callback: Callable[[T], Awaitable[None] | None], value: T) -> None:
+    done = callback(value)
+    if done is not None:
+        await done
 
 
 def build_spec(

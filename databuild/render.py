@@ -7,7 +7,6 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from databuild.bel.queries import BelQueries
 from databuild.models import (
     BuildStats,
     InstanceStatus,
@@ -20,7 +19,7 @@ from databuild.models import (
     WantState,
 )
 from databuild.sweep import SweepReport
-from databuild.views import JobRunView, PartitionView, RelatedEntities, WantView
+from databuild.views import FamilyProgress, JobRunView, PartitionView, RelatedEntities, WantView
 
 STATE_STYLE = {
     WantState.successful: "green",
@@ -298,23 +297,6 @@ def job_runs_table(runs: list[JobRun]) -> Table:
     return table
 
 
-def progress_summary(root: Want | None, family: list[Want], runs: list[JobRun]) -> Table:
-    table = Table.grid(padding=(0, 2))
-    if root is None:
-        table.add_row(Text("registering want...", style="dim"))
-        return table
-    table.add_row(want_label(root))
-    counts = Counter(w.state for w in family if w.want_id != root.want_id)
-    if counts:
-        table.add_row(
-            Text("derivative wants: " + ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items())))
-        )
-    run_counts = Counter(r.state for r in runs)
-    if run_counts:
-        table.add_row(Text("job runs: " + ", ".join(f"{n} {s.value}" for s, n in sorted(run_counts.items()))))
-    return table
-
-
 def stats_view(stats: BuildStats) -> Group:
     table = Table(
         "job", "succeeded", "skipped", "failed", "dep-miss", "cancelled", "in progress", "success rate"
@@ -345,13 +327,19 @@ def sweep_report(report: SweepReport) -> Group:
     return Group(table, *restored, summary)
 
 
-def progress(bel: BelQueries, current: Want | None) -> Table:
+def progress(view: FamilyProgress | None) -> Table:
     """The live view of `want --wait`: the want, its derivative wants and job runs by state."""
-    if current is None:
-        return progress_summary(None, [], [])
-    family = bel.wants(root_want_id=current.root_want_id or current.want_id, limit=10_000)
-    runs: dict[str, JobRun] = {}
-    for member in family:
-        for _, run in bel.want_job_runs(member.want_id):
-            runs[run.job_run_id] = run
-    return progress_summary(current, family, list(runs.values()))
+    table = Table.grid(padding=(0, 2))
+    if view is None or view.want is None:
+        table.add_row(Text("registering want...", style="dim"))
+        return table
+    table.add_row(want_label(view.want))
+    counts = Counter(w.state for w in view.family if w.want_id != view.want.want_id)
+    if counts:
+        table.add_row(
+            Text("derivative wants: " + ", ".join(f"{n} {s.value}" for s, n in sorted(counts.items())))
+        )
+    run_counts = Counter(view.job_runs.values())
+    if run_counts:
+        table.add_row(Text("job runs: " + ", ".join(f"{n} {s.value}" for s, n in sorted(run_counts.items()))))
+    return table

@@ -222,6 +222,24 @@ def _collapse(links: list[RunLink], related: RelatedEntities) -> list[RunGroup]:
     return list(groups.values())
 
 
+class FamilyProgress(Model):
+    """How far a want and its fulfillment tree have come: the live view of `databuild want --wait`."""
+
+    want: Want | None = Field(description="the want awaited; None until it is recorded")
+    family: list[Want] = Field(description="every want of its tree, the root included")
+    job_runs: dict[str, JobRunState] = Field(description="the state of each job run those wants used")
+
+
+def family_progress(bel: BelQueries, want_id: str, root_want_id: str | None = None) -> FamilyProgress:
+    """The progress of ``want_id`` and the tree it belongs to (``root_want_id``: its root, if it is a
+    derivative want): one query per look, however many wants the tree has."""
+    family, runs = bel.want_family(root_want_id or want_id)
+    want = next((w for w in family if w.want_id == want_id), None)
+    if want is None:  # not recorded yet, or beyond the family's first rows
+        want = bel.find_want(want_id)
+    return FamilyProgress(want=want, family=family, job_runs=runs)
+
+
 # Partition lineage ---------------------------------------------------------------------------------
 
 

@@ -8,19 +8,25 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import event
 
 import databuild
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.errors import InvalidTransitionError, TemporalUnavailableError
-from databuild.models import PartitionStatus
+from databuild.graph import Graph
+from databuild.models import JobRunState, PartitionStatus, WantSource, WantSpec
+from databuild.render import progress
 from databuild.testing import free_port
+from databuild.views import family_progress
 from databuild.web import create_app, web_context
+from tests.conftest import cli
 
 PACKAGE = Path(databuild.__file__).parent
 
@@ -149,3 +155,55 @@ def test_the_cli_taints_while_temporal_is_down(offline: Settings) -> None:
     done = subprocess.run(taint, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["partition"]["status"] == "tainted"
+
+
+# Progress views look the whole tree up in one query. ------------------------------------------------------
+
+
+def test_a_progress_look_is_one_query_however_many_wants(tmp_path: Path) -> None:
+    graph = Graph("progress")
+
+    @graph.job("p/{n}")
+    def build(ctx: object, n: str) -> None:  # pragma: no cover - never run
+        raise AssertionError
+
+    bel = BuildEventLog.create(Settings(home=tmp_path).database_url)
+    at = datetime(2024, 1, 1, tzinfo=UTC)
+    root = WantSpec(ref="p/0", data_timestamp=at)
+    specs = [root] + [
+        WantSpec(
+            ref=f"p/{n}",
+            data_timestamp=at,
+            source=WantSource.derivative,
+            parent_want_id=root.want_id,
+            root_want_id=root.want_id,
+        )
+        for n in range(1, 9)
+    ]
+    for spec in specs:
+        bel.register_want(spec)
+        bel.decide(spec.want_id, 1, graph.resolve(spec.ref))
+    statements: list[str] = []
+    event.listen(bel.reader, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    queries = lambda: [q for q in statements if q.strip() != "BEGIN"]  # noqa: E731 - SQLite's own BEGIN
+    awaited = specs[3]
+    seen = family_progress(bel, awaited.want_id, awaited.root_want_id)
+    assert len(queries()) == 1, queries()
+    assert seen.want is not None and seen.want.want_id == awaited.want_id
+    assert {w.want_id for w in seen.family} == {s.want_id for s in specs}
+    assert len(seen.job_runs) == len(specs) and set(seen.job_runs.values()) == {JobRunState.queued}
+    shown = " ".join(str(row) for row in progress(seen).columns[0].cells)
+    assert "p/3" in shown
+    assert family_progress(bel, "w-unknown").want is None  # not recorded yet: "registering want..."
+    bel.dispose()
+
+
+async def test_want_wait_shows_the_progress_of_the_tree_then_its_fulfillment(make_stack) -> None:  # type: ignore[no-untyped-def]
+    """`databuild want --wait` without a terminal prints the last progress view, then the tree."""
+    stack = await make_stack(graph="tests.graphs:chain")
+    done = await cli(stack, "want", "derived/7", "--wait")
+    assert done.returncode == 0, done.stderr
+    out = " ".join(done.stdout.split())
+    assert "want derived/7 [successful]" in out
+    assert "derivative wants: 1 successful" in out and "job runs: 1 dep_miss, 2 succeeded" in out
+    assert "want base/7 [successful]" in out  # the fulfillment tree

@@ -247,8 +247,7 @@ async def running_web(parts: WorkerParts, ui_port: int, web_port: int) -> AsyncI
 async def run_demo(db: DataBuild, console: Console) -> Want:
     spec = await db.want(DEMO_REF)
     console.print(f"\nwant [bold]{spec.want_id}[/] for [bold]{DEMO_REF}[/] registered")
-    with Live(render.progress_summary(None, [], []), console=console, refresh_per_second=4) as live:
-        result = await db.wait(spec, on_update=lambda current: live.update(render.progress(db.bel, current)))
-        live.update(render.progress(db.bel, result))
-    console.print(render.fulfillment_tree(want_view(db.bel, spec.want_id)))
+    with Live(render.progress(None), console=console, refresh_per_second=4) as live:
+        result = await db.wait(spec, on_progress=lambda progress: live.update(render.progress(progress)))
+    console.print(render.fulfillment_tree(await asyncio.to_thread(want_view, db.bel, spec.want_id)))
     return result

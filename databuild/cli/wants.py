@@ -1,5 +1,6 @@
 """`databuild want` (declare a need, optionally wait for it) and `databuild wants list|show`."""
 
+import asyncio
 import json
 from typing import Annotated
 
@@ -75,7 +76,7 @@ def want(
             spec = await db.want(
                 ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source, requires=requires or ()
             )
-            existing = db.bel.find_want(spec.want_id)
+            existing = await asyncio.to_thread(db.bel.find_want, spec.want_id)
             if not as_json:
                 console.print(
                     f"want [bold]{spec.want_id}[/] for [bold]{ref}[/] registered (workflow {spec.workflow_id})"
@@ -88,7 +89,7 @@ def want(
                     "--source for new deadlines."
                 )
             if not wait:
-                found = db.bel.find_want(spec.want_id)
+                found = await asyncio.to_thread(db.bel.find_want, spec.want_id)
                 if as_json:
                     print(
                         json.dumps(
@@ -104,18 +105,15 @@ def want(
             if as_json:
                 result = await db.wait(spec)
             else:
-                with Live(
-                    render.progress_summary(None, [], []), console=console, refresh_per_second=4
-                ) as live:
-
-                    def update(current: Want | None) -> None:
-                        live.update(render.progress(db.bel, current))
-
-                    result = await db.wait(spec, on_update=update)
-                    live.update(render.progress(db.bel, result))
-                console.print(render.fulfillment_tree(want_view(db.bel, spec.want_id)))
+                with Live(render.progress(None), console=console, refresh_per_second=4) as live:
+                    result = await db.wait(
+                        spec, on_progress=lambda progress: live.update(render.progress(progress))
+                    )
+            tree = await asyncio.to_thread(want_view, db.bel, spec.want_id)
             if as_json:
-                print(json.dumps(jsonable(want_view(db.bel, spec.want_id)), indent=2))
+                print(json.dumps(jsonable(tree), indent=2))
+            else:
+                console.print(render.fulfillment_tree(tree))
             return result
 
     result = run(go())
