@@ -507,7 +507,7 @@ class History:
 
 
 def scratch_log(path: Path) -> Engine:
-    """An empty log for the generator: one connection, and no durability (it is thrown away)."""
+    """An empty log for the generator, without durability: it is thrown away."""
     engine = create_engine(f"sqlite:///{path}")
 
     @event.listens_for(engine, "connect")
