@@ -15,29 +15,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from databuild.errors import (
     DataBuildError,
     InvalidInputError,
-    InvalidTransitionError,
     NotFoundError,
-    TemporalUnavailableError,
+    PortInUseError,
 )
 from databuild.web import api, pages
-from databuild.web.auth import UnauthorizedError
 from databuild.web.context import WebContext
 from databuild.web.guards import BodyLimit, HostCheck
 from databuild.web.paths import STATIC
 
 
 def status_of(error: Exception) -> int:
-    if isinstance(error, NotFoundError):
-        return 404
-    if isinstance(error, InvalidTransitionError):
-        return 409
-    if isinstance(error, InvalidInputError):
-        return 400
-    if isinstance(error, TemporalUnavailableError):
-        return 503
-    if isinstance(error, UnauthorizedError):
-        return 401
-    return 500
+    """The HTTP status of an error: a DataBuild error's class says it (``DataBuildError.http_status``)."""
+    return error.http_status if isinstance(error, DataBuildError) else 500
 
 
 def create_app(context: WebContext) -> FastAPI:
@@ -109,7 +98,7 @@ async def serve(app: FastAPI, host: str, port: int, started: asyncio.Event | Non
         if task.done() and not server.started:
             with contextlib.suppress(SystemExit):  # uvicorn exits when it cannot bind
                 task.result()
-            raise RuntimeError(f"the web server could not listen on {host}:{port}; is the port in use?")
+            raise PortInUseError(f"the web server could not listen on {host}:{port}; is the port in use?")
         if started is not None:
             started.set()
         await asyncio.shield(task)  # on cancel, shut down cleanly below (closing the socket)

@@ -21,6 +21,9 @@ from databuild.errors import DataBuildError, InvalidInputError
 class UnauthorizedError(DataBuildError):
     """Missing or wrong credentials: 401, and nothing is recorded."""
 
+    retryable = False
+    http_status = 401
+
 
 @dataclass(frozen=True)
 class ApiTokens:
