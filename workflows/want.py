@@ -183,11 +183,10 @@ class WantWorkflow:
     ) -> Outcome | None:
         """Wait for the job run the want executes or delegated to. None means: decide again."""
         job_run_id = decision.job_run_id
-        executes = isinstance(decision, p.ExecuteOrder)
         if isinstance(decision, p.ExecuteOrder) and job_run_id not in self._started:
             self._started.add(job_run_id)  # a decision can be given again (redecide): start it once
             await self._start_job_run(decision)
-        verb = "building" if executes else "delegated to active build"
+        verb = "building" if isinstance(decision, p.ExecuteOrder) else "delegated to active build"
         self._set(WantState.building, job_run_id, [spec.ref], f"{verb} {job_run_id} for")
         settled = partial(self._run_settled, spec.ref, job_run_id)
         # Signals wake the want; the watch only guards against a run that ended unheard or is gone.
