@@ -1,0 +1,643 @@
+"""Every branch of the want and job run workflows, in seconds: the real workflows on the time-skipping
+test server, with their activities replaced by scripted doubles (tests/workflow_doubles.py), as the
+temporalio samples test workflows. The end-to-end proof with the real activities, Spark and the BEL is
+in the other tests (test_delegation, test_failures, test_time ...)."""
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+import workflows.want
+from databuild import protocol as p
+from databuild.models import JobRunCause, JobRunState, WantSpec, WantState, job_run_workflow_id
+from databuild.temporal import ensure_search_attributes
+from tests.conftest import binary
+from tests.workflow_doubles import (
+    JOB_LABEL,
+    WAIT,
+    Held,
+    Script,
+    available,
+    blocked_decision,
+    delegate_decision,
+    dep_miss_notice,
+    dependencies,
+    execute_decision,
+    failed_notice,
+    fails,
+    final_decision,
+    job_dep_miss,
+    job_run_input,
+    live_decision,
+    redecide_notice,
+    signals,
+    sla_missed_input,
+    still_waiting,
+    wait_external_decision,
+)
+from workflows.job_run import ABANDONED, CANCELED, JobRunWorkflow
+from workflows.want import WantWorkflow
+
+DAY = datetime(2024, 1, 1, tzinfo=UTC)
+
+WantHandle = WorkflowHandle[WantWorkflow, p.WantResult]
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping server per test (it starts in about 0.1 s): a workflow that ends while one of its
+    activities runs (a want and its watch, say) leaves the server's time-skipping lock held for good
+    (temporalio/sdk-java#1138), which would freeze virtual time for every test after it."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=binary("temporal-test-server"), data_converter=pydantic_data_converter
+    )
+    await ensure_search_attributes(env.client, env.client.namespace)
+    yield env
+    await env.shutdown()
+
+
+@dataclass
+class Harness:
+    """A worker running the real workflows with ``script``'s doubles."""
+
+    env: WorkflowEnvironment
+    script: Script
+    task_queue: str
+
+    @property
+    def client(self) -> Client:
+        return self.env.client
+
+    async def start_want(self, spec: WantSpec, **options: Any) -> WantHandle:
+        return await self.client.start_workflow(
+            WantWorkflow.run,
+            p.WantInput(spec=spec),
+            id=spec.workflow_id,
+            task_queue=self.task_queue,
+            search_attributes=TypedSearchAttributes([SearchAttributePair(p.SA_PARTITION_REF, spec.ref)]),
+            **options,
+        )
+
+    async def start_job_run(self, input: p.JobRunInput) -> WorkflowHandle[JobRunWorkflow, p.JobOutcome]:
+        return await self.client.start_workflow(
+            JobRunWorkflow.run,
+            input,
+            id=job_run_workflow_id(input.job_label, input.job_run_id),
+            task_queue=self.task_queue,
+        )
+
+    def job_run(self, job_run_id: str) -> WorkflowHandle[JobRunWorkflow, p.JobOutcome]:
+        return self.client.get_workflow_handle_for(
+            JobRunWorkflow.run, job_run_workflow_id(JOB_LABEL, job_run_id)
+        )
+
+
+@contextlib.asynccontextmanager
+async def harnessed(
+    env: WorkflowEnvironment, script: Script, runner: WorkflowRunner | None = None
+) -> AsyncIterator[Harness]:
+    harness = Harness(env, script, f"wf-{uuid.uuid4().hex[:8]}")
+    worker = Worker(
+        env.client,
+        task_queue=harness.task_queue,
+        workflows=[WantWorkflow, JobRunWorkflow],
+        activities=script.activities(),
+        # A held job double hears its cancel within a tenth of a second.
+        max_heartbeat_throttle_interval=timedelta(milliseconds=100),
+        default_heartbeat_throttle_interval=timedelta(milliseconds=100),
+        **({"workflow_runner": runner} if runner else {}),
+    )
+    async with worker:
+        yield harness
+
+
+@pytest.fixture
+def script() -> Script:
+    return Script()
+
+
+@pytest.fixture
+async def h(env: WorkflowEnvironment, script: Script) -> AsyncIterator[Harness]:
+    async with harnessed(env, script) as harness:
+        yield harness
+
+
+def new_spec(data_timestamp: datetime = DAY, **extra: Any) -> WantSpec:
+    return WantSpec(ref=f"t/{uuid.uuid4().hex[:8]}", data_timestamp=data_timestamp, **extra)
+
+
+def new_run_id() -> str:
+    return f"jr-{uuid.uuid4().hex[:8]}"
+
+
+async def until_progress(handle: WantHandle, check: Callable[[p.WantProgress], bool]) -> p.WantProgress:
+    async with asyncio.timeout(WAIT):
+        while True:
+            progress = await handle.query(WantWorkflow.progress)
+            if check(progress):
+                return progress
+            await asyncio.sleep(0.02)
+
+
+async def failure_of(handle: WorkflowHandle[Any, Any]) -> BaseException:
+    with pytest.raises(WorkflowFailureError) as failure:
+        await handle.result()
+    assert failure.value.cause is not None
+    return failure.value.cause
+
+
+def once(calls: list[Any]) -> list[Any]:
+    """Calls of a local activity in the workflow task that ends a workflow, each once. That task is
+    retried when news arrives as it completes (UNHANDLED_COMMAND), and its local activities run again:
+    the BEL takes them as the no-ops they then are."""
+    return list(dict.fromkeys(calls))
+
+
+def finished(script: Script) -> p.FinishInput:
+    """What the want recorded as its outcome."""
+    (finish,) = once(script.inputs(p.ACT_FINISH_WANT))
+    assert isinstance(finish, p.FinishInput)
+    return finish
+
+
+# Deciding -------------------------------------------------------------------------------------------
+
+
+async def test_live_partition_succeeds_at_once(h: Harness, script: Script) -> None:
+    spec = new_spec()
+    script.then(p.ACT_DECIDE, live_decision("i-1"))
+
+    result = await (await h.start_want(spec)).result()
+
+    assert (result.state, result.instance_id, result.sla_missed) == (WantState.successful, "i-1", False)
+    assert script.names() == [p.ACT_REGISTER_WANT, p.ACT_DECIDE, p.ACT_FINISH_WANT]
+    assert script.inputs(p.ACT_REGISTER_WANT) == [p.WantInput(spec=spec)]
+    assert script.inputs(p.ACT_DECIDE) == [p.DecideInput(want_id=spec.want_id, seq=1)]
+    assert finished(script) == p.FinishInput(
+        want_id=spec.want_id, state=WantState.successful, instance_id="i-1"
+    )
+
+
+async def test_final_decision_ends_the_want_in_that_state(h: Harness, script: Script) -> None:
+    spec = new_spec()
+    script.then(p.ACT_DECIDE, final_decision(WantState.expired, "expired earlier"))
+
+    result = await (await h.start_want(spec)).result()
+
+    assert (result.state, result.reason) == (WantState.expired, "expired earlier")
+    assert finished(script).state is WantState.expired
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="product bug: a local activity's failure reaches the workflow as the bare ApplicationError, not "
+    "ActivityError (temporalio 1.35, dev and time-skipping servers alike), so WantWorkflow's "
+    "`except ActivityError` around decide misses it: the workflow fails with the raw error and no "
+    "finish_want(failed) is recorded",
+)
+async def test_a_decision_that_cannot_be_made_fails_the_want(h: Harness, script: Script) -> None:
+    spec = new_spec()
+    script.then(p.ACT_DECIDE, fails("no job produces it", "GraphDefinitionError", non_retryable=True))
+
+    error = await failure_of(await h.start_want(spec))
+
+    assert isinstance(error, ApplicationError) and error.type == "WantFailed"
+    assert "GraphDefinitionError: no job produces it" in error.message
+    assert finished(script).state is WantState.failed
+
+
+# Following a job run --------------------------------------------------------------------------------
+
+
+async def test_execute_starts_the_job_run_and_succeeds_on_its_fan_out(h: Harness, script: Script) -> None:
+    spec, run_id = new_spec(), new_run_id()
+    decision = execute_decision(run_id, [spec.ref])
+    script.then(p.ACT_DECIDE, decision)
+    script.then(
+        p.ACT_FAN_OUT,
+        signals(h.client, spec.workflow_id, p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "i-7", run_id)),
+    )
+
+    result = await (await h.start_want(spec)).result()
+
+    assert (result.state, result.instance_id) == (WantState.successful, "i-7")
+    assert script.inputs(p.ACT_RUN_JOB) == [
+        job_run_input(run_id, [spec.ref]).model_copy(update={"policy": decision.policy})
+    ]
+    assert script.inputs(p.ACT_FAN_OUT) == [p.FanOutInput(job_run_id=run_id)]
+    assert p.ACT_FAIL_JOB_RUN not in script.names()
+    job_run = h.job_run(run_id)
+    assert (await job_run.result()).state is JobRunState.succeeded
+    attributes = (await job_run.describe()).typed_search_attributes
+    assert attributes.get(p.SA_JOB_LABEL) == JOB_LABEL
+    assert attributes.get(p.SA_ROOT_WANT_ID) == spec.want_id
+
+
+async def test_delegated_want_succeeds_when_the_run_signals(h: Harness, script: Script) -> None:
+    spec, run_id = new_spec(), new_run_id()
+    script.then(p.ACT_DECIDE, delegate_decision(run_id, [spec.ref]))
+    handle = await h.start_want(spec)
+
+    assert await script.called(p.ACT_WATCH) == p.WatchInput(job_run_id=run_id)
+    progress = await until_progress(handle, lambda progress: progress.state is WantState.building)
+    assert progress.job_run_id == run_id
+    await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "i-2", run_id))
+
+    result = await handle.result()
+    assert (result.state, result.instance_id) == (WantState.successful, "i-2")
+    assert p.ACT_RUN_JOB not in script.names()  # nothing started: another run builds it
+
+
+@pytest.mark.parametrize("when", ["with the start", "while deciding"])
+async def test_a_signal_before_the_want_waits_is_not_lost(h: Harness, script: Script, when: str) -> None:
+    spec, run_id = new_spec(), new_run_id()
+    notice = available(spec.ref, "i-3", run_id)
+    if when == "while deciding":
+
+        async def decide(_input: p.DecideInput) -> p.Decision:
+            await h.client.get_workflow_handle(spec.workflow_id).signal(p.SIGNAL_PARTITION_AVAILABLE, notice)
+            return delegate_decision(run_id, [spec.ref])
+
+        script.then(p.ACT_DECIDE, decide)
+        handle = await h.start_want(spec)
+    else:
+        script.then(p.ACT_DECIDE, delegate_decision(run_id, [spec.ref]))
+        handle = await h.start_want(
+            spec, start_signal=p.SIGNAL_PARTITION_AVAILABLE, start_signal_args=[notice]
+        )
+
+    result = await handle.result()
+
+    assert (result.state, result.instance_id) == (WantState.successful, "i-3")
+    assert len(script.inputs(p.ACT_DECIDE)) == 1
+
+
+async def test_watch_seeing_the_run_ended_makes_the_want_decide_again(h: Harness, script: Script) -> None:
+    spec, run_id = new_spec(), new_run_id()
+    script.then(p.ACT_DECIDE, delegate_decision(run_id, [spec.ref]), live_decision("i-4"))
+    script.then(p.ACT_WATCH, still_waiting, None)  # the second look finds the run ended, unheard
+
+    result = await (await h.start_want(spec)).result()
+
+    assert (result.state, result.instance_id) == (WantState.successful, "i-4")
+    assert [i.seq for i in script.inputs(p.ACT_DECIDE)] == [1, 2]
+    assert script.inputs(p.ACT_WATCH) == [p.WatchInput(job_run_id=run_id)] * 2
+
+
+async def test_failed_run_fails_the_want(h: Harness, script: Script) -> None:
+    spec, run_id = new_spec(), new_run_id()
+    script.then(p.ACT_DECIDE, execute_decision(run_id, [spec.ref]))
+    script.always(p.ACT_RUN_JOB, fails("bad rows", "ValueError"))
+    reason = "ValueError: bad rows"
+    script.then(
+        p.ACT_FAN_OUT,
+        signals(
+            h.client, spec.workflow_id, p.SIGNAL_PARTITION_FAILED, failed_notice(spec.ref, run_id, reason)
+        ),
+    )
+
+    error = await failure_of(await h.start_want(spec))
+
+    assert isinstance(error, ApplicationError) and error.type == "WantFailed" and error.non_retryable
+    assert error.message == f"want {spec.ref} failed: job run {run_id} failed: {reason}"
+    assert script.inputs(p.ACT_FAIL_JOB_RUN) == [
+        p.FailJobRunInput(job_run_id=run_id, reason=reason, cause=JobRunCause.error)
+    ]
+    finish = finished(script)
+    assert (finish.state, finish.reason) == (WantState.failed, f"job run {run_id} failed: {reason}")
+    assert (await h.job_run(run_id).result()).state is JobRunState.failed
+
+
+# Dep-miss --------------------------------------------------------------------------------------------
+
+
+async def test_dep_miss_waits_for_its_inputs_then_decides_again(h: Harness, script: Script) -> None:
+    spec, run_id = new_spec(), new_run_id()
+    inputs = ["in/a", "in/b"]
+    script.then(p.ACT_DECIDE, execute_decision(run_id, [spec.ref]), live_decision("i-5"))
+    script.then(p.ACT_RUN_JOB, job_dep_miss(inputs))
+    script.then(
+        p.ACT_FAN_OUT, signals(h.client, spec.workflow_id, p.SIGNAL_DEP_MISS, dep_miss_notice(run_id, inputs))
+    )
+    script.then(p.ACT_AWAIT_DEPENDENCIES, dependencies(live=["in/a"]))
+    handle = await h.start_want(spec)
+
+    asked = await script.called(p.ACT_AWAIT_DEPENDENCIES)
+    assert asked == p.DependenciesInput(want_id=spec.want_id, job_run_id=run_id, missing=inputs)
+    progress = await until_progress(handle, lambda progress: progress.waiting_for == ["in/b"])
+    assert progress.state is WantState.upstream_building
+    assert len(script.inputs(p.ACT_DECIDE)) == 1  # not before its inputs are live
+    await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available("in/b", "i-b"))
+
+    result = await handle.result()
+    assert (result.state, result.instance_id) == (WantState.successful, "i-5")
+    assert [i.seq for i in script.inputs(p.ACT_DECIDE)] == [1, 2]
+    assert len(script.inputs(p.ACT_RUN_JOB)) == 1
+    assert (await h.job_run(run_id).result()).state is JobRunState.dep_miss
+
+
+@pytest.mark.parametrize("heard", ["from await_dependencies", "by signal"])
+async def test_dep_miss_with_a_failed_input_fails_the_want(h: Harness, script: Script, heard: str) -> None:
+    spec, run_id = new_spec(), new_run_id()
+    reason = "derivative want w-1 failed: broken"
+    script.then(p.ACT_DECIDE, execute_decision(run_id, [spec.ref]))
+    script.then(p.ACT_RUN_JOB, job_dep_miss(["in/a"]))
+    script.then(
+        p.ACT_FAN_OUT,
+        signals(h.client, spec.workflow_id, p.SIGNAL_DEP_MISS, dep_miss_notice(run_id, ["in/a"])),
+    )
+    if heard == "from await_dependencies":
+        script.then(p.ACT_AWAIT_DEPENDENCIES, dependencies(failed={"in/a": reason}))
+    handle = await h.start_want(spec)
+    if heard == "by signal":
+        await script.called(p.ACT_AWAIT_DEPENDENCIES)
+        await handle.signal(p.SIGNAL_PARTITION_FAILED, failed_notice("in/a", "want:w-1", reason))
+
+    error = await failure_of(handle)
+
+    assert isinstance(error, ApplicationError) and error.type == "WantFailed"
+    assert finished(script).reason == f"input(s) failed to build: in/a: {reason}"
+    assert len(script.inputs(p.ACT_DECIDE)) == 1
+
+
+# Waiting without a run -------------------------------------------------------------------------------
+
+
+async def test_blocked_want_decides_again_on_redecide(h: Harness, script: Script) -> None:
+    spec = new_spec()
+    script.then(p.ACT_DECIDE, blocked_decision([spec.ref]), live_decision("i-6"))
+    handle = await h.start_want(spec)
+
+    assert await script.called(p.ACT_WATCH) == p.WatchInput(blocked_refs=[spec.ref])
+    progress = await until_progress(handle, lambda progress: progress.state is WantState.upstream_building)
+    assert progress.waiting_for == [spec.ref]
+    await handle.signal(p.SIGNAL_REDECIDE, redecide_notice(spec.ref, "resolved"))
+
+    result = await handle.result()
+    assert (result.state, result.instance_id) == (WantState.successful, "i-6")
+    assert [i.seq for i in script.inputs(p.ACT_DECIDE)] == [1, 2]
+
+
+async def test_external_want_succeeds_when_published(h: Harness, script: Script) -> None:
+    spec = new_spec()
+    script.then(p.ACT_DECIDE, wait_external_decision())
+    handle = await h.start_want(spec)
+
+    progress = await until_progress(handle, lambda progress: progress.state is WantState.upstream_building)
+    assert progress.waiting_for == [spec.ref]
+    await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "ext-1"))
+
+    result = await handle.result()
+    assert (result.state, result.instance_id) == (WantState.successful, "ext-1")
+    assert len(script.inputs(p.ACT_DECIDE)) == 1
+
+
+async def test_required_partitions_hold_the_decision_back(h: Harness, script: Script) -> None:
+    spec = new_spec(requires=["ext/x", "ext/y"])
+    script.then(p.ACT_AWAIT_REQUIREMENTS, p.RequirementsStatus(live=["ext/x"]))
+    script.then(p.ACT_DECIDE, live_decision("i-8"))
+    handle = await h.start_want(spec)
+
+    asked = await script.called(p.ACT_AWAIT_REQUIREMENTS)
+    assert asked == p.RequirementsInput(want_id=spec.want_id, refs=["ext/x", "ext/y"])
+    progress = await until_progress(handle, lambda progress: progress.waiting_for == ["ext/y"])
+    assert progress.state is WantState.upstream_building
+    assert p.ACT_DECIDE not in script.names()
+    await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available("ext/y", "ext-y"))
+
+    result = await handle.result()
+    assert (result.state, result.instance_id) == (WantState.successful, "i-8")
+
+
+# SLA and TTL (virtual time) -------------------------------------------------------------------------
+
+
+async def test_sla_miss_is_recorded_once_while_the_want_keeps_working(h: Harness, script: Script) -> None:
+    start = await h.env.get_current_time()
+    spec = new_spec(data_timestamp=start, sla=timedelta(hours=9), ttl=timedelta(days=30))
+    script.then(p.ACT_DECIDE, wait_external_decision())
+    handle = await h.start_want(spec)
+    await until_progress(handle, lambda progress: progress.state is WantState.upstream_building)
+    assert p.ACT_RECORD_SLA_MISSED not in script.names()
+
+    await h.env.sleep(timedelta(hours=10))
+    assert await script.called(p.ACT_RECORD_SLA_MISSED) == sla_missed_input(
+        spec.want_id, start + timedelta(hours=9)
+    )
+    progress = await until_progress(handle, lambda progress: progress.sla_missed)
+    assert progress.state is WantState.upstream_building  # late, but still working
+    attributes = (await handle.describe()).typed_search_attributes
+    assert attributes.get(p.SA_SLA_MISSED) is True
+    await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "late-1"))
+
+    result = await handle.result()
+    assert (result.state, result.sla_missed) == (WantState.successful, True)
+    assert len(script.inputs(p.ACT_RECORD_SLA_MISSED)) == 1
+
+
+async def test_past_sla_is_recorded_at_once(h: Harness, script: Script) -> None:
+    start = await h.env.get_current_time()
+    spec = new_spec(data_timestamp=start - timedelta(days=1), sla=timedelta(hours=1))
+    script.then(p.ACT_DECIDE, wait_external_decision())
+    handle = await h.start_want(spec)
+
+    await script.called(p.ACT_RECORD_SLA_MISSED)
+    await until_progress(handle, lambda progress: progress.sla_missed)
+    assert await h.env.get_current_time() - start < timedelta(minutes=1)
+
+
+@pytest.mark.parametrize("waiting", ["for a publish", "on a build"])
+async def test_ttl_expiry_stops_the_want(h: Harness, script: Script, waiting: str) -> None:
+    start = await h.env.get_current_time()
+    spec = new_spec(data_timestamp=start, sla=timedelta(hours=9), ttl=timedelta(days=2))
+    run_id = new_run_id()
+    building = waiting == "on a build"
+    script.then(p.ACT_DECIDE, delegate_decision(run_id, [spec.ref]) if building else wait_external_decision())
+
+    result = await (await h.start_want(spec)).result()
+
+    assert (result.state, result.sla_missed) == (WantState.expired, True)
+    assert result.reason == f"TTL passed at {start + timedelta(days=2):%Y-%m-%d %H:%M}Z"
+    assert await h.env.get_current_time() >= start + timedelta(days=2)
+    assert finished(script).state is WantState.expired
+    assert len(script.inputs(p.ACT_RECORD_SLA_MISSED)) == 1
+    expected = [p.AbandonBuildInput(job_run_id=run_id)] if building else []
+    assert once(script.inputs(p.ACT_ABANDON_BUILD)) == expected
+    # The watch looks every watchdog (1 h), backing off to ten times that: nine looks in two days.
+    assert len(script.inputs(p.ACT_WATCH)) <= (9 if building else 0)
+
+
+# Cancel ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("waiting", ["for a publish", "on a build"])
+async def test_cancel_records_the_want_canceled(h: Harness, script: Script, waiting: str) -> None:
+    spec, run_id = new_spec(), new_run_id()
+    building = waiting == "on a build"
+    script.then(p.ACT_DECIDE, delegate_decision(run_id, [spec.ref]) if building else wait_external_decision())
+    handle = await h.start_want(spec)
+    await until_progress(handle, lambda progress: progress.state is not WantState.new)
+
+    await handle.cancel()
+
+    assert isinstance(await failure_of(handle), CancelledError)
+    finish = finished(script)
+    assert (finish.state, finish.reason) == (WantState.canceled, "canceled on request")
+    expected = [p.AbandonBuildInput(job_run_id=run_id)] if building else []
+    assert once(script.inputs(p.ACT_ABANDON_BUILD)) == expected
+
+
+async def test_canceled_want_abandons_the_run_it_started(h: Harness, script: Script) -> None:
+    spec, run_id = new_spec(), new_run_id()
+    job = Held()
+    script.then(p.ACT_DECIDE, execute_decision(run_id, [spec.ref]))
+    script.then(p.ACT_RUN_JOB, job)
+    script.then(p.ACT_ABANDON_BUILD, p.AbandonBuildResult(workflow_id=job_run_workflow_id(JOB_LABEL, run_id)))
+    handle = await h.start_want(spec)
+    await script.called(p.ACT_RUN_JOB)
+
+    await handle.cancel()
+
+    assert isinstance(await failure_of(handle), CancelledError)
+    outcome = await h.job_run(run_id).result()
+    assert (outcome.state, outcome.cause, outcome.reason) == (
+        JobRunState.cancelled,
+        JobRunCause.abandoned,
+        ABANDONED,
+    )
+    assert job.cancelled
+    assert script.inputs(p.ACT_FAIL_JOB_RUN) == [
+        p.FailJobRunInput(job_run_id=run_id, reason=ABANDONED, cause=JobRunCause.abandoned)
+    ]
+    assert script.inputs(p.ACT_FAN_OUT) == [p.FanOutInput(job_run_id=run_id)]
+    assert finished(script).state is WantState.canceled
+
+
+# Continue-as-new -------------------------------------------------------------------------------------
+
+
+async def test_long_history_continues_as_new_carrying_its_state(
+    env: WorkflowEnvironment, script: Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The want module passes through the sandbox, so the worker sees the lowered limit.
+    monkeypatch.setattr(workflows.want, "HISTORY_LIMIT", 10)
+    runner = SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("workflows.want")
+    )
+    start = await env.get_current_time()
+    spec = new_spec(data_timestamp=start - timedelta(days=1), sla=timedelta(hours=1))
+    script.then(p.ACT_DECIDE, blocked_decision([spec.ref]), live_decision("i-9"))
+    async with harnessed(env, script, runner) as h:
+        handle = await h.start_want(spec)
+        await script.called(p.ACT_WATCH)
+        await until_progress(handle, lambda progress: progress.sla_missed)
+        await handle.signal(p.SIGNAL_REDECIDE, redecide_notice(spec.ref))
+
+        # The test server's long poll for a result does not wake at a continue-as-new: ask the latest
+        # run for it once the want has finished.
+        await script.called(p.ACT_FINISH_WANT)
+        latest = h.client.get_workflow_handle_for(WantWorkflow.run, spec.workflow_id)
+        result = await latest.result()
+
+        assert (result.state, result.instance_id, result.sla_missed) == (WantState.successful, "i-9", True)
+        first_run = h.client.get_workflow_handle(spec.workflow_id, run_id=handle.first_execution_run_id)
+        assert (await first_run.describe()).status is WorkflowExecutionStatus.CONTINUED_AS_NEW
+        assert (await latest.describe()).run_id != handle.first_execution_run_id
+    # Registered once, the SLA miss recorded once, and the decision steps go on counting.
+    assert len(script.inputs(p.ACT_REGISTER_WANT)) == 1
+    assert len(script.inputs(p.ACT_RECORD_SLA_MISSED)) == 1
+    assert [i.seq for i in script.inputs(p.ACT_DECIDE)] == [1, 2]
+
+
+# Job runs --------------------------------------------------------------------------------------------
+
+
+async def test_job_run_succeeds_and_tells_the_wants(h: Harness, script: Script) -> None:
+    run_id = new_run_id()
+
+    outcome = await (await h.start_job_run(job_run_input(run_id, ["out/a"]))).result()
+
+    assert outcome == p.JobOutcome(job_run_id=run_id, state=JobRunState.succeeded)
+    assert script.names() == [p.ACT_RUN_JOB, p.ACT_FAN_OUT]
+
+
+@pytest.mark.parametrize(
+    ("error_type", "non_retryable", "attempts_made"),
+    [("SparkError", False, 2), ("JobContractError", True, 1)],
+    ids=["retried", "not retryable"],
+)
+async def test_job_run_failing_beyond_its_retries_records_the_failure(
+    h: Harness, script: Script, error_type: str, non_retryable: bool, attempts_made: int
+) -> None:
+    run_id = new_run_id()
+    script.always(p.ACT_RUN_JOB, fails("executor lost", error_type, non_retryable=non_retryable))
+
+    outcome = await (await h.start_job_run(job_run_input(run_id, ["out/a"], attempts=2))).result()
+
+    reason = f"{error_type}: executor lost"
+    assert (outcome.state, outcome.cause, outcome.reason) == (JobRunState.failed, JobRunCause.error, reason)
+    assert len(script.inputs(p.ACT_RUN_JOB)) == attempts_made
+    assert script.inputs(p.ACT_FAIL_JOB_RUN) == [
+        p.FailJobRunInput(job_run_id=run_id, reason=reason, cause=JobRunCause.error)
+    ]
+    assert script.inputs(p.ACT_FAN_OUT) == [p.FanOutInput(job_run_id=run_id)]
+
+
+async def test_job_run_dep_miss_is_an_outcome_not_a_failure(h: Harness, script: Script) -> None:
+    run_id = new_run_id()
+    script.then(p.ACT_RUN_JOB, job_dep_miss(["in/a"]))
+
+    outcome = await (await h.start_job_run(job_run_input(run_id, ["out/a"]))).result()
+
+    assert (outcome.state, outcome.missing) == (JobRunState.dep_miss, ["in/a"])
+    assert script.names() == [p.ACT_RUN_JOB, p.ACT_FAN_OUT]
+
+
+async def test_canceled_job_run_stops_its_job_and_tells_the_wants(h: Harness, script: Script) -> None:
+    run_id, job = new_run_id(), Held()
+    script.then(p.ACT_RUN_JOB, job)
+    handle = await h.start_job_run(job_run_input(run_id, ["out/a"]))
+    await script.called(p.ACT_RUN_JOB)
+
+    await handle.cancel()
+
+    assert isinstance(await failure_of(handle), CancelledError)
+    assert job.cancelled
+    assert script.inputs(p.ACT_FAIL_JOB_RUN) == [
+        p.FailJobRunInput(job_run_id=run_id, reason=CANCELED, cause=JobRunCause.cancelled)
+    ]
+    assert script.inputs(p.ACT_FAN_OUT) == [p.FanOutInput(job_run_id=run_id)]
+
+
+async def test_abandoned_job_run_stops_its_job_and_releases_its_outputs(h: Harness, script: Script) -> None:
+    run_id, job = new_run_id(), Held()
+    script.then(p.ACT_RUN_JOB, job)
+    handle = await h.start_job_run(job_run_input(run_id, ["out/a"]))
+    await script.called(p.ACT_RUN_JOB)
+
+    await handle.signal(p.SIGNAL_ABANDON)
+
+    outcome = await handle.result()
+    assert (outcome.state, outcome.cause, outcome.reason) == (
+        JobRunState.cancelled,
+        JobRunCause.abandoned,
+        ABANDONED,
+    )
+    assert job.cancelled
+    assert script.inputs(p.ACT_FAIL_JOB_RUN) == [
+        p.FailJobRunInput(job_run_id=run_id, reason=ABANDONED, cause=JobRunCause.abandoned)
+    ]
+    assert script.inputs(p.ACT_FAN_OUT) == [p.FanOutInput(job_run_id=run_id)]

@@ -1,0 +1,299 @@
+"""Scripted doubles of the activities the want and job run workflows call, for fast workflow tests on
+the time-skipping server (tests/test_workflows.py). The workflows are the real ones; each activity
+answers what the test scripted for it and records what it was asked.
+
+The activities' answers are built only here (``live_decision``, ``job_succeeded`` ...), so a change
+of the protocol is adapted in one place. An activity asked for what nobody scripted (``decide``) fails
+non-retryably, naming the call."""
+
+import asyncio
+import inspect
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+from databuild import protocol as p
+from databuild.domain.decisions import DependenciesStatus, Final, Live, WaitExternal
+from databuild.models import JobRunState, WantState
+
+WAIT = 10.0  # seconds a test waits for a workflow to get somewhere: everything here takes well under one
+
+# An answer is a value to return, an exception to raise, or a function of the activity's input that
+# returns (or raises) one, sync or async.
+Answer = Any
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    input: Any
+
+
+class Script:
+    """Answers for the activities, per name: the queued ones first, one per call, then the default.
+    Every call is recorded, in order, with its input."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self._queued: dict[str, deque[Answer]] = defaultdict(deque)
+        self._defaults: dict[str, Answer] = dict(DEFAULTS)
+        self._changed = asyncio.Condition()
+
+    def then(self, name: str, *answers: Answer) -> "Script":
+        """The answers to the next calls of ``name``, in order; after them the default answers."""
+        self._queued[name].extend(answers)
+        return self
+
+    def always(self, name: str, answer: Answer) -> "Script":
+        self._defaults[name] = answer
+        return self
+
+    def names(self) -> list[str]:
+        return [call.name for call in self.calls]
+
+    def inputs(self, name: str) -> list[Any]:
+        return [call.input for call in self.calls if call.name == name]
+
+    async def called(self, name: str, times: int = 1) -> Any:
+        """Wait (up to ``WAIT`` seconds) until ``name`` was called ``times`` times; the input of that call."""
+        async with asyncio.timeout(WAIT), self._changed:
+            await self._changed.wait_for(lambda: len(self.inputs(name)) >= times)
+        return self.inputs(name)[times - 1]
+
+    async def answer(self, name: str, input: Any) -> Any:
+        async with self._changed:
+            self.calls.append(Call(name, input))
+            self._changed.notify_all()
+        queued = self._queued[name]
+        answer = queued.popleft() if queued else self._defaults[name]
+        if callable(answer) and not isinstance(answer, type):
+            answer = answer(input)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    # The doubles, typed like the real activities so the data converter builds their inputs.
+    @activity.defn(name=p.ACT_REGISTER_WANT)
+    async def register_want(self, input: p.WantInput) -> int:
+        result: int = await self.answer(p.ACT_REGISTER_WANT, input)
+        return result
+
+    @activity.defn(name=p.ACT_DECIDE)
+    async def decide(self, input: p.DecideInput) -> p.Decision:
+        result: p.Decision = await self.answer(p.ACT_DECIDE, input)
+        return result
+
+    @activity.defn(name=p.ACT_AWAIT_DEPENDENCIES)
+    async def await_dependencies(self, input: p.DependenciesInput) -> DependenciesStatus:
+        result: DependenciesStatus = await self.answer(p.ACT_AWAIT_DEPENDENCIES, input)
+        return result
+
+    @activity.defn(name=p.ACT_AWAIT_REQUIREMENTS)
+    async def await_requirements(self, input: p.RequirementsInput) -> p.RequirementsStatus:
+        result: p.RequirementsStatus = await self.answer(p.ACT_AWAIT_REQUIREMENTS, input)
+        return result
+
+    @activity.defn(name=p.ACT_FINISH_WANT)
+    async def finish_want(self, input: p.FinishInput) -> None:
+        await self.answer(p.ACT_FINISH_WANT, input)
+
+    @activity.defn(name=p.ACT_RECORD_SLA_MISSED)
+    async def record_sla_missed(self, input: p.SlaMissedInput) -> None:
+        await self.answer(p.ACT_RECORD_SLA_MISSED, input)
+
+    @activity.defn(name=p.ACT_WATCH)
+    async def watch(self, input: p.WatchInput) -> None:
+        await self.answer(p.ACT_WATCH, input)
+
+    @activity.defn(name=p.ACT_ABANDON_BUILD)
+    async def abandon_build(self, input: p.AbandonBuildInput) -> p.AbandonBuildResult:
+        result: p.AbandonBuildResult = await self.answer(p.ACT_ABANDON_BUILD, input)
+        return result
+
+    @activity.defn(name=p.ACT_RUN_JOB)
+    async def run_job(self, input: p.JobRunInput) -> p.JobOutcome:
+        result: p.JobOutcome = await self.answer(p.ACT_RUN_JOB, input)
+        return result
+
+    @activity.defn(name=p.ACT_FAIL_JOB_RUN)
+    async def fail_job_run(self, input: p.FailJobRunInput) -> None:
+        await self.answer(p.ACT_FAIL_JOB_RUN, input)
+
+    @activity.defn(name=p.ACT_FAN_OUT)
+    async def fan_out(self, input: p.FanOutInput) -> int:
+        result: int = await self.answer(p.ACT_FAN_OUT, input)
+        return result
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [
+            self.register_want,
+            self.decide,
+            self.await_dependencies,
+            self.await_requirements,
+            self.finish_want,
+            self.record_sla_missed,
+            self.watch,
+            self.abandon_build,
+            self.run_job,
+            self.fail_job_run,
+            self.fan_out,
+        ]
+
+
+# Answers -------------------------------------------------------------------------------------------
+WATCHDOG = timedelta(hours=1)  # how often a waiting want's watch looks (virtual time)
+JOB_LABEL = "job"
+
+
+def policy(attempts: int = 1) -> p.JobPolicy:
+    return p.JobPolicy(
+        heartbeat_timeout=timedelta(seconds=10),
+        start_to_close_timeout=timedelta(minutes=10),
+        attempts=attempts,
+    )
+
+
+def live_decision(instance_id: str) -> Live:
+    return Live(instance_id=instance_id)
+
+
+def execute_decision(
+    job_run_id: str, outputs: list[str], job_label: str = JOB_LABEL, attempts: int = 1
+) -> p.ExecuteOrder:
+    return p.ExecuteOrder(
+        job_run_id=job_run_id,
+        job_label=job_label,
+        outputs=outputs,
+        params={},
+        policy=policy(attempts),
+        watchdog=WATCHDOG,
+    )
+
+
+def delegate_decision(job_run_id: str, outputs: list[str], job_label: str = JOB_LABEL) -> p.DelegateOrder:
+    return p.DelegateOrder(
+        job_run_id=job_run_id, job_label=job_label, outputs=outputs, params={}, watchdog=WATCHDOG
+    )
+
+
+def wait_external_decision() -> WaitExternal:
+    return WaitExternal()
+
+
+def blocked_decision(refs: list[str], reason: str = "fail-locked") -> p.BlockedOrder:
+    return p.BlockedOrder(blocked_refs=refs, reason=reason, watchdog=WATCHDOG)
+
+
+def final_decision(state: WantState, reason: str) -> Final:
+    return Final(final_state=state, reason=reason)
+
+
+def job_run_input(job_run_id: str, outputs: list[str], attempts: int = 1) -> p.JobRunInput:
+    return p.JobRunInput(
+        job_run_id=job_run_id, job_label=JOB_LABEL, outputs=outputs, params={}, policy=policy(attempts)
+    )
+
+
+def job_succeeded(input: p.JobRunInput) -> p.JobOutcome:
+    return p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.succeeded)
+
+
+def job_dep_miss(missing: list[str]) -> Callable[[p.JobRunInput], p.JobOutcome]:
+    def outcome(input: p.JobRunInput) -> p.JobOutcome:
+        return p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.dep_miss, missing=missing)
+
+    return outcome
+
+
+def dependencies(live: list[str] | None = None, failed: dict[str, str] | None = None) -> DependenciesStatus:
+    return DependenciesStatus(live=live or [], failed=failed or {})
+
+
+def available(ref: str, instance_id: str, job_run_id: str | None = None) -> p.PartitionAvailable:
+    return p.PartitionAvailable(ref=ref, instance_id=instance_id, job_run_id=job_run_id)
+
+
+def failed_notice(ref: str, job_run_id: str, reason: str) -> p.PartitionFailedNotice:
+    return p.PartitionFailedNotice(ref=ref, job_run_id=job_run_id, reason=reason)
+
+
+def dep_miss_notice(job_run_id: str, missing: list[str]) -> p.DepMissNotice:
+    return p.DepMissNotice(job_run_id=job_run_id, missing=missing)
+
+
+def redecide_notice(ref: str, reason: str = "resolved") -> p.RedecideNotice:
+    return p.RedecideNotice(ref=ref, reason=reason)
+
+
+def sla_missed_input(want_id: str, deadline: datetime) -> p.SlaMissedInput:
+    return p.SlaMissedInput(want_id=want_id, deadline=deadline)
+
+
+def fails(message: str, type: str = "Boom", *, non_retryable: bool = False) -> ApplicationError:
+    return ApplicationError(message, type=type, non_retryable=non_retryable)
+
+
+def still_waiting(_input: object) -> ApplicationError:
+    """What the real watch raises while nothing changed: the server retries it at the want's watchdog."""
+    return ApplicationError("nothing changed", type="StillWaiting", category=ApplicationErrorCategory.BENIGN)
+
+
+def signals(
+    client: Client, workflow_id: str, signal: str, payload: object
+) -> Callable[[object], Awaitable[int]]:
+    """An answer (for ``fan_out``, say) that signals one workflow, as the real fan-out signals wants."""
+
+    async def send(_input: object) -> int:
+        await client.get_workflow_handle(workflow_id).signal(signal, payload)
+        return 1
+
+    return send
+
+
+class Held:
+    """An answer (for ``run_job``) that runs until the activity is cancelled, heartbeating as the real
+    job activity does so the cancel reaches it."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    async def __call__(self, _input: object) -> object:
+        try:
+            while True:
+                activity.heartbeat()
+                await asyncio.sleep(0.05)
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+
+
+def unscripted(name: str) -> Callable[[object], ApplicationError]:
+    def refuse(input: object) -> ApplicationError:
+        return ApplicationError(
+            f"no answer scripted for {name}({input})", type="Unscripted", non_retryable=True
+        )
+
+    return refuse
+
+
+DEFAULTS: dict[str, Answer] = {
+    p.ACT_REGISTER_WANT: 0,
+    p.ACT_DECIDE: unscripted(p.ACT_DECIDE),
+    p.ACT_AWAIT_DEPENDENCIES: dependencies(),
+    p.ACT_AWAIT_REQUIREMENTS: p.RequirementsStatus(live=[]),
+    p.ACT_FINISH_WANT: None,
+    p.ACT_RECORD_SLA_MISSED: None,
+    p.ACT_WATCH: still_waiting,
+    p.ACT_ABANDON_BUILD: p.AbandonBuildResult(),
+    p.ACT_RUN_JOB: job_succeeded,
+    p.ACT_FAIL_JOB_RUN: None,
+    p.ACT_FAN_OUT: 0,
+}
