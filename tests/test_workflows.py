@@ -201,13 +201,6 @@ async def test_final_decision_ends_the_want_in_that_state(h: Harness, script: Sc
     assert finished(script).state is WantState.expired
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug: a local activity's failure reaches the workflow as the bare ApplicationError, not "
-    "ActivityError (temporalio 1.35, dev and time-skipping servers alike), so WantWorkflow's "
-    "`except ActivityError` around decide misses it: the workflow fails with the raw error and no "
-    "finish_want(failed) is recorded",
-)
 async def test_a_decision_that_cannot_be_made_fails_the_want(h: Harness, script: Script) -> None:
     spec = new_spec()
     script.then(p.ACT_DECIDE, fails("no job produces it", "GraphDefinitionError", non_retryable=True))

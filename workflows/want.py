@@ -142,7 +142,9 @@ class WantWorkflow:
                 decision = await bel(
                     WantActivities.decide, p.DecideInput(want_id=spec.want_id, seq=self._seq)
                 )
-            except ActivityError as error:  # e.g. the graph no longer produces this ref
+            # e.g. the graph no longer produces this ref. A local activity's failure arrives as the bare
+            # ApplicationError (a regular activity's as an ActivityError around it).
+            except (ActivityError, ApplicationError) as error:
                 return WantState.failed, failure_message(error), None
 
             def redecide(seen: int = redecides) -> bool:
