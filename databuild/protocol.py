@@ -35,21 +35,6 @@ SIGNAL_ANNOUNCE = "announce"  # to an UpstreamSync workflow: "partition X is ava
 QUERY_PROGRESS = "progress"
 QUERY_UPSTREAM_STATUS = "status"
 
-ACT_REGISTER_WANT = "register_want"
-ACT_DECIDE = "decide"
-ACT_AWAIT_DEPENDENCIES = "await_dependencies"
-ACT_AWAIT_REQUIREMENTS = "await_requirements"
-ACT_FINISH_WANT = "finish_want"
-ACT_RECORD_SLA_MISSED = "record_sla_missed"
-ACT_RUN_JOB = "run_job"
-ACT_FAIL_JOB_RUN = "fail_job_run"
-ACT_FAN_OUT = "fan_out"
-ACT_CHECK_BUILD = "check_build"  # the watchdog of wants started before `watch` existed
-ACT_WATCH = "watch"
-ACT_ABANDON_BUILD = "abandon_build"
-ACT_PULL_UPSTREAM = "pull_upstream"
-ACT_APPLY_ANNOUNCEMENTS = "apply_announcements"
-ACT_REGISTER_SCHEDULED_WANT = "register_scheduled_want"
 
 SA_PARTITION_REF = SearchAttributeKey.for_keyword("DataBuildPartitionRef")
 SA_WANT_STATE = SearchAttributeKey.for_keyword("DataBuildWantState")

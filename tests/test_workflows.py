@@ -168,7 +168,7 @@ def once(calls: list[Any]) -> list[Any]:
 
 def finished(script: Script) -> p.FinishInput:
     """What the want recorded as its outcome."""
-    (finish,) = once(script.inputs(p.ACT_FINISH_WANT))
+    (finish,) = once(script.inputs("finish_want"))
     assert isinstance(finish, p.FinishInput)
     return finish
 
@@ -178,14 +178,14 @@ def finished(script: Script) -> p.FinishInput:
 
 async def test_live_partition_succeeds_at_once(h: Harness, script: Script) -> None:
     spec = new_spec()
-    script.then(p.ACT_DECIDE, live_decision("i-1"))
+    script.then("decide", live_decision("i-1"))
 
     result = await (await h.start_want(spec)).result()
 
     assert (result.state, result.instance_id, result.sla_missed) == (WantState.successful, "i-1", False)
-    assert script.names() == [p.ACT_REGISTER_WANT, p.ACT_DECIDE, p.ACT_FINISH_WANT]
-    assert script.inputs(p.ACT_REGISTER_WANT) == [p.WantInput(spec=spec)]
-    assert script.inputs(p.ACT_DECIDE) == [p.DecideInput(want_id=spec.want_id, seq=1)]
+    assert script.names() == ["register_want", "decide", "finish_want"]
+    assert script.inputs("register_want") == [p.WantInput(spec=spec)]
+    assert script.inputs("decide") == [p.DecideInput(want_id=spec.want_id, seq=1)]
     assert finished(script) == p.FinishInput(
         want_id=spec.want_id, state=WantState.successful, instance_id="i-1"
     )
@@ -193,7 +193,7 @@ async def test_live_partition_succeeds_at_once(h: Harness, script: Script) -> No
 
 async def test_final_decision_ends_the_want_in_that_state(h: Harness, script: Script) -> None:
     spec = new_spec()
-    script.then(p.ACT_DECIDE, final_decision(WantState.expired, "expired earlier"))
+    script.then("decide", final_decision(WantState.expired, "expired earlier"))
 
     result = await (await h.start_want(spec)).result()
 
@@ -203,7 +203,7 @@ async def test_final_decision_ends_the_want_in_that_state(h: Harness, script: Sc
 
 async def test_a_decision_that_cannot_be_made_fails_the_want(h: Harness, script: Script) -> None:
     spec = new_spec()
-    script.then(p.ACT_DECIDE, fails("no job produces it", "GraphDefinitionError", non_retryable=True))
+    script.then("decide", fails("no job produces it", "GraphDefinitionError", non_retryable=True))
 
     error = await failure_of(await h.start_want(spec))
 
@@ -218,20 +218,20 @@ async def test_a_decision_that_cannot_be_made_fails_the_want(h: Harness, script:
 async def test_execute_starts_the_job_run_and_succeeds_on_its_fan_out(h: Harness, script: Script) -> None:
     spec, run_id = new_spec(), new_run_id()
     decision = execute_decision(run_id, [spec.ref])
-    script.then(p.ACT_DECIDE, decision)
+    script.then("decide", decision)
     script.then(
-        p.ACT_FAN_OUT,
+        "fan_out",
         signals(h.client, spec.workflow_id, p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "i-7", run_id)),
     )
 
     result = await (await h.start_want(spec)).result()
 
     assert (result.state, result.instance_id) == (WantState.successful, "i-7")
-    assert script.inputs(p.ACT_RUN_JOB) == [
+    assert script.inputs("run_job") == [
         job_run_input(run_id, [spec.ref]).model_copy(update={"policy": decision.policy})
     ]
-    assert script.inputs(p.ACT_FAN_OUT) == [p.FanOutInput(job_run_id=run_id)]
-    assert p.ACT_FAIL_JOB_RUN not in script.names()
+    assert script.inputs("fan_out") == [p.FanOutInput(job_run_id=run_id)]
+    assert "fail_job_run" not in script.names()
     job_run = h.job_run(run_id)
     assert (await job_run.result()).state is JobRunState.succeeded
     attributes = (await job_run.describe()).typed_search_attributes
@@ -241,17 +241,17 @@ async def test_execute_starts_the_job_run_and_succeeds_on_its_fan_out(h: Harness
 
 async def test_delegated_want_succeeds_when_the_run_signals(h: Harness, script: Script) -> None:
     spec, run_id = new_spec(), new_run_id()
-    script.then(p.ACT_DECIDE, delegate_decision(run_id, [spec.ref]))
+    script.then("decide", delegate_decision(run_id, [spec.ref]))
     handle = await h.start_want(spec)
 
-    assert await script.called(p.ACT_WATCH) == p.WatchInput(job_run_id=run_id)
+    assert await script.called("watch") == p.WatchInput(job_run_id=run_id)
     progress = await until_progress(handle, lambda progress: progress.state is WantState.building)
     assert progress.job_run_id == run_id
     await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "i-2", run_id))
 
     result = await handle.result()
     assert (result.state, result.instance_id) == (WantState.successful, "i-2")
-    assert p.ACT_RUN_JOB not in script.names()  # nothing started: another run builds it
+    assert "run_job" not in script.names()  # nothing started: another run builds it
 
 
 @pytest.mark.parametrize("when", ["with the start", "while deciding"])
@@ -264,10 +264,10 @@ async def test_a_signal_before_the_want_waits_is_not_lost(h: Harness, script: Sc
             await h.client.get_workflow_handle(spec.workflow_id).signal(p.SIGNAL_PARTITION_AVAILABLE, notice)
             return delegate_decision(run_id, [spec.ref])
 
-        script.then(p.ACT_DECIDE, decide)
+        script.then("decide", decide)
         handle = await h.start_want(spec)
     else:
-        script.then(p.ACT_DECIDE, delegate_decision(run_id, [spec.ref]))
+        script.then("decide", delegate_decision(run_id, [spec.ref]))
         handle = await h.start_want(
             spec, start_signal=p.SIGNAL_PARTITION_AVAILABLE, start_signal_args=[notice]
         )
@@ -275,28 +275,28 @@ async def test_a_signal_before_the_want_waits_is_not_lost(h: Harness, script: Sc
     result = await handle.result()
 
     assert (result.state, result.instance_id) == (WantState.successful, "i-3")
-    assert len(script.inputs(p.ACT_DECIDE)) == 1
+    assert len(script.inputs("decide")) == 1
 
 
 async def test_watch_seeing_the_run_ended_makes_the_want_decide_again(h: Harness, script: Script) -> None:
     spec, run_id = new_spec(), new_run_id()
-    script.then(p.ACT_DECIDE, delegate_decision(run_id, [spec.ref]), live_decision("i-4"))
-    script.then(p.ACT_WATCH, still_waiting, None)  # the second look finds the run ended, unheard
+    script.then("decide", delegate_decision(run_id, [spec.ref]), live_decision("i-4"))
+    script.then("watch", still_waiting, None)  # the second look finds the run ended, unheard
 
     result = await (await h.start_want(spec)).result()
 
     assert (result.state, result.instance_id) == (WantState.successful, "i-4")
-    assert [i.seq for i in script.inputs(p.ACT_DECIDE)] == [1, 2]
-    assert script.inputs(p.ACT_WATCH) == [p.WatchInput(job_run_id=run_id)] * 2
+    assert [i.seq for i in script.inputs("decide")] == [1, 2]
+    assert script.inputs("watch") == [p.WatchInput(job_run_id=run_id)] * 2
 
 
 async def test_failed_run_fails_the_want(h: Harness, script: Script) -> None:
     spec, run_id = new_spec(), new_run_id()
-    script.then(p.ACT_DECIDE, execute_decision(run_id, [spec.ref]))
-    script.always(p.ACT_RUN_JOB, fails("bad rows", "ValueError"))
+    script.then("decide", execute_decision(run_id, [spec.ref]))
+    script.always("run_job", fails("bad rows", "ValueError"))
     reason = "ValueError: bad rows"
     script.then(
-        p.ACT_FAN_OUT,
+        "fan_out",
         signals(
             h.client, spec.workflow_id, p.SIGNAL_PARTITION_FAILED, failed_notice(spec.ref, run_id, reason)
         ),
@@ -306,7 +306,7 @@ async def test_failed_run_fails_the_want(h: Harness, script: Script) -> None:
 
     assert isinstance(error, ApplicationError) and error.type == "WantFailed" and error.non_retryable
     assert error.message == f"want {spec.ref} failed: job run {run_id} failed: {reason}"
-    assert script.inputs(p.ACT_FAIL_JOB_RUN) == [
+    assert script.inputs("fail_job_run") == [
         p.FailJobRunInput(job_run_id=run_id, reason=reason, cause=JobRunCause.error)
     ]
     finish = finished(script)
@@ -320,25 +320,25 @@ async def test_failed_run_fails_the_want(h: Harness, script: Script) -> None:
 async def test_dep_miss_waits_for_its_inputs_then_decides_again(h: Harness, script: Script) -> None:
     spec, run_id = new_spec(), new_run_id()
     inputs = ["in/a", "in/b"]
-    script.then(p.ACT_DECIDE, execute_decision(run_id, [spec.ref]), live_decision("i-5"))
-    script.then(p.ACT_RUN_JOB, job_dep_miss(inputs))
+    script.then("decide", execute_decision(run_id, [spec.ref]), live_decision("i-5"))
+    script.then("run_job", job_dep_miss(inputs))
     script.then(
-        p.ACT_FAN_OUT, signals(h.client, spec.workflow_id, p.SIGNAL_DEP_MISS, dep_miss_notice(run_id, inputs))
+        "fan_out", signals(h.client, spec.workflow_id, p.SIGNAL_DEP_MISS, dep_miss_notice(run_id, inputs))
     )
-    script.then(p.ACT_AWAIT_DEPENDENCIES, dependencies(live=["in/a"]))
+    script.then("await_dependencies", dependencies(live=["in/a"]))
     handle = await h.start_want(spec)
 
-    asked = await script.called(p.ACT_AWAIT_DEPENDENCIES)
+    asked = await script.called("await_dependencies")
     assert asked == p.DependenciesInput(want_id=spec.want_id, job_run_id=run_id, missing=inputs)
     progress = await until_progress(handle, lambda progress: progress.waiting_for == ["in/b"])
     assert progress.state is WantState.upstream_building
-    assert len(script.inputs(p.ACT_DECIDE)) == 1  # not before its inputs are live
+    assert len(script.inputs("decide")) == 1  # not before its inputs are live
     await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available("in/b", "i-b"))
 
     result = await handle.result()
     assert (result.state, result.instance_id) == (WantState.successful, "i-5")
-    assert [i.seq for i in script.inputs(p.ACT_DECIDE)] == [1, 2]
-    assert len(script.inputs(p.ACT_RUN_JOB)) == 1
+    assert [i.seq for i in script.inputs("decide")] == [1, 2]
+    assert len(script.inputs("run_job")) == 1
     assert (await h.job_run(run_id).result()).state is JobRunState.dep_miss
 
 
@@ -346,24 +346,24 @@ async def test_dep_miss_waits_for_its_inputs_then_decides_again(h: Harness, scri
 async def test_dep_miss_with_a_failed_input_fails_the_want(h: Harness, script: Script, heard: str) -> None:
     spec, run_id = new_spec(), new_run_id()
     reason = "derivative want w-1 failed: broken"
-    script.then(p.ACT_DECIDE, execute_decision(run_id, [spec.ref]))
-    script.then(p.ACT_RUN_JOB, job_dep_miss(["in/a"]))
+    script.then("decide", execute_decision(run_id, [spec.ref]))
+    script.then("run_job", job_dep_miss(["in/a"]))
     script.then(
-        p.ACT_FAN_OUT,
+        "fan_out",
         signals(h.client, spec.workflow_id, p.SIGNAL_DEP_MISS, dep_miss_notice(run_id, ["in/a"])),
     )
     if heard == "from await_dependencies":
-        script.then(p.ACT_AWAIT_DEPENDENCIES, dependencies(failed={"in/a": reason}))
+        script.then("await_dependencies", dependencies(failed={"in/a": reason}))
     handle = await h.start_want(spec)
     if heard == "by signal":
-        await script.called(p.ACT_AWAIT_DEPENDENCIES)
+        await script.called("await_dependencies")
         await handle.signal(p.SIGNAL_PARTITION_FAILED, failed_notice("in/a", "want:w-1", reason))
 
     error = await failure_of(handle)
 
     assert isinstance(error, ApplicationError) and error.type == "WantFailed"
     assert finished(script).reason == f"input(s) failed to build: in/a: {reason}"
-    assert len(script.inputs(p.ACT_DECIDE)) == 1
+    assert len(script.inputs("decide")) == 1
 
 
 # Waiting without a run -------------------------------------------------------------------------------
@@ -371,22 +371,22 @@ async def test_dep_miss_with_a_failed_input_fails_the_want(h: Harness, script: S
 
 async def test_blocked_want_decides_again_on_redecide(h: Harness, script: Script) -> None:
     spec = new_spec()
-    script.then(p.ACT_DECIDE, blocked_decision([spec.ref]), live_decision("i-6"))
+    script.then("decide", blocked_decision([spec.ref]), live_decision("i-6"))
     handle = await h.start_want(spec)
 
-    assert await script.called(p.ACT_WATCH) == p.WatchInput(blocked_refs=[spec.ref])
+    assert await script.called("watch") == p.WatchInput(blocked_refs=[spec.ref])
     progress = await until_progress(handle, lambda progress: progress.state is WantState.upstream_building)
     assert progress.waiting_for == [spec.ref]
     await handle.signal(p.SIGNAL_REDECIDE, redecide_notice(spec.ref, "resolved"))
 
     result = await handle.result()
     assert (result.state, result.instance_id) == (WantState.successful, "i-6")
-    assert [i.seq for i in script.inputs(p.ACT_DECIDE)] == [1, 2]
+    assert [i.seq for i in script.inputs("decide")] == [1, 2]
 
 
 async def test_external_want_succeeds_when_published(h: Harness, script: Script) -> None:
     spec = new_spec()
-    script.then(p.ACT_DECIDE, wait_external_decision())
+    script.then("decide", wait_external_decision())
     handle = await h.start_want(spec)
 
     progress = await until_progress(handle, lambda progress: progress.state is WantState.upstream_building)
@@ -395,20 +395,20 @@ async def test_external_want_succeeds_when_published(h: Harness, script: Script)
 
     result = await handle.result()
     assert (result.state, result.instance_id) == (WantState.successful, "ext-1")
-    assert len(script.inputs(p.ACT_DECIDE)) == 1
+    assert len(script.inputs("decide")) == 1
 
 
 async def test_required_partitions_hold_the_decision_back(h: Harness, script: Script) -> None:
     spec = new_spec(requires=["ext/x", "ext/y"])
-    script.then(p.ACT_AWAIT_REQUIREMENTS, p.RequirementsStatus(live=["ext/x"]))
-    script.then(p.ACT_DECIDE, live_decision("i-8"))
+    script.then("await_requirements", p.RequirementsStatus(live=["ext/x"]))
+    script.then("decide", live_decision("i-8"))
     handle = await h.start_want(spec)
 
-    asked = await script.called(p.ACT_AWAIT_REQUIREMENTS)
+    asked = await script.called("await_requirements")
     assert asked == p.RequirementsInput(want_id=spec.want_id, refs=["ext/x", "ext/y"])
     progress = await until_progress(handle, lambda progress: progress.waiting_for == ["ext/y"])
     assert progress.state is WantState.upstream_building
-    assert p.ACT_DECIDE not in script.names()
+    assert "decide" not in script.names()
     await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available("ext/y", "ext-y"))
 
     result = await handle.result()
@@ -421,13 +421,13 @@ async def test_required_partitions_hold_the_decision_back(h: Harness, script: Sc
 async def test_sla_miss_is_recorded_once_while_the_want_keeps_working(h: Harness, script: Script) -> None:
     start = await h.env.get_current_time()
     spec = new_spec(data_timestamp=start, sla=timedelta(hours=9), ttl=timedelta(days=30))
-    script.then(p.ACT_DECIDE, wait_external_decision())
+    script.then("decide", wait_external_decision())
     handle = await h.start_want(spec)
     await until_progress(handle, lambda progress: progress.state is WantState.upstream_building)
-    assert p.ACT_RECORD_SLA_MISSED not in script.names()
+    assert "record_sla_missed" not in script.names()
 
     await h.env.sleep(timedelta(hours=10))
-    assert await script.called(p.ACT_RECORD_SLA_MISSED) == sla_missed_input(
+    assert await script.called("record_sla_missed") == sla_missed_input(
         spec.want_id, start + timedelta(hours=9)
     )
     progress = await until_progress(handle, lambda progress: progress.sla_missed)
@@ -438,16 +438,16 @@ async def test_sla_miss_is_recorded_once_while_the_want_keeps_working(h: Harness
 
     result = await handle.result()
     assert (result.state, result.sla_missed) == (WantState.successful, True)
-    assert len(script.inputs(p.ACT_RECORD_SLA_MISSED)) == 1
+    assert len(script.inputs("record_sla_missed")) == 1
 
 
 async def test_past_sla_is_recorded_at_once(h: Harness, script: Script) -> None:
     start = await h.env.get_current_time()
     spec = new_spec(data_timestamp=start - timedelta(days=1), sla=timedelta(hours=1))
-    script.then(p.ACT_DECIDE, wait_external_decision())
+    script.then("decide", wait_external_decision())
     handle = await h.start_want(spec)
 
-    await script.called(p.ACT_RECORD_SLA_MISSED)
+    await script.called("record_sla_missed")
     await until_progress(handle, lambda progress: progress.sla_missed)
     assert await h.env.get_current_time() - start < timedelta(minutes=1)
 
@@ -458,7 +458,7 @@ async def test_ttl_expiry_stops_the_want(h: Harness, script: Script, waiting: st
     spec = new_spec(data_timestamp=start, sla=timedelta(hours=9), ttl=timedelta(days=2))
     run_id = new_run_id()
     building = waiting == "on a build"
-    script.then(p.ACT_DECIDE, delegate_decision(run_id, [spec.ref]) if building else wait_external_decision())
+    script.then("decide", delegate_decision(run_id, [spec.ref]) if building else wait_external_decision())
 
     result = await (await h.start_want(spec)).result()
 
@@ -466,11 +466,11 @@ async def test_ttl_expiry_stops_the_want(h: Harness, script: Script, waiting: st
     assert result.reason == f"TTL passed at {start + timedelta(days=2):%Y-%m-%d %H:%M}Z"
     assert await h.env.get_current_time() >= start + timedelta(days=2)
     assert finished(script).state is WantState.expired
-    assert len(script.inputs(p.ACT_RECORD_SLA_MISSED)) == 1
+    assert len(script.inputs("record_sla_missed")) == 1
     expected = [p.AbandonBuildInput(job_run_id=run_id)] if building else []
-    assert once(script.inputs(p.ACT_ABANDON_BUILD)) == expected
+    assert once(script.inputs("abandon_build")) == expected
     # The watch looks every watchdog (1 h), backing off to ten times that: nine looks in two days.
-    assert len(script.inputs(p.ACT_WATCH)) <= (9 if building else 0)
+    assert len(script.inputs("watch")) <= (9 if building else 0)
 
 
 # Cancel ----------------------------------------------------------------------------------------------
@@ -480,7 +480,7 @@ async def test_ttl_expiry_stops_the_want(h: Harness, script: Script, waiting: st
 async def test_cancel_records_the_want_canceled(h: Harness, script: Script, waiting: str) -> None:
     spec, run_id = new_spec(), new_run_id()
     building = waiting == "on a build"
-    script.then(p.ACT_DECIDE, delegate_decision(run_id, [spec.ref]) if building else wait_external_decision())
+    script.then("decide", delegate_decision(run_id, [spec.ref]) if building else wait_external_decision())
     handle = await h.start_want(spec)
     await until_progress(handle, lambda progress: progress.state is not WantState.new)
 
@@ -490,17 +490,17 @@ async def test_cancel_records_the_want_canceled(h: Harness, script: Script, wait
     finish = finished(script)
     assert (finish.state, finish.reason) == (WantState.canceled, "canceled on request")
     expected = [p.AbandonBuildInput(job_run_id=run_id)] if building else []
-    assert once(script.inputs(p.ACT_ABANDON_BUILD)) == expected
+    assert once(script.inputs("abandon_build")) == expected
 
 
 async def test_canceled_want_abandons_the_run_it_started(h: Harness, script: Script) -> None:
     spec, run_id = new_spec(), new_run_id()
     job = Held()
-    script.then(p.ACT_DECIDE, execute_decision(run_id, [spec.ref]))
-    script.then(p.ACT_RUN_JOB, job)
-    script.then(p.ACT_ABANDON_BUILD, p.AbandonBuildResult(workflow_id=job_run_workflow_id(JOB_LABEL, run_id)))
+    script.then("decide", execute_decision(run_id, [spec.ref]))
+    script.then("run_job", job)
+    script.then("abandon_build", p.AbandonBuildResult(workflow_id=job_run_workflow_id(JOB_LABEL, run_id)))
     handle = await h.start_want(spec)
-    await script.called(p.ACT_RUN_JOB)
+    await script.called("run_job")
 
     await handle.cancel()
 
@@ -512,10 +512,10 @@ async def test_canceled_want_abandons_the_run_it_started(h: Harness, script: Scr
         ABANDONED,
     )
     assert job.cancelled
-    assert script.inputs(p.ACT_FAIL_JOB_RUN) == [
+    assert script.inputs("fail_job_run") == [
         p.FailJobRunInput(job_run_id=run_id, reason=ABANDONED, cause=JobRunCause.abandoned)
     ]
-    assert script.inputs(p.ACT_FAN_OUT) == [p.FanOutInput(job_run_id=run_id)]
+    assert script.inputs("fan_out") == [p.FanOutInput(job_run_id=run_id)]
     assert finished(script).state is WantState.canceled
 
 
@@ -532,16 +532,16 @@ async def test_long_history_continues_as_new_carrying_its_state(
     )
     start = await env.get_current_time()
     spec = new_spec(data_timestamp=start - timedelta(days=1), sla=timedelta(hours=1))
-    script.then(p.ACT_DECIDE, blocked_decision([spec.ref]), live_decision("i-9"))
+    script.then("decide", blocked_decision([spec.ref]), live_decision("i-9"))
     async with harnessed(env, script, runner) as h:
         handle = await h.start_want(spec)
-        await script.called(p.ACT_WATCH)
+        await script.called("watch")
         await until_progress(handle, lambda progress: progress.sla_missed)
         await handle.signal(p.SIGNAL_REDECIDE, redecide_notice(spec.ref))
 
         # The test server's long poll for a result does not wake at a continue-as-new: ask the latest
         # run for it once the want has finished.
-        await script.called(p.ACT_FINISH_WANT)
+        await script.called("finish_want")
         latest = h.client.get_workflow_handle_for(WantWorkflow.run, spec.workflow_id)
         result = await latest.result()
 
@@ -550,9 +550,9 @@ async def test_long_history_continues_as_new_carrying_its_state(
         assert (await first_run.describe()).status is WorkflowExecutionStatus.CONTINUED_AS_NEW
         assert (await latest.describe()).run_id != handle.first_execution_run_id
     # Registered once, the SLA miss recorded once, and the decision steps go on counting.
-    assert len(script.inputs(p.ACT_REGISTER_WANT)) == 1
-    assert len(script.inputs(p.ACT_RECORD_SLA_MISSED)) == 1
-    assert [i.seq for i in script.inputs(p.ACT_DECIDE)] == [1, 2]
+    assert len(script.inputs("register_want")) == 1
+    assert len(script.inputs("record_sla_missed")) == 1
+    assert [i.seq for i in script.inputs("decide")] == [1, 2]
 
 
 # Job runs --------------------------------------------------------------------------------------------
@@ -564,7 +564,7 @@ async def test_job_run_succeeds_and_tells_the_wants(h: Harness, script: Script) 
     outcome = await (await h.start_job_run(job_run_input(run_id, ["out/a"]))).result()
 
     assert outcome == p.JobOutcome(job_run_id=run_id, state=JobRunState.succeeded)
-    assert script.names() == [p.ACT_RUN_JOB, p.ACT_FAN_OUT]
+    assert script.names() == ["run_job", "fan_out"]
 
 
 @pytest.mark.parametrize(
@@ -576,50 +576,50 @@ async def test_job_run_failing_beyond_its_retries_records_the_failure(
     h: Harness, script: Script, error_type: str, non_retryable: bool, attempts_made: int
 ) -> None:
     run_id = new_run_id()
-    script.always(p.ACT_RUN_JOB, fails("executor lost", error_type, non_retryable=non_retryable))
+    script.always("run_job", fails("executor lost", error_type, non_retryable=non_retryable))
 
     outcome = await (await h.start_job_run(job_run_input(run_id, ["out/a"], attempts=2))).result()
 
     reason = f"{error_type}: executor lost"
     assert (outcome.state, outcome.cause, outcome.reason) == (JobRunState.failed, JobRunCause.error, reason)
-    assert len(script.inputs(p.ACT_RUN_JOB)) == attempts_made
-    assert script.inputs(p.ACT_FAIL_JOB_RUN) == [
+    assert len(script.inputs("run_job")) == attempts_made
+    assert script.inputs("fail_job_run") == [
         p.FailJobRunInput(job_run_id=run_id, reason=reason, cause=JobRunCause.error)
     ]
-    assert script.inputs(p.ACT_FAN_OUT) == [p.FanOutInput(job_run_id=run_id)]
+    assert script.inputs("fan_out") == [p.FanOutInput(job_run_id=run_id)]
 
 
 async def test_job_run_dep_miss_is_an_outcome_not_a_failure(h: Harness, script: Script) -> None:
     run_id = new_run_id()
-    script.then(p.ACT_RUN_JOB, job_dep_miss(["in/a"]))
+    script.then("run_job", job_dep_miss(["in/a"]))
 
     outcome = await (await h.start_job_run(job_run_input(run_id, ["out/a"]))).result()
 
     assert (outcome.state, outcome.missing) == (JobRunState.dep_miss, ["in/a"])
-    assert script.names() == [p.ACT_RUN_JOB, p.ACT_FAN_OUT]
+    assert script.names() == ["run_job", "fan_out"]
 
 
 async def test_canceled_job_run_stops_its_job_and_tells_the_wants(h: Harness, script: Script) -> None:
     run_id, job = new_run_id(), Held()
-    script.then(p.ACT_RUN_JOB, job)
+    script.then("run_job", job)
     handle = await h.start_job_run(job_run_input(run_id, ["out/a"]))
-    await script.called(p.ACT_RUN_JOB)
+    await script.called("run_job")
 
     await handle.cancel()
 
     assert isinstance(await failure_of(handle), CancelledError)
     assert job.cancelled
-    assert script.inputs(p.ACT_FAIL_JOB_RUN) == [
+    assert script.inputs("fail_job_run") == [
         p.FailJobRunInput(job_run_id=run_id, reason=CANCELED, cause=JobRunCause.cancelled)
     ]
-    assert script.inputs(p.ACT_FAN_OUT) == [p.FanOutInput(job_run_id=run_id)]
+    assert script.inputs("fan_out") == [p.FanOutInput(job_run_id=run_id)]
 
 
 async def test_abandoned_job_run_stops_its_job_and_releases_its_outputs(h: Harness, script: Script) -> None:
     run_id, job = new_run_id(), Held()
-    script.then(p.ACT_RUN_JOB, job)
+    script.then("run_job", job)
     handle = await h.start_job_run(job_run_input(run_id, ["out/a"]))
-    await script.called(p.ACT_RUN_JOB)
+    await script.called("run_job")
 
     await handle.signal(p.SIGNAL_ABANDON)
 
@@ -630,7 +630,7 @@ async def test_abandoned_job_run_stops_its_job_and_releases_its_outputs(h: Harne
         ABANDONED,
     )
     assert job.cancelled
-    assert script.inputs(p.ACT_FAIL_JOB_RUN) == [
+    assert script.inputs("fail_job_run") == [
         p.FailJobRunInput(job_run_id=run_id, reason=ABANDONED, cause=JobRunCause.abandoned)
     ]
-    assert script.inputs(p.ACT_FAN_OUT) == [p.FanOutInput(job_run_id=run_id)]
+    assert script.inputs("fan_out") == [p.FanOutInput(job_run_id=run_id)]

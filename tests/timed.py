@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from temporalio import activity, workflow
 
-from workflows.calls import bel_do, fan_out
+from workflows.calls import bel, fan_out
 
 with workflow.unsafe.imports_passed_through():
     from databuild import protocol as p
@@ -42,6 +42,15 @@ class TimedBuilds:
         return p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.succeeded)
 
 
+@dataclass
+class Failures:
+    bel: BuildEventLog
+
+    @activity.defn
+    async def fail_job_run(self, input: p.FailJobRunInput) -> None:
+        await asyncio.to_thread(self.bel.fail_job_run, input.job_run_id, input.reason)
+
+
 @workflow.defn(name=p.JOB_RUN_WORKFLOW)
 class TimedJobRun:
     @workflow.run
@@ -52,15 +61,6 @@ class TimedJobRun:
         )
         if outcome.state is JobRunState.failed:
             failed = p.FailJobRunInput(job_run_id=input.job_run_id, reason=outcome.reason or "failed")
-            await bel_do(p.ACT_FAIL_JOB_RUN, failed)
+            await bel(Failures.fail_job_run, failed)
         await fan_out(input.job_run_id)
         return outcome
-
-
-@dataclass
-class Failures:
-    bel: BuildEventLog
-
-    @activity.defn(name=p.ACT_FAIL_JOB_RUN)
-    async def fail_job_run(self, input: p.FailJobRunInput) -> None:
-        await asyncio.to_thread(self.bel.fail_job_run, input.job_run_id, input.reason)

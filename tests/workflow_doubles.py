@@ -81,55 +81,55 @@ class Script:
         return answer
 
     # The doubles, typed like the real activities so the data converter builds their inputs.
-    @activity.defn(name=p.ACT_REGISTER_WANT)
+    @activity.defn
     async def register_want(self, input: p.WantInput) -> int:
-        result: int = await self.answer(p.ACT_REGISTER_WANT, input)
+        result: int = await self.answer("register_want", input)
         return result
 
-    @activity.defn(name=p.ACT_DECIDE)
+    @activity.defn
     async def decide(self, input: p.DecideInput) -> p.Decision:
-        result: p.Decision = await self.answer(p.ACT_DECIDE, input)
+        result: p.Decision = await self.answer("decide", input)
         return result
 
-    @activity.defn(name=p.ACT_AWAIT_DEPENDENCIES)
+    @activity.defn
     async def await_dependencies(self, input: p.DependenciesInput) -> DependenciesStatus:
-        result: DependenciesStatus = await self.answer(p.ACT_AWAIT_DEPENDENCIES, input)
+        result: DependenciesStatus = await self.answer("await_dependencies", input)
         return result
 
-    @activity.defn(name=p.ACT_AWAIT_REQUIREMENTS)
+    @activity.defn
     async def await_requirements(self, input: p.RequirementsInput) -> p.RequirementsStatus:
-        result: p.RequirementsStatus = await self.answer(p.ACT_AWAIT_REQUIREMENTS, input)
+        result: p.RequirementsStatus = await self.answer("await_requirements", input)
         return result
 
-    @activity.defn(name=p.ACT_FINISH_WANT)
+    @activity.defn
     async def finish_want(self, input: p.FinishInput) -> None:
-        await self.answer(p.ACT_FINISH_WANT, input)
+        await self.answer("finish_want", input)
 
-    @activity.defn(name=p.ACT_RECORD_SLA_MISSED)
+    @activity.defn
     async def record_sla_missed(self, input: p.SlaMissedInput) -> None:
-        await self.answer(p.ACT_RECORD_SLA_MISSED, input)
+        await self.answer("record_sla_missed", input)
 
-    @activity.defn(name=p.ACT_WATCH)
+    @activity.defn
     async def watch(self, input: p.WatchInput) -> None:
-        await self.answer(p.ACT_WATCH, input)
+        await self.answer("watch", input)
 
-    @activity.defn(name=p.ACT_ABANDON_BUILD)
+    @activity.defn
     async def abandon_build(self, input: p.AbandonBuildInput) -> p.AbandonBuildResult:
-        result: p.AbandonBuildResult = await self.answer(p.ACT_ABANDON_BUILD, input)
+        result: p.AbandonBuildResult = await self.answer("abandon_build", input)
         return result
 
-    @activity.defn(name=p.ACT_RUN_JOB)
+    @activity.defn
     async def run_job(self, input: p.JobRunInput) -> p.JobOutcome:
-        result: p.JobOutcome = await self.answer(p.ACT_RUN_JOB, input)
+        result: p.JobOutcome = await self.answer("run_job", input)
         return result
 
-    @activity.defn(name=p.ACT_FAIL_JOB_RUN)
+    @activity.defn
     async def fail_job_run(self, input: p.FailJobRunInput) -> None:
-        await self.answer(p.ACT_FAIL_JOB_RUN, input)
+        await self.answer("fail_job_run", input)
 
-    @activity.defn(name=p.ACT_FAN_OUT)
+    @activity.defn
     async def fan_out(self, input: p.FanOutInput) -> int:
-        result: int = await self.answer(p.ACT_FAN_OUT, input)
+        result: int = await self.answer("fan_out", input)
         return result
 
     def activities(self) -> list[Callable[..., Any]]:
@@ -285,15 +285,15 @@ def unscripted(name: str) -> Callable[[object], ApplicationError]:
 
 
 DEFAULTS: dict[str, Answer] = {
-    p.ACT_REGISTER_WANT: 0,
-    p.ACT_DECIDE: unscripted(p.ACT_DECIDE),
-    p.ACT_AWAIT_DEPENDENCIES: dependencies(),
-    p.ACT_AWAIT_REQUIREMENTS: p.RequirementsStatus(live=[]),
-    p.ACT_FINISH_WANT: None,
-    p.ACT_RECORD_SLA_MISSED: None,
-    p.ACT_WATCH: still_waiting,
-    p.ACT_ABANDON_BUILD: p.AbandonBuildResult(),
-    p.ACT_RUN_JOB: job_succeeded,
-    p.ACT_FAIL_JOB_RUN: None,
-    p.ACT_FAN_OUT: 0,
+    "register_want": 0,
+    "decide": unscripted("decide"),
+    "await_dependencies": dependencies(),
+    "await_requirements": p.RequirementsStatus(live=[]),
+    "finish_want": None,
+    "record_sla_missed": None,
+    "watch": still_waiting,
+    "abandon_build": p.AbandonBuildResult(),
+    "run_job": job_succeeded,
+    "fail_job_run": None,
+    "fan_out": 0,
 }
