@@ -3,11 +3,11 @@
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    # Imported once and shared by every run, not again into each run's sandbox (cheaper starts).
     from activities.wants import WantActivities
     from databuild import protocol as p
     from databuild.schedules import fill
-
-from workflows.calls import remote
+    from workflows.calls import remote
 
 
 @workflow.defn(name=p.SCHEDULED_WANT_WORKFLOW)

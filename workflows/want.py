@@ -10,17 +10,15 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
-from workflows.calls import bel, failure_message, remote, watch
-
 with workflow.unsafe.imports_passed_through():
+    # Imported once and shared by every run, not again into each run's sandbox (cheaper starts).
     from activities.wants import WantActivities
     from databuild import protocol as p
     from databuild.domain.decisions import Final, Live, WaitExternal
     from databuild.models import WantSpec, WantState, job_run_workflow_id
+    from workflows.calls import bel, failure_message, remote, watch
 
 Following = p.ExecuteOrder | p.DelegateOrder
-
-
 Outcome = tuple[WantState, str | None, str | None]  # state, reason, instance id
 
 # A run continues as new at its next decision once its history is this long (or the server suggests

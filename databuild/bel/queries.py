@@ -128,10 +128,11 @@ def _ref_conditions(column: Any, ref_prefix: str | None, ref_glob: str | None) -
 
 
 class BelQueries:
-    # Threads that run BEL calls for async code (workers, the SDK, the web server): as many as the
-    # connections, and apart from asyncio's default executor, so BEL steps of workflow tasks never
-    # queue behind unrelated blocking work.
-    THREADS = 16
+    # Threads that run BEL calls for async code (workers, the SDK, the web server), apart from asyncio's
+    # default executor, so BEL steps of workflow tasks never queue behind unrelated blocking work. Few:
+    # each call is short, and runnable threads contend with the event loop for the GIL (with 16, loop
+    # callbacks stretched past 100 ms under a burst of wants; the registration rate was the same).
+    THREADS = 4
 
     def __init__(self, reader: Engine) -> None:
         self.reader = reader
