@@ -15,7 +15,7 @@ from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.domain.decisions import Blocked, Delegate, DependenciesStatus, Execute, Verdict
 from databuild.graph import Graph
-from databuild.models import PartitionStatus, Subscription, Want, WantSource, WantSpec, WantState
+from databuild.models import JobRunCause, PartitionStatus, Subscription, Want, WantSource, WantSpec, WantState
 from databuild.temporal import notify_subscribers, signal_for_run, start_want
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
@@ -95,7 +95,9 @@ class WantActivities:
         closed or gone is abandoned: its outputs are released and every subscribed want is told to
         decide again."""
         run = await self.bel.call(self.bel.job_run, job_run_id)
-        if run.lost:  # abandoned before (perhaps by an attempt of this activity): tell everyone again
+        if (
+            run.cause is JobRunCause.lost
+        ):  # released before (perhaps by an attempt of this activity): tell everyone again
             await notify_subscribers(self.client, self.bel, run.outputs, signal_for_run(run))
             return p.BuildHealth.lost
         if run.state.is_final:

@@ -121,13 +121,13 @@ class DataBuild:
     ) -> WantSpec:
         """Register a want. Asking again for the same want attaches to the same workflow. ``requires``:
         external partitions that must be available before its job is dispatched."""
-        spec = await asyncio.to_thread(
+        spec = await self.bel.call(
             self.spec, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, source=source, requires=requires
         )
         await start_want(await self.temporal_client(), spec, self.settings.task_queue, self.bel)
         # The workflow records the want too; doing it here as well (idempotently) means the want is
         # visible in the BEL as soon as this returns, and only once its workflow exists.
-        await asyncio.to_thread(self.bel.register_want, spec)
+        await self.bel.call(self.bel.register_want, spec)
         return spec
 
     async def wait(
@@ -159,7 +159,7 @@ class DataBuild:
     async def progress(self, spec: WantSpec) -> FamilyProgress:
         """How far the want and its fulfillment tree have come: the want, the wants of the tree and the
         state of their job runs."""
-        return await asyncio.to_thread(family_progress, self.bel, spec.want_id, spec.root_want_id)
+        return await self.bel.call(family_progress, self.bel, spec.want_id, spec.root_want_id)
 
     async def _report(
         self,
@@ -172,7 +172,7 @@ class DataBuild:
             await _called(on_progress, progress)
             current = progress.want
         elif on_update is not None:
-            current = await asyncio.to_thread(self.bel.find_want, spec.want_id)
+            current = await self.bel.call(self.bel.find_want, spec.want_id)
         else:
             return
         if on_update is not None:
@@ -181,7 +181,7 @@ class DataBuild:
     async def _final(self, want_id: str) -> Want:
         # The workflow records the final state before it completes; read it from the log.
         for _ in range(50):
-            want = await asyncio.to_thread(self.bel.want, want_id)
+            want = await self.bel.call(self.bel.want, want_id)
             if want.state.is_final:
                 return want
             await asyncio.sleep(0.1)
@@ -201,7 +201,7 @@ class DataBuild:
         partition, whether this call changed it, and how many wants were signalled. A ref the graph
         does not declare external, or outside ``patterns``, raises AnnouncementRefusedError."""
         check_announcement(self.graph, ref, patterns)
-        partition, created = await asyncio.to_thread(self.bel.publish_external, ref, instance_id, source)
+        partition, created = await self.bel.call(self.bel.publish_external, ref, instance_id, source)
         assert partition.instance_id is not None
         notice = PartitionAvailable(ref=ref, instance_id=partition.instance_id, job_run_id=partition.built_by)
         signalled = await notify_subscribers(
@@ -212,18 +212,18 @@ class DataBuild:
     async def resolve(self, ref: str) -> tuple[list[Partition], int]:
         """Clear the fail-lock on ``ref`` and on the outputs its failed job run locked with it (after
         fixing the cause); waiting wants decide again. Returns the partitions and wants woken."""
-        partitions = await asyncio.to_thread(self.bel.resolve, ref)
+        partitions = await self.bel.call(self.bel.resolve, ref)
         return partitions, await self._redecide([p.ref for p in partitions], f"{ref} resolved")
 
     async def skip(self, ref: str) -> tuple[Partition, int]:
         """Retire ``ref``: it is never built again, and the wants waiting for it fail."""
         self.graph.resolve(ref)  # a malformed ref, or one no job produces, is refused before recording
-        partition = await asyncio.to_thread(self.bel.skip, ref)
+        partition = await self.bel.call(self.bel.skip, ref)
         return partition, await self._redecide([ref], f"{ref} retired")
 
     async def taint_impact(self, ref: str) -> TaintImpact:
         """What tainting ``ref`` would affect (every instance built from its live one); records nothing."""
-        return await asyncio.to_thread(self.bel.taint_impact, ref)
+        return await self.bel.call(self.bel.taint_impact, ref)
 
     async def taint(
         self, ref: str, *, reason: str | None = None, cascade: bool = False, instance_id: str | None = None
@@ -232,7 +232,7 @@ class DataBuild:
         it shows as stale. ``cascade`` taints the current downstream too, so wants rebuild it as well;
         ``instance_id`` refuses (InvalidTransitionError) unless that is still the live instance, e.g.
         the one ``taint_impact`` showed."""
-        return await asyncio.to_thread(
+        return await self.bel.call(
             self.bel.taint, ref, reason=reason, cascade=cascade, instance_id=instance_id
         )
 

@@ -13,7 +13,9 @@ from databuild.storage import Storage
 
 
 def outcome_of(run: JobRun) -> JobOutcome:
-    return JobOutcome(job_run_id=run.job_run_id, state=run.state, missing=run.missing, reason=run.reason)
+    return JobOutcome(
+        job_run_id=run.job_run_id, state=run.state, missing=run.missing, reason=run.reason, cause=run.cause
+    )
 
 
 class JobExecutor:

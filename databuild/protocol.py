@@ -5,9 +5,9 @@ Shared by clients (CLI, SDK), workflows and activities, so each side agrees on o
 
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field
 from temporalio.common import SearchAttributeKey
 
 from databuild.domain.decisions import (
@@ -18,7 +18,6 @@ from databuild.domain.decisions import (
     Live,
     WaitExternal,
 )
-from databuild.domain.events import LEGACY_CANCELLED
 from databuild.models import JobRunCause, JobRunState, Model, WantSpec, WantState
 
 WANT_WORKFLOW = "Want"
@@ -217,18 +216,6 @@ class FailJobRunInput(Model):
     job_run_id: str
     reason: str
     cause: JobRunCause = JobRunCause.error
-
-    @model_validator(mode="before")
-    @classmethod
-    def _upcast(cls, data: Any) -> Any:
-        """A call a worker before ``cause`` scheduled: ``release`` meant abandoned."""
-        if isinstance(data, dict) and "release" in data:
-            data = dict(data)
-            released = data.pop("release")
-            cancelled = data.get("reason") == LEGACY_CANCELLED
-            legacy = JobRunCause.cancelled if cancelled else JobRunCause.error
-            data.setdefault("cause", JobRunCause.abandoned if released else legacy)
-        return data
 
 
 class AbandonBuildInput(Model):

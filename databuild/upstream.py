@@ -14,6 +14,7 @@ from databuild.errors import (
     DataBuildError,
     GraphDefinitionError,
     InvalidInputError,
+    InvalidPartitionRefError,
     InvalidTransitionError,
     UnknownJobError,
 )
@@ -116,7 +117,12 @@ async def fetch_page(
     for event in page.events:  # check the whole page before applying any of it
         if event.type != "PartitionLive" or event.ref is None or event.idx <= cursor:
             raise UpstreamError(f"{url} sent an event we did not ask for: #{event.idx} {event.type}")
-        validate_ref(event.ref)
+        try:
+            validate_ref(event.ref)
+        except InvalidPartitionRefError as error:  # the upstream's fault: retried, never fatal to the sync
+            raise UpstreamError(
+                f"{url} sent PartitionLive #{event.idx} for a malformed ref: {error}"
+            ) from None
         instance = event.data.get("instance_id")
         if not isinstance(instance, str) or not instance:
             raise UpstreamError(f"{url} sent PartitionLive #{event.idx} without an instance id")

@@ -338,7 +338,6 @@ _STATE_OF = {
     "JobRunStarted": JobRunState.running,
     "JobRunSucceeded": JobRunState.succeeded,
     "JobRunDepMiss": JobRunState.dep_miss,
-    "JobRunFailed": JobRunState.failed,
 }
 
 

@@ -735,15 +735,15 @@ def test_upgrading_from_0003_gives_each_ended_run_its_state_and_cause(empty_url:
     from alembic import command
 
     from databuild.bel.migrate import alembic_config
-    from databuild.domain.events import LEGACY_ABANDONED, LEGACY_CANCELLED
+    from databuild.domain.events import ABANDONED_REASON, CANCELLED_REASON
 
     bel = BuildEventLog.create(empty_url)
     ended = {}
     for n, (reason, cause) in enumerate(
         [
             ("boom", JobRunCause.error),
-            (LEGACY_CANCELLED, JobRunCause.cancelled),
-            (LEGACY_ABANDONED, JobRunCause.abandoned),
+            (CANCELLED_REASON, JobRunCause.cancelled),
+            (ABANDONED_REASON, JobRunCause.abandoned),
             ("lost: no such workflow", JobRunCause.lost),
         ]
     ):

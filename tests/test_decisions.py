@@ -269,8 +269,8 @@ def test_legacy_failure_events_read_with_their_cause() -> None:
 
     assert read({"reason": "boom"}) is JobRunCause.error
     assert read({"reason": "x", "lost": True}) is JobRunCause.lost
-    assert read({"reason": ev.LEGACY_ABANDONED, "lost": False}) is JobRunCause.abandoned
-    assert read({"reason": ev.LEGACY_CANCELLED}) is JobRunCause.cancelled
+    assert read({"reason": ev.ABANDONED_REASON, "lost": False}) is JobRunCause.abandoned
+    assert read({"reason": ev.CANCELLED_REASON}) is JobRunCause.cancelled
 
 
 # Operator actions ------------------------------------------------------------------------------------

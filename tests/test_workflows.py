@@ -22,6 +22,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 import workflows.want
 from databuild import protocol as p
+from databuild.domain.events import ABANDONED_REASON as ABANDONED
+from databuild.domain.events import CANCELLED_REASON as CANCELED
 from databuild.models import JobRunCause, JobRunState, WantSpec, WantState, job_run_workflow_id
 from databuild.temporal import ensure_search_attributes
 from tests.conftest import binary
@@ -48,7 +50,7 @@ from tests.workflow_doubles import (
     still_waiting,
     wait_external_decision,
 )
-from workflows.job_run import ABANDONED, CANCELED, JobRunWorkflow
+from workflows.job_run import JobRunWorkflow
 from workflows.want import WantWorkflow
 
 DAY = datetime(2024, 1, 1, tzinfo=UTC)

@@ -12,11 +12,9 @@ with workflow.unsafe.imports_passed_through():
     # Imported once and shared by every run, not again into each run's sandbox (cheaper starts).
     from activities.jobs import JobActivities
     from databuild import protocol as p
+    from databuild.domain.events import ABANDONED_REASON, CANCELLED_REASON
     from databuild.models import JobRunCause
     from workflows.calls import bel, failure_message, fan_out
-
-ABANDONED = "abandoned: every want that needed it was canceled or expired"
-CANCELED = "canceled"
 
 
 @workflow.defn(name=p.JOB_RUN_WORKFLOW)
@@ -35,13 +33,13 @@ class JobRunWorkflow:
             outcome = await self._execute(input)
         except ActivityError as error:
             if self._abandoned:  # however its stopping ended (a timeout while stopping, say)
-                outcome = self._ended(input, JobRunCause.abandoned, ABANDONED)
+                outcome = self._ended(input, JobRunCause.abandoned, ABANDONED_REASON)
             elif isinstance(error.__cause__, CancelledError):
-                outcome = self._ended(input, JobRunCause.cancelled, CANCELED)
+                outcome = self._ended(input, JobRunCause.cancelled, CANCELLED_REASON)
             else:
                 outcome = self._ended(input, JobRunCause.error, failure_message(error))
         except asyncio.CancelledError:
-            outcome = self._ended(input, JobRunCause.cancelled, CANCELED)
+            outcome = self._ended(input, JobRunCause.cancelled, CANCELLED_REASON)
         try:
             await self._settle(input, outcome)
         except asyncio.CancelledError:

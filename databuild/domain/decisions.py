@@ -8,9 +8,9 @@ tested on its own (tests/test_decisions.py).
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict
 
 from databuild.domain import events as ev
 from databuild.errors import InvalidInputError, InvalidTransitionError
@@ -86,7 +86,6 @@ class Final(_Verdict):
 
 
 Verdict = Live | Execute | Delegate | WaitExternal | Blocked | Final
-TypedVerdict = Annotated[Verdict, Field(discriminator="kind")]
 
 
 class DependenciesStatus(Model):

@@ -102,9 +102,10 @@ class JobRunDepMiss(Model):
     reads: list[InstanceRef]
 
 
-# The reasons that told the causes apart in events recorded before ``JobRunFailed.cause`` existed.
-LEGACY_ABANDONED = "abandoned: every want that needed it was canceled or expired"
-LEGACY_CANCELLED = "canceled"
+# The reasons a job run workflow gives a run it stops: also how events recorded before
+# ``JobRunFailed.cause`` existed are told apart.
+ABANDONED_REASON = "abandoned: every want that needed it was canceled or expired"
+CANCELLED_REASON = "canceled"
 
 
 class JobRunFailed(Model):
@@ -124,9 +125,9 @@ class JobRunFailed(Model):
         data = dict(data)
         if data.pop("lost", False):
             data["cause"] = JobRunCause.lost
-        elif data.get("reason") == LEGACY_ABANDONED:
+        elif data.get("reason") == ABANDONED_REASON:
             data["cause"] = JobRunCause.abandoned
-        elif data.get("reason") == LEGACY_CANCELLED:
+        elif data.get("reason") == CANCELLED_REASON:
             data["cause"] = JobRunCause.cancelled
         return data
 
