@@ -51,10 +51,10 @@ class DataBuild:
     async def connect(cls, settings: Settings | None = None, *, lazy: bool = False) -> "DataBuild":
         """A client over the configured BEL, connected to Temporal (``lazy``: on first need)."""
         settings = settings or Settings.from_env()
+        bel = await asyncio.to_thread(BuildEventLog.create, settings.database_url)  # migrates: off the loop
         if lazy:
-            return cls(None, BuildEventLog.create(settings.database_url), None, settings)
-        graph = load_graph(settings.graph)
-        bel = BuildEventLog.create(settings.database_url)
+            return cls(None, bel, None, settings)
+        graph = await asyncio.to_thread(load_graph, settings.graph)  # imports the user's module
         return cls(await connect(settings), bel, graph, settings)
 
     @property
@@ -77,6 +77,12 @@ class DataBuild:
     def graph(self) -> Graph:
         if self._graph is None:
             self._graph = load_graph(self.settings.graph)
+        return self._graph
+
+    async def loaded_graph(self) -> Graph:
+        """The graph, imported off the event loop the first time (a user's module may import Spark)."""
+        if self._graph is None:
+            self._graph = await asyncio.to_thread(load_graph, self.settings.graph)
         return self._graph
 
     async def __aenter__(self) -> "DataBuild":
@@ -200,7 +206,7 @@ class DataBuild:
         producer; ``patterns``: those of the upstream subscription it came through. Returns the
         partition, whether this call changed it, and how many wants were signalled. A ref the graph
         does not declare external, or outside ``patterns``, raises AnnouncementRefusedError."""
-        check_announcement(self.graph, ref, patterns)
+        check_announcement(await self.loaded_graph(), ref, patterns)
         partition, created = await self.bel.call(self.bel.publish_external, ref, instance_id, source)
         assert partition.instance_id is not None
         notice = PartitionAvailable(ref=ref, instance_id=partition.instance_id, job_run_id=partition.built_by)
@@ -217,7 +223,7 @@ class DataBuild:
 
     async def skip(self, ref: str) -> tuple[Partition, int]:
         """Retire ``ref``: it is never built again, and the wants waiting for it fail."""
-        self.graph.resolve(ref)  # a malformed ref, or one no job produces, is refused before recording
+        (await self.loaded_graph()).resolve(ref)  # a malformed ref, or one no job produces, is refused before recording
         partition = await self.bel.call(self.bel.skip, ref)
         return partition, await self._redecide([ref], f"{ref} retired")
 
