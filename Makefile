@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install chromium demo dev test lint bench chaos clean
+.PHONY: install chromium demo dev test fast lint bench chaos clean
 
 install: $(VENV)/.installed
 
@@ -30,6 +30,13 @@ demo: install
 
 test: install lint
 	$(BIN)/pytest
+
+# The tests that need no Spark: the domain rules, the workflows with test doubles, replay, settings.
+FAST_TESTS := tests/test_decisions.py tests/test_workflows.py tests/test_replay.py tests/test_projector.py \
+	tests/test_settings.py tests/test_upstream_pages.py tests/test_bench_imports.py
+
+fast: install lint
+	$(BIN)/pytest $(FAST_TESTS)
 
 lint: install
 	$(BIN)/ruff check .
