@@ -223,7 +223,8 @@ class DataBuild:
 
     async def skip(self, ref: str) -> tuple[Partition, int]:
         """Retire ``ref``: it is never built again, and the wants waiting for it fail."""
-        (await self.loaded_graph()).resolve(ref)  # a malformed ref, or one no job produces, is refused before recording
+        graph = await self.loaded_graph()
+        graph.resolve(ref)  # a malformed ref, or one no job produces, is refused before recording
         partition = await self.bel.call(self.bel.skip, ref)
         return partition, await self._redecide([ref], f"{ref} retired")
 
