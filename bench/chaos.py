@@ -53,6 +53,7 @@ import pyarrow.parquet as pq
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -474,26 +475,34 @@ def running_workflows(bel: BuildEventLog) -> list[str]:
     return [workflow_id for (workflow_id,) in rows]
 
 
-async def spark_tasks_running(stack: ChaosStack, workflow_id: str) -> bool:
-    """Whether the job run's activity last heartbeated Spark tasks in progress."""
+async def spark_tasks_running(stack: ChaosStack, workflow_id: str, *, started_is_enough: bool) -> bool:
+    """Whether the job run's activity last heartbeated Spark tasks in progress (or, with
+    ``started_is_enough``, whether an attempt of it is running at all)."""
     assert stack.db is not None
     client = stack.db.temporal
     described = await client.get_workflow_handle(workflow_id).describe()
     for pending in described.raw_description.pending_activities:
+        if started_is_enough and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED:
+            return True
         details = await client.data_converter.decode(pending.heartbeat_details.payloads)
         if any(isinstance(d, dict) and d.get("tasks_total", 0) > d.get("tasks_done", 0) for d in details):
             return True
     return False
 
 
-async def until_spark_work(stack: ChaosStack, seconds: float = 180) -> None:
-    deadline = time.monotonic() + seconds
+async def until_spark_work(stack: ChaosStack, seconds: float = 180, tasks_for: float = 5) -> None:
+    """Until a job attempt runs Spark tasks, as its heartbeats show them. A job whose tasks all ran
+    between two heartbeats shows none: after ``tasks_for`` seconds of looking, any running attempt will
+    do (the fault still lands mid-build)."""
+    started = time.monotonic()
     while True:
+        lenient = time.monotonic() - started > tasks_for
         for workflow_id in await read(stack, running_workflows):
-            if await retrying(partial(spark_tasks_running, stack, workflow_id), "describe"):
+            running = partial(spark_tasks_running, stack, workflow_id, started_is_enough=lenient)
+            if await retrying(running, "describe"):
                 return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no job ran Spark tasks within {seconds:.0f} s")
+        if time.monotonic() - started > seconds:
+            raise AssertionError(f"no job ran within {seconds:.0f} s")
         await asyncio.sleep(0.2)
 
 
