@@ -1,5 +1,6 @@
 """Bad input gets a clear error naming the problem, and nothing is recorded (SDK and CLI)."""
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -45,8 +46,8 @@ CASES = [
 
 async def test_cli_rejects_bad_input_and_records_nothing(make_stack) -> None:
     stack = await make_stack(worker=False)
-    for args, message in CASES:
-        result = await cli(stack, *args)
+    results = await asyncio.gather(*(cli(stack, *args) for args, _ in CASES))  # two at a time on 2 cores
+    for (args, message), result in zip(CASES, results, strict=True):
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert message in " ".join(result.stderr.split()), (args, result.stderr)
     assert stack.bel.last_idx() == 0
