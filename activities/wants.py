@@ -44,7 +44,7 @@ class WantActivities:
         """The want's next step: the BEL's verdict, plus how to run and watch a job run it follows."""
         lease = self.settings.job_lease
         verdict = await self.bel.call(self._decide, input, lease)
-        match verdict:
+        match verdict:  # what the worker's settings add to the BEL's verdict
             case Execute():
                 policy = p.JobPolicy(
                     heartbeat_timeout=self.settings.job_heartbeat_timeout,
@@ -52,11 +52,11 @@ class WantActivities:
                     attempts=self.settings.job_attempts,
                     lease=lease,
                 )
-                return p.ExecuteOrder(**verdict.model_dump(exclude={"kind"}), policy=policy, watchdog=lease)
+                return p.ExecuteOrder(**verdict.model_dump(), policy=policy, watchdog=lease)
             case Delegate():
-                return p.DelegateOrder(**verdict.model_dump(exclude={"kind"}), watchdog=lease)
+                return p.DelegateOrder(**verdict.model_dump(), watchdog=lease)
             case Blocked():
-                return p.BlockedOrder(**verdict.model_dump(exclude={"kind"}), watchdog=lease)
+                return p.BlockedOrder(**verdict.model_dump(), watchdog=lease)
         return verdict
 
     def _decide(self, input: p.DecideInput, lease: timedelta) -> Verdict:

@@ -294,7 +294,7 @@ def test_skip_refuses_a_building_or_retired_partition() -> None:
 
 
 # Properties over random interleavings ----------------------------------------------------------------
-class Model:
+class InMemoryLog:
     """An in-memory BEL for the rules: partitions, the runs building them, and wants, updated by the
     events the rules return (the projector's rules, reduced to what decisions read)."""
 
@@ -395,7 +395,7 @@ steps = st.lists(
 def test_never_two_active_builds_and_never_execute_and_delegate_at_once(
     plan_: list[tuple[str, int, int]],
 ) -> None:
-    model = Model()
+    model = InMemoryLog()
     for kind, a, b in plan_:
         if kind != "decide":
             model.end(a, lambda run, kind=kind: outcome(kind, run))

@@ -1,10 +1,11 @@
 """A DataBuild worker: want and job-run workflows plus their activities, on one task queue."""
 
 import asyncio
+import compileall
 import contextlib
 import logging
-import py_compile
 import socket
+import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -76,12 +77,13 @@ def compile_workflow_modules() -> None:
     """Write the bytecode of the workflow modules. The sandbox imports them afresh for every workflow
     run a worker starts, on the worker's event loop; with bytecode writing off (PYTHONDONTWRITEBYTECODE,
     set on many CI machines and images) it compiled their source every time: about half of the 10-40 ms
-    each new run held the loop. A folder that cannot be written only costs that time again."""
+    each new run held the loop. Bytecode already up to date is left alone (every worker a process builds
+    calls this); a folder that cannot be written only costs that time again."""
+    if not sys.dont_write_bytecode:
+        return  # the first import wrote it
     for module in WORKFLOW_MODULES:
-        try:
-            py_compile.compile(str(module.__file__), doraise=True)
-        except (OSError, py_compile.PyCompileError) as error:
-            log.debug("could not write the bytecode of %s: %s", module.__name__, error)
+        if not compileall.compile_file(str(module.__file__), quiet=2):
+            log.debug("could not write the bytecode of %s", module.__name__)
 
 
 def build_worker(parts: WorkerParts) -> BuiltWorker:
