@@ -28,8 +28,11 @@ chromium:
 demo: install
 	$(BIN)/databuild dev --demo
 
+# Two workers for the bulk (a module stays on one worker, with its own Temporal server, Spark session and
+# PostgreSQL database); then the tests that measure latency, alone.
 test: install lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile -m "not serial"
+	$(BIN)/pytest -m serial
 
 # The tests that need no Spark: the domain rules, the workflows with test doubles, replay, settings.
 FAST_TESTS := tests/test_decisions.py tests/test_workflows.py tests/test_replay.py tests/test_projector.py \

@@ -19,9 +19,34 @@ from databuild.bel import schema as s
 from databuild.config import Settings
 
 # The PostgreSQL the tests and benchmarks use (an existing database; CI provides one).
-POSTGRES_URL = os.environ.get(
+POSTGRES_ADMIN_URL = os.environ.get(
     "DATABUILD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
+
+
+def worker_database_url(admin_url: str, worker: str | None) -> str:
+    """Each pytest-xdist worker gets a database of its own next to ``admin_url``'s (``test_gw0``, ...):
+    the BEL tests drop and recreate their tables, which two workers sharing one database would race."""
+    if not worker:
+        return admin_url
+    url = make_url(admin_url)
+    return url.set(database=f"{url.database}_{worker}").render_as_string(hide_password=False)
+
+
+POSTGRES_URL = worker_database_url(POSTGRES_ADMIN_URL, os.environ.get("PYTEST_XDIST_WORKER"))
+
+
+def ensure_database(admin_url: str, url: str) -> None:
+    """Creates ``url``'s database through ``admin_url`` unless it exists already."""
+    name = make_url(url).database
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            exists = conn.exec_driver_sql("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).first()
+            if not exists:
+                conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    finally:
+        admin.dispose()
 
 
 def make_settings(

@@ -19,6 +19,8 @@ from databuild.runtime import settle_heap
 SLOW = 0.1  # seconds a callback may hold the loop
 WANTS = 120
 
+pytestmark = pytest.mark.serial
+
 
 class SlowCallbacks(logging.Handler):
     """asyncio's debug mode logs "Executing <callback> took N seconds" for each slow callback."""

@@ -23,6 +23,9 @@ from databuild.testing import free_port
 from databuild.web import create_app, web_context
 from databuild.web.guards import MAX_BODY_BYTES
 
+# Latency under load is measured here, so these run alone (the serial phase of `make test`).
+pytestmark = pytest.mark.serial
+
 TOKEN = "s3cret-token-of-graph-b"
 EVIL = "evil.example"
 HOSTILE_GLOB = "**?**?**?**?**?**?**?**?**?**Z"  # 35.8 s on the demo's partitions, with everything stalled
