@@ -28,9 +28,9 @@ class UpstreamActivities:
 
     @activity.defn
     async def pull_upstream(self, input: p.PullInput) -> p.PullResult:
-        async def announce(ref: str, instance_id: str | None) -> bool:
+        async def announce(ref: str, instance_id: str | None, location: str | None) -> bool:
             _, changed, _ = await self.db.publish(
-                ref, instance_id=instance_id, source=input.name, patterns=input.patterns
+                ref, instance_id=instance_id, source=input.name, patterns=input.patterns, location=location
             )
             return changed
 
@@ -46,7 +46,11 @@ class UpstreamActivities:
         for a in input.announcements:
             try:
                 _, changed, _ = await self.db.publish(
-                    a.ref, instance_id=a.instance_id, source=a.graph, patterns=input.patterns
+                    a.ref,
+                    instance_id=a.instance_id,
+                    source=a.graph,
+                    patterns=input.patterns,
+                    location=a.location,
                 )
             except (InvalidInputError, InvalidTransitionError) as error:  # it can never apply: say why, go on
                 activity.logger.warning("refused announcement of %r from %s: %s", a.ref, a.graph, error)

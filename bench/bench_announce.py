@@ -116,11 +116,11 @@ class TimedBel(BuildEventLog):
         self.spans = Spans()
 
     def publish_external(
-        self, ref: str, instance_id: str | None = None, source: str | None = None
+        self, ref: str, instance_id: str | None = None, source: str | None = None, location: str | None = None
     ) -> tuple[Partition, bool]:
         start = time.perf_counter()
         try:
-            return super().publish_external(ref, instance_id, source)
+            return super().publish_external(ref, instance_id, source, location)
         finally:
             self.spans.publish_external.append((start, time.perf_counter()))
 

@@ -643,14 +643,12 @@ def check_partitions(bel: BuildEventLog, storage: Storage, report: ChaosReport) 
             )
         ).all()
     for ref, instance_id in live:
-        on_disk = storage.instance_on_disk(ref)
-        if on_disk != instance_id:
-            report.unreadable.append(
-                f"{ref}: the BEL says instance {instance_id}, the folder holds {on_disk}"
-            )
+        location = storage.local_path(storage.instance_key(ref, instance_id))
+        if location is None or not location.is_dir():
+            report.unreadable.append(f"{ref}: the BEL says instance {instance_id}, whose location is missing")
             continue
         try:
-            problem = content_problem(ref, pq.read_table(storage.path(ref)))
+            problem = content_problem(ref, pq.read_table(location))
         except Exception as error:  # anything pyarrow cannot read is the finding
             problem = f"unreadable: {error}"
         if problem:

@@ -13,6 +13,7 @@ from databuild.config import Settings
 from databuild.errors import AnnouncementRefusedError, InvalidWantError, TemporalUnavailableError
 from databuild.graph import Graph, load_graph
 from databuild.models import (
+    Instance,
     Partition,
     TaintImpact,
     TaintResult,
@@ -24,6 +25,7 @@ from databuild.models import (
 )
 from databuild.protocol import SIGNAL_PARTITION_AVAILABLE, SIGNAL_REDECIDE, PartitionAvailable, RedecideNotice
 from databuild.refs import validate_ref
+from databuild.storage import ref_uri
 from databuild.temporal import connect, notify_subscribers, start_want
 from databuild.upstream import check_announcement
 from databuild.views import FamilyProgress, family_progress
@@ -200,20 +202,28 @@ class DataBuild:
         instance_id: str | None = None,
         source: str | None = None,
         patterns: Sequence[str] = (),
+        location: str | None = None,
     ) -> tuple[Partition, bool, int]:
         """Announce that ``ref`` is available and wake every want waiting for it. ``instance_id`` (the
         producer's instance UUID) makes repeats of one announcement change nothing; ``source`` names the
-        producer; ``patterns``: those of the upstream subscription it came through. Returns the
+        producer; ``patterns``: those of the upstream subscription it came through; ``location``: where
+        the data is (default: the ref's own folder under the storage root). Returns the
         partition, whether this call changed it, and how many wants were signalled. A ref the graph
         does not declare external, or outside ``patterns``, raises AnnouncementRefusedError."""
         check_announcement(await self.loaded_graph(), ref, patterns)
-        partition, created = await self.bel.call(self.bel.publish_external, ref, instance_id, source)
+        where = location or ref_uri(self.settings.storage_root, ref)
+        partition, created = await self.bel.call(self.bel.publish_external, ref, instance_id, source, where)
         assert partition.instance_id is not None
         notice = PartitionAvailable(ref=ref, instance_id=partition.instance_id, job_run_id=partition.built_by)
         signalled = await notify_subscribers(
             await self.temporal_client(), self.bel, [ref], lambda _sub: (SIGNAL_PARTITION_AVAILABLE, notice)
         )
         return partition, created, signalled
+
+    async def pin(self, instance_id: str, *, pinned: bool = True, reason: str | None = None) -> Instance:
+        """Keep an instance's data from garbage collection (``pinned=False`` lets it go again), e.g. the
+        exact inputs of an analysis to be re-run later."""
+        return await self.bel.call(self.bel.pin_instance, instance_id, pinned=pinned, reason=reason)
 
     async def resolve(self, ref: str) -> tuple[list[Partition], int]:
         """Clear the fail-lock on ``ref`` and on the outputs its failed job run locked with it (after

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from databuild.durations import parse_setting_duration
 from databuild.errors import InvalidInputError
+from databuild.storage import storage_uri
 
 DEFAULT_HOME = Path(".databuild")
 
@@ -65,9 +66,10 @@ class Settings(BaseSettings):
         description="BEL (SQLAlchemy URL; `postgresql+psycopg://user@host/db` for PostgreSQL)",
         json_schema_extra=_shown_default("`sqlite:///<home>/bel.sqlite`"),
     )
-    storage_root: Path = Field(
-        default=Path(),
-        description="where partitions are stored",
+    storage_root: str = Field(
+        default="",
+        description="where partitions are stored: a path, or a URI (`file://`, `s3a://`, `gs://`, `abfss://`, "
+        "`hdfs://`); see Storage",
         json_schema_extra=_shown_default("`<home>/data`"),
     )
     graph: str = Field(default="examples.demo:graph", description="`module:attribute` of your graph")
@@ -121,20 +123,19 @@ class Settings(BaseSettings):
         description="a build lock lapses this long after its worker last renewed it",
     )
     max_concurrent_jobs: int = Field(default=4, description="job activities one worker runs at once")
-    # Folders attempts left behind go once their job run has ended; a failed attempt's submission folder
-    # and log stay `keep_failed_attempts` first.
-    sweep_every: timedelta = Field(
+    gc_every: timedelta = Field(
         default=timedelta(hours=1),
-        description="how often each worker sweeps the storage (`0`: never); see Storage housekeeping",
+        description="how often each worker collects the storage's garbage (`0`: never); see Storage",
     )
     repair_every: timedelta = Field(
         default=timedelta(minutes=5),
         description="how often each worker looks for wants whose workflows died without a final state, "
         "and starts them again (`0`: never); see Long waits",
     )
-    keep_failed_attempts: timedelta = Field(
+    gc_keep: timedelta = Field(
         default=timedelta(days=7),
-        description="how long a failed attempt's submission folder and log are kept",
+        description="how long garbage collection keeps an instance after it stopped being live (superseded, "
+        "tainted) or was left unpublished, and a failed attempt's submission folder",
     )
     # Temporal over TLS (a self-hosted cluster with mTLS, or Temporal Cloud): PEM files, or an API key.
     temporal_tls: bool = Field(
@@ -208,9 +209,9 @@ class Settings(BaseSettings):
         "job_heartbeat_timeout",
         "job_start_to_close_timeout",
         "job_lease",
-        "sweep_every",
+        "gc_every",
         "repair_every",
-        "keep_failed_attempts",
+        "gc_keep",
         mode="before",
     )
     @classmethod
@@ -218,6 +219,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return parse_setting_duration(value)
         return value
+
+    @field_validator("storage_root", mode="before")
+    @classmethod
+    def _storage_root(cls, value: object) -> object:
+        return str(value) if isinstance(value, Path) else value
 
     @field_validator("job_executors", mode="before")
     @classmethod
@@ -300,8 +306,7 @@ class Settings(BaseSettings):
             object.__setattr__(self, "task_queue", default_task_queue(self.graph))
         if not self.database_url:
             object.__setattr__(self, "database_url", f"sqlite:///{(self.home / 'bel.sqlite').resolve()}")
-        if self.storage_root == Path():
-            object.__setattr__(self, "storage_root", (self.home / "data").resolve())
+        object.__setattr__(self, "storage_root", storage_uri(self.storage_root or self.home / "data"))
 
     def process_env(self) -> dict[str, str]:
         """The variables that point another `databuild` process (a worker, the CLI) at the same Temporal,

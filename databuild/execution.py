@@ -1,4 +1,5 @@
-"""Runs one attempt of one job run: BEL start, the job body on its executor, atomic publish, BEL outcome."""
+"""Runs one attempt of one job run: BEL start (with the instance each output goes to), the job body on its
+executor, the BEL outcome (whose commit publishes the outputs)."""
 
 import threading
 from collections.abc import Callable
@@ -44,7 +45,11 @@ class JobExecutor:
         report: Callable[[str], None] = lambda _m: None,
     ) -> JobOutcome:
         """Blocking; run it in a thread. Raises on job failure so the caller's retry policy applies."""
-        run = self.bel.start_job_run(job_run_id, attempt, self.worker)
+        run = self.bel.job_run(job_run_id)
+        # Each output is written straight into a new instance location, recorded before a byte is
+        # written, so garbage collection knows it is being written.
+        instances = [InstanceRef(ref=ref, instance_id=new_instance_id()) for ref in run.outputs]
+        run = self.bel.start_job_run(job_run_id, attempt, self.worker, instances)
         if run.state is not JobRunState.running:
             return outcome_of(run)  # an earlier attempt already recorded the outcome
         if run.attempts != attempt:  # a newer attempt already started elsewhere
@@ -56,9 +61,8 @@ class JobExecutor:
             job_run_id=job_run_id,
             attempt=attempt,
             job_label=run.job_label,
-            outputs=run.outputs,
             params=run.params,
-            staging=self.storage.staging_area(job_run_id, attempt),
+            instances={i.ref: i.instance_id or "" for i in instances},
         )
         self._running[job.group] = job
         try:
@@ -76,17 +80,12 @@ class JobExecutor:
             unwritten = sorted(set(run.outputs) - set(body.written))
             if unwritten:
                 raise JobContractError(f"job {run.job_label} finished without writing {', '.join(unwritten)}")
-            instances = {ref: new_instance_id() for ref in run.outputs}
-            self.bel.check_current_attempt(job_run_id, attempt)  # a superseded attempt must not publish
-            replaced = self.storage.publish(job.staging, instances)
-            writes = [InstanceRef(ref=ref, instance_id=i) for ref, i in instances.items()]
-            succeeded = self.bel.succeed_job_run(job_run_id, body.reads, writes, attempt)
-            if set(succeeded.writes) >= set(writes):  # committed: what it replaced is superseded now
-                self.storage.discard(replaced)
+            # The commit is the publish: a superseded attempt is refused inside it.
+            locations = {i.ref: self.storage.location(i.ref, i.instance_id or "") for i in instances}
+            succeeded = self.bel.succeed_job_run(job_run_id, body.reads, instances, attempt, locations)
             return outcome_of(self._finished(succeeded, JobRunState.succeeded))
         finally:
             self._running.pop(job.group, None)
-            self.storage.discard(job.staging)
 
     def progress(self, group: str) -> Progress:
         job = self._running.get(group)

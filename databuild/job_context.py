@@ -1,9 +1,9 @@
 """What a job body sees: ``ctx.read`` (checked against the BEL, recorded for lineage, missing inputs
-reported together) and ``ctx.write`` (into the run's private staging area)."""
+reported together; ``ctx.read_instance`` for any instance by UUID) and ``ctx.write`` (into each
+output's own new instance location)."""
 
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from databuild.bel.queries import BelQueries
@@ -13,6 +13,7 @@ from databuild.errors import (
     JobCancelledError,
     JobContractError,
     MissingInputsError,
+    NotFoundError,
 )
 from databuild.graph import Graph
 from databuild.models import InstanceRef, PartitionStatus
@@ -30,10 +31,9 @@ class JobContext:
         bel: BelQueries,
         graph: Graph,
         storage: Storage,
-        staging: Path,
         job_run_id: str,
         job_label: str,
-        outputs: Sequence[str],
+        instances: dict[str, str],
         params: dict[str, str],
         cancelled: threading.Event,
         report: Callable[[str], None] = lambda _message: None,
@@ -41,7 +41,7 @@ class JobContext:
         self.spark = spark
         self.job_run_id = job_run_id
         self.job_label = job_label
-        self.outputs = list(outputs)
+        self.outputs = list(instances)
         self.params = dict(params)
         self.reads: list[InstanceRef] = []
         self.missing: set[str] = set()
@@ -49,7 +49,7 @@ class JobContext:
         self._bel = bel
         self._graph = graph
         self._storage = storage
-        self._staging = staging
+        self._instances = dict(instances)
         self._cancelled = cancelled
         self._report = report
 
@@ -58,9 +58,10 @@ class JobContext:
         return self.read_all([ref])[0]
 
     def read_all(self, refs: Sequence[str]) -> list["DataFrame"]:
-        """Read several inputs at once, so that every missing one is reported in one dep-miss."""
+        """Read several inputs at once, so that every missing one is reported in one dep-miss. Each is
+        read from the instance live now, to the end of the job, whatever is built meanwhile."""
         self._check_cancelled()
-        found: list[InstanceRef] = []
+        found: list[str] = []
         missing: list[str] = []
         for ref in refs:
             try:
@@ -79,21 +80,47 @@ class JobContext:
             ):
                 missing.append(ref)
             else:
-                found.append(InstanceRef(ref=ref, instance_id=partition.instance_id))
+                found.append(partition.instance_id)
         if missing:
             self.missing.update(missing)
             raise MissingInputsError(missing)
-        self.reads.extend(r for r in found if r not in self.reads)
-        return [self.spark.read.parquet(str(self._storage.path(r.ref))) for r in found]
+        return [self.read_instance(instance_id) for instance_id in found]
+
+    def read_instance(self, instance_id: str) -> "DataFrame":
+        """The data of one instance, live or not (e.g. the one yesterday's run read), recorded as a read
+        for lineage. Raises ``JobContractError`` if the BEL knows no such instance or its data was
+        garbage-collected."""
+        self._check_cancelled()
+        try:
+            instance = self._bel.instance(instance_id)
+        except NotFoundError as error:
+            raise JobContractError(f"job {self.job_label} reads instance {instance_id!r}: {error}") from None
+        if not instance.external and not self._storage.exists(
+            self._storage.instance_key(instance.ref, instance.instance_id)
+        ):
+            raise JobContractError(
+                f"job {self.job_label} reads instance {instance_id} of {instance.ref}, whose data garbage "
+                "collection removed; pin instances you mean to read later (`databuild partitions pin`)"
+            )
+        location = self._storage.instance_location(instance)
+        frame = self.spark.read.parquet(location)
+        read = InstanceRef(ref=instance.ref, instance_id=instance.instance_id)
+        if read not in self.reads:
+            self.reads.append(read)
+        return frame
 
     def write(self, ref: str, frame: "DataFrame") -> None:
-        """Write an output. It becomes visible only when the whole run is published."""
+        """Write an output into its own new instance location. It becomes live when the run succeeds
+        and the BEL records it; until then nobody reads it."""
         self._check_cancelled()
-        if ref not in self.outputs:
+        if ref not in self._instances:
             raise JobContractError(
                 f"job {self.job_label} wrote {ref}, which is not one of its outputs {self.outputs}"
             )
-        frame.write.mode("overwrite").parquet(str(self._storage.staged(self._staging, ref)))
+        if ref in self.written:
+            raise JobContractError(f"job {self.job_label} wrote {ref} twice; write each output once")
+        # "error": an instance location is written once; finding data there means something is wrong.
+        frame.write.mode("error").parquet(self._storage.location(ref, self._instances[ref]))
         self.written.add(ref)
 
     def progress(self, message: str) -> None:

@@ -342,6 +342,11 @@ class Instance(Model):
     )
     reason: str | None = Field(description="why it was tainted")
     created_at: datetime
+    retired_at: datetime | None = Field(default=None, description="when it stopped being live")
+    pinned: bool = Field(default=False, description="garbage collection keeps its data while pinned")
+    location: str | None = Field(
+        default=None, description="where its data is (a URI): read it with `ctx.read_instance(uuid)`"
+    )
 
     @property
     def stale(self) -> bool:
@@ -380,6 +385,16 @@ class TaintResult(Model):
         default=[],
         description="current downstream that --cascade left alone: being rebuilt or replaced meanwhile",
     )
+
+
+class AttemptOutput(Model):
+    """The instance one output of one attempt is written to (it becomes live only if the attempt
+    publishes)."""
+
+    instance_id: str
+    ref: str
+    job_run_id: str
+    attempt: int
 
 
 class JobRun(Model):

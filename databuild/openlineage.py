@@ -48,7 +48,6 @@ from openlineage.client.facet_v2 import (
     error_message_run,
     job_type_job,
 )
-from openlineage.client.naming.dataset import LocalFileSystem
 from openlineage.client.transport.file import FileConfig, FileTransport
 from openlineage.client.transport.http import ApiKeyTokenProvider, HttpConfig, HttpTransport, TokenProvider
 from openlineage.client.transport.http_common import DEFAULT_RETRY_CONFIG
@@ -58,7 +57,8 @@ from databuild import __version__
 from databuild.config import Settings, masked_url
 from databuild.errors import InvalidInputError
 from databuild.models import InstanceRef, JobRun, JobRunState
-from databuild.refs import storage_path
+from databuild.refs import validate_ref
+from databuild.storage import storage_uri
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +128,8 @@ def transport_from_settings(settings: Settings) -> Transport | None:
 class LineageEmitter:
     """Emits the OpenLineage events of job runs; see the module docstring for what and when."""
 
-    def __init__(self, transport: Transport, *, storage_root: Path, job_namespace: str = "databuild") -> None:
-        self.storage_root = storage_root.resolve()
+    def __init__(self, transport: Transport, *, storage_root: str, job_namespace: str = "databuild") -> None:
+        self.storage_root = storage_uri(storage_root)
         self.job_namespace = job_namespace
         self.client = OpenLineageClient(transport=transport)
         self._queue: queue.Queue[RunEvent | None] = queue.Queue(maxsize=QUEUE_SIZE)
@@ -204,8 +204,9 @@ class LineageEmitter:
         )
 
     def _naming(self, ref: str) -> tuple[str, str]:
-        name = LocalFileSystem(path=str(storage_path(self.storage_root, ref)))
-        return name.get_namespace(), name.get_name()
+        """OpenLineage's naming of a path: namespace ``file`` or ``scheme://authority``, name the path."""
+        parts = urlsplit(f"{self.storage_root.rstrip('/')}/{validate_ref(ref)}")
+        return (f"{parts.scheme}://{parts.netloc}" if parts.netloc else parts.scheme), parts.path
 
     def _version(self, instance: InstanceRef) -> dict[str, DatasetFacet]:
         if instance.instance_id is None:

@@ -245,6 +245,7 @@ class Announcement(Model):
     ref: str
     instance_id: str | None = None
     graph: str
+    location: str | None = None  # where the data is (default: the ref's folder under our storage root)
 
 
 class UpstreamInput(Model):

@@ -1,7 +1,6 @@
-"""Partition refs: validation and the mapping to storage paths."""
+"""Partition refs: validation."""
 
 import re
-from pathlib import Path
 
 from databuild.errors import InvalidPartitionRefError
 
@@ -39,13 +38,3 @@ def validate_ref(ref: str) -> str:
             f"partition ref {ref!r} starts with {RESERVED_SEGMENT!r}, which is reserved for DataBuild's own files"
         )
     return ref
-
-
-def storage_path(root: Path, ref: str) -> Path:
-    """Where the live data of ``ref`` lives. Never outside ``root``."""
-    validate_ref(ref)
-    base = root.resolve()
-    path = (base / ref).resolve()
-    if base != path and base not in path.parents:
-        raise InvalidPartitionRefError(f"partition ref {ref!r} escapes the storage root {base}")
-    return path

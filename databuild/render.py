@@ -7,6 +7,8 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from databuild.durations import format_duration
+from databuild.gc import GcReport
 from databuild.models import (
     BuildStats,
     InstanceStatus,
@@ -18,7 +20,6 @@ from databuild.models import (
     Want,
     WantState,
 )
-from databuild.sweep import SweepReport
 from databuild.views import FamilyProgress, JobRunView, PartitionView, RelatedEntities, WantView
 
 STATE_STYLE = {
@@ -177,6 +178,11 @@ def lineage_view(view: PartitionView) -> RenderableType:
     if partition.reason:
         head.append(f"  ({partition.reason})", style="yellow")
     focus = instance_label(data.instance_id, data.ref, index, "instance")
+    shown = index.instances.get(data.instance_id or "")
+    if shown is not None:
+        focus.append(f"\n  location {shown.location or '(recorded before locations were)'}", style="cyan")
+        if shown.pinned:
+            focus.append("  pinned", style="magenta")
     up = Tree(Text("upstream", style="bold"))
     if data.built_by is not None:
         builder = up.add(job_run_label(index.job_runs[data.built_by]))
@@ -195,7 +201,10 @@ def lineage_view(view: PartitionView) -> RenderableType:
         down.add(Text("nothing has read this instance", style="dim"))
     history = Tree(Text(f"instances ({data.history_total})", style="bold"))
     for instance_id in data.history:
-        history.add(instance_label(instance_id, data.ref, index))
+        label = instance_label(instance_id, data.ref, index)
+        if (past := index.instances.get(instance_id)) is not None and past.location:
+            label.append(f"  {past.location}", style="dim cyan")
+        history.add(label)
     return Group(head, focus, up, down, history)
 
 
@@ -312,19 +321,14 @@ def stats_view(stats: BuildStats) -> Group:
     return Group(table, summary)
 
 
-def sweep_report(report: SweepReport) -> Group:
-    table = Table("kind", "folder", "job run", "why", title="would remove" if report.dry_run else "removed")
-    for item in report.removed:
-        table.add_row(item.kind, Text(item.path), item.job_run_id or "-", item.reason)
-    verb = "would restore" if report.dry_run else "restored"
-    restored = [
-        Text(f"{verb} {p.ref} (instance {p.instance_id}) from an uncommitted publish")
-        for p in report.restored
-    ]
-    summary = Text(
-        f"{len(report.removed)} folder(s) {'to remove' if report.dry_run else 'removed'}, {report.kept} kept"
-    )
-    return Group(table, *restored, summary)
+def gc_report(report: GcReport) -> Group:
+    table = Table("kind", "location", "why", title="would delete" if report.dry_run else "deleted")
+    for item in report.deleted:
+        table.add_row(item.kind, Text(item.location), item.reason)
+    kept = ", ".join(f"{n} {why}" for why, n in sorted(report.kept.items())) or "none"
+    verb = "to delete" if report.dry_run else "deleted"
+    summary = Text(f"{len(report.deleted)} {verb} (retention {format_duration(report.keep)}); kept: {kept}")
+    return Group(table, summary)
 
 
 def progress(view: FamilyProgress | None) -> Table:

@@ -1,154 +1,237 @@
-"""Partition storage: jobs write to a private staging area; publishing moves each output into place
-with an atomic rename. Availability itself is decided by the BEL, never by the file system."""
+"""Partition storage by URI. Each build writes each output straight into its own instance location,
+``<root>/<ref>/~<instance uuid>``, and nothing there is ever moved or overwritten: the BEL commit that
+calls an instance live is the publish. ``~`` is outside the ref grammar, so an instance location never
+equals another ref's path, and Spark does not take it for a hidden folder (``_`` or ``.``).
 
-import os
-import shutil
+Spark reads and writes instance locations through its own Hadoop file systems; every other operation
+DataBuild performs on the storage (listing for garbage collection, deleting, the submit executor's
+files, logs) goes through this class, on ``pyarrow.fs``: the local file system, S3 (``s3a://``, as Spark
+spells it), GCS, Azure and HDFS alike."""
+
+import posixpath
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
 
-from databuild.models import attempt_name, parse_attempt_name
-from databuild.refs import RESERVED_SEGMENT, storage_path
+from pyarrow import fs
 
-INSTANCE_MARKER = "_DATABUILD_INSTANCE"
+from databuild.errors import InvalidInputError
+from databuild.models import Instance, attempt_name, parse_attempt_name
+from databuild.refs import RESERVED_SEGMENT, validate_ref
 
-AreaKind = Literal["staging", "submission"]
+INSTANCE_PREFIX = "~"
+# Spark's Hadoop scheme -> the scheme pyarrow knows the same store by.
+_ARROW_SCHEMES = {
+    "file": "file",
+    "s3a": "s3",
+    "s3": "s3",
+    "gs": "gs",
+    "abfss": "abfss",
+    "abfs": "abfs",
+    "hdfs": "hdfs",
+}
+_INSTANCE_SEGMENT = re.compile(r"~([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
+
+
+def storage_uri(root: str | Path) -> str:
+    """``root`` as a URI: a plain path becomes an absolute ``file://`` URI. Raises naming the schemes
+    it accepts."""
+    text = str(root)
+    if "://" not in text:
+        return Path(text).expanduser().resolve().as_uri()
+    parts = urlsplit(text)
+    if parts.scheme not in _ARROW_SCHEMES:
+        raise InvalidInputError(
+            f"DATABUILD_STORAGE_ROOT={text!r} has scheme {parts.scheme!r}; use a path, or a URI with one "
+            f"of {', '.join(s + '://' for s in sorted(_ARROW_SCHEMES))}"
+        )
+    if parts.scheme != "file" and not parts.netloc:
+        raise InvalidInputError(f"DATABUILD_STORAGE_ROOT={text!r} names no bucket or host")
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") or "/"))
+
+
+def ref_uri(root: str, ref: str) -> str:
+    """The ref's own folder: where an external producer puts data it then announces."""
+    return f"{root.rstrip('/')}/{validate_ref(ref)}"
 
 
 @dataclass(frozen=True)
-class AttemptArea:
-    """A folder one attempt of a job run wrote besides the partitions (see ``Storage.attempt_areas``)."""
+class StoredInstance:
+    """An instance location found on the storage, with the newest modification of anything in it."""
 
-    kind: AreaKind
+    ref: str
+    instance_id: str
+    modified: datetime | None
+
+
+@dataclass(frozen=True)
+class SubmissionArea:
+    """The folder of one attempt submitted as its own Spark application (request, progress, result,
+    log), kept under the reserved segment."""
+
     job_run_id: str
     attempt: int
-    path: Path
-
-
-@dataclass(frozen=True)
-class Retired:
-    """A partition a publish moved aside, in that publish's trash folder."""
-
-    path: Path
-    instance_id: str | None
+    key: str
+    modified: datetime | None
 
 
 class Storage:
-    def __init__(self, root: Path) -> None:
-        self.root = root.resolve()
-        self._staging = self.root / RESERVED_SEGMENT / "staging"
-        self._trash = self.root / RESERVED_SEGMENT / "trash"
-        self._submissions = self.root / RESERVED_SEGMENT / "submissions"
+    def __init__(self, root: str | Path) -> None:
+        self.uri = storage_uri(root)
+        parts = urlsplit(self.uri)
+        arrow = urlunsplit(parts._replace(scheme=_ARROW_SCHEMES[parts.scheme], query="", fragment=""))
+        try:
+            self._fs, base = fs.FileSystem.from_uri(arrow)
+        except Exception as error:  # pyarrow raises several types for a store it cannot reach or build
+            raise InvalidInputError(f"cannot open storage {self.uri}: {error}") from None
+        self._base = base.rstrip("/")
 
-    def path(self, ref: str) -> Path:
-        return storage_path(self.root, ref)
+    # Locations ---------------------------------------------------------------------------------
+    def location(self, ref: str, instance_id: str) -> str:
+        """Where one instance of ``ref`` lives, as a URI Spark reads and writes."""
+        return f"{self.uri.rstrip('/')}/{self.instance_key(ref, instance_id)}"
 
-    def staging_area(self, job_run_id: str, attempt: int) -> Path:
-        """A fresh, empty directory private to one attempt of one job run."""
-        return _fresh(self._staging / attempt_name(job_run_id, attempt))
+    def ref_location(self, ref: str) -> str:
+        return ref_uri(self.uri, ref)
 
-    def submission_area(self, job_run_id: str, attempt: int) -> Path:
-        """A fresh directory for one attempt submitted as its own Spark application, on the same
-        (shared) storage as the partitions, so its driver can reach it wherever it runs."""
-        return _fresh(self._submissions / attempt_name(job_run_id, attempt))
+    def instance_location(self, instance: Instance) -> str:
+        """Where an instance the BEL knows keeps its data: its own location if DataBuild built it; the
+        announced location, or else the ref's own folder, if it came from outside."""
+        if instance.location:
+            return instance.location
+        if instance.external:
+            return self.ref_location(instance.ref)
+        return self.location(instance.ref, instance.instance_id)
 
-    def staged(self, area: Path, ref: str) -> Path:
-        return storage_path(area, ref)
+    @staticmethod
+    def instance_key(ref: str, instance_id: str) -> str:
+        uuid.UUID(instance_id)  # an instance id is a UUID; anything else could name another path
+        return f"{validate_ref(ref)}/{INSTANCE_PREFIX}{instance_id}"
 
-    def publish(self, area: Path, instances: dict[str, str]) -> Path:
-        """Move each staged output into place. Each rename is atomic, so a reader sees the old data or
-        the new, never a mix; the BEL commit that follows is what makes the new instance live.
+    # Files, by key relative to the root ------------------------------------------------------------
+    def _path(self, key: str) -> str:
+        clean = posixpath.normpath(key)
+        if clean.startswith(("/", "..")) or clean == ".":
+            raise InvalidInputError(f"storage key {key!r} is not inside the storage root")
+        return f"{self._base}/{clean}"
 
-        Returns the trash folder holding the partitions it replaced: discard it once the BEL commit
-        has superseded them. If the commit never happens, the storage sweep puts them back."""
-        # A trash folder of its own: publishes run concurrently (threads of one worker, other workers),
-        # and clearing a shared one would pull it from under another publish's rename.
-        trash = self._own_trash()
-        for ref, instance_id in instances.items():
-            staged = self.staged(area, ref)
-            (staged / INSTANCE_MARKER).write_text(instance_id)
-            self._replace(ref, staged, trash)
-        self.discard(area)
-        return trash
+    def write_text(self, key: str, text: str) -> None:
+        """Readers see the old content or the new, never a part (an object store's put is atomic;
+        locally the file is written aside and moved into place)."""
+        path = self._path(key)
+        self._fs.create_dir(posixpath.dirname(path), recursive=True)
+        if isinstance(self._fs, fs.LocalFileSystem):
+            partial = f"{posixpath.dirname(path)}/.{posixpath.basename(path)}.{uuid.uuid4().hex}"
+            with self._fs.open_output_stream(partial) as out:
+                out.write(text.encode())
+            self._fs.move(partial, path)
+        else:
+            with self._fs.open_output_stream(path) as out:
+                out.write(text.encode())
 
-    def _own_trash(self) -> Path:
-        trash = self._trash / uuid.uuid4().hex
-        trash.mkdir(parents=True)
-        return trash
+    def read_text(self, key: str) -> str:
+        """Raises ``FileNotFoundError`` when there is nothing at ``key``."""
+        try:
+            with self._fs.open_input_stream(self._path(key)) as stream:
+                return bytes(stream.read()).decode(errors="replace")
+        except FileNotFoundError:
+            raise
+        except OSError as error:
+            if "not found" in str(error).lower() or "does not exist" in str(error).lower():
+                raise FileNotFoundError(key) from None
+            raise
 
-    def _replace(self, ref: str, source: Path, trash: Path) -> None:
-        """Move ``source`` to the ref, moving what is there now into ``trash`` first."""
-        final = self.path(ref)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():
-            os.rename(final, trash / uuid.uuid4().hex)
-        os.rename(source, final)
+    def exists(self, key: str) -> bool:
+        return bool(self._fs.get_file_info(self._path(key)).type != fs.FileType.NotFound)
 
-    def instance_on_disk(self, ref: str) -> str | None:
-        marker = self.path(ref) / INSTANCE_MARKER
-        return marker.read_text() if marker.exists() else None
+    def delete(self, key: str) -> None:
+        """Remove a file or a folder and everything in it; nothing there is not an error."""
+        path = self._path(key)
+        kind = self._fs.get_file_info(path).type
+        if kind == fs.FileType.Directory:
+            self._fs.delete_dir(path)
+        elif kind == fs.FileType.File:
+            self._fs.delete_file(path)
 
-    def discard(self, area: Path) -> None:
-        shutil.rmtree(area, ignore_errors=True)
+    def files(self, key: str = "", *, folders: bool = False) -> Iterator[tuple[str, datetime | None]]:
+        """Every file (and with ``folders``, every folder) under ``key``, recursively, as keys relative
+        to the root, with its modification time. One paged listing on an object store."""
+        base = self._path(key) if key else self._base
+        selector = fs.FileSelector(base, allow_not_found=True, recursive=True)
+        prefix = f"{self._base}/"
+        for info in self._fs.get_file_info(selector):
+            if info.type == fs.FileType.File or (folders and info.type == fs.FileType.Directory):
+                yield info.path.removeprefix(prefix), _utc(info.mtime)
 
-    def attempt_areas(self) -> Iterator[AttemptArea]:
-        """Staging and submission folders on disk, named ``<job_run_id>-<attempt>``."""
-        parents: tuple[tuple[AreaKind, Path], ...] = (
-            ("staging", self._staging),
-            ("submission", self._submissions),
-        )
-        for kind, parent in parents:
-            for path in _folders(parent):
-                if (named := parse_attempt_name(path.name)) is not None:
-                    yield AttemptArea(kind, *named, path)
+    # What garbage collection looks at --------------------------------------------------------------
+    def instances(self) -> list[StoredInstance]:
+        """Every instance location on the storage (outside the reserved segment), also one holding only
+        empty folders (a write killed before its first file)."""
+        newest: dict[tuple[str, str], datetime | None] = {}
+        for key, modified in self.files(folders=True):
+            segments = key.split("/")
+            if segments[0] == RESERVED_SEGMENT:
+                continue
+            for depth, segment in enumerate(segments):
+                found = _INSTANCE_SEGMENT.fullmatch(segment)
+                if found is not None and depth > 0:
+                    at = ("/".join(segments[:depth]), found[1])
+                    before = newest.get(at)
+                    newest[at] = modified if before is None or (modified and modified > before) else before
+                    break
+        return [StoredInstance(ref, i, m) for (ref, i), m in sorted(newest.items())]
 
-    def publishes(self) -> list[Path]:
-        """The trash folder of every publish that has not cleared it: in flight, or killed midway."""
-        return list(_folders(self._trash))
+    def delete_instance(self, ref: str, instance_id: str) -> None:
+        self.delete(self.instance_key(ref, instance_id))
 
-    def retired(self, publish: Path) -> list[Retired]:
+    def submission_key(self, job_run_id: str, attempt: int) -> str:
+        return f"{RESERVED_SEGMENT}/submissions/{attempt_name(job_run_id, attempt)}"
+
+    def submission_areas(self) -> list[SubmissionArea]:
+        newest: dict[str, datetime | None] = {}
+        for key, modified in self.files(f"{RESERVED_SEGMENT}/submissions"):
+            folder = "/".join(key.split("/")[:3])
+            before = newest.get(folder)
+            newest[folder] = modified if before is None or (modified and modified > before) else before
         found = []
-        for path in _folders(publish):
-            try:
-                instance_id: str | None = (path / INSTANCE_MARKER).read_text().strip()
-            except FileNotFoundError:  # not a partition DataBuild published, or gone meanwhile
-                instance_id = None
-            found.append(Retired(path, instance_id))
+        for folder, modified in sorted(newest.items()):
+            named = parse_attempt_name(folder.rsplit("/", 1)[-1])
+            if named is not None:
+                found.append(SubmissionArea(*named, key=folder, modified=modified))
         return found
 
-    def restore(self, retired: Retired, ref: str) -> bool:
-        """Put a retired partition back at its ref, in place of whatever the ref holds. False if another
-        sweep claimed it first, or the ref changed under it (it then waits for a later sweep).
+    def local_path(self, key: str) -> Path | None:
+        """The local path of ``key`` when the storage is the local file system (tests, migrations)."""
+        if not isinstance(self._fs, fs.LocalFileSystem):
+            return None
+        return Path(self._path(key))
 
-        It first moves into a trash folder of its own, out of the one other sweeps may be reading or
-        removing; that folder is young, so they leave it alone. Of sweeps running at once, only the one
-        whose rename claims it goes on to touch the ref."""
-        own = self._own_trash()
-        claimed = own / "restoring"
-        try:
-            os.rename(retired.path, claimed)
-        except OSError:
-            own.rmdir()
-            return False
-        try:
-            self._replace(ref, claimed, own)  # what the ref held was never committed: it goes with own
-        except OSError:
-            return False
-        shutil.rmtree(own, ignore_errors=True)
-        return True
+    def move(self, source: str, destination: str) -> None:
+        """Only ``databuild migrate`` moves anything: a ref's folder of the old layout into its
+        instance location."""
+        is_folder = self._fs.get_file_info(self._path(source)).type == fs.FileType.Directory
+        if is_folder and not isinstance(self._fs, fs.LocalFileSystem):
+            for key, _ in list(self.files(source)):  # an object store moves objects, not folders
+                self.move(key, f"{destination}/{key.removeprefix(source).lstrip('/')}")
+            self.delete(source)
+            return
+        self._fs.create_dir(posixpath.dirname(self._path(destination)), recursive=True)
+        self._fs.move(self._path(source), self._path(destination))
+
+    def entries(self, key: str) -> list[tuple[str, bool]]:
+        """The direct children of ``key``: (name, is a folder)."""
+        selector = fs.FileSelector(self._path(key), allow_not_found=True, recursive=False)
+        return [
+            (posixpath.basename(i.path), i.type == fs.FileType.Directory)
+            for i in self._fs.get_file_info(selector)
+        ]
 
 
-def _fresh(area: Path) -> Path:
-    shutil.rmtree(area, ignore_errors=True)
-    area.mkdir(parents=True)
-    return area
-
-
-def _folders(parent: Path) -> Iterator[Path]:
-    try:
-        children = list(parent.iterdir())
-    except FileNotFoundError:
-        return
-    yield from (child for child in sorted(children) if child.is_dir())
+def _utc(moment: datetime | None) -> datetime | None:
+    if moment is None:
+        return None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

@@ -27,7 +27,8 @@ from databuild.refs import validate_ref
 PAGE = 500
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
-Announce = Callable[[str, str | None], Awaitable[bool]]  # (ref, instance id) -> changed anything
+# (ref, instance id, location) -> changed anything
+Announce = Callable[[str, str | None, str | None], Awaitable[bool]]
 
 
 class UpstreamError(DataBuildError):
@@ -144,10 +145,10 @@ async def pull(
     page = await fetch_page(client, url, patterns, cursor, token)
     changed, refusals = 0, []
     for event in page.events:
-        instance = event.data["instance_id"]
+        instance, location = event.data["instance_id"], event.data.get("location")
         assert event.ref is not None and isinstance(instance, str)
         try:
-            changed += await announce(event.ref, instance)
+            changed += await announce(event.ref, instance, location if isinstance(location, str) else None)
         except (InvalidInputError, InvalidTransitionError) as error:
             refusals.append(f"#{event.idx} {event.ref}: {error}")
     more = page.next_since_idx < page.last_idx

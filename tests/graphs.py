@@ -1,6 +1,7 @@
 """Small graphs for tests."""
 
 import os
+import threading
 import time
 from functools import partial
 
@@ -33,8 +34,9 @@ def _nap(row: int, seconds: float) -> int:
 def slow_job(ctx: JobContext, n: str) -> None:
     ctx.progress("sleeping in Spark tasks")
     # The sleep is read on the driver, so a test can lengthen it for an in-process worker.
-    rows = ctx.spark.sparkContext.parallelize(range(2), 2).map(partial(_nap, seconds=SLOW_SECONDS)).collect()
-    ctx.write(f"slow/{n}", ctx.spark.createDataFrame([(r,) for r in rows], "id long"))
+    # The tasks sleep while they write: a kill lands mid-write, with files in the instance location.
+    rows = ctx.spark.sparkContext.parallelize(range(2), 2).map(partial(_nap, seconds=SLOW_SECONDS))
+    ctx.write(f"slow/{n}", ctx.spark.createDataFrame(rows.map(lambda r: (r,)), "id long"))
 
 
 # fails/{n}: always raises; pair/{n}: one job, two outputs built from one input.
@@ -124,3 +126,28 @@ def spin_job(ctx: JobContext, n: str) -> None:
     # Small tasks (10M rows each), so progress shows within seconds even on a slow JIT; hours in all.
     rows = ctx.spark.range(0, 10**12, numPartitions=100_000)
     ctx.write(f"spin/{n}", rows.selectExpr("sum(id % 3) AS total"))
+
+
+# lake: instances side by side. Each build of left/right has 10 more rows than the one before; held/{n}
+# reads left/{n}, says so (READING), and takes its rows only when the test releases it (RELEASE).
+lake = Graph("lake")
+BUILDS: dict[str, int] = {}
+READING: dict[str, threading.Event] = {}
+RELEASE: dict[str, threading.Event] = {}
+
+
+@lake.job("left/{n}", "right/{n}")
+def sides(ctx: JobContext, n: str) -> None:
+    BUILDS[n] = BUILDS.get(n, 0) + 1
+    frame = ctx.spark.range(BUILDS[n] * 10)
+    ctx.write(f"left/{n}", frame)
+    ctx.write(f"right/{n}", frame)
+
+
+@lake.job("held/{n}")
+def held(ctx: JobContext, n: str) -> None:
+    frame = ctx.read(f"left/{n}")  # resolved now to the live instance; its files are read below
+    READING.setdefault(n, threading.Event()).set()
+    if not RELEASE.setdefault(n, threading.Event()).wait(120):
+        raise RuntimeError("the test never released held/{n}")
+    ctx.write(f"held/{n}", frame)

@@ -6,11 +6,26 @@ import socket
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from databuild.client import DataBuild
+from databuild.config import Settings
 from databuild.models import WantSource, WantState
+from databuild.storage import Storage
 from databuild.web import create_app, serving, web_context
 from tests.conftest import Stack
+
+
+def lake(settings: Settings) -> Path:
+    """The local folder of a test stack's storage root (a ``file://`` URI)."""
+    return Path(urlsplit(settings.storage_root).path)
+
+
+def instance_dir(settings: Settings, ref: str, instance_id: str | None) -> Path:
+    """Where one instance of ``ref`` is on a test stack's local storage."""
+    return lake(settings) / Storage.instance_key(ref, instance_id or "")
+
 
 # The token a downstream graph presents to its upstream in the cross-graph tests.
 TOKEN = "token-that-down-presents-to-up"

@@ -35,7 +35,7 @@ CASES = [
     (["wants", "show", "w-unknown"], "no want 'w-unknown'"),
     (["job-runs", "show", "jr-unknown"], "no job run 'jr-unknown'"),
     (["partitions", "show", "never/built"], "no partition 'never/built'"),
-    (["sweep", "--keep-failed", "a week"], "cannot read duration 'a week'"),
+    (["gc", "--keep", "a week"], "cannot read duration 'a week'"),
     (["publish", "raw_events/2024-06-01"], "raw_events/2024-06-01 is built here by job 'raw_events'"),
     (
         ["want", "daily_users/2024-01-01", "--requires", "raw_events/2024-01-01"],

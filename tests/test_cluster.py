@@ -29,7 +29,7 @@ from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantStat
 from databuild.spark import SparkRuntime
 from databuild.testing import free_port
 from tests.conftest import DEMO_REF, DemoRun, Stack, stack_env
-from tests.helpers import until
+from tests.helpers import instance_dir, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -59,9 +59,9 @@ def connect(cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory) -> 
 @pytest.fixture
 async def local_checksums(demo_run: DemoRun, spark_runtime: SparkRuntime) -> dict[str, str]:
     """The demo partitions as local mode built them (the session's demo run)."""
-    root = demo_run.stack.settings.storage_root
+    stack = demo_run.stack
     session = await asyncio.to_thread(spark_runtime.session)
-    return {ref: await asyncio.to_thread(partition_checksum, session, root / ref) for ref in BUILT}
+    return {ref: await asyncio.to_thread(partition_checksum, session, live_dir(stack, ref)) for ref in BUILT}
 
 
 def unique_data_timestamp() -> datetime:
@@ -86,7 +86,11 @@ def checksums(runtime: SparkRuntime, stack: Stack, built: list[str] = BUILT) -> 
     live = stack.bel.partitions(status=PartitionStatus.live, limit=1000)
     assert sorted(p.ref for p in live) == built
     session = runtime.session()
-    return {ref: partition_checksum(session, stack.settings.storage_root / ref) for ref in built}
+    return {ref: partition_checksum(session, live_dir(stack, ref)) for ref in built}
+
+
+def live_dir(stack: Stack, ref: str) -> Path:
+    return instance_dir(stack.settings, ref, stack.bel.partition(ref).instance_id)
 
 
 def assert_built_once(stack: Stack, built: list[str] = BUILT) -> None:

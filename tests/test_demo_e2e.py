@@ -7,6 +7,7 @@ import pytest
 
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantState
 from tests.conftest import DemoRun
+from tests.helpers import instance_dir
 
 pytestmark = pytest.mark.slow
 
@@ -43,8 +44,9 @@ async def test_demo_want_fulfilled_through_derivative_wants(demo_run: DemoRun) -
     for ref in expected | {"daily_summary/2024-01-07", "top_spenders/2024-01-07"}:
         partition = bel.partition(ref)
         assert partition.status is PartitionStatus.live
-        assert stack.db.settings.storage_root.joinpath(ref).is_dir()
-        built = [i for i in bel.instances(ref) if i.job_run_id in {r.job_run_id for r in runs}]
+        assert instance_dir(stack.settings, ref, partition.instance_id).is_dir()
+        history, _ = bel.instance_history(ref, limit=100)
+        built = [i for i in history if i.job_run_id in {r.job_run_id for r in runs}]
         assert len(built) == 1  # built exactly once
     rollup = next(r for r in runs if r.job_label == "weekly_rollup" and r.state is JobRunState.succeeded)
     assert {w.ref for w in rollup.writes} == {"daily_summary/2024-01-07", "top_spenders/2024-01-07"}
@@ -69,8 +71,9 @@ async def test_demo_want_fulfilled_through_derivative_wants(demo_run: DemoRun) -
     described = await client.get_workflow_handle(spec.workflow_id).describe()
     assert "daily_summary/2024-01-07" in (await described.static_summary() or "")
 
+    live = stack.bel.partition("daily_summary/2024-01-07").instance_id
     summary = stack.parts.spark.session().read.parquet(
-        str(stack.settings.storage_root / "daily_summary/2024-01-07")
+        str(instance_dir(stack.settings, "daily_summary/2024-01-07", live))
     )
     row = summary.collect()[0]
     assert row["events"] == 7 * 100_000

@@ -16,15 +16,17 @@ from databuild.executors import Executors, JobAttempt
 from databuild.executors.connect import ConnectExecutor
 from databuild.executors.session import SessionExecutor
 from databuild.executors.submission import (
+    SubmitFiles,
     SubmitResult,
 )
 from databuild.executors.submit import SubmitExecutor, SubmitOptions, default_spark_submit
+from databuild.gc import GcReport
 from databuild.graph import load_graph
 from databuild.models import JobRunState, WantState
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
-from databuild.sweep import SweepReport
 from tests.conftest import cli
+from tests.helpers import instance_dir, lake
 
 SUBMIT_LOCAL = {
     "executor": "submit",
@@ -50,9 +52,9 @@ async def test_submit_executor_builds_with_runtime_dependencies_and_lineage(make
     assert runs[0].missing == [f"base/{n}"]
     base, derived = stack.bel.partition(f"base/{n}"), stack.bel.partition(f"derived/{n}")
     assert [(r.ref, r.instance_id) for r in runs[2].reads] == [(base.ref, base.instance_id)]
-    assert Storage(stack.settings.storage_root).instance_on_disk(derived.ref) == derived.instance_id
+    assert instance_dir(stack.settings, derived.ref, derived.instance_id).is_dir()
     # Each application's folder is gone once it reported.
-    assert not list((stack.settings.storage_root / "_databuild" / "submissions").iterdir())
+    assert not list((lake(stack.settings) / "_databuild" / "submissions").iterdir())
 
 
 async def test_submit_executor_reports_job_errors_and_contract_breaches(make_stack) -> None:
@@ -72,7 +74,8 @@ async def test_submit_executor_reports_job_errors_and_contract_breaches(make_sta
     assert runs["typo"].attempts == 1
     assert runs["typo"].reason and "reads 'nowhere/" in runs["typo"].reason
     # A failed application keeps its folder and log for the operator.
-    kept = sorted(p.name for p in (stack.settings.storage_root / "_databuild" / "submissions").iterdir())
+    submissions = lake(stack.settings) / "_databuild" / "submissions"
+    kept = sorted(p.name for p in submissions.iterdir())
     assert kept == sorted(
         [
             f"{runs['always_fails'].job_run_id}-1",
@@ -82,19 +85,18 @@ async def test_submit_executor_reports_job_errors_and_contract_breaches(make_sta
     )
     # The requests never held the BEL's address (its credentials stay off shared storage).
     for folder in kept:
-        request = (
-            stack.settings.storage_root / "_databuild" / "submissions" / folder / "request.json"
-        ).read_text()
+        request = (submissions / folder / "request.json").read_text()
         assert stack.settings.database_url not in request and "bel.sqlite" not in request
-    # ... for a week (DATABUILD_KEEP_FAILED_ATTEMPTS); an operator may sweep them sooner.
-    kept_for_now = SweepReport.model_validate_json((await cli(stack, "sweep", "--json")).stdout)
-    assert (kept_for_now.removed, kept_for_now.kept) == ([], 3)
-    swept = await cli(stack, "sweep", "--keep-failed", "0s", "--json")
-    assert swept.returncode == 0, swept.stderr
-    removed = SweepReport.model_validate_json(swept.stdout).removed
-    assert sorted(Path(r.path).name for r in removed) == kept
-    assert {r.reason for r in removed} == {"job run failed"}
-    assert not list((stack.settings.storage_root / "_databuild" / "submissions").iterdir())
+    assert all((submissions / f / SubmitFiles.LOG).is_file() for f in kept)
+    # ... for a week (DATABUILD_GC_KEEP); an operator may collect them sooner.
+    kept_for_now = GcReport.model_validate_json((await cli(stack, "gc", "--json")).stdout)
+    assert kept_for_now.deleted == []
+    collected = await cli(stack, "gc", "--keep", "0s", "--json")
+    assert collected.returncode == 0, collected.stderr
+    deleted = GcReport.model_validate_json(collected.stdout).deleted
+    assert sorted(Path(r.location).name for r in deleted) == kept
+    assert {(r.kind, r.reason) for r in deleted} == {("submission", "job run failed")}
+    assert not list(submissions.iterdir())
 
 
 def test_submitted_application_stops_when_its_worker_stops_heartbeating(tmp_path: Path) -> None:
@@ -108,9 +110,8 @@ def test_submitted_application_stops_when_its_worker_stops_heartbeating(tmp_path
         job_run_id=job_run_id,
         attempt=1,
         job_label="spin_job",
-        outputs=["spin/orphan"],
         params={"n": "orphan"},
-        staging=storage.staging_area(job_run_id, 1),
+        instances={"spin/orphan": str(uuid.uuid4())},
     )
     options = SubmitOptions(
         master="local[1]",
@@ -122,12 +123,14 @@ def test_submitted_application_stops_when_its_worker_stops_heartbeating(tmp_path
     )
     started = time.monotonic()
     # Launched as `run` would, but nobody supervises it: its heartbeat file never changes again.
-    application, files = SubmitExecutor(options, storage=storage).launch(attempt)
+    local = tmp_path / "local"
+    local.mkdir()
+    application, files = SubmitExecutor(options, storage=storage).launch(attempt, local)
     try:
-        assert application.wait(timeout=180) == 0, files.log.read_text()[-3000:]
+        assert application.wait(timeout=180) == 0, (local / SubmitFiles.LOG).read_text()[-3000:]
     finally:
         stop_group(application)
-    result = SubmitResult.model_validate_json(files.result.read_text())
+    result = SubmitResult.model_validate_json(files.read(SubmitFiles.RESULT))
     assert result.failure is not None and result.failure.type == "JobCancelledError", result
     assert "no heartbeat from the worker for 3s" in result.failure.message
     assert time.monotonic() - started < 120

@@ -12,11 +12,12 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from bench.cluster import start_databuild_worker
+from databuild.gc import collect_garbage
 from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
-from databuild.storage import INSTANCE_MARKER
+from databuild.storage import Storage
 from tests import graphs
 from tests.conftest import stack_env
-from tests.helpers import until
+from tests.helpers import instance_dir, until
 
 pytestmark = pytest.mark.slow
 SLOW = 6.0
@@ -34,12 +35,18 @@ async def test_worker_killed_mid_job_completes_once(make_stack, tmp_path: Path) 
     try:
         spec = await stack.db.want("slow/killed")
         await until(lambda: any(r.state is JobRunState.running for r in stack.bel.job_runs()), seconds=120)
-        await asyncio.sleep(2)  # inside the Spark tasks now
+        planned = stack.bel.attempt_outputs_of(stack.bel.job_runs()[0].job_run_id)[0]
+        # Mid-write: the job's Spark tasks are writing into the instance location.
+        await until(
+            lambda: instance_dir(stack.settings, planned.ref, planned.instance_id).is_dir(), seconds=120
+        )
+        await asyncio.sleep(1)
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
 
         assert stack.bel.partition("slow/killed").status is PartitionStatus.building
-        assert not (stack.settings.storage_root / "slow/killed").exists()  # nothing half-written visible
+        orphan = stack.bel.attempt_outputs_of(stack.bel.job_runs()[0].job_run_id)
+        assert [o.attempt for o in orphan] == [1]  # its location was recorded before it was written
 
         second = start_worker(stack, log)
         try:
@@ -58,9 +65,18 @@ async def test_worker_killed_mid_job_completes_once(make_stack, tmp_path: Path) 
     assert len(lives) == 1  # published exactly once
     partition = stack.bel.partition("slow/killed")
     assert partition.status is PartitionStatus.live
-    assert (
-        stack.settings.storage_root / "slow/killed" / INSTANCE_MARKER
-    ).read_text() == partition.instance_id
+    assert partition.instance_id != orphan[0].instance_id  # the retry wrote a new instance
+    assert instance_dir(stack.settings, "slow/killed", partition.instance_id).is_dir()
+    # The killed attempt left a location nobody reads; gc keeps it for the retention, then deletes it.
+    killed = instance_dir(stack.settings, "slow/killed", orphan[0].instance_id)
+    assert killed.is_dir()
+    storage = Storage(stack.settings.storage_root)
+    kept = collect_garbage(storage, stack.bel, keep=timedelta(hours=1))
+    assert kept.deleted == [] and killed.is_dir() and kept.kept == {"live": 1, "within retention": 1}
+    collected = collect_garbage(storage, stack.bel, keep=timedelta(0))
+    assert [(c.instance_id, c.kind) for c in collected.deleted] == [(orphan[0].instance_id, "instance")]
+    assert not killed.exists()
+    assert instance_dir(stack.settings, "slow/killed", partition.instance_id).is_dir()
 
 
 async def test_cancelling_a_job_run_stops_its_spark_job(make_stack, monkeypatch) -> None:
@@ -79,7 +95,7 @@ async def test_cancelling_a_job_run_stops_its_spark_job(make_stack, monkeypatch)
     cancelled = stack.bel.job_run(run.job_run_id)
     assert cancelled.state is JobRunState.cancelled and cancelled.cause is JobRunCause.cancelled
     assert stack.bel.partition("slow/cancel").status is PartitionStatus.failed
-    assert not (stack.settings.storage_root / "slow/cancel").exists()
+    assert stack.bel.partition("slow/cancel").instance_id is None  # nothing it wrote became visible
     # The wants hear of the failure from the run's fan-out, just before its workflow closes.
     for _ in range(50):
         if (await job_run.describe()).status is not WorkflowExecutionStatus.RUNNING:

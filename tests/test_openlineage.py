@@ -19,7 +19,7 @@ from databuild.executors import Executors
 from databuild.models import InstanceRef, JobRun, JobRunState, WantState
 from databuild.openlineage import LineageEmitter, run_id, transport_from_settings
 from databuild.storage import Storage
-from tests.helpers import until
+from tests.helpers import lake, until
 
 Event = dict[str, Any]
 EVENT_TYPES = {"START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"}
@@ -76,7 +76,7 @@ async def test_job_runs_emit_start_and_a_final_event_with_instance_versions(
     await until(lambda: len(read_events(path)) == 2 * len(runs), seconds=10)
 
     events = read_events(path)
-    root = stack.settings.storage_root
+    root = lake(stack.settings)
     for job_run_id, emitted in by_run(events).items():
         run: JobRun = stack.bel.job_run(job_run_id)
         final = {"succeeded": "COMPLETE", "dep_miss": "ABORT"}[run.state.value]
@@ -123,7 +123,7 @@ async def test_a_run_failing_past_its_retries_emits_one_fail(make_stack, tmp_pat
     fail = events[-1]
     assert "boom lineage" in fail["run"]["facets"]["errorMessage"]["message"]
     assert fail["run"]["facets"]["databuild"]["attempt"] == 2
-    assert versions(fail["outputs"]) == {str(stack.settings.storage_root / "fails/lineage"): None}
+    assert versions(fail["outputs"]) == {str(lake(stack.settings) / "fails/lineage"): None}
 
     # Recording the failure again (a retried activity) changes nothing and emits nothing.
     emitter = LineageEmitter.from_settings(stack.settings)

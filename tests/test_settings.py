@@ -54,7 +54,7 @@ def test_settings_read_their_variables_with_friendly_syntax(monkeypatch: pytest.
     counts as unset; DATABUILD_JOB_TIMEOUT keeps its historical name."""
     values = {
         "DATABUILD_JOB_TIMEOUT": "1d12h",
-        "DATABUILD_SWEEP_EVERY": "90",
+        "DATABUILD_GC_EVERY": "90",
         "DATABUILD_JOB_EXECUTORS": "weekly_rollup=submit, daily_users = connect",
         "DATABUILD_SPARK_SUBMIT_ARGS": "--conf spark.cores.max=1 --name 'a b'",
         "DATABUILD_ALLOWED_HOSTS": "Data.Example.com,[::1],*.internal",
@@ -66,7 +66,7 @@ def test_settings_read_their_variables_with_friendly_syntax(monkeypatch: pytest.
         monkeypatch.setenv(name, value)
     settings = Settings.from_env()
     assert settings.job_start_to_close_timeout == timedelta(days=1, hours=12)
-    assert settings.sweep_every == timedelta(seconds=90)
+    assert settings.gc_every == timedelta(seconds=90)
     assert settings.job_executors == {"weekly_rollup": "submit", "daily_users": "connect"}
     assert settings.spark_submit_args == ["--conf", "spark.cores.max=1", "--name", "a b"]
     assert settings.allowed_hosts == ["data.example.com", "::1", "*.internal"]

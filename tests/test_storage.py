@@ -1,64 +1,224 @@
-"""Partition storage on a real file system: staging, atomic publish, replacement."""
+"""The storage interface and garbage collection, on the local file system and on a real S3-compatible
+server on loopback (moto's): write, list, read back, delete, and which instance locations gc removes."""
 
-import threading
+import logging
 import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from databuild.refs import RESERVED_SEGMENT
-from databuild.storage import Storage
+import pytest
+from moto.server import ThreadedMotoServer
+from pyarrow import fs
+
+from databuild.bel import BuildEventLog
+from databuild.domain.decisions import Execute
+from databuild.errors import InvalidInputError
+from databuild.gc import collect_garbage
+from databuild.graph import Graph
+from databuild.layout import LEGACY_MARKER, migrate_storage
+from databuild.models import InstanceRef, WantSpec
+from databuild.storage import Storage, storage_uri
+from databuild.testing import free_port
+
+graph = Graph("gc")
+graph.job("p/{n}")(lambda ctx, n: None)
+WEEK = timedelta(days=7)
+BUCKET = "lake"
 
 
-def stage(storage: Storage, job_run_id: str, ref: str, content: str) -> Path:
-    area = storage.staging_area(job_run_id, 1)
-    staged = storage.staged(area, ref)
-    staged.mkdir(parents=True)
-    (staged / "part-0.parquet").write_text(content)
-    return area
-
-
-def test_publish_replaces_a_partition_and_keeps_the_old_one_until_discarded(tmp_path: Path) -> None:
-    storage = Storage(tmp_path / "lake")
-    old, new = str(uuid.uuid4()), str(uuid.uuid4())
-    storage.discard(
-        storage.publish(stage(storage, "run-old", "daily/2024-01-01", "old"), {"daily/2024-01-01": old})
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    s3 = fs.S3FileSystem(
+        endpoint_override=endpoint,
+        access_key="k",
+        secret_key="s",
+        region="us-east-1",
+        allow_bucket_creation=True,
     )
-    replaced = storage.publish(
-        stage(storage, "run-new", "daily/2024-01-01", "new"), {"daily/2024-01-01": new}
+    s3.create_dir(BUCKET)
+    yield endpoint
+    server.stop()
+
+
+@pytest.fixture(params=["local", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Storage:
+    if request.param == "local":
+        return Storage(tmp_path / "lake")
+    endpoint = request.getfixturevalue("s3_endpoint")
+    # How a user points DataBuild (pyarrow) at an S3-compatible store: the standard AWS variables.
+    for name, value in {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "k",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    return Storage(f"s3a://{BUCKET}/{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
+    log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
+    yield log
+    log.dispose()
+
+
+def test_files_are_written_listed_read_back_and_deleted(storage: Storage) -> None:
+    storage.write_text("a/b.json", "one")
+    storage.write_text("a/b.json", "two")  # replaced whole
+    storage.write_text("a/c/d.txt", "three")
+    assert storage.read_text("a/b.json") == "two"
+    assert sorted(key for key, _ in storage.files("a")) == ["a/b.json", "a/c/d.txt"]
+    assert all(modified is not None for _, modified in storage.files())
+    assert storage.exists("a/c") and not storage.exists("a/x")
+    with pytest.raises(FileNotFoundError):
+        storage.read_text("a/missing.json")
+    storage.delete("a/c")
+    storage.delete("a/never-there")  # nothing there is not an error
+    assert [key for key, _ in storage.files()] == ["a/b.json"]
+    for escaping in ("../outside", "/etc/passwd", "a/../../x"):
+        with pytest.raises(InvalidInputError, match="not inside the storage root"):
+            storage.write_text(escaping, "x")
+
+
+def test_instance_locations_are_found_and_deleted(storage: Storage) -> None:
+    first, second, nested = (str(uuid.uuid4()) for _ in range(3))
+    for ref, instance_id in (("p/1", first), ("p/1", second), ("deep/a/b", nested)):
+        storage.write_text(f"{Storage.instance_key(ref, instance_id)}/part-0.parquet", "rows")
+        storage.write_text(f"{Storage.instance_key(ref, instance_id)}/sub/part-1.parquet", "rows")
+    storage.write_text("p/2/part-0.parquet", "an external producer's data, in the ref's own folder")
+    storage.write_text(f"_databuild/submissions/jr-x-1/{'request.json'}", "{}")
+
+    assert sorted((i.ref, i.instance_id) for i in storage.instances()) == sorted(
+        [("p/1", first), ("p/1", second), ("deep/a/b", nested)]
     )
-    assert storage.instance_on_disk("daily/2024-01-01") == new
-    assert (storage.path("daily/2024-01-01") / "part-0.parquet").read_text() == "new"
-    # The replaced instance waits in the publish's trash until the BEL commit supersedes it.
-    assert [r.instance_id for r in storage.retired(replaced)] == [old]
-    storage.discard(replaced)
-    reserved = storage.root / RESERVED_SEGMENT
-    assert [p for p in reserved.rglob("*") if p.is_file()] == []
+    assert [(a.job_run_id, a.attempt) for a in storage.submission_areas()] == [("jr-x", 1)]
+    assert storage.location("p/1", first) == f"{storage.uri}/p/1/~{first}"
+    storage.delete_instance("p/1", first)
+    assert sorted(i.instance_id for i in storage.instances()) == sorted([second, nested])
+    with pytest.raises(ValueError):
+        Storage.instance_key("p/1", "../../etc")  # an instance id is a UUID, nothing else
 
 
-def test_concurrent_publishes_never_trip_over_each_other(tmp_path: Path) -> None:
-    """Jobs publish from many threads (and workers) at once; each replacement moves the old data to a
-    trash folder, and one publish clearing its trash must not pull it from under another's rename."""
+def test_storage_roots_are_uris() -> None:
+    assert storage_uri("/data/lake/") == "file:///data/lake"
+    assert storage_uri("s3a://bucket/lake/") == "s3a://bucket/lake"
+    for bad, reason in (("ftp://host/x", "scheme 'ftp'"), ("s3a:///nobucket", "names no bucket")):
+        with pytest.raises(InvalidInputError, match=reason):
+            storage_uri(bad)
+
+
+def claim(bel: BuildEventLog, ref: str) -> Execute:
+    generation = bel.generations([ref]).get(ref, 0)  # a want after a taint is a new want
+    want = WantSpec(
+        ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), source="cli", generation=generation
+    )  # type: ignore[arg-type]
+    bel.register_want(want)
+    decision = bel.decide(want.want_id, 1, graph.resolve(ref))
+    assert isinstance(decision, Execute), decision
+    return decision
+
+
+def attempt(bel: BuildEventLog, storage: Storage, ref: str, number: int = 1) -> tuple[str, str]:
+    """Start an attempt of ``ref``'s job run and write its output; returns (job run id, instance id)."""
+    runs = [r for r in bel.job_runs(limit=100) if ref in r.outputs and not r.state.is_final]
+    job_run_id = runs[0].job_run_id if runs else claim(bel, ref).job_run_id
+    instance_id = str(uuid.uuid4())
+    bel.start_job_run(job_run_id, number, "w", [InstanceRef(ref=ref, instance_id=instance_id)])
+    storage.write_text(f"{Storage.instance_key(ref, instance_id)}/part-0.parquet", "rows")
+    return job_run_id, instance_id
+
+
+def publish(bel: BuildEventLog, storage: Storage, ref: str) -> str:
+    job_run_id, instance_id = attempt(bel, storage, ref)
+    bel.succeed_job_run(job_run_id, [], [InstanceRef(ref=ref, instance_id=instance_id)])
+    return instance_id
+
+
+def test_gc_deletes_only_what_nothing_needs(storage: Storage, bel: BuildEventLog) -> None:
+    superseded = publish(bel, storage, "p/1")
+    bel.taint("p/1", reason="bad data")
+    rebuilt = publish(bel, storage, "p/1")  # the rebuild: the tainted instance is retired now
+    live = publish(bel, storage, "p/2")
+    pinned = publish(bel, storage, "p/3")
+    bel.taint("p/3")
+    publish(bel, storage, "p/3")
+    bel.pin_instance(pinned, reason="the audit of 2024")
+    failed_run, orphan = attempt(bel, storage, "p/4")
+    bel.fail_job_run(failed_run, "boom")
+    _, writing = attempt(bel, storage, "p/5")  # a run that has not ended
+    foreign = str(uuid.uuid4())
+    storage.write_text(f"{Storage.instance_key('p/6', foreign)}/part-0.parquet", "another graph's")
+
+    soon = collect_garbage(storage, bel, keep=WEEK)
+    assert soon.deleted == []
+    # The open run of p/5 was created after everything else retired: it may read none of them.
+    assert soon.kept == {
+        "live": 3,
+        "pinned": 1,
+        "within retention": 2,
+        "being written": 1,
+        "unknown to the BEL": 1,
+    }
+
+    later = datetime.now(UTC) + WEEK + timedelta(hours=1)
+    preview = collect_garbage(storage, bel, keep=WEEK, now=later, dry_run=True)
+    assert sorted(c.instance_id or "" for c in preview.deleted) == sorted([superseded, orphan])
+    assert len(storage.instances()) == 8  # a dry run deletes nothing
+
+    report = collect_garbage(storage, bel, keep=WEEK, now=later)
+    assert {c.instance_id: c.reason.split(" ")[0] for c in report.deleted} == {
+        superseded: "tainted",
+        orphan: "left",
+    }
+    left = {i.instance_id for i in storage.instances()}
+    assert left == {rebuilt, live, pinned, writing, foreign} | {bel.partition("p/3").instance_id or ""}
+
+    bel.pin_instance(pinned, pinned=False)
+    unpinned = collect_garbage(storage, bel, keep=WEEK, now=later)
+    assert [c.instance_id for c in unpinned.deleted] == [pinned]
+
+
+def test_gc_keeps_what_a_job_run_open_since_may_still_read(tmp_path: Path, bel: BuildEventLog) -> None:
     storage = Storage(tmp_path / "lake")
-    errors: list[Exception] = []
-    start = threading.Barrier(8)
+    old = publish(bel, storage, "p/1")
+    reader = claim(bel, "p/9")  # a run that started while `old` was live, and reads it slowly
+    bel.taint("p/1")
+    publish(bel, storage, "p/1")
+    later = datetime.now(UTC) + WEEK * 2
+    assert collect_garbage(storage, bel, keep=timedelta(0), now=later).kept["may be read"] == 1
+    bel.fail_job_run(reader.job_run_id, "done reading")
+    assert [c.instance_id for c in collect_garbage(storage, bel, keep=timedelta(0), now=later).deleted] == [
+        old
+    ]
 
-    def publish_repeatedly(worker: int) -> None:
-        start.wait()
-        try:
-            for round_ in range(40):
-                ref = f"t{worker}/p"
-                area = stage(storage, f"run-{worker}-{round_}", ref, f"{worker}:{round_}")
-                storage.discard(storage.publish(area, {ref: f"{worker}-{round_}"}))
-        except Exception as error:  # reported by the assertion below
-            errors.append(error)
 
-    threads = [threading.Thread(target=publish_repeatedly, args=(worker,)) for worker in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+def test_migrate_moves_the_old_layout_into_instance_locations(storage: Storage, bel: BuildEventLog) -> None:
+    in_place = publish(bel, storage, "p/1")
+    in_trash = publish(bel, storage, "p/2")
+    # Make it look as the rename layout left it: the data in the ref's folder, marked with its id ...
+    for ref, instance_id, folder in (
+        ("p/1", in_place, "p/1"),
+        ("p/2", in_trash, "_databuild/trash/0a1b/ffee"),  # ... or moved aside by a killed publish
+    ):
+        storage.delete_instance(ref, instance_id)
+        storage.write_text(f"{folder}/part-0.parquet", f"rows of {ref}")
+        storage.write_text(f"{folder}/{LEGACY_MARKER}", instance_id)
+    storage.write_text("_databuild/staging/jr-1-1/x/part-0.parquet", "an attempt's leftovers")
 
-    assert errors == []
-    for worker in range(8):
-        assert storage.instance_on_disk(f"t{worker}/p") == f"{worker}-39"
-        assert (storage.path(f"t{worker}/p") / "part-0.parquet").read_text() == f"{worker}:39"
-    assert [p for p in (storage.root / RESERVED_SEGMENT).rglob("*") if p.is_file()] == []
+    moved = migrate_storage(storage, bel)
+    assert sorted(m.ref for m in moved) == ["p/1", "p/2"]
+    for ref, instance_id in (("p/1", in_place), ("p/2", in_trash)):
+        assert (
+            storage.read_text(f"{Storage.instance_key(ref, instance_id)}/part-0.parquet") == f"rows of {ref}"
+        )
+    assert sorted(key for key, _ in storage.files()) == sorted(
+        f"{Storage.instance_key(r, i)}/part-0.parquet" for r, i in (("p/1", in_place), ("p/2", in_trash))
+    )
+    assert migrate_storage(storage, bel) == []  # idempotent

@@ -16,7 +16,7 @@ from databuild.graph import load_graph
 from databuild.models import WantState
 from databuild.spark import SparkRuntime
 from databuild.testing import make_settings
-from tests.helpers import until, waiting_for_feed
+from tests.helpers import lake, until, waiting_for_feed
 from worker.run import WorkerParts, running_worker
 
 pytestmark = pytest.mark.slow
@@ -60,7 +60,7 @@ async def test_sla_missed_then_fulfilled_late(skipping: tuple[WorkflowEnvironmen
     assert [w.want_id for w in db.bel.sla_misses()].count(spec.want_id) == 1
     assert [e.type for e in db.bel.events(want_id=spec.want_id)].count("WantSlaMissed") == 1
 
-    spark_runtime_session(db).range(5).write.parquet(str(db.settings.storage_root / "feed/late"))
+    spark_runtime_session(db).range(5).write.parquet(str(lake(db.settings) / "feed/late"))
     await db.publish("feed/late")
     done = await db.wait(spec)
     assert done.state is WantState.successful

@@ -27,12 +27,12 @@ from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.execution import JobExecutor
 from databuild.executors import Executors
+from databuild.gc import collect_garbage
 from databuild.graph import Graph, load_graph
 from databuild.openlineage import LineageEmitter
 from databuild.runtime import settle_heap
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
-from databuild.sweep import sweep
 from databuild.temporal import connect, ensure_search_attributes, repair_wants
 from workflows.job_run import JobRunWorkflow
 from workflows.scheduled import ScheduledWantWorkflow
@@ -139,7 +139,9 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
         asyncio.get_running_loop().run_in_executor(None, built.jobs.executor.executors.warm)
     stop = asyncio.Event()
     chores = [
-        asyncio.create_task(periodically(parts.settings.sweep_every, stop, sweep_storage, parts, built)),
+        asyncio.create_task(
+            periodically(parts.settings.gc_every, stop, collect_storage_garbage, parts, built)
+        ),
         asyncio.create_task(periodically(parts.settings.repair_every, stop, repair, parts, built)),
     ]
     try:
@@ -168,17 +170,11 @@ async def periodically(every: timedelta, stop: asyncio.Event, chore: Chore, *arg
             await asyncio.wait_for(stop.wait(), every.total_seconds())
 
 
-async def sweep_storage(parts: WorkerParts, built: BuiltWorker) -> None:
+async def collect_storage_garbage(parts: WorkerParts, built: BuiltWorker) -> None:
     storage = built.jobs.executor.storage
-    report = await asyncio.to_thread(
-        sweep, storage, parts.bel, keep_failed=parts.settings.keep_failed_attempts
-    )
-    for item in report.removed:
-        log.info("swept %s (%s)", item.path, item.reason)
-    for partition in report.restored:
-        log.warning(
-            "restored %s (instance %s) from an uncommitted publish", partition.ref, partition.instance_id
-        )
+    report = await asyncio.to_thread(collect_garbage, storage, parts.bel, keep=parts.settings.gc_keep)
+    for item in report.deleted:
+        log.info("garbage-collected %s (%s)", item.location, item.reason)
 
 
 async def repair(parts: WorkerParts, _built: BuiltWorker) -> None:

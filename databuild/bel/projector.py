@@ -82,7 +82,7 @@ _SUPERSEDE = (
         s.partition_instances.c.instance_id == bindparam("previous"),
         s.partition_instances.c.status == InstanceStatus.live.value,
     )
-    .values(status=InstanceStatus.superseded.value)
+    .values(status=InstanceStatus.superseded.value, retired_at=bindparam("at"))
 )
 _TAINT_PARTITION = (
     update(s.partitions)
@@ -243,6 +243,27 @@ def _job_run_skipped(conn: Connection, event: ev.JobRunSkipped, at: datetime) ->
 @projects(ev.JobRunStarted)
 def _job_run_started(conn: Connection, event: ev.JobRunStarted, at: datetime) -> None:
     _set_job_run(conn, event.job_run_id, at, state=JobRunState.running.value, attempts=event.attempt)
+    if event.instances:
+        rows = [
+            {
+                "instance_id": i.instance_id,
+                "ref": i.ref,
+                "job_run_id": event.job_run_id,
+                "attempt": event.attempt,
+            }
+            for i in event.instances
+        ]
+        conn.execute(insert(s.attempt_outputs), rows)
+
+
+@projects(ev.InstancePinned)
+def _instance_pinned(conn: Connection, event: ev.InstancePinned, at: datetime) -> None:
+    conn.execute(_UPDATE_INSTANCE, {"pk": event.instance_id, "pinned": True})
+
+
+@projects(ev.InstanceUnpinned)
+def _instance_unpinned(conn: Connection, event: ev.InstanceUnpinned, at: datetime) -> None:
+    conn.execute(_UPDATE_INSTANCE, {"pk": event.instance_id, "pinned": False})
 
 
 @projects(ev.JobRunSucceeded)
@@ -309,7 +330,7 @@ def _partition_building(conn: Connection, event: ev.PartitionBuilding, at: datet
 def _partition_live(conn: Connection, event: ev.PartitionLive, at: datetime) -> None:
     current = conn.execute(_PARTITION, {"ref": event.ref}).first()
     if current is not None and current.instance_id is not None:
-        conn.execute(_SUPERSEDE, {"previous": current.instance_id})
+        conn.execute(_SUPERSEDE, {"previous": current.instance_id, "at": at})
     conn.execute(
         insert(s.partition_instances),
         {
@@ -321,6 +342,7 @@ def _partition_live(conn: Connection, event: ev.PartitionLive, at: datetime) -> 
             "status": InstanceStatus.live.value,
             "stale_cause": _inherited_staleness(conn, event.job_run_id),
             "reason": None,
+            "location": event.location,
         },
     )
     _upsert_partition(
@@ -341,7 +363,12 @@ def _partition_live(conn: Connection, event: ev.PartitionLive, at: datetime) -> 
 def _partition_tainted(conn: Connection, event: ev.PartitionTainted, at: datetime) -> None:
     conn.execute(
         _UPDATE_INSTANCE,
-        {"pk": event.instance_id, "status": InstanceStatus.tainted.value, "reason": event.reason},
+        {
+            "pk": event.instance_id,
+            "status": InstanceStatus.tainted.value,
+            "reason": event.reason,
+            "retired_at": at,
+        },
     )
     conn.execute(_TAINT_PARTITION, {"pk": event.ref, "reason": event.reason, "updated_at": at})
     ids = [i.instance_id for i in event.stale if i.instance_id]

@@ -16,6 +16,7 @@ from databuild.errors import NotFoundError
 from databuild.globs import compile_glob, like_prefix, ref_filter
 from databuild.models import (
     FINAL_WANT_STATES,
+    AttemptOutput,
     BuildStats,
     EventFilter,
     EventPage,
@@ -75,6 +76,9 @@ def instance_from_row(row: Any) -> Instance:
         stale_cause=row["stale_cause"],
         reason=row["reason"],
         created_at=row["created_at"],
+        retired_at=row["retired_at"],
+        pinned=bool(row["pinned"]),
+        location=row["location"],
     )
 
 
@@ -451,6 +455,33 @@ class BelQueries:
             for r in rows
         ]
         return edges, int(total)
+
+    def attempt_outputs(self, ids: Sequence[str]) -> dict[str, AttemptOutput]:
+        """Which attempt writes (or wrote) each of these instance ids, for those an attempt planned."""
+        found: dict[str, AttemptOutput] = {}
+        for chunk in _chunks(ids):
+            for row in self._all(select(s.attempt_outputs).where(s.attempt_outputs.c.instance_id.in_(chunk))):
+                found[row["instance_id"]] = AttemptOutput.model_validate(dict(row))
+        return found
+
+    def attempt_outputs_of(self, job_run_id: str) -> list[AttemptOutput]:
+        """The instances every attempt of a job run wrote (or writes) to, by attempt."""
+        rows = self._all(
+            select(s.attempt_outputs)
+            .where(s.attempt_outputs.c.job_run_id == job_run_id)
+            .order_by(s.attempt_outputs.c.attempt, s.attempt_outputs.c.ref)
+        )
+        return [AttemptOutput.model_validate(dict(r)) for r in rows]
+
+    def oldest_open_job_run(self) -> datetime | None:
+        """When the oldest job run that has not ended was created: it may still read anything that was
+        live since then."""
+        open_states = [JobRunState.queued.value, JobRunState.running.value]
+        with self.reader.connect() as conn:
+            oldest: datetime | None = conn.execute(
+                select(func.min(s.job_runs.c.created_at)).where(s.job_runs.c.state.in_(open_states))
+            ).scalar()
+        return oldest
 
     # Job runs ------------------------------------------------------------------------------------
     def job_run(self, job_run_id: str) -> JobRun:

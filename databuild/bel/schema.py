@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 
 
@@ -117,6 +118,20 @@ partition_instances = Table(
     Column("status", String(16), nullable=False, default="live", server_default="live"),
     Column("stale_cause", ID),
     Column("reason", Text),
+    Column("retired_at", UTCDateTime),  # when it stopped being live: gc keeps it the retention from then
+    Column("pinned", Boolean, nullable=False, default=False, server_default=false()),
+    Column("location", Text),  # where its data is (a URI); None for instances older than revision 0005
+)
+
+# The instance each output of each attempt writes to, recorded before it writes: garbage collection
+# never deletes what a running attempt is writing, and knows what a failed one left.
+attempt_outputs = Table(
+    "attempt_outputs",
+    metadata,
+    Column("instance_id", ID, primary_key=True),
+    Column("ref", REF, nullable=False),
+    Column("job_run_id", ID, nullable=False, index=True),
+    Column("attempt", Integer, nullable=False),
 )
 
 job_runs = Table(
@@ -230,6 +245,7 @@ PROJECTIONS = [
     wants,
     partitions,
     partition_instances,
+    attempt_outputs,
     job_runs,
     job_run_outputs,
     read_deps,

@@ -1,7 +1,7 @@
 """The build event log: append-only events plus projections, updated in one transaction per command."""
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +25,7 @@ from databuild.errors import (
 from databuild.graph import JobTarget, Resolution
 from databuild.models import (
     ImpactedInstance,
+    Instance,
     InstanceRef,
     InstanceStatus,
     JobRun,
@@ -287,20 +288,44 @@ class BuildEventLog(BelQueries):
             return want_from_row(self._want_row(tx.conn, want_id))
 
     # Job runs ------------------------------------------------------------------------------------
-    def start_job_run(self, job_run_id: str, attempt: int, worker: str) -> JobRun:
-        """Mark an attempt as running. A run that already ended is returned unchanged (retried activity)."""
+    def start_job_run(
+        self, job_run_id: str, attempt: int, worker: str, instances: Sequence[InstanceRef] = ()
+    ) -> JobRun:
+        """Mark an attempt as running, with the instance each output will be written to. A run that
+        already ended is returned unchanged (retried activity)."""
         with self._write_run(job_run_id) as tx:
             row = self._job_run_row(tx.conn, job_run_id)
             if not JobRunState(row["state"]).is_final:
-                tx.append(ev.JobRunStarted(job_run_id=job_run_id, attempt=attempt, worker=worker))
+                tx.append(
+                    ev.JobRunStarted(
+                        job_run_id=job_run_id, attempt=attempt, worker=worker, instances=list(instances)
+                    )
+                )
         return self.job_run(job_run_id)
 
+    def pin_instance(self, instance_id: str, *, pinned: bool = True, reason: str | None = None) -> Instance:
+        """Keep (or stop keeping) an instance's data from garbage collection. Idempotent."""
+        instance = self.instance(instance_id)
+        with self._write(ref_key(instance.ref)) as tx:
+            if instance.pinned != pinned:
+                if pinned:
+                    tx.append(ev.InstancePinned(ref=instance.ref, instance_id=instance_id, reason=reason))
+                else:
+                    tx.append(ev.InstanceUnpinned(ref=instance.ref, instance_id=instance_id))
+        return self.instance(instance_id)
+
     def succeed_job_run(
-        self, job_run_id: str, reads: list[InstanceRef], writes: list[InstanceRef], attempt: int | None = None
+        self,
+        job_run_id: str,
+        reads: list[InstanceRef],
+        writes: list[InstanceRef],
+        attempt: int | None = None,
+        locations: Mapping[str, str] | None = None,
     ) -> JobRun:
+        """Publish: the commit makes each written instance live (at ``locations``, by ref)."""
         with self._write_run(job_run_id) as tx:
             if (run := self._open(tx.conn, job_run_id, attempt)) is not None:
-                tx.extend(decisions.succeeded(run, reads, writes))
+                tx.extend(decisions.succeeded(run, reads, writes, locations))
         return self.job_run(job_run_id)
 
     def dep_miss_job_run(
@@ -512,7 +537,7 @@ class BuildEventLog(BelQueries):
         return row
 
     def publish_external(
-        self, ref: str, instance_id: str | None = None, source: str | None = None
+        self, ref: str, instance_id: str | None = None, source: str | None = None, location: str | None = None
     ) -> tuple[Partition, bool]:
         """Announce that ``ref`` is available from outside (``source``: who says so, e.g. the upstream
         graph). Idempotent: without ``instance_id`` a live ref is left as it is; with one (an upstream
@@ -550,6 +575,7 @@ class BuildEventLog(BelQueries):
                         job_run_id=None,
                         external=True,
                         source=source,
+                        location=location,
                     )
                 )
             result = self._partition_row(tx.conn, ref)

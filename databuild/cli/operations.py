@@ -1,4 +1,4 @@
-"""Operator actions: `taint`, `publish`, `resolve`, `skip`, and the upkeep commands `migrate`, `sweep`."""
+"""Operator actions: `taint`, `publish`, `resolve`, `skip`, and the upkeep commands `migrate`, `gc`."""
 
 import sys
 from typing import Annotated
@@ -65,12 +65,18 @@ def publish(
         str | None, typer.Option(help="The producer's instance UUID (repeats of it change nothing).")
     ] = None,
     graph: Annotated[str | None, typer.Option(help="Who produced it (recorded with the partition).")] = None,
+    location: Annotated[
+        str | None,
+        typer.Option(help="Where its data is (a URI); default: the ref's folder in the storage root."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Announce that an external partition is now available; wakes every want waiting for it."""
 
     partition, created, signalled = run(
-        with_client(lambda db: db.publish(ref, instance_id=instance_id, source=graph or "cli"))
+        with_client(
+            lambda db: db.publish(ref, instance_id=instance_id, source=graph or "cli", location=location)
+        )
     )
     payload = {"partition": partition, "newly_live": created, "wants_signalled": signalled}
     emit(
@@ -109,30 +115,38 @@ def skip(ref: str, as_json: JsonFlag = False) -> None:
 
 @app.command()
 def migrate() -> None:
-    """Create or upgrade the BEL schema (Alembic); workers and commands also do this on start."""
+    """Create or upgrade the BEL schema (Alembic), and move partitions of the old storage layout (a ref's
+    folder, replaced by renames) into their instance locations. Workers upgrade the schema on start too;
+    stop them while the storage is migrated."""
     from databuild.bel import BuildEventLog
+    from databuild.layout import migrate_storage
 
-    url = settings().database_url
-    BuildEventLog.create(url).dispose()
-    console.print(f"BEL schema at {masked_url(url)} is up to date")
+    configured = settings()
+    log = BuildEventLog.create(configured.database_url)
+    try:
+        moved = migrate_storage(Storage(configured.storage_root), log)
+    finally:
+        log.dispose()
+    console.print(f"BEL schema at {masked_url(configured.database_url)} is up to date")
+    if moved:
+        console.print(f"moved {len(moved)} partition(s) of the old layout into their instance locations")
 
 
 @app.command()
-def sweep(
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would go.")] = False,
-    keep_failed: Annotated[
+def gc(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only list what would be deleted.")] = False,
+    keep: Annotated[
         str | None,
-        typer.Option(
-            help="Keep failed attempts' submission folders this long (default: 7d, or DATABUILD_KEEP_FAILED_ATTEMPTS)."
-        ),
+        typer.Option(help="Retention, e.g. 7d (default: DATABUILD_GC_KEEP, 7 days)."),
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Remove what job attempts left on the storage once their job run has ended, and put back a live
-    partition an uncommitted publish had moved aside. Workers do this every DATABUILD_SWEEP_EVERY (1h)."""
-    from databuild.sweep import sweep as sweep_storage
+    """Delete instance locations nothing needs: not live, not pinned, not being written, and retired
+    (superseded, tainted, or never published) longer than the retention ago; and the folders failed
+    submitted attempts left. Workers do this every DATABUILD_GC_EVERY (1h)."""
+    from databuild.gc import collect_garbage
 
     configured = settings()
-    keep = parse_setting_duration(keep_failed) if keep_failed is not None else configured.keep_failed_attempts
-    report = sweep_storage(Storage(configured.storage_root), bel(), keep_failed=keep, dry_run=dry_run)
-    emit(as_json, report, lambda: render.sweep_report(report))
+    retention = parse_setting_duration(keep) if keep is not None else configured.gc_keep
+    report = collect_garbage(Storage(configured.storage_root), bel(), keep=retention, dry_run=dry_run)
+    emit(as_json, report, lambda: render.gc_report(report))

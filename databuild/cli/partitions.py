@@ -18,6 +18,8 @@ from databuild.cli.app import (
     bel,
     emit,
     page_note,
+    run,
+    with_client,
 )
 from databuild.models import MAX_INDEX, PartitionStatus, parse_choice
 from databuild.views import FAN_OUT, instance_view, list_partitions, partition_view
@@ -45,6 +47,30 @@ def partitions_list(
         offset=offset,
     )
     emit(as_json, view, lambda: Group(render.partitions_table(view.data), page_note(view.page)))
+
+
+@partitions_app.command("pin")
+def partitions_pin(
+    instance: Annotated[str, typer.Argument(help="Instance UUID (`partitions show REF` lists them).")],
+    reason: Annotated[str | None, typer.Option(help="Why it is kept, for whoever finds it later.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Keep an instance's data from garbage collection, live or not."""
+    pinned = run(with_client(lambda db: db.pin(instance, reason=reason)))
+    emit(
+        as_json,
+        pinned,
+        lambda: f"pinned {pinned.ref} instance {pinned.instance_id}: gc keeps {pinned.location}",
+    )
+
+
+@partitions_app.command("unpin")
+def partitions_unpin(
+    instance: Annotated[str, typer.Argument(help="Instance UUID.")], as_json: JsonFlag = False
+) -> None:
+    """Let garbage collection remove an instance again once it is past the retention."""
+    unpinned = run(with_client(lambda db: db.pin(instance, pinned=False)))
+    emit(as_json, unpinned, lambda: f"unpinned {unpinned.ref} instance {unpinned.instance_id}")
 
 
 @partitions_app.command("show")

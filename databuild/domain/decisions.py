@@ -300,13 +300,24 @@ class OpenRun:
     locked_outputs: list[str]
 
 
-def succeeded(run: OpenRun, reads: list[InstanceRef], writes: list[InstanceRef]) -> list[ev.Event]:
-    """Publishing is this commit: each written instance becomes its partition's live instance."""
+def succeeded(
+    run: OpenRun,
+    reads: list[InstanceRef],
+    writes: list[InstanceRef],
+    locations: Mapping[str, str] | None = None,
+) -> list[ev.Event]:
+    """Publishing is this commit: each written instance becomes its partition's live instance, at its
+    location (by ref)."""
     events: list[ev.Event] = [ev.JobRunSucceeded(job_run_id=run.job_run_id, reads=reads, writes=writes)]
     for out in writes:
         if out.instance_id is None:
             raise InvalidInputError(f"job run {run.job_run_id} wrote {out.ref} without an instance id")
-        events.append(ev.PartitionLive(ref=out.ref, instance_id=out.instance_id, job_run_id=run.job_run_id))
+        location = (locations or {}).get(out.ref)
+        events.append(
+            ev.PartitionLive(
+                ref=out.ref, instance_id=out.instance_id, job_run_id=run.job_run_id, location=location
+            )
+        )
     return events
 
 

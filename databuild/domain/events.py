@@ -86,6 +86,9 @@ class JobRunStarted(Model):
     job_run_id: str
     attempt: int
     worker: str
+    instances: list[InstanceRef] = Field(
+        default=[], description="the instance each output of this attempt is written to, if it publishes"
+    )
 
 
 class JobRunSucceeded(Model):
@@ -154,6 +157,7 @@ class PartitionLive(Model):
     job_run_id: str | None
     external: bool = False
     source: str | None = Field(default=None, description="for external partitions: who announced it")
+    location: str | None = Field(default=None, description="where the instance's data is (a URI)")
 
 
 class PartitionReleased(Model):
@@ -202,6 +206,21 @@ class WantBlocked(Model):
     decision_seq: int
 
 
+class InstancePinned(Model):
+    """Garbage collection keeps this instance's data, live or not, until it is unpinned."""
+
+    type: Literal["InstancePinned"] = "InstancePinned"
+    ref: str
+    instance_id: str
+    reason: str | None = None
+
+
+class InstanceUnpinned(Model):
+    type: Literal["InstanceUnpinned"] = "InstanceUnpinned"
+    ref: str
+    instance_id: str
+
+
 class PartitionFailed(Model):
     type: Literal["PartitionFailed"] = "PartitionFailed"
     ref: str
@@ -231,7 +250,9 @@ Event = Annotated[
     | PartitionFailed
     | PartitionResolved
     | PartitionSkipped
-    | PartitionTainted,
+    | PartitionTainted
+    | InstancePinned
+    | InstanceUnpinned,
     Field(discriminator="type"),
 ]
 

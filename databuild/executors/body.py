@@ -5,10 +5,9 @@ import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from databuild.bel.queries import BelQueries
 from databuild.errors import MissingInputsError
@@ -28,9 +27,12 @@ class JobAttempt(Model):
     job_run_id: str
     attempt: int
     job_label: str
-    outputs: list[str]
     params: dict[str, str]
-    staging: Path
+    instances: dict[str, str] = Field(description="each output's new instance id, in output order")
+
+    @property
+    def outputs(self) -> list[str]:
+        return list(self.instances)
 
     @property
     def group(self) -> str:
@@ -75,10 +77,9 @@ class JobBodies:
             bel=self.bel,
             graph=self.graph,
             storage=self.storage,
-            staging=attempt.staging,
             job_run_id=attempt.job_run_id,
             job_label=attempt.job_label,
-            outputs=attempt.outputs,
+            instances=attempt.instances,
             params=attempt.params,
             cancelled=cancelled,
             report=report,

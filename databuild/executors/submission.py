@@ -1,13 +1,10 @@
 """The contract between the spark-submit executor and the application it submits: files in one
-directory per attempt on shared storage (a request, progress, the result, and the worker's heartbeat
+folder per attempt on the storage (a request, progress, the result, and the worker's heartbeat
 and cancel marker), so it holds wherever the driver runs and never depends on reading logs."""
-
-import os
-import uuid
-from pathlib import Path
 
 from databuild.executors.body import BodyResult, JobAttempt
 from databuild.models import Model
+from databuild.storage import Storage
 
 
 class SubmittedJob(Model):
@@ -15,7 +12,7 @@ class SubmittedJob(Model):
 
     attempt: JobAttempt
     graph: str  # module:attribute, imported by the application as the worker imports it
-    storage_root: Path
+    storage_root: str
     # The application stops its work and exits when the worker's heartbeat is older than this: the
     # worker died, or lost the activity, and nobody would publish what it builds.
     abandon_after_seconds: float
@@ -47,26 +44,35 @@ class SubmitProgress(Model):
 
 
 class SubmitFiles:
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.request = root / "request.json"
-        self.result = root / "result.json"
-        self.progress = root / "progress.json"
-        self.heartbeat = root / "worker-heartbeat"
-        self.cancel = root / "cancel"
-        self.log = root / "application.log"
-        # spark-submit takes a script path and puts its folder first on sys.path: a folder holding
-        # only this script shadows no module.
-        self.entry = root / "main.py"
+    """One attempt's files, in its folder on the storage (through ``Storage``, so on any store)."""
+
+    REQUEST = "request.json"
+    RESULT = "result.json"
+    PROGRESS = "progress.json"
+    HEARTBEAT = "worker-heartbeat"
+    CANCEL = "cancel"
+    LOG = "application.log"
+
+    def __init__(self, storage: Storage, key: str) -> None:
+        self.storage = storage
+        self.key = key
+
+    def write(self, name: str, text: str) -> None:
+        self.storage.write_text(f"{self.key}/{name}", text)
+
+    def read(self, name: str) -> str:
+        """Raises ``FileNotFoundError`` if the file is not there (yet)."""
+        return self.storage.read_text(f"{self.key}/{name}")
+
+    def exists(self, name: str) -> bool:
+        return self.storage.exists(f"{self.key}/{name}")
+
+    def location(self, name: str = "") -> str:
+        return f"{self.storage.uri.rstrip('/')}/{self.key}/{name}".rstrip("/")
 
 
+# spark-submit takes a local script path and puts its folder first on sys.path: a folder holding only
+# this script shadows no module.
 ENTRY_SCRIPT = (
     "import sys\n\nfrom databuild.executors.submitted import main\n\nsys.exit(main(sys.argv[1:]))\n"
 )
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Readers on shared storage see the old file or the new, never a partial one."""
-    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-    partial.write_text(text)
-    os.replace(partial, path)

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,6 @@ from databuild.executors.submission import (
     SubmitProgress,
     SubmitResult,
     SubmittedJob,
-    write_atomically,
 )
 from databuild.java import ensure_java
 from databuild.spark import JOB_SQL_CONF
@@ -60,7 +60,7 @@ class SubmitExecutor:
     def warm(self) -> None:
         ensure_java()
 
-    def command(self, attempt: JobAttempt, files: SubmitFiles) -> list[str]:
+    def command(self, attempt: JobAttempt, files: SubmitFiles, entry: Path) -> list[str]:
         o = self.options
         return [
             str(o.spark_submit),
@@ -70,8 +70,9 @@ class SubmitExecutor:
             *("--conf", "spark.ui.enabled=false"),
             *(arg for key, value in JOB_SQL_CONF.items() for arg in ("--conf", f"{key}={value}")),
             *o.extra_args,  # after the defaults, so a user's --conf wins
-            str(files.entry),
-            str(files.request),
+            str(entry),
+            files.storage.uri,
+            files.key,
         ]
 
     def environment(self) -> dict[str, str]:
@@ -87,22 +88,24 @@ class SubmitExecutor:
             DATABASE_URL_VARIABLE: self.options.database_url,
         }
 
-    def launch(self, attempt: JobAttempt) -> tuple[subprocess.Popen[bytes], SubmitFiles]:
-        """Write the attempt's request into a fresh submission folder and start its application."""
-        files = SubmitFiles(self._storage.submission_area(attempt.job_run_id, attempt.attempt))
+    def launch(self, attempt: JobAttempt, local: Path) -> tuple[subprocess.Popen[bytes], SubmitFiles]:
+        """Write the attempt's request into its folder on the storage and start its application, with
+        its entry script and spark-submit's output in ``local``."""
+        files = SubmitFiles(self._storage, self._storage.submission_key(attempt.job_run_id, attempt.attempt))
         job = SubmittedJob(
             attempt=attempt,
             graph=self.options.graph,
-            storage_root=self._storage.root,
+            storage_root=self._storage.uri,
             abandon_after_seconds=self.options.abandon_after_seconds,
         )
-        write_atomically(files.request, job.model_dump_json())
-        files.entry.write_text(ENTRY_SCRIPT)
-        write_atomically(files.heartbeat, "0")
+        files.write(SubmitFiles.REQUEST, job.model_dump_json())
+        files.write(SubmitFiles.HEARTBEAT, "0")
+        entry = local / "main.py"
+        entry.write_text(ENTRY_SCRIPT)
         ensure_java()
-        with files.log.open("ab") as log:
+        with (local / SubmitFiles.LOG).open("ab") as log:
             process = subprocess.Popen(
-                self.command(attempt, files),
+                self.command(attempt, files, entry),
                 env=self.environment(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -112,21 +115,29 @@ class SubmitExecutor:
         return process, files
 
     def run(self, attempt: JobAttempt, *, cancelled: threading.Event, report: Report) -> BodyResult:
-        process, files = self.launch(attempt)
-        self._files[attempt.group] = files
-        try:
-            self._supervise(process, files, cancelled)
-        finally:
-            self._files.pop(attempt.group, None)
-            if process.poll() is None:  # the worker is giving up on it (e.g. shutting down)
-                _kill(process)
+        with tempfile.TemporaryDirectory(prefix="databuild-submit-") as local:
+            process, files = self.launch(attempt, Path(local))
+            self._files[attempt.group] = files
+            try:
+                self._supervise(process, files, cancelled)
+            finally:
+                self._files.pop(attempt.group, None)
+                if process.poll() is None:  # the worker is giving up on it (e.g. shutting down)
+                    _kill(process)
+            log = _tail(Path(local) / SubmitFiles.LOG)
         if cancelled.is_set():
-            self._storage.discard(files.root)
+            self._storage.delete(files.key)
             raise JobCancelledError(
                 f"job run {attempt.job_run_id} was cancelled; its application was stopped"
             )
-        body = self._result(process, files)
-        self._storage.discard(files.root)
+        try:
+            body = self._result(process, files, log)
+        except Exception:
+            # A failed attempt keeps its folder, with the end of the application's log, for a while.
+            with contextlib.suppress(OSError):
+                files.write(SubmitFiles.LOG, log)
+            raise
+        self._storage.delete(files.key)
         return body
 
     def _supervise(
@@ -139,24 +150,25 @@ class SubmitExecutor:
                 return
             beat += 1
             with contextlib.suppress(OSError):  # a storage hiccup: the application tolerates missed beats
-                write_atomically(files.heartbeat, str(beat))
+                files.write(SubmitFiles.HEARTBEAT, str(beat))
             if cancelled.is_set():
-                files.cancel.touch()  # reaches a driver that runs elsewhere (cluster deploy mode)
+                with contextlib.suppress(OSError):  # reaches a driver that runs elsewhere (cluster mode)
+                    files.write(SubmitFiles.CANCEL, "")
                 _kill(process)
                 return
 
-    def _result(self, process: subprocess.Popen[bytes], files: SubmitFiles) -> BodyResult:
-        """What the application reported. A failed job keeps its folder, with the application's log."""
+    def _result(self, process: subprocess.Popen[bytes], files: SubmitFiles, log: str) -> BodyResult:
+        """What the application reported."""
         try:
-            result = SubmitResult.model_validate_json(files.result.read_text())
+            result = SubmitResult.model_validate_json(files.read(SubmitFiles.RESULT))
         except FileNotFoundError:
             raise SubmittedJobError(
                 f"the Spark application exited with code {process.returncode} without a result; "
-                f"its log ({files.log}) ends:\n{_tail(files.log)}"
+                f"its log ({files.location(SubmitFiles.LOG)}) ends:\n{log}"
             ) from None
         except ValidationError as error:
             raise SubmittedJobError(
-                f"the Spark application wrote an unreadable {files.result}: {error}"
+                f"the Spark application wrote an unreadable {files.location(SubmitFiles.RESULT)}: {error}"
             ) from None
         if result.failure is not None:
             failure = result.failure
@@ -166,7 +178,9 @@ class SubmitExecutor:
                 raise JobCancelledError(failure.message)
             raise SubmittedJobError(failure.message, kind=failure.type, traceback=failure.traceback)
         if result.body is None:
-            raise SubmittedJobError(f"{files.result} holds neither an outcome nor an error")
+            raise SubmittedJobError(
+                f"{files.location(SubmitFiles.RESULT)} holds neither an outcome nor an error"
+            )
         return result.body
 
     def progress(self, attempt: JobAttempt) -> Progress:
@@ -174,7 +188,7 @@ class SubmitExecutor:
         if files is None:
             return {}
         try:
-            progress = SubmitProgress.model_validate_json(files.progress.read_text())
+            progress = SubmitProgress.model_validate_json(files.read(SubmitFiles.PROGRESS))
         except (OSError, ValidationError):
             return {"application": "starting"}
         return progress.model_dump()

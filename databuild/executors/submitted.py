@@ -7,7 +7,6 @@ import sys
 import threading
 import time
 import traceback
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from databuild.bel.queries import BelQueries
@@ -20,7 +19,6 @@ from databuild.executors.submission import (
     SubmitProgress,
     SubmitResult,
     SubmittedJob,
-    write_atomically,
 )
 from databuild.graph import load_graph
 from databuild.spark import group_progress
@@ -54,19 +52,19 @@ class Watchdog(threading.Thread):
                 beat = self._beat()
                 if beat != last_beat:
                     last_beat, changed_at = beat, time.monotonic()
-                if self.files.cancel.exists() or not self.files.request.exists():
+                if self.files.exists(SubmitFiles.CANCEL) or not self.files.exists(SubmitFiles.REQUEST):
                     self._cancel("the worker cancelled the job run")
                 elif time.monotonic() - changed_at > self.job.abandon_after_seconds:
                     self._cancel(f"no heartbeat from the worker for {self.job.abandon_after_seconds:.0f}s")
                 spark = group_progress(self.context, self.job.attempt.group)
                 progress = SubmitProgress(message=self.message, **spark)
-                write_atomically(self.files.progress, progress.model_dump_json())
+                self.files.write(SubmitFiles.PROGRESS, progress.model_dump_json())
             except Exception as error:  # a storage or Py4J hiccup must not end the watch
                 print(f"databuild watchdog: {error!r}", file=sys.stderr, flush=True)
 
     def _beat(self) -> str:
         try:
-            return self.files.heartbeat.read_text()
+            return self.files.read(SubmitFiles.HEARTBEAT)
         except OSError:
             return ""
 
@@ -79,11 +77,11 @@ class Watchdog(threading.Thread):
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: main.py REQUEST.json (submitted by the databuild spark-submit executor)")
+    if len(argv) != 2:
+        print("usage: main.py STORAGE_URI FOLDER (submitted by the databuild spark-submit executor)")
         return 2
-    files = SubmitFiles(Path(argv[0]).resolve().parent)
-    job = SubmittedJob.model_validate_json(Path(argv[0]).read_text())
+    files = SubmitFiles(Storage(argv[0]), argv[1])
+    job = SubmittedJob.model_validate_json(files.read(SubmitFiles.REQUEST))
     attempt = job.attempt
     from pyspark.sql import SparkSession
 
@@ -114,6 +112,6 @@ def main(argv: list[str]) -> int:
         watchdog.stopped.set()
         watchdog.join()
         reader.dispose()
-    write_atomically(files.result, result.model_dump_json())
+    files.write(SubmitFiles.RESULT, result.model_dump_json())
     session.stop()
     return 0

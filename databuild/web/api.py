@@ -68,6 +68,9 @@ class Announcement(Model):
         description="the producer's instance UUID: the same one twice changes nothing",
     )
     graph: str | None = Field(default=None, max_length=200, description="who produced it")
+    location: str | None = Field(
+        default=None, max_length=2000, description="where its data is (a URI); default: the ref's folder"
+    )
 
 
 class AnnouncementResult(Model):
@@ -156,7 +159,9 @@ async def post_available(
     external (e.g. a job's output) is refused with 400 and the reason, and nothing is recorded."""
     source = body.graph or caller
     db = context(request).db
-    partition, created, signalled = await db.publish(ref, instance_id=body.instance_id, source=source)
+    partition, created, signalled = await db.publish(
+        ref, instance_id=body.instance_id, source=source, location=body.location
+    )
     return AnnouncementResult(partition=partition, newly_live=created, wants_signalled=signalled)
 
 

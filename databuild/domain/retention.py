@@ -1,0 +1,75 @@
+"""Which instance locations garbage collection may delete: a pure rule over what the storage holds and
+what the BEL says about it."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from databuild.durations import format_duration
+from databuild.models import AttemptOutput, Instance, InstanceStatus, JobRun
+
+Kept = Literal["live", "pinned", "may be read", "being written", "within retention", "unknown to the BEL"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kept: Kept | None  # None: delete it
+    reason: str
+
+    @property
+    def delete(self) -> bool:
+        return self.kept is None
+
+
+def instance_verdict(
+    ref: str,
+    modified: datetime | None,
+    instance: Instance | None,
+    written_by: tuple[AttemptOutput, JobRun | None] | None,
+    *,
+    now: datetime,
+    keep: timedelta,
+    oldest_open_run: datetime | None,
+) -> Verdict:
+    """May the location of ``ref``'s instance go?
+
+    ``instance``: the BEL's instance of that id, if it was ever published. ``written_by``: the attempt
+    that planned it, and that attempt's job run. ``modified``: the newest file in the location.
+    ``oldest_open_run``: when the oldest job run that has not ended was created (it may be reading any
+    instance that was live since)."""
+    if instance is not None:
+        if instance.ref != ref:
+            return Verdict(
+                "unknown to the BEL", f"the BEL knows this instance as one of {instance.ref}: left alone"
+            )
+        if instance.status is InstanceStatus.live:
+            return Verdict("live", "live")
+        if instance.pinned:
+            return Verdict("pinned", "pinned")
+        retired = instance.retired_at or instance.created_at
+        if oldest_open_run is not None and retired >= oldest_open_run:
+            return Verdict(
+                "may be read", f"{instance.status.value}, and a job run open since it was live may read it"
+            )
+        return _by_age(f"{instance.status.value}", now - retired, keep)
+    if written_by is None:
+        return Verdict(
+            "unknown to the BEL", "not an instance this BEL knows (another graph's storage root?): left alone"
+        )
+    output, run = written_by
+    if output.ref != ref:
+        return Verdict("unknown to the BEL", f"the BEL planned this instance for {output.ref}: left alone")
+    if run is None or not run.state.is_final:
+        return Verdict(
+            "being written", f"being written by attempt {output.attempt} of job run {output.job_run_id}"
+        )
+    left = f"left by attempt {output.attempt} of job run {output.job_run_id} ({run.state.value}), never published"
+    return _by_age(left, now - (modified or now), keep)  # no time listed: kept until one is
+
+
+def _by_age(what: str, age: timedelta, keep: timedelta) -> Verdict:
+    if age < keep:
+        return Verdict(
+            "within retention", f"{what} {format_duration(age)} ago; kept for {format_duration(keep)}"
+        )
+    return Verdict(None, f"{what} {format_duration(age)} ago, past the retention of {format_duration(keep)}")
