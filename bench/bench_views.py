@@ -311,10 +311,17 @@ class History:
             live_inputs = {ref: self.live(ref) for ref in inputs}
             missing = sorted(ref for ref, instance in live_inputs.items() if instance is None)
             self.tick()
-            self.emit(ev.JobRunStarted(job_run_id=run_id, attempt=1, worker="worker-1"))
+            # Each attempt writes its output to a new instance of its own, recorded as it starts.
+            instance_id = self.new_instance_id()
+            planned = [InstanceRef(ref=spec.ref, instance_id=instance_id)]
+            self.emit(ev.JobRunStarted(job_run_id=run_id, attempt=1, worker="worker-1", instances=planned))
             if self.rng.random() < 0.03:  # a lost worker: the run is retried
                 self.tick()
-                self.emit(ev.JobRunStarted(job_run_id=run_id, attempt=2, worker="worker-2"))
+                instance_id = self.new_instance_id()
+                planned = [InstanceRef(ref=spec.ref, instance_id=instance_id)]
+                self.emit(
+                    ev.JobRunStarted(job_run_id=run_id, attempt=2, worker="worker-2", instances=planned)
+                )
             joined = self.join(spec, run_id, joiners) if not missing else []
             self.tick()
             reads = [
@@ -343,10 +350,11 @@ class History:
                     if state is not None and not state.is_final:
                         self.fulfil(d)
                 continue
-            instance_id = self.new_instance_id()
-            written = [InstanceRef(ref=spec.ref, instance_id=instance_id)]
-            self.emit(ev.JobRunSucceeded(job_run_id=run_id, reads=reads, writes=written))
-            self.emit(ev.PartitionLive(ref=spec.ref, instance_id=instance_id, job_run_id=run_id))
+            self.emit(ev.JobRunSucceeded(job_run_id=run_id, reads=reads, writes=planned))
+            location = f"file:///lake/{spec.ref}/~{instance_id}"
+            self.emit(
+                ev.PartitionLive(ref=spec.ref, instance_id=instance_id, job_run_id=run_id, location=location)
+            )
             for joiner in [want_id, *joined]:
                 self.finish(joiner, instance_id)
             return

@@ -63,6 +63,7 @@ from databuild.bel import schema as s
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.errors import TemporalUnavailableError
+from databuild.gc import collect_garbage
 from databuild.graph import load_graph
 from databuild.models import FINAL_WANT_STATES, PartitionStatus, WantSource, WantSpec, WantState
 from databuild.storage import Storage
@@ -714,7 +715,11 @@ async def run_chaos(config: ChaosConfig, home: Path, admin_url: str, log: Log = 
             dump_events(bel, home / "events.ndjson")  # for a post-mortem: the database is dropped
             check_outcomes(bel, report)
             check_builds(bel, report)
-            check_partitions(bel, Storage(stack.settings.storage_root), report)
+            storage = Storage(stack.settings.storage_root)
+            # Garbage collection with no retention after the faults: whatever killed attempts left goes,
+            # and every live partition must still be complete and readable.
+            collect_garbage(storage, bel, keep=timedelta(0))
+            check_partitions(bel, storage, report)
             check_projections(bel, report)
     report.wall_s = time.monotonic() - started
     return report
