@@ -72,6 +72,21 @@ class Settings(BaseSettings):
         "`hdfs://`); see Storage",
         json_schema_extra=_shown_default("`<home>/data`"),
     )
+    catalog: str = Field(
+        default="embedded",
+        description="the Hive metastore outputs are published to as tables: `embedded` (Derby under "
+        "`<home>/catalog`, one worker process), `thrift://host:9083` (a shared metastore) or `none`; see Tables",
+    )
+    catalog_database: str = Field(
+        default="default", description="the catalog database (schema) of the tables"
+    )
+    sql_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="serve Spark SQL (HiveServer2: beeline, JDBC) over the catalog on this loopback port, from "
+        "the worker holding it (`0`: off; `databuild dev` uses 10000 when free)",
+    )
     graph: str = Field(default="examples.demo:graph", description="`module:attribute` of your graph")
     spark_master: str = Field(default="local[2]", description="Spark master of the worker's session")
     spark_driver_memory: str = Field(
@@ -218,6 +233,24 @@ class Settings(BaseSettings):
     def _duration(cls, value: object) -> object:
         if isinstance(value, str):
             return parse_setting_duration(value)
+        return value
+
+    @field_validator("catalog")
+    @classmethod
+    def _catalog(cls, value: str) -> str:
+        if value not in ("embedded", "none") and not value.startswith("thrift://"):
+            raise ValueError(
+                f"DATABUILD_CATALOG={value!r}: use embedded, none, or a metastore's thrift://host:port"
+            )
+        return value
+
+    @field_validator("catalog_database")
+    @classmethod
+    def _catalog_database(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError(
+                f"DATABUILD_CATALOG_DATABASE={value!r} is not a database name (letters, digits, _)"
+            )
         return value
 
     @field_validator("storage_root", mode="before")

@@ -1,16 +1,20 @@
 """Runs one attempt of one job run: BEL start (with the instance each output goes to), the job body on its
 executor, the BEL outcome (whose commit publishes the outputs)."""
 
+import logging
 import threading
 from collections.abc import Callable
 
 from databuild.bel.store import BuildEventLog, new_instance_id
+from databuild.catalog import Catalog
 from databuild.errors import JobContractError
 from databuild.executors import Executors, JobAttempt, Progress
 from databuild.models import InstanceRef, JobRun, JobRunCause, JobRunState
 from databuild.openlineage import LineageEmitter
 from databuild.protocol import JobOutcome
 from databuild.storage import Storage
+
+log = logging.getLogger(__name__)
 
 
 def outcome_of(run: JobRun) -> JobOutcome:
@@ -28,12 +32,14 @@ class JobExecutor:
         worker: str,
         *,
         lineage: LineageEmitter | None = None,
+        catalog: Catalog | None = None,
     ) -> None:
         self.bel = bel
         self.storage = storage
         self.executors = executors
         self.worker = worker
         self.lineage = lineage
+        self.catalog = catalog
         self._running: dict[str, JobAttempt] = {}
 
     def execute(
@@ -50,8 +56,10 @@ class JobExecutor:
         # written, so garbage collection knows it is being written.
         instances = [InstanceRef(ref=ref, instance_id=new_instance_id()) for ref in run.outputs]
         run = self.bel.start_job_run(job_run_id, attempt, self.worker, instances)
-        if run.state is not JobRunState.running:
-            return outcome_of(run)  # an earlier attempt already recorded the outcome
+        if run.state is not JobRunState.running:  # an earlier attempt already recorded the outcome ...
+            if run.state is JobRunState.succeeded:
+                self._catalog(run)  # ... and may have died before telling the catalog
+            return outcome_of(run)
         if run.attempts != attempt:  # a newer attempt already started elsewhere
             self.bel.check_current_attempt(job_run_id, attempt)
         if self.lineage is not None:
@@ -83,9 +91,21 @@ class JobExecutor:
             # The commit is the publish: a superseded attempt is refused inside it.
             locations = {i.ref: self.storage.location(i.ref, i.instance_id or "") for i in instances}
             succeeded = self.bel.succeed_job_run(job_run_id, body.reads, instances, attempt, locations)
+            self._catalog(succeeded)
             return outcome_of(self._finished(succeeded, JobRunState.succeeded))
         finally:
             self._running.pop(job.group, None)
+
+    def _catalog(self, run: JobRun) -> None:
+        """Point the tables of the run's outputs at their live instances. The BEL is the truth: a catalog
+        that fails is logged and repaired from the BEL when a worker starts, never a failed build."""
+        if self.catalog is None:
+            return
+        for ref in run.outputs:
+            try:
+                self.catalog.publish(ref)
+            except Exception as error:
+                log.warning("could not point the catalog table of %s at its instance: %s", ref, error)
 
     def progress(self, group: str) -> Progress:
         job = self._running.get(group)

@@ -58,6 +58,8 @@ class Job:
     label: str
     outputs: tuple[Pattern, ...]
     fn: JobFn
+    # pattern -> catalog table name (None: no table); see databuild.catalog
+    tables: dict[str, str | None] = field(default_factory=dict, compare=False)
 
     def run(self, ctx: "JobContext", params: dict[str, str]) -> None:
         self.fn(ctx, **params)
@@ -90,15 +92,24 @@ class Graph:
         self._jobs: dict[str, Job] = {}
         self._external: list[Pattern] = []
 
-    def job(self, *outputs: str, label: str | None = None) -> Callable[[JobFn], JobFn]:
+    def job(
+        self, *outputs: str, label: str | None = None, tables: dict[str, str | None] | None = None
+    ) -> Callable[[JobFn], JobFn]:
         """Declare a job: ``@graph.job("daily_summary/{date}", "top_spenders/{date}")``.
 
         Every output pattern must use the same placeholders, so one ref fixes all sibling outputs.
-        The function is called as ``fn(ctx, **placeholders)``.
+        The function is called as ``fn(ctx, **placeholders)``. ``tables`` names the catalog table of an
+        output pattern (default: its first segment, for ``table/{column}/...`` patterns), or leaves it
+        out with None.
         """
         if not outputs:
             raise GraphDefinitionError("a job needs at least one output pattern")
         patterns = tuple(Pattern.parse(o) for o in outputs)
+        unknown = sorted(set(tables or {}) - set(outputs))
+        if unknown:
+            raise GraphDefinitionError(
+                f"tables= names {unknown}, which are not outputs of this job {list(outputs)}"
+            )
         if len({p.names for p in patterns}) != 1:
             raise GraphDefinitionError(
                 f"outputs {list(outputs)} use different placeholders; every output of a job must use the same"
@@ -108,7 +119,7 @@ class Graph:
             name = label or fn.__name__
             if name in self._jobs:
                 raise GraphDefinitionError(f"graph {self.name!r} already has a job labelled {name!r}")
-            self._jobs[name] = Job(label=name, outputs=patterns, fn=fn)
+            self._jobs[name] = Job(label=name, outputs=patterns, fn=fn, tables=dict(tables or {}))
             return fn
 
         return register

@@ -25,7 +25,10 @@ def migrate_storage(storage: Storage, bel: BelQueries) -> list[InstanceRef]:
             if partition.external or partition.instance_id is None:
                 continue  # announced data stays where its producer put it
             ref, instance_id = partition.ref, partition.instance_id
-            target = storage.instance_key(ref, instance_id)
+            try:
+                target = storage.instance_key(ref, instance_id)
+            except ValueError:
+                continue  # not an id DataBuild made (it makes UUIDs), so nothing it stored
             if storage.exists(target):
                 continue
             if _marker_at(storage, ref) == instance_id:

@@ -20,11 +20,16 @@ JOB_SQL_CONF: dict[str, bool | float | int | str | None] = {
 
 class SparkRuntime:
     def __init__(
-        self, master: str = "local[2]", driver_memory: str = "2g", app_name: str = "databuild"
+        self,
+        master: str = "local[2]",
+        driver_memory: str = "2g",
+        app_name: str = "databuild",
+        catalog: dict[str, str] | None = None,
     ) -> None:
         self.master = master
         self.driver_memory = driver_memory
         self.app_name = app_name
+        self.catalog = catalog  # Spark settings of a Hive metastore (databuild.catalog), if it has one
         self._session: SparkSession | None = None
         self._lock = threading.Lock()
 
@@ -41,6 +46,7 @@ class SparkRuntime:
                     .config("spark.ui.enabled", "false")
                     .config("spark.sql.shuffle.partitions", "4")  # small jobs; Spark's 200 is for clusters
                     .config(map=JOB_SQL_CONF)
+                    .config(map=dict(self.catalog or {}))
                     .getOrCreate()
                 )
                 self._session.sparkContext.setLogLevel("ERROR")

@@ -52,14 +52,15 @@ def ensure_database(admin_url: str, url: str) -> None:
 def make_settings(
     tmp_path: Path, client: Client, graph: str = "examples.demo:graph", **extra: Any
 ) -> Settings:
-    """Settings for a graph under ``tmp_path`` on ``client``'s server, on a task queue of its own."""
+    """Settings for a graph under ``tmp_path`` on ``client``'s server, on a task queue of its own; no
+    catalog tables unless ``catalog`` says so."""
     return Settings(
         home=tmp_path,
         temporal_address=client.service_client.config.target_host,
         namespace=client.namespace,
         task_queue=f"tq-{uuid.uuid4().hex[:8]}",
         graph=graph,
-        **extra,
+        **{"catalog": "none", **extra},
     )
 
 

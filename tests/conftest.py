@@ -18,13 +18,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from databuild.bel import BuildEventLog
+from databuild.catalog import embedded_catalog_conf
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.graph import Graph, load_graph
 from databuild.models import Want, WantSpec
 from databuild.protocol import SEARCH_ATTRIBUTES
 from databuild.spark import SparkRuntime
-from databuild.testing import POSTGRES_ADMIN_URL, POSTGRES_URL, ensure_database, make_settings
+from databuild.testing import POSTGRES_ADMIN_URL, POSTGRES_URL, ensure_database, free_port, make_settings
 from worker.run import WorkerParts, running_worker
 
 BIN = Path(sys.executable).parent
@@ -56,9 +57,19 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     await env.shutdown()
 
 
+# The Thrift (SQL) server port of the test session's Spark, if a test starts it (tests/test_catalog.py).
+SQL_PORT = free_port()
+
+
 @pytest.fixture(scope="session")
-def spark_runtime() -> Iterator[SparkRuntime]:
-    runtime = SparkRuntime("local[2]", "2g", app_name="databuild-tests")
+def spark_runtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkRuntime]:
+    # One embedded metastore for the session's JVM; stacks that publish tables use databases of their own.
+    catalog = {
+        **embedded_catalog_conf(tmp_path_factory.mktemp("catalog")),
+        "spark.hive.server2.thrift.port": str(SQL_PORT),
+        "spark.hive.server2.thrift.bind.host": "127.0.0.1",
+    }
+    runtime = SparkRuntime("local[2]", "2g", app_name="databuild-tests", catalog=catalog)
     yield runtime
     runtime.stop()
 

@@ -212,6 +212,11 @@ async def run_stack(
             console.print(f"dashboard     http://{host}:{web_port}/   (HTTP API under /api, docs at /docs)")
         console.print(f"BEL           {masked_url(settings.database_url)}")
         console.print(f"storage       {settings.storage_root}")
+        if settings.sql_port and parts.spark.catalog is not None:
+            console.print(
+                f"SQL           beeline -u jdbc:hive2://127.0.0.1:{settings.sql_port}   "
+                f"(tables in database {settings.catalog_database})"
+            )
         console.print(f"graph         {settings.graph}   task queue {settings.task_queue}")
         code = 0
         if demo:

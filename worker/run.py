@@ -24,6 +24,7 @@ from activities.jobs import JobActivities
 from activities.upstream import UpstreamActivities
 from activities.wants import WantActivities
 from databuild.bel import BuildEventLog
+from databuild.catalog import Catalog, serve_sql, spark_catalog_conf
 from databuild.config import Settings
 from databuild.execution import JobExecutor
 from databuild.executors import Executors
@@ -95,7 +96,16 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     executors = Executors.from_settings(
         settings, graph=parts.graph, bel=parts.bel, storage=storage, spark=parts.spark
     )
-    executor = JobExecutor(parts.bel, storage, executors, worker=identity, lineage=lineage)
+    catalog = None
+    if settings.catalog != "none" and parts.spark.catalog is not None:
+        catalog = Catalog(
+            parts.spark,
+            parts.graph,
+            parts.bel,
+            database=settings.catalog_database,
+            root=settings.storage_root,
+        )
+    executor = JobExecutor(parts.bel, storage, executors, worker=identity, lineage=lineage, catalog=catalog)
     jobs = JobActivities(executor, max_concurrent=settings.max_concurrent_jobs)
     wants = WantActivities(parts.bel, parts.graph, parts.client, settings)
     fan_out = FanOutActivities(parts.bel, parts.client)
@@ -138,6 +148,11 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
         # Start the sessions now, so the first job does not pay the JVM start-up.
         asyncio.get_running_loop().run_in_executor(None, built.jobs.executor.executors.warm)
     stop = asyncio.Event()
+    if built.jobs.executor.catalog is not None:  # after a crash between a commit and its catalog change
+        serving = "spark.hive.server2.thrift.port" in (parts.spark.catalog or {})
+        asyncio.get_running_loop().run_in_executor(
+            None, repair_catalog, built.jobs.executor.catalog, parts.spark if serving else None
+        )
     chores = [
         asyncio.create_task(
             periodically(parts.settings.gc_every, stop, collect_storage_garbage, parts, built)
@@ -177,6 +192,18 @@ async def collect_storage_garbage(parts: WorkerParts, built: BuiltWorker) -> Non
         log.info("garbage-collected %s (%s)", item.location, item.reason)
 
 
+def repair_catalog(catalog: Catalog, sql: SparkRuntime | None) -> None:
+    """Serve SQL over the catalog when configured (DATABUILD_SQL_PORT); repair it from the BEL."""
+    try:
+        if sql is not None:
+            serve_sql(sql)
+        pointed = catalog.repair()
+    except Exception:
+        log.exception("could not repair the catalog from the BEL; the next start tries again")
+    else:
+        log.info("catalog: %d live partition(s) pointed at their instances", pointed)
+
+
 async def repair(parts: WorkerParts, _built: BuiltWorker) -> None:
     """Start again the wants whose workflows died without a final state (see ``repair_wants``)."""
     try:
@@ -192,7 +219,11 @@ async def repair(parts: WorkerParts, _built: BuiltWorker) -> None:
 async def open_parts(settings: Settings, spark: SparkRuntime | None = None) -> WorkerParts:
     client = await connect(settings)
     bel = BuildEventLog.create(settings.database_url)
-    spark = spark or SparkRuntime(settings.spark_master, settings.spark_driver_memory)
+    catalog = spark_catalog_conf(settings)
+    if catalog is not None and settings.sql_port:
+        catalog |= {"spark.hive.server2.thrift.port": str(settings.sql_port)}
+        catalog |= {"spark.hive.server2.thrift.bind.host": "127.0.0.1"}
+    spark = spark or SparkRuntime(settings.spark_master, settings.spark_driver_memory, catalog=catalog)
     return WorkerParts(settings, client, bel, load_graph(settings.graph), spark)
 
 

@@ -7,6 +7,8 @@ import typer
 from databuild.cli.app import app, console, run, settings
 from databuild.config import masked_url
 
+DEV_SQL_PORT = 10000  # HiveServer2's own default: beeline -u jdbc:hive2://127.0.0.1:10000
+
 
 @app.command()
 def dev(
@@ -20,8 +22,11 @@ def dev(
 ) -> None:
     """Embedded stack: Temporal dev server (+ UI), a worker and the dashboard; data in ./.databuild."""
     from worker.dev import run_dev  # the CLI hands over to the worker package to host workflows
+    from worker.ports import port_taken
 
     configured = settings(temporal_address=f"127.0.0.1:{port}")
+    if not configured.sql_port and not port_taken("127.0.0.1", DEV_SQL_PORT):
+        configured = settings(temporal_address=f"127.0.0.1:{port}", sql_port=DEV_SQL_PORT)
     raise typer.Exit(
         run(
             run_dev(

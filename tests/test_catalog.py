@@ -1,0 +1,104 @@
+"""Outputs as tables in the Spark catalog: after each build the table partition points at the live
+instance, and another process queries it with beeline through the Thrift server the worker's JVM serves
+(the test session's JVM holds the embedded metastore, as a `databuild dev` worker does)."""
+
+import asyncio
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyspark
+import pytest
+
+from databuild.catalog import Catalog, TableSpec, graph_tables, serve_sql, table_of
+from databuild.errors import GraphDefinitionError
+from databuild.graph import Graph, Pattern
+from databuild.models import WantState
+from databuild.spark import SparkRuntime
+from tests.conftest import SQL_PORT, Stack
+from tests.helpers import instance_dir
+
+pytestmark = pytest.mark.slow
+BEELINE = Path(pyspark.__file__).parent / "bin" / "beeline"
+
+
+@pytest.fixture(scope="module")
+def sql_server(spark_runtime: SparkRuntime) -> Iterator[int]:
+    serve_sql(spark_runtime)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", SQL_PORT), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the Thrift server did not start"
+            time.sleep(0.2)
+    yield SQL_PORT
+
+
+def beeline(port: int, sql: str) -> list[str]:
+    """Rows of ``sql`` as CSV lines, from beeline in a process of its own."""
+    command = [
+        str(BEELINE),
+        "-u",
+        f"jdbc:hive2://127.0.0.1:{port}",
+        "--silent=true",
+        "--outputformat=csv2",
+        "-e",
+        sql,
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    return [line for line in result.stdout.splitlines() if line and not line.startswith(("0: jdbc", "WARN"))]
+
+
+async def built(stack: Stack, ref: str) -> str:
+    want = await asyncio.wait_for(stack.db.wait(await stack.db.want(ref)), timeout=120)
+    assert want.state is WantState.successful, want.reason
+    return stack.bel.partition(ref).instance_id or ""
+
+
+async def test_a_published_partition_is_queried_with_beeline_after_a_build_and_a_rebuild(
+    make_stack, sql_server: int
+) -> None:
+    database = f"t_{uuid.uuid4().hex[:8]}"
+    stack = await make_stack(graph="tests.graphs:lake", catalog="embedded", catalog_database=database)
+    n = uuid.uuid4().hex[:6]
+    first = await built(stack, f"left/{n}")
+    count = f"SELECT count(*) FROM {database}.`left` WHERE n = '{n}'"
+    assert beeline(sql_server, count)[-1] == "10"
+
+    await stack.db.taint(f"left/{n}", reason="late events")
+    second = await built(stack, f"left/{n}")
+    assert second != first
+    assert beeline(sql_server, count)[-1] == "20"  # the table follows the live instance
+    # The old instance is still there, beside the new one, readable by its UUID.
+    old = stack.parts.spark.session().read.parquet(str(instance_dir(stack.settings, f"left/{n}", first)))
+    assert old.count() == 10
+    # The sibling output is a table too; a worker's repair re-points every partition from the BEL.
+    assert beeline(sql_server, f"SELECT count(*) FROM {database}.`right` WHERE n = '{n}'")[-1] == "20"
+    catalog = Catalog(
+        stack.parts.spark, stack.graph, stack.bel, database=database, root=stack.settings.storage_root
+    )
+    assert catalog.repair() == 2
+
+
+def test_patterns_map_to_tables_or_say_why_not() -> None:
+    assert table_of(Pattern.parse("daily_users/{date}")) == TableSpec("daily_users", ("date",))
+    assert table_of(Pattern.parse("events/{region}/{date}")) == TableSpec("events", ("region", "date"))
+    assert table_of(Pattern.parse("x/{d}"), "renamed") == TableSpec("renamed", ("d",))
+    assert "only `table/{column}/...` patterns" in str(table_of(Pattern.parse("raw/{date}/part")))
+    assert "only `table/{column}/...` patterns" in str(table_of(Pattern.parse("single")))
+    assert "is not a table name" in str(table_of(Pattern.parse("2024-data/{d}")))
+
+    graph = Graph("tables")
+    graph.job("a/{d}", "b/{d}", tables={"a/{d}": "alpha", "b/{d}": None})(lambda ctx, d: None)
+    assert graph_tables(graph) == {
+        "a/{d}": TableSpec("alpha", ("d",)),
+        "b/{d}": "left out by the graph (tables={...: None})",
+    }
+    with pytest.raises(GraphDefinitionError, match="not outputs of this job"):
+        graph.job("c/{d}", tables={"z/{d}": "zed"})
