@@ -8,11 +8,12 @@ The metastore is an embedded Derby database under ``<home>/catalog`` (one JVM at
 holds ``<home>/catalog/lease`` serves it, and may serve SQL to other processes through the Thrift
 server), or a metastore service (``thrift://host:9083``) that any number of workers share."""
 
-import contextlib
 import fcntl
 import logging
 import re
 import threading
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -78,7 +79,11 @@ class CatalogLease:
             handle.close()
             return False
         self._file = handle
+        _HELD.append(self)  # held for the life of the process: the lock goes with the file
         return True
+
+
+_HELD: list[CatalogLease] = []
 
 
 def spark_catalog_conf(settings: Settings) -> dict[str, str] | None:
@@ -126,6 +131,24 @@ class Catalog:
         self.tables = graph_tables(graph)
         self._lock = threading.Lock()  # one catalog change at a time per process (Derby, and DDL races)
         self._known: set[str] = set()
+        # Catalog changes run on a thread of their own, so a slow metastore never holds a job activity
+        # (and its heartbeats) after the commit that made its outputs live.
+        self._changes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="databuild-catalog")
+
+    def publish_later(self, refs: Iterable[str]) -> Future[None]:
+        """Point the tables of ``refs`` at their live instances, in the background; a failure is logged
+        (the next repair points them)."""
+        return self._changes.submit(self._publish_all, list(refs))
+
+    def _publish_all(self, refs: list[str]) -> None:
+        for ref in refs:
+            try:
+                self.publish(ref)
+            except Exception as error:
+                log.warning("catalog: could not point the table of %s at its instance: %s", ref, error)
+
+    def close(self) -> None:
+        self._changes.shutdown(wait=True)
 
     def table(self, ref: str) -> tuple[TableSpec, dict[str, str]] | None:
         resolution = self.graph.resolve(ref)
@@ -181,8 +204,10 @@ class Catalog:
         while page := self.bel.partitions(status=PartitionStatus.live, limit=PAGE, offset=offset):
             offset += len(page)
             for partition in page:
-                with contextlib.suppress(Exception):  # one bad partition must not stop the others
+                try:
                     pointed += self.publish(partition.ref) is not None
+                except Exception as error:  # one bad partition must not stop the others
+                    log.warning("catalog: could not point %s at its instance: %s", partition.ref, error)
         return pointed
 
 

@@ -97,15 +97,10 @@ class JobExecutor:
             self._running.pop(job.group, None)
 
     def _catalog(self, run: JobRun) -> None:
-        """Point the tables of the run's outputs at their live instances. The BEL is the truth: a catalog
-        that fails is logged and repaired from the BEL when a worker starts, never a failed build."""
-        if self.catalog is None:
-            return
-        for ref in run.outputs:
-            try:
-                self.catalog.publish(ref)
-            except Exception as error:
-                log.warning("could not point the catalog table of %s at its instance: %s", ref, error)
+        """Point the tables of the run's outputs at their live instances, in the background. The BEL is
+        the truth: a catalog that fails is logged and repaired when a worker starts, never a failed build."""
+        if self.catalog is not None:
+            self.catalog.publish_later(run.outputs)
 
     def progress(self, group: str) -> Progress:
         job = self._running.get(group)

@@ -133,6 +133,10 @@ class Graph:
         return [p.text for p in self._external]
 
     @property
+    def external_pattern_objects(self) -> list[Pattern]:
+        return list(self._external)
+
+    @property
     def jobs(self) -> list[Job]:
         return list(self._jobs.values())
 

@@ -7,10 +7,14 @@ missing inputs, stopped without writing anything, and will run again (as a new j
 are built, so the run neither completed nor failed. Job runs that never execute (delegated or
 skipped) emit nothing.
 
-Naming follows the OpenLineage naming spec for a local file system: dataset namespace ``file``,
-name = absolute path of the partition, ``<storage_root>/<ref>``. Each dataset carries the partition
-instance UUID as its version (the standard ``version`` facet); the outputs on ``START`` (and on a
-final event that wrote nothing) have no version yet. Job namespace is configurable (default
+Datasets name the data where users find it, not one dataset per partition path (which floods lineage
+servers, OpenLineage #3306): a ref whose pattern is a catalog table is dataset ``<database>.<table>`` in
+the catalog's namespace (``hive://host:port`` of a metastore service, ``hive://embedded`` for the
+embedded one); any other ref is its output pattern under the storage root (namespace ``file`` or
+``scheme://authority``, name ``<root path>/<pattern>``, e.g. ``/data/lake/raw/{date}/part``). The
+partition is in the custom ``databuild`` dataset facet (ref, placeholder values, instance UUID), and the
+instance UUID is also the standard ``version`` facet; the outputs on ``START`` (and on a final event
+that wrote nothing) have no instance yet. Job namespace is configurable (default
 ``databuild``), job name = job label. The OpenLineage run id is a UUID derived from the job run id,
 so every event of one job run, across attempts, shares it.
 
@@ -34,6 +38,7 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
@@ -54,8 +59,10 @@ from openlineage.client.transport.http_common import DEFAULT_RETRY_CONFIG
 from openlineage.client.transport.transport import Transport
 
 from databuild import __version__
+from databuild.catalog import TableSpec, graph_tables
 from databuild.config import Settings, masked_url
 from databuild.errors import InvalidInputError
+from databuild.graph import Graph, Pattern
 from databuild.models import InstanceRef, JobRun, JobRunState
 from databuild.refs import validate_ref
 from databuild.storage import storage_uri
@@ -65,6 +72,7 @@ log = logging.getLogger(__name__)
 # URIs naming DataBuild as the producer of events and facets, and the schema of its custom facet.
 PRODUCER = f"urn:databuild:{__version__}"
 FACET_SCHEMA_URL = "urn:databuild:openlineage:facets:1-0-0:DataBuildRunFacet"
+DATASET_FACET_SCHEMA_URL = "urn:databuild:openlineage:facets:1-0-0:DataBuildDatasetFacet"
 RUN_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:databuild:job-run")
 HTTP_ENDPOINT = "api/v1/lineage"
 HTTP_TIMEOUT_SECONDS = 5.0
@@ -79,6 +87,53 @@ FINAL_EVENT = {
     JobRunState.failed: RunState.FAIL,
     JobRunState.cancelled: RunState.ABORT,
 }
+
+
+@attr.define
+class DataBuildDatasetFacet(DatasetFacet):
+    """Custom dataset facet ``databuild``: which partition of the dataset, and which instance of it."""
+
+    ref: str
+    partition: dict[str, str]
+    instance_id: str | None = None
+
+    @staticmethod
+    def _get_schema() -> str:
+        return DATASET_FACET_SCHEMA_URL
+
+
+class DatasetNaming:
+    """Names a ref's dataset: its catalog table, or its output pattern under the storage root."""
+
+    def __init__(self, settings: Settings, graph: Graph | None) -> None:
+        self.root = storage_uri(settings.storage_root)
+        self.graph = graph
+        self.tables = graph_tables(graph) if graph is not None and settings.catalog != "none" else {}
+        self.database = settings.catalog_database
+        metastore = urlsplit(settings.catalog)
+        self.catalog_namespace = f"hive://{metastore.netloc}" if metastore.netloc else "hive://embedded"
+
+    def __call__(self, ref: str) -> tuple[str, str, dict[str, str]]:
+        """(namespace, name, the partition's placeholder values)."""
+        pattern = self._pattern(ref)
+        if pattern is None:
+            return (*self._path(validate_ref(ref)), {})
+        values = pattern.match(ref) or {}
+        table = self.tables.get(pattern.text)
+        if isinstance(table, TableSpec):
+            return self.catalog_namespace, f"{self.database}.{table.name}", values
+        return (*self._path(pattern.text), values)
+
+    def _pattern(self, ref: str) -> Pattern | None:
+        if self.graph is None:
+            return None
+        candidates = [*self.graph.external_pattern_objects, *(p for j in self.graph.jobs for p in j.outputs)]
+        return next((p for p in candidates if p.match(ref) is not None), None)
+
+    def _path(self, tail: str) -> tuple[str, str]:
+        """OpenLineage's naming of a path: namespace ``file`` or ``scheme://authority``, name the path."""
+        parts = urlsplit(f"{self.root.rstrip('/')}/{tail}")
+        return (f"{parts.scheme}://{parts.netloc}" if parts.netloc else parts.scheme), parts.path
 
 
 @attr.define
@@ -128,8 +183,10 @@ def transport_from_settings(settings: Settings) -> Transport | None:
 class LineageEmitter:
     """Emits the OpenLineage events of job runs; see the module docstring for what and when."""
 
-    def __init__(self, transport: Transport, *, storage_root: str, job_namespace: str = "databuild") -> None:
-        self.storage_root = storage_uri(storage_root)
+    def __init__(
+        self, transport: Transport, *, naming: DatasetNaming, job_namespace: str = "databuild"
+    ) -> None:
+        self.naming = naming
         self.job_namespace = job_namespace
         self.client = OpenLineageClient(transport=transport)
         self._queue: queue.Queue[RunEvent | None] = queue.Queue(maxsize=QUEUE_SIZE)
@@ -138,13 +195,14 @@ class LineageEmitter:
         self._sender.start()
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "LineageEmitter | None":
-        """None when OpenLineage export is off (the default); raises InvalidInputError for a bad URL."""
+    def from_settings(cls, settings: Settings, graph: Graph | None = None) -> "LineageEmitter | None":
+        """None when OpenLineage export is off (the default); raises InvalidInputError for a bad URL.
+        ``graph`` names datasets by table or pattern (without it, by the partition's path)."""
         transport = transport_from_settings(settings)
         if transport is None:
             return None
         return cls(
-            transport, storage_root=settings.storage_root, job_namespace=settings.openlineage_namespace
+            transport, naming=DatasetNaming(settings, graph), job_namespace=settings.openlineage_namespace
         )
 
     # Events ------------------------------------------------------------------------------------------
@@ -193,29 +251,28 @@ class LineageEmitter:
             eventTime=_iso(run.updated_at),
             run=Run(runId=run_id(run.job_run_id), facets=run_facets),
             job=Job(namespace=self.job_namespace, name=run.job_label, facets=job_facets),
-            inputs=[InputDataset(*self._naming(i.ref), facets=self._version(i)) for i in inputs],
+            inputs=[InputDataset(**self._dataset(i.ref, i.instance_id)) for i in inputs],
             outputs=[
-                OutputDataset(*self._naming(o), facets={})
+                OutputDataset(**self._dataset(o, None))
                 if isinstance(o, str)
-                else OutputDataset(*self._naming(o.ref), facets=self._version(o))
+                else OutputDataset(**self._dataset(o.ref, o.instance_id))
                 for o in outputs
             ],
             producer=PRODUCER,
         )
 
-    def _naming(self, ref: str) -> tuple[str, str]:
-        """OpenLineage's naming of a path: namespace ``file`` or ``scheme://authority``, name the path."""
-        parts = urlsplit(f"{self.storage_root.rstrip('/')}/{validate_ref(ref)}")
-        return (f"{parts.scheme}://{parts.netloc}" if parts.netloc else parts.scheme), parts.path
-
-    def _version(self, instance: InstanceRef) -> dict[str, DatasetFacet]:
-        if instance.instance_id is None:
-            return {}
-        return {
-            "version": dataset_version_dataset.DatasetVersionDatasetFacet(
-                datasetVersion=instance.instance_id, producer=PRODUCER
+    def _dataset(self, ref: str, instance_id: str | None) -> dict[str, Any]:
+        namespace, name, partition = self.naming(ref)
+        facets: dict[str, DatasetFacet] = {
+            "databuild": DataBuildDatasetFacet(
+                ref=ref, partition=partition, instance_id=instance_id, producer=PRODUCER
             )
         }
+        if instance_id is not None:
+            facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
+                datasetVersion=instance_id, producer=PRODUCER
+            )
+        return {"namespace": namespace, "name": name, "facets": facets}
 
     # Delivery ----------------------------------------------------------------------------------------
     def _submit(self, build: Callable[[], RunEvent]) -> None:

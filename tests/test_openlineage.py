@@ -16,8 +16,9 @@ from databuild.config import Settings
 from databuild.errors import InvalidInputError
 from databuild.execution import JobExecutor
 from databuild.executors import Executors
+from databuild.graph import Graph, load_graph
 from databuild.models import InstanceRef, JobRun, JobRunState, WantState
-from databuild.openlineage import LineageEmitter, run_id, transport_from_settings
+from databuild.openlineage import DatasetNaming, LineageEmitter, run_id, transport_from_settings
 from databuild.storage import Storage
 from tests.helpers import lake, until
 
@@ -54,11 +55,17 @@ def assert_valid(event: Event) -> None:
 
 
 def versions(datasets: list[Event]) -> dict[str, str | None]:
-    return {d["name"]: d.get("facets", {}).get("version", {}).get("datasetVersion") for d in datasets}
+    """The instance of each partition a dataset of the event names (by ref, from the databuild facet)."""
+    found = {}
+    for d in datasets:
+        facet = d["facets"]["databuild"]
+        assert facet.get("instance_id") == d["facets"].get("version", {}).get("datasetVersion")
+        found[facet["ref"]] = facet.get("instance_id")
+    return found
 
 
-def expected(root: Path, instances: list[InstanceRef]) -> dict[str, str | None]:
-    return {str(root / i.ref): i.instance_id for i in instances}
+def expected(instances: list[InstanceRef]) -> dict[str, str | None]:
+    return {i.ref: i.instance_id for i in instances}
 
 
 # Refs are unique to this module: want ids (hence workflow ids) are shared across the session's Temporal.
@@ -93,13 +100,18 @@ async def test_job_runs_emit_start_and_a_final_event_with_instance_versions(
             }
         # START: nothing read yet, the refs it will write, without a version.
         assert start["inputs"] == []
-        assert versions(start["outputs"]) == {str(root / ref): None for ref in run.outputs}
+        assert versions(start["outputs"]) == {ref: None for ref in run.outputs}
         # The final event: exactly the instances read and written, by UUID.
-        assert versions(end["inputs"]) == expected(root, run.reads)
+        assert versions(end["inputs"]) == expected(run.reads)
         if run.state is JobRunState.succeeded:
-            assert versions(end["outputs"]) == expected(root, run.writes)
+            assert versions(end["outputs"]) == expected(run.writes)
         else:
-            assert versions(end["outputs"]) == {str(root / ref): None for ref in run.outputs}
+            assert versions(end["outputs"]) == {ref: None for ref in run.outputs}
+        # One dataset per output pattern (not per partition path), the partition in the facet.
+        for dataset in (*end["inputs"], *end["outputs"]):
+            label = dataset["facets"]["databuild"]["ref"].split("/")[0]
+            assert dataset["name"] == f"{root}/{label}/{{n}}"
+            assert dataset["facets"]["databuild"]["partition"] == {"n": "lineage"}
 
     final = next(r for r in runs.values() if r.job_label == "derived" and r.state is JobRunState.succeeded)
     base = next(r for r in runs.values() if r.job_label == "base")
@@ -123,10 +135,11 @@ async def test_a_run_failing_past_its_retries_emits_one_fail(make_stack, tmp_pat
     fail = events[-1]
     assert "boom lineage" in fail["run"]["facets"]["errorMessage"]["message"]
     assert fail["run"]["facets"]["databuild"]["attempt"] == 2
-    assert versions(fail["outputs"]) == {str(lake(stack.settings) / "fails/lineage"): None}
+    assert versions(fail["outputs"]) == {"fails/lineage": None}
+    assert [d["name"] for d in fail["outputs"]] == [f"{lake(stack.settings)}/fails/{{n}}"]
 
     # Recording the failure again (a retried activity) changes nothing and emits nothing.
-    emitter = LineageEmitter.from_settings(stack.settings)
+    emitter = LineageEmitter.from_settings(stack.settings, stack.graph)
     storage = Storage(stack.settings.storage_root)
     executors = Executors.from_settings(
         stack.settings, graph=stack.graph, bel=stack.bel, storage=storage, spark=stack.parts.spark
@@ -278,3 +291,26 @@ def test_an_unreachable_endpoint_does_not_slow_the_job(tmp_path: Path) -> None:
     emitter.finished(run)
     assert time.monotonic() - started < 0.5  # sending (and its retries) happens on the sender thread
     emitter.close(timeout=0.2)
+
+
+def test_datasets_are_tables_in_the_catalog_or_patterns_under_the_root(tmp_path: Path) -> None:
+    graph = load_graph("examples.demo:graph")
+    graph_with_odd = Graph("odd")
+    graph_with_odd.job("raw/{date}/part", "kept/{date}", tables={"kept/{date}": None})(lambda ctx, date: None)
+    embedded = DatasetNaming(Settings(home=tmp_path, storage_root="s3a://bucket/lake"), graph)
+    assert embedded("daily_users/2024-01-03") == (
+        "hive://embedded",
+        "default.daily_users",
+        {"date": "2024-01-03"},
+    )
+    shared = Settings(home=tmp_path, catalog="thrift://meta:9083", catalog_database="analytics")
+    assert DatasetNaming(shared, graph)("daily_users/2024-01-03")[:2] == (
+        "hive://meta:9083",
+        "analytics.daily_users",
+    )
+    # No table: the pattern under the storage root, one dataset for every partition of it.
+    odd = DatasetNaming(Settings(home=tmp_path, storage_root="s3a://bucket/lake"), graph_with_odd)
+    assert odd("raw/2024-01-03/part") == ("s3a://bucket", "/lake/raw/{date}/part", {"date": "2024-01-03"})
+    assert odd("kept/2024-01-03")[:2] == ("s3a://bucket", "/lake/kept/{date}")
+    tables_off = DatasetNaming(Settings(home=tmp_path, catalog="none"), graph)
+    assert tables_off("daily_users/2024-01-03")[1] == f"{tmp_path.resolve()}/data/daily_users/{{date}}"

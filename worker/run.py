@@ -92,7 +92,9 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     settings = parts.settings
     storage = Storage(settings.storage_root)
     identity = f"{socket.gethostname()}:{threading.get_native_id()}"
-    lineage = LineageEmitter.from_settings(settings)  # None unless DATABUILD_OPENLINEAGE_URL is set
+    lineage = LineageEmitter.from_settings(
+        settings, parts.graph
+    )  # None unless DATABUILD_OPENLINEAGE_URL is set
     executors = Executors.from_settings(
         settings, graph=parts.graph, bel=parts.bel, storage=storage, spark=parts.spark
     )
