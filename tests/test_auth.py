@@ -21,6 +21,7 @@ WRITES = [
     ("post", "/api/wants", {"ref": "daily_users/2024-01-01"}),
     ("post", "/api/partitions/ext/1/taint", {"dry_run": False}),
     ("post", "/api/partitions/ext/1/available", {}),
+    ("post", "/api/instances/00000000-0000-0000-0000-000000000000/pin", {}),
     ("get", "/api/events", None),
 ]
 
@@ -119,3 +120,17 @@ def test_a_malformed_token_line_refuses_to_start_and_names_its_line(
     message = str(refused.value)
     assert f"DATABUILD_API_TOKENS_FILE ({listed}) line 4: {problem}" in message and "name=token" in message
     assert TOKEN not in message and "dG9rZW4" not in message
+
+
+def test_instances_are_pinned_and_unpinned_over_http(tmp_path: Path, bel: BuildEventLog) -> None:
+    client = TestClient(app(tmp_path, bel, f"graph-b={TOKEN}"), base_url=BASE, client=REMOTE)
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    instance = bel.partition("ext/1").instance_id
+    pinned = client.post(f"/api/instances/{instance}/pin", json={"reason": "audit"}, headers=auth)
+    assert pinned.status_code == 200 and pinned.json()["pinned"] is True, pinned.text
+    unpinned = client.post(f"/api/instances/{instance}/pin", json={"pinned": False}, headers=auth)
+    assert unpinned.json()["pinned"] is False
+    before = bel.last_idx()
+    missing = client.post("/api/instances/not-an-instance/pin", json={}, headers=auth)
+    assert missing.status_code == 404 and "no partition instance" in missing.json()["error"]
+    assert bel.last_idx() == before

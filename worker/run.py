@@ -24,7 +24,7 @@ from activities.jobs import JobActivities
 from activities.upstream import UpstreamActivities
 from activities.wants import WantActivities
 from databuild.bel import BuildEventLog
-from databuild.catalog import Catalog, serve_sql, spark_catalog_conf
+from databuild.catalog import Catalog, TableSpec, serve_sql, spark_catalog_conf
 from databuild.config import Settings
 from databuild.execution import JobExecutor
 from databuild.executors import Executors
@@ -107,6 +107,11 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
             database=settings.catalog_database,
             root=settings.storage_root,
         )
+        for pattern, table in catalog.tables.items():
+            if isinstance(table, TableSpec):
+                log.info("catalog: %s is table %s.%s", pattern, settings.catalog_database, table.name)
+            else:
+                log.info("catalog: %s is no table: %s", pattern, table)
     executor = JobExecutor(parts.bel, storage, executors, worker=identity, lineage=lineage, catalog=catalog)
     jobs = JobActivities(executor, max_concurrent=settings.max_concurrent_jobs)
     wants = WantActivities(parts.bel, parts.graph, parts.client, settings)

@@ -11,6 +11,7 @@ from databuild.models import (
     BuildStats,
     EventFilter,
     EventPage,
+    Instance,
     JobRun,
     JobRunState,
     Model,
@@ -137,6 +138,17 @@ def get_instance(
 ) -> PartitionView:
     """Lineage of one partition instance by UUID, whether it is live, superseded or tainted."""
     return instance_view(context(request).bel, instance_id, fan_out=fan_out, offset=offset)
+
+
+class PinRequest(Model):
+    pinned: bool = Field(default=True, description="false: garbage collection may remove it again")
+    reason: str | None = Field(default=None, max_length=2000, description="why it is kept")
+
+
+@router.post("/instances/{instance_id}/pin", response_model=Instance)
+async def post_pin(request: Request, _caller: Caller, instance_id: str, body: PinRequest) -> Instance:
+    """Keep an instance's data from garbage collection, live or not (or let it go with pinned=false)."""
+    return await context(request).db.pin(instance_id, pinned=body.pinned, reason=body.reason)
 
 
 @router.post("/partitions/{ref:path}/taint", response_model=TaintResult)
