@@ -2,7 +2,7 @@
 
 import importlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from databuild.job_context import JobContext
 
 JobFn = Callable[..., None]
+InputsFn = Callable[..., Sequence[str]]
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SEGMENT_CHARS = r"[A-Za-z0-9_.=-]+"
 
@@ -60,9 +61,23 @@ class Job:
     fn: JobFn
     # pattern -> catalog table name (None: no table); see databuild.catalog
     tables: dict[str, str | None] = field(default_factory=dict, compare=False)
+    inputs: InputsFn | None = field(default=None, compare=False)
 
     def run(self, ctx: "JobContext", params: dict[str, str]) -> None:
         self.fn(ctx, **params)
+
+    def declared_inputs(self, params: dict[str, str]) -> list[str]:
+        """The inputs the job declares it reads for ``params`` (none if it declares nothing). Raises
+        ``GraphDefinitionError`` naming the job if the declaration fails or names a malformed ref."""
+        if self.inputs is None:
+            return []
+        try:
+            refs = [validate_ref(ref) for ref in self.inputs(**params)]
+        except Exception as error:
+            raise GraphDefinitionError(
+                f"the inputs job {self.label!r} declares for {params} cannot be listed: {error}"
+            ) from None
+        return sorted(set(refs))
 
 
 @dataclass(frozen=True)
@@ -93,14 +108,20 @@ class Graph:
         self._external: list[Pattern] = []
 
     def job(
-        self, *outputs: str, label: str | None = None, tables: dict[str, str | None] | None = None
+        self,
+        *outputs: str,
+        label: str | None = None,
+        tables: dict[str, str | None] | None = None,
+        inputs: InputsFn | None = None,
     ) -> Callable[[JobFn], JobFn]:
         """Declare a job: ``@graph.job("daily_summary/{date}", "top_spenders/{date}")``.
 
         Every output pattern must use the same placeholders, so one ref fixes all sibling outputs.
         The function is called as ``fn(ctx, **placeholders)``. ``tables`` names the catalog table of an
         output pattern (default: its first segment, for ``table/{column}/...`` patterns), or leaves it
-        out with None.
+        out with None. ``inputs`` declares what the job reads, as a function of its placeholders
+        (``inputs=lambda date: [f"raw/{date}"]``): a want starts derivative wants for those before the
+        first run instead of after a dep-miss; anything else the body reads is still discovered.
         """
         if not outputs:
             raise GraphDefinitionError("a job needs at least one output pattern")
@@ -119,7 +140,9 @@ class Graph:
             name = label or fn.__name__
             if name in self._jobs:
                 raise GraphDefinitionError(f"graph {self.name!r} already has a job labelled {name!r}")
-            self._jobs[name] = Job(label=name, outputs=patterns, fn=fn, tables=dict(tables or {}))
+            self._jobs[name] = Job(
+                label=name, outputs=patterns, fn=fn, tables=dict(tables or {}), inputs=inputs
+            )
             return fn
 
         return register

@@ -16,6 +16,7 @@ from databuild.domain.decisions import (
     Execute,
     Final,
     Live,
+    NeedsInputs,
     WaitExternal,
 )
 from databuild.models import JobRunCause, JobRunState, Model, WantSpec, WantState
@@ -145,7 +146,8 @@ class BlockedOrder(Blocked):
 
 # What the decide activity answers: the BEL's verdict, with what the worker's settings add to it.
 Decision = Annotated[
-    Live | ExecuteOrder | DelegateOrder | WaitExternal | BlockedOrder | Final, Field(discriminator="kind")
+    Live | ExecuteOrder | DelegateOrder | WaitExternal | BlockedOrder | NeedsInputs | Final,
+    Field(discriminator="kind"),
 ]
 
 
@@ -170,7 +172,7 @@ class BuildHealth(StrEnum):
 
 class DependenciesInput(Model):
     want_id: str
-    job_run_id: str
+    job_run_id: str | None  # the run that dep-missed; None: inputs the job declares
     missing: list[str]
 
 

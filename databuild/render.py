@@ -110,6 +110,7 @@ def instance_label(instance_id: str | None, ref: str, index: RelatedEntities, ve
     return text
 
 
+DECLARED = ""  # a derivative want started for a declared input, not by a dep-miss
 MAX_TREE_DEPTH = 40  # deeper wants are listed by `databuild wants show` on their own
 
 
@@ -133,7 +134,9 @@ def _fulfillment_node(
     index = view.index
     want = index.wants[want_id]
     branch = parent.add(want_label(want))
-    if triggered_by:
+    if triggered_by == DECLARED:
+        branch.add(Text("a declared input of its parent's job", style="dim"))
+    elif triggered_by:
         branch.add(Text(f"triggered by dep-miss of {triggered_by}", style="dim"))
     if want_id in shown:
         branch.add(Text("(shown above)", style="dim"))
@@ -157,7 +160,7 @@ def _fulfillment_node(
             label.append(f"  ({len(runs)} runs: {states}; --expand shows each)", style="dim")
             _run_branch(branch.add(label), last, index)
     for edge in node.derivatives:
-        _fulfillment_node(view, edge.want_id, edge.triggered_by, branch, expand, shown, depth + 1)
+        _fulfillment_node(view, edge.want_id, edge.triggered_by or DECLARED, branch, expand, shown, depth + 1)
 
 
 def _run_branch(branch: Tree, run: JobRun, index: RelatedEntities) -> None:

@@ -140,7 +140,9 @@ class RunGroup(Model):
 
 class DerivativeEdge(Model):
     want_id: str = Field(description="the derivative want")
-    triggered_by: str = Field(description="the dep-miss job run that asked for it")
+    triggered_by: str | None = Field(
+        description="the dep-miss job run that asked for it; None: an input its parent's job declares"
+    )
 
 
 class FulfillmentNode(Model):

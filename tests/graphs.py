@@ -151,3 +151,39 @@ def held(ctx: JobContext, n: str) -> None:
     if not RELEASE.setdefault(n, threading.Event()).wait(120):
         raise RuntimeError("the test never released held/{n}")
     ctx.write(f"held/{n}", frame)
+
+
+# declared: top/{n} declares that it reads base/{n}; stage/{n} declares base/{n} but also reads extra/{n},
+# which it does not declare (runtime discovery still finds it).
+declared = Graph("declared")
+
+
+@declared.job("base/{n}")
+def declared_base(ctx: JobContext, n: str) -> None:
+    ctx.write(f"base/{n}", ctx.spark.range(3))
+
+
+@declared.job("extra/{n}")
+def declared_extra(ctx: JobContext, n: str) -> None:
+    ctx.write(f"extra/{n}", ctx.spark.range(2))
+
+
+@declared.job("top/{n}", inputs=lambda n: [f"base/{n}"])
+def declared_top(ctx: JobContext, n: str) -> None:
+    ctx.write(f"top/{n}", ctx.read(f"base/{n}"))
+
+
+@declared.job("stage/{n}", inputs=lambda n: [f"base/{n}"])
+def declared_stage(ctx: JobContext, n: str) -> None:
+    base, extra = ctx.read_all([f"base/{n}", f"extra/{n}"])
+    ctx.write(f"stage/{n}", base.union(extra))
+
+
+declared_broken = Graph("declared_broken")
+
+
+def _unlistable(n: str) -> list[str]:
+    raise ValueError("not a ref I can name")
+
+
+declared_broken.job("bad/{n}", label="bad", inputs=_unlistable)(lambda ctx, n: None)

@@ -71,6 +71,7 @@ def state(
     fail_locks: dict[str, d.FailLock] | None = None,
     external: bool = False,
     reason: str | None = None,
+    declared: dict[str, Partition | None] | None = None,
 ) -> d.DecisionState:
     by_ref: dict[str, Partition | None] = {p.ref: p for p in parts}
     known = {p.building_job_run_id for p in parts if p.building_job_run_id} | ({following} - {None})
@@ -89,6 +90,7 @@ def state(
         partitions=by_ref,
         runs={r: plan(r) for r in known if r is not None},
         fail_locks=fail_locks or {},
+        declared=declared or {},
     )
 
 
@@ -196,6 +198,45 @@ CASES: list[tuple[str, d.DecisionState, str, list[str]]] = [
         [],
     ),
 ]
+
+
+CASES += [
+    (
+        "a declared input missing: want it first, no run, nothing recorded",
+        state(declared={"in/1": None, "in/2": live("in/2")}),
+        "needs_inputs",
+        [],
+    ),
+    (
+        "every declared input live: execute",
+        state(declared={"in/1": live("in/1")}),
+        "execute",
+        ["JobRunQueued", *["PartitionBuilding"] * 3, "WantBuilding"],
+    ),
+    (
+        "a declared input missing but an output building: delegate (the run wants its inputs)",
+        state(part("b/1", PartitionStatus.missing, building="jr-b"), declared={"in/1": None}),
+        "delegate",
+        ["Delegation"] * 3 + ["WantBuilding"],
+    ),
+    (
+        "a declared input missing, the outputs live: done",
+        state(live("a/1"), live("b/1"), live("c/1"), declared={"in/1": None}),
+        "live",
+        ["Delegation"] * 3 + ["JobRunSkipped", "WantSucceeded"],
+    ),
+    (
+        "a declared input tainted: want it again",
+        state(declared={"in/1": part("in/1", PartitionStatus.tainted)}),
+        "needs_inputs",
+        [],
+    ),
+]
+
+
+def test_declared_inputs_not_live_are_named() -> None:
+    decided = d.decide(state(declared={"in/2": None, "in/1": part("in/1", PartitionStatus.failed)}), 1, "jr")
+    assert decided.verdict == d.NeedsInputs(missing=["in/1", "in/2"])
 
 
 @pytest.mark.parametrize(("why", "given", "kind", "recorded"), CASES, ids=[c[0] for c in CASES])

@@ -14,7 +14,7 @@ with workflow.unsafe.imports_passed_through():
     # Imported once and shared by every run, not again into each run's sandbox (cheaper starts).
     from activities.wants import WantActivities
     from databuild import protocol as p
-    from databuild.domain.decisions import Final, Live, WaitExternal
+    from databuild.domain.decisions import Final, Live, NeedsInputs, WaitExternal
     from databuild.models import WantSpec, WantState, job_run_workflow_id
     from workflows.calls import bel, failure_message, remote, watch
 
@@ -170,6 +170,12 @@ class WantWorkflow:
                         await self._wait(
                             lambda: spec.ref in self._live or redecide(), within=decision.watchdog
                         )
+                case NeedsInputs():
+                    failure = await self._await_inputs(spec, None, decision.missing)
+                    if failure is not None and self._until(spec.ttl_deadline) == 0:
+                        return WantState.expired, ttl_reason(spec), None  # its inputs expired with it
+                    if failure is not None:
+                        return WantState.failed, failure, None
                 case p.ExecuteOrder() | p.DelegateOrder():
                     outcome = await self._follow_run(spec, decision, redecide)
                     if outcome is not None:
@@ -260,14 +266,11 @@ class WantWorkflow:
             await self._wait(available)
         self._requirements_met = not self._stopping
 
-    async def _await_inputs(self, spec: WantSpec, job_run_id: str, missing: list[str]) -> str | None:
-        """Start derivative wants for the missing inputs and wait until all are live (or one fails)."""
-        self._set(
-            WantState.upstream_building,
-            job_run_id,
-            missing,
-            f"{job_run_id} dep-missed; derivative wants build",
-        )
+    async def _await_inputs(self, spec: WantSpec, job_run_id: str | None, missing: list[str]) -> str | None:
+        """Start derivative wants for the missing inputs (of a dep-miss of ``job_run_id``, or declared by
+        the job when it is None) and wait until all are live (or one fails)."""
+        why = f"{job_run_id} dep-missed" if job_run_id else "declared inputs are not live"
+        self._set(WantState.upstream_building, job_run_id, missing, f"{why}; derivative wants build")
         # Only news from now on counts (the activity re-reads the BEL): an input heard live earlier and
         # tainted since must be waited for again.
         forget_live = workflow.patched("dep-miss-forgets-live-inputs")

@@ -307,8 +307,9 @@ class BelQueries:
         total = self._count(select(func.count()).select_from(s.delegations).where(where))
         return [dict(r) for r in rows], total
 
-    def derivatives_of(self, want_ids: Sequence[str]) -> list[tuple[str, str, str, str | None]]:
-        """(want_id, dep-miss job_run_id, missing ref, derivative_want_id) for these wants' dep-misses."""
+    def derivatives_of(self, want_ids: Sequence[str]) -> list[tuple[str, str | None, str, str | None]]:
+        """(want_id, dep-miss job_run_id or None for a declared input, missing ref, derivative_want_id)
+        for these wants' derivative wants."""
         rows = []
         for chunk in _chunks(want_ids):
             rows += self._all(

@@ -188,7 +188,7 @@ derivatives = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("want_id", ID, nullable=False, index=True),
-    Column("job_run_id", ID, nullable=False, index=True),
+    Column("job_run_id", ID, index=True),  # the dep-miss that asked; None: a declared input
     Column("ref", REF, nullable=False),
     Column("derivative_want_id", ID, index=True),
 )

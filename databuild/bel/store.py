@@ -146,7 +146,9 @@ class BuildEventLog(BelQueries):
         if want["job_run_id"]:
             followed.add(want["job_run_id"])
         failed = [out for out, p in partitions.items() if p and p.status is PartitionStatus.failed]
+        declared = target.job.declared_inputs(target.params) if target is not None else []
         return decisions.DecisionState(
+            declared={ref: self._partition(conn, ref) for ref in declared if ref not in outputs},
             want=decisions.WantStep(
                 want_id=want_id,
                 ref=want["ref"],
@@ -190,7 +192,7 @@ class BuildEventLog(BelQueries):
         )
 
     def await_dependencies(
-        self, want_id: str, job_run_id: str, missing: Sequence[str]
+        self, want_id: str, job_run_id: str | None, missing: Sequence[str]
     ) -> tuple[DependenciesStatus, list[WantSpec]]:
         """Record that the want waits for ``missing`` (subscribing to them) and ensure a derivative want
         for each input not live; report, in the same transaction, which inputs are live and which

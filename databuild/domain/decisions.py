@@ -76,6 +76,14 @@ class Blocked(_Verdict):
     reason: str
 
 
+class NeedsInputs(_Verdict):
+    """Inputs the job declares are not live: the want starts derivative wants for them, waits, and
+    decides again (no job run, so no dep-miss round trip)."""
+
+    kind: Literal["needs_inputs"] = "needs_inputs"
+    missing: list[str]
+
+
 class Final(_Verdict):
     """The want has ended (now, or before)."""
 
@@ -85,7 +93,7 @@ class Final(_Verdict):
     instance_id: str | None = None
 
 
-Verdict = Live | Execute | Delegate | WaitExternal | Blocked | Final
+Verdict = Live | Execute | Delegate | WaitExternal | Blocked | NeedsInputs | Final
 
 
 class DependenciesStatus(Model):
@@ -128,6 +136,7 @@ class DecisionState:
     partitions: Mapping[str, Partition | None]  # each output of the target (or the ref alone)
     runs: Mapping[str, RunPlan] = field(default_factory=dict)  # runs building an output, and the want's
     fail_locks: Mapping[str, FailLock] = field(default_factory=dict)  # of the fail-locked outputs
+    declared: Mapping[str, Partition | None] = field(default_factory=dict)  # the job's declared inputs
 
     @property
     def outputs(self) -> list[str]:
@@ -150,8 +159,9 @@ class Decided:
 # A want's decision (step 2 of SPEC 3.1). -------------------------------------------------------------
 def decide(state: DecisionState, seq: int, new_job_run_id: str) -> Decided:
     """Decide step ``seq`` of a want: done (historical delegation), wait for an active run (active
-    delegation), fail or wait on a fail-lock, wait for an external announcement, or queue a new job run
-    (``new_job_run_id``). A step already decided is answered again, with nothing to record."""
+    delegation), fail or wait on a fail-lock, wait for an external announcement, want the job's declared
+    inputs first, or queue a new job run (``new_job_run_id``). A step already decided is answered again,
+    with nothing to record."""
     want = state.want
     if want.state.is_final:
         own = state.partitions.get(want.ref)
@@ -183,6 +193,11 @@ def decide(state: DecisionState, seq: int, new_job_run_id: str) -> Decided:
         reason = fail_lock_reason(locked, state.fail_locks)
         blocked = ev.WantBlocked(want_id=want.want_id, refs=locked, reason=reason, decision_seq=seq)
         return Decided(Blocked(blocked_refs=locked, reason=reason), [blocked])
+    missing = [
+        ref for ref, row in state.declared.items() if row is None or row.status is not PartitionStatus.live
+    ]
+    if missing:
+        return Decided(NeedsInputs(missing=sorted(missing)))
     return _execute(state, target, new_job_run_id, seq)
 
 

@@ -26,11 +26,12 @@ class WantBuilding(Model):
 
 
 class WantUpstreamBuilding(Model):
-    """The want's job dep-missed; it now waits for these inputs (and subscribes to them)."""
+    """The want's job dep-missed (``job_run_id``), or declares inputs that are not live (None); it now
+    waits for these inputs (and subscribes to them)."""
 
     type: Literal["WantUpstreamBuilding"] = "WantUpstreamBuilding"
     want_id: str
-    job_run_id: str
+    job_run_id: str | None
     missing: list[str]
     derivative_want_ids: list[str]
 
