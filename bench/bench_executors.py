@@ -53,7 +53,7 @@ from databuild.protocol import SEARCH_ATTRIBUTES
 from databuild.testing import make_settings
 from worker.dev import temporal_binary
 
-GRAPH = "examples.demo:graph"
+GRAPH = "examples.demo:discovering"  # runtime discovery: the dep-miss attempts are part of the workload
 DEMO_REF = "daily_summary/2024-01-07"
 WARMUP_REF = "raw_events/2023-12-01"
 VARIANTS = ("local", "cluster", "submit", "connect")

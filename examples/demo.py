@@ -1,7 +1,9 @@
 """The demo graph: raw events -> daily users -> daily summary + top spenders (one job, two outputs).
 
-``daily_summary/{date}`` reads the last 7 days of ``daily_users``, so one want for it discovers, at
-run time, 7 ``daily_users`` and 7 ``raw_events`` partitions to build first.
+``daily_summary/{date}`` reads the last 7 days of ``daily_users``, so one want for it needs 7
+``daily_users`` and 7 ``raw_events`` partitions built first. ``graph`` declares each job's inputs, so
+those derivative wants start before the first run; ``discovering`` is the same jobs without the
+declarations, so each job finds its missing inputs at run time (a dep-miss, then derivative wants).
 """
 
 from datetime import date, timedelta
@@ -10,8 +12,6 @@ from pyspark.sql import functions as F
 
 from databuild.graph import Graph
 from databuild.job_context import JobContext
-
-graph = Graph("demo")
 
 EVENTS_PER_DAY = 100_000
 USERS = 20_000
@@ -22,7 +22,6 @@ def _day(text: str) -> date:
     return date.fromisoformat(text)
 
 
-@graph.job("raw_events/{date}")
 def raw_events(ctx: JobContext, date: str) -> None:
     """Deterministic synthetic events: ids and amounts are hashes of (date, row number)."""
     seed = F.lit(date)
@@ -38,7 +37,6 @@ def raw_events(ctx: JobContext, date: str) -> None:
     ctx.write(f"raw_events/{date}", events)
 
 
-@graph.job("daily_users/{date}")
 def daily_users(ctx: JobContext, date: str) -> None:
     events = ctx.read(f"raw_events/{date}")
     users = (
@@ -52,11 +50,16 @@ def daily_users(ctx: JobContext, date: str) -> None:
     ctx.write(f"daily_users/{date}", users)
 
 
-@graph.job("daily_summary/{date}", "top_spenders/{date}")
-def weekly_rollup(ctx: JobContext, date: str) -> None:
+def week_of(date: str) -> list[str]:
+    """The ``daily_users`` partitions a rollup for ``date`` reads: its day and the 6 before."""
     end = _day(date)
-    days = [(end - timedelta(days=back)).isoformat() for back in range(WINDOW_DAYS - 1, -1, -1)]
-    frames = ctx.read_all([f"daily_users/{day}" for day in days])
+    return [
+        f"daily_users/{(end - timedelta(days=back)).isoformat()}" for back in range(WINDOW_DAYS - 1, -1, -1)
+    ]
+
+
+def weekly_rollup(ctx: JobContext, date: str) -> None:
+    frames = ctx.read_all(week_of(date))
     ctx.progress(f"read {len(frames)} days of daily_users")
     week = frames[0]
     for frame in frames[1:]:
@@ -77,3 +80,17 @@ def weekly_rollup(ctx: JobContext, date: str) -> None:
     ctx.write(f"daily_summary/{date}", summary)
     ctx.write(f"top_spenders/{date}", top)
     week.unpersist()
+
+
+def demo_graph(name: str, *, declare_inputs: bool) -> Graph:
+    demo = Graph(name)
+    demo.job("raw_events/{date}")(raw_events)
+    users_read = (lambda date: [f"raw_events/{date}"]) if declare_inputs else None
+    demo.job("daily_users/{date}", inputs=users_read)(daily_users)
+    rollup_reads = week_of if declare_inputs else None
+    demo.job("daily_summary/{date}", "top_spenders/{date}", inputs=rollup_reads)(weekly_rollup)
+    return demo
+
+
+graph = demo_graph("demo", declare_inputs=True)
+discovering = demo_graph("demo-discovering", declare_inputs=False)

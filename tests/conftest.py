@@ -29,6 +29,9 @@ from databuild.testing import POSTGRES_ADMIN_URL, POSTGRES_URL, ensure_database,
 from worker.run import WorkerParts, running_worker
 
 BIN = Path(sys.executable).parent
+# The demo's jobs without their input declarations: the tests follow runtime discovery (dep-miss ->
+# derivative wants) through it; tests/test_declared_inputs.py runs the declared demo.
+DEMO_GRAPH = "examples.demo:discovering"
 
 
 def binary(name: str) -> str:
@@ -89,7 +92,7 @@ async def running_stack(
     client: Client,
     spark: SparkRuntime,
     home: Path,
-    graph: str = "examples.demo:graph",
+    graph: str = DEMO_GRAPH,
     *,
     worker: bool = True,
     **extra: object,
@@ -119,7 +122,7 @@ async def make_stack(
     async with contextlib.AsyncExitStack() as stacks:
         count = 0
 
-        async def start(graph: str = "examples.demo:graph", worker: bool = True, **extra: object) -> Stack:
+        async def start(graph: str = DEMO_GRAPH, worker: bool = True, **extra: object) -> Stack:
             nonlocal count
             home = tmp_path / f"s{count}"
             count += 1

@@ -62,3 +62,16 @@ async def test_a_declaration_that_fails_fails_the_want_with_the_reason(make_stac
     assert want.state is WantState.failed
     assert "the inputs job 'bad' declares" in (want.reason or "") and "not a ref" in (want.reason or "")
     assert stack.bel.job_runs() == []
+
+
+async def test_the_demo_declares_its_inputs_and_builds_without_dep_miss_runs(make_stack) -> None:
+    stack = await make_stack(graph="examples.demo:graph")
+    want_id = await fulfilled(stack, "daily_summary/2024-01-07")
+    assert runs(stack) == {
+        ("raw_events", JobRunState.succeeded): 7,
+        ("daily_users", JobRunState.succeeded): 7,
+        ("weekly_rollup", JobRunState.succeeded): 1,
+    }
+    tree = want_view(stack.bel, want_id)
+    assert len(tree.data.nodes) == 15  # the root want and its 14 derivative wants, as when discovered
+    assert all(e.triggered_by is None for node in tree.data.nodes.values() for e in node.derivatives)
