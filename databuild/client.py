@@ -8,6 +8,7 @@ from typing import TypeVar
 
 from temporalio.client import Client, WorkflowFailureError
 
+from databuild.backfill import BackfillProgress, BackfillRequest, backfill_partitions
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.errors import AnnouncementRefusedError, InvalidWantError, TemporalUnavailableError
@@ -31,6 +32,9 @@ from databuild.upstream import check_announcement
 from databuild.views import FamilyProgress, family_progress
 
 T = TypeVar("T")
+
+
+BACKFILL_CHUNK = 100  # wants registered between two records of the backfill's progress
 
 
 class DataBuild:
@@ -132,11 +136,59 @@ class DataBuild:
         spec = await self.bel.call(
             self.spec, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, source=source, requires=requires
         )
+        await self._register(spec)
+        return spec
+
+    async def _register(self, spec: WantSpec) -> None:
         await start_want(await self.temporal_client(), spec, self.settings.task_queue, self.bel)
         # The workflow records the want too; doing it here as well (idempotently) means the want is
         # visible in the BEL as soon as this returns, and only once its workflow exists.
         await self.bel.call(self.bel.register_want, spec)
-        return spec
+
+    async def backfill(
+        self,
+        request: BackfillRequest,
+        *,
+        on_registered: Callable[[int], Awaitable[None] | None] | None = None,
+        concurrency: int = 16,
+    ) -> BackfillProgress:
+        """Register one want per partition of the range (source `backfill`), idempotently: asking again
+        registers nothing new. Every want is checked before anything is recorded (bad input raises
+        InvalidInputError). ``on_registered(done)`` follows the registration (of ``partitions`` wants)."""
+        graph = await self.loaded_graph()
+        partitions = backfill_partitions(request, graph)
+        generations = await self.bel.call(self.bel.generations, [ref for ref, _ in partitions])
+        specs = [
+            build_spec(
+                graph,
+                ref,
+                data_timestamp=at,
+                sla=request.sla,
+                ttl=request.ttl,
+                source=WantSource.backfill,
+                generation=generations[ref],
+            )
+            for ref, at in partitions
+        ]
+        await self.bel.call(self.bel.record_backfill, request, len(specs), [])
+        gate = asyncio.Semaphore(concurrency)
+
+        async def register(spec: WantSpec) -> None:
+            async with gate:
+                await self._register(spec)
+
+        for start in range(0, len(specs), BACKFILL_CHUNK):
+            chunk = specs[start : start + BACKFILL_CHUNK]
+            await asyncio.gather(*(register(spec) for spec in chunk))
+            ids = [spec.want_id for spec in chunk]
+            await self.bel.call(self.bel.record_backfill, request, len(specs), ids)
+            if on_registered is not None:
+                await _called(on_registered, start + len(chunk))
+        return await self.backfill_progress(request.backfill_id)
+
+    async def backfill_progress(self, backfill_id: str) -> BackfillProgress:
+        """A backfill's wants, counted by state."""
+        return await self.bel.call(self.bel.backfill_progress, backfill_id)
 
     async def wait(
         self,

@@ -18,6 +18,7 @@ class WantSource(StrEnum):
     dashboard = "dashboard"
     schedule = "schedule"
     derivative = "derivative"
+    backfill = "backfill"
 
 
 class WantState(StrEnum):

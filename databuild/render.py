@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from databuild.backfill import BackfillProgress
 from databuild.durations import format_duration
 from databuild.gc import GcReport
 from databuild.models import (
@@ -350,3 +351,20 @@ def progress(view: FamilyProgress | None) -> Table:
     if run_counts:
         table.add_row(Text("job runs: " + ", ".join(f"{n} {s.value}" for s, n in sorted(run_counts.items()))))
     return table
+
+
+def backfill_states(progress: BackfillProgress) -> str:
+    """``built 40 · building 3 · failed 1``: the backfill's wants by state, final ones first."""
+    counts = sorted(progress.by_state.items(), key=lambda item: (not item[0].is_final, item[0].value))
+    return " · ".join(f"{state.value} {n}" for state, n in counts) or "no wants yet"
+
+
+def backfill_summary(progress: BackfillProgress) -> Text:
+    request = progress.request
+    text = Text(f"backfill {progress.backfill_id}: {request.pattern} ", style="bold")
+    text.append(
+        f"from {request.start:%Y-%m-%d %H:%M} to {request.end:%Y-%m-%d %H:%M} every {format_duration(request.step)}\n"
+    )
+    text.append(f"{progress.registered}/{progress.partitions} wants registered; {progress.done} ended: ")
+    text.append(backfill_states(progress))
+    return text

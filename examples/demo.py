@@ -93,4 +93,4 @@ def demo_graph(name: str, *, declare_inputs: bool) -> Graph:
 
 
 graph = demo_graph("demo", declare_inputs=True)
-discovering = demo_graph("demo-discovering", declare_inputs=False)
+discovering = demo_graph("demo", declare_inputs=False)

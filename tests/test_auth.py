@@ -22,6 +22,7 @@ WRITES = [
     ("post", "/api/partitions/ext/1/taint", {"dry_run": False}),
     ("post", "/api/partitions/ext/1/available", {}),
     ("post", "/api/instances/00000000-0000-0000-0000-000000000000/pin", {}),
+    ("post", "/api/backfills", {"pattern": "ext/{n}", "start": "2024-01-01", "end": "2024-01-02"}),
     ("get", "/api/events", None),
 ]
 

@@ -4,6 +4,7 @@ before the first run (no dep-miss round trip), and runtime discovery still finds
 import asyncio
 import uuid
 from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -15,7 +16,12 @@ pytestmark = pytest.mark.slow
 
 
 async def fulfilled(stack: Stack, ref: str) -> str:
-    spec = await stack.db.want(ref)
+    # A data time of its own: want ids (and workflow ids) are shared by the session's Temporal server,
+    # and other modules want the demo's refs too.
+    spec = await stack.db.want(
+        ref,
+        data_timestamp=datetime(2024, 1, 7, tzinfo=UTC) + timedelta(microseconds=uuid.uuid4().int % 10**6),
+    )
     want = await asyncio.wait_for(stack.db.wait(spec), timeout=120)
     assert want.state is WantState.successful, want.reason
     return spec.want_id

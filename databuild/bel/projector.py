@@ -518,3 +518,28 @@ def _upsert_partition(
     }
     row.update(values)
     conn.execute(insert(s.partitions), row)
+
+
+# Backfills -----------------------------------------------------------------------------------------
+
+
+@projects(ev.BackfillRegistered)
+def _backfill_registered(conn: Connection, event: ev.BackfillRegistered, at: datetime) -> None:
+    conn.execute(
+        insert(s.backfills),
+        {
+            "backfill_id": event.backfill_id,
+            "request": event.request.model_dump(mode="json"),
+            "partitions": event.partitions,
+            "created_at": at,
+        },
+    )
+
+
+@projects(ev.BackfillWantsAdded)
+def _backfill_wants_added(conn: Connection, event: ev.BackfillWantsAdded, at: datetime) -> None:
+    if event.want_ids:
+        conn.execute(
+            insert(s.backfill_wants),
+            [{"backfill_id": event.backfill_id, "want_id": w} for w in event.want_ids],
+        )

@@ -11,6 +11,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine, Select, Table, func, or_, select
 
+from databuild.backfill import BackfillProgress, BackfillRequest
 from databuild.bel import schema as s
 from databuild.errors import NotFoundError
 from databuild.globs import compile_glob, like_prefix, ref_filter
@@ -456,6 +457,36 @@ class BelQueries:
             for r in rows
         ]
         return edges, int(total)
+
+    def backfill_progress(self, backfill_id: str) -> BackfillProgress:
+        """The backfill and its wants counted by state: one query for the counts."""
+        with self.reader.connect() as conn:
+            row = (
+                conn.execute(select(s.backfills).where(s.backfills.c.backfill_id == backfill_id))
+                .mappings()
+                .first()
+            )
+            if row is None:
+                raise NotFoundError(
+                    f"no backfill {backfill_id!r}; `databuild backfill PATTERN --from --to` starts one"
+                )
+            counts = conn.execute(
+                select(s.wants.c.state, func.count())
+                .select_from(s.backfill_wants.join(s.wants, s.wants.c.want_id == s.backfill_wants.c.want_id))
+                .where(s.backfill_wants.c.backfill_id == backfill_id)
+                .group_by(s.wants.c.state)
+            ).all()
+            registered = conn.execute(
+                select(func.count()).where(s.backfill_wants.c.backfill_id == backfill_id)
+            ).scalar_one()
+        return BackfillProgress(
+            backfill_id=backfill_id,
+            request=BackfillRequest.model_validate(row["request"]),
+            partitions=row["partitions"],
+            registered=registered,
+            by_state={WantState(state): n for state, n in counts},
+            created_at=row["created_at"],
+        )
 
     def attempt_outputs(self, ids: Sequence[str]) -> dict[str, AttemptOutput]:
         """Which attempt writes (or wrote) each of these instance ids, for those an attempt planned."""

@@ -241,6 +241,22 @@ for _table in (events, wants, partitions, job_run_outputs):
         f"ix_{_table.name}_ref_pattern", _table.c.ref, postgresql_ops={"ref": "varchar_pattern_ops"}
     ).ddl_if(dialect="postgresql")
 
+backfills = Table(
+    "backfills",
+    metadata,
+    Column("backfill_id", ID, primary_key=True),
+    Column("request", JSON, nullable=False),
+    Column("partitions", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+backfill_wants = Table(
+    "backfill_wants",
+    metadata,
+    Column("backfill_id", ID, primary_key=True),
+    Column("want_id", ID, primary_key=True),
+)
+
 PROJECTIONS = [
     wants,
     partitions,
@@ -254,4 +270,6 @@ PROJECTIONS = [
     subscriptions,
     delegations,
     want_job_runs,
+    backfills,
+    backfill_wants,
 ]

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, delete, insert, select, update
 
+from databuild.backfill import BackfillRequest
 from databuild.bel import migrate, projector
 from databuild.bel import schema as s
 from databuild.bel.queries import BelQueries, partition_from_row, want_from_row
@@ -107,6 +108,28 @@ class BuildEventLog(BelQueries):
             created = self._ensure_want(tx, spec)
             want = self._want_row(tx.conn, spec.want_id)
         return want_from_row(want), created
+
+    def record_backfill(self, request: BackfillRequest, partitions: int, want_ids: Sequence[str]) -> int:
+        """Record the backfill (the first time it is asked for) and which of ``want_ids`` are its wants;
+        returns how many of them it had not recorded before (0 when the same backfill is asked again)."""
+        backfill_id = request.backfill_id
+        with self._write(f"backfill:{backfill_id}") as tx:
+            known = tx.conn.execute(
+                select(s.backfills.c.backfill_id).where(s.backfills.c.backfill_id == backfill_id)
+            ).first()
+            if known is None:
+                tx.append(
+                    ev.BackfillRegistered(backfill_id=backfill_id, request=request, partitions=partitions)
+                )
+            recorded = set(
+                tx.conn.execute(
+                    select(s.backfill_wants.c.want_id).where(s.backfill_wants.c.backfill_id == backfill_id)
+                ).scalars()
+            )
+            new = [w for w in dict.fromkeys(want_ids) if w not in recorded]
+            if new:
+                tx.append(ev.BackfillWantsAdded(backfill_id=backfill_id, want_ids=new))
+            return len(new)
 
     def _ensure_want(self, tx: WriteTx, spec: WantSpec) -> bool:
         if self._want_row(tx.conn, spec.want_id, required=False) is not None:

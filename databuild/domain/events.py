@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, TypeAdapter, model_validator
 
+from databuild.backfill import BackfillRequest
 from databuild.models import InstanceRef, JobRunCause, Model, WantSpec, WantState
 
 
@@ -222,6 +223,23 @@ class InstanceUnpinned(Model):
     instance_id: str
 
 
+class BackfillRegistered(Model):
+    """A backfill was asked for the first time (asking again records nothing)."""
+
+    type: Literal["BackfillRegistered"] = "BackfillRegistered"
+    backfill_id: str
+    request: BackfillRequest
+    partitions: int
+
+
+class BackfillWantsAdded(Model):
+    """Wants of a backfill, registered (a backfill registers its wants in several steps)."""
+
+    type: Literal["BackfillWantsAdded"] = "BackfillWantsAdded"
+    backfill_id: str
+    want_ids: list[str]
+
+
 class PartitionFailed(Model):
     type: Literal["PartitionFailed"] = "PartitionFailed"
     ref: str
@@ -253,7 +271,9 @@ Event = Annotated[
     | PartitionSkipped
     | PartitionTainted
     | InstancePinned
-    | InstanceUnpinned,
+    | InstanceUnpinned
+    | BackfillRegistered
+    | BackfillWantsAdded,
     Field(discriminator="type"),
 ]
 

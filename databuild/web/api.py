@@ -6,6 +6,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import Field
 
+from databuild.backfill import BackfillProgress, BackfillRequest
 from databuild.models import (
     MAX_INDEX,
     BuildStats,
@@ -138,6 +139,20 @@ def get_instance(
 ) -> PartitionView:
     """Lineage of one partition instance by UUID, whether it is live, superseded or tainted."""
     return instance_view(context(request).bel, instance_id, fan_out=fan_out, offset=offset)
+
+
+@router.post("/backfills", response_model=BackfillProgress)
+async def post_backfill(request: Request, _caller: Caller, body: BackfillRequest) -> BackfillProgress:
+    """Want every partition of ``pattern`` from ``start`` to ``end`` (one want each, source `backfill`).
+    Idempotent: asking again registers nothing new. Bad input is refused with 400 before anything is
+    recorded. Registering many wants takes a while: poll ``GET /api/backfills/{id}`` for progress."""
+    return await context(request).db.backfill(body)
+
+
+@router.get("/backfills/{backfill_id}", response_model=BackfillProgress)
+async def get_backfill(request: Request, backfill_id: str) -> BackfillProgress:
+    """A backfill's wants, counted by state."""
+    return await context(request).db.backfill_progress(backfill_id)
 
 
 class PinRequest(Model):

@@ -129,6 +129,11 @@ def want_page(request: Request, want_id: str) -> HTMLResponse:
     return _page(request, "want.html", view=want_view(context(request).bel, want_id))
 
 
+@router.get("/backfills/{backfill_id}", response_class=HTMLResponse)
+def backfill_page(request: Request, backfill_id: str) -> HTMLResponse:
+    return _page(request, "backfill.html", progress=context(request).bel.backfill_progress(backfill_id))
+
+
 @router.get("/partitions", response_class=HTMLResponse)
 def partitions_page(
     request: Request,

@@ -1,0 +1,101 @@
+"""Backfills: a named, idempotent set of wants over a time range of one output pattern. The partitions
+of a range are a pure function of the request, so the backfill id and every want id are the same each
+time the same backfill is asked for."""
+
+import hashlib
+from datetime import UTC, datetime, timedelta
+
+from pydantic import ConfigDict, Field, computed_field, field_validator, model_validator
+
+from databuild.errors import InvalidInputError
+from databuild.graph import Graph, Pattern
+from databuild.models import Model, WantState
+
+MAX_PARTITIONS = 100_000  # a year of hourly partitions is 8,760; more is almost surely a typo
+DAY = timedelta(days=1)
+HOUR = timedelta(hours=1)
+
+
+class BackfillRequest(Model):
+    """``pattern`` (one placeholder) for every step from ``start`` to ``end``, both included."""
+
+    pattern: str
+    start: datetime
+    end: datetime
+    step: timedelta = DAY
+    sla: timedelta | None = None
+    ttl: timedelta | None = None
+
+    @field_validator("start", "end")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    @model_validator(mode="after")
+    def _range(self) -> "BackfillRequest":
+        if self.step <= timedelta(0) or (self.step % HOUR and self.step % DAY):
+            raise ValueError(f"step {self.step} must be a whole number of hours or days, e.g. 1d or 1h")
+        if self.end < self.start:
+            raise ValueError(
+                f"the range ends ({self.end:%Y-%m-%d %H:%M}) before it starts ({self.start:%Y-%m-%d %H:%M})"
+            )
+        count = (self.end - self.start) // self.step + 1
+        if count > MAX_PARTITIONS:
+            raise ValueError(f"the range has {count} partitions; at most {MAX_PARTITIONS} per backfill")
+        return self
+
+    @property
+    def backfill_id(self) -> str:
+        key = f"{self.pattern}\n{self.start.isoformat()}\n{self.end.isoformat()}\n{self.step.total_seconds()}"
+        return "bf-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def backfill_partitions(request: BackfillRequest, graph: Graph) -> list[tuple[str, datetime]]:
+    """Each partition of the range with its data time. Raises InvalidInputError naming the problem if
+    the pattern is not one the graph builds or announces, or has other than one placeholder."""
+    known = {p.text: p for p in graph.external_pattern_objects} | {
+        p.text: p for job in graph.jobs for p in job.outputs
+    }
+    pattern: Pattern | None = known.get(request.pattern)
+    if pattern is None:
+        raise InvalidInputError(
+            f"{request.pattern!r} is not an output pattern of graph {graph.name!r} "
+            f"(its patterns: {', '.join(sorted(known)) or 'none'})"
+        )
+    if len(pattern.names) != 1:
+        raise InvalidInputError(
+            f"{request.pattern!r} has {len(pattern.names)} placeholders; a backfill fills exactly one "
+            "(the time), e.g. 'daily_users/{date}'"
+        )
+    (name,) = pattern.names
+    daily = request.step % DAY == timedelta(0)
+    found = []
+    at = request.start
+    while at <= request.end:
+        value = at.date().isoformat() if daily else at.strftime("%Y-%m-%dT%H")
+        found.append((pattern.format({name: value}), at))
+        at += request.step
+    return found
+
+
+class BackfillProgress(Model):
+    # Its JSON carries the computed `done` and `finished`; reading it back ignores them.
+    model_config = ConfigDict(extra="ignore")
+
+    backfill_id: str
+    request: BackfillRequest
+    partitions: int
+    registered: int = Field(description="wants registered so far")
+    by_state: dict[WantState, int]
+    created_at: datetime
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def done(self) -> int:
+        """Wants that have ended (successful, failed, expired or canceled)."""
+        return sum(n for state, n in self.by_state.items() if state.is_final)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def finished(self) -> bool:
+        return self.registered == self.partitions and self.done == self.partitions

@@ -1,0 +1,90 @@
+"""`databuild backfill`: one want per partition of a time range, idempotently, with live progress."""
+
+import asyncio
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from databuild import render
+from databuild.backfill import BackfillProgress, BackfillRequest
+from databuild.cli.app import CliError, JsonFlag, app, client, console, emit, run
+from databuild.durations import parse_duration, parse_timestamp
+from databuild.models import first_error
+
+POLL_SECONDS = 1.0
+
+
+@app.command()
+def backfill(
+    pattern: Annotated[
+        str, typer.Argument(help="An output pattern with one placeholder, e.g. 'raw_events/{date}'.")
+    ],
+    start: Annotated[str, typer.Option("--from", help="First partition's time (ISO), e.g. 2024-02-01.")],
+    end: Annotated[str, typer.Option("--to", help="Last partition's time (ISO), included.")],
+    step: Annotated[str, typer.Option(help="Between partitions: whole days (1d) or hours (1h).")] = "1d",
+    sla: Annotated[str | None, typer.Option(help="Each want due this long after its data time.")] = None,
+    ttl: Annotated[str | None, typer.Option(help="Each want gives up this long after its data time.")] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait until every want has ended, showing progress.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Want every partition of PATTERN from --from to --to: one want each (source `backfill`). Asking
+    again registers nothing new and shows the backfill's progress."""
+    try:
+        request = BackfillRequest(
+            pattern=pattern,
+            start=parse_timestamp(start),
+            end=parse_timestamp(end),
+            step=parse_duration(step),
+            sla=parse_duration(sla) if sla else None,
+            ttl=parse_duration(ttl) if ttl else None,
+        )
+    except ValidationError as error:
+        raise CliError(first_error(error)) from None
+
+    async def go() -> BackfillProgress:
+        db = await client()
+        async with db:
+            if as_json:
+                result = await db.backfill(request)
+                while wait and not result.finished:
+                    await asyncio.sleep(POLL_SECONDS)
+                    result = await db.backfill_progress(request.backfill_id)
+                return result
+            columns = (
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+            )
+            with Progress(*columns, console=console, transient=False) as bars:
+                registering = bars.add_task("registering wants", total=None)
+
+                def registered(done: int) -> None:
+                    bars.update(registering, completed=done)
+
+                result = await db.backfill(request, on_registered=registered)
+                bars.update(registering, total=result.partitions, completed=result.registered)
+                if wait:
+                    ended = bars.add_task(render.backfill_states(result), total=result.partitions)
+                    while True:
+                        bars.update(ended, completed=result.done, description=render.backfill_states(result))
+                        if result.finished:
+                            break
+                        await asyncio.sleep(POLL_SECONDS)
+                        result = await db.backfill_progress(request.backfill_id)
+            return result
+
+    progress = run(go())
+    emit(as_json, progress, lambda: render.backfill_summary(progress))
