@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.service import RPCError, RPCStatusCode
 
 from databuild.backfill import BackfillProgress, BackfillRequest, backfill_partitions
 from databuild.bel import BuildEventLog
@@ -186,6 +187,21 @@ class DataBuild:
                 await _called(on_registered, start + len(chunk))
         return await self.backfill_progress(request.backfill_id)
 
+    async def cancel(self, want_id: str) -> Want:
+        """Cancel a want that has not ended: it records `canceled`, and its build stops unless another
+        want needs it. A want that has ended is returned as it is."""
+        want = await self.bel.call(self.bel.want, want_id)  # NotFoundError for an unknown id
+        if not want.state.is_final:
+            await _cancel_workflow(await self.temporal_client(), want.workflow_id)
+        return want
+
+    async def cancel_backfill(self, backfill_id: str) -> int:
+        """Cancel every want of the backfill that has not ended; returns how many were asked to stop."""
+        wants = await self.bel.call(self.bel.open_backfill_wants, backfill_id)
+        client = await self.temporal_client()
+        await asyncio.gather(*(_cancel_workflow(client, w.workflow_id) for w in wants))
+        return len(wants)
+
     async def backfill_progress(self, backfill_id: str) -> BackfillProgress:
         """A backfill's wants, counted by state."""
         return await self.bel.call(self.bel.backfill_progress, backfill_id)
@@ -363,3 +379,12 @@ def build_spec(
             f"{spec.data_timestamp:%Y-%m-%d %H:%M}Z, so give a longer --ttl or none"
         )
     return spec
+
+
+async def _cancel_workflow(client: Client, workflow_id: str) -> None:
+    """Ask a want's workflow to cancel; one that has just ended needs nothing more."""
+    try:
+        await client.get_workflow_handle(workflow_id).cancel()
+    except RPCError as error:
+        if error.status is not RPCStatusCode.NOT_FOUND:
+            raise

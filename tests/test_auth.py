@@ -23,6 +23,8 @@ WRITES = [
     ("post", "/api/partitions/ext/1/available", {}),
     ("post", "/api/instances/00000000-0000-0000-0000-000000000000/pin", {}),
     ("post", "/api/backfills", {"pattern": "ext/{n}", "start": "2024-01-01", "end": "2024-01-02"}),
+    ("post", "/api/wants/w-1/cancel", {}),
+    ("post", "/api/backfills/bf-1/cancel", {}),
     ("get", "/api/events", None),
 ]
 

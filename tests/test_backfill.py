@@ -10,9 +10,11 @@ from fastapi.testclient import TestClient
 from databuild.backfill import BackfillProgress, BackfillRequest, backfill_partitions
 from databuild.errors import InvalidInputError
 from databuild.graph import load_graph
-from databuild.models import WantSource, WantState
+from databuild.models import JobRunState, PartitionStatus, WantSource, WantState
 from databuild.web import create_app, web_context
+from tests import graphs
 from tests.conftest import cli
+from tests.helpers import until
 
 pytestmark = pytest.mark.slow
 
@@ -101,3 +103,31 @@ async def test_bad_backfills_are_refused_before_anything_is_recorded(make_stack)
         refused = await cli(stack, "backfill", *args)
         assert refused.returncode == 2 and reason in refused.stderr, (args, refused.stderr)
     assert stack.bel.events(limit=10) == []
+
+
+async def test_cancelling_a_backfill_cancels_its_wants_and_stops_their_builds(
+    make_stack, monkeypatch
+) -> None:
+    monkeypatch.setattr(graphs, "SLOW_SECONDS", 60.0)  # far longer than the cancellation takes
+    stack = await make_stack(graph="tests.graphs:slow")
+    request = BackfillRequest(pattern="slow/{n}", start=datetime(2024, 2, 1), end=datetime(2024, 2, 3))
+    progress = await stack.db.backfill(request)
+    assert progress.registered == 3
+    await until(lambda: any(r.state is JobRunState.running for r in stack.bel.job_runs()), seconds=60)
+
+    cancelled = await cli(stack, "cancel", progress.backfill_id, "--json")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert json.loads(cancelled.stdout)["wants_cancelled"] == 3
+    await until(lambda: stack.bel.backfill_progress(progress.backfill_id).finished, seconds=60)
+    after = stack.bel.backfill_progress(progress.backfill_id)
+    assert after.by_state == {WantState.canceled: 3}
+    # Nobody else needed their builds: each stopped (abandoned), and nothing became live.
+    await until(lambda: all(r.state.is_final for r in stack.bel.job_runs()), seconds=60)
+    assert all(r.state is JobRunState.cancelled for r in stack.bel.job_runs())
+    assert stack.bel.partitions(status=PartitionStatus.live) == []
+
+    want_id = stack.bel.wants(limit=1)[0].want_id
+    again = await cli(stack, "cancel", want_id)
+    assert again.returncode == 0 and "had already ended (canceled)" in again.stdout
+    unknown = await cli(stack, "cancel", "w-nothing")
+    assert unknown.returncode == 2 and "no want" in unknown.stderr

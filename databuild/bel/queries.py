@@ -488,6 +488,17 @@ class BelQueries:
             created_at=row["created_at"],
         )
 
+    def open_backfill_wants(self, backfill_id: str) -> list[Want]:
+        """The wants of a backfill that have not ended."""
+        self.backfill_progress(backfill_id)  # raises NotFoundError for an unknown id
+        final = [state.value for state in FINAL_WANT_STATES]
+        rows = self._all(
+            select(s.wants)
+            .join(s.backfill_wants, s.wants.c.want_id == s.backfill_wants.c.want_id)
+            .where(s.backfill_wants.c.backfill_id == backfill_id, s.wants.c.state.not_in(final))
+        )
+        return [want_from_row(r) for r in rows]
+
     def attempt_outputs(self, ids: Sequence[str]) -> dict[str, AttemptOutput]:
         """Which attempt writes (or wrote) each of these instance ids, for those an attempt planned."""
         found: dict[str, AttemptOutput] = {}

@@ -1,4 +1,5 @@
-"""`databuild backfill`: one want per partition of a time range, idempotently, with live progress."""
+"""`databuild backfill` (one want per partition of a time range, idempotently, with live progress) and
+`databuild cancel` (a want, or a backfill's wants)."""
 
 import asyncio
 from typing import Annotated
@@ -16,7 +17,7 @@ from rich.progress import (
 
 from databuild import render
 from databuild.backfill import BackfillProgress, BackfillRequest
-from databuild.cli.app import CliError, JsonFlag, app, client, console, emit, run
+from databuild.cli.app import CliError, JsonFlag, app, client, console, emit, run, with_client
 from databuild.durations import parse_duration, parse_timestamp
 from databuild.models import first_error
 
@@ -88,3 +89,27 @@ def backfill(
 
     progress = run(go())
     emit(as_json, progress, lambda: render.backfill_summary(progress))
+
+
+@app.command()
+def cancel(
+    id_: Annotated[str, typer.Argument(metavar="ID", help="A want id (w-...) or a backfill id (bf-...).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Cancel a want, or every want of a backfill that has not ended: each records `canceled`, and a
+    running build stops unless another want needs it."""
+    if id_.startswith("bf-"):
+        stopped = run(with_client(lambda db: db.cancel_backfill(id_)))
+        emit(
+            as_json,
+            {"backfill_id": id_, "wants_cancelled": stopped},
+            lambda: f"{id_}: {stopped} want(s) cancelled",
+        )
+        return
+    want = run(with_client(lambda db: db.cancel(id_)))
+    already = want.state.is_final
+    emit(
+        as_json,
+        {"want": want, "cancelled": not already},
+        lambda: f"{id_} had already ended ({want.state.value})" if already else f"{id_} cancelled",
+    )

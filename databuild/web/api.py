@@ -155,6 +155,21 @@ async def get_backfill(request: Request, backfill_id: str) -> BackfillProgress:
     return await context(request).db.backfill_progress(backfill_id)
 
 
+@router.post("/backfills/{backfill_id}/cancel", response_model=BackfillProgress)
+async def post_cancel_backfill(request: Request, _caller: Caller, backfill_id: str) -> BackfillProgress:
+    """Cancel every want of the backfill that has not ended (their builds stop unless another want
+    needs them); returns the backfill's progress."""
+    db = context(request).db
+    await db.cancel_backfill(backfill_id)
+    return await db.backfill_progress(backfill_id)
+
+
+@router.post("/wants/{want_id}/cancel", response_model=Want)
+async def post_cancel_want(request: Request, _caller: Caller, want_id: str) -> Want:
+    """Cancel a want that has not ended (a want that has is returned as it is)."""
+    return await context(request).db.cancel(want_id)
+
+
 class PinRequest(Model):
     pinned: bool = Field(default=True, description="false: garbage collection may remove it again")
     reason: str | None = Field(default=None, max_length=2000, description="why it is kept")
