@@ -54,6 +54,7 @@ from sqlalchemy import (
 )
 
 from databuild import views
+from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog, projector
 from databuild.bel import schema as s
 from databuild.domain import events as ev
@@ -435,6 +436,11 @@ class History:
     def run(self, progress: Callable[[int], None]) -> None:
         shape = self.shape
         self.publish(DIM)
+        # The daily reports are also followed as one backfill (its progress is a view like the others).
+        days = BackfillRequest(
+            pattern="report/{date}", start=T0, end=T0 + timedelta(days=shape.days - 1), step=timedelta(days=1)
+        )
+        self.emit(ev.BackfillRegistered(backfill_id=days.backfill_id, request=days, partitions=shape.days))
         for day in range(shape.days):
             start = T0 + timedelta(days=day)
             ds = start.date().isoformat()
@@ -447,6 +453,7 @@ class History:
                 ref=report, data_timestamp=start, sla=timedelta(hours=9), source=WantSource.schedule
             )
             self.register(spec)
+            self.emit(ev.BackfillWantsAdded(backfill_id=days.backfill_id, want_ids=[spec.want_id]))
             self.targets.day_roots.append(spec.want_id)
             self.fulfil(spec, joiners=shape.joiners if day == shape.days // 2 else 0)
             rebuilt = historical = 0
