@@ -88,6 +88,7 @@ class BackfillProgress(Model):
     registered: int = Field(description="wants registered so far")
     by_state: dict[WantState, int]
     created_at: datetime
+    paused: bool = Field(default=False, description="its wants decide nothing new until it is resumed")
 
     @computed_field  # type: ignore[prop-decorator]
     @property

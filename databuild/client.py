@@ -25,7 +25,14 @@ from databuild.models import (
     default_data_timestamp,
     first_error,
 )
-from databuild.protocol import SIGNAL_PARTITION_AVAILABLE, SIGNAL_REDECIDE, PartitionAvailable, RedecideNotice
+from databuild.protocol import (
+    SIGNAL_PARTITION_AVAILABLE,
+    SIGNAL_PAUSE,
+    SIGNAL_REDECIDE,
+    SIGNAL_RESUME,
+    PartitionAvailable,
+    RedecideNotice,
+)
 from databuild.refs import validate_ref
 from databuild.storage import ref_uri
 from databuild.temporal import connect, notify_subscribers, start_want
@@ -185,7 +192,10 @@ class DataBuild:
             await self.bel.call(self.bel.record_backfill, request, len(specs), ids)
             if on_registered is not None:
                 await _called(on_registered, start + len(chunk))
-        return await self.backfill_progress(request.backfill_id)
+        progress = await self.backfill_progress(request.backfill_id)
+        if progress.paused:  # wants it registered just now hear it too
+            await self._tell_paused(request.backfill_id, True)
+        return progress
 
     async def cancel(self, want_id: str) -> Want:
         """Cancel a want that has not ended: it records `canceled`, and its build stops unless another
@@ -201,6 +211,19 @@ class DataBuild:
         client = await self.temporal_client()
         await asyncio.gather(*(_cancel_workflow(client, w.workflow_id) for w in wants))
         return len(wants)
+
+    async def pause_backfill(self, backfill_id: str, *, paused: bool = True) -> BackfillProgress:
+        """Pause a backfill (``paused=False``: resume it). Its wants that have not ended decide nothing
+        new while it is paused; runs they already follow finish. Idempotent."""
+        await self.bel.call(self.bel.pause_backfill, backfill_id, paused)
+        await self._tell_paused(backfill_id, paused)
+        return await self.backfill_progress(backfill_id)
+
+    async def _tell_paused(self, backfill_id: str, paused: bool) -> None:
+        wants = await self.bel.call(self.bel.open_backfill_wants, backfill_id)
+        client = await self.temporal_client()
+        signal = SIGNAL_PAUSE if paused else SIGNAL_RESUME
+        await asyncio.gather(*(_signal_workflow(client, w.workflow_id, signal) for w in wants))
 
     async def backfill_progress(self, backfill_id: str) -> BackfillProgress:
         """A backfill's wants, counted by state."""
@@ -385,6 +408,15 @@ async def _cancel_workflow(client: Client, workflow_id: str) -> None:
     """Ask a want's workflow to cancel; one that has just ended needs nothing more."""
     try:
         await client.get_workflow_handle(workflow_id).cancel()
+    except RPCError as error:
+        if error.status is not RPCStatusCode.NOT_FOUND:
+            raise
+
+
+async def _signal_workflow(client: Client, workflow_id: str, signal: str) -> None:
+    """Signal a want's workflow; one that has just ended needs nothing more."""
+    try:
+        await client.get_workflow_handle(workflow_id).signal(signal)
     except RPCError as error:
         if error.status is not RPCStatusCode.NOT_FOUND:
             raise

@@ -30,6 +30,8 @@ SIGNAL_PARTITION_AVAILABLE = "partition_available"
 SIGNAL_PARTITION_FAILED = "partition_failed"
 SIGNAL_DEP_MISS = "dep_miss"
 SIGNAL_REDECIDE = "redecide"
+SIGNAL_PAUSE = "pause"  # the want's backfill is paused: decide nothing new until resumed
+SIGNAL_RESUME = "resume"
 SIGNAL_ABANDON = "abandon"  # to a JobRun workflow: every want that needed it was canceled or expired
 SIGNAL_ANNOUNCE = "announce"  # to an UpstreamSync workflow: "partition X is available" (push)
 QUERY_PROGRESS = "progress"
@@ -87,6 +89,7 @@ class WantCarry(Model):
     started: list[str] = []
     requirements_met: bool = False
     seq: int = 0  # decision steps taken so far (the BEL replays a step it already answered)
+    paused: bool = False  # its backfill is paused
 
 
 class WantInput(Model):

@@ -25,6 +25,8 @@ WRITES = [
     ("post", "/api/backfills", {"pattern": "ext/{n}", "start": "2024-01-01", "end": "2024-01-02"}),
     ("post", "/api/wants/w-1/cancel", {}),
     ("post", "/api/backfills/bf-1/cancel", {}),
+    ("post", "/api/backfills/bf-1/pause", {}),
+    ("post", "/api/backfills/bf-1/resume", {}),
     ("get", "/api/events", None),
 ]
 

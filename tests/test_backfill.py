@@ -1,6 +1,7 @@
 """Backfills: one want per partition of a range, idempotently, through the CLI, the SDK and the API,
 with progress by state; bad ranges are refused before anything is recorded."""
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -14,7 +15,7 @@ from databuild.models import JobRunState, PartitionStatus, WantSource, WantState
 from databuild.web import create_app, web_context
 from tests import graphs
 from tests.conftest import cli
-from tests.helpers import until
+from tests.helpers import lake, until, waiting_for_feed
 
 pytestmark = pytest.mark.slow
 
@@ -131,3 +132,27 @@ async def test_cancelling_a_backfill_cancels_its_wants_and_stops_their_builds(
     assert again.returncode == 0 and "had already ended (canceled)" in again.stdout
     unknown = await cli(stack, "cancel", "w-nothing")
     assert unknown.returncode == 2 and "no want" in unknown.stderr
+
+
+async def test_a_paused_backfill_decides_nothing_new_until_resumed(make_stack, spark_runtime) -> None:
+    stack = await make_stack(graph="tests.graphs:late")
+    request = BackfillRequest(pattern="report/{date}", start=datetime(2024, 3, 1), end=datetime(2024, 3, 2))
+    progress = await stack.db.backfill(request)
+    days = ["2024-03-01", "2024-03-02"]
+    for day in days:  # each report dep-missed on its feed; a derivative want waits for the feed
+        await until(lambda day=day: waiting_for_feed(stack.db, f"feed/{day}"))
+
+    paused = await cli(stack, "pause", progress.backfill_id, "--json")
+    assert paused.returncode == 0 and BackfillProgress.model_validate(json.loads(paused.stdout)).paused
+    for day in days:  # the feeds arrive: the reports could run now, but their backfill is paused
+        spark_runtime.session().range(2).write.parquet(str(lake(stack.settings) / "feed" / day))
+        await stack.db.publish(f"feed/{day}")
+    await asyncio.sleep(3)
+    reports = [r for r in stack.bel.job_runs(limit=100) if r.job_label == "report"]
+    assert {r.state for r in reports} == {JobRunState.dep_miss}  # no new run while paused
+    assert stack.bel.backfill_progress(progress.backfill_id).done == 0
+
+    resumed = await cli(stack, "resume", progress.backfill_id, "--json")
+    assert resumed.returncode == 0 and not BackfillProgress.model_validate(json.loads(resumed.stdout)).paused
+    await until(lambda: stack.bel.backfill_progress(progress.backfill_id).finished, seconds=60)
+    assert stack.bel.backfill_progress(progress.backfill_id).by_state == {WantState.successful: 2}

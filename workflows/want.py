@@ -42,6 +42,7 @@ class WantWorkflow:
         self._sla_missed = False
         self._note = ""
         self._stopping = ""  # set when the TTL passes or the want is cancelled
+        self._paused: bool | None = None  # its backfill paused (True) or resumed (False); None: no news
         # Signals land here whenever they arrive, so one sent before the want waits is not lost.
         self._live: dict[str, str] = {}
         self._failed_runs: dict[str, str] = {}
@@ -90,6 +91,7 @@ class WantWorkflow:
             started=sorted(self._started),
             requirements_met=self._requirements_met,
             seq=self._seq,
+            paused=bool(self._paused),
         )
 
     def _restore(self, carried: p.WantCarry) -> None:
@@ -102,6 +104,8 @@ class WantWorkflow:
         self._started = set(carried.started)
         self._requirements_met = carried.requirements_met
         self._seq = carried.seq
+        if self._paused is None:  # a pause or resume heard before this run's first task wins
+            self._paused = carried.paused
 
     def _history_is_long(self) -> bool:
         info = workflow.info()
@@ -132,6 +136,10 @@ class WantWorkflow:
         if spec.requires and not self._requirements_met:
             await self._await_requirements(spec)
         while not self._stopping:
+            if self._paused:  # its backfill is paused: a run it already follows goes on, nothing new starts
+                self._set(self._state, self._job_run_id, [], "paused with its backfill")
+                await self._wait(lambda: not self._paused)
+                continue
             if self._history_is_long():
                 return None
             self._seq += 1
@@ -420,6 +428,14 @@ class WantWorkflow:
     @workflow.signal(name=p.SIGNAL_REDECIDE)
     def redecide(self, _notice: p.RedecideNotice) -> None:
         self._redecides += 1
+
+    @workflow.signal(name=p.SIGNAL_PAUSE)
+    def pause(self) -> None:
+        self._paused = True
+
+    @workflow.signal(name=p.SIGNAL_RESUME)
+    def resume(self) -> None:
+        self._paused = False
 
     @workflow.signal(name=p.SIGNAL_DEP_MISS)
     def dep_miss(self, notice: p.DepMissNotice) -> None:

@@ -543,3 +543,17 @@ def _backfill_wants_added(conn: Connection, event: ev.BackfillWantsAdded, at: da
             insert(s.backfill_wants),
             [{"backfill_id": event.backfill_id, "want_id": w} for w in event.want_ids],
         )
+
+
+@projects(ev.BackfillPaused)
+def _backfill_paused(conn: Connection, event: ev.BackfillPaused, at: datetime) -> None:
+    conn.execute(
+        update(s.backfills).where(s.backfills.c.backfill_id == event.backfill_id).values(paused=True)
+    )
+
+
+@projects(ev.BackfillResumed)
+def _backfill_resumed(conn: Connection, event: ev.BackfillResumed, at: datetime) -> None:
+    conn.execute(
+        update(s.backfills).where(s.backfills.c.backfill_id == event.backfill_id).values(paused=False)
+    )

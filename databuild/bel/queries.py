@@ -486,6 +486,7 @@ class BelQueries:
             registered=registered,
             by_state={WantState(state): n for state, n in counts},
             created_at=row["created_at"],
+            paused=bool(row["paused"]),
         )
 
     def open_backfill_wants(self, backfill_id: str) -> list[Want]:

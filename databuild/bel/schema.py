@@ -248,6 +248,7 @@ backfills = Table(
     Column("request", JSON, nullable=False),
     Column("partitions", Integer, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+    Column("paused", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 backfill_wants = Table(

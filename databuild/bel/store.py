@@ -131,6 +131,20 @@ class BuildEventLog(BelQueries):
                 tx.append(ev.BackfillWantsAdded(backfill_id=backfill_id, want_ids=new))
             return len(new)
 
+    def pause_backfill(self, backfill_id: str, paused: bool) -> bool:
+        """Record that the backfill is paused (or resumed); False if it already was. Raises NotFoundError
+        for an unknown backfill."""
+        progress = self.backfill_progress(backfill_id)
+        if progress.paused == paused:
+            return False
+        with self._write(f"backfill:{backfill_id}") as tx:
+            tx.append(
+                ev.BackfillPaused(backfill_id=backfill_id)
+                if paused
+                else ev.BackfillResumed(backfill_id=backfill_id)
+            )
+        return True
+
     def _ensure_want(self, tx: WriteTx, spec: WantSpec) -> bool:
         if self._want_row(tx.conn, spec.want_id, required=False) is not None:
             return False

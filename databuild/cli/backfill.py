@@ -1,5 +1,5 @@
 """`databuild backfill` (one want per partition of a time range, idempotently, with live progress) and
-`databuild cancel` (a want, or a backfill's wants)."""
+`databuild cancel` (a want, or a backfill's wants), `pause` and `resume` (a backfill)."""
 
 import asyncio
 from typing import Annotated
@@ -113,3 +113,23 @@ def cancel(
         {"want": want, "cancelled": not already},
         lambda: f"{id_} had already ended ({want.state.value})" if already else f"{id_} cancelled",
     )
+
+
+@app.command()
+def pause(
+    backfill_id: Annotated[str, typer.Argument(metavar="BACKFILL_ID", help="A backfill id (bf-...).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Pause a backfill: its wants decide nothing new (runs already going finish) until `resume`."""
+    progress = run(with_client(lambda db: db.pause_backfill(backfill_id)))
+    emit(as_json, progress, lambda: render.backfill_summary(progress))
+
+
+@app.command()
+def resume(
+    backfill_id: Annotated[str, typer.Argument(metavar="BACKFILL_ID", help="A backfill id (bf-...).")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Resume a paused backfill: its wants go on where they stopped."""
+    progress = run(with_client(lambda db: db.pause_backfill(backfill_id, paused=False)))
+    emit(as_json, progress, lambda: render.backfill_summary(progress))

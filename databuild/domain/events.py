@@ -240,6 +240,18 @@ class BackfillWantsAdded(Model):
     want_ids: list[str]
 
 
+class BackfillPaused(Model):
+    """Its wants decide nothing new (runs already going finish) until it is resumed."""
+
+    type: Literal["BackfillPaused"] = "BackfillPaused"
+    backfill_id: str
+
+
+class BackfillResumed(Model):
+    type: Literal["BackfillResumed"] = "BackfillResumed"
+    backfill_id: str
+
+
 class PartitionFailed(Model):
     type: Literal["PartitionFailed"] = "PartitionFailed"
     ref: str
@@ -273,7 +285,9 @@ Event = Annotated[
     | InstancePinned
     | InstanceUnpinned
     | BackfillRegistered
-    | BackfillWantsAdded,
+    | BackfillWantsAdded
+    | BackfillPaused
+    | BackfillResumed,
     Field(discriminator="type"),
 ]
 

@@ -164,6 +164,18 @@ async def post_cancel_backfill(request: Request, _caller: Caller, backfill_id: s
     return await db.backfill_progress(backfill_id)
 
 
+@router.post("/backfills/{backfill_id}/pause", response_model=BackfillProgress)
+async def post_pause_backfill(request: Request, _caller: Caller, backfill_id: str) -> BackfillProgress:
+    """Pause a backfill: its wants decide nothing new (runs already going finish) until resumed."""
+    return await context(request).db.pause_backfill(backfill_id)
+
+
+@router.post("/backfills/{backfill_id}/resume", response_model=BackfillProgress)
+async def post_resume_backfill(request: Request, _caller: Caller, backfill_id: str) -> BackfillProgress:
+    """Resume a paused backfill."""
+    return await context(request).db.pause_backfill(backfill_id, paused=False)
+
+
 @router.post("/wants/{want_id}/cancel", response_model=Want)
 async def post_cancel_want(request: Request, _caller: Caller, want_id: str) -> Want:
     """Cancel a want that has not ended (a want that has is returned as it is)."""
