@@ -24,16 +24,30 @@ POSTGRES_ADMIN_URL = os.environ.get(
 )
 
 
-def worker_database_url(admin_url: str, worker: str | None) -> str:
-    """Each pytest-xdist worker gets a database of its own next to ``admin_url``'s (``test_gw0``, ...):
-    the BEL tests drop and recreate their tables, which two workers sharing one database would race."""
+def worker_database_url(admin_url: str, worker: str | None, run: str | None) -> str:
+    """Each pytest-xdist worker of each test run gets a database of its own next to ``admin_url``'s
+    (``test_gw0_<run>``): the BEL tests drop and recreate their tables, which two workers sharing one
+    database would race, and a run must not meet the schema another checkout left behind."""
     if not worker:
         return admin_url
     url = make_url(admin_url)
-    return url.set(database=f"{url.database}_{worker}").render_as_string(hide_password=False)
+    suffix = f"_{run[:8]}" if run else ""
+    return url.set(database=f"{url.database}_{worker}{suffix}").render_as_string(hide_password=False)
 
 
-POSTGRES_URL = worker_database_url(POSTGRES_ADMIN_URL, os.environ.get("PYTEST_XDIST_WORKER"))
+POSTGRES_URL = worker_database_url(
+    POSTGRES_ADMIN_URL, os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_TESTRUNUID")
+)
+
+
+def drop_database(admin_url: str, url: str) -> None:
+    """Drops ``url``'s database through ``admin_url``, connections and all."""
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
+    finally:
+        admin.dispose()
 
 
 def ensure_database(admin_url: str, url: str) -> None:

@@ -25,7 +25,14 @@ from databuild.graph import Graph, load_graph
 from databuild.models import Want, WantSpec
 from databuild.protocol import SEARCH_ATTRIBUTES
 from databuild.spark import SparkRuntime
-from databuild.testing import POSTGRES_ADMIN_URL, POSTGRES_URL, ensure_database, free_port, make_settings
+from databuild.testing import (
+    POSTGRES_ADMIN_URL,
+    POSTGRES_URL,
+    drop_database,
+    ensure_database,
+    free_port,
+    make_settings,
+)
 from worker.run import WorkerParts, running_worker
 
 BIN = Path(sys.executable).parent
@@ -162,6 +169,12 @@ def pytest_configure(config: pytest.Config) -> None:
         # Unreachable PostgreSQL is reported by require_postgres, in the tests that need it.
         with contextlib.suppress(OperationalError):
             ensure_database(POSTGRES_ADMIN_URL, POSTGRES_URL)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if POSTGRES_URL != POSTGRES_ADMIN_URL:  # this worker's own database, made in pytest_configure
+        with contextlib.suppress(OperationalError):
+            drop_database(POSTGRES_ADMIN_URL, POSTGRES_URL)
 
 
 def stack_env(stack: Stack, **extra: str) -> dict[str, str]:
