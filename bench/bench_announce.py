@@ -46,8 +46,6 @@ with workflow.unsafe.imports_passed_through():
     from sqlalchemy import func, select
     from temporalio.client import Client
     from temporalio.common import SearchAttributePair, TypedSearchAttributes
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
     from temporalio.worker import Worker
 
     from bench.common import run_and_exit
@@ -60,14 +58,12 @@ with workflow.unsafe.imports_passed_through():
     from databuild.protocol import (
         SA_PARTITION_REF,
         SA_WANT_STATE,
-        SEARCH_ATTRIBUTES,
         SIGNAL_PARTITION_AVAILABLE,
         PartitionAvailable,
     )
     from databuild.spark import SparkRuntime
     from databuild.temporal import ensure_search_attributes, notify_subscribers
-    from databuild.testing import make_settings
-    from worker.dev import temporal_binary
+    from databuild.testing import make_settings, start_dev_server
     from worker.run import WorkerParts, build_worker
 
 GRAPH = "bench.graphs:graph"  # declares live/{n} external
@@ -417,13 +413,7 @@ async def run(n: int, memory: bool) -> dict[str, Any]:
             "--sqlite-pragma",
             "synchronous=off",
         ]
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=temporal_binary(),
-            data_converter=pydantic_data_converter,
-            search_attributes=SEARCH_ATTRIBUTES,
-            dev_server_log_level="error",
-            dev_server_extra_args=[] if memory else server_args,
-        )
+        env = await start_dev_server(*([] if memory else server_args))
         spark = SparkRuntime("local[1]", "1g", app_name="databuild-bench-announce")  # never started
         try:
             client = env.client

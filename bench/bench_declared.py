@@ -22,18 +22,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
-
 from bench.common import run_and_exit
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.graph import load_graph
 from databuild.models import WantState
-from databuild.protocol import SEARCH_ATTRIBUTES
 from databuild.spark import SparkRuntime
-from databuild.testing import make_settings
-from worker.dev import temporal_binary
+from databuild.testing import make_settings, start_dev_server
 from worker.run import WorkerParts, running_worker
 
 REF = "daily_summary/2024-01-07"
@@ -65,12 +60,7 @@ async def one_round(client: Any, spark: SparkRuntime, home: Path, graph: str, ro
 
 async def run(rounds: int) -> dict[str, Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        data_converter=pydantic_data_converter,
-        search_attributes=SEARCH_ATTRIBUTES,
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server()
     spark = SparkRuntime("local[2]", "2g", app_name="databuild-bench-declared")
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in GRAPHS}
     try:

@@ -33,8 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from bench.cluster import (
     LOOPBACK,
@@ -49,9 +47,7 @@ from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.graph import load_graph
 from databuild.models import JobRunState, WantState
-from databuild.protocol import SEARCH_ATTRIBUTES
-from databuild.testing import make_settings
-from worker.dev import temporal_binary
+from databuild.testing import make_settings, start_dev_server
 
 GRAPH = "examples.demo:discovering"  # runtime discovery: the dep-miss attempts are part of the workload
 DEMO_REF = "daily_summary/2024-01-07"
@@ -138,12 +134,7 @@ async def run(variants: list[str]) -> dict[str, Any]:
     with ExitStack() as stack:
         home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="databuild-bench-exec-")))
         cluster = stack.enter_context(spark_cluster(home / "spark-cluster", cores=CORES, memory="2g"))
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=temporal_binary(),
-            data_converter=pydantic_data_converter,
-            search_attributes=SEARCH_ATTRIBUTES,
-            dev_server_log_level="error",
-        )
+        env = await start_dev_server()
         try:
             for variant in variants:
                 connect_url = None

@@ -29,8 +29,6 @@ from temporalio import activity, workflow
 with workflow.unsafe.imports_passed_through():
     # The sandbox re-runs this module for the bare workflow; keep these out of it.
     from temporalio.client import Client
-    from temporalio.contrib.pydantic import pydantic_data_converter
-    from temporalio.testing import WorkflowEnvironment
     from temporalio.worker import Worker
 
     from bench.common import run_and_exit
@@ -38,10 +36,8 @@ with workflow.unsafe.imports_passed_through():
     from databuild.client import DataBuild
     from databuild.graph import load_graph
     from databuild.models import Want, WantState
-    from databuild.protocol import SEARCH_ATTRIBUTES
     from databuild.spark import SparkRuntime
-    from databuild.testing import make_settings
-    from worker.dev import temporal_binary
+    from databuild.testing import make_settings, start_dev_server
     from worker.run import WorkerParts, running_worker
 
 GRAPH = "bench.graphs:graph"
@@ -206,12 +202,7 @@ async def run(n: int, jobs: int) -> dict[str, Any]:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="databuild-bench-") as tmp:
         home = Path(tmp)
-        env = await WorkflowEnvironment.start_local(
-            dev_server_existing_path=temporal_binary(),
-            data_converter=pydantic_data_converter,
-            search_attributes=SEARCH_ATTRIBUTES,
-            dev_server_log_level="error",
-        )
+        env = await start_dev_server()
         spark = SparkRuntime("local[2]", "2g", app_name="databuild-bench")
         try:
             client = env.client

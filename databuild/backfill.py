@@ -53,9 +53,7 @@ class BackfillRequest(Model):
 def backfill_partitions(request: BackfillRequest, graph: Graph) -> list[tuple[str, datetime]]:
     """Each partition of the range with its data time. Raises InvalidInputError naming the problem if
     the pattern is not one the graph builds or announces, or has other than one placeholder."""
-    known = {p.text: p for p in graph.external_pattern_objects} | {
-        p.text: p for job in graph.jobs for p in job.outputs
-    }
+    known = {p.text: p for p in graph.patterns}
     pattern: Pattern | None = known.get(request.pattern)
     if pattern is None:
         raise InvalidInputError(

@@ -151,22 +151,22 @@ class Catalog:
         self._changes.shutdown(wait=True)
 
     def table(self, ref: str) -> tuple[TableSpec, dict[str, str]] | None:
-        resolution = self.graph.resolve(ref)
-        if resolution.target is None:
+        """``ref``'s table and its partition values, if its pattern maps to one."""
+        pattern = self.graph.pattern_for(ref)
+        spec = self.tables.get(pattern.text) if pattern is not None else None
+        if pattern is None or not isinstance(spec, TableSpec):
             return None
-        for pattern in resolution.target.job.outputs:
-            spec = self.tables.get(pattern.text)
-            if isinstance(spec, TableSpec) and (values := pattern.match(ref)) is not None:
-                return spec, values
-        return None
+        return spec, pattern.match(ref) or {}
 
     def publish(self, ref: str) -> str | None:
         """Point ``ref``'s table partition at the instance the BEL says is live now (a later build may
         have replaced the one that asked). Returns ``db.table (col=value, ...)``, or None if the ref
         maps to no table or is not live."""
         mapped = self.table(ref)
+        if mapped is None:
+            return None
         partition = self.bel.find_partition(ref)
-        if mapped is None or partition is None or partition.status is not PartitionStatus.live:
+        if partition is None or partition.status is not PartitionStatus.live:
             return None
         spec, values = mapped
         location = self.bel.instance(partition.instance_id or "").location

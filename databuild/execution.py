@@ -54,7 +54,8 @@ class JobExecutor:
         run = self.bel.job_run(job_run_id)
         # Each output is written straight into a new instance location, recorded before a byte is
         # written, so garbage collection knows it is being written.
-        instances = [InstanceRef(ref=ref, instance_id=new_instance_id()) for ref in run.outputs]
+        planned = {ref: new_instance_id() for ref in run.outputs}
+        instances = [InstanceRef(ref=ref, instance_id=i) for ref, i in planned.items()]
         run = self.bel.start_job_run(job_run_id, attempt, self.worker, instances)
         if run.state is not JobRunState.running:  # an earlier attempt already recorded the outcome ...
             if run.state is JobRunState.succeeded:
@@ -70,7 +71,7 @@ class JobExecutor:
             attempt=attempt,
             job_label=run.job_label,
             params=run.params,
-            instances={i.ref: i.instance_id or "" for i in instances},
+            instances=planned,
         )
         self._running[job.group] = job
         try:
@@ -89,7 +90,7 @@ class JobExecutor:
             if unwritten:
                 raise JobContractError(f"job {run.job_label} finished without writing {', '.join(unwritten)}")
             # The commit is the publish: a superseded attempt is refused inside it.
-            locations = {i.ref: self.storage.location(i.ref, i.instance_id or "") for i in instances}
+            locations = {ref: self.storage.location(ref, i) for ref, i in planned.items()}
             succeeded = self.bel.succeed_job_run(job_run_id, body.reads, instances, attempt, locations)
             self._catalog(succeeded)
             return outcome_of(self._finished(succeeded, JobRunState.succeeded))

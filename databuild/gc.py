@@ -91,7 +91,7 @@ def collect_garbage(
         deleted.append(
             Collected(
                 kind="submission",
-                location=f"{storage.uri.rstrip('/')}/{area.key}",
+                location=storage.uri_of(area.key),
                 job_run_id=area.job_run_id,
                 reason=reason,
             )

@@ -156,8 +156,13 @@ class Graph:
         return [p.text for p in self._external]
 
     @property
-    def external_pattern_objects(self) -> list[Pattern]:
-        return list(self._external)
+    def patterns(self) -> list[Pattern]:
+        """Every pattern of the graph: the external ones, then each job's outputs."""
+        return [*self._external, *(p for job in self._jobs.values() for p in job.outputs)]
+
+    def pattern_for(self, ref: str) -> Pattern | None:
+        """The pattern ``ref`` matches, if any (the graph refuses patterns that overlap)."""
+        return next((p for p in self.patterns if p.match(ref) is not None), None)
 
     @property
     def jobs(self) -> list[Job]:

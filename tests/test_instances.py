@@ -9,7 +9,9 @@ from datetime import timedelta
 
 import pytest
 
+from databuild.errors import JobContractError
 from databuild.gc import GcReport, collect_garbage
+from databuild.job_context import JobContext
 from databuild.models import InstanceStatus, WantState
 from databuild.storage import Storage
 from tests import graphs
@@ -107,3 +109,33 @@ async def test_gc_racing_builds_never_deletes_a_live_or_unfinished_instance(make
     for n in names:
         for ref in (f"base/{n}", f"derived/{n}"):
             assert rows(stack, ref, stack.bel.partition(ref).instance_id or "") == 3
+
+
+async def test_a_job_reads_a_past_instance_by_uuid_until_gc_removes_it(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:lake", worker=True)
+    n = uuid.uuid4().hex[:6]
+    first = await built(stack, f"left/{n}")
+    await stack.db.taint(f"left/{n}")
+    await built(stack, f"left/{n}")
+
+    def context() -> JobContext:
+        return JobContext(
+            spark=stack.parts.spark.session(),
+            bel=stack.bel,
+            graph=stack.graph,
+            storage=Storage(stack.settings.storage_root),
+            job_run_id="jr-reader",
+            job_label="reader",
+            instances={f"held/{n}": str(uuid.uuid4())},
+            params={"n": n},
+            cancelled=threading.Event(),
+        )
+
+    ctx = context()
+    assert ctx.read_instance(first).count() == 10  # the tainted instance, exactly as it was
+    assert [(r.ref, r.instance_id) for r in ctx.reads] == [(f"left/{n}", first)]  # recorded for lineage
+    with pytest.raises(JobContractError, match="no partition instance"):
+        context().read_instance(str(uuid.uuid4()))
+    collect_garbage(Storage(stack.settings.storage_root), stack.bel, keep=timedelta(0))
+    with pytest.raises(JobContractError, match="garbage collection removed"):
+        context().read_instance(first)

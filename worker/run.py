@@ -156,9 +156,9 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
         asyncio.get_running_loop().run_in_executor(None, built.jobs.executor.executors.warm)
     stop = asyncio.Event()
     if built.jobs.executor.catalog is not None:  # after a crash between a commit and its catalog change
-        serving = "spark.hive.server2.thrift.port" in (parts.spark.catalog or {})
+        serving = bool(parts.settings.sql_port)  # its session was built with that port (open_parts)
         asyncio.get_running_loop().run_in_executor(
-            None, repair_catalog, built.jobs.executor.catalog, parts.spark if serving else None
+            None, start_catalog, built.jobs.executor.catalog, parts.spark if serving else None
         )
     chores = [
         asyncio.create_task(
@@ -199,7 +199,7 @@ async def collect_storage_garbage(parts: WorkerParts, built: BuiltWorker) -> Non
         log.info("garbage-collected %s (%s)", item.location, item.reason)
 
 
-def repair_catalog(catalog: Catalog, sql: SparkRuntime | None) -> None:
+def start_catalog(catalog: Catalog, sql: SparkRuntime | None) -> None:
     """Serve SQL over the catalog when configured (DATABUILD_SQL_PORT); repair it from the BEL."""
     try:
         if sql is not None:

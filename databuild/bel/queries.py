@@ -461,29 +461,18 @@ class BelQueries:
     def backfill_progress(self, backfill_id: str) -> BackfillProgress:
         """The backfill and its wants counted by state: one query for the counts."""
         with self.reader.connect() as conn:
-            row = (
-                conn.execute(select(s.backfills).where(s.backfills.c.backfill_id == backfill_id))
-                .mappings()
-                .first()
-            )
-            if row is None:
-                raise NotFoundError(
-                    f"no backfill {backfill_id!r}; `databuild backfill PATTERN --from --to` starts one"
-                )
+            row = self._backfill_row(conn, backfill_id)
             counts = conn.execute(
                 select(s.wants.c.state, func.count())
                 .select_from(s.backfill_wants.join(s.wants, s.wants.c.want_id == s.backfill_wants.c.want_id))
                 .where(s.backfill_wants.c.backfill_id == backfill_id)
                 .group_by(s.wants.c.state)
             ).all()
-            registered = conn.execute(
-                select(func.count()).where(s.backfill_wants.c.backfill_id == backfill_id)
-            ).scalar_one()
         return BackfillProgress(
             backfill_id=backfill_id,
             request=BackfillRequest.model_validate(row["request"]),
             partitions=row["partitions"],
-            registered=registered,
+            registered=sum(n for _, n in counts),  # a want is added to its backfill once it exists
             by_state={WantState(state): n for state, n in counts},
             created_at=row["created_at"],
             paused=bool(row["paused"]),
@@ -491,7 +480,8 @@ class BelQueries:
 
     def open_backfill_wants(self, backfill_id: str) -> list[Want]:
         """The wants of a backfill that have not ended."""
-        self.backfill_progress(backfill_id)  # raises NotFoundError for an unknown id
+        with self.reader.connect() as conn:
+            self._backfill_row(conn, backfill_id)  # NotFoundError for an unknown id
         final = [state.value for state in FINAL_WANT_STATES]
         rows = self._all(
             select(s.wants)
@@ -499,6 +489,19 @@ class BelQueries:
             .where(s.backfill_wants.c.backfill_id == backfill_id, s.wants.c.state.not_in(final))
         )
         return [want_from_row(r) for r in rows]
+
+    @staticmethod
+    def _backfill_row(conn: Connection, backfill_id: str) -> Any:
+        row = (
+            conn.execute(select(s.backfills).where(s.backfills.c.backfill_id == backfill_id))
+            .mappings()
+            .first()
+        )
+        if row is None:
+            raise NotFoundError(
+                f"no backfill {backfill_id!r}; `databuild backfill PATTERN --from --to` starts one"
+            )
+        return row
 
     def attempt_outputs(self, ids: Sequence[str]) -> dict[str, AttemptOutput]:
         """Which attempt writes (or wrote) each of these instance ids, for those an attempt planned."""

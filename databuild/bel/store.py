@@ -134,10 +134,9 @@ class BuildEventLog(BelQueries):
     def pause_backfill(self, backfill_id: str, paused: bool) -> bool:
         """Record that the backfill is paused (or resumed); False if it already was. Raises NotFoundError
         for an unknown backfill."""
-        progress = self.backfill_progress(backfill_id)
-        if progress.paused == paused:
-            return False
         with self._write(f"backfill:{backfill_id}") as tx:
+            if bool(self._backfill_row(tx.conn, backfill_id)["paused"]) == paused:
+                return False
             tx.append(
                 ev.BackfillPaused(backfill_id=backfill_id)
                 if paused

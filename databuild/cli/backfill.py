@@ -121,8 +121,7 @@ def pause(
     as_json: JsonFlag = False,
 ) -> None:
     """Pause a backfill: its wants decide nothing new (runs already going finish) until `resume`."""
-    progress = run(with_client(lambda db: db.pause_backfill(backfill_id)))
-    emit(as_json, progress, lambda: render.backfill_summary(progress))
+    _set_paused(backfill_id, True, as_json)
 
 
 @app.command()
@@ -131,5 +130,9 @@ def resume(
     as_json: JsonFlag = False,
 ) -> None:
     """Resume a paused backfill: its wants go on where they stopped."""
-    progress = run(with_client(lambda db: db.pause_backfill(backfill_id, paused=False)))
+    _set_paused(backfill_id, False, as_json)
+
+
+def _set_paused(backfill_id: str, paused: bool, as_json: bool) -> None:
+    progress = run(with_client(lambda db: db.pause_backfill(backfill_id, paused=paused)))
     emit(as_json, progress, lambda: render.backfill_summary(progress))

@@ -68,7 +68,7 @@ class SubmitFiles:
         return self.storage.exists(f"{self.key}/{name}")
 
     def location(self, name: str = "") -> str:
-        return f"{self.storage.uri.rstrip('/')}/{self.key}/{name}".rstrip("/")
+        return self.storage.uri_of(f"{self.key}/{name}".rstrip("/"))
 
 
 # spark-submit takes a local script path and puts its folder first on sys.path: a folder holding only
