@@ -3,6 +3,7 @@ subscriptions and heartbeats its cursor, so a retry resumes where the last attem
 
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from databuild import protocol as p
 from databuild.bel import BuildEventLog
@@ -20,7 +21,7 @@ class FanOutActivities:
         run = await self.bel.call(self.bel.job_run, input.job_run_id)
         details = activity.info().heartbeat_details
         cursor = int(details[0]) if details else 0
-        return await notify_subscribers(
+        told = await notify_subscribers(
             self.client,
             self.bel,
             run.outputs,
@@ -29,3 +30,14 @@ class FanOutActivities:
             page_size=self.page_size,
             on_page=activity.heartbeat,
         )
+        await self._wake_admitted()
+        return told
+
+    async def _wake_admitted(self) -> None:
+        """The pool slots the run held went to waiting runs when it ended (in its BEL commit): wake them.
+        A run that misses this finds out through its own watch."""
+        for workflow_id in await self.bel.call(self.bel.admitted_not_started):
+            try:
+                await self.client.get_workflow_handle(workflow_id).signal(p.SIGNAL_ADMITTED)
+            except RPCError as error:  # it ended meanwhile
+                activity.logger.debug("%s not woken: %s", workflow_id, error)

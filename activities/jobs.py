@@ -6,10 +6,14 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from activities.heartbeats import heartbeating
 from databuild import protocol as p
 from databuild.execution import JobExecutor
-from databuild.models import attempt_name
+from databuild.models import JobRunState, attempt_name
+
+BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
 
 
 class JobActivities:
@@ -63,6 +67,34 @@ class JobActivities:
             await self.executor.bel.call(self.executor.bel.renew_lease, input.job_run_id, input.policy.lease)
         except Exception as error:
             activity.logger.warning("could not renew the lease of %s: %s", input.job_run_id, error)
+
+    @activity.defn
+    async def request_admission(self, input: p.AdmissionInput) -> bool:
+        """May the run start now (its batch closes, its pool slots are held)? Else it waits in line."""
+        bel = self.executor.bel
+        return await bel.call(bel.request_admission, input.job_run_id, input.pools)
+
+    @activity.defn
+    async def batch_is_full(self, input: p.AdmissionInput) -> bool:
+        bel = self.executor.bel
+        return await bel.call(bel.batch_is_full, input.job_run_id)
+
+    @activity.defn
+    @heartbeating
+    async def await_admission(self, input: p.AdmissionInput) -> None:
+        """Completes once the waiting run holds its slots, in case the signal saying so never came (or a
+        slot came free another way, e.g. a larger pool). Each attempt looks once and otherwise fails
+        benignly, so Temporal retries it without adding history; the first only schedules the first look."""
+        bel = self.executor.bel
+        if activity.info().attempt > 1:
+            run = await bel.call(bel.job_run, input.job_run_id)
+            if run.state is not JobRunState.queued or not run.waiting_for_pools:
+                return
+            if await bel.call(bel.pools_have_room, input.pools) and await bel.call(
+                bel.request_admission, input.job_run_id, input.pools
+            ):
+                return
+        raise ApplicationError("waiting for a pool slot", type="StillWaiting", category=BENIGN)
 
     @activity.defn
     async def fail_job_run(self, input: p.FailJobRunInput) -> None:

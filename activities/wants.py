@@ -14,8 +14,18 @@ from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.domain.decisions import Blocked, Delegate, DependenciesStatus, Execute, Verdict
+from databuild.domain.pools import pools_of
 from databuild.graph import Graph
-from databuild.models import JobRunCause, PartitionStatus, Subscription, Want, WantSource, WantSpec, WantState
+from databuild.models import (
+    JobRunCause,
+    PartitionStatus,
+    Subscription,
+    Want,
+    WantSource,
+    WantSpec,
+    WantState,
+    job_run_workflow_id,
+)
 from databuild.temporal import notify_subscribers, signal_for_run, start_want
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
@@ -52,12 +62,32 @@ class WantActivities:
                     attempts=self.settings.job_attempts,
                     lease=lease,
                 )
-                return p.ExecuteOrder(**verdict.model_dump(), policy=policy, watchdog=lease)
+                return p.ExecuteOrder(
+                    **verdict.model_dump(), policy=policy, watchdog=lease, admission=self._admission(verdict)
+                )
             case Delegate():
+                if verdict.batch_full:  # the batch need not wait for more partitions
+                    await self._signal_run(verdict, p.SIGNAL_BATCH_FULL)
                 return p.DelegateOrder(**verdict.model_dump(), watchdog=lease)
             case Blocked():
                 return p.BlockedOrder(**verdict.model_dump(), watchdog=lease)
         return verdict
+
+    def _admission(self, run: Execute) -> p.Admission | None:
+        """What the new run waits for before it starts: partitions to join its batch, pool slots."""
+        job = self.graph.job_by_label(run.job_label)
+        slots = pools_of(job, self.settings.pools)
+        if job.batch is None and not slots:
+            return None
+        return p.Admission(window=self.settings.batch_window if job.batch else timedelta(0), pools=slots)
+
+    async def _signal_run(self, run: Delegate, signal: str) -> None:
+        """Best effort: the run's own timers do the same a little later."""
+        handle = self.client.get_workflow_handle(job_run_workflow_id(run.job_label, run.job_run_id))
+        try:
+            await handle.signal(signal)
+        except RPCError as error:  # not started yet, or ended
+            activity.logger.debug("job run %s not signalled %s: %s", run.job_run_id, signal, error)
 
     def _decide(self, input: p.DecideInput, lease: timedelta) -> Verdict:
         want = self.bel.want(input.want_id)

@@ -62,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
         PartitionAvailable,
     )
     from databuild.spark import SparkRuntime
-    from databuild.temporal import ensure_search_attributes, notify_subscribers
+    from databuild.temporal import ensure_search_attributes, file_database_args, notify_subscribers
     from databuild.testing import make_settings, start_dev_server
     from worker.run import WorkerParts, build_worker
 
@@ -405,14 +405,7 @@ async def run(n: int, memory: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="databuild-bench-announce-") as tmp:
         home = Path(tmp)
         # As `databuild dev` runs it (worker/dev.py), unless --memory.
-        server_args = [
-            "--db-filename",
-            str(home / "temporal.db"),
-            "--sqlite-pragma",
-            "journal_mode=wal",
-            "--sqlite-pragma",
-            "synchronous=off",
-        ]
+        server_args = file_database_args(home / "temporal.db")
         env = await start_dev_server(*([] if memory else server_args))
         spark = SparkRuntime("local[1]", "1g", app_name="databuild-bench-announce")  # never started
         try:

@@ -1,35 +1,57 @@
-"""BEL coordination throughput on SQLite and PostgreSQL, measured in one run.
+"""BEL write throughput on SQLite and PostgreSQL, against the database's own commit rate, in one run.
 
-    python -m bench.bench_bel [--decisions 400] [--appends 1000] [--postgres URL]
+    python -m bench.bench_bel [--decisions 400] [--commits 2000] [--appends 1000] [--postgres URL]
 
-(a) Claim/delegation decisions per second with 1, 4 and 16 concurrent clients (threads released
-    together). Every partition is wanted by every client, so each one is claimed once (execute) and
-    delegated to by the others: the contended case.
-(b) Append throughput: registering N wants through the BEL (validation, key lock, head lock, event and
-    projections in one transaction) against raw SQLAlchemy inserts of the same rows, one transaction
-    per want. The ratio is the price of the log's guarantees.
+(a) Claim decisions per second (``BuildEventLog.decide``: key locks, state read, events appended and
+    projected, committed and visible to readers) with 1, 4 and 16 concurrent clients (threads released
+    together; each client's wants are registered beforehand, untimed):
+    - distinct: each client decides about partitions of its own, so no two commands share a key;
+    - contended: every client wants the same partition at each step, so one claims it (execute) and
+      the others delegate to its run, one at a time under the partition's lock.
+(b) Raw commits per second with the same client counts: one INSERT of a row into a trivial table and
+    COMMIT per iteration, each client on its own connection of the same engine settings (on SQLite
+    behind the same in-process writer queue): what the database itself commits on this machine.
+    The table's ratio is decisions/s over raw commits/s at the same client count.
+(c) Append price: registering N wants through the BEL against raw SQLAlchemy inserts of the same rows,
+    one transaction per want.
+
+Without ``--postgres`` the PostgreSQL figures use a database of their own next to
+``DATABUILD_TEST_POSTGRES_URL``'s, dropped afterwards.
 """
 
 import argparse
+import contextlib
 import json
-import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, insert, text
+from sqlalchemy import Column, Integer, MetaData, Table, create_engine, insert, text
 
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
+from databuild.bel.transaction import make_engines, write_lock
 from databuild.graph import Graph
 from databuild.models import WantSpec
+from databuild.testing import POSTGRES_ADMIN_URL, postgres_database
 
 graph = Graph("bench-bel")
 graph.job("x/{n}", "y/{n}")(lambda ctx, n: None)
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
+CLIENTS = (1, 4, 16)
+
+raw_metadata = MetaData()
+raw_table = Table(
+    "bench_raw_commits",
+    raw_metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("client", Integer, nullable=False),
+    Column("n", Integer, nullable=False),
+)
 
 
 def reset(url: str) -> None:
@@ -38,25 +60,24 @@ def reset(url: str) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
         s.metadata.drop_all(conn)
+        raw_metadata.drop_all(conn)
         conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
     engine.dispose()
 
 
-def decisions_per_second(url: str, clients: int, total: int) -> float:
-    reset(url)
-    bel = BuildEventLog.create(url)
-    per_client = max(total // clients, 1)
+def released_together(clients: int, work: Callable[[int], None]) -> float:
+    """Seconds from releasing ``clients`` threads running ``work(c)`` together until the last ends."""
     barrier = threading.Barrier(clients + 1)
+    errors: list[BaseException] = []
 
-    def client(c: int) -> None:
+    def run(c: int) -> None:
         barrier.wait()
-        for j in range(per_client):
-            ref = f"x/{j}"
-            want = WantSpec(ref=ref, data_timestamp=T0 + timedelta(minutes=c))
-            bel.register_want(want)
-            bel.decide(want.want_id, 1, graph.resolve(ref))
+        try:
+            work(c)
+        except BaseException as error:  # reported below
+            errors.append(error)
 
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
     for thread in threads:
         thread.start()
     barrier.wait()
@@ -64,9 +85,64 @@ def decisions_per_second(url: str, clients: int, total: int) -> float:
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
+def decisions_per_second(url: str, clients: int, total: int, contended: bool) -> float:
+    """Decisions per second of ``clients`` clients, ``total`` decisions between them."""
+    reset(url)
+    bel = BuildEventLog.create(url)
+    per_client = max(total // clients, 1)
+
+    def ref(c: int, j: int) -> str:
+        return f"x/{j}" if contended else f"x/{c}-{j}"
+
+    wants = [
+        [WantSpec(ref=ref(c, j), data_timestamp=T0 + timedelta(minutes=c)) for j in range(per_client)]
+        for c in range(clients)
+    ]
+    for client_wants in wants:
+        for want in client_wants:
+            bel.register_want(want)
+
+    def client(c: int) -> None:
+        for want in wants[c]:
+            bel.decide(want.want_id, 1, graph.resolve(want.ref))
+
+    elapsed = released_together(clients, client)
     executed = len(bel.job_runs(limit=100_000))
-    assert executed == per_client, f"{executed} job runs for {per_client} partitions"
+    expected = per_client if contended else clients * per_client
+    assert executed == expected, f"{executed} job runs for {expected} partitions"
     bel.dispose()
+    return clients * per_client / elapsed
+
+
+def raw_commits_per_second(url: str, clients: int, total: int) -> float:
+    """Single-row INSERT + COMMIT per iteration, each client on its own connection."""
+    reset(url)
+    engine, reader = make_engines(url)
+    lock = write_lock(url)
+    with lock, engine.begin() as conn:
+        raw_metadata.drop_all(conn)
+        raw_metadata.create_all(conn)
+    per_client = max(total // clients, 1)
+    statement = insert(raw_table)
+
+    def client(c: int) -> None:
+        with engine.connect() as conn:
+            for n in range(per_client):
+                with lock:
+                    conn.execute(statement, {"client": c, "n": n})
+                    conn.commit()
+
+    elapsed = released_together(clients, client)
+    with engine.connect() as conn:
+        count = conn.execute(text("SELECT count(*) FROM bench_raw_commits")).scalar_one()
+    assert count == clients * per_client, count
+    engine.dispose()
+    reader.dispose()
     return clients * per_client / elapsed
 
 
@@ -123,40 +199,77 @@ def append_ratio(url: str, count: int) -> dict[str, float]:
     return {"bel_per_s": count / bel_s, "raw_per_s": count / raw_s, "ratio": bel_s / raw_s}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    parser.add_argument("--decisions", type=int, default=400, help="decisions per client count")
-    parser.add_argument("--appends", type=int, default=1000, help="wants appended for (b)")
-    parser.add_argument(
-        "--postgres",
-        default=os.environ.get(
-            "DATABUILD_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-        ),
-        help="PostgreSQL URL (its BEL tables are dropped and recreated!)",
-    )
-    args = parser.parse_args()
-    results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        backends = {"sqlite": f"sqlite:///{Path(tmp) / 'bench.sqlite'}", "postgresql": args.postgres}
-        for name, base in backends.items():
-            figures: dict[str, Any] = {"decisions_per_s": {}}
-            for clients in (1, 4, 16):
-                url = base if name == "postgresql" else base.replace(".sqlite", f"-{clients}.sqlite")
-                figures["decisions_per_s"][clients] = decisions_per_second(url, clients, args.decisions)
-            url = base if name == "postgresql" else base.replace(".sqlite", "-append.sqlite")
-            figures["append"] = append_ratio(url, args.appends)
-            results[name] = figures
+def measure(name: str, base: str, args: argparse.Namespace) -> dict[str, Any]:
+    def url(case: str) -> str:  # a fresh SQLite file per case; PostgreSQL's tables are reset instead
+        return base if name == "postgresql" else base.replace(".sqlite", f"-{case}.sqlite")
 
-    print(f"\n{'backend':<12}{'clients':>8}{'decisions/s':>14}")
-    print("-" * 34)
+    figures: dict[str, Any] = {"distinct": {}, "contended": {}, "raw": {}}
+    for clients in CLIENTS:
+        figures["raw"][clients] = raw_commits_per_second(url(f"raw-{clients}"), clients, args.commits)
+        for case in ("distinct", "contended"):
+            figures[case][clients] = decisions_per_second(
+                url(f"{case}-{clients}"), clients, args.decisions, contended=case == "contended"
+            )
+        print(
+            f"  {name} {clients:>2} clients: "
+            + ", ".join(f"{k} {figures[k][clients]:.0f}/s" for k in ("distinct", "contended", "raw")),
+            flush=True,
+        )
+    figures["append"] = append_ratio(url("append"), args.appends)
+    return figures
+
+
+@contextlib.contextmanager
+def postgres_url(given: str | None, wanted: bool) -> Iterator[str]:
+    if given or not wanted:
+        yield given or ""
+    else:
+        with postgres_database(POSTGRES_ADMIN_URL, "bench_bel") as url:
+            yield url
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = [
+        f"{'backend':<12}{'clients':>8}{'distinct/s':>12}{'contended/s':>13}{'raw commits/s':>15}"
+        f"{'distinct/raw':>14}{'contended/raw':>15}",
+        "-" * 89,
+    ]
     for name, figures in results.items():
-        for clients, rate in figures["decisions_per_s"].items():
-            print(f"{name:<12}{clients:>8}{rate:>14.0f}")
-    print(f"\n{'backend':<12}{'BEL appends/s':>15}{'raw inserts/s':>15}{'ratio':>8}")
-    print("-" * 50)
+        for clients in CLIENTS:
+            d, c, r = (figures[k][clients] for k in ("distinct", "contended", "raw"))
+            lines.append(f"{name:<12}{clients:>8}{d:>12.0f}{c:>13.0f}{r:>15.0f}{d / r:>14.2f}{c / r:>15.2f}")
+    lines += [
+        "",
+        f"{'backend':<12}{'BEL appends/s':>15}{'raw inserts/s':>15}{'ratio':>8}",
+        "-" * 50,
+    ]
     for name, figures in results.items():
         a = figures["append"]
-        print(f"{name:<12}{a['bel_per_s']:>15.0f}{a['raw_per_s']:>15.0f}{a['ratio']:>7.2f}x")
+        lines.append(f"{name:<12}{a['bel_per_s']:>15.0f}{a['raw_per_s']:>15.0f}{a['ratio']:>7.2f}x")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
+    parser.add_argument("--decisions", type=int, default=400, help="decisions per case and client count")
+    parser.add_argument("--commits", type=int, default=2000, help="raw commits per client count")
+    parser.add_argument("--appends", type=int, default=1000, help="wants appended for (c)")
+    parser.add_argument(
+        "--postgres",
+        default=None,
+        help="PostgreSQL URL (its BEL tables are dropped and recreated!); default: a database of "
+        "its own, created and dropped by this run",
+    )
+    parser.add_argument("--backends", default="sqlite,postgresql", help="comma-separated")
+    args = parser.parse_args()
+    results: dict[str, Any] = {}
+    names = args.backends.split(",")
+    with tempfile.TemporaryDirectory() as tmp, postgres_url(args.postgres, "postgresql" in names) as postgres:
+        backends = {"sqlite": f"sqlite:///{Path(tmp) / 'bench.sqlite'}", "postgresql": postgres}
+        for name in names:
+            results[name] = measure(name, backends[name], args)
+    print()
+    print(table(results))
     print(json.dumps(results))
 
 

@@ -2,9 +2,13 @@
 
 from typing import TYPE_CHECKING
 
+from pyspark.sql import functions as F
+
 from databuild.graph import Graph
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
     from databuild.job_context import JobContext
 
 graph = Graph("bench")
@@ -15,3 +19,45 @@ graph.external("live/{n}")
 def trivial(ctx: "JobContext", n: str) -> None:
     """The smallest real Spark job: ten rows written as the output partition."""
     ctx.write(f"trivial/{n}", ctx.spark.range(10))
+
+
+# A year's backfill (bench_backfill): the same two jobs one partition per run, and 31 per run.
+ROWS_PER_DAY = 1_000
+
+
+def _events(spark: "SparkSession", day: str) -> "DataFrame":
+    return spark.range(ROWS_PER_DAY).selectExpr(f"'{day}' as date", "id % 97 as user_id", "id % 13 as amount")
+
+
+def _users(events: "DataFrame") -> "DataFrame":
+    return events.groupBy("date", "user_id").agg(F.sum("amount").alias("spent"))
+
+
+def year_graph(name: str, batch: int | None) -> Graph:
+    year = Graph(name)
+    users_read = lambda date: [f"raw_events/{date}"]  # noqa: E731
+    if batch is None:
+
+        def raw_events(ctx: "JobContext", date: str) -> None:
+            ctx.write(f"raw_events/{date}", _events(ctx.spark, date))
+
+        def daily_users(ctx: "JobContext", date: str) -> None:
+            ctx.write(f"daily_users/{date}", _users(ctx.read(f"raw_events/{date}")))
+
+    else:
+
+        def raw_events(ctx: "JobContext", partitions: list[dict[str, str]]) -> None:  # type: ignore[misc]
+            ctx.write_all({f"raw_events/{p['date']}": _events(ctx.spark, p["date"]) for p in partitions})
+
+        def daily_users(ctx: "JobContext", partitions: list[dict[str, str]]) -> None:  # type: ignore[misc]
+            dates = [p["date"] for p in partitions]
+            frames = ctx.read_all([f"raw_events/{date}" for date in dates])
+            ctx.write_all({f"daily_users/{d}": _users(f) for d, f in zip(dates, frames, strict=True)})
+
+    year.job("raw_events/{date}", batch=batch)(raw_events)
+    year.job("daily_users/{date}", batch=batch, inputs=users_read)(daily_users)
+    return year
+
+
+year_unbatched = year_graph("year", None)
+year_batched = year_graph("year", 31)

@@ -138,6 +138,16 @@ class Settings(BaseSettings):
         description="a build lock lapses this long after its worker last renewed it",
     )
     max_concurrent_jobs: int = Field(default=4, description="job activities one worker runs at once")
+    pools: Annotated[dict[str, int], NoDecode] = Field(
+        default_factory=dict,
+        description="named pools, `name=slots,...`: the most job runs of the jobs in a pool (`@graph.job(pool=)`) "
+        "running at once, cluster-wide; see Backfills",
+    )
+    batch_window: timedelta = Field(
+        default=timedelta(seconds=2),
+        description="how long a new run of a batch job (`@graph.job(batch=)`) waits for more partitions "
+        "to join it before it starts (a full batch starts at once)",
+    )
     gc_every: timedelta = Field(
         default=timedelta(hours=1),
         description="how often each worker collects the storage's garbage (`0`: never); see Storage",
@@ -227,6 +237,7 @@ class Settings(BaseSettings):
         "gc_every",
         "repair_every",
         "gc_keep",
+        "batch_window",
         mode="before",
     )
     @classmethod
@@ -270,6 +281,19 @@ class Settings(BaseSettings):
                 raise ValueError(f"{item!r} is not label=executor (e.g. weekly_rollup=submit)")
             pairs[label.strip()] = kind.strip()
         return pairs
+
+    @field_validator("pools", mode="before")
+    @classmethod
+    def _pools(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        pools: dict[str, str] = {}
+        for item in filter(None, (i.strip() for i in value.split(","))):
+            name, sep, slots = item.partition("=")
+            if not sep or not name.strip() or not slots.strip().isdigit() or int(slots) < 1:
+                raise ValueError(f"{item!r} is not name=slots with slots 1 or more (e.g. spark=4)")
+            pools[name.strip()] = slots.strip()
+        return pools
 
     @field_validator("spark_submit_args", mode="before")
     @classmethod

@@ -72,12 +72,15 @@ class JobExecutor:
             job_label=run.job_label,
             params=run.params,
             instances=planned,
+            partitions=run.partitions,
         )
         self._running[job.group] = job
         try:
             body = executor.run(job, cancelled=cancelled, report=report)
             if body.missing:
-                missed = self.bel.dep_miss_job_run(job_run_id, body.missing, body.reads, attempt)
+                missed = self.bel.dep_miss_job_run(
+                    job_run_id, body.missing, body.reads, attempt, body.missing_for
+                )
                 return outcome_of(self._finished(missed, JobRunState.dep_miss))
             # JobContext refuses stray writes already; a result read back from a submitted application
             # is checked again here, where it crosses into the BEL.
@@ -91,7 +94,9 @@ class JobExecutor:
                 raise JobContractError(f"job {run.job_label} finished without writing {', '.join(unwritten)}")
             # The commit is the publish: a superseded attempt is refused inside it.
             locations = {ref: self.storage.location(ref, i) for ref, i in planned.items()}
-            succeeded = self.bel.succeed_job_run(job_run_id, body.reads, instances, attempt, locations)
+            succeeded = self.bel.succeed_job_run(
+                job_run_id, body.reads, instances, attempt, locations, body.inputs_of
+            )
             self._catalog(succeeded)
             return outcome_of(self._finished(succeeded, JobRunState.succeeded))
         finally:

@@ -62,9 +62,17 @@ class Job:
     # pattern -> catalog table name (None: no table); see databuild.catalog
     tables: dict[str, str | None] = field(default_factory=dict, compare=False)
     inputs: InputsFn | None = field(default=None, compare=False)
+    batch: int | None = None  # the most partitions one run builds; None: one per run
+    pool: str | None = None  # the named pool (settings) its runs take a slot of
+    max_running: int | None = None  # the most runs of this job at once, cluster-wide
 
-    def run(self, ctx: "JobContext", params: dict[str, str]) -> None:
-        self.fn(ctx, **params)
+    def run(self, ctx: "JobContext", params: dict[str, str], partitions: list[dict[str, str]]) -> None:
+        """A batch job is called with every partition of its run (``fn(ctx, partitions)``); any other job
+        with its placeholders (``fn(ctx, **params)``)."""
+        if self.batch is not None:
+            self.fn(ctx, partitions)
+        else:
+            self.fn(ctx, **params)
 
     def declared_inputs(self, params: dict[str, str]) -> list[str]:
         """The inputs the job declares it reads for ``params`` (none if it declares nothing). Raises
@@ -78,6 +86,23 @@ class Job:
                 f"the inputs job {self.label!r} declares for {params} cannot be listed: {error}"
             ) from None
         return sorted(set(refs))
+
+    def outputs_of(self, params: dict[str, str]) -> list[str]:
+        return [pattern.format(params) for pattern in self.outputs]
+
+    def inputs_by_output(
+        self, members: Sequence[dict[str, str]], refs: Sequence[str]
+    ) -> dict[str, list[str]]:
+        """Which of ``refs`` (what a batch run read, or found missing) each output of the batch's
+        ``members`` needs: the ones its own partition declares, and any that no partition declares
+        (which might be anyone's)."""
+        declared = [set(self.declared_inputs(params)) for params in members]
+        anyones = [ref for ref in refs if not any(ref in mine for mine in declared)]
+        return {
+            out: sorted({*(ref for ref in refs if ref in mine), *anyones})
+            for params, mine in zip(members, declared, strict=True)
+            for out in self.outputs_of(params)
+        }
 
 
 @dataclass(frozen=True)
@@ -113,6 +138,9 @@ class Graph:
         label: str | None = None,
         tables: dict[str, str | None] | None = None,
         inputs: InputsFn | None = None,
+        batch: int | None = None,
+        pool: str | None = None,
+        max_running: int | None = None,
     ) -> Callable[[JobFn], JobFn]:
         """Declare a job: ``@graph.job("daily_summary/{date}", "top_spenders/{date}")``.
 
@@ -122,9 +150,19 @@ class Graph:
         out with None. ``inputs`` declares what the job reads, as a function of its placeholders
         (``inputs=lambda date: [f"raw/{date}"]``): a want starts derivative wants for those before the
         first run instead of after a dep-miss; anything else the body reads is still discovered.
+
+        ``batch=31`` lets one run build up to 31 partitions wanted together: the function is then called
+        as ``fn(ctx, partitions)`` with one dict of placeholders per partition. ``max_running`` bounds the
+        runs of this job at once, and ``pool`` names a pool of ``DATABUILD_POOLS`` whose slots it shares
+        with other jobs; both hold cluster-wide.
         """
         if not outputs:
             raise GraphDefinitionError("a job needs at least one output pattern")
+        for name, value in (("batch", batch), ("max_running", max_running)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise GraphDefinitionError(f"{name}={value!r}: give a whole number of at least 1")
+        if pool is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", pool):
+            raise GraphDefinitionError(f"pool={pool!r}: a pool name is letters, digits, '_', '.' or '-'")
         patterns = tuple(Pattern.parse(o) for o in outputs)
         unknown = sorted(set(tables or {}) - set(outputs))
         if unknown:
@@ -141,7 +179,14 @@ class Graph:
             if name in self._jobs:
                 raise GraphDefinitionError(f"graph {self.name!r} already has a job labelled {name!r}")
             self._jobs[name] = Job(
-                label=name, outputs=patterns, fn=fn, tables=dict(tables or {}), inputs=inputs
+                label=name,
+                outputs=patterns,
+                fn=fn,
+                tables=dict(tables or {}),
+                inputs=inputs,
+                batch=batch,
+                pool=pool,
+                max_running=max_running,
             )
             return fn
 
@@ -183,7 +228,7 @@ class Graph:
             for pattern in job.outputs:
                 params = pattern.match(ref)
                 if params is not None:
-                    matches.append(JobTarget(job, params, [p.format(params) for p in job.outputs]))
+                    matches.append(JobTarget(job, params, job.outputs_of(params)))
         if not matches:
             known = ", ".join(p.text for j in self._jobs.values() for p in j.outputs) or "none"
             raise UnknownJobError(

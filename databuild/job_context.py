@@ -3,7 +3,8 @@ reported together; ``ctx.read_instance`` for any instance by UUID) and ``ctx.wri
 output's own new instance location)."""
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from databuild.bel.queries import BelQueries
@@ -36,6 +37,7 @@ class JobContext:
         instances: dict[str, str],
         params: dict[str, str],
         cancelled: threading.Event,
+        partitions: list[dict[str, str]] | None = None,
         report: Callable[[str], None] = lambda _message: None,
     ) -> None:
         self.spark = spark
@@ -43,6 +45,8 @@ class JobContext:
         self.job_label = job_label
         self.outputs = list(instances)
         self.params = dict(params)
+        # Every partition the run builds: one, or a batch's (each its placeholders).
+        self.partitions = [dict(each) for each in partitions] if partitions is not None else [dict(params)]
         self.reads: list[InstanceRef] = []
         self.missing: set[str] = set()
         self.written: set[str] = set()
@@ -124,6 +128,23 @@ class JobContext:
         # "error": an instance location is written once; finding data there means something is wrong.
         frame.write.mode("error").parquet(self._storage.location(ref, self._instances[ref]))
         self.written.add(ref)
+
+    def write_all(self, frames: Mapping[str, "DataFrame"], *, parallel: int = 8) -> None:
+        """Write several outputs at once (a batch's), as concurrent Spark jobs in the run's job group:
+        small writes are mostly waiting, so together they take little more than the longest."""
+        from pyspark import inheritable_thread_target  # threads keep the job group (cancellation)
+
+        self._check_cancelled()
+        unknown = sorted(set(frames) - set(self._instances))
+        if unknown:
+            raise JobContractError(
+                f"job {self.job_label} wrote {', '.join(unknown)}, not among its outputs {self.outputs}"
+            )
+        with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(frames)))) as pool:
+            write = inheritable_thread_target(self.spark)(self.write)  # with the session: its tags too
+            writing = [pool.submit(write, ref, frame) for ref, frame in frames.items()]
+            for each in writing:
+                each.result()
 
     def progress(self, message: str) -> None:
         """A line of progress shown in the Temporal UI (heartbeat details) and the CLI."""

@@ -4,9 +4,16 @@ import hashlib
 import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from databuild.errors import InvalidInputError
 from databuild.refs import validate_ref
@@ -419,6 +426,29 @@ class JobRun(Model):
     workflow_id: str
     created_at: datetime
     updated_at: datetime
+    partitions: list[dict[str, str]] | None = Field(
+        default=None, description="of a batch run: the placeholders of each partition it builds"
+    )
+    missing_for: dict[str, list[str]] | None = Field(
+        default=None, description="of a batch that dep-missed: the missing inputs each output waits for"
+    )
+    waiting_for_pools: list[str] = Field(
+        default=[], description="pools whose slot the queued run waits for (shown as `queued (pool full)`)"
+    )
+
+    status: str = Field(
+        default="", description="the state as people read it: `queued (pool full: <pools>)` while waiting"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _status(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not data.get("status"):
+            state = JobRunState(data["state"])
+            waiting = data.get("waiting_for_pools") or []
+            queued = state is JobRunState.queued and waiting
+            data = {**data, "status": f"queued (pool full: {', '.join(waiting)})" if queued else state.value}
+        return data
 
 
 class JobStats(Model):

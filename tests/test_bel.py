@@ -382,16 +382,21 @@ def test_claims_on_different_partitions_do_not_block_each_other(bel: BuildEventL
     assert len({d.job_run_id for d in decisions}) == 12
 
 
+def tail_until(bel: BuildEventLog, stop: threading.Event, seen: list[int]) -> None:
+    """Tail the log as a reader does, from the start, until ``stop`` is set and the head is read."""
+    cursor = 0
+    while not stop.is_set() or cursor < bel.last_idx():
+        for event in bel.events(since_idx=cursor, limit=50):
+            seen.append(event.idx)
+            cursor = event.idx
+
+
 def test_a_reader_tailing_the_log_never_skips_a_late_commit(bel: BuildEventLog) -> None:
     stop = threading.Event()
     seen: list[int] = []
 
     def tail() -> None:
-        cursor = 0
-        while not stop.is_set() or cursor < bel.last_idx():
-            for event in bel.events(since_idx=cursor, limit=50):
-                seen.append(event.idx)
-                cursor = event.idx
+        tail_until(bel, stop, seen)
 
     reader = threading.Thread(target=tail)
     reader.start()
@@ -813,3 +818,184 @@ def test_event_filters_combine_and_reject_hostile_patterns(bel: BuildEventLog) -
             bel.event_page(0, 10, EventFilter(patterns=[hostile]))
     with pytest.raises(ValueError, match="illegal character"):
         EventFilter(refs=["a/<b>"])
+
+
+# Commit order without one lock held to COMMIT (PostgreSQL) --------------------------------------------
+
+
+@pytest.fixture
+def postgres_bel() -> Iterator[BuildEventLog]:
+    reset_postgres(require_postgres())
+    log = BuildEventLog.create(POSTGRES_URL)
+    yield log
+    log.dispose()
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_command_held_open_does_not_stop_others_committing_and_being_read(
+    postgres_bel: BuildEventLog,
+) -> None:
+    """A transaction on one partition has appended and is held before COMMIT: commands on other
+    partitions commit and are read meanwhile (the head is no longer locked from the first append to
+    COMMIT), and the held one, committing last, comes after them, seen by a reader tailing the log."""
+    from databuild.bel.store import ref_key
+    from databuild.domain import events as ev
+
+    bel = postgres_bel
+    appended, release, stop = threading.Event(), threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def held() -> None:
+        with bel._write(ref_key("ext/held")) as tx:
+            tx.append(ev.PartitionLive(ref="ext/held", instance_id="i-held", job_run_id=None, external=True))
+            appended.set()
+            assert release.wait(30)
+
+    def tail() -> None:
+        tail_until(bel, stop, seen)
+
+    holder, reader = threading.Thread(target=held), threading.Thread(target=tail)
+    holder.start()
+    reader.start()
+    try:
+        assert appended.wait(10)
+        others = threading.Thread(
+            target=lambda: released_together(4, lambda i: bel.publish_external(f"ext/free-{i}"))
+        )
+        others.start()
+        others.join(10)
+        assert not others.is_alive(), "commands on other partitions waited for the held transaction"
+        assert sorted(e.ref or "" for e in bel.events()) == [f"ext/free-{i}" for i in range(4)]
+        assert bel.last_idx() == 4 and bel.find_partition("ext/held") is None
+    finally:
+        release.set()
+        holder.join(10)
+    stop.set()
+    reader.join(30)
+    assert [(e.idx, e.ref) for e in bel.events(since_idx=4)] == [(5, "ext/held")]
+    assert seen == [1, 2, 3, 4, 5]
+
+
+def test_events_committed_but_not_placed_are_unread_until_placed_in_commit_order(
+    postgres_bel: BuildEventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While another transaction places events, a writer commits at provisional indexes and then waits
+    for its place: its state is committed, but readers do not see its events (nor a later writer's) until
+    they are placed, after the head they read and in commit order. Events of a writer that died before
+    placing them are placed by the next writer, or when the log is opened."""
+    from databuild.bel.transaction import LOCK_SPACE, WriteTx
+
+    bel = postgres_bel
+    bel.publish_external("ext/first")
+    placing = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT").connect()
+    placing.execute(text("SELECT pg_advisory_lock(:space, 2)"), {"space": LOCK_SPACE})  # "placing"
+    late = threading.Thread(target=bel.publish_external, args=("ext/late",))
+    later = threading.Thread(target=bel.publish_external, args=("ext/later",))
+    try:
+        late.start()
+        wait_for(lambda: bel.find_partition("ext/late") is not None)  # committed
+        later.start()
+        wait_for(lambda: bel.find_partition("ext/later") is not None)
+        assert late.is_alive() and later.is_alive()  # each waits for its events' place
+        assert bel.last_idx() == 1 and bel.events(since_idx=0) == bel.events(limit=1)
+        assert [e.ref for e in bel.event_page(1, 10, EventFilter()).events] == []
+    finally:
+        placing.execute(text("SELECT pg_advisory_unlock(:space, 2)"), {"space": LOCK_SPACE})
+        late.join(10)
+        later.join(10)
+    assert [(e.idx, e.ref) for e in bel.events()] == [(1, "ext/first"), (2, "ext/late"), (3, "ext/later")]
+
+    # A writer that dies between its COMMIT and placing its events.
+    monkeypatch.setattr(WriteTx, "place", lambda self: None)
+    placing.execute(text("SELECT pg_advisory_lock(:space, 2)"), {"space": LOCK_SPACE})
+    bel.publish_external("ext/orphan")
+    placing.execute(text("SELECT pg_advisory_unlock(:space, 2)"), {"space": LOCK_SPACE})
+    placing.close()
+    monkeypatch.undo()
+    assert bel.last_idx() == 3 and bel.find_partition("ext/orphan") is not None
+    BuildEventLog.create(POSTGRES_URL).dispose()  # opening the log places what is pending
+    assert [(e.idx, e.ref) for e in bel.events(since_idx=3)] == [(4, "ext/orphan")]
+
+
+def test_upgrading_to_placed_indexes_keeps_the_history_and_continues_it(empty_url: str) -> None:
+    from alembic import command
+
+    from databuild.bel.migrate import alembic_config
+
+    bel = BuildEventLog.create(empty_url)
+    execute_then_active_then_historical_delegation(bel)
+    history = [(e.idx, e.type, e.ref) for e in bel.events(limit=1000)]
+    with bel.writer.begin() as conn:
+        command.downgrade(alembic_config(conn), "0009")
+    bel.dispose()
+    upgraded = BuildEventLog.create(empty_url)
+    assert [(e.idx, e.type, e.ref) for e in upgraded.events(limit=1000)] == history
+    upgraded.publish_external("ext/after")
+    assert [e.idx for e in upgraded.events(limit=1000)] == list(range(1, len(history) + 2))
+    assert upgraded.last_idx() == len(history) + 1
+    upgraded.dispose()
+
+
+batched = Graph("batched")
+batched.job("bat/{n}", label="bat", batch=2)(lambda ctx, partitions: None)
+batched.job("one/{n}", label="one", max_running=1)(lambda ctx, n: None)
+
+
+def decide_in(g: Graph, bel: BuildEventLog, w: WantSpec) -> Verdict:
+    bel.register_want(w)
+    return bel.decide(w.want_id, 1, g.resolve(w.ref))
+
+
+def test_partitions_join_a_batch_until_it_is_full_or_admitted(bel: BuildEventLog) -> None:
+    first, second, third = (decide_in(batched, bel, spec(f"bat/{n}")) for n in (1, 2, 3))
+    assert first.kind == "execute" and third.kind == "execute" and third.job_run_id != first.job_run_id
+    assert second.kind == "delegate" and second.job_run_id == first.job_run_id and second.batch_full
+    run = bel.job_run(first.job_run_id)
+    assert run.outputs == ["bat/1", "bat/2"] and run.partitions == [{"n": "1"}, {"n": "2"}]
+    assert bel.partition("bat/2").building_job_run_id == first.job_run_id
+    # Admitted, a batch takes no more: the next partition starts the next batch.
+    assert bel.request_admission(third.job_run_id, {})
+    fourth = decide_in(batched, bel, spec("bat/4"))
+    assert fourth.kind == "execute" and fourth.job_run_id not in (first.job_run_id, third.job_run_id)
+    # Concurrent wants fill batches without overfilling one.
+    verdicts = released_together(9, lambda i: decide_in(batched, bel, spec(f"bat/{10 + i}")))
+    members = [len(bel.job_run(v.job_run_id).partitions or []) for v in verdicts if v.kind == "execute"]
+    # One joined bat/4's batch (it had room for one); the other eight made four full batches.
+    assert members == [2, 2, 2, 2]
+    assert len(bel.job_run(fourth.job_run_id).partitions or []) == 2
+
+
+def test_a_pool_admits_the_most_urgent_when_a_slot_frees(bel: BuildEventLog) -> None:
+    pool = {"job:one": 1}
+    going = decide_in(batched, bel, spec("one/1", "backfill"))
+    older = decide_in(batched, bel, spec("one/2", "backfill"))
+    urgent = decide_in(batched, bel, spec("one/3"))
+    assert bel.request_admission(going.job_run_id, pool)
+    assert not bel.request_admission(older.job_run_id, pool)
+    assert not bel.request_admission(urgent.job_run_id, pool)
+    assert bel.job_run(older.job_run_id).status == "queued (pool full: job:one)"
+    assert not bel.pools_have_room(pool)
+    assert bel.admitted_not_started() == [bel.job_run(going.job_run_id).workflow_id]  # until it starts
+    bel.start_job_run(going.job_run_id, 1, "w", [InstanceRef(ref="one/1", instance_id="i-1")])
+    bel.succeed_job_run(going.job_run_id, [], [InstanceRef(ref="one/1", instance_id="i-1")], 1)
+    # The commit that ended the run gave its slot to the interactive run, ahead of the older backfill's.
+    assert bel.admitted_not_started() == [bel.job_run(urgent.job_run_id).workflow_id]
+    assert bel.request_admission(urgent.job_run_id, pool)
+    assert bel.job_run(older.job_run_id).waiting_for_pools == ["job:one"]
+    bel.fail_job_run(urgent.job_run_id, "boom")
+    assert bel.request_admission(older.job_run_id, pool)
+    before = projection_rows(bel)
+    bel.rebuild_projections()
+    assert projection_rows(bel) == before
+
+
+def test_concurrent_requests_never_overfill_a_pool(bel: BuildEventLog) -> None:
+    runs = [decide_in(batched, bel, spec(f"one/{100 + i}")).job_run_id for i in range(8)]
+    admitted = released_together(8, lambda i: bel.request_admission(runs[i], {"shared": 3}))
+    assert sum(admitted) == 3

@@ -87,8 +87,15 @@ async def test_registration_burst_never_blocks_the_loop(make_stack, slow_callbac
     async def one(ref: str) -> WantState:
         return (await stack.db.wait(await stack.db.want(ref))).state
 
-    with LoopThreadQueries([stack.bel.writer, stack.bel.reader]) as on_loop:
-        states = await asyncio.gather(*(one(ref) for ref in refs))
+    # A collector pause is not work of ours on the loop: on a 2-core machine shared with a Temporal server
+    # and a Spark JVM, one full collection now and then passed 100 ms (in about one run in four, before
+    # and after the batches change alike). Measured here: what our callbacks do.
+    gc.disable()
+    try:
+        with LoopThreadQueries([stack.bel.writer, stack.bel.reader]) as on_loop:
+            states = await asyncio.gather(*(one(ref) for ref in refs))
+    finally:
+        gc.enable()
     assert set(states) == {WantState.successful}
     assert on_loop.found == [], on_loop.found[0]
     assert slow_callbacks.found == [], "\n".join(slow_callbacks.found)

@@ -591,6 +591,40 @@ async def test_job_run_failing_beyond_its_retries_records_the_failure(
     assert script.inputs("fan_out") == [p.FanOutInput(job_run_id=run_id)]
 
 
+async def test_a_batch_run_waits_its_window_then_for_a_pool_slot(h: Harness, script: Script) -> None:
+    run_id = new_run_id()
+    script.then("request_admission", False)  # the pool is full: it waits in line
+    admission = p.Admission(window=timedelta(minutes=5), pools={"etl": 2})
+
+    handle = await h.start_job_run(job_run_input(run_id, ["out/a"], admission=admission))
+    await script.called("batch_is_full")  # not yet: it waits up to its window for more partitions
+    await handle.signal(p.SIGNAL_BATCH_FULL)  # the last partition with room joined
+    await script.called("await_admission")  # its own watch, in case the wake-up is lost
+    assert "run_job" not in script.names()
+    await handle.signal(p.SIGNAL_ADMITTED)  # the run that freed a slot gave it this one
+    outcome = await handle.result()
+
+    assert outcome.state is JobRunState.succeeded
+    request = p.AdmissionInput(job_run_id=run_id, pools={"etl": 2})
+    assert script.inputs("batch_is_full") == [request]
+    assert script.inputs("request_admission") == [request, request]
+    assert script.names()[-2:] == ["run_job", "fan_out"]
+
+
+async def test_a_run_abandoned_while_it_waits_for_a_slot_never_runs(h: Harness, script: Script) -> None:
+    run_id = new_run_id()
+    script.always("request_admission", False)
+
+    handle = await h.start_job_run(job_run_input(run_id, ["out/a"], admission=p.Admission(pools={"etl": 1})))
+    await script.called("request_admission")
+    await handle.signal(p.SIGNAL_ABANDON)
+    outcome = await handle.result()
+
+    assert (outcome.state, outcome.cause) == (JobRunCause.abandoned.state, JobRunCause.abandoned)
+    assert "run_job" not in script.names()
+    assert script.inputs("fail_job_run")[0].cause is JobRunCause.abandoned
+
+
 async def test_job_run_dep_miss_is_an_outcome_not_a_failure(h: Harness, script: Script) -> None:
     run_id = new_run_id()
     script.then("run_job", job_dep_miss(["in/a"]))

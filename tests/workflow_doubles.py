@@ -124,6 +124,20 @@ class Script:
         return result
 
     @activity.defn
+    async def request_admission(self, input: p.AdmissionInput) -> bool:
+        result: bool = await self.answer("request_admission", input)
+        return result
+
+    @activity.defn
+    async def batch_is_full(self, input: p.AdmissionInput) -> bool:
+        result: bool = await self.answer("batch_is_full", input)
+        return result
+
+    @activity.defn
+    async def await_admission(self, input: p.AdmissionInput) -> None:
+        await self.answer("await_admission", input)
+
+    @activity.defn
     async def fail_job_run(self, input: p.FailJobRunInput) -> None:
         await self.answer("fail_job_run", input)
 
@@ -143,6 +157,9 @@ class Script:
             self.watch,
             self.abandon_build,
             self.run_job,
+            self.request_admission,
+            self.batch_is_full,
+            self.await_admission,
             self.fail_job_run,
             self.fan_out,
         ]
@@ -196,9 +213,16 @@ def final_decision(state: WantState, reason: str) -> Final:
     return Final(final_state=state, reason=reason)
 
 
-def job_run_input(job_run_id: str, outputs: list[str], attempts: int = 1) -> p.JobRunInput:
+def job_run_input(
+    job_run_id: str, outputs: list[str], attempts: int = 1, admission: p.Admission | None = None
+) -> p.JobRunInput:
     return p.JobRunInput(
-        job_run_id=job_run_id, job_label=JOB_LABEL, outputs=outputs, params={}, policy=policy(attempts)
+        job_run_id=job_run_id,
+        job_label=JOB_LABEL,
+        outputs=outputs,
+        params={},
+        policy=policy(attempts),
+        admission=admission,
     )
 
 
@@ -294,6 +318,9 @@ DEFAULTS: dict[str, Answer] = {
     "watch": still_waiting,
     "abandon_build": p.AbandonBuildResult(),
     "run_job": job_succeeded,
+    "request_admission": True,
+    "batch_is_full": False,
+    "await_admission": still_waiting,
     "fail_job_run": None,
     "fan_out": 0,
 }

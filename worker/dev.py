@@ -18,7 +18,7 @@ from databuild.client import DataBuild
 from databuild.config import Settings, masked_url
 from databuild.errors import InvalidInputError, PortInUseError, TemporalUnavailableError
 from databuild.models import Want, WantState
-from databuild.temporal import connect, temporal_binary
+from databuild.temporal import connect, file_database_args, temporal_binary
 from databuild.views import want_view
 from databuild.web import create_app, serving, web_context
 from worker.ports import describe_listener, describe_process, listener_pid, port_taken
@@ -45,12 +45,7 @@ def start_dev_server(settings: Settings, ui_port: int) -> subprocess.Popen[bytes
             str(ui_port),
             "--namespace",
             settings.namespace,
-            "--db-filename",
-            str(settings.home / "temporal.db"),
-            "--sqlite-pragma",
-            "journal_mode=wal",
-            "--sqlite-pragma",
-            "synchronous=off",
+            *file_database_args(settings.home / "temporal.db"),
             "--log-level",
             "warn",
         ],

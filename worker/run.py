@@ -26,6 +26,7 @@ from activities.wants import WantActivities
 from databuild.bel import BuildEventLog
 from databuild.catalog import Catalog, TableSpec, serve_sql, spark_catalog_conf
 from databuild.config import Settings
+from databuild.domain.pools import pools_of
 from databuild.execution import JobExecutor
 from databuild.executors import Executors
 from databuild.gc import collect_garbage
@@ -95,6 +96,8 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     lineage = LineageEmitter.from_settings(
         settings, parts.graph
     )  # None unless DATABUILD_OPENLINEAGE_URL is set
+    for job in parts.graph.jobs:  # a pool the settings do not define is an error now, not at a job's turn
+        pools_of(job, settings.pools)
     executors = Executors.from_settings(
         settings, graph=parts.graph, bel=parts.bel, storage=storage, spark=parts.spark
     )
@@ -133,6 +136,9 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
             wants.watch,
             wants.abandon_build,
             jobs.run_job,
+            jobs.request_admission,
+            jobs.batch_is_full,
+            jobs.await_admission,
             jobs.fail_job_run,
             fan_out.fan_out,
             upstream.pull_upstream,

@@ -12,7 +12,6 @@ from temporalio.workflow import ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
     from activities.fanout import FanOutActivities
-    from activities.wants import WantActivities
     from databuild import protocol as p
 
 A = TypeVar("A")
@@ -47,11 +46,11 @@ async def remote(activity: Method[A, R], arg: A) -> R:
     )
 
 
-def watch(what: p.WatchInput, every: timedelta) -> ActivityHandle[None]:
-    """Start the watch activity: each attempt looks once and fails benignly while nothing changed, so
+def watch(activity: Method[A, None], what: A, every: timedelta) -> ActivityHandle[None]:
+    """Start a watch activity: each attempt looks once and fails benignly while nothing changed, so
     the server retries it at ``every`` (backing off to ten times that) without adding history."""
     return workflow.start_activity_method(
-        WantActivities.watch,
+        activity,
         what,
         start_to_close_timeout=REMOTE_TIMEOUT,
         heartbeat_timeout=REMOTE_HEARTBEAT,

@@ -1,6 +1,8 @@
 """A job run: one execution of a job for a concrete set of outputs, shared by every want delegated to it."""
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -14,23 +16,42 @@ with workflow.unsafe.imports_passed_through():
     from databuild import protocol as p
     from databuild.domain.events import ABANDONED_REASON, CANCELLED_REASON
     from databuild.models import JobRunCause
-    from workflows.calls import bel, failure_message, fan_out
+    from workflows.calls import bel, failure_message, fan_out, watch
+
+# A queued run looks for a free pool slot this often (backing off to ten times that) in case the signal
+# of the run that freed one never came.
+ADMISSION_WATCH = timedelta(seconds=5)
 
 
 @workflow.defn(name=p.JOB_RUN_WORKFLOW)
 class JobRunWorkflow:
     def __init__(self) -> None:
         self._abandoned = False
+        self._nudged = False  # told it was admitted
+        self._full = False  # its batch has no room left
 
     @workflow.signal(name=p.SIGNAL_ABANDON)
     def abandon(self) -> None:
         self._abandoned = True
 
+    @workflow.signal(name=p.SIGNAL_ADMITTED)
+    def admitted(self) -> None:
+        self._nudged = True
+
+    @workflow.signal(name=p.SIGNAL_BATCH_FULL)
+    def batch_full(self) -> None:
+        self._full = True
+
     @workflow.run
     async def run(self, input: p.JobRunInput) -> p.JobOutcome:
-        workflow.set_current_details(f"running job **{input.job_label}** for {', '.join(input.outputs)}")
         try:
-            outcome = await self._execute(input)
+            if input.admission is not None and not await self._admit(input, input.admission):
+                outcome = self._ended(input, JobRunCause.abandoned, ABANDONED_REASON)
+            else:
+                workflow.set_current_details(
+                    f"running job **{input.job_label}** for {', '.join(input.outputs)}"
+                )
+                outcome = await self._execute(input)
         except ActivityError as error:
             if self._abandoned:  # however its stopping ended (a timeout while stopping, say)
                 outcome = self._ended(input, JobRunCause.abandoned, ABANDONED_REASON)
@@ -51,6 +72,32 @@ class JobRunWorkflow:
         if outcome.cause is JobRunCause.cancelled:
             raise asyncio.CancelledError("job run canceled")
         return outcome
+
+    async def _admit(self, input: p.JobRunInput, admission: p.Admission) -> bool:
+        """Wait until the run may start: its batch full or its window over, then a slot of each of its
+        pools (woken by the run that frees one, or by its own watch). False if it was abandoned first."""
+        request = p.AdmissionInput(job_run_id=input.job_run_id, pools=admission.pools)
+        # Partitions may have filled the batch before the run started (and before its signal could come).
+        if admission.window and not await bel(JobActivities.batch_is_full, request):
+            workflow.set_current_details(f"**queued**: job {input.job_label} takes more partitions")
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(lambda: self._full or self._abandoned, timeout=admission.window)
+        while not self._abandoned:
+            self._nudged = False
+            if await bel(JobActivities.request_admission, request):
+                return True
+            pools = ", ".join(sorted(admission.pools))
+            workflow.set_current_details(f"**queued (pool full)**: waiting for a slot of {pools}")
+            watching = watch(JobActivities.await_admission, request, ADMISSION_WATCH)
+
+            def woken(watched: Callable[[], bool] = watching.done) -> bool:
+                return self._nudged or self._abandoned or watched()
+
+            await workflow.wait_condition(woken)
+            if not watching.done():
+                watching.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved
+                watching.cancel()
+        return False
 
     async def _execute(self, input: p.JobRunInput) -> p.JobOutcome:
         """The job activity, cancelled (and waited for until it has stopped) when the run is canceled

@@ -239,7 +239,7 @@ class WantWorkflow:
     ) -> bool:
         """Wait until ``condition`` holds or the want is stopping, with the watch activity looking out
         for what no signal reports; False if the watch saw it first (then the want decides again)."""
-        watching = watch(what, every)
+        watching = watch(WantActivities.watch, what, every)
         await self._wait(lambda: condition() or watching.done())
         if not watching.done():
             watching.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved
@@ -321,6 +321,7 @@ class WantWorkflow:
                 outputs=decision.outputs,
                 params=decision.params,
                 policy=decision.policy,
+                admission=decision.admission,
             ),
             id=job_run_workflow_id(decision.job_label, decision.job_run_id),
             # A job run serves every want delegated to it, so it outlives the want that queued it.

@@ -73,6 +73,12 @@ _SUBSCRIBED = select(s.subscriptions.c.ref).where(
 _LINKED = select(s.want_job_runs.c.relation).where(
     s.want_job_runs.c.want_id == bindparam("want_id"), s.want_job_runs.c.job_run_id == bindparam("job_run_id")
 )
+_BATCH_OF = select(s.job_runs.c.outputs, s.job_runs.c.members).where(
+    s.job_runs.c.job_run_id == bindparam("job_run_id")
+)
+_QUEUED_AT = select(s.job_runs.c.created_at).where(s.job_runs.c.job_run_id == bindparam("job_run_id"))
+_GRANT = update(s.run_pools).where(s.run_pools.c.job_run_id == bindparam("run")).values(granted=True)
+_RELEASE = delete(s.run_pools).where(s.run_pools.c.job_run_id == bindparam("job_run_id"))
 _PARTITION = select(s.partitions.c.status, s.partitions.c.instance_id).where(
     s.partitions.c.ref == bindparam("ref")
 )
@@ -231,6 +237,42 @@ def _want_sla_missed(conn: Connection, event: ev.WantSlaMissed, at: datetime) ->
 @projects(ev.JobRunQueued)
 def _job_run_queued(conn: Connection, event: ev.JobRunQueued, at: datetime) -> None:
     _declare_job_run(conn, event, at, JobRunState.queued, reason=None)
+    if event.batch is not None:
+        _set_job_run(conn, event.job_run_id, at, batch_limit=event.batch, members=[event.params])
+
+
+@projects(ev.JobRunJoined)
+def _job_run_joined(conn: Connection, event: ev.JobRunJoined, at: datetime) -> None:
+    row = conn.execute(_BATCH_OF, {"job_run_id": event.job_run_id}).one()
+    members = [*row.members, event.params]
+    _set_job_run(conn, event.job_run_id, at, outputs=[*row.outputs, *event.outputs], members=members)
+    conn.execute(
+        insert(s.job_run_outputs), [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs]
+    )
+
+
+@projects(ev.JobRunWaiting)
+def _job_run_waiting(conn: Connection, event: ev.JobRunWaiting, at: datetime) -> None:
+    queued_at = conn.execute(_QUEUED_AT, {"job_run_id": event.job_run_id}).scalar_one()
+    conn.execute(
+        insert(s.run_pools),
+        [
+            {
+                "job_run_id": event.job_run_id,
+                "pool": pool,
+                "slots": slots,
+                "granted": False,
+                "queued_at": queued_at,
+            }
+            for pool, slots in event.pools.items()
+        ],
+    )
+
+
+@projects(ev.JobRunAdmitted)
+def _job_run_admitted(conn: Connection, event: ev.JobRunAdmitted, at: datetime) -> None:
+    _set_job_run(conn, event.job_run_id, at, admitted=True)
+    conn.execute(_GRANT, {"run": event.job_run_id})
 
 
 @projects(ev.JobRunSkipped)
@@ -270,6 +312,8 @@ def _instance_unpinned(conn: Connection, event: ev.InstanceUnpinned, at: datetim
 def _job_run_succeeded(conn: Connection, event: ev.JobRunSucceeded, at: datetime) -> None:
     _set_job_run(conn, event.job_run_id, at, state=JobRunState.succeeded.value)
     _record_reads(conn, event.job_run_id, event.reads)
+    _release_slots(conn, event.job_run_id)
+    inputs_of = event.inputs_of
     edges = [
         {
             "input_instance_id": r.instance_id,
@@ -280,6 +324,7 @@ def _job_run_succeeded(conn: Connection, event: ev.JobRunSucceeded, at: datetime
         for r in event.reads
         if r.instance_id
         for w in event.writes
+        if inputs_of is None or r.ref in inputs_of.get(w.ref, ())
     ]
     if edges:
         conn.execute(insert(s.consumers), edges)
@@ -287,8 +332,16 @@ def _job_run_succeeded(conn: Connection, event: ev.JobRunSucceeded, at: datetime
 
 @projects(ev.JobRunDepMiss)
 def _job_run_dep_miss(conn: Connection, event: ev.JobRunDepMiss, at: datetime) -> None:
-    _set_job_run(conn, event.job_run_id, at, state=JobRunState.dep_miss.value, missing=event.missing)
+    _set_job_run(
+        conn,
+        event.job_run_id,
+        at,
+        state=JobRunState.dep_miss.value,
+        missing=event.missing,
+        missing_for=event.missing_for,
+    )
     _record_reads(conn, event.job_run_id, event.reads)
+    _release_slots(conn, event.job_run_id)
 
 
 @projects(ev.JobRunFailed)
@@ -302,6 +355,7 @@ def _job_run_failed(conn: Connection, event: ev.JobRunFailed, at: datetime) -> N
         reason=event.reason,
         lost=event.cause is JobRunCause.lost,
     )
+    _release_slots(conn, event.job_run_id)
 
 
 @projects(ev.Delegation)
@@ -456,6 +510,11 @@ def _declare_job_run(
         insert(s.job_run_outputs),
         [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs],
     )
+
+
+def _release_slots(conn: Connection, job_run_id: str) -> None:
+    """An ended run holds no pool slot and waits for none."""
+    conn.execute(_RELEASE, {"job_run_id": job_run_id})
 
 
 def _set_job_run(conn: Connection, job_run_id: str, at: datetime, **values: object) -> None:

@@ -571,6 +571,15 @@ class BelQueries:
         ids = [r["job_run_id"] for r in rows]
         reads: dict[str, list[InstanceRef]] = {i: [] for i in ids}
         writes: dict[str, list[InstanceRef]] = {i: [] for i in ids}
+        waiting: dict[str, list[str]] = {i: [] for i in ids}
+        queued = [r["job_run_id"] for r in rows if r["state"] == JobRunState.queued.value]
+        if queued:
+            for r in self._all(
+                select(s.run_pools.c.job_run_id, s.run_pools.c.pool)
+                .where(s.run_pools.c.job_run_id.in_(queued), s.run_pools.c.granted.is_(False))
+                .order_by(s.run_pools.c.pool)
+            ):
+                waiting[r["job_run_id"]].append(r["pool"])
         if ids:
             for r in self._all(
                 select(s.read_deps).where(s.read_deps.c.job_run_id.in_(ids)).order_by(s.read_deps.c.id)
@@ -598,6 +607,9 @@ class BelQueries:
                 workflow_id=r["workflow_id"],
                 created_at=r["created_at"],
                 updated_at=r["updated_at"],
+                partitions=r["members"],
+                missing_for=r["missing_for"],
+                waiting_for_pools=waiting[r["job_run_id"]],
             )
             for r in rows
         ]

@@ -151,6 +151,26 @@ job_runs = Table(
     Column("workflow_id", String(1024), nullable=False),
     Column("created_at", UTCDateTime, nullable=False, index=True),
     Column("updated_at", UTCDateTime, nullable=False),
+    # A batch run: the most partitions it takes, each partition's placeholders, and (per output) the
+    # missing inputs it waits for after a dep-miss. Null for a run of one partition.
+    Column("batch_limit", Integer),
+    Column("members", JSON),
+    Column("missing_for", JSON),
+    # May start (its pool slots are held); a queued batch run takes partitions until then.
+    Column("admitted", Boolean, nullable=False, server_default=false()),
+    Index("ix_job_runs_batch", "job_label", "state", "admitted"),
+)
+
+# The pool slots a queued or running job run holds (granted) or waits for; gone when the run ends.
+run_pools = Table(
+    "run_pools",
+    metadata,
+    Column("job_run_id", ID, primary_key=True),
+    Column("pool", String(256), primary_key=True),
+    Column("slots", Integer, nullable=False),
+    Column("granted", Boolean, nullable=False),
+    Column("queued_at", UTCDateTime, nullable=False),
+    Index("ix_run_pools_pool", "pool", "granted"),
 )
 
 job_run_outputs = Table(
@@ -264,6 +284,7 @@ PROJECTIONS = [
     partition_instances,
     attempt_outputs,
     job_runs,
+    run_pools,
     job_run_outputs,
     read_deps,
     consumers,

@@ -1,19 +1,19 @@
 """The build event log: append-only events plus projections, updated in one transaction per command."""
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, delete, insert, select, update
+from sqlalchemy import Connection, RowMapping, Select, delete, func, insert, select, update
 
 from databuild.backfill import BackfillRequest
 from databuild.bel import migrate, projector
 from databuild.bel import schema as s
 from databuild.bel.queries import BelQueries, partition_from_row, want_from_row
-from databuild.bel.transaction import WriteTx, make_engines, now, write_lock
-from databuild.domain import decisions
+from databuild.bel.transaction import WriteTx, make_engines, now, place_pending, write, write_lock
+from databuild.domain import decisions, pools
 from databuild.domain import events as ev
 from databuild.domain.decisions import DependenciesStatus, Verdict
 from databuild.errors import (
@@ -37,6 +37,7 @@ from databuild.models import (
     TaintImpact,
     TaintResult,
     Want,
+    WantSource,
     WantSpec,
     WantState,
 )
@@ -54,6 +55,19 @@ def run_key(job_run_id: str) -> str:
 
 def ref_key(ref: str) -> str:
     return f"ref:{ref}"
+
+
+def pool_key(pool: str) -> str:
+    return f"pool:{pool}"
+
+
+def _slots_taken(pools: Iterable[str]) -> Select[tuple[str, int]]:
+    """Slots held per pool, of ``pools``."""
+    return (
+        select(s.run_pools.c.pool, func.count().label("n"))
+        .where(s.run_pools.c.pool.in_(list(pools)), s.run_pools.c.granted.is_(True))
+        .group_by(s.run_pools.c.pool)
+    )
 
 
 def new_job_run_id() -> str:
@@ -77,6 +91,7 @@ class BuildEventLog(BelQueries):
         bel = cls(url)
         with bel._write_lock, bel.writer.begin() as conn:
             migrate.upgrade(conn)
+        place_pending(bel.writer)  # events of a writer that died between its COMMIT and placing them
         return bel
 
     def dispose(self) -> None:
@@ -85,18 +100,22 @@ class BuildEventLog(BelQueries):
         self.reader.dispose()
 
     @contextmanager
-    def _write(self, *keys: str) -> Iterator[WriteTx]:
-        with self._write_lock, self.writer.begin() as conn:
-            tx = WriteTx(conn)
-            tx.lock(*keys)
+    def _write(self, *keys: str, alone: bool = False) -> Iterator[WriteTx]:
+        with write(self.writer, self._write_lock, *keys, alone=alone) as tx:
             yield tx
-            tx.close()
 
-    def _write_run(self, job_run_id: str) -> AbstractContextManager[WriteTx]:
-        """A write transaction about a job run, holding its lock and its outputs' locks."""
+    @contextmanager
+    def _write_run(self, job_run_id: str) -> Iterator[WriteTx]:
+        """A write transaction about a job run, holding its lock and its outputs' locks, and the locks of
+        the pools it holds a slot of: when the run ends in it, its slots go to the runs waiting for them."""
         outputs = self._all(select(s.job_runs.c.outputs).where(s.job_runs.c.job_run_id == job_run_id))
         refs = list(outputs[0]["outputs"]) if outputs else []
-        return self._write(run_key(job_run_id), *map(ref_key, refs))
+        held = self._all(select(s.run_pools.c.pool).where(s.run_pools.c.job_run_id == job_run_id))
+        pools = self._pool_locks([row["pool"] for row in held])
+        with self._write(run_key(job_run_id), *map(ref_key, refs), *map(pool_key, pools)) as tx:
+            yield tx
+            if pools:
+                self._admit(tx, pools)
 
     # Wants ---------------------------------------------------------------------------------------
     def register_want(self, spec: WantSpec) -> tuple[Want, bool]:
@@ -155,8 +174,11 @@ class BuildEventLog(BelQueries):
     ) -> Verdict:
         """Step ``seq`` of a want, in one transaction: the rules of ``decisions.decide`` over the state
         of the want and its job's outputs. A newly queued run gets its build lease."""
-        outputs = resolution.target.outputs if resolution.target else [resolution.ref]
-        with self._write(want_key(want_id), *map(ref_key, outputs)) as tx:
+        target = resolution.target
+        outputs = target.outputs if target else [resolution.ref]
+        # Wants of one batch job decide one at a time, so that each sees the batch the one before opened.
+        batch = [f"batch:{target.job.label}"] if target is not None and target.job.batch else []
+        with self._write(want_key(want_id), *map(ref_key, outputs), *batch) as tx:
             state = self._decision_state(tx.conn, want_id, resolution.target, outputs)
             decided = decisions.decide(state, seq, new_job_run_id())
             for event in decided.events:
@@ -183,7 +205,9 @@ class BuildEventLog(BelQueries):
             followed.add(want["job_run_id"])
         failed = [out for out, p in partitions.items() if p and p.status is PartitionStatus.failed]
         declared = target.job.declared_inputs(target.params) if target is not None else []
+        batch = self._open_batch(conn, target) if target is not None and target.job.batch else None
         return decisions.DecisionState(
+            batch=batch,
             declared={ref: self._partition(conn, ref) for ref in declared if ref not in outputs},
             want=decisions.WantStep(
                 want_id=want_id,
@@ -203,6 +227,25 @@ class BuildEventLog(BelQueries):
                 for ref, data in self._failing_runs(conn, failed).items()
             },
         )
+
+    def _open_batch(self, conn: Connection, target: JobTarget) -> decisions.RunPlan | None:
+        """The oldest run of the target's batch job that has not started and has room, locked until this
+        transaction ends; a run admitted meanwhile (it takes no more partitions) is passed over."""
+        query = (
+            select(s.job_runs.c.job_run_id)
+            .where(
+                s.job_runs.c.job_label == target.job.label,
+                s.job_runs.c.state == JobRunState.queued.value,
+                s.job_runs.c.admitted.is_(False),
+                s.job_runs.c.batch_limit.is_not(None),
+                func.json_array_length(s.job_runs.c.members) < s.job_runs.c.batch_limit,
+            )
+            .order_by(s.job_runs.c.created_at, s.job_runs.c.job_run_id)
+            .limit(1)
+            .with_for_update()
+        )
+        job_run_id = conn.execute(query).scalar()
+        return None if job_run_id is None else self._run_plan(conn, job_run_id)
 
     def _failing_runs(self, conn: Connection, refs: list[str]) -> dict[str, dict[str, Any]]:
         """The PartitionFailed event data that fail-locked each ref."""
@@ -225,6 +268,7 @@ class BuildEventLog(BelQueries):
             job_label=row["job_label"],
             outputs=list(row["outputs"]),
             params=dict(row["params"]),
+            members=len(row["members"] or [1]),
         )
 
     def await_dependencies(
@@ -334,6 +378,11 @@ class BuildEventLog(BelQueries):
         with self._write_run(job_run_id) as tx:
             row = self._job_run_row(tx.conn, job_run_id)
             if not JobRunState(row["state"]).is_final:
+                if instances and {i.ref for i in instances} != set(row["outputs"]):
+                    # A batch that took another partition after the caller read it: read it again.
+                    raise ConcurrentChangeError(
+                        f"job run {job_run_id} now builds {', '.join(row['outputs'])}; plan its instances again"
+                    )
                 tx.append(
                     ev.JobRunStarted(
                         job_run_id=job_run_id, attempt=attempt, worker=worker, instances=list(instances)
@@ -359,19 +408,26 @@ class BuildEventLog(BelQueries):
         writes: list[InstanceRef],
         attempt: int | None = None,
         locations: Mapping[str, str] | None = None,
+        inputs_of: dict[str, list[str]] | None = None,
     ) -> JobRun:
-        """Publish: the commit makes each written instance live (at ``locations``, by ref)."""
+        """Publish: the commit makes each written instance live (at ``locations``, by ref). ``inputs_of``:
+        of a batch, the reads each output was built from."""
         with self._write_run(job_run_id) as tx:
             if (run := self._open(tx.conn, job_run_id, attempt)) is not None:
-                tx.extend(decisions.succeeded(run, reads, writes, locations))
+                tx.extend(decisions.succeeded(run, reads, writes, locations, inputs_of))
         return self.job_run(job_run_id)
 
     def dep_miss_job_run(
-        self, job_run_id: str, missing: list[str], reads: list[InstanceRef], attempt: int | None = None
+        self,
+        job_run_id: str,
+        missing: list[str],
+        reads: list[InstanceRef],
+        attempt: int | None = None,
+        missing_for: dict[str, list[str]] | None = None,
     ) -> JobRun:
         with self._write_run(job_run_id) as tx:
             if (run := self._open(tx.conn, job_run_id, attempt)) is not None:
-                tx.extend(decisions.dep_missed(run, missing, reads))
+                tx.extend(decisions.dep_missed(run, missing, reads, missing_for))
         return self.job_run(job_run_id)
 
     def fail_job_run(self, job_run_id: str, reason: str, cause: JobRunCause = JobRunCause.error) -> JobRun:
@@ -381,6 +437,118 @@ class BuildEventLog(BelQueries):
             if (run := self._open(tx.conn, job_run_id)) is not None:
                 tx.extend(decisions.ended_without_output(run, reason, cause))
         return self.job_run(job_run_id)
+
+    # Admission: batches close, pools hand out slots ----------------------------------------------------
+    def request_admission(self, job_run_id: str, slots: Mapping[str, int]) -> bool:
+        """May the queued run start? It may once it holds a slot of each pool in ``slots`` (name ->
+        capacity); until then it waits in line (most urgent first, then oldest), and the slots of runs
+        that end go to the head of the line. Admitted, a batch run takes no more partitions. True also
+        for a run that has ended (its job then finds nothing to do)."""
+        locks = self._pool_locks(slots)
+        with self._write(run_key(job_run_id), *map(pool_key, locks)) as tx:
+            row = self._job_run_row(tx.conn, job_run_id)
+            if row["admitted"] or JobRunState(row["state"]) is not JobRunState.queued:
+                return True
+            if not slots:
+                tx.append(ev.JobRunAdmitted(job_run_id=job_run_id))
+                return True
+            waiting = tx.conn.execute(
+                select(s.run_pools.c.pool).where(s.run_pools.c.job_run_id == job_run_id)
+            ).first()
+            if waiting is None:
+                tx.append(ev.JobRunWaiting(job_run_id=job_run_id, pools=dict(slots)))
+            return job_run_id in self._admit(tx, locks)
+
+    def _pool_locks(self, names: Iterable[str]) -> list[str]:
+        """``names`` and every other pool that a run waiting in one of them needs: admitting runs from
+        these pools reads (and so locks) them all."""
+        wanted = set(names)
+        if not wanted:
+            return []
+        waiting = select(s.run_pools.c.job_run_id).where(
+            s.run_pools.c.pool.in_(wanted), s.run_pools.c.granted.is_(False)
+        )
+        others = select(s.run_pools.c.pool).where(s.run_pools.c.job_run_id.in_(waiting)).distinct()
+        return sorted(wanted | {row["pool"] for row in self._all(others)})
+
+    def _admit(self, tx: WriteTx, locked: Sequence[str]) -> list[str]:
+        """Admit the runs waiting in the ``locked`` pools that fit now (``pools.admit``); a run that also
+        needs a pool not locked here waits for the next admission."""
+        conn, locked_set = tx.conn, set(locked)
+        waiting_ids = select(s.run_pools.c.job_run_id).where(
+            s.run_pools.c.pool.in_(locked_set), s.run_pools.c.granted.is_(False)
+        )
+        needs: dict[str, dict[str, int]] = {}
+        queued_at: dict[str, datetime] = {}
+        for row in conn.execute(
+            select(s.run_pools).where(s.run_pools.c.job_run_id.in_(waiting_ids))
+        ).mappings():
+            needs.setdefault(row["job_run_id"], {})[row["pool"]] = row["slots"]
+            queued_at[row["job_run_id"]] = row["queued_at"]
+        candidates = [run for run, wants in needs.items() if set(wants) <= locked_set]
+        if not candidates:
+            return []
+        taken = {row.pool: int(row.n) for row in conn.execute(_slots_taken(locked_set))}
+        priority = self._run_priorities(conn, candidates)
+        waiting = [
+            pools.Waiting(
+                job_run_id=run,
+                pools=needs[run],
+                priority=priority.get(run, pools.BACKGROUND),
+                queued_at=queued_at[run],
+            )
+            for run in candidates
+        ]
+        admitted = pools.admit(waiting, taken)
+        tx.extend([ev.JobRunAdmitted(job_run_id=run) for run in admitted])
+        return admitted
+
+    def _run_priorities(self, conn: Connection, job_run_ids: Sequence[str]) -> dict[str, int]:
+        """Each run's priority: that of the most urgent want still waiting on it."""
+        want, root = s.wants.alias("want"), s.wants.alias("root")
+        open_states = [state.value for state in WantState if not state.is_final]
+        rows = conn.execute(
+            select(s.want_job_runs.c.job_run_id, want.c.source, root.c.source.label("root_source"))
+            .join(want, want.c.want_id == s.want_job_runs.c.want_id)
+            .join(root, root.c.want_id == want.c.root_want_id, isouter=True)
+            .where(s.want_job_runs.c.job_run_id.in_(job_run_ids), want.c.state.in_(open_states))
+        )
+        found: dict[str, int] = {}
+        for row in rows:
+            rank = pools.want_priority(
+                WantSource(row.source), WantSource(row.root_source) if row.root_source else None
+            )
+            found[row.job_run_id] = min(found.get(row.job_run_id, rank), rank)
+        return found
+
+    def batch_is_full(self, job_run_id: str) -> bool:
+        rows = self._all(
+            select(s.job_runs.c.members, s.job_runs.c.batch_limit).where(
+                s.job_runs.c.job_run_id == job_run_id
+            )
+        )
+        return (
+            bool(rows)
+            and rows[0]["batch_limit"] is not None
+            and len(rows[0]["members"]) >= rows[0]["batch_limit"]
+        )
+
+    def pools_have_room(self, slots: Mapping[str, int]) -> bool:
+        """Whether each pool (name -> slots) has a slot no run holds (a read: admission decides)."""
+        taken = {row["pool"]: int(row["n"]) for row in self._all(_slots_taken(slots))}
+        return all(taken.get(pool, 0) < n for pool, n in slots.items())
+
+    def admitted_not_started(self) -> list[str]:
+        """Workflow ids of the runs given a pool slot that have not started yet: the runs to wake."""
+        granted = select(s.run_pools.c.job_run_id).where(s.run_pools.c.granted.is_(True))
+        rows = self._all(
+            select(s.job_runs.c.workflow_id).where(
+                s.job_runs.c.state == JobRunState.queued.value,
+                s.job_runs.c.admitted.is_(True),
+                s.job_runs.c.job_run_id.in_(granted),
+            )
+        )
+        return [row["workflow_id"] for row in rows]
 
     def _open(
         self, conn: Connection, job_run_id: str, attempt: int | None = None
@@ -513,10 +681,9 @@ class BuildEventLog(BelQueries):
         is no longer the one the caller looked at."""
         preview = self.taint_impact(ref)
         cascaded = sorted({d.ref for d in preview.current}) if cascade else []
-        with self._write(*map(ref_key, [ref, *cascaded])) as tx:
-            # Holding the head lock, no build can commit in between: one that read the instance either
-            # committed already (its output is in the impact) or commits after us and inherits the taint.
-            tx.lock_head()
+        # Alone, no build can commit in between: one that read the instance either committed already
+        # (its output is in the impact) or commits after us and inherits the taint.
+        with self._write(*map(ref_key, [ref, *cascaded]), alone=True) as tx:
             partition = self._taintable(self._partition_row(tx.conn, ref), ref)
             if instance_id is not None and partition.instance_id != instance_id:
                 raise InvalidTransitionError(
@@ -623,8 +790,7 @@ class BuildEventLog(BelQueries):
     # Maintenance ---------------------------------------------------------------------------------
     def rebuild_projections(self) -> int:
         """Throw current state away and derive it again from the events alone. Returns events replayed."""
-        with self._write() as tx:
-            tx.lock_head()  # no command may run while state is rebuilt
+        with self._write(alone=True) as tx:  # no command may run while state is rebuilt
             for table in reversed(s.PROJECTIONS):
                 tx.conn.execute(delete(table))
             count = 0

@@ -1,18 +1,39 @@
 """Engines and write transactions of the build event log.
 
 Every command runs in one write transaction that (1) takes per-key locks on the wants, job runs and
-partitions it decides about, (2) reads current state, (3) appends events, which locks the head row
-so that indexes are handed out gap-free and in commit order, and (4) projects each event in the same
-transaction. Keys are always locked before the head, in sorted order, so transactions cannot
-deadlock. On PostgreSQL the key locks are advisory transaction locks, so commands on different
-partitions decide in parallel; SQLite serialises whole write transactions (BEGIN IMMEDIATE).
+partitions it decides about, (2) reads current state, (3) appends events, each projected at once in the
+same transaction, and (4) writes the events when it closes, just before COMMIT.
+
+How the index stays global, gap-free and in commit order:
+
+- SQLite admits one writer at a time (BEGIN IMMEDIATE, and a lock per process), so a transaction reads
+  the head and writes its events at ``head + 1 ...`` before it commits.
+- PostgreSQL writers on different keys run and commit in parallel, and readers only see events up to
+  the head. A transaction's last statement, ``bel_reserve(n)`` (migration 0010), gives its events the
+  indexes after the head if no other transaction is placing events: it then holds the sequencer's lock
+  until its COMMIT, so its events and the head become visible together. Otherwise (under load) the
+  events get provisional indexes above ``PROVISIONAL`` (one step of a sequence per transaction), and
+  after COMMIT the writer calls ``bel_sequence``: one transaction at a time moves every committed
+  provisional event, in provisional order, to the indexes after the head and advances the head. One
+  such call places the events of many writers; a writer whose events another call placed returns at
+  once (read-only). A writer returns only once its events are placed, so it reads its own writes; a
+  reader reads the head and the events up to it in one snapshot (``event_page``), so it sees every index
+  up to the head, and whatever commits later is placed after it.
+  The order is the commit order as far as any transaction could tell: one that read or waited for
+  another's writes did so after that one committed, so it reserved its indexes later. Key locks make a
+  command's reads of its keys see the commits before it, and the projector's other reads are covered by
+  the writers' lock (below), so replaying the events in index order rebuilds what was projected.
+- Every write transaction holds the writers' lock shared; taint and rebuilding projections hold it
+  alone (``alone=True``): no other command is between its reads and its commit.
+
+Keys are always locked in sorted order, after the writers' lock, so transactions cannot deadlock.
 """
 
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -103,57 +124,113 @@ def write_lock(url: str) -> AbstractContextManager[object]:
         return _SQLITE_WRITERS.setdefault(key, threading.Lock())
 
 
+# PostgreSQL (see migration 0010): provisional indexes start here (a transaction appends at most 2^20
+# events, one step of the provisional sequence). Two-key advisory locks, apart from the one-key locks on
+# wants, runs and refs: every writer shares (LOCK_SPACE, WRITERS); placing events takes (LOCK_SPACE, 2).
+PROVISIONAL = 1 << 62
+LOCK_SPACE = 0x42454C  # "BEL"
+WRITERS = 1
+
+_LOCK_SHARED = text(
+    "SELECT pg_advisory_xact_lock_shared(:space, :writers) UNION ALL "
+    "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM unnest(CAST(:keys AS text[])) AS k"
+)
+_LOCK_ALONE = text(
+    "SELECT pg_advisory_xact_lock(:space, :writers) UNION ALL "
+    "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM unnest(CAST(:keys AS text[])) AS k"
+)
+_RESERVE = text("SELECT bel_reserve(:n)")
+_SEQUENCE = text("SELECT bel_sequence(:mine)")
+_SEQUENCE_PENDING = text("SELECT bel_sequence(NULL)")
+
+
 class WriteTx:
-    """One write transaction: key locks first, then events appended under the head lock."""
+    """One write transaction: key locks first, then events, projected as they are appended and written
+    when the transaction closes (so its own statements do not see its events in ``events``)."""
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self.at = now()
-        self.idx: int | None = None
-        self._postgres = conn.dialect.name == "postgresql"
+        self.events: list[ev.Event] = []
+        self.postgres = conn.dialect.name == "postgresql"
+        self.provisional: int | None = None  # the first provisional index of its events, if it has them
 
-    def lock(self, *keys: str) -> None:
-        """Serialise commands about the same wants, job runs or partitions (call once, first)."""
-        assert self.idx is None, "lock keys before appending"
-        if self._postgres:
-            for key in sorted(set(keys)):
-                self.conn.execute(
-                    text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))"), {"key": key}
-                )
-
-    def lock_head(self) -> int:
-        if self.idx is None:
-            row = self.conn.execute(
-                select(s.head.c.last_idx).where(s.head.c.id == 1).with_for_update()
-            ).first()
-            if row is None:
-                raise RuntimeError(
-                    "the build event log is not initialised; open it with BuildEventLog.create()"
-                )
-            self.idx = int(row[0])
-        return self.idx
-
-    def append(self, event: ev.Event) -> int:
-        self.idx = self.lock_head() + 1
-        want_id, job_run_id, ref = ev.event_keys(event)
-        self.conn.execute(
-            insert(s.events).values(
-                idx=self.idx,
-                type=event.type,
-                at=self.at,
-                want_id=want_id,
-                job_run_id=job_run_id,
-                ref=ref,
-                data=event.model_dump(mode="json"),
+    def lock(self, *keys: str, alone: bool = False) -> None:
+        """Serialise commands about the same wants, job runs or partitions (call once, first). ``alone``:
+        wait for every other write transaction to end, and keep new ones out until this one ends."""
+        assert not self.events, "lock keys before appending"
+        if self.postgres:
+            self.conn.execute(
+                _LOCK_ALONE if alone else _LOCK_SHARED,
+                {"space": LOCK_SPACE, "writers": WRITERS, "keys": sorted(set(keys))},
             )
-        )
+
+    def append(self, event: ev.Event) -> None:
         projector.apply(self.conn, event, self.at)
-        return self.idx
+        self.events.append(event)
 
     def extend(self, events: Sequence[ev.Event]) -> None:
         for each in events:
             self.append(each)
 
     def close(self) -> None:
-        if self.idx is not None:
-            self.conn.execute(update(s.head).where(s.head.c.id == 1).values(last_idx=self.idx))
+        """Write the events (the transaction's last statements before COMMIT)."""
+        if not self.events:
+            return
+        rows: list[dict[str, Any]] = []
+        for appended in self.events:
+            want_id, job_run_id, ref = ev.event_keys(appended)
+            rows.append(
+                {
+                    "type": appended.type,
+                    "at": self.at,
+                    "want_id": want_id,
+                    "job_run_id": job_run_id,
+                    "ref": ref,
+                    "data": appended.model_dump(mode="json"),
+                }
+            )
+        if self.postgres:
+            first = int(self.conn.execute(_RESERVE, {"n": len(rows)}).scalar_one())
+            self.provisional = first if first >= PROVISIONAL else None
+        else:
+            last = self.conn.execute(select(s.head.c.last_idx).where(s.head.c.id == 1)).scalar()
+            if last is None:
+                raise RuntimeError(
+                    "the build event log is not initialised; open it with BuildEventLog.create()"
+                )
+            first = last + 1
+            self.conn.execute(update(s.head).where(s.head.c.id == 1).values(last_idx=last + len(rows)))
+        for position, row in enumerate(rows):
+            row["idx"] = first + position
+        self.conn.execute(insert(s.events), rows)
+
+    def place(self) -> None:
+        """After COMMIT: return once the events have their place in the log (PostgreSQL, when ``close``
+        could only give them provisional indexes)."""
+        if self.provisional is not None:
+            self.conn.execution_options(isolation_level="AUTOCOMMIT")
+            self.conn.execute(_SEQUENCE, {"mine": self.provisional})
+
+
+@contextmanager
+def write(
+    engine: Engine, lock: AbstractContextManager[object], *keys: str, alone: bool = False
+) -> Iterator[WriteTx]:
+    """A write transaction holding ``keys`` (see ``WriteTx.lock``), committed when the block ends and
+    then placed in the log."""
+    with lock, engine.connect() as conn:
+        with conn.begin():
+            tx = WriteTx(conn)
+            tx.lock(*keys, alone=alone)
+            yield tx
+            tx.close()
+        tx.place()
+
+
+def place_pending(engine: Engine) -> None:
+    """Place events that a writer committed but did not live to place (PostgreSQL; a no-op otherwise)."""
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.execute(_SEQUENCE_PENDING)

@@ -48,6 +48,7 @@ class RunPlan(_Verdict):
     job_label: str
     outputs: list[str]
     params: dict[str, str]
+    members: int = 1  # partitions it builds (more than one in a batch)
 
 
 class Execute(RunPlan):
@@ -57,9 +58,10 @@ class Execute(RunPlan):
 
 
 class Delegate(RunPlan):
-    """Another active run builds the partition: the want waits for it."""
+    """Another active run builds the partition (or a queued batch run took it): the want waits for it."""
 
     kind: Literal["delegate"] = "delegate"
+    batch_full: bool = False  # the partition was the last a queued batch run had room for
 
 
 class WaitExternal(_Verdict):
@@ -137,6 +139,7 @@ class DecisionState:
     runs: Mapping[str, RunPlan] = field(default_factory=dict)  # runs building an output, and the want's
     fail_locks: Mapping[str, FailLock] = field(default_factory=dict)  # of the fail-locked outputs
     declared: Mapping[str, Partition | None] = field(default_factory=dict)  # the job's declared inputs
+    batch: RunPlan | None = None  # a queued run of the batch job that the partition may join
 
     @property
     def outputs(self) -> list[str]:
@@ -198,6 +201,8 @@ def decide(state: DecisionState, seq: int, new_job_run_id: str) -> Decided:
     ]
     if missing:
         return Decided(NeedsInputs(missing=sorted(missing)))
+    if state.batch is not None:
+        return _join(state, target, state.batch, seq)
     return _execute(state, target, new_job_run_id, seq)
 
 
@@ -275,13 +280,35 @@ def _delegate(state: DecisionState, active: str, seq: int) -> Decided:
 
 def _execute(state: DecisionState, target: JobTarget, job_run_id: str, seq: int) -> Decided:
     want_id = state.want.want_id
-    events: list[ev.Event] = [ev.JobRunQueued(**_declared(target, job_run_id, want_id))]
+    events: list[ev.Event] = [
+        ev.JobRunQueued(**_declared(target, job_run_id, want_id), batch=target.job.batch)
+    ]
     events += [ev.PartitionBuilding(ref=out, job_run_id=job_run_id) for out in target.outputs]
     events.append(
         ev.WantBuilding(want_id=want_id, job_run_id=job_run_id, relation="executed", decision_seq=seq)
     )
     plan = Execute(
         job_run_id=job_run_id, job_label=target.job.label, outputs=target.outputs, params=target.params
+    )
+    return Decided(plan, events)
+
+
+def _join(state: DecisionState, target: JobTarget, run: RunPlan, seq: int) -> Decided:
+    """Batching: the partition joins a queued run of its job, which then builds it with the others."""
+    want_id = state.want.want_id
+    events: list[ev.Event] = [
+        ev.JobRunJoined(
+            job_run_id=run.job_run_id, want_id=want_id, params=target.params, outputs=target.outputs
+        )
+    ]
+    events += [ev.PartitionBuilding(ref=out, job_run_id=run.job_run_id) for out in target.outputs]
+    events.append(
+        ev.WantBuilding(want_id=want_id, job_run_id=run.job_run_id, relation="batched", decision_seq=seq)
+    )
+    plan = Delegate(
+        **run.model_dump(exclude={"kind", "outputs"}),
+        outputs=[*run.outputs, *target.outputs],
+        batch_full=run.members + 1 >= (target.job.batch or 0),
     )
     return Decided(plan, events)
 
@@ -320,10 +347,13 @@ def succeeded(
     reads: list[InstanceRef],
     writes: list[InstanceRef],
     locations: Mapping[str, str] | None = None,
+    inputs_of: dict[str, list[str]] | None = None,
 ) -> list[ev.Event]:
     """Publishing is this commit: each written instance becomes its partition's live instance, at its
-    location (by ref)."""
-    events: list[ev.Event] = [ev.JobRunSucceeded(job_run_id=run.job_run_id, reads=reads, writes=writes)]
+    location (by ref). ``inputs_of``: of a batch, which reads each output was built from."""
+    events: list[ev.Event] = [
+        ev.JobRunSucceeded(job_run_id=run.job_run_id, reads=reads, writes=writes, inputs_of=inputs_of)
+    ]
     for out in writes:
         if out.instance_id is None:
             raise InvalidInputError(f"job run {run.job_run_id} wrote {out.ref} without an instance id")
@@ -336,10 +366,18 @@ def succeeded(
     return events
 
 
-def dep_missed(run: OpenRun, missing: Sequence[str], reads: list[InstanceRef]) -> list[ev.Event]:
-    """The job needs inputs that are not live: its outputs are released for the build after them."""
+def dep_missed(
+    run: OpenRun,
+    missing: Sequence[str],
+    reads: list[InstanceRef],
+    missing_for: dict[str, list[str]] | None = None,
+) -> list[ev.Event]:
+    """The job needs inputs that are not live: its outputs are released for the build after them.
+    ``missing_for``: of a batch, the missing inputs each output's want waits for."""
     events: list[ev.Event] = [
-        ev.JobRunDepMiss(job_run_id=run.job_run_id, missing=sorted(set(missing)), reads=reads)
+        ev.JobRunDepMiss(
+            job_run_id=run.job_run_id, missing=sorted(set(missing)), reads=reads, missing_for=missing_for
+        )
     ]
     events += [ev.PartitionReleased(ref=out, job_run_id=run.job_run_id) for out in run.locked_outputs]
     return events

@@ -17,12 +17,13 @@ class WantCreated(Model):
 
 
 class WantBuilding(Model):
-    """The want's job run: one it queued (``executed``) or one it delegated to (``delegated``)."""
+    """The want's job run: one it queued (``executed``), one it delegated to (``delegated``), or a queued
+    batch run its partition joined (``batched``)."""
 
     type: Literal["WantBuilding"] = "WantBuilding"
     want_id: str
     job_run_id: str
-    relation: Literal["executed", "delegated"]
+    relation: Literal["executed", "delegated", "batched"]
     decision_seq: int
 
 
@@ -76,6 +77,32 @@ class _JobRunDeclared(Model):
 
 class JobRunQueued(_JobRunDeclared):
     type: Literal["JobRunQueued"] = "JobRunQueued"
+    batch: int | None = Field(default=None, description="of a batch job: the most partitions the run takes")
+
+
+class JobRunJoined(Model):
+    """A want's partition joined a queued batch run of its job, which now builds its outputs too."""
+
+    type: Literal["JobRunJoined"] = "JobRunJoined"
+    job_run_id: str
+    want_id: str
+    params: dict[str, str]
+    outputs: list[str]
+
+
+class JobRunWaiting(Model):
+    """The run waits for a slot of each of its pools (name -> capacity) before it may start."""
+
+    type: Literal["JobRunWaiting"] = "JobRunWaiting"
+    job_run_id: str
+    pools: dict[str, int]
+
+
+class JobRunAdmitted(Model):
+    """The run may start: it holds a slot of each of its pools, and a batch takes no more partitions."""
+
+    type: Literal["JobRunAdmitted"] = "JobRunAdmitted"
+    job_run_id: str
 
 
 class JobRunSkipped(_JobRunDeclared):
@@ -98,6 +125,9 @@ class JobRunSucceeded(Model):
     job_run_id: str
     reads: list[InstanceRef]
     writes: list[InstanceRef]
+    inputs_of: dict[str, list[str]] | None = Field(
+        default=None, description="of a batch: the refs each output was built from (else: every read)"
+    )
 
 
 class JobRunDepMiss(Model):
@@ -105,6 +135,9 @@ class JobRunDepMiss(Model):
     job_run_id: str
     missing: list[str]
     reads: list[InstanceRef]
+    missing_for: dict[str, list[str]] | None = Field(
+        default=None, description="of a batch: the missing inputs each output waits for (else: all)"
+    )
 
 
 # The reasons a job run workflow gives a run it stops: also how events recorded before
@@ -269,6 +302,9 @@ Event = Annotated[
     | WantFinished
     | WantSlaMissed
     | JobRunQueued
+    | JobRunJoined
+    | JobRunWaiting
+    | JobRunAdmitted
     | JobRunSkipped
     | JobRunStarted
     | JobRunSucceeded

@@ -29,6 +29,9 @@ class JobAttempt(Model):
     job_label: str
     params: dict[str, str]
     instances: dict[str, str] = Field(description="each output's new instance id, in output order")
+    partitions: list[dict[str, str]] | None = Field(
+        default=None, description="of a batch run: the placeholders of each partition it builds"
+    )
 
     @property
     def outputs(self) -> list[str]:
@@ -50,6 +53,9 @@ class BodyResult(Model):
     reads: list[InstanceRef]
     missing: list[str]
     written: list[str]
+    # Of a batch: the reads each output was built from, and the missing inputs each output waits for.
+    inputs_of: dict[str, list[str]] | None = None
+    missing_for: dict[str, list[str]] | None = None
 
     @field_validator("missing", "written")
     @classmethod
@@ -81,9 +87,20 @@ class JobBodies:
             job_label=attempt.job_label,
             instances=attempt.instances,
             params=attempt.params,
+            partitions=attempt.partitions,
             cancelled=cancelled,
             report=report,
         )
+        job = self.graph.job_by_label(attempt.job_label)
         with contextlib.suppress(MissingInputsError):  # ctx.missing holds every input found missing
-            self.graph.job_by_label(attempt.job_label).run(ctx, attempt.params)
-        return BodyResult(reads=ctx.reads, missing=sorted(ctx.missing), written=sorted(ctx.written))
+            job.run(ctx, attempt.params, ctx.partitions)
+        missing = sorted(ctx.missing)
+        batch = attempt.partitions
+        return BodyResult(
+            reads=ctx.reads,
+            missing=missing,
+            written=sorted(ctx.written),
+            # Of a batch: which inputs are whose.
+            inputs_of=job.inputs_by_output(batch, [read.ref for read in ctx.reads]) if batch else None,
+            missing_for=job.inputs_by_output(batch, missing) if batch and missing else None,
+        )

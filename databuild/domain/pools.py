@@ -1,0 +1,66 @@
+"""Which waiting job runs may start (SPEC 3.8): pools bound the runs going at once, cluster-wide, and
+interactive and scheduled work comes before backfills. Pure rules over what the BEL read under the
+pools' locks; the store appends the admissions they return."""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from databuild.errors import GraphDefinitionError
+from databuild.graph import Job
+from databuild.models import WantSource
+
+URGENT = 0  # interactive and scheduled wants, and whatever they need
+BACKGROUND = 1  # backfills, and whatever they need
+
+
+def want_priority(source: WantSource, root_source: WantSource | None) -> int:
+    """A backfill's want, or a derivative of one, yields to everything else."""
+    if source is WantSource.backfill or (
+        source is WantSource.derivative and root_source is WantSource.backfill
+    ):
+        return BACKGROUND
+    return URGENT
+
+
+def job_pool(label: str) -> str:
+    """The pool behind a job's own ``max_running``."""
+    return f"job:{label}"
+
+
+def pools_of(job: Job, named: Mapping[str, int]) -> dict[str, int]:
+    """The pools (name -> slots) a run of ``job`` takes a slot of: its own bound, and its named pool."""
+    pools = {} if job.max_running is None else {job_pool(job.label): job.max_running}
+    if job.pool is not None:
+        if job.pool not in named:
+            known = ", ".join(f"{name}={slots}" for name, slots in sorted(named.items())) or "none"
+            raise GraphDefinitionError(
+                f"job {job.label!r} takes slots of pool {job.pool!r}, which DATABUILD_POOLS does not define "
+                f"(defined: {known}); add it, e.g. DATABUILD_POOLS='{job.pool}=4'"
+            )
+        pools[job.pool] = named[job.pool]
+    return pools
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A queued run that asked to start: the slots it needs, how urgent its wants are, since when."""
+
+    job_run_id: str
+    pools: Mapping[str, int]
+    priority: int
+    queued_at: datetime
+
+
+def admit(waiting: Sequence[Waiting], running: Mapping[str, int]) -> list[str]:
+    """The waiting runs to start now, in order: the most urgent first, then the longest waiting, each as
+    long as every pool it needs has a free slot (``running``: slots taken per pool). A run that does not
+    fit does not hold back a later one that does."""
+    taken = dict(running)
+    admitted = []
+    for run in sorted(waiting, key=lambda w: (w.priority, w.queued_at, w.job_run_id)):
+        if all(taken.get(pool, 0) < slots for pool, slots in run.pools.items()):
+            admitted.append(run.job_run_id)
+            for pool in run.pools:
+                taken[pool] = taken.get(pool, 0) + 1
+    return admitted

@@ -1,0 +1,147 @@
+"""Backfills at scale on the real stack: batched job runs, a cluster-wide pool, backfills yielding to
+interactive wants, and a batch in which one partition's input is missing."""
+
+import asyncio
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from databuild.backfill import BackfillRequest
+from databuild.models import JobRun, JobRunState, PartitionStatus, WantState
+from databuild.spark import SparkRuntime
+from tests.conftest import Stack
+from tests.helpers import lake, until
+
+pytestmark = pytest.mark.slow
+
+GRAPH = "tests.graphs:batches"
+POOLS = {"etl": 2}  # daily/{day} takes slots of it
+
+
+def days(first: date, count: int) -> list[str]:
+    return [(first + timedelta(days=n)).isoformat() for n in range(count)]
+
+
+def request(pattern: str, first: date, count: int) -> BackfillRequest:
+    start = datetime.combine(first, datetime.min.time(), tzinfo=UTC)
+    return BackfillRequest(pattern=pattern, start=start, end=start + timedelta(days=count - 1))
+
+
+def runs_of(stack: Stack, job_label: str) -> list[JobRun]:
+    return stack.bel.job_runs(job_label=job_label, limit=1000)
+
+
+def most_at_once(stack: Stack, job_runs: set[str]) -> int:
+    """The most of ``job_runs`` running at once, read from the BEL's events in commit order."""
+    running: set[str] = set()
+    most = 0
+    for event in stack.bel.events(limit=100_000):
+        if event.job_run_id not in job_runs:
+            continue
+        if event.type == "JobRunStarted":
+            running.add(event.job_run_id)
+        elif event.type in ("JobRunSucceeded", "JobRunDepMiss", "JobRunFailed"):
+            running.discard(event.job_run_id)
+        most = max(most, len(running))
+    return most
+
+
+async def feed(stack: Stack, spark: SparkRuntime, day: str) -> None:
+    """An external feed arrives: its data, then its announcement."""
+    spark.session().range(3).write.parquet(str(lake(stack.settings) / "feed" / day))
+    await stack.db.publish(f"feed/{day}")
+
+
+async def finished(stack: Stack, backfill_id: str, seconds: float = 120) -> None:
+    for _ in range(int(seconds * 4)):
+        if (await stack.db.backfill_progress(backfill_id)).finished:
+            return
+        await asyncio.sleep(0.25)
+    raise AssertionError(
+        f"backfill {backfill_id} did not finish: {await stack.db.backfill_progress(backfill_id)}"
+    )
+
+
+async def test_a_backfill_runs_in_full_batches_within_its_pool(make_stack, spark_runtime) -> None:
+    # A long window: a batch starts only when full, so 60 partitions make exactly 6 runs.
+    stack = await make_stack(graph=GRAPH, pools=POOLS, batch_window=timedelta(seconds=60))
+    first = date(2024, 5, 1)
+    for day in days(first, 60):
+        await feed(stack, spark_runtime, day)
+    backfill = request("daily/{day}", first, 60)
+    progress = await stack.db.backfill(backfill)
+    assert progress.partitions == 60
+    await finished(stack, progress.backfill_id)
+    assert (await stack.db.backfill_progress(progress.backfill_id)).by_state == {WantState.successful: 60}
+
+    runs = runs_of(stack, "daily_batch")
+    assert len(runs) == 6 and all(r.state is JobRunState.succeeded for r in runs), runs
+    assert sorted(len(r.partitions or []) for r in runs) == [10] * 6
+    assert most_at_once(stack, {r.job_run_id for r in runs}) <= 2
+
+    # Every partition has its own instance, read from its own feed alone.
+    instances = set()
+    for day in days(first, 60):
+        partition = stack.bel.partition(f"daily/{day}")
+        assert partition.status is PartitionStatus.live and partition.instance_id
+        instances.add(partition.instance_id)
+        built_from = {
+            ref.ref
+            for run_id, ref in stack.bel.consumers_of(stack.bel.partition(f"feed/{day}").instance_id or "")[0]
+        }
+        assert built_from == {f"daily/{day}"}
+    assert len(instances) == 60
+
+    # Asking again registers nothing.
+    events = stack.bel.last_idx()
+    again = await stack.db.backfill(backfill)
+    assert again.finished and again.registered == 60
+    assert stack.bel.last_idx() == events
+
+
+async def test_an_interactive_want_starts_before_the_queued_backfill_runs(make_stack) -> None:
+    stack = await make_stack(graph=GRAPH, pools=POOLS)
+    first = date(2024, 6, 1)
+    progress = await stack.db.backfill(request("paced/{day}", first, 4))
+    # One backfill run goes at a time (max_running=1): the others wait in line, and say so.
+    await until(lambda: sum(bool(r.waiting_for_pools) for r in runs_of(stack, "paced")) == 3)
+    waiting = [r for r in runs_of(stack, "paced") if r.waiting_for_pools]
+    assert {r.status for r in waiting} == {"queued (pool full: job:paced)"}
+
+    urgent = await stack.db.want("paced/2024-07-01", data_timestamp=datetime(2024, 7, 1, tzinfo=UTC))
+    assert (await stack.db.wait(urgent)).state is WantState.successful
+    await finished(stack, progress.backfill_id)
+
+    started = [e for e in stack.bel.events(limit=100_000) if e.type == "JobRunStarted"]
+    order = [stack.bel.job_run(e.job_run_id).outputs[0] for e in started]
+    # The backfill's first run was going already; the interactive one was next, ahead of three older runs.
+    assert order[1] == "paced/2024-07-01", order
+    assert most_at_once(stack, {r.job_run_id for r in runs_of(stack, "paced")}) == 1
+
+
+async def test_a_batch_missing_one_input_waits_for_that_input_only(make_stack, spark_runtime) -> None:
+    stack = await make_stack(graph=GRAPH, pools=POOLS, batch_window=timedelta(seconds=60))
+    first = date(2024, 8, 1)
+    five = days(first, 5)
+    late = five[2]
+    for day in five:
+        if day != late:
+            await feed(stack, spark_runtime, day)
+    progress = await stack.db.backfill(request("undeclared/{day}", first, 5))
+
+    # The batch of five dep-misses on the one feed that is not there; every member waits for it (the job
+    # declares no inputs, so nothing says whose it is) and for nothing else.
+    def dep_missed() -> list[JobRun]:
+        return [r for r in runs_of(stack, "undeclared_batch") if r.state is JobRunState.dep_miss]
+
+    await until(lambda: bool(dep_missed()))
+    (missed,) = dep_missed()
+    assert missed.missing == [f"feed/{late}"]
+    assert missed.missing_for == {f"undeclared/{day}": [f"feed/{late}"] for day in five}
+    assert all(stack.bel.partition(f"undeclared/{day}").status is not PartitionStatus.live for day in five)
+
+    await feed(stack, spark_runtime, late)
+    await finished(stack, progress.backfill_id)
+    assert (await stack.db.backfill_progress(progress.backfill_id)).by_state == {WantState.successful: 5}
+    built = [r for r in runs_of(stack, "undeclared_batch") if r.state is JobRunState.succeeded]
+    assert len(built) == 1 and len(built[0].partitions or []) == 5
