@@ -22,7 +22,7 @@ from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.models import PartitionStatus, WantSource, WantState
 from databuild.temporal import ensure_search_attributes
-from databuild.testing import make_settings
+from databuild.testing import make_settings, skip_time
 from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed
 from workflows.want import WantWorkflow
 
@@ -104,7 +104,7 @@ async def test_want_blocked_for_a_month_keeps_a_short_history(
 
     blocked = await db.want("timed/0", data_timestamp=start, ttl=timedelta(days=60))
     await until_state(db, blocked.want_id, WantState.upstream_building)
-    await env.sleep(timedelta(days=30))
+    await skip_time(env, timedelta(days=30))
     assert db.bel.want(blocked.want_id).state is WantState.upstream_building
     decisions = [e.type for e in db.bel.events(want_id=blocked.want_id, limit=1000)]
     assert decisions.count("WantBlocked") == 1  # one BEL event per decision, not per wake-up
@@ -129,7 +129,7 @@ async def test_want_delegated_to_a_ten_day_build_keeps_a_short_history(
     await until_state(db, follower.want_id, WantState.building)
     assert db.bel.want(follower.want_id).job_run_id == db.bel.want(builder.want_id).job_run_id
 
-    await env.sleep(timedelta(days=11))
+    await skip_time(env, timedelta(days=11))
     for spec in (builder, follower):
         assert (await db.wait(spec)).state is WantState.successful
         lengths = await run_lengths(env.client, spec.workflow_id)

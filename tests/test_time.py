@@ -15,7 +15,7 @@ from databuild.client import DataBuild
 from databuild.graph import load_graph
 from databuild.models import WantState
 from databuild.spark import SparkRuntime
-from databuild.testing import make_settings
+from databuild.testing import make_settings, skip_time
 from tests.helpers import lake, until, waiting_for_feed
 from worker.run import WorkerParts, running_worker
 
@@ -74,7 +74,7 @@ async def test_ttl_expiry_stops_the_want(skipping: tuple[WorkflowEnvironment, Da
     spec = await db.want("report/never", data_timestamp=start, sla=timedelta(hours=9), ttl=timedelta(days=30))
     await until(lambda: waiting_for_feed(db, "feed/never"))
 
-    await env.sleep(timedelta(days=31))
+    await skip_time(env, timedelta(days=31))
     done = await db.wait(spec)
     assert done.state is WantState.expired
     assert "TTL" in (done.reason or "")
