@@ -280,6 +280,7 @@ class Want(Model):
     root_want_id: str | None
     state: WantState
     sla_missed: bool
+    sla_at_risk: bool = Field(default=False, description="predicted (p90) to miss its SLA; stays raised")
     reason: str | None
     job_run_id: str | None = Field(description="the job run the want currently waits on or last waited on")
     workflow_id: str
@@ -426,6 +427,8 @@ class JobRun(Model):
     workflow_id: str
     created_at: datetime
     updated_at: datetime
+    started_at: datetime | None = Field(default=None, description="when its latest attempt started")
+    ended_at: datetime | None = Field(default=None, description="when it ended")
     partitions: list[dict[str, str]] | None = Field(
         default=None, description="of a batch run: the placeholders of each partition it builds"
     )

@@ -231,6 +231,11 @@ def _want_sla_missed(conn: Connection, event: ev.WantSlaMissed, at: datetime) ->
     conn.execute(_UPDATE_WANT, {"pk": event.want_id, "sla_missed": True})
 
 
+@projects(ev.WantSlaAtRisk)
+def _want_sla_at_risk(conn: Connection, event: ev.WantSlaAtRisk, at: datetime) -> None:
+    conn.execute(_UPDATE_WANT, {"pk": event.want_id, "sla_at_risk": True})
+
+
 # Job runs ------------------------------------------------------------------------------------------
 
 
@@ -284,7 +289,9 @@ def _job_run_skipped(conn: Connection, event: ev.JobRunSkipped, at: datetime) ->
 
 @projects(ev.JobRunStarted)
 def _job_run_started(conn: Connection, event: ev.JobRunStarted, at: datetime) -> None:
-    _set_job_run(conn, event.job_run_id, at, state=JobRunState.running.value, attempts=event.attempt)
+    _set_job_run(
+        conn, event.job_run_id, at, state=JobRunState.running.value, attempts=event.attempt, started_at=at
+    )
     if event.instances:
         rows = [
             {
@@ -310,7 +317,7 @@ def _instance_unpinned(conn: Connection, event: ev.InstanceUnpinned, at: datetim
 
 @projects(ev.JobRunSucceeded)
 def _job_run_succeeded(conn: Connection, event: ev.JobRunSucceeded, at: datetime) -> None:
-    _set_job_run(conn, event.job_run_id, at, state=JobRunState.succeeded.value)
+    _set_job_run(conn, event.job_run_id, at, state=JobRunState.succeeded.value, ended_at=at)
     _record_reads(conn, event.job_run_id, event.reads)
     _release_slots(conn, event.job_run_id)
     inputs_of = event.inputs_of
@@ -337,6 +344,7 @@ def _job_run_dep_miss(conn: Connection, event: ev.JobRunDepMiss, at: datetime) -
         event.job_run_id,
         at,
         state=JobRunState.dep_miss.value,
+        ended_at=at,
         missing=event.missing,
         missing_for=event.missing_for,
     )
@@ -351,6 +359,7 @@ def _job_run_failed(conn: Connection, event: ev.JobRunFailed, at: datetime) -> N
         event.job_run_id,
         at,
         state=event.cause.state.value,
+        ended_at=at,
         cause=event.cause.value,
         reason=event.reason,
         lost=event.cause is JobRunCause.lost,

@@ -91,6 +91,7 @@ wants = Table(
     Column("updated_at", UTCDateTime, nullable=False),
     Column("generation", Integer, nullable=False, default=0, server_default="0"),
     Column("instance_id", ID),  # the instance that fulfilled it
+    Column("sla_at_risk", Boolean, nullable=False, server_default=false()),  # predicted to miss its SLA
 )
 
 partitions = Table(
@@ -121,6 +122,8 @@ partition_instances = Table(
     Column("retired_at", UTCDateTime),  # when it stopped being live: gc keeps it the retention from then
     Column("pinned", Boolean, nullable=False, default=False, server_default=false()),
     Column("location", Text),  # where its data is (a URI); None for instances older than revision 0005
+    Column("facts", JSON),  # row count, size, schema (InstanceFacts); None when the job recorded none
+    Column("schema_changed", Boolean, nullable=False, server_default=false()),  # versus the previous instance
 )
 
 # The instance each output of each attempt writes to, recorded before it writes: garbage collection
@@ -158,7 +161,11 @@ job_runs = Table(
     Column("missing_for", JSON),
     # May start (its pool slots are held); a queued batch run takes partitions until then.
     Column("admitted", Boolean, nullable=False, server_default=false()),
+    # The latest attempt's start and the run's end: the duration history of SLA estimates and metrics.
+    Column("started_at", UTCDateTime),
+    Column("ended_at", UTCDateTime),
     Index("ix_job_runs_batch", "job_label", "state", "admitted"),
+    Index("ix_job_runs_durations", "job_label", "state", "ended_at"),
 )
 
 # The pool slots a queued or running job run holds (granted) or waits for; gone when the run ends.

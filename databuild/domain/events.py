@@ -66,6 +66,16 @@ class WantSlaMissed(Model):
     deadline: datetime
 
 
+class WantSlaAtRisk(Model):
+    """Predicted to miss its SLA: the p90 estimate of when it will be built passes the deadline."""
+
+    type: Literal["WantSlaAtRisk"] = "WantSlaAtRisk"
+    want_id: str
+    deadline: datetime
+    eta: datetime = Field(description="the p90 estimate of when the partition will be live")
+    slowest_step: str | None = Field(default=None, description="the remaining step that takes longest")
+
+
 class _JobRunDeclared(Model):
     job_run_id: str
     job_label: str
@@ -301,6 +311,7 @@ Event = Annotated[
     | WantBlocked
     | WantFinished
     | WantSlaMissed
+    | WantSlaAtRisk
     | JobRunQueued
     | JobRunJoined
     | JobRunWaiting
