@@ -56,12 +56,7 @@ class WantActivities:
         verdict = await self.bel.call(self._decide, input, lease)
         match verdict:  # what the worker's settings add to the BEL's verdict
             case Execute():
-                policy = p.JobPolicy(
-                    heartbeat_timeout=self.settings.job_heartbeat_timeout,
-                    start_to_close_timeout=self.settings.job_start_to_close_timeout,
-                    attempts=self.settings.job_attempts,
-                    lease=lease,
-                )
+                policy = p.JobPolicy.of(self.graph.job_by_label(verdict.job_label), self.settings)
                 return p.ExecuteOrder(
                     **verdict.model_dump(), policy=policy, watchdog=lease, admission=self._admission(verdict)
                 )

@@ -12,7 +12,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from databuild.backfill import BackfillProgress, BackfillRequest, backfill_partitions
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
-from databuild.errors import AnnouncementRefusedError, InvalidWantError, TemporalUnavailableError
+from databuild.errors import (
+    AnnouncementRefusedError,
+    InvalidTransitionError,
+    InvalidWantError,
+    TemporalUnavailableError,
+)
 from databuild.graph import Graph, load_graph
 from databuild.models import (
     Instance,
@@ -203,6 +208,18 @@ class DataBuild:
         want = await self.bel.call(self.bel.want, want_id)  # NotFoundError for an unknown id
         if not want.state.is_final:
             await _cancel_workflow(await self.temporal_client(), want.workflow_id)
+        return want
+
+    async def retry(self, want_id: str) -> Want:
+        """Make a want that has not ended decide again now (e.g. after fixing an input or a cause outside
+        DataBuild), instead of at its next watch. Raises InvalidTransitionError for a want that has ended."""
+        want = await self.bel.call(self.bel.want, want_id)  # NotFoundError for an unknown id
+        if want.state.is_final:
+            raise InvalidTransitionError(
+                f"want {want_id} has ended ({want.state.value}); only a want still open can decide again"
+            )
+        handle = (await self.temporal_client()).get_workflow_handle(want.workflow_id)
+        await handle.signal(SIGNAL_REDECIDE, RedecideNotice(ref=want.ref, reason="retry requested"))
         return want
 
     async def cancel_backfill(self, backfill_id: str) -> int:

@@ -6,7 +6,7 @@ import shlex
 from contextvars import ContextVar
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, get_args
 from urllib.parse import urlsplit
 
 from pydantic import Field, JsonValue, SecretStr, ValidationError, field_validator
@@ -15,13 +15,10 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from databuild.durations import parse_setting_duration
 from databuild.errors import InvalidInputError
+from databuild.graph import ExecutorKind
 from databuild.storage import storage_uri
 
 DEFAULT_HOME = Path(".databuild")
-
-# Where a job body runs (databuild/executors): the worker's own SparkSession, its own application
-# through spark-submit, or a Spark Connect server.
-ExecutorKind = Literal["session", "submit", "connect"]
 
 
 _HOST_CHARACTERS = set("abcdefghijklmnopqrstuvwxyz0123456789-._:")  # names, IPv4 and IPv6 addresses

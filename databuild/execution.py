@@ -73,6 +73,7 @@ class JobExecutor:
             params=run.params,
             instances=planned,
             partitions=run.partitions,
+            spark_conf=self.executors.spark_conf.get(run.job_label, {}),
         )
         self._running[job.group] = job
         try:

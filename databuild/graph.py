@@ -4,8 +4,10 @@ import importlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from databuild.durations import parse_setting_duration
 from databuild.errors import GraphDefinitionError, UnknownJobError
 from databuild.refs import validate_ref
 
@@ -13,6 +15,9 @@ if TYPE_CHECKING:
     from databuild.job_context import JobContext
 
 JobFn = Callable[..., None]
+# Where a job body runs (databuild/executors): the worker's own SparkSession, its own application
+# through spark-submit, or a Spark Connect server.
+ExecutorKind = Literal["session", "submit", "connect"]
 InputsFn = Callable[..., Sequence[str]]
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SEGMENT_CHARS = r"[A-Za-z0-9_.=-]+"
@@ -54,6 +59,20 @@ class Pattern:
         return self.text.format(**params)
 
 
+def _duration(name: str, value: timedelta | str | None) -> timedelta | None:
+    if value is None:
+        return None
+    try:
+        parsed = parse_setting_duration(value) if isinstance(value, str) else value
+    except ValueError as error:
+        raise GraphDefinitionError(f"{name}={value!r}: {error}") from None
+    if not isinstance(parsed, timedelta) or parsed <= timedelta(0):
+        raise GraphDefinitionError(
+            f"{name}={value!r}: give a positive duration, e.g. '30m' or timedelta(hours=2)"
+        )
+    return parsed
+
+
 @dataclass(frozen=True)
 class Job:
     label: str
@@ -65,6 +84,12 @@ class Job:
     batch: int | None = None  # the most partitions one run builds; None: one per run
     pool: str | None = None  # the named pool (settings) its runs take a slot of
     max_running: int | None = None  # the most runs of this job at once, cluster-wide
+    # Overrides of the worker's settings for this job's runs (None: the setting applies).
+    retries: int | None = None  # attempts after the first
+    timeout: timedelta | None = None  # of one attempt
+    heartbeat_timeout: timedelta | None = None
+    executor: ExecutorKind | None = None
+    spark_conf: dict[str, str] = field(default_factory=dict, compare=False)
 
     def run(self, ctx: "JobContext", params: dict[str, str], partitions: list[dict[str, str]]) -> None:
         """A batch job is called with every partition of its run (``fn(ctx, partitions)``); any other job
@@ -141,6 +166,11 @@ class Graph:
         batch: int | None = None,
         pool: str | None = None,
         max_running: int | None = None,
+        retries: int | None = None,
+        timeout: timedelta | str | None = None,
+        heartbeat_timeout: timedelta | str | None = None,
+        executor: ExecutorKind | None = None,
+        spark_conf: dict[str, str] | None = None,
     ) -> Callable[[JobFn], JobFn]:
         """Declare a job: ``@graph.job("daily_summary/{date}", "top_spenders/{date}")``.
 
@@ -155,6 +185,12 @@ class Graph:
         as ``fn(ctx, partitions)`` with one dict of placeholders per partition. ``max_running`` bounds the
         runs of this job at once, and ``pool`` names a pool of ``DATABUILD_POOLS`` whose slots it shares
         with other jobs; both hold cluster-wide.
+
+        ``retries``, ``timeout`` (of one attempt), ``heartbeat_timeout`` and ``executor`` override the
+        worker's `DATABUILD_JOB_ATTEMPTS`, `..._START_TO_CLOSE_TIMEOUT`, `..._HEARTBEAT_TIMEOUT` and
+        `DATABUILD_EXECUTOR` for this job (durations as ``timedelta`` or text such as ``"2h"``);
+        ``spark_conf`` sets Spark properties for its runs only (SQL properties on the worker's session;
+        any property with ``executor="submit"``).
         """
         if not outputs:
             raise GraphDefinitionError("a job needs at least one output pattern")
@@ -163,6 +199,26 @@ class Graph:
                 raise GraphDefinitionError(f"{name}={value!r}: give a whole number of at least 1")
         if pool is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", pool):
             raise GraphDefinitionError(f"pool={pool!r}: a pool name is letters, digits, '_', '.' or '-'")
+        if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int) or retries < 0):
+            raise GraphDefinitionError(f"retries={retries!r}: give a whole number of at least 0")
+        limits = {
+            "timeout": _duration("timeout", timeout),
+            "heartbeat_timeout": _duration("heartbeat_timeout", heartbeat_timeout),
+        }
+        if executor is not None and executor not in get_args(ExecutorKind):
+            kinds = ", ".join(repr(k) for k in get_args(ExecutorKind))
+            raise GraphDefinitionError(f"executor={executor!r}: choose one of {kinds}")
+        conf = dict(spark_conf or {})
+        bad = [
+            k
+            for k, v in conf.items()
+            if not isinstance(k, str) or not k.startswith("spark.") or not isinstance(v, str)
+        ]
+        if bad:
+            raise GraphDefinitionError(
+                f"spark_conf keys {bad!r}: give Spark properties as strings, "
+                "e.g. {'spark.sql.shuffle.partitions': '64'}"
+            )
         patterns = tuple(Pattern.parse(o) for o in outputs)
         unknown = sorted(set(tables or {}) - set(outputs))
         if unknown:
@@ -187,6 +243,10 @@ class Graph:
                 batch=batch,
                 pool=pool,
                 max_running=max_running,
+                retries=retries,
+                executor=executor,
+                spark_conf=conf,
+                **limits,
             )
             return fn
 

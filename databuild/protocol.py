@@ -10,6 +10,7 @@ from typing import Annotated
 from pydantic import Field
 from temporalio.common import SearchAttributeKey
 
+from databuild.config import Settings
 from databuild.domain.decisions import (
     Blocked,
     Delegate,
@@ -19,6 +20,7 @@ from databuild.domain.decisions import (
     NeedsInputs,
     WaitExternal,
 )
+from databuild.graph import Job
 from databuild.models import JobRunCause, JobRunState, Model, WantSpec, WantState
 
 WANT_WORKFLOW = "Want"
@@ -128,6 +130,17 @@ class JobPolicy(Model):
     start_to_close_timeout: timedelta
     attempts: int
     lease: timedelta = timedelta(minutes=1)
+
+    @classmethod
+    def of(cls, job: Job, settings: Settings) -> "JobPolicy":
+        """The job's own declarations (``@graph.job(retries=, timeout=, heartbeat_timeout=)``) over the
+        worker's settings."""
+        return cls(
+            heartbeat_timeout=job.heartbeat_timeout or settings.job_heartbeat_timeout,
+            start_to_close_timeout=job.timeout or settings.job_start_to_close_timeout,
+            attempts=settings.job_attempts if job.retries is None else job.retries + 1,
+            lease=settings.job_lease,
+        )
 
 
 class Admission(Model):

@@ -116,6 +116,17 @@ def cancel(
 
 
 @app.command()
+def retry(
+    want_id: Annotated[str, typer.Argument(metavar="WANT_ID", help="A want id (w-...) that has not ended.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Make a want decide again now, e.g. after fixing an input or a cause outside DataBuild (a want
+    waiting on a fail-lock is woken by `databuild resolve` already)."""
+    want = run(with_client(lambda db: db.retry(want_id)))
+    emit(as_json, {"want": want, "retried": True}, lambda: f"{want_id} ({want.ref}) decides again")
+
+
+@app.command()
 def pause(
     backfill_id: Annotated[str, typer.Argument(metavar="BACKFILL_ID", help="A backfill id (bf-...).")],
     as_json: JsonFlag = False,

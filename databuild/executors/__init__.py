@@ -6,14 +6,14 @@ import os
 from pathlib import Path
 
 from databuild.bel.queries import BelQueries
-from databuild.config import ExecutorKind, Settings
+from databuild.config import Settings
 from databuild.errors import InvalidInputError
 from databuild.executors.base import Executor, Progress
 from databuild.executors.body import BodyResult, JobAttempt, JobBodies
 from databuild.executors.connect import ConnectExecutor
 from databuild.executors.session import SessionExecutor
 from databuild.executors.submit import SubmitExecutor, SubmitOptions, default_spark_submit
-from databuild.graph import Graph
+from databuild.graph import ExecutorKind, Graph
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
 
@@ -29,9 +29,15 @@ __all__ = [
 class Executors:
     """The executor of every job of one graph."""
 
-    def __init__(self, default: Executor, by_job: dict[str, Executor] | None = None) -> None:
+    def __init__(
+        self,
+        default: Executor,
+        by_job: dict[str, Executor] | None = None,
+        spark_conf: dict[str, dict[str, str]] | None = None,
+    ) -> None:
         self.default = default
         self.by_job = dict(by_job or {})
+        self.spark_conf = dict(spark_conf or {})  # job label -> the Spark properties it declares
 
     def for_job(self, label: str) -> Executor:
         return self.by_job.get(label, self.default)
@@ -60,7 +66,12 @@ class Executors:
                 f"DATABUILD_JOB_EXECUTORS names {', '.join(unknown)}, not a job of graph {graph.name!r} "
                 f"(its jobs: {', '.join(sorted(known)) or 'none'})"
             )
-        kinds = {settings.executor, *settings.job_executors.values()}
+        # The operator's DATABUILD_JOB_EXECUTORS over the graph's `executor=` over DATABUILD_EXECUTOR.
+        chosen: dict[str, ExecutorKind] = {
+            **{job.label: job.executor for job in graph.jobs if job.executor is not None},
+            **settings.job_executors,
+        }
+        kinds = {settings.executor, *chosen.values()}
         if {"session", "connect"} <= kinds:
             raise InvalidInputError(
                 "one worker cannot run jobs on both its own SparkSession (executor 'session') and Spark "
@@ -72,6 +83,16 @@ class Executors:
                 "the 'connect' executor needs DATABUILD_SPARK_CONNECT_URL, e.g. sc://spark-connect:15002"
             )
 
+        on_connect = [
+            label for label in chosen if chosen[label] == "connect" and graph.job_by_label(label).spark_conf
+        ]
+        if settings.executor == "connect":
+            on_connect += [j.label for j in graph.jobs if j.spark_conf and j.label not in chosen]
+        if on_connect:
+            raise InvalidInputError(
+                f"job(s) {', '.join(sorted(on_connect))} declare spark_conf, which the 'connect' executor cannot "
+                "apply per job (its session is shared): run them with executor='submit' or 'session'"
+            )
         spark_submit = (settings.spark_submit or default_spark_submit()) if "submit" in kinds else Path()
         if "submit" in kinds and not (spark_submit.is_file() and os.access(spark_submit, os.X_OK)):
             raise InvalidInputError(
@@ -101,5 +122,7 @@ class Executors:
 
         made = {kind: make(kind) for kind in kinds}
         return cls(
-            made[settings.executor], {label: made[kind] for label, kind in settings.job_executors.items()}
+            made[settings.executor],
+            {label: made[kind] for label, kind in chosen.items()},
+            {job.label: job.spark_conf for job in graph.jobs if job.spark_conf},
         )

@@ -32,6 +32,7 @@ class JobAttempt(Model):
     partitions: list[dict[str, str]] | None = Field(
         default=None, description="of a batch run: the placeholders of each partition it builds"
     )
+    spark_conf: dict[str, str] = Field(default={}, description="Spark properties the job declares")
 
     @property
     def outputs(self) -> list[str]:

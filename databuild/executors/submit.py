@@ -70,6 +70,7 @@ class SubmitExecutor:
             *("--conf", "spark.ui.enabled=false"),
             *(arg for key, value in JOB_SQL_CONF.items() for arg in ("--conf", f"{key}={value}")),
             *o.extra_args,  # after the defaults, so a user's --conf wins
+            *(arg for key, value in attempt.spark_conf.items() for arg in ("--conf", f"{key}={value}")),
             str(entry),
             files.storage.uri,
             files.key,

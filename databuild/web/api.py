@@ -182,6 +182,12 @@ async def post_cancel_want(request: Request, _caller: Caller, want_id: str) -> W
     return await context(request).db.cancel(want_id)
 
 
+@router.post("/wants/{want_id}/retry", response_model=Want)
+async def post_retry_want(request: Request, _caller: Caller, want_id: str) -> Want:
+    """Make a want that has not ended decide again now (409 for one that has ended)."""
+    return await context(request).db.retry(want_id)
+
+
 class PinRequest(Model):
     pinned: bool = Field(default=True, description="false: garbage collection may remove it again")
     reason: str | None = Field(default=None, max_length=2000, description="why it is kept")
