@@ -1,19 +1,27 @@
 """Fan-out: when a job run ends, signal every want subscribed to its outputs. Pages through the
 subscriptions and heartbeats its cursor, so a retry resumes where the last attempt stopped."""
 
+from datetime import UTC, datetime
+
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.alerts import raise_alert
 from databuild import protocol as p
 from databuild.bel import BuildEventLog
+from databuild.config import Settings
+from databuild.domain import alerts
 from databuild.temporal import notify_subscribers, signal_for_run
 
 
 class FanOutActivities:
-    def __init__(self, bel: BuildEventLog, client: Client, page_size: int = 200) -> None:
+    def __init__(
+        self, bel: BuildEventLog, client: Client, settings: Settings | None = None, page_size: int = 200
+    ) -> None:
         self.bel = bel
         self.client = client
+        self.settings = settings  # None: no alerts (tests of the fan-out alone)
         self.page_size = page_size
 
     @activity.defn
@@ -31,6 +39,10 @@ class FanOutActivities:
             on_page=activity.heartbeat,
         )
         await self._wake_admitted()
+        fail_locked = run.cause is not None and not run.cause.releases_outputs
+        if self.settings is not None and fail_locked:
+            at = run.ended_at or datetime.now(UTC)
+            await raise_alert(self.client, self.settings, alerts.fail_locked(run, at))
         return told
 
     async def _wake_admitted(self) -> None:

@@ -1,18 +1,20 @@
 """BEL activities of the want workflow."""
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.alerts import raise_alert
 from activities.heartbeats import heartbeating
 from databuild import protocol as p
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
+from databuild.domain import alerts
 from databuild.domain.decisions import Blocked, Delegate, DependenciesStatus, Execute, Verdict
 from databuild.domain.pools import pools_of
 from databuild.graph import Graph
@@ -26,6 +28,7 @@ from databuild.models import (
     WantState,
     job_run_workflow_id,
 )
+from databuild.sla import sla_estimate
 from databuild.temporal import notify_subscribers, signal_for_run, start_want
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
@@ -191,6 +194,14 @@ class WantActivities:
         )
         if want.state is not WantState.successful and want.source is WantSource.derivative:
             await self._tell_dependents(want)
+        at = datetime.now(UTC)
+        # A derivative want's failure shows in its root's alert (and its job's fail-lock alert).
+        if want.state is WantState.failed and want.source is not WantSource.derivative:
+            alert = alerts.want_failed(want, self._job_label(want.ref), at)
+            await raise_alert(self.client, self.settings, alert)
+        for progress in await self.bel.call(self.bel.backfills_of, want.want_id):
+            if progress.finished:
+                await raise_alert(self.client, self.settings, alerts.backfill_finished(progress, at))
 
     async def _tell_dependents(self, want: Want) -> None:
         """A derivative want that ended without its partition fails the wants waiting on it, at every
@@ -211,4 +222,35 @@ class WantActivities:
 
     @activity.defn
     async def record_sla_missed(self, input: p.SlaMissedInput) -> None:
-        await self.bel.call(self.bel.mark_sla_missed, input.want_id, input.deadline)
+        want = await self.bel.call(self.bel.mark_sla_missed, input.want_id, input.deadline)
+        at = input.deadline  # its timer fired then (workflow time)
+        await raise_alert(self.client, self.settings, alerts.sla_missed(want, self._job_label(want.ref), at))
+        estimate = await self.bel.call(sla_estimate, self.bel, self.graph, want, at)
+        if estimate is not None and estimate.external:
+            await raise_alert(self.client, self.settings, alerts.upstream_late(want, estimate.external, at))
+
+    @activity.defn
+    async def assess_sla(self, input: p.AssessSlaInput) -> p.SlaAssessment:
+        """Is the want predicted to miss its SLA (``databuild.sla``)? If so, flag it and alert once; if
+        not, say when to look again. ``now`` is the workflow's time (the time-skipping server's in tests)."""
+        now = input.now
+        want = await self.bel.call(self.bel.want, input.want_id)
+        estimate = await self.bel.call(sla_estimate, self.bel, self.graph, want, now)
+        if estimate is None:
+            return p.SlaAssessment(at_risk=False)
+        if not estimate.at_risk(input.deadline):
+            return p.SlaAssessment(
+                at_risk=False, eta=estimate.eta_p90, check_at=estimate.check_at(input.deadline, now)
+            )
+        want, _ = await self.bel.call(
+            self.bel.mark_sla_at_risk, want.want_id, input.deadline, estimate.eta_p90, estimate.slowest_step
+        )
+        label = self._job_label(want.ref)
+        await raise_alert(self.client, self.settings, alerts.sla_at_risk(want, label, estimate, now))
+        if estimate.external:
+            await raise_alert(self.client, self.settings, alerts.upstream_late(want, estimate.external, now))
+        return p.SlaAssessment(at_risk=True, eta=estimate.eta_p90)
+
+    def _job_label(self, ref: str) -> str | None:
+        target = self.graph.resolve(ref).target
+        return target.job.label if target is not None else None

@@ -84,6 +84,14 @@ class Settings(BaseSettings):
         description="serve Spark SQL (HiveServer2: beeline, JDBC) over the catalog on this loopback port, from "
         "the worker holding it (`0`: off; `databuild dev` uses 10000 when free)",
     )
+    # Off by default: workers sharing a host would contend for any one fixed port.
+    metrics_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="serve each worker's Prometheus metrics at `http://<host>:<port>/metrics`, on all "
+        "interfaces (`0`: off; the web server always serves `/metrics`); see Metrics",
+    )
     graph: str = Field(default="examples.demo:graph", description="`module:attribute` of your graph")
     spark_master: str = Field(default="local[2]", description="Spark master of the worker's session")
     spark_driver_memory: str = Field(
@@ -135,6 +143,12 @@ class Settings(BaseSettings):
         description="a build lock lapses this long after its worker last renewed it",
     )
     max_concurrent_jobs: int = Field(default=4, description="job activities one worker runs at once")
+    job_log_max_bytes: int = Field(
+        default=1024 * 1024,
+        ge=4096,
+        description="most bytes of one job attempt's log; a longer log keeps its beginning and its end, "
+        "where a failure's traceback is (see Job logs)",
+    )
     pools: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=dict,
         description="named pools, `name=slots,...`: the most job runs of the jobs in a pool (`@graph.job(pool=)`) "
@@ -157,7 +171,7 @@ class Settings(BaseSettings):
     gc_keep: timedelta = Field(
         default=timedelta(days=7),
         description="how long garbage collection keeps an instance after it stopped being live (superseded, "
-        "tainted) or was left unpublished, and a failed attempt's submission folder",
+        "tainted) or was left unpublished, a failed attempt's submission folder, and an ended job run's logs",
     )
     # Temporal over TLS (a self-hosted cluster with mTLS, or Temporal Cloud): PEM files, or an API key.
     temporal_tls: bool = Field(
@@ -191,6 +205,26 @@ class Settings(BaseSettings):
     openlineage_namespace: str = Field(default="databuild", description="OpenLineage job namespace")
     openlineage_api_key: SecretStr | None = Field(
         default=None, description="bearer token for an HTTP OpenLineage endpoint"
+    )
+    # Alerts (databuild/alerts.py): notification URLs in apprise syntax; they often hold tokens.
+    alert_urls: SecretStr | None = Field(
+        default=None,
+        description="where alerts go: comma-separated notification URLs in apprise syntax (`json://host:port/path`, "
+        "`slack://…`, `mailto://…`); each gets every alert (see Alerts)",
+        json_schema_extra=_shown_default("unset (off)"),
+    )
+    alert_config: Path | None = Field(
+        default=None,
+        description="an apprise configuration file (text or YAML) of more channels, whose tags `kind:<kind>`, "
+        "`job:<label>`, `ref:<glob>` route alerts to them (see Alerts)",
+    )
+    alert_give_up_after: timedelta = Field(
+        default=timedelta(days=1),
+        description="how long an alert is retried on a channel that does not take it",
+    )
+    dashboard_url: str = Field(
+        default="http://127.0.0.1:8000",
+        description="the dashboard's address as people reach it: the links in alerts",
     )
     api_tokens: SecretStr | None = Field(
         default=None,
@@ -235,6 +269,7 @@ class Settings(BaseSettings):
         "repair_every",
         "gc_keep",
         "batch_window",
+        "alert_give_up_after",
         mode="before",
     )
     @classmethod

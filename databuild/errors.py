@@ -101,6 +101,10 @@ class JavaNotFoundError(DataBuildError):
     pass
 
 
+class SparkStartError(DataBuildError):
+    """The worker's Spark driver did not start; the message names the log that says why."""
+
+
 class JobCancelledError(DataBuildError):
     """The job body stopped because its activity was cancelled."""
 

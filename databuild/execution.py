@@ -1,10 +1,13 @@
 """Runs one attempt of one job run: BEL start (with the instance each output goes to), the job body on its
 executor, the BEL outcome (whose commit publishes the outputs)."""
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
+from typing import NoReturn
 
+from databuild.attempt_log import line
 from databuild.bel.store import BuildEventLog, new_instance_id
 from databuild.catalog import Catalog
 from databuild.errors import JobContractError
@@ -87,21 +90,27 @@ class JobExecutor:
             # is checked again here, where it crosses into the BEL.
             strays = sorted(set(body.written) - set(run.outputs))
             if strays:
-                raise JobContractError(
-                    f"job {run.job_label} wrote {', '.join(strays)}, not among its outputs"
-                )
+                self._refuse(job, f"job {run.job_label} wrote {', '.join(strays)}, not among its outputs")
             unwritten = sorted(set(run.outputs) - set(body.written))
             if unwritten:
-                raise JobContractError(f"job {run.job_label} finished without writing {', '.join(unwritten)}")
+                self._refuse(job, f"job {run.job_label} finished without writing {', '.join(unwritten)}")
             # The commit is the publish: a superseded attempt is refused inside it.
             locations = {ref: self.storage.location(ref, i) for ref, i in planned.items()}
             succeeded = self.bel.succeed_job_run(
-                job_run_id, body.reads, instances, attempt, locations, body.inputs_of
+                job_run_id, body.reads, instances, attempt, locations, body.inputs_of, body.facts
             )
             self._catalog(succeeded)
             return outcome_of(self._finished(succeeded, JobRunState.succeeded))
         finally:
             self._running.pop(job.group, None)
+
+    def _refuse(self, job: JobAttempt, message: str) -> NoReturn:
+        """The body ended, but its result breaks the job's contract: said at the end of the attempt's log
+        too, where whoever reads it looks for why the attempt failed."""
+        key = self.storage.log_key(job.job_run_id, job.attempt)
+        with contextlib.suppress(OSError):  # no log (FileNotFoundError included): the reason still says it
+            self.storage.write_text(key, self.storage.read_text(key) + line(message, "ERROR") + "\n")
+        raise JobContractError(message)
 
     def _catalog(self, run: JobRun) -> None:
         """Point the tables of the run's outputs at their live instances, in the background. The BEL is

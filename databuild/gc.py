@@ -1,7 +1,8 @@
-"""Garbage collection of the storage: instance locations nothing needs any more, and the folders of
-submitted attempts. It lists the storage first and asks the BEL second, so an attempt that starts or
-publishes meanwhile is seen by the BEL as writing or live (an attempt records its instance ids before
-it writes a byte). The rule itself is ``databuild.domain.retention``."""
+"""Garbage collection of the storage: instance locations nothing needs any more, the folders of
+submitted attempts, and the logs of job runs that ended longer than the retention ago. It lists the
+storage first and asks the BEL second, so an attempt that starts or publishes meanwhile is seen by the
+BEL as writing or live (an attempt records its instance ids before it writes a byte). The rules
+themselves are ``databuild.domain.retention``."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -9,13 +10,13 @@ from typing import Literal
 from pydantic import Field
 
 from databuild.bel.queries import BelQueries
-from databuild.domain.retention import instance_verdict
+from databuild.domain.retention import instance_verdict, log_verdict
 from databuild.models import Model
 from databuild.storage import Storage
 
 
 class Collected(Model):
-    kind: Literal["instance", "submission"]
+    kind: Literal["instance", "submission", "log"]
     location: str
     ref: str | None = None
     instance_id: str | None = None
@@ -36,16 +37,23 @@ def collect_garbage(
     storage: Storage, bel: BelQueries, *, keep: timedelta, now: datetime | None = None, dry_run: bool = False
 ) -> GcReport:
     """Delete instance locations that are not live, not pinned, not being written and past ``keep``,
-    and the submission folders of ended or superseded attempts past ``keep``."""
+    the submission folders of ended or superseded attempts past ``keep``, and the logs of job runs that
+    ended, ``keep`` after their last log was written."""
     stored = storage.instances()
     submissions = storage.submission_areas()
     now = now or datetime.now(UTC)
+    # Only logs old enough to go are looked up in the BEL: most are within the retention.
+    old_logs = [f for f in storage.log_folders() if f.modified is not None and now - f.modified >= keep]
     ids = [i.instance_id for i in stored]
     # The BEL is asked in an order that makes every race safe without a snapshot: a run read as
     # ended has published in the same commit (so its instances are found next), and a job run open
     # when an instance stopped being live is still open when asked last.
     planned = bel.attempt_outputs(ids)
-    run_ids = {o.job_run_id for o in planned.values()} | {a.job_run_id for a in submissions}
+    run_ids = (
+        {o.job_run_id for o in planned.values()}
+        | {a.job_run_id for a in submissions}
+        | {f.job_run_id for f in old_logs}
+    )
     runs = {r.job_run_id: r for r in bel.job_runs_by_id(sorted(run_ids))}
     known = {i.instance_id: i for i in bel.instances_by_id(ids)}
     oldest_open = bel.oldest_open_job_run()
@@ -98,4 +106,19 @@ def collect_garbage(
         )
         if not dry_run:
             storage.delete(area.key)
+
+    for folder in old_logs:
+        verdict = log_verdict(folder.modified, runs.get(folder.job_run_id), now=now, keep=keep)
+        if not verdict.delete:
+            continue
+        deleted.append(
+            Collected(
+                kind="log",
+                location=storage.uri_of(folder.key),
+                job_run_id=folder.job_run_id,
+                reason=verdict.reason,
+            )
+        )
+        if not dry_run:
+            storage.delete(folder.key)
     return GcReport(dry_run=dry_run, keep=keep, deleted=deleted, kept=kept)

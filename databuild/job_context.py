@@ -1,11 +1,15 @@
 """What a job body sees: ``ctx.read`` (checked against the BEL, recorded for lineage, missing inputs
-reported together; ``ctx.read_instance`` for any instance by UUID) and ``ctx.write`` (into each
-output's own new instance location)."""
+reported together; ``ctx.read_instance`` for any instance by UUID), ``ctx.write`` (into each
+output's own new instance location, recording its facts) and ``ctx.log`` (into the attempt's log)."""
 
+import contextvars
+import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
+
+from pyarrow import ArrowException
 
 from databuild.bel.queries import BelQueries
 from databuild.errors import (
@@ -17,11 +21,13 @@ from databuild.errors import (
     NotFoundError,
 )
 from databuild.graph import Graph
-from databuild.models import InstanceRef, InstanceStatus, PartitionStatus
+from databuild.models import Column, InstanceFacts, InstanceRef, InstanceStatus, PartitionStatus
 from databuild.storage import Storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
 
 
 class JobContext:
@@ -50,6 +56,12 @@ class JobContext:
         self.reads: list[InstanceRef] = []
         self.missing: set[str] = set()
         self.written: set[str] = set()
+        self.facts: dict[str, InstanceFacts] = {}
+        # The job's own logger. INFO unless configured otherwise, so that `ctx.log` lines reach the
+        # attempt's log even in a process that configures no logging (whose default is WARNING).
+        self.logger = logging.getLogger(f"databuild.job.{job_label}")
+        if self.logger.level == logging.NOTSET:
+            self.logger.setLevel(logging.INFO)
         self._bel = bel
         self._graph = graph
         self._storage = storage
@@ -127,7 +139,28 @@ class JobContext:
             raise JobContractError(f"job {self.job_label} wrote {ref} twice; write each output once")
         # "error": an instance location is written once; finding data there means something is wrong.
         frame.write.mode("error").parquet(self._storage.location(ref, self._instances[ref]))
+        self.facts[ref] = self._facts_of(ref, frame)
         self.written.add(ref)
+
+    def _facts_of(self, ref: str, frame: "DataFrame") -> InstanceFacts:
+        """The schema as written (the DataFrame's, already analysed: no Spark job), and rows and bytes
+        from the Parquet footers just written (a listing and a small read per file, not a count)."""
+        columns = [
+            Column(name=f.name, type=f.dataType.simpleString(), nullable=f.nullable)
+            for f in frame.schema.fields
+        ]
+        rows = size = files = None
+        try:
+            rows, size, files = self._storage.parquet_summary(
+                self._storage.instance_key(ref, self._instances[ref])
+            )
+        except (OSError, ArrowException) as error:  # facts describe the data; they never fail its build
+            log.warning(
+                "could not read the Parquet footers of %s, so its row count and size are unknown: %s",
+                ref,
+                error,
+            )
+        return InstanceFacts(rows=rows, bytes=size, files=files, columns=columns)
 
     def write_all(self, frames: Mapping[str, "DataFrame"], *, parallel: int = 8) -> None:
         """Write several outputs at once (a batch's), as concurrent Spark jobs in the run's job group:
@@ -142,9 +175,18 @@ class JobContext:
             )
         with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(frames)))) as pool:
             write = inheritable_thread_target(self.spark)(self.write)  # with the session: its tags too
-            writing = [pool.submit(write, ref, frame) for ref, frame in frames.items()]
+            # Each in a copy of this context: what they log goes to the attempt's log.
+            writing = [
+                pool.submit(contextvars.copy_context().run, write, ref, frame)
+                for ref, frame in frames.items()
+            ]
             for each in writing:
                 each.result()
+
+    def log(self, message: str, *args: object, level: int = logging.INFO) -> None:
+        """A line in the attempt's log (`databuild job-runs show ID --log`): ``message % args``, as
+        `logging` formats it. Python `logging` records from the job's thread go there too."""
+        self.logger.log(level, message, *args)
 
     def progress(self, message: str) -> None:
         """A line of progress shown in the Temporal UI (heartbeat details) and the CLI."""

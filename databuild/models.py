@@ -338,6 +338,39 @@ class InstanceStatus(StrEnum):
     tainted = "tainted"  # an operator invalidated it with `databuild taint`
 
 
+class Column(Model):
+    name: str
+    type: str = Field(description="its Spark SQL type, e.g. `bigint`, `string`, `array<string>`")
+    nullable: bool = True
+
+
+class InstanceFacts(Model):
+    """What an instance holds, recorded when the job wrote it: counts from its Parquet footers (no data
+    read), the schema from the DataFrame that was written."""
+
+    rows: int | None = Field(description="row count; None if the footers could not be read")
+    bytes: int | None = Field(description="size of its Parquet files; None if they could not be listed")
+    files: int | None = Field(default=None, description="how many Parquet files")
+    columns: list[Column] = Field(description="the schema: column names and types, in order")
+
+    @property
+    def summary(self) -> str:
+        """``1,204 rows, 18.2 KiB in 2 files``, with ``?`` for what could not be read."""
+        rows = "?" if self.rows is None else f"{self.rows:,}"
+        size = "?" if self.bytes is None else _human_bytes(self.bytes)
+        files = "" if self.files is None else f" in {self.files} file{'s' if self.files != 1 else ''}"
+        return f"{rows} rows, {size}{files}"
+
+
+def _human_bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{size} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
 class Instance(Model):
     """One materialisation of a ref. Its UUID never changes; a rebuild makes a new one."""
 
@@ -355,6 +388,12 @@ class Instance(Model):
     pinned: bool = Field(default=False, description="garbage collection keeps its data while pinned")
     location: str | None = Field(
         default=None, description="where its data is (a URI): read it with `ctx.read_instance(uuid)`"
+    )
+    facts: InstanceFacts | None = Field(
+        default=None, description="row count, size and schema, recorded when the job wrote it"
+    )
+    schema_changed: bool = Field(
+        default=False, description="its schema differs from the instance of the ref before it"
     )
 
     @property

@@ -11,6 +11,7 @@ from pydantic import Field
 from temporalio.common import SearchAttributeKey
 
 from databuild.config import Settings
+from databuild.domain.alerts import Alert
 from databuild.domain.decisions import (
     Blocked,
     Delegate,
@@ -27,6 +28,7 @@ WANT_WORKFLOW = "Want"
 JOB_RUN_WORKFLOW = "JobRun"
 UPSTREAM_WORKFLOW = "UpstreamSync"
 SCHEDULED_WANT_WORKFLOW = "ScheduledWant"
+ALERT_WORKFLOW = "Alert"
 
 SIGNAL_PARTITION_AVAILABLE = "partition_available"
 SIGNAL_PARTITION_FAILED = "partition_failed"
@@ -86,6 +88,7 @@ class WantCarry(Model):
     arrived by signal, the job runs it started, and whether its SLA miss is recorded."""
 
     sla_missed: bool = False
+    sla_at_risk: bool = False
     live: dict[str, str] = {}
     failed_runs: dict[str, str] = {}
     failed_refs: dict[str, str] = {}
@@ -339,3 +342,33 @@ class ScheduledWantRequest(Model):
     data_timestamp: datetime
     sla: timedelta | None = None
     ttl: timedelta | None = None
+
+
+# Alerts ------------------------------------------------------------------------------------------
+class AlertInput(Model):
+    alert: Alert
+    give_up_after: timedelta = timedelta(days=1)
+
+
+class DeliverInput(Model):
+    alert: Alert
+    channel: str  # a channel id (databuild.alerts.Channel.id)
+
+
+class AlertResult(Model):
+    delivered: list[str]
+    failed: list[str]
+
+
+class AssessSlaInput(Model):
+    want_id: str
+    deadline: datetime
+    now: datetime  # the workflow's time
+
+
+class SlaAssessment(Model):
+    """A want's SLA estimate as its workflow acts on it: at risk now, or when to look again."""
+
+    at_risk: bool
+    eta: datetime | None = None
+    check_at: datetime | None = None

@@ -192,6 +192,12 @@ def lineage_view(view: PartitionView) -> RenderableType:
         focus.append(f"\n  location {shown.location or '(recorded before locations were)'}", style="cyan")
         if shown.pinned:
             focus.append("  pinned", style="magenta")
+        if shown.facts is not None:
+            focus.append(f"\n  facts {shown.facts.summary}")
+            columns = ", ".join(f"{c.name} {c.type}" for c in shown.facts.columns)
+            focus.append(f"\n  schema {columns or '(no columns)'}")
+        if shown.schema_changed:
+            focus.append("  schema changed", style="bold yellow")
     up = Tree(Text("upstream", style="bold"))
     if data.built_by is not None:
         builder = up.add(job_run_label(index.job_runs[data.built_by]))
@@ -211,7 +217,12 @@ def lineage_view(view: PartitionView) -> RenderableType:
     history = Tree(Text(f"instances ({data.history_total})", style="bold"))
     for instance_id in data.history:
         label = instance_label(instance_id, data.ref, index)
-        if (past := index.instances.get(instance_id)) is not None and past.location:
+        past = index.instances.get(instance_id)
+        if past is not None and past.facts is not None:
+            label.append(f"  {past.facts.summary}", style="dim")
+        if past is not None and past.schema_changed:
+            label.append("  schema changed", style="yellow")
+        if past is not None and past.location:
             label.append(f"  {past.location}", style="dim cyan")
         history.add(label)
     return Group(head, focus, up, down, history)
@@ -253,6 +264,8 @@ def job_run_detail(view: JobRunView) -> Tree:
             missed.add(Text.assemble(out, (": " + (", ".join(refs) or "none: decides again at once"), "dim")))
     if run.reason:
         tree.add(Text(f"reason: {run.reason}", style="red" if run.state is JobRunState.failed else "dim"))
+    if run.attempts:
+        tree.add(Text(f"log: databuild job-runs show {run.job_run_id} --log [--attempt N]", style="dim"))
     return tree
 
 

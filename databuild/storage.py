@@ -24,6 +24,7 @@ from databuild.models import Instance, attempt_name, parse_attempt_name
 from databuild.refs import RESERVED_SEGMENT, validate_ref
 
 INSTANCE_PREFIX = "~"
+LOGS = f"{RESERVED_SEGMENT}/logs"
 # Spark's Hadoop scheme -> the scheme pyarrow knows the same store by.
 _ARROW_SCHEMES = {
     "file": "file",
@@ -65,6 +66,15 @@ class StoredInstance:
 
     ref: str
     instance_id: str
+    modified: datetime | None
+
+
+@dataclass(frozen=True)
+class LogFolder:
+    """The logs of one job run's attempts, with the newest modification of any of them."""
+
+    job_run_id: str
+    key: str
     modified: datetime | None
 
 
@@ -198,6 +208,41 @@ class Storage:
             if named is not None:
                 found.append(SubmissionArea(*named, key=key, modified=modified))
         return found
+
+    def log_key(self, job_run_id: str, attempt: int) -> str:
+        """Where one attempt's log is kept: beside the submissions, under the reserved segment, one folder
+        per job run so that garbage collection removes a run's logs together."""
+        if not job_run_id or "/" in job_run_id or job_run_id in (".", ".."):
+            raise InvalidInputError(f"{job_run_id!r} is not a job run id")
+        return f"{LOGS}/{job_run_id}/{attempt}.log"
+
+    def log_folders(self) -> list[LogFolder]:
+        def folder(key: str) -> str:  # "_databuild/logs/<job run>"
+            return "/".join(key.split("/")[:3])
+
+        return [
+            LogFolder(key.rsplit("/", 1)[-1], key, modified)
+            for key, modified in _newest_by(folder, self.files(LOGS)).items()
+        ]
+
+    def parquet_summary(self, key: str) -> tuple[int, int, int]:
+        """Rows, bytes and files of the Parquet data under ``key``: one listing, then each file's footer
+        (a ranged read of its end, on parallel threads); no data is read. Files and folders whose names
+        start with ``_`` or ``.`` (``_SUCCESS``, checksums, leftovers of a commit) are not data."""
+        import pyarrow.dataset as ds
+
+        base = self._path(key)
+        selector = fs.FileSelector(base, recursive=True)
+        found = [
+            info
+            for info in self._fs.get_file_info(selector)
+            if info.type == fs.FileType.File
+            and not any(part.startswith(("_", ".")) for part in info.path[len(base) :].split("/"))
+        ]
+        if not found:
+            return 0, 0, 0
+        dataset = ds.dataset([info.path for info in found], filesystem=self._fs, format="parquet")
+        return dataset.count_rows(), sum(info.size or 0 for info in found), len(found)
 
     def local_path(self, key: str) -> Path | None:
         """The local path of ``key`` when the storage is the local file system (tests, migrations)."""

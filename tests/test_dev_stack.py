@@ -24,6 +24,9 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "s3cret-pw-of-the-bel"
+# What Spark's JVM (log4j, its console progress bar, its own start-up warnings), py4j, uvicorn and the
+# Temporal dev server print when they write to the terminal; `dev` sends all of it to .databuild/logs.
+NOISE = ("WARN", "log4j", "NativeCodeLoader", "[Stage", "py4j", "uvicorn", "level=", "Traceback")
 
 
 def dev_env(**extra: str) -> dict[str, str]:
@@ -50,6 +53,12 @@ def wait_for_output(process: subprocess.Popen[str], log: Path, text: str, second
         assert process.poll() is None, f"dev exited with {process.returncode}:\n{log.read_text()}"
         assert time.monotonic() < deadline, f"no {text!r} after {seconds} s:\n{log.read_text()}"
         time.sleep(0.2)
+
+
+def assert_quiet(terminal: str) -> None:
+    """Only DataBuild's own output on the terminal."""
+    noise = [line for line in terminal.splitlines() if any(marker in line for marker in NOISE)]
+    assert not noise, "\n".join(noise)
 
 
 def port_frees(port: int, seconds: float = 5) -> bool:
@@ -134,6 +143,17 @@ def test_dev_stack_runs_the_demo_and_serves_the_dashboard(tmp_path: Path) -> Non
     assert out.count("[successful]") >= 15  # the root want and its 14 derivative wants
     assert (tmp_path / ".databuild" / "bel.sqlite").exists()
     assert (tmp_path / ".databuild" / "data" / "top_spenders" / "2024-01-07").is_dir()
+    # A quiet terminal: the live progress and the tree, the logs' folder named once, none of what the
+    # JVM, py4j and the servers print; that is in the logs.
+    assert re.search(r"job runs: \d+ succeeded", out), out
+    assert out.count(".databuild/logs/") == 1, out
+    assert_quiet(out)
+    logs = tmp_path / ".databuild" / "logs"
+    spark = (logs / "spark.log").read_text()
+    assert "NativeCodeLoader" in spark and "Using incubator modules" in spark, spark  # log4j; the JVM
+    assert "[Stage" not in spark  # no progress bar anywhere
+    assert "Spark driver started" in (logs / "databuild.log").read_text()
+    assert "Temporal Server:" in (logs / "temporal.log").read_text()
 
 
 def test_dev_takes_its_temporal_server_down_with_it_and_never_joins_another(
@@ -154,6 +174,22 @@ def test_dev_takes_its_temporal_server_down_with_it_and_never_joins_another(
     server = leftovers.server(port)
     assert server != first.pid
 
+    # `want --wait` from another shell: its progress and tree, nothing else on either terminal.
+    wanted = subprocess.run(
+        [sys.executable, "-m", "databuild.cli", "want", "raw_events/2030-06-15", "--wait"],
+        cwd=project,
+        env={**env, "DATABUILD_TEMPORAL_ADDRESS": f"127.0.0.1:{port}"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert wanted.returncode == 0, wanted.stdout + wanted.stderr
+    assert "want raw_events/2030-06-15 [successful]" in wanted.stdout
+    assert re.search(r"job runs: \d+ succeeded", wanted.stdout), wanted.stdout
+    assert wanted.stderr == ""
+    assert_quiet(wanted.stdout)
+    assert "NativeCodeLoader" in (project / ".databuild" / "logs" / "spark.log").read_text()
+
     other = tmp_path / "other"
     other.mkdir()
     second_command = dev_command(port=port, ui_port=free_port(), web_port=free_port())
@@ -171,6 +207,7 @@ def test_dev_takes_its_temporal_server_down_with_it_and_never_joins_another(
     first.send_signal(signal.SIGTERM)
     assert first.wait(timeout=30) == 128 + signal.SIGTERM, log.read_text()
     assert "stopped by SIGTERM" in log.read_text()
+    assert_quiet(log.read_text())  # its worker built the want above
     assert gone(server) and port_frees(port) and port_frees(web_port), log.read_text()
 
     # Again in the same folder, then killed outright: the kernel kills the server with it.

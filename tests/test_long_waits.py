@@ -56,6 +56,7 @@ async def timed_stack(tmp_path: Path) -> AsyncIterator[tuple[WorkflowEnvironment
             wants.await_requirements,
             wants.finish_want,
             wants.record_sla_missed,
+            wants.assess_sla,
             wants.check_build,
             wants.watch,
             wants.abandon_build,

@@ -443,6 +443,36 @@ async def test_sla_miss_is_recorded_once_while_the_want_keeps_working(h: Harness
     assert len(script.inputs("record_sla_missed")) == 1
 
 
+async def test_sla_at_risk_is_assessed_when_the_estimate_says_and_alerted_once(
+    h: Harness, script: Script
+) -> None:
+    start = await h.env.get_current_time()
+    deadline = start + timedelta(hours=9)
+    spec = new_spec(data_timestamp=start, sla=timedelta(hours=9), ttl=timedelta(days=30))
+    script.then("decide", wait_external_decision())
+    risky = start + timedelta(hours=8)  # the p90 estimate passes the deadline then if nothing moves
+
+    def assess(input: p.AssessSlaInput) -> p.SlaAssessment:
+        if input.now >= risky:
+            return p.SlaAssessment(at_risk=True, eta=start + timedelta(hours=10))
+        return p.SlaAssessment(at_risk=False, check_at=risky)
+
+    script.always("assess_sla", assess)
+    handle = await h.start_want(spec)
+    await until_progress(handle, lambda progress: progress.state is WantState.upstream_building)
+
+    await h.env.sleep(timedelta(hours=10))
+    looks = script.inputs("assess_sla")
+    assert looks[0].deadline == deadline and looks[0].now - start < timedelta(minutes=1)
+    # It looked again when the state changed (new -> upstream_building), then at 8h, before the deadline.
+    assert abs(looks[-1].now - risky) < timedelta(seconds=2)
+    assert len(looks) <= 3  # no polling: once at the start, once per change, once at 8h
+    assert len(script.inputs("record_sla_missed")) == 1  # the miss is still recorded at the deadline
+    await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "late-1"))
+    assert (await handle.result()).state is WantState.successful
+    assert len(script.inputs("assess_sla")) == len(looks)  # at risk once: never asked again
+
+
 async def test_past_sla_is_recorded_at_once(h: Harness, script: Script) -> None:
     start = await h.env.get_current_time()
     spec = new_spec(data_timestamp=start - timedelta(days=1), sla=timedelta(hours=1))

@@ -110,6 +110,11 @@ class Script:
         await self.answer("record_sla_missed", input)
 
     @activity.defn
+    async def assess_sla(self, input: p.AssessSlaInput) -> p.SlaAssessment:
+        result: p.SlaAssessment = await self.answer("assess_sla", input)
+        return result
+
+    @activity.defn
     async def watch(self, input: p.WatchInput) -> None:
         await self.answer("watch", input)
 
@@ -154,6 +159,7 @@ class Script:
             self.await_requirements,
             self.finish_want,
             self.record_sla_missed,
+            self.assess_sla,
             self.watch,
             self.abandon_build,
             self.run_job,
@@ -315,6 +321,7 @@ DEFAULTS: dict[str, Answer] = {
     "await_requirements": p.RequirementsStatus(live=[]),
     "finish_want": None,
     "record_sla_missed": None,
+    "assess_sla": p.SlaAssessment(at_risk=False),
     "watch": still_waiting,
     "abandon_build": p.AbandonBuildResult(),
     "run_job": job_succeeded,

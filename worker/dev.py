@@ -17,6 +17,7 @@ from databuild import render
 from databuild.client import DataBuild
 from databuild.config import Settings, masked_url
 from databuild.errors import InvalidInputError, PortInUseError, TemporalUnavailableError
+from databuild.logsetup import DATABUILD_LOG, SPARK_LOG, TEMPORAL_LOG, log_dir, log_to_files, temporal_log
 from databuild.models import Want, WantState
 from databuild.temporal import connect, file_database_args, temporal_binary
 from databuild.views import want_view
@@ -30,8 +31,9 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 def start_dev_server(settings: Settings, ui_port: int) -> subprocess.Popen[bytes]:
     host, _, port = settings.temporal_address.rpartition(":")
-    settings.home.mkdir(parents=True, exist_ok=True)
-    log = (settings.home / "temporal.log").open("ab")
+    log_file = temporal_log(settings.home)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    log = log_file.open("ab")
     return subprocess.Popen(
         [
             temporal_binary(),
@@ -98,7 +100,7 @@ async def wait_for_server(settings: Settings, process: subprocess.Popen[bytes], 
         if process.poll() is not None:
             raise TemporalUnavailableError(
                 f"the Temporal dev server exited (code {process.returncode}); "
-                f"see {settings.home / 'temporal.log'}"
+                f"see {temporal_log(settings.home)}"
             )
         try:
             await connect(settings)
@@ -156,6 +158,7 @@ async def run_dev(
     the exit code: 128 + the signal's number when a signal stopped it."""
     host, _, port = settings.temporal_address.rpartition(":")
     check_ports(host, {"--port": int(port), "--ui-port": ui_port, "--web-port": web_port})
+    log_to_files(settings.home, console)  # after the ports check: a refused `dev` creates nothing
     with cancelled_on_termination() as received:
         server = start_dev_server(settings, ui_port)
         try:
@@ -204,10 +207,17 @@ async def run_stack(
                 f"(tables in database {settings.catalog_database})"
             )
         console.print(f"graph         {settings.graph}   task queue {settings.task_queue}")
+        logs = log_dir(settings.home)
+        console.print(f"logs          {logs}/   ({DATABUILD_LOG}, {SPARK_LOG}, {TEMPORAL_LOG})")
         code = 0
         if demo:
             result = await run_demo(DataBuild(parts.client, parts.bel, parts.graph, settings), console)
             code = 0 if result.state is WantState.successful else 1
+            if code:
+                console.print(
+                    f"\n[bold red]the demo want ended {result.state.value}[/]; the tree above says where, "
+                    f"and the logs in {logs}/ say why (Spark's in {logs / SPARK_LOG})"
+                )
             console.print(
                 f"\nOpen the Temporal UI to follow want -> job run -> derivative want: "
                 f"http://{host}:{ui_port}/namespaces/{settings.namespace}/workflows"

@@ -18,11 +18,13 @@ from temporalio.worker import Worker
 
 import workflows
 import workflows.calls
+from activities.alerts import AlertActivities
 from activities.errors import DataBuildErrors
 from activities.fanout import FanOutActivities
 from activities.jobs import JobActivities
 from activities.upstream import UpstreamActivities
 from activities.wants import WantActivities
+from databuild.alerts import channels
 from databuild.bel import BuildEventLog
 from databuild.catalog import Catalog, TableSpec, serve_sql, spark_catalog_conf
 from databuild.config import Settings
@@ -31,11 +33,14 @@ from databuild.execution import JobExecutor
 from databuild.executors import Executors
 from databuild.gc import collect_garbage
 from databuild.graph import Graph, load_graph
+from databuild.logsetup import spark_log
+from databuild.metrics import serving_metrics
 from databuild.openlineage import LineageEmitter
 from databuild.runtime import settle_heap
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
 from databuild.temporal import connect, ensure_search_attributes, repair_wants
+from workflows.alert import AlertWorkflow
 from workflows.job_run import JobRunWorkflow
 from workflows.scheduled import ScheduledWantWorkflow
 from workflows.upstream import UpstreamSyncWorkflow
@@ -98,6 +103,7 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     )  # None unless DATABUILD_OPENLINEAGE_URL is set
     for job in parts.graph.jobs:  # a pool the settings do not define is an error now, not at a job's turn
         pools_of(job, settings.pools)
+    channels(settings)  # so is an alert URL apprise cannot use
     executors = Executors.from_settings(
         settings, graph=parts.graph, bel=parts.bel, storage=storage, spark=parts.spark
     )
@@ -118,12 +124,13 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     executor = JobExecutor(parts.bel, storage, executors, worker=identity, lineage=lineage, catalog=catalog)
     jobs = JobActivities(executor, max_concurrent=settings.max_concurrent_jobs)
     wants = WantActivities(parts.bel, parts.graph, parts.client, settings)
-    fan_out = FanOutActivities(parts.bel, parts.client)
+    fan_out = FanOutActivities(parts.bel, parts.client, settings)
+    alerting = AlertActivities(settings)
     upstream = UpstreamActivities(wants.db)
     worker = Worker(
         parts.client,
         task_queue=settings.task_queue,
-        workflows=[WantWorkflow, JobRunWorkflow, UpstreamSyncWorkflow, ScheduledWantWorkflow],
+        workflows=[WantWorkflow, JobRunWorkflow, UpstreamSyncWorkflow, ScheduledWantWorkflow, AlertWorkflow],
         activities=[
             wants.register_want,
             wants.decide,
@@ -132,6 +139,7 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
             wants.register_scheduled_want,
             wants.finish_want,
             wants.record_sla_missed,
+            wants.assess_sla,
             wants.check_build,
             wants.watch,
             wants.abandon_build,
@@ -141,6 +149,8 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
             jobs.await_admission,
             jobs.fail_job_run,
             fan_out.fan_out,
+            alerting.route_alert,
+            alerting.deliver_alert,
             upstream.pull_upstream,
             upstream.apply_announcements,
         ],
@@ -173,8 +183,9 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
         asyncio.create_task(periodically(parts.settings.repair_every, stop, repair, parts, built)),
     ]
     try:
-        async with built.worker:
-            yield built.worker
+        with serving_metrics(parts.settings.metrics_port, parts.bel, parts.settings.pools):
+            async with built.worker:
+                yield built.worker
     finally:
         stop.set()
         await asyncio.gather(*chores)  # a chore in progress ends before the BEL it reads is closed
@@ -236,7 +247,12 @@ async def open_parts(settings: Settings, spark: SparkRuntime | None = None) -> W
     if catalog is not None and settings.sql_port:
         catalog |= {"spark.hive.server2.thrift.port": str(settings.sql_port)}
         catalog |= {"spark.hive.server2.thrift.bind.host": "127.0.0.1"}
-    spark = spark or SparkRuntime(settings.spark_master, settings.spark_driver_memory, catalog=catalog)
+    spark = spark or SparkRuntime(
+        settings.spark_master,
+        settings.spark_driver_memory,
+        catalog=catalog,
+        log_file=spark_log(settings.home),
+    )
     return WorkerParts(settings, client, bel, load_graph(settings.graph), spark)
 
 

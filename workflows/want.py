@@ -26,6 +26,8 @@ Outcome = tuple[WantState, str | None, str | None]  # state, reason, instance id
 HISTORY_LIMIT = 2_000
 # Wants that started before the watch activity and continue-as-new replay the old way.
 BOUNDED_HISTORY = "bounded-history"
+# Wants that started before SLA estimates watch only the deadline.
+SLA_AT_RISK = "sla-at-risk"
 
 
 def ttl_reason(spec: WantSpec) -> str:
@@ -40,6 +42,8 @@ class WantWorkflow:
         self._job_run_id: str | None = None
         self._waiting_for: list[str] = []
         self._sla_missed = False
+        self._sla_at_risk = False
+        self._changes = 0  # of state, run or inputs waited for
         self._note = ""
         self._stopping = ""  # set when the TTL passes or the want is cancelled
         self._paused: bool | None = None  # its backfill paused (True) or resumed (False); None: no news
@@ -84,6 +88,7 @@ class WantWorkflow:
     def _carry(self) -> p.WantCarry:
         return p.WantCarry(
             sla_missed=self._sla_missed,
+            sla_at_risk=self._sla_at_risk,
             live=self._live,
             failed_runs=self._failed_runs,
             failed_refs=self._failed_refs,
@@ -96,6 +101,7 @@ class WantWorkflow:
 
     def _restore(self, carried: p.WantCarry) -> None:
         self._sla_missed = carried.sla_missed
+        self._sla_at_risk = carried.sla_at_risk
         # Signals may have landed before the first task of this run: keep them over the carried news.
         self._live = {**carried.live, **self._live}
         self._failed_runs = {**carried.failed_runs, **self._failed_runs}
@@ -342,6 +348,8 @@ class WantWorkflow:
         )
 
     async def _watch_sla(self, deadline: datetime) -> None:
+        if workflow.patched(SLA_AT_RISK):
+            await self._watch_sla_risk(deadline)
         remaining = self._until(deadline)
         if remaining:
             await workflow.sleep(remaining)
@@ -354,6 +362,30 @@ class WantWorkflow:
         self._sla_missed = True
         workflow.upsert_search_attributes([p.SA_SLA_MISSED.value_set(True)])
         self._describe()
+
+    async def _watch_sla_risk(self, deadline: datetime) -> None:
+        """Before the deadline: ask whether the want is predicted to miss it (which alerts once) each
+        time its state changes, and when the estimate says it would pass the deadline if nothing moved."""
+        assert self._spec is not None
+        while not self._sla_at_risk and not self._state.is_final:
+            now = workflow.now()
+            if now >= deadline:
+                return
+            assessment = await bel(
+                WantActivities.assess_sla,
+                p.AssessSlaInput(want_id=self._spec.want_id, deadline=deadline, now=now),
+            )
+            if assessment.at_risk:
+                self._sla_at_risk = True
+                self._describe()
+                return
+            look_again = min(assessment.check_at or deadline, deadline)
+            within = timedelta(seconds=max(self._until(look_again) or 0, 1.0))
+
+            def changed(seen: int = self._changes) -> bool:
+                return self._changes != seen
+
+            await self._wait(changed, within=within)
 
     async def _finish(
         self, spec: WantSpec, state: WantState, reason: str | None, instance: str | None
@@ -402,12 +434,15 @@ class WantWorkflow:
     def _set(self, state: WantState, job_run_id: str | None, waiting_for: list[str], note: str) -> None:
         if state is not self._state:
             workflow.upsert_search_attributes([p.SA_WANT_STATE.value_set(state.value)])
+        if (state, job_run_id, waiting_for) != (self._state, self._job_run_id, self._waiting_for):
+            self._changes += 1  # the SLA estimate is worth another look
         self._state, self._job_run_id, self._waiting_for = state, job_run_id, waiting_for
         self._note = note
         self._describe()
 
     def _describe(self) -> None:
-        lines = [f"**{self._state.value}**" + ("  ⚠ SLA missed" if self._sla_missed else "")]
+        flag = "  ⚠ SLA missed" if self._sla_missed else "  ⚠ SLA at risk" if self._sla_at_risk else ""
+        lines = [f"**{self._state.value}**" + flag]
         note = self._note
         if self._waiting_for:
             shown = ", ".join(f"`{r}`" for r in self._waiting_for[:10])

@@ -15,7 +15,9 @@ from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from databuild.bel import schema as s
 from databuild.domain import events as ev
+from databuild.domain.facts import schema_changed
 from databuild.models import (
+    InstanceFacts,
     InstanceRef,
     InstanceStatus,
     JobRunCause,
@@ -82,6 +84,7 @@ _RELEASE = delete(s.run_pools).where(s.run_pools.c.job_run_id == bindparam("job_
 _PARTITION = select(s.partitions.c.status, s.partitions.c.instance_id).where(
     s.partitions.c.ref == bindparam("ref")
 )
+_FACTS = select(s.partition_instances.c.facts).where(s.partition_instances.c.instance_id == bindparam("pk"))
 _SUPERSEDE = (
     update(s.partition_instances)
     .where(
@@ -392,7 +395,11 @@ def _partition_building(conn: Connection, event: ev.PartitionBuilding, at: datet
 @projects(ev.PartitionLive)
 def _partition_live(conn: Connection, event: ev.PartitionLive, at: datetime) -> None:
     current = conn.execute(_PARTITION, {"ref": event.ref}).first()
+    before: InstanceFacts | None = None
     if current is not None and current.instance_id is not None:
+        # The instance before this one (live, or tainted since): what a reader of the ref last saw.
+        recorded = conn.execute(_FACTS, {"pk": current.instance_id}).scalar()
+        before = None if recorded is None else InstanceFacts.model_validate(recorded)
         conn.execute(_SUPERSEDE, {"previous": current.instance_id, "at": at})
     conn.execute(
         insert(s.partition_instances),
@@ -406,6 +413,8 @@ def _partition_live(conn: Connection, event: ev.PartitionLive, at: datetime) -> 
             "stale_cause": _inherited_staleness(conn, event.job_run_id),
             "reason": None,
             "location": event.location,
+            "facts": None if event.facts is None else event.facts.model_dump(mode="json"),
+            "schema_changed": schema_changed(before, event.facts),
         },
     )
     _upsert_partition(

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Engine, Select, Table, func, or_, select
 
 from databuild.backfill import BackfillProgress, BackfillRequest
 from databuild.bel import schema as s
+from databuild.domain.estimates import Durations, durations_of
 from databuild.errors import NotFoundError
 from databuild.globs import compile_glob, like_prefix, ref_filter
 from databuild.models import (
@@ -81,6 +82,8 @@ def instance_from_row(row: Any) -> Instance:
         retired_at=row["retired_at"],
         pinned=bool(row["pinned"]),
         location=row["location"],
+        facts=row["facts"],
+        schema_changed=bool(row["schema_changed"]),
     )
 
 
@@ -479,6 +482,11 @@ class BelQueries:
             paused=bool(row["paused"]),
         )
 
+    def backfills_of(self, want_id: str) -> list[BackfillProgress]:
+        """The progress of each backfill the want belongs to."""
+        ids = self._all(select(s.backfill_wants.c.backfill_id).where(s.backfill_wants.c.want_id == want_id))
+        return [self.backfill_progress(r["backfill_id"]) for r in ids]
+
     def open_backfill_wants(self, backfill_id: str) -> list[Want]:
         """The wants of a backfill that have not ended."""
         with self.reader.connect() as conn:
@@ -616,6 +624,24 @@ class BelQueries:
             )
             for r in rows
         ]
+
+    def job_durations(self, labels: Sequence[str], last: int = 50) -> dict[str, Durations]:
+        """Each job's p50 and p90 over its ``last`` succeeded runs (latest attempt's start to the end)."""
+        result = {}
+        for label in dict.fromkeys(labels):
+            rows = self._all(
+                select(s.job_runs.c.started_at, s.job_runs.c.ended_at)
+                .where(
+                    s.job_runs.c.job_label == label,
+                    s.job_runs.c.state == JobRunState.succeeded.value,
+                    s.job_runs.c.ended_at.is_not(None),
+                    s.job_runs.c.started_at.is_not(None),
+                )
+                .order_by(s.job_runs.c.ended_at.desc())
+                .limit(last)
+            )
+            result[label] = durations_of([(r["ended_at"] - r["started_at"]).total_seconds() for r in rows])
+        return result
 
     def stats(self) -> BuildStats:
         counts: dict[str, dict[str, int]] = {}

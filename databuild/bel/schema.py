@@ -283,6 +283,7 @@ backfill_wants = Table(
     metadata,
     Column("backfill_id", ID, primary_key=True),
     Column("want_id", ID, primary_key=True),
+    Index("ix_backfill_wants_want", "want_id"),  # a want's backfills, when it ends
 )
 
 PROJECTIONS = [

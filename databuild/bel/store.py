@@ -27,6 +27,7 @@ from databuild.graph import JobTarget, Resolution
 from databuild.models import (
     ImpactedInstance,
     Instance,
+    InstanceFacts,
     InstanceRef,
     InstanceStatus,
     JobRun,
@@ -369,6 +370,22 @@ class BuildEventLog(BelQueries):
                 tx.append(ev.WantSlaMissed(want_id=want_id, deadline=deadline))
             return want_from_row(self._want_row(tx.conn, want_id))
 
+    def mark_sla_at_risk(
+        self, want_id: str, deadline: datetime, eta: datetime, slowest_step: str | None
+    ) -> tuple[Want, bool]:
+        """Raise the want's at-risk flag; returns the want and whether this call raised it."""
+        current = self.want(want_id)
+        if current.sla_at_risk or current.state.is_final:
+            return current, False
+        with self._write(want_key(want_id)) as tx:
+            want = self._want_row(tx.conn, want_id)
+            raised = not want["sla_at_risk"] and not WantState(want["state"]).is_final
+            if raised:
+                tx.append(
+                    ev.WantSlaAtRisk(want_id=want_id, deadline=deadline, eta=eta, slowest_step=slowest_step)
+                )
+            return want_from_row(self._want_row(tx.conn, want_id)), raised
+
     # Job runs ------------------------------------------------------------------------------------
     def start_job_run(
         self, job_run_id: str, attempt: int, worker: str, instances: Sequence[InstanceRef] = ()
@@ -409,12 +426,13 @@ class BuildEventLog(BelQueries):
         attempt: int | None = None,
         locations: Mapping[str, str] | None = None,
         inputs_of: dict[str, list[str]] | None = None,
+        facts: Mapping[str, InstanceFacts] | None = None,
     ) -> JobRun:
-        """Publish: the commit makes each written instance live (at ``locations``, by ref). ``inputs_of``:
-        of a batch, the reads each output was built from."""
+        """Publish: the commit makes each written instance live (at ``locations``, by ref, with
+        ``facts``). ``inputs_of``: of a batch, the reads each output was built from."""
         with self._write_run(job_run_id) as tx:
             if (run := self._open(tx.conn, job_run_id, attempt)) is not None:
-                tx.extend(decisions.succeeded(run, reads, writes, locations, inputs_of))
+                tx.extend(decisions.succeeded(run, reads, writes, locations, inputs_of, facts))
         return self.job_run(job_run_id)
 
     def dep_miss_job_run(

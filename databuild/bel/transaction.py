@@ -43,6 +43,7 @@ from sqlalchemy.engine import make_url
 
 from databuild.bel import projector
 from databuild.bel import schema as s
+from databuild.bel.measures import WRITE_SECONDS
 from databuild.domain import events as ev
 from databuild.globs import SQL_FUNCTION, sql_glob
 
@@ -218,8 +219,8 @@ def write(
     engine: Engine, lock: AbstractContextManager[object], *keys: str, alone: bool = False
 ) -> Iterator[WriteTx]:
     """A write transaction holding ``keys`` (see ``WriteTx.lock``), committed when the block ends and
-    then placed in the log."""
-    with lock, engine.connect() as conn:
+    then placed in the log. Its duration, lock waits included, is this process's BEL write latency."""
+    with WRITE_SECONDS.time(), lock, engine.connect() as conn:
         with conn.begin():
             tx = WriteTx(conn)
             tx.lock(*keys, alone=alone)

@@ -6,8 +6,22 @@ import typer
 from rich.console import Group
 
 from databuild import render
-from databuild.cli.app import JsonFlag, Limit, Offset, Pattern, Prefix, State, app, bel, emit, page_note
+from databuild.cli.app import (
+    JsonFlag,
+    Limit,
+    Offset,
+    Pattern,
+    Prefix,
+    State,
+    app,
+    bel,
+    emit,
+    page_note,
+    settings,
+)
+from databuild.log_view import attempt_log
 from databuild.models import JobRunState, parse_choice
+from databuild.storage import Storage
 from databuild.views import job_run_view, list_job_runs
 
 job_runs_app = typer.Typer(help="Inspect job runs.", no_args_is_help=True)
@@ -38,7 +52,22 @@ def job_runs_list(
 
 
 @job_runs_app.command("show")
-def job_runs_show(job_run_id: str, as_json: JsonFlag = False) -> None:
-    """What a job run did: wanted by, read and wrote (UUIDs), status history, derivative wants, delegations."""
+def job_runs_show(
+    job_run_id: str,
+    log: Annotated[bool, typer.Option("--log", help="Print the log of its latest attempt instead.")] = False,
+    attempt: Annotated[
+        int | None, typer.Option(min=1, help="Print the log of this attempt (implies --log).")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """What a job run did: wanted by, read and wrote (UUIDs), status history, derivative wants, delegations;
+    with --log, what its job logged."""
+    if log or attempt is not None:
+        found = attempt_log(bel(), Storage(settings().storage_root), job_run_id, attempt)
+        if as_json:
+            emit(True, found, lambda: None)
+        else:
+            print(found.text, end="")  # as it is, without markup: a log is for reading and for grep
+        return
     view = job_run_view(bel(), job_run_id)
     emit(as_json, view, lambda: render.job_run_detail(view))

@@ -52,10 +52,12 @@ def web(
 ) -> None:
     """Serve the dashboard (/) and the HTTP JSON API (/api, docs at /docs) over the configured BEL."""
     from databuild.bel import BuildEventLog
+    from databuild.logsetup import log_to_stderr
     from databuild.runtime import settle_heap
     from databuild.web import create_app, serve, web_context
 
     configured = settings()
+    log_to_stderr()
     context = web_context(configured, BuildEventLog.create(configured.database_url), temporal_ui)
     served = create_app(context)
     settle_heap()  # once, after start-up: what start-up made stays out of every later full collection
@@ -68,9 +70,11 @@ def web(
 @app.command()
 def worker() -> None:
     """Run a worker against the configured Temporal, BEL and storage."""
+    from databuild.logsetup import log_to_stderr
     from worker.run import serve
 
     configured = settings()
+    log_to_stderr()  # the Spark driver's own output goes to <home>/logs/spark.log (it logs where, once)
     console.print(
         f"worker on task queue [bold]{configured.task_queue}[/] at {configured.temporal_address} "
         f"(namespace {configured.namespace}); BEL {masked_url(configured.database_url)}"

@@ -16,6 +16,7 @@ from databuild.domain import events as ev
 from databuild.errors import InvalidInputError, InvalidTransitionError
 from databuild.graph import JobTarget
 from databuild.models import (
+    InstanceFacts,
     InstanceRef,
     JobRunCause,
     Model,
@@ -348,9 +349,11 @@ def succeeded(
     writes: list[InstanceRef],
     locations: Mapping[str, str] | None = None,
     inputs_of: dict[str, list[str]] | None = None,
+    facts: Mapping[str, InstanceFacts] | None = None,
 ) -> list[ev.Event]:
     """Publishing is this commit: each written instance becomes its partition's live instance, at its
-    location (by ref). ``inputs_of``: of a batch, which reads each output was built from."""
+    location (by ref), with the facts the job recorded of it. ``inputs_of``: of a batch, which reads
+    each output was built from."""
     events: list[ev.Event] = [
         ev.JobRunSucceeded(job_run_id=run.job_run_id, reads=reads, writes=writes, inputs_of=inputs_of)
     ]
@@ -360,7 +363,11 @@ def succeeded(
         location = (locations or {}).get(out.ref)
         events.append(
             ev.PartitionLive(
-                ref=out.ref, instance_id=out.instance_id, job_run_id=run.job_run_id, location=location
+                ref=out.ref,
+                instance_id=out.instance_id,
+                job_run_id=run.job_run_id,
+                location=location,
+                facts=(facts or {}).get(out.ref),
             )
         )
     return events

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter, model_validator
 
 from databuild.backfill import BackfillRequest
-from databuild.models import InstanceRef, JobRunCause, Model, WantSpec, WantState
+from databuild.models import InstanceFacts, InstanceRef, JobRunCause, Model, WantSpec, WantState
 
 
 class WantCreated(Model):
@@ -203,6 +203,9 @@ class PartitionLive(Model):
     external: bool = False
     source: str | None = Field(default=None, description="for external partitions: who announced it")
     location: str | None = Field(default=None, description="where the instance's data is (a URI)")
+    facts: InstanceFacts | None = Field(
+        default=None, description="row count, size and schema, as the job wrote it (None: not recorded)"
+    )
 
 
 class PartitionReleased(Model):

@@ -73,3 +73,17 @@ def _by_age(what: str, age: timedelta, keep: timedelta) -> Verdict:
             "within retention", f"{what} {format_duration(age)} ago; kept for {format_duration(keep)}"
         )
     return Verdict(None, f"{what} {format_duration(age)} ago, past the retention of {format_duration(keep)}")
+
+
+def log_verdict(modified: datetime | None, run: JobRun | None, *, now: datetime, keep: timedelta) -> Verdict:
+    """May the logs of a job run go? ``modified``: when the last of them was written; ``run``: the BEL's
+    job run of that id. Only once the run has ended, the retention after its last log, so that a failed
+    run's log stays readable as long as the data around it. A job run the BEL does not know is another
+    graph's (sharing the storage root): left alone, as its instances are."""
+    if run is None:
+        return Verdict(
+            "unknown to the BEL", "not a job run this BEL knows (another graph's storage root?): left alone"
+        )
+    if not run.state.is_final:
+        return Verdict("being written", f"job run {run.job_run_id} has not ended")
+    return _by_age(f"logs of a job run {run.state.value}, last written", now - (modified or now), keep)

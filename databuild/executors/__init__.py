@@ -100,7 +100,7 @@ class Executors:
                 "$SPARK_HOME/bin/spark-submit, or unset it to use the pyspark package's"
             )
 
-        bodies = JobBodies(bel, graph, storage)
+        bodies = JobBodies(bel, graph, storage, settings.job_log_max_bytes)
 
         def make(kind: ExecutorKind) -> Executor:
             if kind == "session":
@@ -117,6 +117,7 @@ class Executors:
                 abandon_after_seconds=max(3 * settings.job_heartbeat_timeout.total_seconds(), 60),
                 spark_submit=spark_submit,
                 extra_args=tuple(settings.spark_submit_args),
+                log_max_bytes=settings.job_log_max_bytes,
             )
             return SubmitExecutor(options, storage=storage)
 

@@ -1,7 +1,9 @@
 """What every executor shares: one attempt of a job run, described as data, and running its body on a
-SparkSession through a JobContext to learn what it read, wrote and found missing."""
+SparkSession through a JobContext to learn what it read, wrote and found missing, keeping the
+attempt's log on the storage."""
 
 import contextlib
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,11 +11,12 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field, field_validator
 
+from databuild.attempt_log import DEFAULT_MAX_BYTES, AttemptLog, capturing
 from databuild.bel.queries import BelQueries
 from databuild.errors import MissingInputsError
 from databuild.graph import Graph
 from databuild.job_context import JobContext
-from databuild.models import InstanceRef, Model, attempt_name
+from databuild.models import InstanceFacts, InstanceRef, Model, attempt_name
 from databuild.refs import validate_ref
 from databuild.storage import Storage
 
@@ -21,6 +24,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 Report = Callable[[str], None]
+
+log = logging.getLogger(__name__)
 
 
 class JobAttempt(Model):
@@ -57,6 +62,9 @@ class BodyResult(Model):
     # Of a batch: the reads each output was built from, and the missing inputs each output waits for.
     inputs_of: dict[str, list[str]] | None = None
     missing_for: dict[str, list[str]] | None = None
+    facts: dict[str, InstanceFacts] = Field(
+        default_factory=dict, description="of each output written, by ref"
+    )
 
     @field_validator("missing", "written")
     @classmethod
@@ -68,17 +76,48 @@ class BodyResult(Model):
 
 @dataclass(frozen=True)
 class JobBodies:
-    """What running a job body takes besides a session: the BEL (to check inputs), the graph, storage."""
+    """What running a job body takes besides a session: the BEL (to check inputs), the graph, storage
+    (outputs and the attempt's log, kept to ``log_max_bytes``)."""
 
     bel: BelQueries
     graph: Graph
     storage: Storage
+    log_max_bytes: int = DEFAULT_MAX_BYTES
 
     def run(
         self, session: "SparkSession", attempt: JobAttempt, *, cancelled: threading.Event, report: Report
     ) -> BodyResult:
         """Run the job's own code, unchanged whichever executor calls this. Raises what the job raises;
-        missing inputs are not an error here but part of the result."""
+        missing inputs are not an error here but part of the result. Its log is saved however it ends."""
+        attempt_log = AttemptLog(self.log_max_bytes)
+        try:
+            with capturing(attempt_log):
+                attempt_log.note(
+                    f"job run {attempt.job_run_id} attempt {attempt.attempt}: {attempt.description}"
+                )
+                try:
+                    result = self._run(session, attempt, cancelled=cancelled, report=report)
+                except BaseException as error:
+                    attempt_log.failure(error)
+                    raise
+                for ref, facts in sorted(result.facts.items()):
+                    attempt_log.note(f"wrote {ref}: {facts.summary}")
+                if result.missing:
+                    attempt_log.note(f"dep-miss: not live: {', '.join(result.missing)}")
+                return result
+        finally:
+            self.save_log(attempt, attempt_log.text())
+
+    def save_log(self, attempt: JobAttempt, text: str) -> None:
+        """The log is for people: a storage that cannot take it must not change the attempt's outcome."""
+        try:
+            self.storage.write_text(self.storage.log_key(attempt.job_run_id, attempt.attempt), text)
+        except OSError as error:
+            log.warning("could not save the log of %s: %s", attempt.group, error)
+
+    def _run(
+        self, session: "SparkSession", attempt: JobAttempt, *, cancelled: threading.Event, report: Report
+    ) -> BodyResult:
         ctx = JobContext(
             spark=session,
             bel=self.bel,
@@ -104,4 +143,5 @@ class JobBodies:
             # Of a batch: which inputs are whose.
             inputs_of=job.inputs_by_output(batch, [read.ref for read in ctx.reads]) if batch else None,
             missing_for=job.inputs_by_output(batch, missing) if batch and missing else None,
+            facts=ctx.facts,
         )

@@ -2,6 +2,7 @@
 folder per attempt on the storage (a request, progress, the result, and the worker's heartbeat
 and cancel marker), so it holds wherever the driver runs and never depends on reading logs."""
 
+from databuild.attempt_log import DEFAULT_MAX_BYTES
 from databuild.executors.body import BodyResult, JobAttempt
 from databuild.models import Model
 from databuild.storage import Storage
@@ -16,6 +17,7 @@ class SubmittedJob(Model):
     # The application stops its work and exits when the worker's heartbeat is older than this: the
     # worker died, or lost the activity, and nobody would publish what it builds.
     abandon_after_seconds: float
+    log_max_bytes: int = DEFAULT_MAX_BYTES
 
 
 # The BEL the application reads to check inputs (the worker records the outcome) reaches it through

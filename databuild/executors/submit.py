@@ -3,6 +3,7 @@ heartbeats it through a file, reads its progress and result from files on shared
 the application when the job run is cancelled."""
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from databuild.attempt_log import DEFAULT_MAX_BYTES, with_application_output
 from databuild.errors import JobCancelledError, JobContractError, SubmittedJobError
 from databuild.executors.base import Progress
 from databuild.executors.body import BodyResult, JobAttempt, Report
@@ -33,6 +35,8 @@ HEARTBEAT_EVERY = 1.0
 KILL_GRACE = 10.0  # seconds between SIGTERM and SIGKILL of a cancelled application
 LOG_TAIL = 3000
 
+logger = logging.getLogger(__name__)
+
 
 def default_spark_submit() -> Path:
     import pyspark
@@ -49,6 +53,7 @@ class SubmitOptions:
     abandon_after_seconds: float
     spark_submit: Path
     extra_args: tuple[str, ...] = ()
+    log_max_bytes: int = DEFAULT_MAX_BYTES
 
 
 class SubmitExecutor:
@@ -68,6 +73,8 @@ class SubmitExecutor:
             *("--name", f"databuild:{attempt.job_label}:{attempt.group}"),
             *("--driver-memory", o.driver_memory),
             *("--conf", "spark.ui.enabled=false"),
+            # Its output is kept (and its end quoted in a failure): no progress bar redrawn in there.
+            *("--conf", "spark.ui.showConsoleProgress=false"),
             *(arg for key, value in JOB_SQL_CONF.items() for arg in ("--conf", f"{key}={value}")),
             *o.extra_args,  # after the defaults, so a user's --conf wins
             *(arg for key, value in attempt.spark_conf.items() for arg in ("--conf", f"{key}={value}")),
@@ -98,6 +105,7 @@ class SubmitExecutor:
             graph=self.options.graph,
             storage_root=self._storage.uri,
             abandon_after_seconds=self.options.abandon_after_seconds,
+            log_max_bytes=self.options.log_max_bytes,
         )
         files.write(SubmitFiles.REQUEST, job.model_dump_json())
         files.write(SubmitFiles.HEARTBEAT, "0")
@@ -126,6 +134,7 @@ class SubmitExecutor:
                 if process.poll() is None:  # the worker is giving up on it (e.g. shutting down)
                     _kill(process)
             log = _tail(Path(local) / SubmitFiles.LOG)
+            self._save_log(attempt, Path(local) / SubmitFiles.LOG)
         if cancelled.is_set():
             self._storage.delete(files.key)
             raise JobCancelledError(
@@ -140,6 +149,25 @@ class SubmitExecutor:
             raise
         self._storage.delete(files.key)
         return body
+
+    def _save_log(self, attempt: JobAttempt, output: Path) -> None:
+        """The attempt's log as the application saved it (the job body's), then the application's own
+        output: JVM warnings and errors are only there. Written once the application has ended, so
+        nothing else writes the log meanwhile."""
+        key = self._storage.log_key(attempt.job_run_id, attempt.attempt)
+        try:
+            body = self._storage.read_text(key)
+        except FileNotFoundError:
+            body = (
+                "(no log of the job body: the application ended before it ran the body, or could not save it)"
+            )
+        text = with_application_output(
+            body, _tail(output, self.options.log_max_bytes), self.options.log_max_bytes
+        )
+        try:
+            self._storage.write_text(key, text)
+        except OSError as error:  # the log is for people: it never changes the attempt's outcome
+            logger.warning("could not save the log of %s: %s", attempt.group, error)
 
     def _supervise(
         self, process: subprocess.Popen[bytes], files: SubmitFiles, cancelled: threading.Event
@@ -213,8 +241,11 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def _tail(path: Path) -> str:
+def _tail(path: Path, limit: int = LOG_TAIL) -> str:
+    """The last ``limit`` bytes of a file that may be large (a long application's output)."""
     try:
-        return path.read_text(errors="replace")[-LOG_TAIL:]
+        with path.open("rb") as file:
+            file.seek(max(0, file.seek(0, os.SEEK_END) - limit))
+            return file.read().decode(errors="replace")
     except OSError:
         return "(no log)"

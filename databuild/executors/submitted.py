@@ -98,11 +98,15 @@ def main(argv: list[str]) -> int:
     def report(message: str) -> None:
         watchdog.message = message
 
+    bodies: JobBodies | None = None
     try:
-        bodies = JobBodies(BelQueries(reader), load_graph(job.graph), Storage(job.storage_root))
+        storage = Storage(job.storage_root)
+        bodies = JobBodies(BelQueries(reader), load_graph(job.graph), storage, job.log_max_bytes)
         body = bodies.run(session, attempt, cancelled=watchdog.cancelled, report=report)
         result = SubmitResult(body=body)
     except Exception as error:
+        if bodies is None:  # before the body, whose log would have it: the application's output keeps it
+            traceback.print_exc()
         kind = "JobCancelledError" if watchdog.cancelled.is_set() else type(error).__name__
         message = watchdog.reason if watchdog.cancelled.is_set() else str(error)
         result = SubmitResult(

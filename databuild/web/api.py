@@ -1,12 +1,14 @@
 """The HTTP JSON API. Detail and list responses are ``{data, index}`` (databuild.views)."""
 
 import asyncio
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import PlainTextResponse
 from pydantic import Field
 
 from databuild.backfill import BackfillProgress, BackfillRequest
+from databuild.log_view import AttemptLogView, attempt_log
 from databuild.models import (
     MAX_INDEX,
     BuildStats,
@@ -282,6 +284,29 @@ def get_job_runs(
 @router.get("/job-runs/{job_run_id}", response_model=JobRunView)
 def get_job_run(request: Request, job_run_id: str) -> JobRunView:
     return job_run_view(context(request).bel, job_run_id)
+
+
+@router.get(
+    "/job-runs/{job_run_id}/log",
+    response_model=AttemptLogView,
+    responses={
+        200: {"content": {"text/plain": {}}},
+        404: {"description": "no such run or attempt, or no log"},
+    },
+)
+def get_job_run_log(
+    request: Request,
+    job_run_id: str,
+    attempt: Annotated[int | None, Query(ge=1, le=MAX_INDEX, description="default: the latest")] = None,
+    format: Annotated[
+        Literal["json", "text"], Query(description="`text`: the log alone, as plain text")
+    ] = "json",
+) -> AttemptLogView | PlainTextResponse:
+    """What one attempt of the job run logged: `ctx.log`, Python logging and warnings, the traceback of a
+    failure (and with the `submit` executor the application's output). 404 says why a log is missing."""
+    ctx = context(request)
+    found = attempt_log(ctx.bel, ctx.storage, job_run_id, attempt)
+    return PlainTextResponse(found.text) if format == "text" else found
 
 
 @router.get("/stats", response_model=BuildStats)

@@ -18,6 +18,7 @@ from databuild.errors import (
     NotFoundError,
     PortInUseError,
 )
+from databuild.metrics import exposition, metrics_registry
 from databuild.web import api, pages
 from databuild.web.context import WebContext
 from databuild.web.guards import BodyLimit, HostCheck
@@ -42,6 +43,12 @@ def create_app(context: WebContext) -> FastAPI:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(BodyLimit)
     app.add_middleware(HostCheck, hosts=context.hosts)  # added last, so it runs first
+    registry = metrics_registry(context.bel, context.settings.pools)
+
+    @app.get("/metrics", include_in_schema=False)
+    async def _metrics(request: Request) -> Response:
+        body, content_type = await context.bel.call(exposition, registry, request.headers.get("accept"))
+        return Response(body, media_type=content_type)
 
     @app.exception_handler(DataBuildError)
     async def _error(request: Request, error: DataBuildError) -> JSONResponse:
@@ -88,7 +95,10 @@ class _EmbeddedServer(uvicorn.Server):
 
 async def serve(app: FastAPI, host: str, port: int, started: asyncio.Event | None = None) -> None:
     """Serve until cancelled. ``started`` is set once the socket listens."""
-    server = _EmbeddedServer(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    # No log_config: uvicorn's records go where the process sends its logging (databuild.logsetup), not to
+    # handlers of its own on the terminal.
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", log_config=None, lifespan="off")
+    server = _EmbeddedServer(config)
     task = asyncio.ensure_future(server.serve())
     try:
         while not server.started:

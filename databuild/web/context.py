@@ -1,6 +1,7 @@
 """What every handler works with (the BEL to read, the SDK client to change state, settings) and the
 dependency that hands it to them."""
 
+import functools
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
@@ -9,6 +10,7 @@ from fastapi import Request
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
+from databuild.storage import Storage
 from databuild.web.auth import ApiTokens
 from databuild.web.guards import AllowedHosts
 
@@ -24,6 +26,11 @@ class WebContext:
     temporal_ui: str
     db: DataBuild
     tokens: ApiTokens = field(default_factory=lambda: ApiTokens({}))
+
+    @functools.cached_property
+    def storage(self) -> Storage:
+        """Where job logs are read (opened on first use: pages that show none never need it)."""
+        return Storage(self.settings.storage_root)
 
     @property
     def hosts(self) -> AllowedHosts:

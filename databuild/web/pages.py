@@ -11,7 +11,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from databuild import __version__
-from databuild.errors import DataBuildError, InvalidInputError
+from databuild.errors import DataBuildError, InvalidInputError, NotFoundError
+from databuild.log_view import AttemptLogView, attempt_log
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantState, parse_choice
 from databuild.views import (
     FAN_OUT,
@@ -191,5 +192,13 @@ def job_runs_page(
 
 
 @router.get("/job-runs/{job_run_id}", response_class=HTMLResponse)
-def job_run_page(request: Request, job_run_id: str) -> HTMLResponse:
-    return _page(request, "job_run.html", view=job_run_view(context(request).bel, job_run_id))
+def job_run_page(
+    request: Request, job_run_id: str, attempt: Annotated[int | None, Query(ge=1)] = None
+) -> HTMLResponse:
+    ctx = context(request)
+    view = job_run_view(ctx.bel, job_run_id)
+    try:
+        log: AttemptLogView | str = attempt_log(ctx.bel, ctx.storage, job_run_id, attempt)
+    except NotFoundError as missing:  # the page still shows the run, and why there is no log
+        log = str(missing)
+    return _page(request, "job_run.html", view=view, log=log)

@@ -1,5 +1,6 @@
 """operations: when each job run started and ended (duration history for SLA estimates and metrics), the
-facts of each instance (row count, size, schema) and whether its schema changed, and a want's SLA-at-risk flag
+facts of each instance (row count, size, schema) and whether its schema changed, a want's SLA-at-risk flag,
+and an index of the backfills a want belongs to
 
 Revision ID: 0011
 Revises: 0010
@@ -26,9 +27,11 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column('schema_changed', sa.Boolean(), server_default=sa.false(), nullable=False))
     with op.batch_alter_table('wants', schema=None) as batch_op:
         batch_op.add_column(sa.Column('sla_at_risk', sa.Boolean(), server_default=sa.false(), nullable=False))
+    op.create_index('ix_backfill_wants_want', 'backfill_wants', ['want_id'], unique=False)
 
 
 def downgrade() -> None:
+    op.drop_index('ix_backfill_wants_want', table_name='backfill_wants')
     with op.batch_alter_table('wants', schema=None) as batch_op:
         batch_op.drop_column('sla_at_risk')
     with op.batch_alter_table('partition_instances', schema=None) as batch_op:

@@ -1,0 +1,190 @@
+"""What the build event log measures for the Prometheus metrics (``databuild/metrics.py``): how long this
+process's write transactions take, and the cluster's counts, read from the projections when scraped.
+
+Every count is an indexed GROUP BY or a bounded range of an index, so a scrape costs the same however
+long the log has grown: wants by state and job runs by job and state are counted on their indexes (an
+index-only scan on PostgreSQL), and run durations come from the latest ``recent`` ended runs of each job
+and outcome, a backward range of ``ix_job_runs_durations`` each.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+from prometheus_client import Histogram
+from pydantic import Field
+from sqlalchemy import Connection, case, extract, func, select, union_all
+
+from databuild.bel import schema as s
+from databuild.models import JobRunState, Model, WantState
+
+# Unregistered: each metrics registry (the web app's, a worker's endpoint) registers it, so several apps
+# in one process share the one process-local series. Up to the PostgreSQL lock timeout (20 s).
+WRITE_SECONDS = Histogram(
+    "databuild_bel_write_seconds",
+    "BEL write transactions of this process, from asking for the writers' lock to the events placed",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20),
+    registry=None,
+)
+
+# Runs that ended after an attempt started (a skipped run never starts; a cancelled one may not have).
+TIMED_STATES = (JobRunState.succeeded, JobRunState.failed, JobRunState.dep_miss, JobRunState.cancelled)
+# Pairs of (job, outcome) per statement: SQLite allows 500 terms in a compound SELECT.
+PAIRS_PER_STATEMENT = 100
+
+
+class WantCount(Model):
+    state: WantState
+    wants: int = 0
+    sla_missed: int = Field(default=0, description="of them, flagged as having missed their SLA")
+    sla_at_risk: int = Field(default=0, description="of them, flagged as predicted to miss their SLA")
+
+
+class JobRunCount(Model):
+    job_label: str
+    state: JobRunState
+    runs: int
+
+
+class Durations(Model):
+    """How long the latest runs of one job that ended in one state took (their latest attempt)."""
+
+    job_label: str
+    state: JobRunState
+    upper_bounds: list[float]
+    cumulative: list[int] = Field(description="runs that took at most each upper bound")
+    count: int
+    sum_seconds: float
+
+
+class PoolCount(Model):
+    pool: str
+    waiting: int = Field(default=0, description="runs queued for a slot")
+    running: int = Field(default=0, description="slots held")
+    slots: int | None = Field(default=None, description="the pool's size, as its runs recorded it")
+
+
+class ClusterCounts(Model):
+    wants: list[WantCount]
+    job_runs: list[JobRunCount]
+    durations: list[Durations]
+    pools: list[PoolCount]
+
+
+def read_counts(conn: Connection, *, recent: int, upper_bounds: Sequence[float]) -> ClusterCounts:
+    """The cluster's counts, from the projections on ``conn``."""
+    job_runs = _job_run_counts(conn)
+    timed = [(c.job_label, c.state) for c in job_runs if c.state in TIMED_STATES]
+    return ClusterCounts(
+        wants=_want_counts(conn),
+        job_runs=job_runs,
+        durations=_durations(conn, timed, recent, list(upper_bounds)),
+        pools=_pool_counts(conn),
+    )
+
+
+def _want_counts(conn: Connection) -> list[WantCount]:
+    w = s.wants.c
+    totals = {state: int(n) for state, n in conn.execute(select(w.state, func.count()).group_by(w.state))}
+    # Only wants with an SLA can be flagged: the deadline's index bounds the scan where few wants have one.
+    flags = {
+        row.state: row
+        for row in conn.execute(
+            select(
+                w.state,
+                func.sum(case((w.sla_missed.is_(True), 1), else_=0)).label("missed"),
+                func.sum(case((w.sla_at_risk.is_(True), 1), else_=0)).label("at_risk"),
+            )
+            .where(w.sla_deadline.is_not(None), w.sla_missed.is_(True) | w.sla_at_risk.is_(True))
+            .group_by(w.state)
+        )
+    }
+    counts = []
+    for state in WantState:
+        flagged = flags.get(state.value)
+        counts.append(
+            WantCount(
+                state=state,
+                wants=int(totals.get(state.value, 0)),
+                sla_missed=int(flagged.missed) if flagged else 0,
+                sla_at_risk=int(flagged.at_risk) if flagged else 0,
+            )
+        )
+    return counts
+
+
+def _job_run_counts(conn: Connection) -> list[JobRunCount]:
+    r = s.job_runs.c
+    rows = conn.execute(select(r.job_label, r.state, func.count()).group_by(r.job_label, r.state))
+    return [JobRunCount(job_label=label, state=JobRunState(state), runs=n) for label, state, n in rows]
+
+
+def _seconds(conn: Connection) -> Any:
+    """A run's duration in seconds, as SQL: ended_at - started_at."""
+    r = s.job_runs.c
+    if conn.dialect.name == "postgresql":
+        return extract("epoch", r.ended_at - r.started_at)
+    return (func.julianday(r.ended_at) - func.julianday(r.started_at)) * 86400.0
+
+
+def _durations(
+    conn: Connection, pairs: list[tuple[str, JobRunState]], recent: int, upper_bounds: list[float]
+) -> list[Durations]:
+    r = s.job_runs.c
+    found = []
+    for start in range(0, len(pairs), PAIRS_PER_STATEMENT):
+        latest = [
+            select(
+                select(r.job_label, r.state, _seconds(conn).label("seconds"))
+                .where(
+                    r.job_label == label,
+                    r.state == state.value,
+                    r.ended_at.is_not(None),
+                    r.started_at.is_not(None),
+                )
+                .order_by(r.ended_at.desc())
+                .limit(recent)
+                .subquery()
+            )
+            for label, state in pairs[start : start + PAIRS_PER_STATEMENT]
+        ]
+        runs = union_all(*latest).subquery()
+        # Buckets are summed in SQL: a row per job and outcome comes back, not a row per run.
+        buckets = [
+            func.sum(case((runs.c.seconds <= bound, 1), else_=0)).label(f"le{i}")
+            for i, bound in enumerate(upper_bounds)
+        ]
+        query = select(
+            runs.c.job_label,
+            runs.c.state,
+            func.count().label("n"),
+            func.sum(runs.c.seconds).label("total"),
+            *buckets,
+        ).group_by(runs.c.job_label, runs.c.state)
+        for row in conn.execute(query).mappings():
+            found.append(
+                Durations(
+                    job_label=row["job_label"],
+                    state=JobRunState(row["state"]),
+                    upper_bounds=upper_bounds,
+                    cumulative=[int(row[f"le{i}"]) for i in range(len(upper_bounds))],
+                    count=int(row["n"]),
+                    sum_seconds=float(row["total"] or 0),
+                )
+            )
+    return sorted(found, key=lambda d: (d.job_label, d.state.value))
+
+
+def _pool_counts(conn: Connection) -> list[PoolCount]:
+    """Per pool, its waiting runs and held slots; the table holds rows of open runs only."""
+    p = s.run_pools.c
+    rows = conn.execute(
+        select(p.pool, p.granted, func.count().label("n"), func.max(p.slots).label("slots")).group_by(
+            p.pool, p.granted
+        )
+    ).mappings()
+    pools: dict[str, dict[str, int]] = {}
+    for row in rows:
+        pool = pools.setdefault(row["pool"], {"waiting": 0, "running": 0, "slots": 0})
+        pool["running" if row["granted"] else "waiting"] += int(row["n"])
+        pool["slots"] = max(pool["slots"], int(row["slots"]))
+    return [PoolCount(pool=name, **counts) for name, counts in sorted(pools.items())]
