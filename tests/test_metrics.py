@@ -15,9 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from databuild.bel import BuildEventLog
 from databuild.bel.measures import WRITE_SECONDS
-from databuild.bel.store import want_key
 from databuild.config import Settings
-from databuild.domain import events as ev
 from databuild.domain.decisions import Execute
 from databuild.domain.pools import pools_of
 from databuild.errors import InvalidInputError, PortInUseError
@@ -140,8 +138,7 @@ async def test_the_web_server_reports_what_the_log_holds(bel: BuildEventLog, tmp
     bel.mark_sla_missed(free[0][0], T0 + timedelta(hours=1))
     bel.finish_want(free[0][0], WantState.successful)
     bel.mark_sla_missed(free[3][0], T0 + timedelta(hours=1))
-    with bel._write(want_key(free[1][0])) as tx:  # the event as the SLA estimator (elsewhere) records it
-        tx.append(ev.WantSlaAtRisk(want_id=free[1][0], deadline=T0, eta=T0 + timedelta(hours=2)))
+    bel.mark_sla_at_risk(free[1][0], T0 + timedelta(hours=1), T0 + timedelta(hours=2), None)
 
     settings = Settings(home=tmp_path, database_url=bel.url, pools="etl=2,idle=3")
     async with serving(create_app(web_context(settings, bel)), "127.0.0.1", free_port()) as base:
