@@ -224,6 +224,8 @@ class WantActivities:
     async def record_sla_missed(self, input: p.SlaMissedInput) -> None:
         want = await self.bel.call(self.bel.mark_sla_missed, input.want_id, input.deadline)
         at = input.deadline  # its timer fired then (workflow time)
+        if want.source is WantSource.derivative:
+            return  # its root's alert covers it (they share the deadline)
         await raise_alert(self.client, self.settings, alerts.sla_missed(want, self._job_label(want.ref), at))
         estimate = await self.bel.call(sla_estimate, self.bel, self.graph, want, at)
         if estimate is not None and estimate.external:

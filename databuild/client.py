@@ -42,7 +42,7 @@ from databuild.refs import validate_ref
 from databuild.storage import ref_uri
 from databuild.temporal import connect, notify_subscribers, start_want
 from databuild.upstream import check_announcement
-from databuild.views import FamilyProgress, family_progress
+from databuild.views import FamilyProgress, WantView, family_progress, want_view
 
 T = TypeVar("T")
 
@@ -209,6 +209,10 @@ class DataBuild:
         if not want.state.is_final:
             await _cancel_workflow(await self.temporal_client(), want.workflow_id)
         return want
+
+    async def want_view(self, want_id: str) -> WantView:
+        """The want's fulfilment tree, with its SLA estimate (see ``databuild.views.want_view``)."""
+        return await self.bel.call(want_view, self.bel, want_id, await self.loaded_graph())
 
     async def retry(self, want_id: str) -> Want:
         """Make a want that has not ended decide again now (e.g. after fixing an input or a cause outside

@@ -8,6 +8,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from databuild.backfill import BackfillProgress
+from databuild.domain.estimates import Estimate
 from databuild.durations import format_duration
 from databuild.gc import GcReport
 from databuild.models import (
@@ -125,7 +126,29 @@ def fulfillment_tree(view: WantView, *, expand: bool = False) -> Tree:
     derivative want shared by several wants is drawn once (later: "shown above")."""
     tree = Tree("")
     _fulfillment_node(view, view.data.want_id, None, tree, expand, set(), 0)
-    return tree.children[0]
+    root = tree.children[0]
+    if view.data.estimate is not None:
+        root.children.insert(0, Tree(sla_estimate(view.index.wants[view.data.want_id], view.data.estimate)))
+    return root
+
+
+def sla_estimate(want: Want, estimate: Estimate) -> Text:
+    """One line: the deadline, when the partition is estimated live, how sure, and what takes longest."""
+    deadline = want.sla_deadline
+    risky = deadline is not None and estimate.at_risk(deadline)
+    text = Text("SLA ", style="bold")
+    text.append(f"due {deadline:%Y-%m-%d %H:%M}Z; " if deadline else "")
+    earliest = "at the earliest " if estimate.confidence.value == "none" else ""
+    text.append(
+        f"estimated live {earliest}{estimate.eta_p90:%Y-%m-%d %H:%M:%S}Z (p90)",
+        style="red" if risky else "green",
+    )
+    text.append(f", {estimate.confidence.value} confidence")
+    if estimate.slowest_step:
+        text.append(f"; slowest step left: {estimate.slowest_step}")
+    if estimate.external:
+        text.append(f"; waits for external {', '.join(estimate.external)}")
+    return text
 
 
 def _fulfillment_node(

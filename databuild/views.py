@@ -7,13 +7,15 @@ Each view is a fixed handful of indexed lookups, batched per level, whatever the
 
 import functools
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Concatenate, Generic, ParamSpec, TypeVar
 
 from pydantic import Field
 
 from databuild.bel.queries import BelQueries
+from databuild.domain.estimates import Estimate
 from databuild.domain.events import JobRunFailed
+from databuild.graph import Graph
 from databuild.models import (
     EventFilter,
     Instance,
@@ -26,6 +28,7 @@ from databuild.models import (
     Want,
     WantState,
 )
+from databuild.sla import sla_estimate
 
 FAN_OUT = 20  # downstream consumers, delegations and wanting wants shown before "+N more"
 
@@ -161,6 +164,9 @@ class Fulfillment(Model):
 
     want_id: str = Field(description="the root of the tree")
     nodes: dict[str, FulfillmentNode]
+    estimate: Estimate | None = Field(
+        default=None, description="of a want with an SLA that has not ended: when its partition will be live"
+    )
 
 
 class WantView(Model):
@@ -169,9 +175,10 @@ class WantView(Model):
 
 
 @consistent
-def want_view(bel: BelQueries, want_id: str, max_wants: int = 5_000) -> WantView:
+def want_view(bel: BelQueries, want_id: str, graph: Graph | None = None, max_wants: int = 5_000) -> WantView:
     """What work fulfilled this want: its job runs, the instance it got, and the derivative wants its
-    dep-misses started (or joined), transitively. One batch of lookups per level of the tree."""
+    dep-misses started (or joined), transitively. One batch of lookups per level of the tree. With the
+    ``graph``, a want with an SLA that has not ended also gets its estimate (``databuild.sla``)."""
     root = bel.want(want_id)
     wants: dict[str, Want] = {root.want_id: root}
     edges: dict[str, list[DerivativeEdge]] = {}
@@ -212,7 +219,8 @@ def want_view(bel: BelQueries, want_id: str, max_wants: int = 5_000) -> WantView
         )
         for want in wants.values()
     }
-    return WantView(data=Fulfillment(want_id=root.want_id, nodes=nodes), index=related)
+    estimate = sla_estimate(bel, graph, root, datetime.now(UTC)) if graph is not None else None
+    return WantView(data=Fulfillment(want_id=root.want_id, nodes=nodes, estimate=estimate), index=related)
 
 
 def _collapse(links: list[RunLink], related: RelatedEntities) -> list[RunGroup]:

@@ -27,14 +27,30 @@ def timed_job(ctx: JobContext, days: str) -> None:
     raise AssertionError("built by TimedJobRun, the double of the job run")
 
 
+@timed.job("paced/{days}/{part}")
+def paced_job(ctx: JobContext, days: str, part: str) -> None:
+    raise AssertionError("built by TimedJobRun, the double of the job run")
+
+
+# A report on an external feed: its want waits for the feed (declared, so before any run).
+timed.external("feed/{days}/{name}")
+
+
+@timed.job("report/{days}/{name}", inputs=lambda days, name: [f"feed/{days}/{name}"])
+def report_job(ctx: JobContext, days: str, name: str) -> None:
+    raise AssertionError("built by TimedJobRun, the double of the job run")
+
+
 @dataclass
 class TimedBuilds:
     bel: BuildEventLog
+    pause: float = 0.0  # wall-clock seconds between its start and its end: the job's duration history
 
     @activity.defn(name="timed_build")
     async def build(self, input: p.JobRunInput) -> p.JobOutcome:
         """Record the attempt and its outcome the way the job activity does."""
         await asyncio.to_thread(self.bel.start_job_run, input.job_run_id, 1, "test")
+        await asyncio.sleep(self.pause)
         if any(ref in BROKEN for ref in input.outputs):
             return p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.failed, reason="broken")
         writes = [InstanceRef(ref=ref, instance_id=str(uuid.uuid4())) for ref in input.outputs]

@@ -15,7 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.wants import WantActivities
     from databuild import protocol as p
     from databuild.domain.decisions import Final, Live, NeedsInputs, WaitExternal
-    from databuild.models import WantSpec, WantState, job_run_workflow_id
+    from databuild.models import WantSource, WantSpec, WantState, job_run_workflow_id
     from workflows.calls import bel, failure_message, remote, watch
 
 Following = p.ExecuteOrder | p.DelegateOrder
@@ -348,7 +348,9 @@ class WantWorkflow:
         )
 
     async def _watch_sla(self, deadline: datetime) -> None:
-        if workflow.patched(SLA_AT_RISK):
+        # A derivative want shares its root's deadline: the root's estimate covers it, and alerts once.
+        assert self._spec is not None
+        if workflow.patched(SLA_AT_RISK) and self._spec.source is not WantSource.derivative:
             await self._watch_sla_risk(deadline)
         remaining = self._until(deadline)
         if remaining:

@@ -109,7 +109,7 @@ def want(
                     result = await db.wait(
                         spec, on_progress=lambda progress: live.update(render.progress(progress))
                     )
-            tree = await asyncio.to_thread(want_view, db.bel, spec.want_id)
+            tree = await asyncio.to_thread(want_view, db.bel, spec.want_id, await db.loaded_graph())
             if as_json:
                 print(json.dumps(jsonable(tree), indent=2))
             else:
@@ -149,5 +149,5 @@ def wants_show(
     as_json: JsonFlag = False,
 ) -> None:
     """The fulfillment tree of a want: job runs, partition instances, derivative wants."""
-    view = want_view(bel(), want_id)
+    view = want_view(bel(), want_id, load_graph(settings().graph))
     emit(as_json, view, lambda: render.fulfillment_tree(view, expand=expand))

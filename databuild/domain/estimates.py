@@ -58,7 +58,7 @@ class Estimate(Model):
     external: list[str] = Field(default=[], description="external partitions the path waits for")
 
     def at_risk(self, deadline: datetime) -> bool:
-        return self.eta_p90 > deadline
+        return self.eta_p90 >= deadline  # at ``check_at`` the estimate reaches the deadline
 
     def check_at(self, deadline: datetime, now: datetime) -> datetime:
         """When the p90 estimate passes ``deadline`` if nothing moves on: the moment to look again."""

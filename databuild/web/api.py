@@ -8,6 +8,7 @@ from fastapi.responses import PlainTextResponse
 from pydantic import Field
 
 from databuild.backfill import BackfillProgress, BackfillRequest
+from databuild.graph_view import GraphView, graph_view
 from databuild.log_view import AttemptLogView, attempt_log
 from databuild.models import (
     MAX_INDEX,
@@ -112,13 +113,15 @@ async def post_want(request: Request, _caller: Caller, body: WantRequest) -> Wan
     """Register a want (source `api`). Asking again for the same want returns the same want."""
     ctx = context(request)
     want = await register_want(ctx, body, WantSource.api)
-    return await asyncio.to_thread(want_view, ctx.bel, want.want_id)
+    return await asyncio.to_thread(want_view, ctx.bel, want.want_id, await ctx.db.loaded_graph())
 
 
 @router.get("/wants/{want_id}", response_model=WantView)
-def get_want(request: Request, want_id: str) -> WantView:
-    """Want fulfillment: job runs (retries grouped), instances, derivative wants and their triggers."""
-    return want_view(context(request).bel, want_id)
+async def get_want(request: Request, want_id: str) -> WantView:
+    """Want fulfillment: job runs (retries grouped), instances, derivative wants and their triggers, and
+    for a want with an SLA that has not ended, when its partition is estimated live."""
+    ctx = context(request)
+    return await asyncio.to_thread(want_view, ctx.bel, want_id, await ctx.db.loaded_graph())
 
 
 @router.get("/partitions", response_model=ListView[Partition])
@@ -318,3 +321,12 @@ def get_stats(request: Request) -> BuildStats:
 def get_sla(request: Request) -> list[Want]:
     """Wants that missed their SLA: flagged, or overdue and not yet built."""
     return context(request).bel.sla_misses()
+
+
+@router.get("/graph", response_model=GraphView)
+async def get_graph(request: Request) -> GraphView:
+    """The graph's jobs and patterns: what each job reads (declared, and read by its latest succeeded run)
+    and writes, its policies (declared, and in effect with this server's settings), and each pattern's
+    partitions by status. The dashboard's `/graph` page draws it."""
+    ctx = context(request)
+    return await asyncio.to_thread(graph_view, ctx.bel, await ctx.db.loaded_graph(), ctx.settings)
