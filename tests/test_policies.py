@@ -1,0 +1,84 @@
+"""Per-job policies in the graph, and the SLA estimate and alert routing rules, on their own."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from databuild.config import Settings
+from databuild.domain.alerts import Alert, AlertKind, receives
+from databuild.domain.estimates import Confidence, Step, durations_of, estimate
+from databuild.errors import GraphDefinitionError
+from databuild.graph import Graph
+from databuild.protocol import JobPolicy
+
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def test_a_job_overrides_the_settings_it_declares_and_keeps_the_rest() -> None:
+    graph = Graph("g")
+
+    @graph.job("a/{d}", retries=0, timeout="2h", spark_conf={"spark.sql.shuffle.partitions": "64"})
+    def a(ctx: object, d: str) -> None: ...
+
+    @graph.job("b/{d}")
+    def b(ctx: object, d: str) -> None: ...
+
+    settings = Settings(job_attempts=3, job_heartbeat_timeout=timedelta(seconds=20))
+    own = JobPolicy.of(graph.job_by_label("a"), settings)
+    assert (own.attempts, own.start_to_close_timeout) == (1, timedelta(hours=2))
+    assert own.heartbeat_timeout == timedelta(seconds=20)  # not declared: the setting's
+    assert JobPolicy.of(graph.job_by_label("b"), settings).attempts == 3
+    assert graph.job_by_label("a").spark_conf == {"spark.sql.shuffle.partitions": "64"}
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"retries": -1}, "retries=-1"),
+        ({"timeout": "-5m"}, "timeout="),
+        ({"heartbeat_timeout": timedelta(0)}, "positive duration"),
+        ({"executor": "lambda"}, "choose one of"),
+        ({"spark_conf": {"shuffle": "4"}}, "Spark properties"),
+    ],
+)
+def test_bad_policies_are_refused_naming_the_fix(option: dict[str, object], message: str) -> None:
+    with pytest.raises(GraphDefinitionError, match=message):
+        Graph("g").job("a/{d}", **option)  # type: ignore[arg-type]
+
+
+def test_the_estimate_adds_a_job_to_its_slowest_input_and_counts_what_a_running_run_has_left() -> None:
+    durations = {"report": durations_of([10.0] * 8 + [30.0] * 2), "load": durations_of([100.0] * 5)}
+    running = Step(ref="load/x", job_label="load", running_since=T0 - timedelta(seconds=40))
+    step = Step(ref="report/x", job_label="report", inputs=[running, Step(ref="feed/x", job_label="load")])
+    found = estimate(step, durations, T0)
+    assert found.eta_p90 == T0 + timedelta(seconds=100 + 30)  # the slowest input, then the report (p90)
+    assert found.eta_p50 == T0 + timedelta(seconds=100 + 10)
+    assert found.slowest_step == "load (feed/x)" and found.confidence is Confidence.high
+    deadline = T0 + timedelta(seconds=120)
+    assert found.at_risk(deadline) and not found.at_risk(deadline + timedelta(seconds=60))
+    assert found.check_at(deadline + timedelta(seconds=60), T0) == T0 + timedelta(seconds=50)
+
+
+def test_an_external_input_or_a_job_never_run_makes_the_estimate_the_earliest() -> None:
+    step = Step(ref="r/x", job_label="report", inputs=[Step(ref="feed/x", job_label=None)])
+    found = estimate(step, {"report": durations_of([5.0])}, T0)
+    assert found.confidence is Confidence.none and found.external == ["feed/x"]
+    assert found.eta_p90 == T0 + timedelta(seconds=5)
+    assert estimate(step, {}, T0).unknown == ["r/x"]
+
+
+def test_channel_tags_route_by_kind_job_and_ref() -> None:
+    alert = Alert(
+        kind=AlertKind.sla_missed,
+        subject="w-1",
+        ref="daily/2024-01-01",
+        job_label="daily",
+        at=T0,
+        summary="",
+        link="/",
+    )
+    assert receives(set(), alert)
+    assert receives({"kind:sla_missed", "team-a"}, alert)
+    assert receives({"ref:daily/*", "job:weekly", "job:daily"}, alert)
+    assert not receives({"kind:want_failed"}, alert)
+    assert not receives({"kind:sla_missed", "ref:weekly/*"}, alert)
