@@ -113,7 +113,7 @@ class AttemptLog:
         self.write(line(message))
 
     def failure(self, error: BaseException) -> None:
-        self.note(f"the attempt failed: {type(error).__name__}: {error}")
+        self.write(line(f"the attempt failed: {type(error).__name__}: {error}", "ERROR"))
         self.write("".join(traceback.format_exception(error)).rstrip())
 
     @property

@@ -1,8 +1,10 @@
 """Small graphs for tests."""
 
+import logging
 import os
 import threading
 import time
+import warnings
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -225,3 +227,48 @@ PACED_SECONDS = 1.5
 def paced(ctx: JobContext, day: str) -> None:
     time.sleep(PACED_SECONDS)
     ctx.write(f"paced/{day}", ctx.spark.range(2).selectExpr("id", f"'{day}' as day"))
+
+
+# logs: jobs that log (ctx.log, logging, warnings) and fail, for attempt logs; shaped/{n} writes the columns
+# SHAPES[n] names, for instance facts. Two chatty attempts of one tag meet at MEET[tag] before each line,
+# so they log at the same time on threads of one worker.
+logs = Graph("logs")
+MEET: dict[str, threading.Barrier] = {}
+SHAPES: dict[str, str] = {}
+NOISY_LINES = 400
+_logger = logging.getLogger("tests.graphs.logs")
+
+
+@logs.job("chatty/{tag}/{n}")
+def chatty(ctx: JobContext, tag: str, n: str) -> None:
+    ctx.log("chatty %s starts", n)
+    meeting = MEET.get(tag)
+    for line in range(3):
+        if meeting is not None:
+            meeting.wait(60)
+        _logger.warning("chatty %s line %d", n, line)
+    warnings.warn(f"chatty {n} warns", UserWarning, stacklevel=1)
+    ctx.write(
+        f"chatty/{tag}/{n}", ctx.spark.range(int(n)).selectExpr("id", "CAST(id AS DOUBLE) / 2 AS score")
+    )
+
+
+@logs.job("crash/{n}")
+def crash(ctx: JobContext, n: str) -> None:
+    from pyspark.sql import functions as F
+
+    ctx.log("about to fail on %s", n)
+    ctx.spark.range(1).select(F.toDegrees("id"))  # a deprecated pyspark function: pyspark warns
+    raise ValueError(f"bad row in {n}")
+
+
+@logs.job("noisy/{n}")
+def noisy(ctx: JobContext, n: str) -> None:
+    for line in range(NOISY_LINES):
+        ctx.log("noisy %s line %04d %s", n, line, "." * 80)
+    raise RuntimeError(f"noisy {n} gave up")
+
+
+@logs.job("shaped/{n}")
+def shaped(ctx: JobContext, n: str) -> None:
+    ctx.write(f"shaped/{n}", ctx.spark.range(4).selectExpr(*SHAPES.get(n, "id").split(";")))

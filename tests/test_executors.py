@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.cluster import QUICK_JVM, stop_group
+from databuild.attempt_log import APPLICATION_OUTPUT
 from databuild.bel.store import BuildEventLog, new_job_run_id
 from databuild.config import Settings
 from databuild.errors import InvalidInputError
@@ -22,6 +23,7 @@ from databuild.executors.submission import (
 from databuild.executors.submit import SubmitExecutor, SubmitOptions, default_spark_submit
 from databuild.gc import GcReport
 from databuild.graph import load_graph
+from databuild.log_view import attempt_log
 from databuild.models import JobRunState, WantState
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
@@ -53,6 +55,15 @@ async def test_submit_executor_builds_with_runtime_dependencies_and_lineage(make
     base, derived = stack.bel.partition(f"base/{n}"), stack.bel.partition(f"derived/{n}")
     assert [(r.ref, r.instance_id) for r in runs[2].reads] == [(base.ref, base.instance_id)]
     assert instance_dir(stack.settings, derived.ref, derived.instance_id).is_dir()
+    # The application recorded the facts of what it wrote, and each attempt's log: the body's, then the
+    # application's own output.
+    facts = stack.bel.instance(derived.instance_id or "").facts
+    assert facts is not None and (facts.rows, [c.name for c in facts.columns]) == (3, ["id"])
+    storage = Storage(stack.settings.storage_root)
+    missed = attempt_log(stack.bel, storage, runs[0].job_run_id).text
+    assert f"dep-miss: not live: base/{n}" in missed and APPLICATION_OUTPUT in missed
+    built = attempt_log(stack.bel, storage, runs[2].job_run_id).text
+    assert f"wrote derived/{n}: 3 rows" in built.split(APPLICATION_OUTPUT)[0]
     # Each application's folder is gone once it reported.
     assert not list((lake(stack.settings) / "_databuild" / "submissions").iterdir())
 
@@ -88,14 +99,24 @@ async def test_submit_executor_reports_job_errors_and_contract_breaches(make_sta
         request = (submissions / folder / "request.json").read_text()
         assert stack.settings.database_url not in request and "bel.sqlite" not in request
     assert all((submissions / f / SubmitFiles.LOG).is_file() for f in kept)
+    # Each attempt's log has the job's traceback, then what the application printed.
+    storage = Storage(stack.settings.storage_root)
+    for attempt in (1, 2):
+        failed = attempt_log(stack.bel, storage, runs["always_fails"].job_run_id, attempt).text
+        body, output = failed.split(APPLICATION_OUTPUT)
+        assert "Traceback (most recent call last)" in body and f"RuntimeError: boom {n}" in body
+        assert "SparkContext" in output  # the JVM's log4j
+    assert "JobContractError" in attempt_log(stack.bel, storage, runs["typo"].job_run_id).text
     # ... for a week (DATABUILD_GC_KEEP); an operator may collect them sooner.
     kept_for_now = GcReport.model_validate_json((await cli(stack, "gc", "--json")).stdout)
     assert kept_for_now.deleted == []
     collected = await cli(stack, "gc", "--keep", "0s", "--json")
     assert collected.returncode == 0, collected.stderr
     deleted = GcReport.model_validate_json(collected.stdout).deleted
-    assert sorted(Path(r.location).name for r in deleted) == kept
-    assert {(r.kind, r.reason) for r in deleted} == {("submission", "job run failed")}
+    folders = [r for r in deleted if r.kind == "submission"]
+    assert sorted(Path(r.location).name for r in folders) == kept
+    assert {(r.kind, r.reason) for r in folders} == {("submission", "job run failed")}
+    assert {r.job_run_id for r in deleted if r.kind == "log"} == {r.job_run_id for r in runs.values()}
     assert not list(submissions.iterdir())
 
 
