@@ -21,7 +21,10 @@ from databuild.errors import InvalidPatternError, InvalidTransitionError, NotFou
 from databuild.globs import compile_glob
 from databuild.graph import Graph
 from databuild.models import (
+    Column,
     EventFilter,
+    Instance,
+    InstanceFacts,
     InstanceRef,
     InstanceStatus,
     JobRunCause,
@@ -610,6 +613,39 @@ def test_taint_marks_the_downstream_stale_and_the_next_want_rebuilds(bel: BuildE
     assert [ir.instance_id for ir, _ in bel.downstream_closure(up)] == [mid, down, side]
     assert bel.downstream_closure(up2) == []
 
+    before = projection_rows(bel)
+    bel.rebuild_projections()
+    assert projection_rows(bel) == before
+
+
+def test_instances_keep_their_facts_and_a_changed_schema_is_flagged(bel: BuildEventLog) -> None:
+    """Facts ride on PartitionLive; the flag compares with the instance before (tainted or superseded),
+    and both rebuild from the events alone."""
+
+    def publish(source: str, version: str, *columns: tuple[str, str]) -> Instance:
+        w = spec("up/7", source)
+        bel.register_want(w)
+        run = bel.decide(w.want_id, 1, layers.resolve("up/7"))
+        bel.start_job_run(run.job_run_id, 1, "w")
+        shape = [Column(name=name, type=kind) for name, kind in columns]
+        facts = {"up/7": InstanceFacts(rows=len(columns), bytes=10, files=1, columns=shape)}
+        bel.succeed_job_run(
+            run.job_run_id, [], [InstanceRef(ref="up/7", instance_id=f"up/7-{version}")], facts=facts
+        )
+        bel.taint("up/7")  # so that the next want builds it again
+        return bel.instance(f"up/7-{version}")
+
+    first = publish("cli", "v1", ("id", "bigint"))
+    same = publish("api", "v2", ("id", "bigint"))
+    wider = publish("dashboard", "v3", ("id", "bigint"), ("name", "string"))
+    announced, _ = bel.publish_external("up/7")  # no facts: nothing to compare
+    assert (
+        first.facts is not None and first.facts.rows == 1 and [c.name for c in first.facts.columns] == ["id"]
+    )
+    assert (first.schema_changed, same.schema_changed, wider.schema_changed) == (False, False, True)
+    assert wider.facts is not None and wider.facts.columns[1] == Column(name="name", type="string")
+    assert bel.instance(announced.instance_id or "").facts is None
+    assert not bel.instance(announced.instance_id or "").schema_changed
     before = projection_rows(bel)
     bel.rebuild_projections()
     assert projection_rows(bel) == before
