@@ -127,10 +127,10 @@ class AttemptLog:
 
 
 class _Dispatcher(logging.Handler):
-    """Hands each record to the attempt whose context emitted it. It is a handler on the root logger,
-    so Python would no longer fall back to its last-resort handler (warnings and errors to stderr when
-    a process configures no logging, as workers do): it does that itself, for the records that reach
-    no other handler, so the worker's console shows what it showed before."""
+    """Hands each record to the attempt whose context emitted it. Being a handler on the root logger,
+    it would stop Python falling back to its last-resort handler (warnings and errors to stderr, in a
+    process that configures no logging: a submitted application, a program embedding DataBuild): it
+    does that itself for the records that reach no other handler, so such a process prints as before."""
 
     def emit(self, record: logging.LogRecord) -> None:
         log = _current.get()

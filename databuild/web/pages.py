@@ -2,8 +2,9 @@
 "want this partition" form. Links go between the views and into the Temporal UI."""
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Annotated, Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import jinja2
 from fastapi import APIRouter, Depends, Form, Query, Request
@@ -11,9 +12,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from databuild import __version__
+from databuild.durations import format_duration
 from databuild.errors import DataBuildError, InvalidInputError, NotFoundError
+from databuild.graph_layout import draw
+from databuild.graph_view import graph_view
 from databuild.log_view import AttemptLogView, attempt_log
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantState, parse_choice
+from databuild.timeline import want_timeline
 from databuild.views import (
     FAN_OUT,
     instance_view,
@@ -24,10 +29,11 @@ from databuild.views import (
     partition_view,
     want_view,
 )
-from databuild.web.auth import GuardedRoute, UnauthorizedError, guard, is_loopback
+from databuild.web.auth import GuardedRoute
 from databuild.web.context import context
 from databuild.web.paths import TEMPLATES
 from databuild.web.requests import Offset, WantRequest, register_want
+from databuild.web.writer import dashboard_writer, flash_of, forget_flash, signed_in
 
 router = APIRouter(include_in_schema=False, route_class=GuardedRoute)
 
@@ -38,17 +44,24 @@ _env = jinja2.Environment(
 _env.filters["short"] = lambda uuid: (uuid or "-")[:8]
 _env.filters["path"] = lambda value: quote(value or "", safe="/")
 _env.filters["q"] = lambda value: quote(value or "", safe="")
+_env.filters["duration"] = format_duration
 templates = Jinja2Templates(env=_env)
 
 
 def _page(request: Request, name: str, status_code: int = 200, **values: Any) -> HTMLResponse:
     ctx = context(request)
-    return templates.TemplateResponse(
-        request,
-        name,
-        {"ui": ctx.workflow_url, "version": __version__, "query": dict(request.query_params), **values},
-        status_code=status_code,
-    )
+    shared = {
+        "ui": ctx.workflow_url,
+        "version": __version__,
+        "query": dict(request.query_params),
+        "flash": flash_of(request),
+        "tokens": ctx.tokens.configured,  # the nav offers to sign in
+        "signed_in": signed_in(request),
+    }
+    response = templates.TemplateResponse(request, name, {**shared, **values}, status_code=status_code)
+    if shared["flash"] is not None:
+        forget_flash(response)  # shown once
+    return response
 
 
 def error_page(request: Request, error: DataBuildError, status: int) -> HTMLResponse:
@@ -84,24 +97,6 @@ def wants_page(
     return _page(request, "wants.html", view=view, states=list(WantState))
 
 
-@guard
-def dashboard_writer(request: Request) -> None:
-    """The want form registers wants for loopback clients only, and only when posted from a page of this
-    very server: a browser's Origin must name an allowed host and match the Host it sent to."""
-    if not is_loopback(request):
-        raise UnauthorizedError(
-            "the dashboard registers wants for loopback clients only; use `databuild want` or "
-            "`POST /api/wants` with a bearer token"
-        )
-    origin = request.headers.get("origin")
-    cross_site = request.headers.get("sec-fetch-site") == "cross-site"
-    if origin is not None:
-        netloc = urlsplit(origin).netloc
-        cross_site |= netloc != request.headers.get("host") or not context(request).hosts.allows(netloc)
-    if cross_site:
-        raise InvalidInputError(f"a form posted from another site ({origin or 'unknown origin'}) is refused")
-
-
 @router.post("/wants", response_model=None)
 async def want_form(
     request: Request,
@@ -127,7 +122,8 @@ async def want_form(
 
 @router.get("/wants/{want_id}", response_class=HTMLResponse)
 def want_page(request: Request, want_id: str) -> HTMLResponse:
-    return _page(request, "want.html", view=want_view(context(request).bel, want_id))
+    view = want_view(context(request).bel, want_id)
+    return _page(request, "want.html", view=view, timeline=want_timeline(view, datetime.now(UTC)))
 
 
 @router.get("/backfills/{backfill_id}", response_class=HTMLResponse)
@@ -202,3 +198,10 @@ def job_run_page(
     except NotFoundError as missing:  # the page still shows the run, and why there is no log
         log = str(missing)
     return _page(request, "job_run.html", view=view, log=log)
+
+
+@router.get("/graph", response_class=HTMLResponse)
+async def graph_page(request: Request) -> HTMLResponse:
+    ctx = context(request)
+    view = await asyncio.to_thread(graph_view, ctx.bel, await ctx.db.loaded_graph(), ctx.settings)
+    return _page(request, "graph.html", view=view, drawing=draw(view), states=list(PartitionStatus))
