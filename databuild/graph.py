@@ -58,6 +58,12 @@ class Pattern:
     def format(self, params: dict[str, str]) -> str:
         return self.text.format(**params)
 
+    @property
+    def glob(self) -> str:
+        """The ref glob (databuild.globs) of exactly the refs it matches: a placeholder is one or more
+        characters of a segment, ``?*``."""
+        return _PLACEHOLDER.sub("?*", self.text)
+
 
 def _duration(name: str, value: timedelta | str | None) -> timedelta | None:
     if value is None:

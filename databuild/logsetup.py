@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
-from rich.logging import RichHandler
+from rich.text import Text
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 DATABUILD_LOG = "databuild.log"
@@ -41,10 +41,7 @@ def log_to_files(home: Path, console: Console) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     to_file = logging.FileHandler(folder / DATABUILD_LOG, encoding="utf-8")
     to_file.setFormatter(logging.Formatter(FORMAT))
-    shown = RichHandler(console=console, show_path=False, markup=False)
-    shown.setLevel(logging.WARNING)
-    shown.addFilter(_problem)
-    _configure(to_file, shown)
+    _configure(to_file, _Problems(console, folder / DATABUILD_LOG))
     return folder
 
 
@@ -55,9 +52,30 @@ def log_to_stderr() -> None:
     _configure(handler)
 
 
-def _problem(record: logging.LogRecord) -> bool:
-    own = record.name.partition(".")[0] in OWN_LOGGERS
-    return record.levelno >= (logging.WARNING if own else logging.ERROR)
+class _Problems(logging.Handler):
+    """DataBuild's warnings and anyone's errors on the terminal, a line each (a traceback stays in the
+    file), printed through rich: above the live display instead of across it."""
+
+    def __init__(self, console: Console, log_file: Path) -> None:
+        super().__init__(logging.WARNING)
+        self.console = console
+        self.log_file = log_file
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        own = record.name.partition(".")[0] in OWN_LOGGERS
+        return record.levelno >= (logging.WARNING if own else logging.ERROR)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            error = record.levelno >= logging.ERROR
+            line = Text(f"{record.levelname.lower()}: ", style="bold red" if error else "yellow")
+            line.append(record.getMessage())
+            if record.exc_info and record.exc_info[1] is not None:
+                line.append(f": {record.exc_info[1]}")
+            line.append(f"  (more in {self.log_file})", style="dim")
+            self.console.print(line, soft_wrap=True)
+        except Exception:
+            self.handleError(record)
 
 
 def _configure(*handlers: logging.Handler) -> None:

@@ -61,10 +61,11 @@ class SparkRuntime:
                 except Exception as error:
                     if self.log_file is None:
                         raise
-                    # Why it failed is in the log, where the JVM's output went, not on the terminal.
+                    # Why it failed is in the log, where the JVM's output went, not on the terminal. No
+                    # chained cause: a job run's failure shows the innermost error, which must be this.
                     raise SparkStartError(
                         f"Spark did not start ({error}); its output is in {self.log_file}"
-                    ) from error
+                    ) from None
                 if self.log_file is None:  # Spark's warnings would be on this process's stderr
                     self._session.sparkContext.setLogLevel("ERROR")
                 else:

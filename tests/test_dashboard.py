@@ -1,23 +1,32 @@
 """The dashboard in a real headless Chromium (Debian's package, driven by Playwright), over the demo."""
 
 import asyncio
+import contextlib
 import os
 import shutil
-from collections.abc import AsyncIterator
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 from fastapi.testclient import TestClient
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Locator, Page, async_playwright
+from pydantic import SecretStr
 
 from databuild.bel import BuildEventLog
+from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.graph import Graph
-from databuild.models import WantSpec, WantState
-from databuild.testing import free_port
+from databuild.graph_view import JobInput, graph_view
+from databuild.models import InstanceRef, PartitionStatus, WantSpec, WantState
+from databuild.testing import POSTGRES_ADMIN_URL, free_port, postgres_database
+from databuild.views import want_view
 from databuild.web import create_app, serving, web_context
-from tests.conftest import DemoRun
+from tests.conftest import DemoRun, Stack, require_postgres
+from tests.helpers import lake, until
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +59,7 @@ async def browser() -> AsyncIterator[Browser]:
         await launched.close()
 
 
-async def text(page: Page, selector: str) -> str:
+async def text(page: Page | Locator, selector: str) -> str:
     return " ".join((await page.locator(selector).inner_text()).split())
 
 
@@ -158,3 +167,255 @@ def test_hostile_labels_and_reasons_render_as_text(tmp_path: Path) -> None:
         unknown = client.get("/no/such/page")
         assert unknown.status_code == 404 and "Back to wants" in unknown.text  # an HTML page, not JSON
     bel.dispose()
+
+
+# The graph page, a want's timeline and the operator actions ------------------------------------------
+
+POLICIES = Graph("policies")
+POLICIES.external("feed/{day}")
+
+
+def _week(day: str) -> list[str]:  # needs a real date: not listable from placeholder names
+    end = date.fromisoformat(day)
+    return [f"clean/{end - timedelta(days=n)}" for n in range(7)]
+
+
+@POLICIES.job(
+    "clean/{day}",
+    inputs=lambda day: [f"feed/{day}"],
+    batch=4,
+    pool="etl",
+    max_running=2,
+    retries=1,
+    timeout="30m",
+    heartbeat_timeout="45s",
+    executor="submit",
+    spark_conf={"spark.sql.shuffle.partitions": "8"},
+)
+def clean(ctx: object, partitions: list[dict[str, str]]) -> None:  # pragma: no cover - never run
+    raise AssertionError
+
+
+@POLICIES.job("weekly/{day}", inputs=_week)
+def weekly(ctx: object, day: str) -> None:  # pragma: no cover - never run
+    raise AssertionError
+
+
+@POLICIES.job("report/{day}")  # declares nothing: its input edge is what its run read
+def report(ctx: object, day: str) -> None:  # pragma: no cover - never run
+    raise AssertionError
+
+
+def _run(bel: BuildEventLog, ref: str) -> str:
+    """Record a run for ``ref`` and start it; returns its id."""
+    spec = WantSpec(ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC))
+    bel.register_want(spec)
+    decision = bel.decide(spec.want_id, 1, POLICIES.resolve(ref))
+    assert decision.job_run_id is not None
+    bel.start_job_run(decision.job_run_id, 1, "w")
+    return decision.job_run_id
+
+
+def _live(bel: BuildEventLog, ref: str) -> InstanceRef:
+    return InstanceRef(ref=ref, instance_id=bel.partition(ref).instance_id)
+
+
+def _new(ref: str) -> InstanceRef:
+    return InstanceRef(ref=ref, instance_id=str(uuid.uuid4()))
+
+
+def _by_status(bel: BuildEventLog, glob: str) -> dict[PartitionStatus, int]:
+    return dict(Counter(p.status for p in bel.partitions(ref_glob=glob, limit=1000)))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_the_graph_view_counts_partitions_by_pattern_and_shows_declared_and_effective_policies(
+    tmp_path: Path, backend: str
+) -> None:
+    with contextlib.ExitStack() as cleanup:
+        url = f"sqlite:///{tmp_path / 'bel.sqlite'}"
+        if backend == "postgresql":
+            require_postgres()
+            url = cleanup.enter_context(postgres_database(POSTGRES_ADMIN_URL, "graphview"))
+        bel = BuildEventLog.create(url)
+        cleanup.callback(bel.dispose)
+        for day in ("2024-01-01", "2024-01-02", "2024-01-03"):
+            bel.publish_external(f"feed/{day}")
+        bel.publish_external("renamed/x")  # a ref no pattern of the graph matches any more
+        built = _run(bel, "clean/2024-01-01")
+        bel.succeed_job_run(built, [_live(bel, "feed/2024-01-01")], [_new("clean/2024-01-01")])
+        bel.fail_job_run(_run(bel, "clean/2024-01-02"), "boom")
+        _run(bel, "clean/2024-01-03")  # still running: building
+        reporting = _run(bel, "report/2024-01-01")
+        bel.succeed_job_run(reporting, [_live(bel, "clean/2024-01-01")], [_new("report/2024-01-01")])
+
+        settings = Settings(home=tmp_path, pools={"etl": 3}, job_executors={"report": "submit"})
+        view = graph_view(bel, POLICIES, settings)
+        patterns = {p.pattern: p for p in view.patterns}
+        assert list(patterns) == ["feed/{day}", "clean/{day}", "weekly/{day}", "report/{day}"]
+        for p in view.patterns:
+            assert p.counts == _by_status(bel, p.glob), p.pattern
+        assert patterns["clean/{day}"].counts == {
+            PartitionStatus.live: 1,
+            PartitionStatus.failed: 1,
+            PartitionStatus.building: 1,
+        }
+        assert patterns["feed/{day}"].job is None and view.unmatched == {PartitionStatus.live: 1}
+
+        jobs = {j.label: j for j in view.jobs}
+        assert jobs["clean"].inputs == [JobInput(pattern="feed/{day}", declared=True, observed=True)]
+        assert jobs["report"].inputs == [JobInput(pattern="clean/{day}", declared=False, observed=True)]
+        assert jobs["report"].latest_run == reporting
+        assert jobs["weekly"].inputs == [] and "once it has succeeded" in (jobs["weekly"].inputs_note or "")
+        clean_policies = jobs["clean"].policies
+        assert (clean_policies.batch, clean_policies.pool, clean_policies.pool_slots) == (4, "etl", 3)
+        assert clean_policies.max_running == 2 and clean_policies.batch_window == settings.batch_window
+        assert clean_policies.effective.attempts == 2  # retries=1
+        assert clean_policies.effective.start_to_close_timeout == timedelta(minutes=30)
+        assert clean_policies.effective.heartbeat_timeout == timedelta(seconds=45)
+        assert (clean_policies.effective_executor, clean_policies.executor_from) == ("submit", "graph")
+        report_policies = jobs["report"].policies
+        assert report_policies.effective.attempts == settings.job_attempts and report_policies.retries is None
+        assert report_policies.executor_from == "DATABUILD_JOB_EXECUTORS"
+        assert jobs["weekly"].policies.executor_from == "DATABUILD_EXECUTOR"
+
+        # The JSON and the page are this one view.
+        db = DataBuild(None, bel, POLICIES, settings)
+        app = create_app(web_context(settings, bel, UI, client=db))
+        with TestClient(app, base_url="http://localhost:8000", client=("127.0.0.1", 50000)) as client:
+            assert client.get("/api/graph").json() == view.model_dump(mode="json")
+            page = client.get("/graph")
+        assert page.status_code == 200
+        assert all(f'data-job="{label}"' in page.text for label in jobs)
+        assert all(f'data-pattern="{p}"' in page.text for p in patterns)
+        assert '<td class="attempts">2 <span class="note declared"' in page.text
+        assert (
+            "etl <span" in page.text
+            and "3 slots" in page.text
+            and "spark.sql.shuffle.partitions=8" in page.text
+        )
+
+
+async def test_the_graph_page_and_a_want_timeline_in_a_browser(demo_run: DemoRun, browser: Browser) -> None:
+    stack, want = demo_run.stack, demo_run.want
+    await asyncio.to_thread(ARTIFACTS.mkdir, parents=True, exist_ok=True)
+    app = create_app(web_context(stack.settings, stack.bel, UI))
+    async with serving(app, "127.0.0.1", free_port()) as base:
+        page = await browser.new_page(viewport={"width": 1400, "height": 1000})
+        await page.goto(f"{base}/graph")
+        for job in stack.graph.jobs:
+            assert await page.locator(f'#graph g.node.job[data-job="{job.label}"]').count() == 1
+            row = page.locator(f'#jobs tr[data-job="{job.label}"]')
+            assert f"{stack.settings.job_attempts} DATABUILD_JOB_ATTEMPTS" in await text(row, "td.attempts")
+            assert "session DATABUILD_EXECUTOR" in await text(row, "td.executor")
+        for pattern in stack.graph.patterns:
+            assert await page.locator(f'#graph g.node.pattern[data-pattern="{pattern.text}"]').count() == 1
+            row = page.locator(f'#patterns tr[data-pattern="{pattern.text}"]')
+            expected = _by_status(stack.bel, pattern.glob)
+            for status in PartitionStatus:
+                shown = await text(row, f'td[data-status="{status.value}"]')
+                assert shown == str(expected.get(status, "")), (pattern.text, status)
+        # The demo discovers its inputs at run time: the edges are what the latest runs read.
+        for source, target in [("raw_events/{date}", "daily_users"), ("daily_users/{date}", "weekly_rollup")]:
+            edge = f'#graph path.edge.input[data-source="pattern:{source}"][data-target="job:{target}"]'
+            assert await page.locator(edge).count() == 1
+        await page.locator("#graph").screenshot(path=str(ARTIFACTS / "dashboard-graph.png"))
+        await page.screenshot(path=str(ARTIFACTS / "dashboard-graph-page.png"), full_page=True)
+
+        # The want's timeline: one bar per job run of its tree, oldest first.
+        view = want_view(stack.bel, want.want_id)
+        run_ids = {link.job_run_id for n in view.data.nodes.values() for g in n.job_runs for link in g.runs}
+        runs = sorted(
+            (view.index.job_runs[i] for i in run_ids),
+            key=lambda r: (r.created_at, r.started_at or r.created_at, r.job_run_id),
+        )
+        await page.goto(f"{base}/wants/{want.want_id}")
+        bars = page.locator("#timeline g.bar")
+        assert [await bar.get_attribute("data-job-run") for bar in await bars.all()] == [
+            r.job_run_id for r in runs
+        ]
+        assert len(runs) == 23  # the discovering demo: 15 runs that build, 8 that dep-miss
+        assert await page.locator("#timeline g.bar.state-dep_miss rect.ran").count() == 8
+        assert await page.locator("#want-actions").count() == 0  # an ended want has no actions
+        await page.locator("figure.timeline").screenshot(path=str(ARTIFACTS / "dashboard-want-timeline.png"))
+        await page.close()
+
+
+TOKEN = "dashboard-test-token-0123456789"
+
+
+async def test_operators_cancel_retry_resolve_skip_and_taint_from_the_dashboard(
+    make_stack: Callable[..., Awaitable[Stack]], browser: Browser
+) -> None:
+    """With tokens configured the forms need one: refused (nothing recorded) until the browser signs in."""
+    stack = await make_stack(graph="tests.graphs:flaky", job_attempts=1)
+    failing = await stack.db.want("fails/1")
+    waiting = await stack.db.want("input/5")  # external: waits for a publish that never comes
+    session = stack.parts.spark.session()
+    await asyncio.to_thread(session.range(3).write.parquet, str(lake(stack.settings) / "input" / "2"))
+    await stack.db.publish("input/2")  # its data, then its announcement
+    pair = await stack.db.want("left/2")  # reads input/2, builds left/2 and right/2
+    assert (await stack.db.wait(failing)).state is WantState.failed
+    assert (await stack.db.wait(pair)).state is WantState.successful
+    await until(lambda: stack.bel.want(waiting.want_id).state is WantState.upstream_building)
+    assert stack.bel.partition("fails/1").status is PartitionStatus.failed
+
+    settings = stack.settings.model_copy(update={"api_tokens": SecretStr(f"ops={TOKEN}")})
+    app = create_app(web_context(settings, stack.bel, UI, client=stack.db))
+    async with serving(app, "127.0.0.1", free_port()) as base:
+        page = await browser.new_page()
+        page.on("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))  # the confirm()s
+
+        async def flash_after(selector: str) -> str:
+            async with page.expect_navigation():
+                await page.click(selector)
+            return await text(page, "#flash") if await page.locator("#flash").count() else ""
+
+        before = stack.bel.last_idx()
+        await page.goto(f"{base}/partitions/fails/1")
+        await page.click("#resolve")
+        assert "sign in at /sign-in" in await text(page, "#error")  # refused before anything happened
+        assert (
+            stack.bel.last_idx() == before and stack.bel.partition("fails/1").status is PartitionStatus.failed
+        )
+        await page.goto(f"{base}/sign-in?next=/partitions/fails/1")
+        await page.fill("input[name=token]", TOKEN)
+        assert await flash_after("#sign-in") == "signed in as ops"
+
+        # Resolve the fail-lock, then retire the partition.
+        assert "resolved fails/1" in await flash_after("#resolve")
+        assert stack.bel.partition("fails/1").status is not PartitionStatus.failed
+        assert "fails/1 retired" in await flash_after("#skip")
+        assert stack.bel.partition("fails/1").status is PartitionStatus.skipped
+
+        # Retry an open want (it decides again), then cancel it.
+        await page.goto(f"{base}/wants/{waiting.want_id}")
+        decided = stack.bel.decision_seq(waiting.want_id)
+        assert "decides again now" in await flash_after("#retry")
+        await until(lambda: stack.bel.decision_seq(waiting.want_id) > decided, seconds=30)
+        assert "asked want input/5 to stop" in await flash_after("#cancel")
+        await until(lambda: stack.bel.want(waiting.want_id).state is WantState.canceled, seconds=30)
+
+        # Taint shows the impact first; confirming taints the previewed instance and, with cascade, its readers.
+        await page.goto(f"{base}/partitions/input/2")
+        await page.click("#taint")
+        await page.wait_for_url("**/taint/input/2")
+        impact = await text(page, "#impact")
+        assert "left/2" in impact and "right/2" in impact
+        assert "2 downstream instance(s) stale, 2 of them current" in await text(page, "#impact-summary")
+        await page.fill("input[name=reason]", "bad feed")
+        await page.check("#cascade")
+        tainted = await flash_after("#confirm-taint")
+        assert tainted.startswith("tainted") and all(
+            ref in tainted for ref in ("input/2", "left/2", "right/2")
+        )
+        for ref in ("input/2", "left/2", "right/2"):
+            assert stack.bel.partition(ref).status is PartitionStatus.tainted
+        assert stack.bel.partition("input/2").reason == "bad feed"
+        await page.close()
+
+    # Without tokens the forms answer loopback clients only.
+    open_app = create_app(web_context(stack.settings, stack.bel, UI, client=stack.db))
+    remote = TestClient(open_app, base_url="http://localhost:8000", client=("192.0.2.7", 50000))
+    refused = remote.post(f"/wants/{failing.want_id}/retry")
+    assert refused.status_code == 401 and "loopback clients only" in refused.text

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy import Connection, Engine, Select, Table, func, or_, select
+from sqlalchemy import Connection, Engine, Select, Table, case, func, literal, or_, select
 
 from databuild.backfill import BackfillProgress, BackfillRequest
 from databuild.bel import schema as s
@@ -685,6 +685,40 @@ class BelQueries:
             delegations_historical=kinds.get("historical", 0),
             builds_avoided=sum(j.skipped for j in jobs) + int(joined),
         )
+
+    def partition_counts(self, globs: Sequence[str]) -> dict[str | None, dict[PartitionStatus, int]]:
+        """How many partitions match each of ``globs`` (the graph's patterns), by status as the views show
+        it, in one GROUP BY (one pass over the partitions: no index counts by pattern). A ref counts under
+        the first glob it matches; refs no glob matches (a job since renamed) count under None."""
+        p = s.partitions.c
+        glob: Any = case(*((ref_filter(p.ref, g), literal(g)) for g in globs)) if globs else literal(None)
+        building = p.building_job_run_id.is_not(None) & (p.status != PartitionStatus.live.value)
+        status = case((building, PartitionStatus.building.value), else_=p.status)
+        # Grouped outside: PostgreSQL would not see the bound CASE in GROUP BY as the one selected.
+        shown = select(glob.label("glob"), status.label("status")).subquery()
+        by = (shown.c.glob, shown.c.status)
+        rows = self._all(select(*by, func.count().label("n")).group_by(*by))
+        counts: dict[str | None, dict[PartitionStatus, int]] = {}
+        for r in rows:
+            counts.setdefault(r["glob"], {})[PartitionStatus(r["status"])] = int(r["n"])
+        return counts
+
+    def latest_succeeded_runs(self, labels: Sequence[str]) -> list[JobRun]:
+        """Each job's latest succeeded run (none for a job that has not succeeded): one index seek per
+        job (ix_job_runs_durations), all in one statement."""
+        c = s.job_runs.c
+        latest = [
+            select(c.job_run_id)
+            .where(c.job_label == label, c.state == JobRunState.succeeded.value, c.ended_at.is_not(None))
+            .order_by(c.ended_at.desc())
+            .limit(1)
+            .scalar_subquery()
+            for label in dict.fromkeys(labels)
+        ]
+        if not latest:
+            return []
+        row = self._all(select(*(q.label(f"j{n}") for n, q in enumerate(latest))))[0]
+        return self.job_runs_by_id([run_id for run_id in row.values() if run_id])
 
     def subscriptions(self, refs: Sequence[str], after_id: int, limit: int) -> list[Subscription]:
         """A page of the subscriptions to any of ``refs``, in id order."""

@@ -19,7 +19,7 @@ from databuild.errors import (
     PortInUseError,
 )
 from databuild.metrics import exposition, metrics_registry
-from databuild.web import api, pages
+from databuild.web import actions, api, pages
 from databuild.web.context import WebContext
 from databuild.web.guards import BodyLimit, HostCheck
 from databuild.web.paths import STATIC
@@ -40,6 +40,7 @@ def create_app(context: WebContext) -> FastAPI:
     app.state.context = context
     app.include_router(api.router)
     app.include_router(pages.router)
+    app.include_router(actions.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(BodyLimit)
     app.add_middleware(HostCheck, hosts=context.hosts)  # added last, so it runs first
