@@ -22,11 +22,13 @@ from databuild.graph import Graph, load_graph
 from databuild.models import (
     Instance,
     Partition,
+    PartitionStatus,
     TaintImpact,
     TaintResult,
     Want,
     WantSource,
     WantSpec,
+    WantState,
     default_data_timestamp,
     first_error,
 )
@@ -215,16 +217,56 @@ class DataBuild:
         return await self.bel.call(want_view, self.bel, want_id, await self.loaded_graph())
 
     async def retry(self, want_id: str) -> Want:
-        """Make a want that has not ended decide again now (e.g. after fixing an input or a cause outside
-        DataBuild), instead of at its next watch. Raises InvalidTransitionError for a want that has ended."""
+        """Decide again now. A want that has not ended is told to (e.g. after fixing an input or a cause
+        outside DataBuild). One that ended failed or canceled is opened again, with the wants it derived
+        that ended so, and each gets a new workflow run. Raises InvalidTransitionError, naming what to do,
+        for a want that succeeded or expired, or whose partition (or a derived one) is still fail-locked."""
         want = await self.bel.call(self.bel.want, want_id)  # NotFoundError for an unknown id
-        if want.state.is_final:
+        client = await self.temporal_client()
+        if not want.state.is_final:
+            handle = client.get_workflow_handle(want.workflow_id)
+            await handle.signal(SIGNAL_REDECIDE, RedecideNotice(ref=want.ref, reason="retry requested"))
+            return want
+        ended = await self.bel.call(self._retryable, want)
+        locked = [
+            p
+            for p in await self.bel.call(self.bel.partitions_by_ref, [w.ref for w in ended])
+            if p.status is PartitionStatus.failed
+        ]
+        if locked:
+            refs = ", ".join(p.ref for p in locked)
             raise InvalidTransitionError(
-                f"want {want_id} has ended ({want.state.value}); only a want still open can decide again"
+                f"{refs} {'is' if len(locked) == 1 else 'are'} fail-locked by a failed build: fix its cause, "
+                f"clear it with `databuild resolve {locked[0].ref}`, then retry {want_id}"
             )
-        handle = (await self.temporal_client()).get_workflow_handle(want.workflow_id)
-        await handle.signal(SIGNAL_REDECIDE, RedecideNotice(ref=want.ref, reason="retry requested"))
-        return want
+        reopened = await self.bel.call(self.bel.reopen_wants, [w.want_id for w in ended])
+        await asyncio.gather(
+            *(start_want(client, w.spec, self.settings.task_queue, self.bel) for w in reopened)
+        )
+        return await self.bel.call(self.bel.want, want_id)
+
+    def _retryable(self, want: Want) -> list[Want]:
+        """The want and the wants it derived, transitively, that ended failed or canceled. Raises
+        InvalidTransitionError for a want that succeeded or whose TTL passed."""
+        if want.state is WantState.successful:
+            raise InvalidTransitionError(
+                f"want {want.want_id} succeeded; to build {want.ref} again, `databuild taint {want.ref}` and want it"
+            )
+        if want.state is WantState.expired:
+            raise InvalidTransitionError(
+                f"want {want.want_id} expired (its TTL passed at {want.spec.ttl_deadline:%Y-%m-%d %H:%M}Z); "
+                "want the partition again with a later --ttl"
+            )
+        found = {want.want_id: want}
+        level = [want.want_id]
+        while level:
+            children = [
+                child for _, _, _, child in self.bel.derivatives_of(level) if child and child not in found
+            ]
+            loaded = self.bel.wants_by_id(children)
+            found.update({w.want_id: w for w in loaded})
+            level = [w.want_id for w in loaded]
+        return [w for w in found.values() if w.state in (WantState.failed, WantState.canceled)]
 
     async def cancel_backfill(self, backfill_id: str) -> int:
         """Cancel every want of the backfill that has not ended; returns how many were asked to stop."""

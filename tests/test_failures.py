@@ -12,6 +12,7 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from bench.cluster import start_databuild_worker
+from databuild.errors import InvalidTransitionError
 from databuild.gc import collect_garbage
 from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
 from databuild.storage import Storage
@@ -116,6 +117,12 @@ async def test_cancelling_a_want(make_stack) -> None:
     done = await stack.db.wait(spec)
     assert done.state is WantState.canceled
     assert (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+    # Retry opens it again: it waits for its feed as before; then one that is open decides again.
+    assert (await stack.db.retry(spec.want_id)).state is WantState.new
+    await until(lambda: stack.bel.want(spec.want_id).state is WantState.upstream_building, seconds=60)
+    assert (await stack.db.retry(spec.want_id)).state is WantState.upstream_building
+    await stack.db.cancel(spec.want_id)
+    assert (await stack.db.wait(spec)).state is WantState.canceled
 
 
 async def test_job_failing_beyond_retry_policy_fails_the_want(make_stack) -> None:
@@ -137,6 +144,25 @@ async def test_a_failure_deep_down_fails_every_want_above_it(make_stack) -> None
     assert "mid/7" in (done.reason or "") and "failed" in (done.reason or "")
     states = {w.ref: w.state for w in stack.bel.wants(limit=100)}
     assert states == {"top/7": WantState.failed, "mid/7": WantState.failed, "fails/7": WantState.failed}
+
+    # Retry: refused while fails/7 is fail-locked; once fixed and resolved, the want and the wants it
+    # derived open again and the same wants are fulfilled.
+    with pytest.raises(InvalidTransitionError, match="databuild resolve fails/7"):
+        await stack.db.retry(spec.want_id)
+    graphs.FIXED.add("7")
+    try:
+        await stack.db.resolve("fails/7")
+        assert (await stack.db.retry(spec.want_id)).state is WantState.new
+        done = await asyncio.wait_for(stack.db.wait(spec), timeout=120)
+    finally:
+        graphs.FIXED.discard("7")
+    assert done.state is WantState.successful
+    states = {w.ref: w.state for w in stack.bel.wants(limit=100)}
+    assert set(states.values()) == {WantState.successful} and len(states) == 3
+    retried = [e.want_id for e in stack.bel.events(limit=1000) if e.type == "WantRetried"]
+    assert sorted(retried) == sorted(w.want_id for w in stack.bel.wants(limit=100))
+    with pytest.raises(InvalidTransitionError, match="succeeded"):
+        await stack.db.retry(spec.want_id)
 
 
 async def test_reading_a_ref_nobody_produces_fails_clearly(make_stack) -> None:

@@ -229,6 +229,17 @@ def _want_finished(conn: Connection, event: ev.WantFinished, at: datetime) -> No
     conn.execute(_UNSUBSCRIBE, {"want_id": event.want_id})
 
 
+@projects(ev.WantRetried)
+def _want_retried(conn: Connection, event: ev.WantRetried, at: datetime) -> None:
+    _set_want(
+        conn, event.want_id, at, state=WantState.new.value, reason=None, instance_id=None, job_run_id=None
+    )
+    want = conn.execute(
+        select(s.wants.c.ref, s.wants.c.workflow_id).where(s.wants.c.want_id == event.want_id)
+    ).one()
+    _subscribe(conn, event.want_id, [want.ref], want.workflow_id)  # it ended unsubscribed
+
+
 @projects(ev.WantSlaMissed)
 def _want_sla_missed(conn: Connection, event: ev.WantSlaMissed, at: datetime) -> None:
     conn.execute(_UPDATE_WANT, {"pk": event.want_id, "sla_missed": True})

@@ -360,6 +360,18 @@ class BuildEventLog(BelQueries):
                 )
             return want_from_row(self._want_row(tx.conn, want_id))
 
+    def reopen_wants(self, want_ids: Sequence[str]) -> list[Want]:
+        """Open again each of the wants that ended failed or canceled (``WantRetried``), in one
+        transaction; the others are left as they are. Returns the wants reopened."""
+        with self._write(*(want_key(w) for w in want_ids)) as tx:
+            reopened = []
+            for want_id in want_ids:
+                state = WantState(self._want_row(tx.conn, want_id)["state"])
+                if state in (WantState.failed, WantState.canceled):
+                    tx.append(ev.WantRetried(want_id=want_id, was=state))
+                    reopened.append(want_from_row(self._want_row(tx.conn, want_id)))
+            return reopened
+
     def mark_sla_missed(self, want_id: str, deadline: datetime) -> Want:
         current = self.want(want_id)
         if current.sla_missed:

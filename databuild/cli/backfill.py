@@ -117,11 +117,12 @@ def cancel(
 
 @app.command()
 def retry(
-    want_id: Annotated[str, typer.Argument(metavar="WANT_ID", help="A want id (w-...) that has not ended.")],
+    want_id: Annotated[str, typer.Argument(metavar="WANT_ID", help="A want id (w-...).")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Make a want decide again now, e.g. after fixing an input or a cause outside DataBuild (a want
-    waiting on a fail-lock is woken by `databuild resolve` already)."""
+    """Make a want decide again now: one still open (e.g. after fixing an input or a cause outside
+    DataBuild), or one that ended failed or canceled, which opens again with the wants it derived that
+    ended so (after `databuild resolve` of a fail-locked build)."""
     want = run(with_client(lambda db: db.retry(want_id)))
     emit(as_json, {"want": want, "retried": True}, lambda: f"{want_id} ({want.ref}) decides again")
 

@@ -60,6 +60,14 @@ class WantFinished(Model):
     instance_id: str | None = None
 
 
+class WantRetried(Model):
+    """A want that ended failed or canceled is open again (``databuild retry``): it decides anew."""
+
+    type: Literal["WantRetried"] = "WantRetried"
+    want_id: str
+    was: WantState = Field(description="the state it had ended in")
+
+
 class WantSlaMissed(Model):
     type: Literal["WantSlaMissed"] = "WantSlaMissed"
     want_id: str
@@ -313,6 +321,7 @@ Event = Annotated[
     | WantAwaitingRequirements
     | WantBlocked
     | WantFinished
+    | WantRetried
     | WantSlaMissed
     | WantSlaAtRisk
     | JobRunQueued

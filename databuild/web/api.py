@@ -189,7 +189,8 @@ async def post_cancel_want(request: Request, _caller: Caller, want_id: str) -> W
 
 @router.post("/wants/{want_id}/retry", response_model=Want)
 async def post_retry_want(request: Request, _caller: Caller, want_id: str) -> Want:
-    """Make a want that has not ended decide again now (409 for one that has ended)."""
+    """Make a want decide again now: one still open, or one that ended failed or canceled (opened again
+    with the wants it derived that ended so); 409 for one that succeeded or expired, or is fail-locked."""
     return await context(request).db.retry(want_id)
 
 
