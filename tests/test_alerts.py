@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
+from fastapi.testclient import TestClient
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -35,6 +36,7 @@ from databuild.errors import InvalidInputError
 from databuild.models import WantSource, WantState
 from databuild.temporal import ensure_search_attributes
 from databuild.testing import free_port, make_settings, skip_time
+from databuild.web import create_app, web_context
 from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed
 from workflows.alert import AlertWorkflow
 from workflows.want import WantWorkflow
@@ -188,6 +190,12 @@ async def test_sla_at_risk_then_missed_reach_a_webhook_that_comes_back_and_a_mai
     )
     view = await db.want_view(spec.want_id)
     assert view.data.estimate is not None and view.data.estimate.external == ["feed/0/late"]
+    app = create_app(web_context(alerting.settings, db.bel))
+    with TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 50000)) as web:
+        estimate = web.get(f"/api/wants/{spec.want_id}").json()["data"]["estimate"]
+        assert estimate["confidence"] == "none" and estimate["slowest_step"] == "report_job (report/0/late)"
+        page = web.get(f"/wants/{spec.want_id}").text
+        assert "Estimated live" in page and "waits for external feed/0/late" in page
 
     await skip_time(env, timedelta(hours=8), step=timedelta(minutes=30))
     assert not db.bel.want(spec.want_id).sla_at_risk  # the report alone takes seconds: no risk yet

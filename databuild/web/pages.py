@@ -121,8 +121,9 @@ async def want_form(
 
 
 @router.get("/wants/{want_id}", response_class=HTMLResponse)
-def want_page(request: Request, want_id: str) -> HTMLResponse:
-    view = want_view(context(request).bel, want_id)
+async def want_page(request: Request, want_id: str) -> HTMLResponse:
+    ctx = context(request)
+    view = await asyncio.to_thread(want_view, ctx.bel, want_id, await ctx.db.loaded_graph())
     return _page(request, "want.html", view=view, timeline=want_timeline(view, datetime.now(UTC)))
 
 
