@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from email import message_from_bytes
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -28,6 +28,7 @@ from temporalio.worker import Worker
 from activities.alerts import AlertActivities, raise_alert
 from activities.fanout import FanOutActivities
 from activities.wants import WantActivities
+from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
@@ -256,6 +257,23 @@ async def test_a_failed_build_alerts_its_fail_lock_and_the_failed_want_once(aler
     assert locked["subject"] == run and locked["link"].endswith(f"/job-runs/{run}")
     assert "databuild resolve timed/0" in locked["message"]
     await until(lambda: len(mail.messages) == 2, "two mails")
+
+
+async def test_a_finished_backfill_alerts_once_with_its_counts(alerting: AlertStack) -> None:
+    db, hook = alerting.db, alerting.hook
+    hook.up()
+    BROKEN.add("daily/2024-01-02")
+    request = BackfillRequest(pattern="daily/{date}", start=datetime(2024, 1, 1), end=datetime(2024, 1, 3))
+    progress = await db.backfill(request)
+    await until(lambda: hook.kinds().count("backfill_finished") == 1, "the backfill's alert", 120)
+    assert (await db.backfill_progress(progress.backfill_id)).finished
+    done = next(r for r in hook.received if r["kind"] == "backfill_finished")
+    assert done["subject"] == progress.backfill_id and done["link"].endswith(
+        f"/backfills/{progress.backfill_id}"
+    )
+    assert "2 successful" in done["message"] and "1 failed" in done["message"]
+    await asyncio.sleep(1)
+    assert hook.kinds().count("backfill_finished") == 1  # the last wants to end all saw it finished
 
 
 def test_a_url_apprise_cannot_use_is_refused_with_the_fix(tmp_path: Path) -> None:

@@ -41,6 +41,11 @@ def report_job(ctx: JobContext, days: str, name: str) -> None:
     raise AssertionError("built by TimedJobRun, the double of the job run")
 
 
+@timed.job("daily/{date}")
+def daily_job(ctx: JobContext, date: str) -> None:
+    raise AssertionError("built by TimedJobRun, the double of the job run (in no time)")
+
+
 @dataclass
 class TimedBuilds:
     bel: BuildEventLog
@@ -71,7 +76,7 @@ class Failures:
 class TimedJobRun:
     @workflow.run
     async def run(self, input: p.JobRunInput) -> p.JobOutcome:
-        await workflow.sleep(timedelta(days=int(input.params["days"])))
+        await workflow.sleep(timedelta(days=int(input.params.get("days", "0"))))
         outcome: p.JobOutcome = await workflow.execute_activity(
             "timed_build", input, result_type=p.JobOutcome, start_to_close_timeout=timedelta(minutes=1)
         )
