@@ -199,9 +199,8 @@ class WantActivities:
         if want.state is WantState.failed and want.source is not WantSource.derivative:
             alert = alerts.want_failed(want, self._job_label(want.ref), at)
             await raise_alert(self.client, self.settings, alert)
-        for progress in await self.bel.call(self.bel.backfills_of, want.want_id):
-            if progress.finished:
-                await raise_alert(self.client, self.settings, alerts.backfill_finished(progress, at))
+        for progress in await self.bel.call(self.bel.finished_backfills_of, want.want_id):
+            await raise_alert(self.client, self.settings, alerts.backfill_finished(progress, at))
 
     async def _tell_dependents(self, want: Want) -> None:
         """A derivative want that ended without its partition fails the wants waiting on it, at every

@@ -482,10 +482,23 @@ class BelQueries:
             paused=bool(row["paused"]),
         )
 
-    def backfills_of(self, want_id: str) -> list[BackfillProgress]:
-        """The progress of each backfill the want belongs to."""
+    def finished_backfills_of(self, want_id: str) -> list[BackfillProgress]:
+        """The progress of each backfill the want belongs to that has finished. Counting a backfill's
+        wants is done only once none is open (the first open one found answers), so a backfill of N
+        wants does not count N times N rows as they end."""
         ids = self._all(select(s.backfill_wants.c.backfill_id).where(s.backfill_wants.c.want_id == want_id))
-        return [self.backfill_progress(r["backfill_id"]) for r in ids]
+        final = [state.value for state in FINAL_WANT_STATES]
+        finished = []
+        for row in ids:
+            open_want = self._all(
+                select(s.backfill_wants.c.want_id)
+                .join(s.wants, s.wants.c.want_id == s.backfill_wants.c.want_id)
+                .where(s.backfill_wants.c.backfill_id == row["backfill_id"], s.wants.c.state.not_in(final))
+                .limit(1)
+            )
+            if not open_want and (progress := self.backfill_progress(row["backfill_id"])).finished:
+                finished.append(progress)
+        return finished
 
     def open_backfill_wants(self, backfill_id: str) -> list[Want]:
         """The wants of a backfill that have not ended."""
