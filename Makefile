@@ -29,9 +29,10 @@ demo: install
 	$(BIN)/databuild dev --demo
 
 # Two workers for the bulk (a module stays on one worker, with its own Temporal server, Spark session and
-# PostgreSQL database); then the tests that measure latency, alone.
+# PostgreSQL database), handed out in collection order: the slowest modules first (tests/conftest.py);
+# then the tests that measure latency, alone.
 test: install lint
-	$(BIN)/pytest -n 2 --dist loadfile -m "not serial" --durations=20
+	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial" --durations=20
 	$(BIN)/pytest -m serial
 
 # The tests that need no Spark: the domain rules, the workflows with test doubles, replay, settings.

@@ -2,10 +2,12 @@
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,7 @@ from sqlalchemy.exc import OperationalError
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from bench.cluster import QUICK_JVM
 from databuild.bel import BuildEventLog
 from databuild.catalog import embedded_catalog_conf
 from databuild.client import DataBuild
@@ -35,6 +38,7 @@ from databuild.testing import (
 from worker.run import WorkerParts, running_worker
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[1]
 # The demo's jobs without their input declarations: the tests follow runtime discovery (dep-miss ->
 # derivative wants) through it; tests/test_declared_inputs.py runs the declared demo.
 DEMO_GRAPH = "examples.demo:discovering"
@@ -150,8 +154,50 @@ async def demo_run(
         yield DemoRun(stack, spec, want)
 
 
+# The modules that take longest, longest first (from CI's --durations). `make test` runs pytest-xdist with
+# `--dist loadfile --no-loadscope-reorder`: each worker takes the next module in collection order when
+# it runs short of work, so these start first and the short modules even out the end. (xdist's own order
+# is by number of tests, which put the few-but-long modules last, each a tail run by one worker alone.)
+SLOWEST_MODULES = (
+    "test_cluster",
+    "test_chaos",
+    "test_dev_stack",
+    "test_executors",
+    "test_failures",
+    "test_catalog",
+    "test_lineage",
+    "test_backfill",
+    "test_batches",
+    "test_dashboard",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Modules in the order above, then the rest by number of tests (as xdist would); each module's tests
+    keep their own order."""
+    per_module = Counter(item.nodeid.partition("::")[0] for item in items)
+
+    def rank(item: pytest.Item) -> tuple[int, int, str]:
+        module = item.nodeid.partition("::")[0]
+        name = Path(module).stem
+        slow = SLOWEST_MODULES.index(name) if name in SLOWEST_MODULES else len(SLOWEST_MODULES)
+        return (slow, -per_module[module], module)
+
+    items.sort(key=rank)
+
+
+# The JVMs of the tests (each pytest worker's Spark driver, the `databuild worker` and `dev` processes
+# they start, spark-submit applications, the Connect server, the standalone cluster's daemons, beeline)
+# mostly start, run small jobs and end: the quick JIT tier and the serial collector cut their modules' CPU
+# by a sixth to a third (measured), which on 2 cores is wall time. Spark's launcher adds these to the java
+# command line silently (JAVA_TOOL_OPTIONS would print a line on every JVM's stderr).
+QUICK_JVM_VARIABLES = ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS", "SPARK_BEELINE_OPTS")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    for variable in QUICK_JVM_VARIABLES:
+        os.environ.setdefault(variable, QUICK_JVM)
     if POSTGRES_URL != POSTGRES_ADMIN_URL:
         # Unreachable PostgreSQL is reported by require_postgres, in the tests that need it.
         with contextlib.suppress(OperationalError):
@@ -180,6 +226,27 @@ async def cli(stack: Stack, *args: str, **env: str) -> subprocess.CompletedProce
         text=True,
         timeout=120,
     )
+
+
+async def cli_batch(stack: Stack, *commands: list[str], **env: str) -> list[subprocess.CompletedProcess[str]]:
+    """``cli`` for each command, each in a process of its own, all forked from one process that imported
+    the CLI once (tests/cli_fork.py): a table of commands costs one interpreter start, not one each."""
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "tests.cli_fork"],
+        input=json.dumps(commands),
+        cwd=ROOT,
+        env=stack_env(stack, COLUMNS="200", **env),
+        capture_output=True,
+        text=True,
+        timeout=120 + 30 * len(commands),
+    )
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    return [
+        subprocess.CompletedProcess([sys.executable, "-m", "databuild.cli", *args], **result)
+        for args, result in zip(commands, results, strict=True)
+    ]
 
 
 def postgres_available() -> bool:

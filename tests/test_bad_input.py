@@ -1,12 +1,11 @@
 """Bad input gets a clear error naming the problem, and nothing is recorded (SDK and CLI)."""
 
-import asyncio
 from datetime import timedelta
 
 import pytest
 
 from databuild.errors import InvalidInputError
-from tests.conftest import cli
+from tests.conftest import cli_batch
 
 CASES = [
     (["want", "daily_users//2024-01-01"], "empty segment"),
@@ -46,7 +45,8 @@ CASES = [
 
 async def test_cli_rejects_bad_input_and_records_nothing(make_stack) -> None:
     stack = await make_stack(worker=False)
-    results = await asyncio.gather(*(cli(stack, *args) for args, _ in CASES))  # two at a time on 2 cores
+    # Each command in a process of its own, forked from one that imported the CLI once.
+    results = await cli_batch(stack, *(args for args, _ in CASES))
     for (args, message), result in zip(CASES, results, strict=True):
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert message in " ".join(result.stderr.split()), (args, result.stderr)
@@ -74,19 +74,26 @@ async def test_cli_json_output(make_stack) -> None:
     import json
 
     stack = await make_stack(graph="tests.graphs:late")
-    result = await cli(stack, "want", "feed/json", "--json")
-    assert result.returncode == 0, result.stderr
-    registered = json.loads(result.stdout)
+    # One after the other, each in a process of its own (forked from one that imported the CLI once).
+    want, listed, published, shown, events = await cli_batch(
+        stack,
+        ["want", "feed/json", "--json"],
+        ["wants", "list", "--json"],
+        ["publish", "feed/json", "--json"],
+        ["want", "feed/json", "--wait", "--json"],
+        ["events", "--pattern", "feed/*", "--json"],
+    )
+    assert want.returncode == 0, want.stderr
+    registered = json.loads(want.stdout)
     assert registered["want_id"].startswith("w-")
-    listed = json.loads((await cli(stack, "wants", "list", "--json")).stdout)
-    assert [w["want_id"] for w in listed["data"]] == [registered["want_id"]]
-    assert listed["page"]["next_offset"] is None
-    published = json.loads((await cli(stack, "publish", "feed/json", "--json")).stdout)
-    assert published["newly_live"] is True and published["partition"]["status"] == "live"
-    shown = await cli(stack, "want", "feed/json", "--wait", "--json")
+    page = json.loads(listed.stdout)
+    assert [w["want_id"] for w in page["data"]] == [registered["want_id"]]
+    assert page["page"]["next_offset"] is None
+    publish = json.loads(published.stdout)
+    assert publish["newly_live"] is True and publish["partition"]["status"] == "live"
     assert shown.returncode == 0, shown.stderr
     tree = json.loads(shown.stdout)  # the fulfillment view, {data, index}
     assert tree["index"]["wants"][tree["data"]["want_id"]]["state"] == "successful"
-    events = json.loads((await cli(stack, "events", "--pattern", "feed/*", "--json")).stdout)
-    assert {e["type"] for e in events["events"]} >= {"WantCreated", "PartitionLive"}
-    assert events["next_since_idx"] == events["last_idx"] == stack.bel.last_idx()
+    found = json.loads(events.stdout)
+    assert {e["type"] for e in found["events"]} >= {"WantCreated", "PartitionLive"}
+    assert found["next_since_idx"] == found["last_idx"] == stack.bel.last_idx()

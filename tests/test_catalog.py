@@ -56,17 +56,32 @@ def beeline(port: int, sql: str) -> list[str]:
     return [line for line in result.stdout.splitlines() if line and not line.startswith(("0: jdbc", "WARN"))]
 
 
-async def rows_become(port: int, sql: str, expected: str, seconds: float = 60) -> None:
-    """The catalog follows the BEL in the background: query until it answers ``expected``."""
+def in_process(stack: Stack, sql: str) -> str:
+    """The row of ``sql`` as beeline's CSV shows it, from the worker's own session (the Thrift server's
+    JVM and catalog), or the error."""
+    try:
+        (row,) = stack.parts.spark.session().sql(sql).collect()
+    except Exception as error:  # e.g. the table is not there yet
+        return str(error)[-300:]
+    return ",".join(str(value) for value in row)
+
+
+async def rows_become(stack: Stack, port: int, sql: str, expected: str, seconds: float = 60) -> None:
+    """The catalog follows the BEL in the background: query until it answers ``expected``. The waiting
+    is done in the worker's own session (a query there costs milliseconds, a beeline process seconds of
+    a JVM's start-up); then beeline, in a process of its own, must answer the same."""
     deadline = time.monotonic() + seconds
+    while (found := await asyncio.to_thread(in_process, stack, sql)) != expected:
+        assert time.monotonic() < deadline, f"{sql} gives {found}, not {expected}"
+        await asyncio.sleep(0.2)
     while True:
         try:
             found = (await asyncio.to_thread(beeline, port, sql))[-1]
-        except AssertionError as error:  # e.g. the table is not there yet
+        except AssertionError as error:
             found = str(error)[-300:]
         if found == expected:
             return
-        assert time.monotonic() < deadline, f"{sql} gives {found}, not {expected}"
+        assert time.monotonic() < deadline, f"{sql} gives {found} in beeline, not {expected}"
         await asyncio.sleep(0.5)
 
 
@@ -84,17 +99,18 @@ async def test_a_published_partition_is_queried_with_beeline_after_a_build_and_a
     n = uuid.uuid4().hex[:6]
     first = await built(stack, f"left/{n}")
     count = f"SELECT count(*) FROM {database}.`left` WHERE n = '{n}'"
-    await rows_become(sql_server, count, "10")  # the catalog follows the commit in the background
+    await rows_become(stack, sql_server, count, "10")  # the catalog follows the commit in the background
 
     await stack.db.taint(f"left/{n}", reason="late events")
     second = await built(stack, f"left/{n}")
     assert second != first
-    await rows_become(sql_server, count, "20")  # the table follows the live instance
+    # The table follows the live instance; the sibling output is a table too (one beeline for both).
+    right = f"SELECT count(*) FROM {database}.`right` WHERE n = '{n}'"
+    await rows_become(stack, sql_server, f"SELECT ({count}), ({right})", "20,20")
     # The old instance is still there, beside the new one, readable by its UUID.
     old = stack.parts.spark.session().read.parquet(str(instance_dir(stack.settings, f"left/{n}", first)))
     assert old.count() == 10
-    # The sibling output is a table too; a worker's repair re-points every partition from the BEL.
-    await rows_become(sql_server, f"SELECT count(*) FROM {database}.`right` WHERE n = '{n}'", "20")
+    # A worker's repair re-points every partition from the BEL.
     catalog = Catalog(
         stack.parts.spark, stack.graph, stack.bel, database=database, root=stack.settings.storage_root
     )
