@@ -14,7 +14,7 @@ from databuild.graph import load_graph
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantState
 from databuild.web import create_app, web_context
 from tests import graphs
-from tests.conftest import cli
+from tests.conftest import cli, cli_batch
 from tests.helpers import lake, until, waiting_for_feed
 
 pytestmark = pytest.mark.slow
@@ -92,7 +92,7 @@ async def test_a_backfill_builds_every_partition_once_and_asking_again_registers
 
 async def test_bad_backfills_are_refused_before_anything_is_recorded(make_stack) -> None:
     stack = await make_stack(graph="examples.demo:graph", worker=False)
-    for args, reason in (
+    cases = (
         (["raw_events/{date}", "--from", "2024-02-03", "--to", "2024-02-01"], "before it starts"),
         (
             ["raw_events/{date}", "--from", "2024-02-01", "--to", "2024-02-03", "--step", "90m"],
@@ -100,8 +100,10 @@ async def test_bad_backfills_are_refused_before_anything_is_recorded(make_stack)
         ),
         (["nope/{date}", "--from", "2024-02-01", "--to", "2024-02-03"], "not an output pattern"),
         (["raw_events/{date}", "--from", "soon", "--to", "2024-02-03"], "soon"),
-    ):
-        refused = await cli(stack, "backfill", *args)
+    )
+    # Each command in a process of its own, forked from one that imported the CLI once.
+    results = await cli_batch(stack, *(["backfill", *args] for args, _ in cases))
+    for (args, reason), refused in zip(cases, results, strict=True):
         assert refused.returncode == 2 and reason in refused.stderr, (args, refused.stderr)
     assert stack.bel.events(limit=10) == []
 
@@ -128,9 +130,8 @@ async def test_cancelling_a_backfill_cancels_its_wants_and_stops_their_builds(
     assert stack.bel.partitions(status=PartitionStatus.live) == []
 
     want_id = stack.bel.wants(limit=1)[0].want_id
-    again = await cli(stack, "cancel", want_id)
+    again, unknown = await cli_batch(stack, ["cancel", want_id], ["cancel", "w-nothing"])
     assert again.returncode == 0 and "had already ended (canceled)" in again.stdout
-    unknown = await cli(stack, "cancel", "w-nothing")
     assert unknown.returncode == 2 and "no want" in unknown.stderr
 
 

@@ -21,7 +21,7 @@ from databuild.views import (
     want_view,
 )
 from databuild.web import create_app, web_context
-from tests.conftest import DemoRun, cli
+from tests.conftest import DemoRun, cli, cli_batch
 
 pytestmark = pytest.mark.slow
 
@@ -128,28 +128,30 @@ def test_lineage_of_daily_users_links_its_raw_input_and_the_summary_job(demo_run
 
 async def test_cli_shows_the_three_views(demo_run: DemoRun) -> None:
     stack, want = demo_run.stack, demo_run.want
-    tree = await cli(stack, "wants", "show", want.want_id)
+    instance = stack.bel.partition("raw_events/2024-01-03").instance_id or ""
+    run_id = stack.bel.partition("daily_users/2024-01-03").built_by or ""
+    # Each command in a process of its own, forked from one that imported the CLI once.
+    tree, as_json, lineage, by_uuid, detail, listed, bad = await cli_batch(
+        stack,
+        ["wants", "show", want.want_id],
+        ["wants", "show", want.want_id, "--json"],
+        ["partitions", "show", "daily_users/2024-01-03"],
+        ["partitions", "show", "--instance", instance, "--json"],
+        ["job-runs", "show", run_id],
+        ["partitions", "list", "--pattern", "daily_users/*", "--json"],
+        ["partitions", "list", "--pattern", "daily_users/<x>"],
+    )
     assert tree.returncode == 0, tree.stderr
     assert "weekly_rollup" in tree.stdout and "2 runs: dep_miss → succeeded" in tree.stdout
     assert tree.stdout.count("triggered by dep-miss") == 14
-    as_json = json.loads((await cli(stack, "wants", "show", want.want_id, "--json")).stdout)
-    assert WantView.model_validate(as_json) == want_view(stack.bel, want.want_id)
+    assert WantView.model_validate(json.loads(as_json.stdout)) == want_view(stack.bel, want.want_id)
 
-    lineage = await cli(stack, "partitions", "show", "daily_users/2024-01-03")
     assert "raw_events/2024-01-03" in lineage.stdout and "daily_summary/2024-01-07" in lineage.stdout
-    instance = stack.bel.partition("raw_events/2024-01-03").instance_id or ""
-    by_uuid = json.loads((await cli(stack, "partitions", "show", "--instance", instance, "--json")).stdout)
-    assert PartitionView.model_validate(by_uuid).data.ref == "raw_events/2024-01-03"
+    assert PartitionView.model_validate(json.loads(by_uuid.stdout)).data.ref == "raw_events/2024-01-03"
 
-    run_id = stack.bel.partition("daily_users/2024-01-03").built_by or ""
-    detail = await cli(stack, "job-runs", "show", run_id)
     assert "status history" in detail.stdout and "raw_events/2024-01-03" in detail.stdout
 
-    listed = json.loads(
-        (await cli(stack, "partitions", "list", "--pattern", "daily_users/*", "--json")).stdout
-    )
-    assert sorted(p["ref"] for p in listed["data"]) == [f"daily_users/{d}" for d in DAYS]
-    bad = await cli(stack, "partitions", "list", "--pattern", "daily_users/<x>")
+    assert sorted(p["ref"] for p in json.loads(listed.stdout)["data"]) == [f"daily_users/{d}" for d in DAYS]
     assert bad.returncode == 2 and "characters refs cannot contain" in bad.stderr
 
 

@@ -9,7 +9,7 @@ from temporalio.client import WorkflowExecutionStatus
 
 from databuild.models import WantSource
 from databuild.protocol import SCHEDULED_WANT_WORKFLOW
-from tests.conftest import Stack, cli
+from tests.conftest import Stack, cli, cli_batch
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ async def runs_done(stack: Stack, count: int) -> None:
 
 async def test_a_backfill_of_three_days_registers_three_wants_once(make_stack) -> None:
     stack = await make_stack(graph="tests.graphs:late")
-    for args, message in [
+    refusals = [
         (["schedule", "add", "feed/daily", "--cron", "0 5 * * *"], "no time placeholder"),
         (["schedule", "add", "feed/{day}", "--cron", "0 5 * * *"], "unknown placeholder(s) day"),
         (["schedule", "add", "nope/{date}", "--cron", "0 5 * * *"], "no job in graph"),
@@ -46,13 +46,18 @@ async def test_a_backfill_of_three_days_registers_three_wants_once(make_stack) -
             ["schedule", "backfill", "other/{date}", "--from", "2024-01-01", "--to", "2024-01-02"],
             "no schedule",
         ),
-    ]:
-        bad = await cli(stack, *args)
+    ]
+    # One after the other, each in a process of its own (forked from one that imported the CLI once).
+    *refused, added, again = await cli_batch(
+        stack,
+        *(args for args, _ in refusals),
+        ["schedule", "add", PATTERN, "--cron", "0 0 * * *", "--ttl", "3650d", "--paused"],
+        ["schedule", "add", PATTERN, "--cron", "0 0 * * *"],
+    )
+    for (args, message), bad in zip(refusals, refused, strict=True):
         assert bad.returncode == 2 and message in " ".join(bad.stderr.split()), (args, bad.stderr)
 
-    added = await cli(stack, "schedule", "add", PATTERN, "--cron", "0 0 * * *", "--ttl", "3650d", "--paused")
     assert added.returncode == 0, added.stderr
-    again = await cli(stack, "schedule", "add", PATTERN, "--cron", "0 0 * * *")
     assert again.returncode == 2 and "exists" in again.stderr
 
     window = ["--from", "2024-01-01T00:00:00", "--to", "2024-01-03T12:00:00"]
@@ -69,9 +74,12 @@ async def test_a_backfill_of_three_days_registers_three_wants_once(make_stack) -
     created = stack.bel.events(types=["WantCreated"], limit=100)
     assert len(created) == 3
 
-    listed = json.loads((await cli(stack, "schedule", "list", "--json")).stdout)
-    assert {"pattern": PATTERN, "cron": "0 0 * * *", "paused": True} in listed
-    removed = await cli(stack, "schedule", "remove", PATTERN)
+    before, removed, after = await cli_batch(
+        stack,
+        ["schedule", "list", "--json"],
+        ["schedule", "remove", PATTERN],
+        ["schedule", "list", "--json"],
+    )
+    assert {"pattern": PATTERN, "cron": "0 0 * * *", "paused": True} in json.loads(before.stdout)
     assert removed.returncode == 0, removed.stderr
-    listed = json.loads((await cli(stack, "schedule", "list", "--json")).stdout)
-    assert all(s["pattern"] != PATTERN for s in listed)
+    assert all(s["pattern"] != PATTERN for s in json.loads(after.stdout))
