@@ -28,6 +28,17 @@ def upgrade() -> None:
     with op.batch_alter_table('wants', schema=None) as batch_op:
         batch_op.add_column(sa.Column('sla_at_risk', sa.Boolean(), server_default=sa.false(), nullable=False))
     op.create_index('ix_backfill_wants_want', 'backfill_wants', ['want_id'], unique=False)
+    # What replaying the log would give the runs recorded before: their latest attempt's start, their end.
+    op.execute(
+        """
+        UPDATE job_runs SET
+          started_at = (SELECT MAX(e.at) FROM events e
+                        WHERE e.job_run_id = job_runs.job_run_id AND e.type = 'JobRunStarted'),
+          ended_at = (SELECT MAX(e.at) FROM events e
+                      WHERE e.job_run_id = job_runs.job_run_id
+                        AND e.type IN ('JobRunSucceeded', 'JobRunDepMiss', 'JobRunFailed'))
+        """
+    )
 
 
 def downgrade() -> None:
