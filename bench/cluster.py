@@ -106,11 +106,11 @@ class SparkCluster:
         )
 
 
-def _launch(args: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
+def _launch(args: list[str], log: Path, cwd: Path, **env: str) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
             [str(spark_home() / "bin" / "spark-class"), *args],
-            env=spark_env(),
+            env=spark_env(**env),
             cwd=cwd,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -134,9 +134,11 @@ def _wait_for(pattern: str, log: Path, proc: subprocess.Popen[bytes], seconds: f
 
 @contextlib.contextmanager
 def spark_cluster(
-    root: Path, cores: int = 2, memory: str = "2g", timeout: float = 90
+    root: Path, cores: int = 2, memory: str = "2g", timeout: float = 90, executor_java_options: str = ""
 ) -> Iterator[SparkCluster]:
-    """A standalone master and one worker on loopback; both stopped (with their children) on exit."""
+    """A standalone master and one worker on loopback; both stopped (with their children) on exit.
+    ``executor_java_options`` go to every executor the worker launches (e.g. ``QUICK_JVM`` in tests, for
+    applications whose own settings the test cannot reach), through JAVA_TOOL_OPTIONS."""
     root.mkdir(parents=True, exist_ok=True)
     work_dir = root / "work"
     master_log, worker_log = root / "master.log", root / "worker.log"
@@ -163,6 +165,7 @@ def spark_cluster(
             ],
             worker_log,
             root,
+            **({"JAVA_TOOL_OPTIONS": executor_java_options} if executor_java_options else {}),
         )
         procs.append(worker)
         cluster = SparkCluster(master_url, ui_url, work_dir, procs)

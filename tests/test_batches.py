@@ -4,6 +4,8 @@ interactive wants, and a batch in which one partition's input is missing."""
 import asyncio
 from datetime import UTC, date, datetime, timedelta
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from databuild.backfill import BackfillRequest
@@ -46,9 +48,17 @@ def most_at_once(stack: Stack, job_runs: set[str]) -> int:
     return most
 
 
+FEED = pa.table(
+    {"id": pa.array([0, 1, 2], pa.int64())}, schema=pa.schema([pa.field("id", pa.int64(), False)])
+)
+
+
 async def feed(stack: Stack, spark: SparkRuntime, day: str) -> None:
-    """An external feed arrives: its data, then its announcement."""
-    spark.session().range(3).write.parquet(str(lake(stack.settings) / "feed" / day))
+    """An external feed arrives: its data (what `spark.range(3)` writes, written by another tool: no Spark
+    job per feed, of which a backfill test publishes 60), then its announcement."""
+    folder = lake(stack.settings) / "feed" / day
+    folder.mkdir(parents=True)
+    pq.write_table(FEED, folder / "part-00000.parquet")
     await stack.db.publish(f"feed/{day}")
 
 
