@@ -38,7 +38,7 @@ from databuild.models import WantSource, WantState
 from databuild.temporal import ensure_search_attributes
 from databuild.testing import free_port, make_settings, skip_time
 from databuild.web import create_app, web_context
-from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed
+from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed, want_steps
 from workflows.alert import AlertWorkflow
 from workflows.want import WantWorkflow
 
@@ -135,16 +135,7 @@ async def alerting(tmp_path: Path) -> AsyncIterator[AlertStack]:
         task_queue=settings.task_queue,
         workflows=[WantWorkflow, TimedJobRun, AlertWorkflow],
         activities=[
-            wants.register_want,
-            wants.decide,
-            wants.await_dependencies,
-            wants.await_requirements,
-            wants.finish_want,
-            wants.record_sla_missed,
-            wants.assess_sla,
-            wants.check_build,
-            wants.watch,
-            wants.abandon_build,
+            *want_steps(wants),
             TimedBuilds(bel, pause=PAUSE).build,
             Failures(bel).fail_job_run,
             FanOutActivities(bel, env.client, settings).fan_out,

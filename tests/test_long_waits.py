@@ -23,7 +23,7 @@ from databuild.client import DataBuild
 from databuild.models import PartitionStatus, WantSource, WantState
 from databuild.temporal import ensure_search_attributes
 from databuild.testing import make_settings, skip_time
-from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed
+from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed, want_steps
 from workflows.want import WantWorkflow
 
 
@@ -50,16 +50,7 @@ async def timed_stack(tmp_path: Path) -> AsyncIterator[tuple[WorkflowEnvironment
         task_queue=settings.task_queue,
         workflows=[WantWorkflow, TimedJobRun],
         activities=[
-            wants.register_want,
-            wants.decide,
-            wants.await_dependencies,
-            wants.await_requirements,
-            wants.finish_want,
-            wants.record_sla_missed,
-            wants.assess_sla,
-            wants.check_build,
-            wants.watch,
-            wants.abandon_build,
+            *want_steps(wants),
             TimedBuilds(bel).build,
             Failures(bel).fail_job_run,
             FanOutActivities(bel, env.client).fan_out,

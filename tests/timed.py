@@ -4,12 +4,17 @@ virtual days)."""
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from temporalio import activity, workflow
 
 from workflows.calls import bel, fan_out
+
+if TYPE_CHECKING:
+    from activities.wants import WantActivities
 
 with workflow.unsafe.imports_passed_through():
     from databuild import protocol as p
@@ -85,3 +90,19 @@ class TimedJobRun:
             await bel(Failures.fail_job_run, failed)
         await fan_out(input.job_run_id)
         return outcome
+
+
+def want_steps(wants: "WantActivities") -> list[Callable[..., Any]]:
+    """The activities of the real want workflow, for a worker of these doubles."""
+    return [
+        wants.register_want,
+        wants.decide,
+        wants.await_dependencies,
+        wants.await_requirements,
+        wants.finish_want,
+        wants.record_sla_missed,
+        wants.assess_sla,
+        wants.check_build,
+        wants.watch,
+        wants.abandon_build,
+    ]

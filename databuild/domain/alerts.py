@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from enum import StrEnum
 from fnmatch import fnmatchcase
+from typing import Any
 
 from pydantic import Field
 
@@ -111,10 +112,10 @@ def receives(tags: set[str], alert: Alert) -> bool:
 
 
 # What each event says. ``at`` is when it happened (workflow time for SLA timers).
-def sla_missed(want: Want, job_label: str | None, at: datetime) -> Alert:
-    assert want.sla_deadline is not None
+def _about_want(kind: AlertKind, want: Want, job_label: str | None, at: datetime, **said: Any) -> Alert:
+    """An alert about ``want``'s own partition, linked to its page."""
     return Alert(
-        kind=AlertKind.sla_missed,
+        kind=kind,
         subject=want.want_id,
         ref=want.ref,
         refs=[want.ref],
@@ -122,10 +123,14 @@ def sla_missed(want: Want, job_label: str | None, at: datetime) -> Alert:
         job_label=job_label,
         deadline=want.sla_deadline,
         at=at,
-        summary=f"{want.ref} is not built and its SLA deadline has passed; the want keeps working ({want.state.value})",
-        detail=want.reason or "",
         link=f"/wants/{want.want_id}",
+        **said,
     )
+
+
+def sla_missed(want: Want, job_label: str | None, at: datetime) -> Alert:
+    summary = f"{want.ref} is not built and its SLA deadline has passed; the want keeps working ({want.state.value})"
+    return _about_want(AlertKind.sla_missed, want, job_label, at, summary=summary, detail=want.reason or "")
 
 
 def sla_at_risk(want: Want, job_label: str | None, estimate: Estimate, at: datetime) -> Alert:
@@ -137,19 +142,14 @@ def sla_at_risk(want: Want, job_label: str | None, estimate: Estimate, at: datet
         if estimate.confidence is Confidence.none
         else f" ({estimate.confidence.value} confidence)"
     )
-    return Alert(
-        kind=AlertKind.sla_at_risk,
-        subject=want.want_id,
-        ref=want.ref,
-        refs=[want.ref],
-        want_id=want.want_id,
-        job_label=job_label,
-        deadline=want.sla_deadline,
+    return _about_want(
+        AlertKind.sla_at_risk,
+        want,
+        job_label,
+        at,
         eta=estimate.eta_p90,
-        at=at,
         summary=f"{want.ref} is predicted to miss its SLA by {_span(late)}{guess}",
         detail=f"p90 estimate from the durations of the jobs left to run{slowest}",
-        link=f"/wants/{want.want_id}",
     )
 
 
@@ -170,19 +170,8 @@ def upstream_late(want: Want, external: list[str], at: datetime) -> Alert:
 
 
 def want_failed(want: Want, job_label: str | None, at: datetime) -> Alert:
-    return Alert(
-        kind=AlertKind.want_failed,
-        subject=want.want_id,
-        ref=want.ref,
-        refs=[want.ref],
-        want_id=want.want_id,
-        job_label=job_label,
-        deadline=want.sla_deadline,
-        at=at,
-        summary=f"want for {want.ref} failed",
-        detail=want.reason or "",
-        link=f"/wants/{want.want_id}",
-    )
+    summary = f"want for {want.ref} failed"
+    return _about_want(AlertKind.want_failed, want, job_label, at, summary=summary, detail=want.reason or "")
 
 
 def fail_locked(run: JobRun, at: datetime) -> Alert:
