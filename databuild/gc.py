@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from databuild.bel.queries import BelQueries
-from databuild.domain.retention import instance_verdict, log_verdict
+from databuild.domain.retention import instance_verdict, log_verdict, submission_verdict
 from databuild.models import Model
 from databuild.storage import Storage
 
@@ -37,8 +37,9 @@ def collect_garbage(
     storage: Storage, bel: BelQueries, *, keep: timedelta, now: datetime | None = None, dry_run: bool = False
 ) -> GcReport:
     """Delete instance locations that are not live, not pinned, not being written and past ``keep``,
-    the submission folders of ended or superseded attempts past ``keep``, and the logs of job runs that
-    ended, ``keep`` after their last log was written."""
+    the submission folders of ended or superseded attempts of its BEL's past ``keep``, and the logs of
+    its BEL's job runs that ended, ``keep`` after their last log was written. What its BEL does not
+    know is another graph's under the same root: left alone."""
     stored = storage.instances()
     submissions = storage.submission_areas()
     now = now or datetime.now(UTC)
@@ -88,20 +89,17 @@ def collect_garbage(
             storage.delete_instance(found.ref, found.instance_id)
 
     for area in submissions:
-        run = runs.get(area.job_run_id)
-        if run is not None and not run.state.is_final and area.attempt >= run.attempts:
-            continue  # the attempt is running
-        if area.modified is not None and now - area.modified < keep:
-            continue  # a failed attempt's request, progress and log, for whoever investigates
-        reason = "no such job run in the BEL" if run is None else f"job run {run.state.value}"
-        if run is not None and not run.state.is_final:
-            reason = f"attempt {area.attempt} was superseded by attempt {run.attempts}"
+        verdict = submission_verdict(
+            area.attempt, area.modified, runs.get(area.job_run_id), now=now, keep=keep
+        )
+        if not verdict.delete:
+            continue
         deleted.append(
             Collected(
                 kind="submission",
                 location=storage.uri_of(area.key),
                 job_run_id=area.job_run_id,
-                reason=reason,
+                reason=verdict.reason,
             )
         )
         if not dry_run:

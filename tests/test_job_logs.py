@@ -18,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 from databuild import render
 from databuild.attempt_log import APPLICATION_OUTPUT, TRUNCATED, bounded, with_application_output
 from databuild.domain.facts import schema_changed
-from databuild.domain.retention import log_verdict
+from databuild.domain.retention import log_verdict, submission_verdict
 from databuild.gc import collect_garbage
 from databuild.log_view import AttemptLogView, attempt_log
 from databuild.models import Column, InstanceFacts, JobRun, JobRunState, Want, WantState
@@ -85,6 +85,38 @@ def test_an_ended_runs_logs_go_after_the_retention_and_no_one_elses() -> None:
     running = run.model_copy(update={"state": JobRunState.running})
     assert log_verdict(now - 2 * week, running, now=now, keep=week).kept == "being written"
     assert log_verdict(now - 2 * week, None, now=now, keep=week).kept == "unknown to the BEL"
+
+
+def test_a_submission_folder_goes_only_if_its_bel_started_that_attempt_and_it_is_over() -> None:
+    now, week = datetime(2024, 3, 1, tzinfo=UTC), timedelta(days=7)
+    old = now - 2 * week
+    run = JobRun(
+        job_run_id="jr-1",
+        job_label="job",
+        outputs=["a/1"],
+        params={},
+        state=JobRunState.running,
+        want_id=None,
+        attempts=2,
+        reason=None,
+        missing=[],
+        reads=[],
+        writes=[],
+        workflow_id="job-run:job:jr-1",
+        created_at=old,
+        updated_at=old,
+    )
+    assert submission_verdict(2, old, run, now=now, keep=week).kept == "being written"
+    assert (
+        submission_verdict(1, old, run, now=now, keep=week).reason == "attempt 1 was superseded by attempt 2"
+    )
+    assert submission_verdict(1, now, run, now=now, keep=week).kept == "within retention"
+    # Another graph's folders, under the same root: a job run this BEL does not know, or an attempt it
+    # never started, whatever their age.
+    assert submission_verdict(3, old, run, now=now, keep=timedelta(0)).kept == "unknown to the BEL"
+    assert submission_verdict(1, old, None, now=now, keep=timedelta(0)).kept == "unknown to the BEL"
+    ended = run.model_copy(update={"state": JobRunState.failed})
+    assert submission_verdict(2, old, ended, now=now, keep=week).reason == "job run failed"
 
 
 def test_bounded_logs_keep_both_ends_within_the_limit() -> None:

@@ -199,6 +199,46 @@ def test_gc_keeps_what_a_job_run_open_since_may_still_read(tmp_path: Path, bel: 
     ]
 
 
+def test_gc_collects_only_the_submission_folders_of_attempts_its_bel_started(
+    storage: Storage, bel: BuildEventLog, tmp_path: Path
+) -> None:
+    """Two graphs' BELs share one storage root. Each one's gc, even with no retention, deletes only the
+    folders of attempts it started that ended or were superseded: never the other's, running or not."""
+    other = BuildEventLog.create(f"sqlite:///{tmp_path / 'other.sqlite'}")
+
+    def submitted(log: BuildEventLog, ref: str, attempts: int = 1) -> str:
+        job_run_id = claim(log, ref).job_run_id
+        for number in range(1, attempts + 1):  # as the submit executor does: the start, then the folder
+            log.start_job_run(job_run_id, number, "w", [InstanceRef(ref=ref, instance_id=str(uuid.uuid4()))])
+            storage.write_text(f"{storage.submission_key(job_run_id, number)}/request.json", "{}")
+        return job_run_id
+
+    try:
+        failed = submitted(bel, "p/1")
+        bel.fail_job_run(failed, "boom")
+        retried = submitted(bel, "p/2", attempts=2)  # attempt 1 failed; attempt 2 is running
+        their_failed = submitted(other, "p/1")
+        other.fail_job_run(their_failed, "boom")
+        their_running = submitted(other, "p/3")
+        later = datetime.now(UTC) + timedelta(minutes=1)
+
+        def areas() -> set[tuple[str, int]]:
+            return {(a.job_run_id, a.attempt) for a in storage.submission_areas()}
+
+        ours = collect_garbage(storage, bel, keep=timedelta(0), now=later)
+        assert sorted(
+            (c.job_run_id or "", c.reason) for c in ours.deleted if c.kind == "submission"
+        ) == sorted([(failed, "job run failed"), (retried, "attempt 1 was superseded by attempt 2")])
+        assert areas() == {(retried, 2), (their_failed, 1), (their_running, 1)}
+        theirs = collect_garbage(storage, other, keep=timedelta(0), now=later)
+        assert [(c.job_run_id, c.reason) for c in theirs.deleted if c.kind == "submission"] == [
+            (their_failed, "job run failed")
+        ]
+        assert areas() == {(retried, 2), (their_running, 1)}
+    finally:
+        other.dispose()
+
+
 def test_migrate_moves_the_old_layout_into_instance_locations(storage: Storage, bel: BuildEventLog) -> None:
     in_place = publish(bel, storage, "p/1")
     in_trash = publish(bel, storage, "p/2")

@@ -75,6 +75,28 @@ def _by_age(what: str, age: timedelta, keep: timedelta) -> Verdict:
     return Verdict(None, f"{what} {format_duration(age)} ago, past the retention of {format_duration(keep)}")
 
 
+def submission_verdict(
+    attempt: int, modified: datetime | None, run: JobRun | None, *, now: datetime, keep: timedelta
+) -> Verdict:
+    """May the submission folder of ``attempt`` of a job run go? ``run``: the BEL's job run of that id;
+    ``modified``: the newest file in the folder. Only an attempt this BEL started is its own: the worker
+    records the start before it writes the folder, so a folder of a job run the BEL does not know, or of
+    an attempt past those it recorded, is another graph's (sharing the storage root), and may be running."""
+    if run is None or attempt > run.attempts:
+        return Verdict(
+            "unknown to the BEL",
+            "not an attempt this BEL started (another graph's storage root?): left alone",
+        )
+    if not run.state.is_final and attempt == run.attempts:
+        return Verdict("being written", f"attempt {attempt} of job run {run.job_run_id} is running")
+    if modified is not None and now - modified < keep:
+        # A failed attempt's request, progress and log, for whoever investigates.
+        return Verdict("within retention", f"written {format_duration(now - modified)} ago")
+    if run.state.is_final:
+        return Verdict(None, f"job run {run.state.value}")
+    return Verdict(None, f"attempt {attempt} was superseded by attempt {run.attempts}")
+
+
 def log_verdict(modified: datetime | None, run: JobRun | None, *, now: datetime, keep: timedelta) -> Verdict:
     """May the logs of a job run go? ``modified``: when the last of them was written; ``run``: the BEL's
     job run of that id. Only once the run has ended, the retention after its last log, so that a failed
