@@ -16,6 +16,7 @@ from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.domain import alerts
 from databuild.domain.decisions import Blocked, Delegate, DependenciesStatus, Execute, Verdict
+from databuild.domain.endings import Finished
 from databuild.domain.pools import pools_of
 from databuild.graph import Graph
 from databuild.models import (
@@ -189,9 +190,14 @@ class WantActivities:
 
     @activity.defn
     async def finish_want(self, input: p.FinishInput) -> None:
-        want = await self.bel.call(
-            self.bel.finish_want, input.want_id, input.state, input.reason, input.instance_id
+        want, finished = await self.bel.call(
+            self.bel.finish_want, input.want_id, input.state, input.reason, input.instance_id, seq=input.seq
         )
+        if finished is Finished.stale:  # a retry reopened it since: this run's outcome is history
+            activity.logger.info(
+                "want %s was reopened since step %s; its old outcome is dropped", want.want_id, input.seq
+            )
+            return
         if want.state is not WantState.successful and want.source is WantSource.derivative:
             await self._tell_dependents(want)
         at = datetime.now(UTC)

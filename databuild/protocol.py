@@ -99,9 +99,22 @@ class WantCarry(Model):
     paused: bool = False  # its backfill is paused
 
 
+class WantEnding(Model):
+    """How a want's previous run ended when it ended without recording it in the BEL: a run started
+    with this only records it, with what recording an outcome does (``databuild.temporal.reconcile_want``)."""
+
+    state: WantState
+    reason: str | None = None
+    instance_id: str | None = None
+    was: WantState  # its state in the BEL then
+    job_run_id: str | None = None  # the run it followed then
+    seq: int  # its decision step then: a retry since makes this ending stale
+
+
 class WantInput(Model):
     spec: WantSpec
     carried: WantCarry | None = None  # set when a run continues as new
+    ending: WantEnding | None = None  # set when a run only records how the one before it ended
 
 
 class WantResult(Model):
@@ -221,6 +234,7 @@ class FinishInput(Model):
     state: WantState
     reason: str | None = None
     instance_id: str | None = None
+    seq: int | None = None  # the decision step the finishing run reached: one behind a retry is stale
 
 
 class SlaMissedInput(Model):

@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, text
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.domain.decisions import Verdict
+from databuild.domain.endings import Finished
 from databuild.errors import InvalidPatternError, InvalidTransitionError, NotFoundError
 from databuild.globs import compile_glob
 from databuild.graph import Graph
@@ -324,6 +325,29 @@ def test_finish_and_sla_flag_are_idempotent(bel: BuildEventLog) -> None:
     assert [e.type for e in bel.events(want_id=w.want_id)] == ["WantCreated", "WantSlaMissed", "WantExpired"]
     with pytest.raises(InvalidTransitionError):
         bel.finish_want(w.want_id, WantState.building)
+
+
+def test_a_finish_from_a_run_older_than_a_retry_changes_nothing(bel: BuildEventLog) -> None:
+    """A retry reopens a want as its next decision step; a finish replayed by the run before it (its
+    last workflow task retried after the reopen) is stale, in the same transaction."""
+    w = spec("a/8")
+    run = decide(bel, w, seq=3)  # the old run took three steps
+    assert bel.finish_want(w.want_id, WantState.failed, "input failed", seq=3)[1] is Finished.recorded
+    assert bel.finish_want(w.want_id, WantState.failed, "input failed", seq=3)[1] is Finished.already
+
+    (reopened,) = bel.reopen_wants([w.want_id])
+    assert reopened.state is WantState.new and bel.decision_seq(w.want_id) == 4
+    stale, finished = bel.finish_want(w.want_id, WantState.failed, "input failed", seq=3)
+    assert finished is Finished.stale and stale.state is WantState.new
+    assert bel.want(w.want_id).state is WantState.new
+    # The new run decides from the step after the reopen, and its own outcome is recorded.
+    assert bel.decide(w.want_id, 5, graph.resolve(w.ref)).job_run_id == run.job_run_id
+    assert bel.finish_want(w.want_id, WantState.canceled, "canceled on request", seq=5)[1] is Finished.recorded
+    types = [e.type for e in bel.events(want_id=w.want_id)]
+    assert types.count("WantFailed") == 1 and types[-1] == "WantCanceled"
+    before = projection_rows(bel)
+    bel.rebuild_projections()
+    assert projection_rows(bel) == before
 
 
 def test_projections_rebuild_from_events_alone(bel: BuildEventLog) -> None:

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from databuild.domain import decisions as d
+from databuild.domain import endings
 from databuild.domain import events as ev
 from databuild.errors import InvalidTransitionError
 from databuild.graph import Graph, JobTarget
@@ -454,3 +455,37 @@ def test_never_two_active_builds_and_never_execute_and_delegate_at_once(
         # The invariant itself: each ref is held by at most one open run, and only by an open one.
         for ref, held in model.partitions.items():
             assert held.building_job_run_id is None or held.building_job_run_id in model.open, ref
+
+
+# How a want ends and opens again (databuild.domain.endings). -----------------------------------------
+@pytest.mark.parametrize(
+    ("current", "decision_seq", "seq", "finished"),
+    [
+        (WantState.building, 3, 3, "recorded"),
+        (WantState.building, 3, None, "recorded"),  # an outside authority (repair) is never stale
+        (WantState.failed, 3, 3, "already"),  # a retried finish: a repeat
+        (WantState.new, 4, 3, "stale"),  # reopened by a retry at step 4: the old run's finish is history
+        (WantState.failed, 4, 3, "stale"),  # ended again since: still not the old run's to tell
+    ],
+)
+def test_a_finish_records_once_and_never_from_a_run_a_retry_replaced(
+    current: WantState, decision_seq: int, seq: int | None, finished: str
+) -> None:
+    ending = endings.finish("w-1", current, decision_seq, WantState.failed, reason="boom", seq=seq)
+    assert ending.finished == finished
+    expected = [ev.WantFinished(type="WantFailed", want_id="w-1", state=WantState.failed, reason="boom")]
+    assert ending.events == (expected if finished == "recorded" else [])
+
+
+def test_only_a_final_state_finishes_a_want() -> None:
+    with pytest.raises(InvalidTransitionError, match="building is not a final want state"):
+        endings.finish("w-1", WantState.new, 0, WantState.building)
+
+
+@pytest.mark.parametrize("current", list(WantState))
+def test_a_retry_reopens_only_failed_or_canceled_wants_as_their_next_step(current: WantState) -> None:
+    events = endings.reopen("w-1", current, 6)
+    if current in (WantState.failed, WantState.canceled):
+        assert events == [ev.WantRetried(want_id="w-1", was=current, decision_seq=7)]
+    else:
+        assert events == []

@@ -231,8 +231,16 @@ def _want_finished(conn: Connection, event: ev.WantFinished, at: datetime) -> No
 
 @projects(ev.WantRetried)
 def _want_retried(conn: Connection, event: ev.WantRetried, at: datetime) -> None:
+    steps = {} if event.decision_seq is None else {"decision_seq": event.decision_seq}
     _set_want(
-        conn, event.want_id, at, state=WantState.new.value, reason=None, instance_id=None, job_run_id=None
+        conn,
+        event.want_id,
+        at,
+        state=WantState.new.value,
+        reason=None,
+        instance_id=None,
+        job_run_id=None,
+        **steps,
     )
     want = conn.execute(
         select(s.wants.c.ref, s.wants.c.workflow_id).where(s.wants.c.want_id == event.want_id)
@@ -644,4 +652,11 @@ def _backfill_paused(conn: Connection, event: ev.BackfillPaused, at: datetime) -
 def _backfill_resumed(conn: Connection, event: ev.BackfillResumed, at: datetime) -> None:
     conn.execute(
         update(s.backfills).where(s.backfills.c.backfill_id == event.backfill_id).values(paused=False)
+    )
+
+
+@projects(ev.BackfillCanceled)
+def _backfill_canceled(conn: Connection, event: ev.BackfillCanceled, at: datetime) -> None:
+    conn.execute(
+        update(s.backfills).where(s.backfills.c.backfill_id == event.backfill_id).values(canceled=True)
     )

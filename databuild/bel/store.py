@@ -13,9 +13,10 @@ from databuild.bel import migrate, projector
 from databuild.bel import schema as s
 from databuild.bel.queries import BelQueries, partition_from_row, want_from_row
 from databuild.bel.transaction import WriteTx, make_engines, now, place_pending, write, write_lock
-from databuild.domain import decisions, pools
+from databuild.domain import decisions, endings, pools
 from databuild.domain import events as ev
 from databuild.domain.decisions import DependenciesStatus, Verdict
+from databuild.domain.endings import Finished
 from databuild.errors import (
     ConcurrentChangeError,
     InvalidInputError,
@@ -339,36 +340,44 @@ class BuildEventLog(BelQueries):
             ]
 
     def finish_want(
-        self, want_id: str, state: WantState, reason: str | None = None, instance_id: str | None = None
-    ) -> Want:
-        if not state.is_final:
-            raise InvalidTransitionError(f"{state.value} is not a final want state")
-        current = self.want(want_id)
-        if current.state.is_final:  # already recorded (e.g. by the decision that found it live)
-            return current
+        self,
+        want_id: str,
+        state: WantState,
+        reason: str | None = None,
+        instance_id: str | None = None,
+        *,
+        seq: int | None = None,
+    ) -> tuple[Want, Finished]:
+        """End the want in ``state`` (``endings.finish``): ``seq`` is the decision step the finishing run
+        has reached, so a run that a retry has replaced changes nothing. Returns the want and how the
+        finish went."""
+
+        def ending(row: RowMapping) -> endings.Ending:
+            current = WantState(row["state"])
+            return endings.finish(
+                want_id, current, row["decision_seq"], state, reason=reason, instance_id=instance_id, seq=seq
+            )
+
+        read = self._all(select(s.wants).where(s.wants.c.want_id == want_id))
+        if not read:
+            raise NotFoundError(f"no want {want_id!r}; list wants with `databuild wants list`")
+        if not (seen := ending(read[0])).events:  # a repeat, or stale: nothing to write
+            return want_from_row(read[0]), seen.finished
         with self._write(want_key(want_id)) as tx:
-            want = self._want_row(tx.conn, want_id)
-            if not WantState(want["state"]).is_final:
-                tx.append(
-                    ev.WantFinished(
-                        type=ev.FINISH_EVENT_TYPE[state],
-                        want_id=want_id,
-                        state=state,
-                        reason=reason,
-                        instance_id=instance_id,
-                    )
-                )
-            return want_from_row(self._want_row(tx.conn, want_id))
+            decided = ending(self._want_row(tx.conn, want_id))
+            tx.extend(decided.events)
+            return want_from_row(self._want_row(tx.conn, want_id)), decided.finished
 
     def reopen_wants(self, want_ids: Sequence[str]) -> list[Want]:
-        """Open again each of the wants that ended failed or canceled (``WantRetried``), in one
+        """Open again each of the wants that ended failed or canceled (``endings.reopen``), in one
         transaction; the others are left as they are. Returns the wants reopened."""
         with self._write(*(want_key(w) for w in want_ids)) as tx:
             reopened = []
             for want_id in want_ids:
-                state = WantState(self._want_row(tx.conn, want_id)["state"])
-                if state in (WantState.failed, WantState.canceled):
-                    tx.append(ev.WantRetried(want_id=want_id, was=state))
+                row = self._want_row(tx.conn, want_id)
+                events = endings.reopen(want_id, WantState(row["state"]), row["decision_seq"])
+                if events:
+                    tx.extend(events)
                     reopened.append(want_from_row(self._want_row(tx.conn, want_id)))
             return reopened
 

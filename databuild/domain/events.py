@@ -66,6 +66,9 @@ class WantRetried(Model):
     type: Literal["WantRetried"] = "WantRetried"
     want_id: str
     was: WantState = Field(description="the state it had ended in")
+    decision_seq: int | None = Field(
+        default=None, description="the step the reopen takes: a run that had not reached it is stale"
+    )
 
 
 class WantSlaMissed(Model):
@@ -306,6 +309,14 @@ class BackfillResumed(Model):
     backfill_id: str
 
 
+class BackfillCanceled(Model):
+    """The backfill was cancelled: its wants and the derivative wants only it needed end `canceled`, and
+    the wants it registers from then on are recorded cancelled."""
+
+    type: Literal["BackfillCanceled"] = "BackfillCanceled"
+    backfill_id: str
+
+
 class PartitionFailed(Model):
     type: Literal["PartitionFailed"] = "PartitionFailed"
     ref: str
@@ -346,7 +357,8 @@ Event = Annotated[
     | BackfillRegistered
     | BackfillWantsAdded
     | BackfillPaused
-    | BackfillResumed,
+    | BackfillResumed
+    | BackfillCanceled,
     Field(discriminator="type"),
 ]
 
