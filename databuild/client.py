@@ -42,7 +42,13 @@ from databuild.protocol import (
 )
 from databuild.refs import validate_ref
 from databuild.storage import ref_uri
-from databuild.temporal import connect, notify_subscribers, start_want
+from databuild.temporal import (
+    cancel_want,
+    connect,
+    notify_subscribers,
+    settle_closing_run,
+    start_want,
+)
 from databuild.upstream import check_announcement
 from databuild.views import FamilyProgress, WantView, family_progress, want_view
 
@@ -209,7 +215,7 @@ class DataBuild:
         want needs it. A want that has ended is returned as it is."""
         want = await self.bel.call(self.bel.want, want_id)  # NotFoundError for an unknown id
         if not want.state.is_final:
-            await _cancel_workflow(await self.temporal_client(), want.workflow_id)
+            await cancel_want(await self.temporal_client(), self.bel, want)
         return want
 
     async def want_view(self, want_id: str) -> WantView:
@@ -239,6 +245,8 @@ class DataBuild:
                 f"{refs} {'is' if len(locked) == 1 else 'are'} fail-locked by a failed build: fix its cause, "
                 f"clear it with `databuild resolve {locked[0].ref}`, then retry {want_id}"
             )
+        # Their runs closing now (a last workflow task replayed, say) close first: the new runs are new.
+        await asyncio.gather(*(settle_closing_run(client, w.workflow_id) for w in ended))
         reopened = await self.bel.call(self.bel.reopen_wants, [w.want_id for w in ended])
         await asyncio.gather(
             *(start_want(client, w.spec, self.settings.task_queue, self.bel) for w in reopened)

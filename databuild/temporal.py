@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
@@ -23,6 +24,7 @@ from temporalio.client import (
     ScheduleSpec,
     ScheduleState,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
 )
 from temporalio.common import (
@@ -45,7 +47,7 @@ from databuild.errors import (
     TemporalUnavailableError,
 )
 from databuild.graph import Graph
-from databuild.models import JobRun, JobRunState, Subscription, WantSpec, WantState, want_id_of_workflow
+from databuild.models import JobRun, JobRunState, Subscription, Want, WantSpec, WantState, want_id_of_workflow
 from databuild.protocol import (
     SA_PARTITION_REF,
     SA_ROOT_WANT_ID,
@@ -67,6 +69,7 @@ from databuild.protocol import (
     RedecideNotice,
     ScheduledWantInput,
     UpstreamInput,
+    WantEnding,
     WantInput,
     WantResult,
     upstream_workflow_id,
@@ -230,11 +233,16 @@ async def start_want(
 
 
 async def _start_want_run(
-    client: Client, spec: WantSpec, task_queue: str, reuse: WorkflowIDReusePolicy
+    client: Client,
+    spec: WantSpec,
+    task_queue: str,
+    reuse: WorkflowIDReusePolicy,
+    *,
+    ending: WantEnding | None = None,
 ) -> WorkflowHandle[object, WantResult]:
     return await client.start_workflow(
         WANT_WORKFLOW,
-        WantInput(spec=spec),
+        WantInput(spec=spec, ending=ending),
         id=spec.workflow_id,
         task_queue=task_queue,
         result_type=WantResult,
@@ -252,28 +260,129 @@ async def _start_want_run(
 async def repair_wants(
     client: Client, bel: BelQueries, task_queue: str, quiet: timedelta = timedelta(minutes=1)
 ) -> int:
-    """Start again every want on ``task_queue`` whose workflow ended without a final state in the BEL
-    (terminated by an operator, or by Temporal), and every want the BEL has held ``new`` for ``quiet``
+    """Reconcile every want on ``task_queue`` whose workflow closed while the BEL holds it open (whatever
+    closed it: see ``reconcile_want``), and start every want the BEL has held ``new`` for ``quiet``
     without a workflow (recorded by a call that failed to start it; a want with a workflow decides
-    within seconds). Returns how many were started."""
+    within seconds). Returns how many wants were reconciled or started."""
     open_states = ", ".join(f"'{state.value}'" for state in WantState if not state.is_final)
-    # Not 'Failed': a want fails its workflow only with a final state recorded, or on a bug that
-    # starting it again would only repeat.
+    closed = ", ".join(
+        f"'{status}'" for status in ("Completed", "Failed", "Canceled", "Terminated", "TimedOut")
+    )
     query = (
         f"WorkflowType = '{WANT_WORKFLOW}' AND TaskQueue = '{task_queue}' "
-        f"AND ExecutionStatus IN ('Terminated', 'TimedOut') AND {SA_WANT_STATE.name} IN ({open_states})"
+        f"AND ExecutionStatus IN ({closed}) AND {SA_WANT_STATE.name} IN ({open_states})"
     )
     dead = {execution.id async for execution in client.list_workflows(query)}
     repaired = 0
     for workflow_id in sorted(dead):
         want = await bel.call(bel.find_want, want_id_of_workflow(workflow_id))
-        if want is None or want.state.is_final:
-            continue
-        latest = await client.get_workflow_handle(workflow_id).describe()
-        if latest.status is not WorkflowExecutionStatus.RUNNING:  # else repaired already
-            await start_want(client, want.spec, task_queue, bel)
-            repaired += 1
+        if want is not None and not want.state.is_final:
+            repaired += await reconcile_want(client, bel, want, task_queue) is not None
     return repaired + await _start_unstarted(client, bel, task_queue, datetime.now(UTC) - quiet)
+
+
+class Outcome(NamedTuple):
+    state: WantState
+    reason: str | None = None
+    instance_id: str | None = None
+
+
+CANCELED_ON_REQUEST = Outcome(WantState.canceled, "canceled on request")
+
+
+async def reconcile_want(
+    client: Client,
+    bel: BelQueries,
+    want: Want,
+    task_queue: str | None = None,
+    *,
+    otherwise: Outcome | None = None,
+) -> WantEnding | None:
+    """Bring an open want in line with its workflow when that closed without recording how it ended.
+
+    A run closed canceled, completed or failed has an outcome: a new run records it as that run would
+    have (telling the wants that depend on it, alerting). One terminated or timed out, or whose history
+    is gone, has none: it is started again, or, given ``otherwise``, ends so (a cancel of a want whose
+    workflow is dead). Nothing is done while it runs, or when the BEL changed after it closed (a retry
+    reopened it). Returns the ending recorded (None when the want was started again or left alone)."""
+    handle = client.get_workflow_handle(want.workflow_id)
+    try:
+        described = await handle.describe()
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+        described = None
+    if described is not None and (
+        described.status is WorkflowExecutionStatus.RUNNING
+        or (described.close_time is not None and want.updated_at > described.close_time)
+    ):
+        return None
+    queue = described.task_queue if described is not None else task_queue
+    if queue is None:
+        log.warning("want %s is open, and its workflow is gone; register it again", want.want_id)
+        return None
+    outcome = await _outcome_of(handle, described.status if described else None) or otherwise
+    if outcome is None:
+        log.warning("want %s: its workflow ended without a final state; starting a new run", want.want_id)
+        await _start_want_run(client, want.spec, queue, WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+        return None
+    ending = WantEnding(
+        **outcome._asdict(),
+        was=want.state,
+        job_run_id=want.job_run_id,
+        seq=await bel.call(bel.decision_seq, want.want_id),
+    )
+    log.warning("want %s: its workflow ended %s unrecorded; recording it", want.want_id, ending.state.value)
+    await _start_want_run(client, want.spec, queue, WorkflowIDReusePolicy.ALLOW_DUPLICATE, ending=ending)
+    return ending
+
+
+async def _outcome_of(
+    handle: WorkflowHandle[Any, Any], status: WorkflowExecutionStatus | None
+) -> Outcome | None:
+    """The outcome a closed want workflow reached (None: it reached none)."""
+    if status is WorkflowExecutionStatus.CANCELED:
+        return CANCELED_ON_REQUEST
+    if status is WorkflowExecutionStatus.COMPLETED:
+        result = WantResult.model_validate(await handle.result(follow_runs=False))
+        return Outcome(result.state, result.reason, result.instance_id)
+    if status is WorkflowExecutionStatus.FAILED:
+        try:
+            await handle.result(follow_runs=False)
+        except WorkflowFailureError as failure:
+            return Outcome(WantState.failed, str(failure.cause or failure))
+    return None
+
+
+async def settle_closing_run(
+    client: Client, workflow_id: str, within: timedelta = timedelta(seconds=10)
+) -> None:
+    """Let the run of a want that ended in the BEL close before the want is reopened, so that the new
+    run is a new one: a retry must not attach to the closing run. A run still open after ``within`` is
+    terminated; its outcome is recorded already."""
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        await asyncio.wait_for(handle.result(follow_runs=False), within.total_seconds())
+    except (TimeoutError, WorkflowFailureError):
+        pass
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+        return
+    if (await handle.describe()).status is WorkflowExecutionStatus.RUNNING:
+        await handle.terminate("its want was reopened by a retry; a new run takes over")
+
+
+async def cancel_want(client: Client, bel: BelQueries, want: Want) -> None:
+    """Ask an open want's workflow to cancel. One whose workflow has closed without recording it is
+    reconciled: it ends with the outcome its workflow reached, or canceled."""
+    try:
+        await client.get_workflow_handle(want.workflow_id).cancel()
+        return
+    except RPCError as error:
+        if error.status != RPCStatusCode.NOT_FOUND:
+            raise
+    await reconcile_want(client, bel, want, otherwise=CANCELED_ON_REQUEST)
 
 
 async def _start_unstarted(client: Client, bel: BelQueries, task_queue: str, quiet_since: datetime) -> int:
@@ -328,8 +437,8 @@ async def notify_subscribers(
 async def _signal(
     client: Client, bel: BelQueries, want_id: str, workflow_id: str, signal: tuple[str, object]
 ) -> bool:
-    """Signal a want's workflow. One that is closed has finished, or died without a final state in the
-    BEL: that want is started again (it decides afresh, so it needs no signal). False if it finished."""
+    """Signal a want's workflow. One that is closed has finished, or closed without recording how it
+    ended: that want is reconciled (``reconcile_want``). False if it finished."""
     try:
         await client.get_workflow_handle(workflow_id).signal(signal[0], signal[1])
         return True
@@ -339,15 +448,7 @@ async def _signal(
     want = await bel.call(bel.find_want, want_id)
     if want is None or want.state.is_final:
         return False
-    try:
-        described = await client.get_workflow_handle(workflow_id).describe()
-    except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:
-            raise
-        log.warning("want %s is not final, and its workflow is gone; register it again", want_id)
-        return False
-    await start_want(client, want.spec, described.task_queue, bel)
-    return True
+    return await reconcile_want(client, bel, want) is None  # started again: it decides afresh
 
 
 def signal_for_run(run: JobRun) -> SignalFor:

@@ -342,7 +342,9 @@ def test_a_finish_from_a_run_older_than_a_retry_changes_nothing(bel: BuildEventL
     assert bel.want(w.want_id).state is WantState.new
     # The new run decides from the step after the reopen, and its own outcome is recorded.
     assert bel.decide(w.want_id, 5, graph.resolve(w.ref)).job_run_id == run.job_run_id
-    assert bel.finish_want(w.want_id, WantState.canceled, "canceled on request", seq=5)[1] is Finished.recorded
+    assert (
+        bel.finish_want(w.want_id, WantState.canceled, "canceled on request", seq=5)[1] is Finished.recorded
+    )
     types = [e.type for e in bel.events(want_id=w.want_id)]
     assert types.count("WantFailed") == 1 and types[-1] == "WantCanceled"
     before = projection_rows(bel)

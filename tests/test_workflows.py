@@ -189,7 +189,7 @@ async def test_live_partition_succeeds_at_once(h: Harness, script: Script) -> No
     assert script.inputs("register_want") == [p.WantInput(spec=spec)]
     assert script.inputs("decide") == [p.DecideInput(want_id=spec.want_id, seq=1)]
     assert finished(script) == p.FinishInput(
-        want_id=spec.want_id, state=WantState.successful, instance_id="i-1"
+        want_id=spec.want_id, state=WantState.successful, instance_id="i-1", seq=1
     )
 
 

@@ -229,7 +229,7 @@ def start_catalog(catalog: Catalog, sql: SparkRuntime | None) -> None:
 
 
 async def repair(parts: WorkerParts, _built: BuiltWorker) -> None:
-    """Start again the wants whose workflows died without a final state (see ``repair_wants``)."""
+    """Reconcile the wants whose workflows closed while the BEL holds them open (see ``repair_wants``)."""
     try:
         repaired = await repair_wants(parts.client, parts.bel, parts.settings.task_queue)
     except RPCError as error:
@@ -237,7 +237,7 @@ async def repair(parts: WorkerParts, _built: BuiltWorker) -> None:
             return
         raise
     if repaired:
-        log.warning("started %d want(s) again whose workflows had ended without a final state", repaired)
+        log.warning("reconciled %d want(s) whose workflows had closed while the BEL held them open", repaired)
 
 
 async def open_parts(settings: Settings, spark: SparkRuntime | None = None) -> WorkerParts:

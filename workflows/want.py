@@ -7,7 +7,13 @@ from functools import partial
 
 from temporalio import workflow
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError, WorkflowAlreadyStartedError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    WorkflowAlreadyStartedError,
+    is_cancelled_exception,
+)
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -16,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from databuild import protocol as p
     from databuild.domain.decisions import Final, Live, NeedsInputs, WaitExternal
     from databuild.models import WantSource, WantSpec, WantState, job_run_workflow_id
-    from workflows.calls import bel, failure_message, remote, watch
+    from workflows.calls import BEL_RETRY, BEL_TIMEOUT, bel, failure_message, remote, watch
 
 Following = p.ExecuteOrder | p.DelegateOrder
 Outcome = tuple[WantState, str | None, str | None]  # state, reason, instance id
@@ -28,6 +34,8 @@ HISTORY_LIMIT = 2_000
 BOUNDED_HISTORY = "bounded-history"
 # Wants that started before SLA estimates watch only the deadline.
 SLA_AT_RISK = "sla-at-risk"
+# Wants that started before this recorded their outcome in a write a cancellation could reach.
+FINISH_WHATEVER_ENDS_IT = "finish-whatever-ends-it"
 
 
 def ttl_reason(spec: WantSpec) -> str:
@@ -62,6 +70,8 @@ class WantWorkflow:
     async def run(self, input: p.WantInput) -> p.WantResult:
         spec = self._spec = input.spec
         self._bounded = workflow.patched(BOUNDED_HISTORY)
+        if input.ending is not None:
+            return await self._record_ending(spec, input.ending)
         if input.carried is not None:
             self._restore(input.carried)
         sla_timer: asyncio.Task[None] | None = None
@@ -84,6 +94,11 @@ class WantWorkflow:
         if outcome is None:  # signal handlers are synchronous: nothing is left to finish
             workflow.continue_as_new(p.WantInput(spec=spec, carried=self._carry()))
         return await self._finish(spec, *outcome)
+
+    async def _record_ending(self, spec: WantSpec, ending: p.WantEnding) -> p.WantResult:
+        """Record how the run before this one ended, as that run would have: it ended without doing so."""
+        self._state, self._job_run_id, self._seq = ending.was, ending.job_run_id, ending.seq
+        return await self._finish(spec, ending.state, ending.reason, ending.instance_id)
 
     def _carry(self) -> p.WantCarry:
         return p.WantCarry(
@@ -392,14 +407,19 @@ class WantWorkflow:
     async def _finish(
         self, spec: WantSpec, state: WantState, reason: str | None, instance: str | None
     ) -> p.WantResult:
-        finish = p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance)
         following = self._job_run_id if self._state is WantState.building else None
-        try:
-            await bel(WantActivities.finish_want, finish)
-        except asyncio.CancelledError:
-            # Cancelled while recording the outcome: record it all the same, so the BEL is final too.
-            await bel(WantActivities.finish_want, finish)
-            raise
+        if workflow.patched(FINISH_WHATEVER_ENDS_IT):
+            seq = self._seq if self._bounded else None
+            await self._record_finish(
+                p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance, seq=seq)
+            )
+        else:
+            finish = p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance)
+            try:
+                await bel(WantActivities.finish_want, finish)
+            except asyncio.CancelledError:
+                await bel(WantActivities.finish_want, finish)
+                raise
         self._set(state, self._job_run_id, [], reason or "")
         if following and state in (WantState.canceled, WantState.expired):
             await self._abandon_build(following)
@@ -415,6 +435,31 @@ class WantWorkflow:
                 f"want {spec.ref} failed: {reason}", result, type="WantFailed", non_retryable=True
             )
         return result
+
+    async def _record_finish(self, finish: p.FinishInput) -> None:
+        """Record the outcome whatever ends this run. The write is shielded, so a cancellation of the
+        workflow cannot reach it; a write cancelled all the same (seen after a workflow task timed out
+        under load) is made again. A cancellation that came meanwhile is raised once it is recorded."""
+        interrupted: asyncio.CancelledError | None = None
+        while True:
+            write = workflow.start_local_activity_method(
+                WantActivities.finish_want, finish, start_to_close_timeout=BEL_TIMEOUT, retry_policy=BEL_RETRY
+            )
+            while not write.done():
+                try:
+                    await asyncio.shield(write)
+                except asyncio.CancelledError as cancel:
+                    interrupted = cancel
+                except ActivityError:
+                    pass  # looked at below
+            error = None if write.cancelled() else write.exception()
+            if not write.cancelled() and error is None:
+                break
+            if error is not None and not is_cancelled_exception(error):
+                raise error
+            workflow.logger.warning("recording want %s %s was cancelled; again", finish.want_id, finish.state)
+        if interrupted is not None:
+            raise interrupted
 
     async def _abandon_build(self, job_run_id: str) -> None:
         """A want that stops while a run builds for it stops the run too, unless another want waits on

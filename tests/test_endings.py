@@ -1,0 +1,111 @@
+"""A want's workflow that closes without recording how it ended (under load, a cancellation once left 23
+wants of a backfill `building` for good: their final write was cancelled) is reconciled, by the workers'
+repair and by a cancel. On the real stack: the dev server, Spark, the BEL and real workers, with a
+stand-in run that closes canceled without a word to the BEL."""
+
+import asyncio
+
+import pytest
+from temporalio import workflow
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.worker import Worker
+
+from databuild import protocol as p
+from databuild.models import Want, WantSource, WantState
+from databuild.temporal import repair_wants, want_search_attributes
+from tests.helpers import until, waiting_for_feed
+from worker.run import running_worker
+
+pytestmark = pytest.mark.slow
+
+
+@workflow.defn(name=p.WANT_WORKFLOW, sandboxed=False)
+class ClosesUnheard:
+    """Stands in for a want's run that closes canceled before its final write (as a run whose write was
+    cancelled under load did): it waits to be cancelled, and records nothing."""
+
+    @workflow.run
+    async def run(self, _input: p.WantInput) -> p.WantResult:
+        await workflow.wait_condition(lambda: False)
+        raise AssertionError("unreachable")
+
+
+async def close_unheard(stack, want: Want) -> None:  # type: ignore[no-untyped-def]
+    """Replace the want's run by one that closes canceled without a word to the BEL, its search
+    attributes still saying it is open."""
+    await stack.client.get_workflow_handle(want.workflow_id).terminate("replaced by a stand-in")
+    async with Worker(stack.client, task_queue=stack.settings.task_queue, workflows=[ClosesUnheard]):
+        handle = await stack.client.start_workflow(
+            p.WANT_WORKFLOW,
+            p.WantInput(spec=want.spec),
+            id=want.workflow_id,
+            task_queue=stack.settings.task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            search_attributes=want_search_attributes(want.spec, want.state),
+        )
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+    assert (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+
+
+def derivative(stack, ref: str) -> Want:  # type: ignore[no-untyped-def]
+    (found,) = [w for w in stack.bel.wants(ref_prefix=ref) if w.source is WantSource.derivative]
+    return found
+
+
+async def closed(stack, workflow_id: str) -> WorkflowExecutionStatus | None:  # type: ignore[no-untyped-def]
+    return (await stack.client.get_workflow_handle(workflow_id).describe()).status
+
+
+async def test_a_derivative_whose_workflow_closed_unheard_is_reconciled_and_its_parent_told(
+    make_stack,
+) -> None:
+    stack = await make_stack(graph="tests.graphs:late", worker=False)
+    async with running_worker(stack.parts, warm_spark=False):
+        spec = await stack.db.want("report/unheard", source=WantSource.api)
+        await until(lambda: waiting_for_feed(stack.db, "feed/unheard"), seconds=120)
+    feed = derivative(stack, "feed/unheard")
+    await close_unheard(stack, feed)
+    assert stack.bel.want(feed.want_id).state is WantState.upstream_building  # the BEL never heard
+    assert stack.bel.want(spec.want_id).state is WantState.upstream_building  # nor its parent
+
+    async with running_worker(stack.parts, warm_spark=False):
+        task_queue = stack.settings.task_queue
+        reconciled = 0
+        for _ in range(100):  # visibility follows the close within a moment
+            reconciled += await repair_wants(stack.client, stack.bel, task_queue)
+            if stack.bel.want(feed.want_id).state.is_final:
+                break
+            await asyncio.sleep(0.1)
+        assert reconciled >= 1
+        done = await asyncio.wait_for(stack.db.wait(spec), timeout=60)
+        assert await repair_wants(stack.client, stack.bel, task_queue) == 0  # nothing left to do
+    ended = stack.bel.want(feed.want_id)
+    assert (ended.state, ended.reason) == (WantState.canceled, "canceled on request")
+    # Recorded as its own run would have: the parent heard, and failed naming it.
+    assert done.state is WantState.failed
+    assert f"derivative want {feed.want_id} canceled" in (done.reason or "")
+    assert [e.type for e in stack.bel.events(want_id=feed.want_id)][-1] == "WantCanceled"
+
+
+async def test_cancelling_a_want_whose_workflow_closed_unheard_records_it(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:late", worker=False)
+    async with running_worker(stack.parts, warm_spark=False):
+        spec = await stack.db.want("report/stuck", source=WantSource.api)
+        await until(lambda: waiting_for_feed(stack.db, "feed/stuck"), seconds=120)
+    await close_unheard(stack, stack.bel.want(spec.want_id))
+    assert stack.bel.want(spec.want_id).state is WantState.upstream_building
+
+    async with running_worker(stack.parts, warm_spark=False):
+        # What `databuild cancel` does: it used to print "cancelled" and change nothing.
+        await stack.db.cancel(spec.want_id)
+        await until(lambda: stack.bel.want(spec.want_id).state.is_final, seconds=30)
+        # Its derivative, still waiting for the feed, runs as usual: cancelled the usual way.
+        feed = derivative(stack, "feed/stuck")
+        await stack.db.cancel(feed.want_id)
+        await until(lambda: stack.bel.want(feed.want_id).state.is_final, seconds=30)
+    assert stack.bel.want(spec.want_id).state is WantState.canceled
+    assert stack.bel.want(feed.want_id).state is WantState.canceled
+    assert await closed(stack, spec.workflow_id) is WorkflowExecutionStatus.COMPLETED  # the recording run
