@@ -145,8 +145,25 @@ async def test_a_failure_deep_down_fails_every_want_above_it(make_stack) -> None
     states = {w.ref: w.state for w in stack.bel.wants(limit=100)}
     assert states == {"top/7": WantState.failed, "mid/7": WantState.failed, "fails/7": WantState.failed}
 
-    # Retry is refused while fails/7 is fail-locked, naming the fix.
+    # Retry: refused while fails/7 is fail-locked; once fixed and resolved, the want and the wants it
+    # derived open again and the same wants are fulfilled. (Their old runs may still be closing, their
+    # last workflow task retried because a failure notice arrived during it: a finish they replay then
+    # is stale, and the new runs are new, not those.)
     with pytest.raises(InvalidTransitionError, match="databuild resolve fails/7"):
+        await stack.db.retry(spec.want_id)
+    graphs.FIXED.add("7")
+    try:
+        await stack.db.resolve("fails/7")
+        assert (await stack.db.retry(spec.want_id)).state is WantState.new
+        done = await asyncio.wait_for(stack.db.wait(spec), timeout=120)
+    finally:
+        graphs.FIXED.discard("7")
+    assert done.state is WantState.successful
+    states = {w.ref: w.state for w in stack.bel.wants(limit=100)}
+    assert set(states.values()) == {WantState.successful} and len(states) == 3
+    retried = [e.want_id for e in stack.bel.events(limit=1000) if e.type == "WantRetried"]
+    assert sorted(retried) == sorted(w.want_id for w in stack.bel.wants(limit=100))
+    with pytest.raises(InvalidTransitionError, match="succeeded"):
         await stack.db.retry(spec.want_id)
 
 
