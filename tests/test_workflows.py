@@ -525,6 +525,37 @@ async def test_cancel_records_the_want_canceled(h: Harness, script: Script, wait
     assert once(script.inputs("abandon_build")) == expected
 
 
+async def test_a_cancel_while_the_outcome_is_recorded_cannot_stop_the_write(
+    h: Harness, script: Script
+) -> None:
+    """The final write is shielded. A write that outlasts the workflow task timeout (the worker then
+    completes the task to keep it alive, so news can arrive meanwhile) hears a cancel in the middle:
+    the write must neither be cancelled nor lost; the run then ends cancelled, the outcome recorded."""
+    spec = new_spec()
+    writes: list[str] = []
+
+    async def slow_write(_input: p.FinishInput) -> None:
+        writes.append("started")
+        try:
+            await asyncio.sleep(4)  # past the 2 s task timeout: the worker heartbeats the task
+        except asyncio.CancelledError:
+            writes.append("cancelled")
+            raise
+        writes.append("done")
+
+    script.then("decide", live_decision("i-7")).always("finish_want", slow_write)
+    handle = await h.start_want(spec, task_timeout=timedelta(seconds=2))
+    await script.called("finish_want")
+    await asyncio.sleep(2.5)
+    await handle.cancel()
+
+    assert isinstance(await failure_of(handle), CancelledError)
+    assert "cancelled" not in writes and writes[-1] == "done"
+    assert once(script.inputs("finish_want")) == [
+        p.FinishInput(want_id=spec.want_id, state=WantState.successful, instance_id="i-7", seq=1)
+    ]
+
+
 async def test_canceled_want_abandons_the_run_it_started(h: Harness, script: Script) -> None:
     spec, run_id = new_spec(), new_run_id()
     job = Held()

@@ -408,9 +408,10 @@ class WantWorkflow:
         self, spec: WantSpec, state: WantState, reason: str | None, instance: str | None
     ) -> p.WantResult:
         following = self._job_run_id if self._state is WantState.building else None
+        interrupted: asyncio.CancelledError | None = None
         if workflow.patched(FINISH_WHATEVER_ENDS_IT):
             seq = self._seq if self._bounded else None
-            await self._record_finish(
+            interrupted = await self._record_finish(
                 p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance, seq=seq)
             )
         else:
@@ -421,6 +422,8 @@ class WantWorkflow:
                 await bel(WantActivities.finish_want, finish)
                 raise
         self._set(state, self._job_run_id, [], reason or "")
+        if interrupted is not None:  # cancelled while recording another outcome: that one is shown too
+            raise interrupted
         if following and state in (WantState.canceled, WantState.expired):
             await self._abandon_build(following)
         result = p.WantResult(
@@ -436,10 +439,10 @@ class WantWorkflow:
             )
         return result
 
-    async def _record_finish(self, finish: p.FinishInput) -> None:
+    async def _record_finish(self, finish: p.FinishInput) -> asyncio.CancelledError | None:
         """Record the outcome whatever ends this run. The write is shielded, so a cancellation of the
         workflow cannot reach it; a write cancelled all the same (seen after a workflow task timed out
-        under load) is made again. A cancellation that came meanwhile is raised once it is recorded."""
+        under load) is made again. Returns a cancellation that came meanwhile, for the caller to raise."""
         interrupted: asyncio.CancelledError | None = None
         while True:
             write = workflow.start_local_activity_method(
@@ -458,8 +461,7 @@ class WantWorkflow:
             if error is not None and not is_cancelled_exception(error):
                 raise error
             workflow.logger.warning("recording want %s %s was cancelled; again", finish.want_id, finish.state)
-        if interrupted is not None:
-            raise interrupted
+        return interrupted
 
     async def _abandon_build(self, job_run_id: str) -> None:
         """A want that stops while a run builds for it stops the run too, unless another want waits on
