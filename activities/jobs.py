@@ -11,20 +11,37 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from activities.heartbeats import heartbeating
 from databuild import protocol as p
 from databuild.execution import JobExecutor
+from databuild.limits import JOB_HEARTBEAT_EVERY
 from databuild.models import JobRunState, attempt_name
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
 
 
 class JobActivities:
-    def __init__(self, executor: JobExecutor, max_concurrent: int, heartbeat_every: float = 2.0) -> None:
+    def __init__(
+        self,
+        executor: JobExecutor,
+        max_concurrent: int,
+        attempts: int,
+        heartbeat_every: float = JOB_HEARTBEAT_EVERY.total_seconds(),
+    ) -> None:
         self.executor = executor
+        self.attempts = attempts  # DATABUILD_JOB_ATTEMPTS: for a run whose policy set no limit
         self.heartbeat_every = heartbeat_every
         self._pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="databuild-job")
 
     @activity.defn
     async def run_job(self, input: p.JobRunInput) -> p.JobOutcome:
         attempt = activity.info().attempt
+        if input.policy.attempts == 0 and attempt > self.attempts:
+            # Temporal's "no limit": scheduled by a run from before DATABUILD_JOB_ATTEMPTS had a range,
+            # it would retry for ever and never fail-lock. Ended as the setting says now.
+            raise ApplicationError(
+                f"gave up after {attempt - 1} attempts (DATABUILD_JOB_ATTEMPTS); the run was started "
+                "with no limit on attempts, which is no longer accepted",
+                type="AttemptsExhausted",
+                non_retryable=True,
+            )
         group = attempt_name(input.job_run_id, attempt)
         cancelled = threading.Event()
         last_message = {"message": "starting"}

@@ -418,8 +418,8 @@ async def run(n: int, memory: bool) -> dict[str, Any]:
                 # deployment would, size DATABUILD_WORKFLOW_CACHE to the wants waiting at once.
                 workflow_cache=max(Settings().workflow_cache, n + 2 * WARMUP + 100),
             )
-            worker_bel = BuildEventLog.create(settings.database_url)
-            client_bel = TimedBel(settings.database_url)  # schema created just above
+            worker_bel = BuildEventLog.create(settings.database_url.get_secret_value())
+            client_bel = TimedBel(settings.database_url.get_secret_value())  # schema created just above
             graph = load_graph(GRAPH)
             parts = WorkerParts(settings, client, worker_bel, graph, spark)
             await ensure_search_attributes(client, settings.namespace)

@@ -42,7 +42,7 @@ FIRST = date(2023, 1, 1)
 
 async def backfill(client: Any, spark: SparkRuntime, home: Path, graph: str, days: int) -> dict[str, Any]:
     settings = make_settings(home, client, graph)
-    bel = BuildEventLog.create(settings.database_url)
+    bel = BuildEventLog.create(settings.database_url.get_secret_value())
     parts = WorkerParts(settings, client, bel, load_graph(graph), spark)
     start = datetime.combine(FIRST, datetime.min.time(), tzinfo=UTC)
     request = BackfillRequest(

@@ -37,7 +37,7 @@ GRAPHS = {"declared": "examples.demo:graph", "discovering": "examples.demo:disco
 
 async def one_round(client: Any, spark: SparkRuntime, home: Path, graph: str, round_: int) -> dict[str, Any]:
     settings = make_settings(home, client, graph)
-    bel = BuildEventLog.create(settings.database_url)
+    bel = BuildEventLog.create(settings.database_url.get_secret_value())
     parts = WorkerParts(settings, client, bel, load_graph(graph), spark)
     try:
         async with running_worker(parts, warm_spark=False):

@@ -92,7 +92,7 @@ def attempt_spans(bel: BuildEventLog) -> list[float]:
 
 async def run_variant(client: Client, home: Path, variant: str, env: dict[str, str]) -> dict[str, Any]:
     settings = make_settings(home / variant, client, GRAPH)
-    bel = BuildEventLog.create(settings.database_url)
+    bel = BuildEventLog.create(settings.database_url.get_secret_value())
     db = DataBuild(client, bel, load_graph(GRAPH), settings)
     worker_env = {**os.environ, **settings.process_env(), **env}
     worker = await asyncio.to_thread(start_databuild_worker, worker_env, home / f"{variant}-worker.log")

@@ -207,7 +207,7 @@ async def run(n: int, jobs: int) -> dict[str, Any]:
         try:
             client = env.client
             settings = make_settings(home / "databuild", client, GRAPH)
-            bel = BuildEventLog.create(settings.database_url)
+            bel = BuildEventLog.create(settings.database_url.get_secret_value())
             graph = load_graph(GRAPH)
             # Start Spark before timing anything, so its start-up does not compete for the CPU.
             spark_start = time.perf_counter()

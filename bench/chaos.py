@@ -227,7 +227,7 @@ class ChaosStack:
     async def open_client(self) -> DataBuild:
         client = await connect(self.settings)
         await ensure_search_attributes(client, self.settings.namespace)
-        bel = BuildEventLog.create(self.settings.database_url)
+        bel = BuildEventLog.create(self.settings.database_url.get_secret_value())
         self.db = DataBuild(client, bel, load_graph(self.settings.graph), self.settings)
         return self.db
 
@@ -413,7 +413,7 @@ class Faults:
         stack = self.stack
         if kind == "terminate_bel":
             ended = await asyncio.to_thread(
-                terminate_connections, self.admin_url, stack.settings.database_url
+                terminate_connections, self.admin_url, stack.settings.database_url.get_secret_value()
             )
             self.note(f"terminate_bel: {ended} BEL connection(s) terminated")
             return

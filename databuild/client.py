@@ -78,7 +78,8 @@ class DataBuild:
     async def connect(cls, settings: Settings | None = None, *, lazy: bool = False) -> "DataBuild":
         """A client over the configured BEL, connected to Temporal (``lazy``: on first need)."""
         settings = settings or Settings.from_env()
-        bel = await asyncio.to_thread(BuildEventLog.create, settings.database_url)  # migrates: off the loop
+        url = settings.database_url.get_secret_value()
+        bel = await asyncio.to_thread(BuildEventLog.create, url)  # migrates: off the loop
         if lazy:
             return cls(None, bel, None, settings)
         graph = await asyncio.to_thread(load_graph, settings.graph)  # imports the user's module

@@ -1,21 +1,22 @@
 """Settings from the environment (``DATABUILD_*``, read by pydantic-settings); flags may override them."""
 
-import os
 import re
 import shlex
 from contextvars import ContextVar
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, get_args
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
 
 from pydantic import Field, JsonValue, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from databuild.durations import parse_setting_duration
+from databuild.durations import MAX_DURATION, parse_setting_duration
 from databuild.errors import InvalidInputError
 from databuild.graph import ExecutorKind
+from databuild.limits import MAX_ATTEMPTS, MIN_HEARTBEAT_TIMEOUT, MIN_LEASE, MIN_TIMEOUT, shown
 from databuild.storage import storage_uri
 
 DEFAULT_HOME = Path(".databuild")
@@ -58,8 +59,9 @@ class Settings(BaseSettings):
         description="task queue of wants and job runs; default derived from `DATABUILD_GRAPH` (see Operations)",
         json_schema_extra=_shown_default("`databuild-<graph>`"),
     )
-    database_url: str = Field(
-        default="",
+    # Secret: its password (user:password@, ?password=) is in it.
+    database_url: SecretStr = Field(
+        default=SecretStr(""),
         description="BEL (SQLAlchemy URL; `postgresql+psycopg://user@host/db` for PostgreSQL)",
         json_schema_extra=_shown_default("`sqlite:///<home>/bel.sqlite`"),
     )
@@ -106,7 +108,8 @@ class Settings(BaseSettings):
     job_executors: Annotated[dict[str, ExecutorKind], NoDecode] = Field(
         default_factory=dict, description="per-job overrides, `label=executor,...`"
     )
-    spark_connect_url: str | None = Field(
+    # Secret: a Spark Connect token is a parameter of it (;token=...).
+    spark_connect_url: SecretStr | None = Field(
         default=None, description="Spark Connect server of the `connect` executor, `sc://host:15002`"
     )
     spark_submit: Path | None = Field(
@@ -125,24 +128,33 @@ class Settings(BaseSettings):
     )
     job_heartbeat_timeout: timedelta = Field(
         default=timedelta(seconds=20),
+        ge=MIN_HEARTBEAT_TIMEOUT,
+        le=MAX_DURATION,
         description="a job attempt whose worker stops heartbeating this long is retried elsewhere",
     )
     # The historical name, kept so existing deployments go on working (DATABUILD_JOB_START_TO_CLOSE_TIMEOUT,
     # from the field's name, is read too when it is unset).
     job_start_to_close_timeout: timedelta = Field(
         default=timedelta(hours=6),
+        ge=MIN_TIMEOUT,
+        le=MAX_DURATION,
         validation_alias=f"{ENV_PREFIX}JOB_TIMEOUT",
         description="longest a job attempt may run",
     )
     job_attempts: int = Field(
-        default=3, description="attempts before a job run fails and fail-locks its outputs"
+        default=3,
+        ge=1,
+        le=MAX_ATTEMPTS,
+        description="attempts before a job run fails and fail-locks its outputs",
     )
     # Renewed while the job heartbeats.
     job_lease: timedelta = Field(
         default=timedelta(minutes=1),
+        ge=MIN_LEASE,
+        le=MAX_DURATION,
         description="a build lock lapses this long after its worker last renewed it",
     )
-    max_concurrent_jobs: int = Field(default=4, description="job activities one worker runs at once")
+    max_concurrent_jobs: int = Field(default=4, ge=1, description="job activities one worker runs at once")
     job_log_max_bytes: int = Field(
         default=1024 * 1024,
         ge=4096,
@@ -156,20 +168,28 @@ class Settings(BaseSettings):
     )
     batch_window: timedelta = Field(
         default=timedelta(seconds=2),
+        ge=timedelta(0),
+        le=MAX_DURATION,
         description="how long a new run of a batch job (`@graph.job(batch=)`) waits for more partitions "
         "to join it before it starts (a full batch starts at once)",
     )
     gc_every: timedelta = Field(
         default=timedelta(hours=1),
+        ge=timedelta(0),
+        le=MAX_DURATION,
         description="how often each worker collects the storage's garbage (`0`: never); see Storage",
     )
     repair_every: timedelta = Field(
         default=timedelta(minutes=5),
+        ge=timedelta(0),
+        le=MAX_DURATION,
         description="how often each worker looks for wants whose workflows died without a final state, "
         "and starts them again (`0`: never); see Long waits",
     )
     gc_keep: timedelta = Field(
         default=timedelta(days=7),
+        ge=timedelta(0),
+        le=MAX_DURATION,
         description="how long garbage collection keeps an instance after it stopped being live (superseded, "
         "tainted) or was left unpublished, a failed attempt's submission folder, and an ended job run's logs",
     )
@@ -220,6 +240,8 @@ class Settings(BaseSettings):
     )
     alert_give_up_after: timedelta = Field(
         default=timedelta(days=1),
+        gt=timedelta(0),
+        le=MAX_DURATION,
         description="how long an alert is retried on a channel that does not take it",
     )
     dashboard_url: str = Field(
@@ -274,32 +296,39 @@ class Settings(BaseSettings):
     )
     @classmethod
     def _duration(cls, value: object) -> object:
-        if isinstance(value, str):
+        if not isinstance(value, str):
+            return value
+        try:
             return parse_setting_duration(value)
-        return value
+        except InvalidInputError:  # its message quotes the value
+            raise ValueError(
+                f"not a duration: write it like 9h, 30d, 1d12h, 90m or 45s (at most {shown(MAX_DURATION)})"
+            ) from None
 
     @field_validator("catalog")
     @classmethod
     def _catalog(cls, value: str) -> str:
         if value not in ("embedded", "none") and not value.startswith("thrift://"):
-            raise ValueError(
-                f"DATABUILD_CATALOG={value!r}: use embedded, none, or a metastore's thrift://host:port"
-            )
+            raise ValueError("use embedded, none, or a metastore's thrift://host:port")
         return value
 
     @field_validator("catalog_database")
     @classmethod
     def _catalog_database(cls, value: str) -> str:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
-            raise ValueError(
-                f"DATABUILD_CATALOG_DATABASE={value!r} is not a database name (letters, digits, _)"
-            )
+            raise ValueError("not a database name: use letters, digits and _, not starting with a digit")
         return value
 
     @field_validator("storage_root", mode="before")
     @classmethod
     def _storage_root(cls, value: object) -> object:
         return str(value) if isinstance(value, Path) else value
+
+    @field_validator("storage_root")
+    @classmethod
+    def _storage_uri(cls, value: str) -> str:
+        # Checked here, not where the default is derived: an error there would name no setting.
+        return storage_uri(value) if value else value
 
     @field_validator("job_executors", mode="before")
     @classmethod
@@ -310,7 +339,7 @@ class Settings(BaseSettings):
         for item in filter(None, (i.strip() for i in value.split(","))):
             label, sep, kind = item.partition("=")
             if not sep or not label.strip():
-                raise ValueError(f"{item!r} is not label=executor (e.g. weekly_rollup=submit)")
+                raise ValueError("each entry is label=executor (e.g. weekly_rollup=submit)")
             pairs[label.strip()] = kind.strip()
         return pairs
 
@@ -323,7 +352,7 @@ class Settings(BaseSettings):
         for item in filter(None, (i.strip() for i in value.split(","))):
             name, sep, slots = item.partition("=")
             if not sep or not name.strip() or not slots.strip().isdigit() or int(slots) < 1:
-                raise ValueError(f"{item!r} is not name=slots with slots 1 or more (e.g. spark=4)")
+                raise ValueError("each entry is name=slots with slots 1 or more (e.g. spark=4)")
             pools[name.strip()] = slots.strip()
         return pools
 
@@ -334,15 +363,15 @@ class Settings(BaseSettings):
 
     @field_validator("spark_connect_url")
     @classmethod
-    def _spark_connect_url(cls, value: str | None) -> str | None:
-        value = (value or "").strip()
+    def _spark_connect_url(cls, secret: SecretStr | None) -> SecretStr | None:
+        value = secret.get_secret_value().strip() if secret is not None else ""
         if not value:
             return None
         parts = urlsplit(value)
         if parts.scheme != "sc" or not parts.hostname:
             raise ValueError("a Spark Connect URL looks like sc://host:15002")
-        _ = parts.port  # raises ValueError for a port that is not a number in range
-        return value
+        _check_port(value)
+        return SecretStr(value)
 
     @field_validator("openlineage_url")
     @classmethod
@@ -358,7 +387,7 @@ class Settings(BaseSettings):
                 raise ValueError(
                     f"an HTTP OpenLineage URL needs a host, e.g. {parts.scheme}://localhost:5000"
                 )
-            _ = parts.port  # raises ValueError for a port that is not a number in range
+            _check_port(value)
             return value
         if parts.scheme == "file":
             if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
@@ -386,16 +415,19 @@ class Settings(BaseSettings):
         for host in filter(None, hosts):
             # One colon is a port (an IPv6 address has more): ports are never part of the check.
             if host != "*" and (host.count(":") == 1 or not set(host.removeprefix("*.")) <= _HOST_CHARACTERS):
-                raise ValueError(f"{host!r} is not a host name or address (without port), `*.domain` or `*`")
+                raise ValueError("each entry is a host name or address (without port), `*.domain` or `*`")
         return [host for host in hosts if host]
 
     def model_post_init(self, _context: object) -> None:
         # Derived defaults depend on `home` and `graph`, so fill them once they are known.
         if not self.task_queue:
             object.__setattr__(self, "task_queue", default_task_queue(self.graph))
-        if not self.database_url:
-            object.__setattr__(self, "database_url", f"sqlite:///{(self.home / 'bel.sqlite').resolve()}")
-        object.__setattr__(self, "storage_root", storage_uri(self.storage_root or self.home / "data"))
+        if not self.database_url.get_secret_value():
+            object.__setattr__(
+                self, "database_url", SecretStr(f"sqlite:///{(self.home / 'bel.sqlite').resolve()}")
+            )
+        if not self.storage_root:
+            object.__setattr__(self, "storage_root", storage_uri(self.home / "data"))
 
     def process_env(self) -> dict[str, str]:
         """The variables that point another `databuild` process (a worker, the CLI) at the same Temporal,
@@ -409,7 +441,7 @@ class Settings(BaseSettings):
             "storage_root",
             "graph",
         )
-        return {ENV_NAMES[name]: str(getattr(self, name)) for name in shared}
+        return {ENV_NAMES[name]: _plain(getattr(self, name)) for name in shared}
 
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
@@ -419,15 +451,7 @@ class Settings(BaseSettings):
         try:
             return cls(**given)
         except ValidationError as error:
-            first = error.errors()[0]
-            where = str(first["loc"][0]) if first["loc"] else "?"
-            field = next((name for name, env in ENV_NAMES.items() if where in (name, env)), where)
-            variable = ENV_NAMES.get(field, field)
-            # The whole value as written, not the item of a list or map that pydantic stopped at.
-            value = given[field] if field in given else os.environ.get(variable, first["input"])
-            raise InvalidInputError(
-                f"bad setting {variable}={_shown(field, value)!r}: {first['msg']}"
-            ) from None
+            raise InvalidInputError(setting_error(error.errors()[0])) from None
         finally:
             _READ_ENV.reset(reading)
 
@@ -453,20 +477,52 @@ _PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*):[^@]*@")
 _SECRET_PARAM = re.compile(r"(?i)([?&;][a-z_]*(?:password|passwd|token|secret|api_?key)=)[^&;#]*")
 
 
-def masked_url(url: str) -> str:
+def masked_url(url: str | SecretStr) -> str:
     """``url`` with its password and secret parameters replaced by ``***``, for printing and logging."""
-    return _SECRET_PARAM.sub(r"\1***", _PASSWORD.sub(r"\1:***@", url, count=1))
+    text = url.get_secret_value() if isinstance(url, SecretStr) else url
+    return _SECRET_PARAM.sub(r"\1***", _PASSWORD.sub(r"\1:***@", text, count=1))
 
 
-_SECRET_FIELDS = {
-    name
-    for name, field in Settings.model_fields.items()
-    if SecretStr in (field.annotation, *get_args(field.annotation))
-}
+_RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
 
 
-def _shown(field: str, value: object) -> object:
-    """A setting's value as an error message may show it."""
-    if field in _SECRET_FIELDS:
-        return "***"
-    return masked_url(value) if isinstance(value, str) else value
+def setting_error(error: ErrorDetails) -> str:
+    """One line naming the variable and what is wrong with it, never its value: any setting may hold a
+    secret (a password pasted into the wrong variable), and an error about no one field has every setting
+    given as its input."""
+    where = str(error["loc"][0]) if error["loc"] else None
+    field = next((name for name, env in ENV_NAMES.items() if where in (name, env)), None)
+    if field is None:
+        return f"bad settings: {error['msg'].removeprefix('Value error, ')}"
+    valid = setting_range(Settings.model_fields[field])
+    if error["type"] in _RANGE_ERRORS and valid is not None:
+        return f"bad setting {ENV_NAMES[field]}: out of range; give {valid}"
+    return f"bad setting {ENV_NAMES[field]}: {error['msg'].removeprefix('Value error, ')}"
+
+
+def setting_range(field: FieldInfo) -> str | None:
+    """The values a numeric or duration setting accepts (``1 to 1000``, ``0s or more``), from its
+    constraints (pydantic keeps each as an object with a ``ge``, ``gt`` or ``le``); None for any other."""
+    bounds = {
+        kind: shown(getattr(constraint, kind))
+        for constraint in field.metadata
+        for kind in ("ge", "gt", "le")
+        if hasattr(constraint, kind)
+    }
+    if "gt" in bounds:
+        low = f"more than {bounds['gt']}"
+        return f"{low}, up to {bounds['le']}" if "le" in bounds else low
+    if "ge" not in bounds:
+        return None
+    return f"{bounds['ge']} to {bounds['le']}" if "le" in bounds else f"{bounds['ge']} or more"
+
+
+def _check_port(url: str) -> None:
+    try:
+        _ = urlsplit(url).port
+    except ValueError:  # its message quotes the port as written
+        raise ValueError("the port is not a number from 0 to 65535") from None
+
+
+def _plain(value: object) -> str:
+    return value.get_secret_value() if isinstance(value, SecretStr) else str(value)

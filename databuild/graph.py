@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from databuild.durations import parse_setting_duration
+from databuild.durations import MAX_DURATION, parse_setting_duration
 from databuild.errors import GraphDefinitionError, UnknownJobError
+from databuild.limits import MAX_ATTEMPTS, MIN_HEARTBEAT_TIMEOUT, MIN_TIMEOUT, shown
 from databuild.refs import validate_ref
 
 if TYPE_CHECKING:
@@ -65,16 +66,17 @@ class Pattern:
         return _PLACEHOLDER.sub("?*", self.text)
 
 
-def _duration(name: str, value: timedelta | str | None) -> timedelta | None:
+def _duration(name: str, value: timedelta | str | None, low: timedelta) -> timedelta | None:
     if value is None:
         return None
     try:
         parsed = parse_setting_duration(value) if isinstance(value, str) else value
     except ValueError as error:
         raise GraphDefinitionError(f"{name}={value!r}: {error}") from None
-    if not isinstance(parsed, timedelta) or parsed <= timedelta(0):
+    if not isinstance(parsed, timedelta) or not low <= parsed <= MAX_DURATION:
         raise GraphDefinitionError(
-            f"{name}={value!r}: give a positive duration, e.g. '30m' or timedelta(hours=2)"
+            f"{name}={value!r}: give a duration from {shown(low)} to {shown(MAX_DURATION)}, "
+            "e.g. '30m' or timedelta(hours=2)"
         )
     return parsed
 
@@ -193,8 +195,9 @@ class Graph:
         with other jobs; both hold cluster-wide.
 
         ``retries``, ``timeout`` (of one attempt), ``heartbeat_timeout`` and ``executor`` override the
-        worker's `DATABUILD_JOB_ATTEMPTS`, `..._START_TO_CLOSE_TIMEOUT`, `..._HEARTBEAT_TIMEOUT` and
-        `DATABUILD_EXECUTOR` for this job (durations as ``timedelta`` or text such as ``"2h"``);
+        worker's `DATABUILD_JOB_ATTEMPTS`, `DATABUILD_JOB_TIMEOUT`, `DATABUILD_JOB_HEARTBEAT_TIMEOUT` and
+        `DATABUILD_EXECUTOR` for this job (durations as ``timedelta`` or text such as ``"2h"``), within the
+        settings' ranges (databuild.limits: retries 0 to 999, timeout from 1s, heartbeat_timeout from 4s);
         ``spark_conf`` sets Spark properties for its runs only (SQL properties on the worker's session;
         any property with ``executor="submit"``).
         """
@@ -205,11 +208,15 @@ class Graph:
                 raise GraphDefinitionError(f"{name}={value!r}: give a whole number of at least 1")
         if pool is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", pool):
             raise GraphDefinitionError(f"pool={pool!r}: a pool name is letters, digits, '_', '.' or '-'")
-        if retries is not None and (isinstance(retries, bool) or not isinstance(retries, int) or retries < 0):
-            raise GraphDefinitionError(f"retries={retries!r}: give a whole number of at least 0")
+        if retries is not None and (
+            isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries < MAX_ATTEMPTS
+        ):
+            raise GraphDefinitionError(
+                f"retries={retries!r}: give a whole number from 0 to {MAX_ATTEMPTS - 1}"
+            )
         limits = {
-            "timeout": _duration("timeout", timeout),
-            "heartbeat_timeout": _duration("heartbeat_timeout", heartbeat_timeout),
+            "timeout": _duration("timeout", timeout, MIN_TIMEOUT),
+            "heartbeat_timeout": _duration("heartbeat_timeout", heartbeat_timeout, MIN_HEARTBEAT_TIMEOUT),
         }
         if executor is not None and executor not in get_args(ExecutorKind):
             kinds = ", ".join(repr(k) for k in get_args(ExecutorKind))

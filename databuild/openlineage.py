@@ -60,7 +60,7 @@ from openlineage.client.transport.transport import Transport
 
 from databuild import __version__
 from databuild.catalog import TableSpec, graph_tables
-from databuild.config import Settings, masked_url
+from databuild.config import Settings
 from databuild.errors import InvalidInputError
 from databuild.graph import Graph
 from databuild.models import InstanceRef, JobRun, JobRunState
@@ -169,9 +169,9 @@ def transport_from_settings(settings: Settings) -> Transport | None:
         path.parent.mkdir(parents=True, exist_ok=True)
         return FileTransport(FileConfig(log_file_path=str(path), append=True))
     except (OSError, ValueError, KeyError) as error:
-        raise InvalidInputError(
-            f"bad setting DATABUILD_OPENLINEAGE_URL={masked_url(url)!r}: {error}"
-        ) from None
+        # An OSError's own text quotes the path, a ValueError's may quote the URL: the setting's value.
+        problem = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
+        raise InvalidInputError(f"bad setting DATABUILD_OPENLINEAGE_URL: cannot use it ({problem})") from None
 
 
 class LineageEmitter:

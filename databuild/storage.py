@@ -47,11 +47,11 @@ def storage_uri(root: str | Path) -> str:
     parts = urlsplit(text)
     if parts.scheme not in _ARROW_SCHEMES:
         raise InvalidInputError(
-            f"DATABUILD_STORAGE_ROOT={text!r} has scheme {parts.scheme!r}; use a path, or a URI with one "
+            f"scheme {parts.scheme!r} is not supported; use a path, or a URI with one "
             f"of {', '.join(s + '://' for s in sorted(_ARROW_SCHEMES))}"
         )
     if parts.scheme != "file" and not parts.netloc:
-        raise InvalidInputError(f"DATABUILD_STORAGE_ROOT={text!r} names no bucket or host")
+        raise InvalidInputError(f"the URI names no bucket or host; write {parts.scheme}://bucket/path")
     return urlunsplit(parts._replace(path=parts.path.rstrip("/") or "/"))
 
 

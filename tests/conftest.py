@@ -98,7 +98,7 @@ async def running_stack(
     """A graph's BEL under ``home`` on its own task queue, with a worker serving it unless ``worker``
     is False."""
     settings = make_settings(home, client, graph, **extra)
-    bel = BuildEventLog.create(settings.database_url)
+    bel = BuildEventLog.create(settings.database_url.get_secret_value())
     loaded = load_graph(graph)
     parts = WorkerParts(settings, client, bel, loaded, spark)
     stack = Stack(settings, client, bel, loaded, DataBuild(client, bel, loaded, settings), parts)

@@ -106,7 +106,7 @@ def test_the_cycle_check_finds_a_deferred_import() -> None:
 def offline(tmp_path: Path) -> Iterator[Settings]:
     """Settings whose Temporal address has nothing listening, over a BEL with one live partition."""
     settings = Settings(home=tmp_path, temporal_address=f"127.0.0.1:{free_port()}")
-    bel = BuildEventLog.create(settings.database_url)
+    bel = BuildEventLog.create(settings.database_url.get_secret_value())
     bel.publish_external("ext/1")
     bel.dispose()
     yield settings
@@ -132,7 +132,7 @@ async def test_the_sdk_taints_without_temporal(offline: Settings) -> None:
 
 
 def test_the_api_taints_while_temporal_is_down(offline: Settings) -> None:
-    bel = BuildEventLog.create(offline.database_url)
+    bel = BuildEventLog.create(offline.database_url.get_secret_value())
     app = create_app(web_context(offline, bel))
     with TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 50000)) as client:
         preview = client.post("/api/partitions/ext/1/taint", json={"dry_run": True})
@@ -167,7 +167,7 @@ def test_a_progress_look_is_one_query_however_many_wants(tmp_path: Path) -> None
     def build(ctx: object, n: str) -> None:  # pragma: no cover - never run
         raise AssertionError
 
-    bel = BuildEventLog.create(Settings(home=tmp_path).database_url)
+    bel = BuildEventLog.create(Settings(home=tmp_path).database_url.get_secret_value())
     at = datetime(2024, 1, 1, tzinfo=UTC)
     root = WantSpec(ref="p/0", data_timestamp=at)
     specs = [root] + [

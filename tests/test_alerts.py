@@ -126,7 +126,7 @@ async def alerting(tmp_path: Path) -> AsyncIterator[AlertStack]:
         alert_urls=urls,
         dashboard_url="https://databuild.example.com",
     )
-    bel = BuildEventLog.create(settings.database_url)
+    bel = BuildEventLog.create(settings.database_url.get_secret_value())
     await ensure_search_attributes(env.client, settings.namespace)
     wants = WantActivities(bel, timed, env.client, settings)
     alerts = AlertActivities(settings)

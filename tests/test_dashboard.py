@@ -130,7 +130,7 @@ def test_hostile_labels_and_reasons_render_as_text(tmp_path: Path) -> None:
         raise AssertionError
 
     settings = Settings(home=tmp_path)
-    bel = BuildEventLog.create(settings.database_url)
+    bel = BuildEventLog.create(settings.database_url.get_secret_value())
     from datetime import UTC, datetime
 
     spec = WantSpec(ref="h/1", data_timestamp=datetime(2024, 1, 1, tzinfo=UTC))

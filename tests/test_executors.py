@@ -97,7 +97,7 @@ async def test_submit_executor_reports_job_errors_and_contract_breaches(make_sta
     # The requests never held the BEL's address (its credentials stay off shared storage).
     for folder in kept:
         request = (submissions / folder / "request.json").read_text()
-        assert stack.settings.database_url not in request and "bel.sqlite" not in request
+        assert stack.settings.database_url.get_secret_value() not in request and "bel.sqlite" not in request
     assert all((submissions / f / SubmitFiles.LOG).is_file() for f in kept)
     # Each attempt's log has the job's traceback, then what the application printed.
     storage = Storage(stack.settings.storage_root)

@@ -56,7 +56,7 @@ async def db(
     limited_env: WorkflowEnvironment, spark_runtime: SparkRuntime, tmp_path: Path
 ) -> AsyncIterator[DataBuild]:
     settings = make_settings(tmp_path, limited_env.client, "tests.graphs:trio", job_attempts=1)
-    bel = BuildEventLog.create(settings.database_url)
+    bel = BuildEventLog.create(settings.database_url.get_secret_value())
     graph = load_graph(settings.graph)
     async with running_worker(WorkerParts(settings, limited_env.client, bel, graph, spark_runtime)):
         yield DataBuild(limited_env.client, bel, graph, settings)

@@ -42,7 +42,7 @@ async def timed_stack(tmp_path: Path) -> AsyncIterator[tuple[WorkflowEnvironment
     )
     # A ten-minute lease: the old watchdog woke the want every lease; the watch adds no history.
     settings = make_settings(tmp_path, env.client, "tests.timed:timed", job_lease=timedelta(minutes=10))
-    bel = BuildEventLog.create(settings.database_url)
+    bel = BuildEventLog.create(settings.database_url.get_secret_value())
     await ensure_search_attributes(env.client, settings.namespace)
     wants = WantActivities(bel, timed, env.client, settings)
     worker = Worker(

@@ -248,7 +248,7 @@ def test_bad_metrics_ports_are_refused_with_the_setting_named(
 ) -> None:
     for bad in ("nine", "-1", "65536"):
         monkeypatch.setenv("DATABUILD_METRICS_PORT", bad)
-        with pytest.raises(InvalidInputError, match=f"bad setting DATABUILD_METRICS_PORT='{bad}'"):
+        with pytest.raises(InvalidInputError, match=r"^bad setting DATABUILD_METRICS_PORT: "):
             Settings.from_env()
     monkeypatch.setenv("DATABUILD_METRICS_PORT", "9464")
     assert Settings.from_env().metrics_port == 9464

@@ -165,7 +165,9 @@ def test_lineage_is_off_by_default_and_bad_urls_are_rejected(monkeypatch, tmp_pa
         with pytest.raises(InvalidInputError, match="DATABUILD_OPENLINEAGE_URL"):
             Settings.from_env(home=tmp_path, openlineage_url=bad)
     monkeypatch.setenv("DATABUILD_OPENLINEAGE_URL", "ftp://x")
-    with pytest.raises(InvalidInputError, match=r"DATABUILD_OPENLINEAGE_URL='ftp://x'.*unsupported scheme"):
+    with pytest.raises(
+        InvalidInputError, match=r"^bad setting DATABUILD_OPENLINEAGE_URL: unsupported scheme"
+    ):
         Settings.from_env(home=tmp_path)
     monkeypatch.setenv("DATABUILD_OPENLINEAGE_URL", "http://localhost:5000")
     monkeypatch.setenv("DATABUILD_OPENLINEAGE_NAMESPACE", " ")

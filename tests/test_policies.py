@@ -1,5 +1,6 @@
 """Per-job policies in the graph, and the SLA estimate and alert routing rules, on their own."""
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -7,9 +8,11 @@ import pytest
 from databuild.config import Settings
 from databuild.domain.alerts import Alert, AlertKind, receives
 from databuild.domain.estimates import Confidence, Step, durations_of, estimate
-from databuild.errors import GraphDefinitionError
+from databuild.errors import GraphDefinitionError, InvalidInputError
 from databuild.graph import Graph
+from databuild.limits import policy_problem
 from databuild.protocol import JobPolicy
+from worker.run import check_policy
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -34,9 +37,12 @@ def test_a_job_overrides_the_settings_it_declares_and_keeps_the_rest() -> None:
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        ({"retries": -1}, "retries=-1"),
+        ({"retries": -1}, "retries=-1: give a whole number from 0 to 999"),
+        ({"retries": 1000}, "retries=1000: give a whole number from 0 to 999"),
         ({"timeout": "-5m"}, "timeout="),
-        ({"heartbeat_timeout": timedelta(0)}, "positive duration"),
+        ({"timeout": timedelta(days=36501)}, "give a duration from 1s to 36500d"),
+        ({"heartbeat_timeout": timedelta(0)}, "give a duration from 4s to 36500d"),
+        ({"heartbeat_timeout": "3s"}, "heartbeat_timeout='3s': give a duration from 4s"),
         ({"executor": "lambda"}, "choose one of"),
         ({"spark_conf": {"shuffle": "4"}}, "Spark properties"),
     ],
@@ -44,6 +50,34 @@ def test_a_job_overrides_the_settings_it_declares_and_keeps_the_rest() -> None:
 def test_bad_policies_are_refused_naming_the_fix(option: dict[str, object], message: str) -> None:
     with pytest.raises(GraphDefinitionError, match=message):
         Graph("g").job("a/{d}", **option)  # type: ignore[arg-type]
+
+
+def test_a_policy_out_of_range_is_named_and_a_worker_refuses_to_start_with_it() -> None:
+    """Settings and declarations check their ranges; what bypasses them (settings copied with changes, a
+    Job built by hand) is refused when the worker starts, and a run's workflow releases such a policy."""
+    graph = Graph("g")
+
+    @graph.job("a/{d}")
+    def a(ctx: object, d: str) -> None: ...
+
+    job = graph.job_by_label("a")
+    settings = Settings()
+    assert policy_problem(JobPolicy.of(job, settings)) is None
+    for change, problem in (
+        ({"job_attempts": 0}, "attempts 0 is not within 1 to 1000"),
+        ({"job_attempts": -1}, "attempts -1 is not within 1 to 1000"),
+        ({"job_start_to_close_timeout": timedelta(0)}, "timeout 0s is not within 1s to 36500d"),
+        ({"job_heartbeat_timeout": timedelta(seconds=-1)}, "heartbeat timeout -1s is not within 4s"),
+        ({"job_lease": timedelta(milliseconds=500)}, "lease 0.5s is not within 1s to 36500d"),
+    ):
+        changed = settings.model_copy(update=change)  # not validated, as an older worker's could be
+        assert (policy_problem(JobPolicy.of(job, changed)) or "").startswith(problem)
+        with pytest.raises(
+            InvalidInputError, match=f"^job 'a' cannot run: {problem}.*DATABUILD_JOB_ATTEMPTS"
+        ):
+            check_policy(job, changed)
+    with pytest.raises(InvalidInputError, match="attempts 0 is not within"):
+        check_policy(dataclasses.replace(job, retries=-1), settings)
 
 
 def test_the_estimate_adds_a_job_to_its_slowest_input_and_counts_what_a_running_run_has_left() -> None:

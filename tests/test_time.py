@@ -31,7 +31,7 @@ async def skipping(
         test_server_existing_path=path, data_converter=pydantic_data_converter
     )
     settings = make_settings(tmp_path, env.client, "tests.graphs:late")
-    bel = BuildEventLog.create(settings.database_url)
+    bel = BuildEventLog.create(settings.database_url.get_secret_value())
     graph = load_graph(settings.graph)
     parts = WorkerParts(settings, env.client, bel, graph, spark_runtime)
     async with running_worker(parts):

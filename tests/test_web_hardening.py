@@ -69,7 +69,7 @@ def web_server(home: Path, **env: str) -> Iterator[str]:
 def ten_thousand(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A BEL with 10,000 live partitions; returns its home."""
     home = tmp_path_factory.mktemp("ten-thousand")
-    bel = BuildEventLog.create(Settings(home=home).database_url)
+    bel = BuildEventLog.create(Settings(home=home).database_url.get_secret_value())
     for n in range(10_000):
         bel.publish_external(f"raw_events/2024-{n % 12 + 1:02d}-{n % 28 + 1:02d}/part-{n:05d}")
     bel.dispose()
@@ -108,7 +108,7 @@ async def test_hostile_globs_answer_fast_while_other_requests_keep_their_latency
 
 @pytest.fixture
 def loopback_bel(tmp_path: Path) -> Iterator[BuildEventLog]:
-    bel = BuildEventLog.create(Settings(home=tmp_path).database_url)
+    bel = BuildEventLog.create(Settings(home=tmp_path).database_url.get_secret_value())
     bel.publish_external("ext/1")
     yield bel
     bel.dispose()

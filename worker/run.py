@@ -29,13 +29,16 @@ from databuild.bel import BuildEventLog
 from databuild.catalog import Catalog, TableSpec, serve_sql, spark_catalog_conf
 from databuild.config import Settings
 from databuild.domain.pools import pools_of
+from databuild.errors import InvalidInputError
 from databuild.execution import JobExecutor
 from databuild.executors import Executors
 from databuild.gc import collect_garbage
-from databuild.graph import Graph, load_graph
+from databuild.graph import Graph, Job, load_graph
+from databuild.limits import policy_problem
 from databuild.logsetup import spark_log
 from databuild.metrics import serving_metrics
 from databuild.openlineage import LineageEmitter
+from databuild.protocol import JobPolicy
 from databuild.runtime import settle_heap
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
@@ -93,6 +96,17 @@ def compile_workflow_modules() -> None:
             log.debug("could not write the bytecode of %s", module.__name__)
 
 
+def check_policy(job: Job, settings: Settings) -> None:
+    """Refuse a job whose runs Temporal could not run. The settings and ``@graph.job`` check their own
+    ranges; this catches what bypasses them (settings copied with changes, a ``Job`` built by hand)."""
+    if (problem := policy_problem(JobPolicy.of(job, settings))) is not None:
+        raise InvalidInputError(
+            f"job {job.label!r} cannot run: {problem}; see DATABUILD_JOB_ATTEMPTS, DATABUILD_JOB_TIMEOUT, "
+            "DATABUILD_JOB_HEARTBEAT_TIMEOUT, DATABUILD_JOB_LEASE and its @graph.job(retries=, timeout=, "
+            "heartbeat_timeout=)"
+        )
+
+
 def build_worker(parts: WorkerParts) -> BuiltWorker:
     compile_workflow_modules()
     settings = parts.settings
@@ -103,6 +117,7 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     )  # None unless DATABUILD_OPENLINEAGE_URL is set
     for job in parts.graph.jobs:  # a pool the settings do not define is an error now, not at a job's turn
         pools_of(job, settings.pools)
+        check_policy(job, settings)
     channels(settings)  # so is an alert URL apprise cannot use
     executors = Executors.from_settings(
         settings, graph=parts.graph, bel=parts.bel, storage=storage, spark=parts.spark
@@ -122,7 +137,9 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
             else:
                 log.info("catalog: %s is no table: %s", pattern, table)
     executor = JobExecutor(parts.bel, storage, executors, worker=identity, lineage=lineage, catalog=catalog)
-    jobs = JobActivities(executor, max_concurrent=settings.max_concurrent_jobs)
+    jobs = JobActivities(
+        executor, max_concurrent=settings.max_concurrent_jobs, attempts=settings.job_attempts
+    )
     wants = WantActivities(parts.bel, parts.graph, parts.client, settings)
     fan_out = FanOutActivities(parts.bel, parts.client, settings)
     alerting = AlertActivities(settings)
@@ -242,7 +259,7 @@ async def repair(parts: WorkerParts, _built: BuiltWorker) -> None:
 
 async def open_parts(settings: Settings, spark: SparkRuntime | None = None) -> WorkerParts:
     client = await connect(settings)
-    bel = BuildEventLog.create(settings.database_url)
+    bel = BuildEventLog.create(settings.database_url.get_secret_value())
     catalog = spark_catalog_conf(settings)
     if catalog is not None and settings.sql_port:
         catalog |= {"spark.hive.server2.thrift.port": str(settings.sql_port)}

@@ -67,7 +67,7 @@ async def with_client(call: Callable[[DataBuild], Coroutine[Any, Any, T]]) -> T:
 def bel() -> Any:
     from databuild.bel import BuildEventLog
 
-    return BuildEventLog.create(settings().database_url)
+    return BuildEventLog.create(settings().database_url.get_secret_value())
 
 
 def duration(value: timedelta | None) -> str:

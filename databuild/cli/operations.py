@@ -122,7 +122,7 @@ def migrate() -> None:
     from databuild.layout import migrate_storage
 
     configured = settings()
-    log = BuildEventLog.create(configured.database_url)
+    log = BuildEventLog.create(configured.database_url.get_secret_value())
     try:
         moved = migrate_storage(Storage(configured.storage_root), log)
     finally:

@@ -58,7 +58,9 @@ def web(
 
     configured = settings()
     log_to_stderr()
-    context = web_context(configured, BuildEventLog.create(configured.database_url), temporal_ui)
+    context = web_context(
+        configured, BuildEventLog.create(configured.database_url.get_secret_value()), temporal_ui
+    )
     served = create_app(context)
     settle_heap()  # once, after start-up: what start-up made stays out of every later full collection
     console.print(

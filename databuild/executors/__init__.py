@@ -107,12 +107,12 @@ class Executors:
                 return SessionExecutor(spark, bodies)
             if kind == "connect":
                 assert settings.spark_connect_url is not None
-                return ConnectExecutor(settings.spark_connect_url, bodies)
+                return ConnectExecutor(settings.spark_connect_url.get_secret_value(), bodies)
             options = SubmitOptions(
                 master=settings.spark_submit_master or settings.spark_master,
                 driver_memory=settings.spark_driver_memory,
                 graph=settings.graph,
-                database_url=settings.database_url,
+                database_url=settings.database_url.get_secret_value(),
                 # Slow shared storage must not stop a healthy application; a dead worker's is stopped soon.
                 abandon_after_seconds=max(3 * settings.job_heartbeat_timeout.total_seconds(), 60),
                 spark_submit=spark_submit,

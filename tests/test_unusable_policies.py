@@ -1,0 +1,115 @@
+"""Job settings out of range: refused when a worker starts, naming the setting; and runs started before
+they were refused (their policy is in the job run workflow's input) no longer hang, on the real stack.
+
+An older worker is reproduced by patches: the policy its settings gave (`JobPolicy.of`), and no check of
+it, neither in the job run workflow (`databuild.limits.policy_problem`, which the workflow's sandbox
+imports when a run starts) nor when the worker starts."""
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import databuild.limits
+import worker.run
+from databuild import protocol as p
+from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantSource, WantState
+from tests.conftest import Stack
+from tests.helpers import until
+from worker.run import running_worker
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "valid"),
+    [
+        ("DATABUILD_JOB_ATTEMPTS", "0", "1 to 1000"),
+        ("DATABUILD_JOB_ATTEMPTS", "-1", "1 to 1000"),
+        ("DATABUILD_MAX_CONCURRENT_JOBS", "0", "1 or more"),
+        ("DATABUILD_JOB_TIMEOUT", "0", "1s to 36500d"),
+        ("DATABUILD_JOB_HEARTBEAT_TIMEOUT", "0", "4s to 36500d"),
+        ("DATABUILD_JOB_LEASE", "0s", "1s to 36500d"),
+    ],
+)
+def test_a_worker_refuses_to_start_naming_the_setting(
+    tmp_path: Path, variable: str, value: str, valid: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
+    worker = subprocess.run(
+        [sys.executable, "-m", "databuild.cli", "worker"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT), "COLUMNS": "500", variable: value},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert worker.returncode == 2, worker.stderr
+    assert worker.stderr == f"error: bad setting {variable}: out of range; give {valid}\n"
+
+
+@contextlib.contextmanager
+def older_worker(monkeypatch: pytest.MonkeyPatch, **policy: object) -> Iterator[None]:
+    """While in the block, wants start runs with ``policy`` and the job run workflow does not check it."""
+    real = p.JobPolicy.of
+
+    def of(job: object, settings: object) -> p.JobPolicy:
+        return real(job, settings).model_copy(update=policy)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(p.JobPolicy, "of", of)
+        for module in (databuild.limits, worker.run):  # the workflow's check, the worker's at start
+            patch.setattr(module, "policy_problem", lambda _policy: None)
+        yield
+
+
+async def test_a_run_stuck_on_negative_attempts_is_released_and_built_by_a_fixed_worker(
+    make_stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DATABUILD_JOB_ATTEMPTS=-1 on an older worker: its run stays queued and keeps its partition
+    building, and the next want delegates to it. Once a fixed worker runs, the run is released and both
+    wants get the partition from a new run."""
+    stack: Stack = await make_stack(graph="tests.graphs:trio", worker=False)
+    with older_worker(monkeypatch, attempts=-1):
+        async with running_worker(stack.parts):
+            first = await stack.db.want("a/stuck")
+            await until(lambda: bool(stack.bel.job_runs()))
+            await asyncio.sleep(3)  # its workflow tasks fail meanwhile
+            [stuck] = stack.bel.job_runs()
+            assert stuck.state is JobRunState.queued
+            assert stack.bel.partition("a/stuck").status is PartitionStatus.building
+            second = await stack.db.want("b/stuck", source=WantSource.api)
+            await until(lambda: bool(stack.bel.want_job_runs(second.want_id)))
+            [(relation, followed)] = stack.bel.want_job_runs(second.want_id)
+            assert (relation, followed.job_run_id) == ("delegated", stuck.job_run_id)
+
+    async with running_worker(stack.parts):  # the setting fixed, the worker restarted
+        done = await asyncio.wait_for(asyncio.gather(stack.db.wait(first), stack.db.wait(second)), 120)
+    assert {w.state for w in done} == {WantState.successful}
+    released = stack.bel.job_run(stuck.job_run_id)
+    assert released.cause is JobRunCause.lost
+    assert released.reason == "lost: its policy cannot run (attempts -1 is not within 1 to 1000)"
+    [built] = stack.bel.job_runs(state=JobRunState.succeeded)
+    assert stack.bel.partition("a/stuck").status is PartitionStatus.live
+    for want in done:
+        assert built.job_run_id in {run.job_run_id for _, run in stack.bel.want_job_runs(want.want_id)}
+
+
+async def test_a_run_retrying_for_ever_gives_up_after_the_configured_attempts(
+    make_stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DATABUILD_JOB_ATTEMPTS=0 on an older worker is Temporal's "retry for ever": the job activity now
+    gives up after DATABUILD_JOB_ATTEMPTS attempts, so the run fails and fail-locks its outputs."""
+    stack: Stack = await make_stack(graph="tests.graphs:flaky", job_attempts=2)
+    with older_worker(monkeypatch, attempts=0):
+        want = await asyncio.wait_for(stack.db.wait(await stack.db.want("fails/forever")), 60)
+    assert want.state is WantState.failed
+    [run] = stack.bel.job_runs()
+    assert run.state is JobRunState.failed and run.attempts == 2
+    assert "AttemptsExhausted: gave up after 2 attempts (DATABUILD_JOB_ATTEMPTS)" in (run.reason or "")
+    assert stack.bel.partition("fails/forever").status is PartitionStatus.failed
