@@ -37,7 +37,8 @@ test: install lint
 
 # The tests that need no Spark: the domain rules, the workflows with test doubles, replay, settings.
 FAST_TESTS := tests/test_decisions.py tests/test_workflows.py tests/test_replay.py tests/test_projector.py \
-	tests/test_settings.py tests/test_upstream_pages.py tests/test_bench_imports.py tests/test_pools.py tests/test_policies.py
+	tests/test_settings.py tests/test_upstream_pages.py tests/test_bench_imports.py tests/test_pools.py tests/test_policies.py \
+	tests/test_reach.py
 
 fast: install lint
 	$(BIN)/pytest $(FAST_TESTS)

@@ -157,7 +157,18 @@ class WantActivities:
         await asyncio.gather(
             *(start_want(self.client, d, self.settings.task_queue, self.bel) for d in derivatives)
         )
+        # A derivative that only a paused backfill needed waits for a resume; this want may need it now.
+        # Each decides again whether it is still paused (``databuild.domain.reach``).
+        paused = bool(derivatives) and await self.bel.call(self.bel.any_backfill_paused)
+        if paused:
+            await asyncio.gather(*(self._resume(d.workflow_id) for d in derivatives))
         return status
+
+    async def _resume(self, workflow_id: str) -> None:
+        try:
+            await self.client.get_workflow_handle(workflow_id).signal(p.SIGNAL_RESUME)
+        except RPCError as error:  # ended meanwhile
+            activity.logger.debug("want %s not told to resume: %s", workflow_id, error)
 
     @activity.defn
     async def await_requirements(self, input: p.RequirementsInput) -> p.RequirementsStatus:

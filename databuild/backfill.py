@@ -16,6 +16,11 @@ DAY = timedelta(days=1)
 HOUR = timedelta(hours=1)
 
 
+def cancel_reason(backfill_id: str) -> str:
+    """Why a want (or a derivative want only it needed) ended when its backfill was cancelled."""
+    return f"its backfill {backfill_id} was cancelled"
+
+
 class BackfillRequest(Model):
     """``pattern`` (one placeholder) for every step from ``start`` to ``end``, both included."""
 
@@ -87,6 +92,9 @@ class BackfillProgress(Model):
     by_state: dict[WantState, int]
     created_at: datetime
     paused: bool = Field(default=False, description="its wants decide nothing new until it is resumed")
+    canceled: bool = Field(
+        default=False, description="cancelled: wants it registers from then on end cancelled"
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property

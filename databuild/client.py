@@ -9,7 +9,7 @@ from typing import TypeVar
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from databuild.backfill import BackfillProgress, BackfillRequest, backfill_partitions
+from databuild.backfill import BackfillProgress, BackfillRequest, backfill_partitions, cancel_reason
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.errors import (
@@ -33,6 +33,7 @@ from databuild.models import (
     first_error,
 )
 from databuild.protocol import (
+    SIGNAL_ABANDON,
     SIGNAL_PARTITION_AVAILABLE,
     SIGNAL_PAUSE,
     SIGNAL_REDECIDE,
@@ -193,23 +194,24 @@ class DataBuild:
             for ref, at in partitions
         ]
         await self.bel.call(self.bel.record_backfill, request, len(specs), [])
+        client = await self.temporal_client()
         gate = asyncio.Semaphore(concurrency)
 
-        async def register(spec: WantSpec) -> None:
+        async def start(spec: WantSpec) -> None:
             async with gate:
-                await self._register(spec)
+                await start_want(client, spec, self.settings.task_queue, self.bel)
 
-        for start in range(0, len(specs), BACKFILL_CHUNK):
-            chunk = specs[start : start + BACKFILL_CHUNK]
-            await asyncio.gather(*(register(spec) for spec in chunk))
-            ids = [spec.want_id for spec in chunk]
-            await self.bel.call(self.bel.record_backfill, request, len(specs), ids)
+        for first in range(0, len(specs), BACKFILL_CHUNK):
+            chunk = specs[first : first + BACKFILL_CHUNK]
+            # Recorded before their workflows start, in the transaction that reads whether the backfill
+            # was cancelled meanwhile (then they are recorded cancelled, and none starts); those of a
+            # paused backfill start and find it paused. A want recorded whose start failed is started by
+            # the worker's repair of wants left `new`.
+            unfinished = await self.bel.call(self.bel.record_backfill, request, len(specs), chunk)
+            await asyncio.gather(*(start(spec) for spec in unfinished))
             if on_registered is not None:
-                await _called(on_registered, start + len(chunk))
-        progress = await self.backfill_progress(request.backfill_id)
-        if progress.paused:  # wants it registered just now hear it too
-            await self._tell_paused(request.backfill_id, True)
-        return progress
+                await _called(on_registered, first + len(chunk))
+        return await self.backfill_progress(request.backfill_id)
 
     async def cancel(self, want_id: str) -> Want:
         """Cancel a want that has not ended: it records `canceled`, and its build stops unless another
@@ -278,24 +280,39 @@ class DataBuild:
         return [w for w in found.values() if w.state in (WantState.failed, WantState.canceled)]
 
     async def cancel_backfill(self, backfill_id: str) -> int:
-        """Cancel every want of the backfill that has not ended; returns how many were asked to stop."""
-        wants = await self.bel.call(self.bel.open_backfill_wants, backfill_id)
+        """Cancel a backfill: its wants that have not ended, and the derivative wants below them that no
+        open want outside it needs, end `canceled` in the BEL before this returns, with the runs they
+        queued that have not started and nobody else needs; wants it registers from now on are recorded
+        cancelled. Their workflows are told then, so a running build stops unless another want needs it.
+        Returns how many wants were cancelled (0 when it was already)."""
+        await self.bel.call(self.bel.cancel_backfill, backfill_id)  # NotFoundError for an unknown id
+        reason = cancel_reason(backfill_id)
+        cancelled: list[Want] = []
+        runs: list[str] = []
+        # A want derives wants until it is recorded cancelled: look again until nothing open is reached.
+        while reached := await self.bel.call(self.bel.backfill_reach, backfill_id):
+            wants, ended = await self.bel.call(self.bel.cancel_wants, [w.want_id for w in reached], reason)
+            cancelled += wants
+            runs += ended
         client = await self.temporal_client()
-        await asyncio.gather(*(_cancel_workflow(client, w.workflow_id) for w in wants))
-        return len(wants)
+        await asyncio.gather(
+            *(_cancel_workflow(client, w.workflow_id) for w in cancelled),
+            *(_signal_workflow(client, workflow_id, SIGNAL_ABANDON) for workflow_id in runs),
+        )
+        return len(cancelled)
 
     async def pause_backfill(self, backfill_id: str, *, paused: bool = True) -> BackfillProgress:
-        """Pause a backfill (``paused=False``: resume it). Its wants that have not ended decide nothing
-        new while it is paused; runs they already follow finish. Idempotent."""
+        """Pause a backfill (``paused=False``: resume it). Its wants that have not ended, and the
+        derivative wants below them that no open want outside it needs, decide nothing new while it is
+        paused (nor do wants they derive, or it registers, meanwhile); runs they already follow finish.
+        Idempotent."""
         await self.bel.call(self.bel.pause_backfill, backfill_id, paused)
-        await self._tell_paused(backfill_id, paused)
-        return await self.backfill_progress(backfill_id)
-
-    async def _tell_paused(self, backfill_id: str, paused: bool) -> None:
-        wants = await self.bel.call(self.bel.open_backfill_wants, backfill_id)
+        # A resume wakes every derivative below the backfill: each decides whether it is still paused.
+        wants = await self.bel.call(self.bel.backfill_reach, backfill_id, everything_below=not paused)
         client = await self.temporal_client()
         signal = SIGNAL_PAUSE if paused else SIGNAL_RESUME
         await asyncio.gather(*(_signal_workflow(client, w.workflow_id, signal) for w in wants))
+        return await self.backfill_progress(backfill_id)
 
     async def backfill_progress(self, backfill_id: str) -> BackfillProgress:
         """A backfill's wants, counted by state."""
@@ -477,7 +494,8 @@ def build_spec(
 
 
 async def _cancel_workflow(client: Client, workflow_id: str) -> None:
-    """Ask a want's workflow to cancel; one that has just ended needs nothing more."""
+    """Ask the workflow of a want the BEL has recorded cancelled to stop; one that has not started yet
+    (it then finds the want ended at its first decision) or has ended needs nothing more."""
     try:
         await client.get_workflow_handle(workflow_id).cancel()
     except RPCError as error:
@@ -486,7 +504,7 @@ async def _cancel_workflow(client: Client, workflow_id: str) -> None:
 
 
 async def _signal_workflow(client: Client, workflow_id: str, signal: str) -> None:
-    """Signal a want's workflow; one that has just ended needs nothing more."""
+    """Signal a workflow; one that has just ended (or not started yet) needs nothing more."""
     try:
         await client.get_workflow_handle(workflow_id).signal(signal)
     except RPCError as error:

@@ -19,6 +19,7 @@ from databuild.domain.decisions import (
     Final,
     Live,
     NeedsInputs,
+    Paused,
     WaitExternal,
 )
 from databuild.graph import Job
@@ -190,7 +191,7 @@ class BlockedOrder(Blocked):
 
 # What the decide activity answers: the BEL's verdict, with what the worker's settings add to it.
 Decision = Annotated[
-    Live | ExecuteOrder | DelegateOrder | WaitExternal | BlockedOrder | NeedsInputs | Final,
+    Live | ExecuteOrder | DelegateOrder | WaitExternal | BlockedOrder | NeedsInputs | Paused | Final,
     Field(discriminator="kind"),
 ]
 

@@ -412,7 +412,9 @@ def backfill_summary(progress: BackfillProgress) -> Text:
     text.append(
         f"from {request.start:%Y-%m-%d %H:%M} to {request.end:%Y-%m-%d %H:%M} every {format_duration(request.step)}\n"
     )
-    if progress.paused:
+    if progress.canceled:
+        text.append("CANCELLED (wants registered from now on end cancelled)\n", style="red")
+    elif progress.paused:
         text.append("PAUSED (databuild resume to go on)\n", style="yellow")
     text.append(f"{progress.registered}/{progress.partitions} wants registered; {progress.done} ended: ")
     text.append(backfill_states(progress))

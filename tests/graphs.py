@@ -277,3 +277,27 @@ def noisy(ctx: JobContext, n: str) -> None:
 @logs.job("shaped/{n}")
 def shaped(ctx: JobContext, n: str) -> None:
     ctx.write(f"shaped/{n}", ctx.spark.range(4).selectExpr(*SHAPES.get(n, "id").split(";")))
+
+
+# reach: report/{day} declares daily/{day}, which declares the external feed/{day} and builds in batches
+# of 5. A backfill of report/{day} derives a want for each daily/{day}, which derives one for its feed
+# that waits for the feed's publish. tick/{n} reads nothing: a trivial job, for big backfills.
+reach = Graph("reach")
+reach.external("feed/{day}")
+
+
+@reach.job("daily/{day}", batch=5, inputs=lambda day: [f"feed/{day}"])
+def reach_daily(ctx: JobContext, partitions: list[dict[str, str]]) -> None:
+    days = [p["day"] for p in partitions]
+    feeds = ctx.read_all([f"feed/{day}" for day in days])
+    ctx.write_all({f"daily/{day}": feed for day, feed in zip(days, feeds, strict=True)})
+
+
+@reach.job("report/{day}", inputs=lambda day: [f"daily/{day}"])
+def reach_report(ctx: JobContext, day: str) -> None:
+    ctx.write(f"report/{day}", ctx.read(f"daily/{day}"))
+
+
+@reach.job("tick/{n}")
+def tick(ctx: JobContext, n: str) -> None:
+    ctx.write(f"tick/{n}", ctx.spark.range(1))

@@ -5,16 +5,19 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from fastapi.testclient import TestClient
 
+import databuild.client as client_module
 from databuild.backfill import BackfillProgress, BackfillRequest, backfill_partitions
-from databuild.errors import InvalidInputError
+from databuild.errors import InvalidInputError, NotFoundError
 from databuild.graph import load_graph
-from databuild.models import JobRunState, PartitionStatus, WantSource, WantState
+from databuild.models import JobRun, JobRunState, PartitionStatus, WantSource, WantState
 from databuild.web import create_app, web_context
 from tests import graphs
-from tests.conftest import cli, cli_batch
+from tests.conftest import Stack, cli, cli_batch
 from tests.helpers import lake, until, waiting_for_feed
 
 pytestmark = pytest.mark.slow
@@ -157,3 +160,146 @@ async def test_a_paused_backfill_decides_nothing_new_until_resumed(make_stack, s
     assert resumed.returncode == 0 and not BackfillProgress.model_validate(json.loads(resumed.stdout)).paused
     await until(lambda: stack.bel.backfill_progress(progress.backfill_id).finished, seconds=60)
     assert stack.bel.backfill_progress(progress.backfill_id).by_state == {WantState.successful: 2}
+
+
+FEED = pa.table({"id": pa.array([0, 1, 2], pa.int64())})
+
+
+async def publish_feed(stack: Stack, day: str) -> None:
+    """An external feed arrives: its data (written by another tool, no Spark job), then its announcement."""
+    folder = lake(stack.settings) / "feed" / day
+    folder.mkdir(parents=True)
+    pq.write_table(FEED, folder / "part-00000.parquet")
+    await stack.db.publish(f"feed/{day}")
+
+
+async def reports_waiting_for_feeds(stack: Stack, first: datetime, days: int) -> BackfillProgress:
+    """A backfill of report/{day}: each report derives a want for its daily/{day}, which derives one for
+    its feed, which waits for the feed."""
+    request = BackfillRequest(pattern="report/{day}", start=first, end=first + timedelta(days=days - 1))
+    progress = await stack.db.backfill(request)
+    for day in range(days):
+        ref = f"feed/{first + timedelta(days=day):%Y-%m-%d}"
+        await until(lambda ref=ref: waiting_for_feed(stack.db, ref))
+    return progress
+
+
+def started_after(runs: list[JobRun], moment: datetime) -> list[JobRun]:
+    return [r for r in runs if r.started_at is not None and r.started_at >= moment]
+
+
+async def test_a_cancel_reaches_the_derivative_wants_and_no_run_of_theirs_starts_after_it(make_stack) -> None:
+    # A long batch window: the cancel lands while the daily runs wait for members, before they start.
+    stack = await make_stack(graph="tests.graphs:reach", batch_window=timedelta(seconds=8))
+    progress = await reports_waiting_for_feeds(stack, datetime(2024, 5, 1), 6)
+    published = {f"feed/2024-05-0{day}" for day in range(1, 5)}
+    for ref in sorted(published):  # four feeds arrive (their daily wants queue a batch run); two never do
+        await publish_feed(stack, ref.removeprefix("feed/"))
+    await until(
+        lambda: sum(w.state is WantState.successful for w in stack.bel.wants(ref_prefix="feed/")) == 4
+    )
+    await until(lambda: any(r.job_label == "reach_daily" for r in stack.bel.job_runs(limit=100)))
+
+    await stack.db.cancel_backfill(progress.backfill_id)
+    returned = datetime.now(UTC)
+
+    # Every want of the tree has ended at once: the reports, their daily wants and the feeds still awaited.
+    wants = stack.bel.wants(limit=100)
+    assert len(wants) == 18 and all(w.state.is_final for w in wants)
+    assert {w.ref: w.state for w in wants} == {
+        w.ref: WantState.successful if w.ref in published else WantState.canceled for w in wants
+    }
+    assert stack.bel.backfill_progress(progress.backfill_id).canceled
+    await until(lambda: all(r.state.is_final for r in stack.bel.job_runs(limit=100)), seconds=60)
+    runs = stack.bel.job_runs(limit=100)
+    assert {r.job_label for r in runs} == {"reach_daily"} and started_after(runs, returned) == []
+    assert all(r.state is JobRunState.cancelled for r in runs)
+    assert {p.ref for p in stack.bel.partitions(status=PartitionStatus.live, limit=100)} == published
+
+
+async def test_a_derivative_another_want_needs_goes_on_when_the_backfill_is_cancelled(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:reach")
+    progress = await reports_waiting_for_feeds(stack, datetime(2024, 6, 1), 2)
+    # An interactive want for the first report needs the same daily/2024-06-01: the same derivative want.
+    interactive = await stack.db.want("report/2024-06-01", data_timestamp=datetime(2024, 6, 1, tzinfo=UTC))
+    await until(lambda: bool(stack.bel.derivatives_of([interactive.want_id])))
+
+    await stack.db.cancel_backfill(progress.backfill_id)
+
+    derivative, waiting, canceled = WantSource.derivative, WantState.upstream_building, WantState.canceled
+    assert {(w.ref, w.source): w.state for w in stack.bel.wants(limit=100)} == {
+        ("report/2024-06-01", WantSource.cli): waiting,  # the interactive want, and what it needs, go on
+        ("daily/2024-06-01", derivative): waiting,
+        ("feed/2024-06-01", derivative): waiting,
+        ("report/2024-06-01", WantSource.backfill): canceled,
+        ("report/2024-06-02", WantSource.backfill): canceled,
+        ("daily/2024-06-02", derivative): canceled,
+        ("feed/2024-06-02", derivative): canceled,
+    }
+    await publish_feed(stack, "2024-06-01")
+    assert (await stack.db.wait(interactive)).state is WantState.successful
+    assert stack.bel.backfill_progress(progress.backfill_id).by_state == {WantState.canceled: 2}
+
+
+async def test_a_pause_holds_the_derivative_wants_only_the_backfill_needs(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:reach")
+    progress = await reports_waiting_for_feeds(stack, datetime(2024, 8, 1), 2)
+
+    assert (await stack.db.pause_backfill(progress.backfill_id)).paused
+    for day in (
+        "2024-08-01",
+        "2024-08-02",
+    ):  # the daily wants could build now, but only the backfill needs them
+        await publish_feed(stack, day)
+    await until(
+        lambda: sum(w.state is WantState.successful for w in stack.bel.wants(ref_prefix="feed/")) == 2
+    )
+    await asyncio.sleep(3)  # time enough for a daily want that missed the pause to queue its run
+    assert stack.bel.job_runs(limit=100) == []
+
+    await stack.db.pause_backfill(progress.backfill_id, paused=False)
+    await until(lambda: stack.bel.backfill_progress(progress.backfill_id).finished, seconds=90)
+    assert stack.bel.backfill_progress(progress.backfill_id).by_state == {WantState.successful: 2}
+
+
+def registered(stack: Stack, backfill_id: str) -> int:
+    try:
+        return stack.bel.backfill_progress(backfill_id).registered
+    except NotFoundError:
+        return 0
+
+
+TICKS = BackfillRequest(  # 200 hourly partitions of a trivial job
+    pattern="tick/{n}", start=datetime(2024, 7, 1), end=datetime(2024, 7, 9, 7), step=timedelta(hours=1)
+)
+
+
+@pytest.mark.parametrize("action", ["cancel", "pause"])
+async def test_a_backfill_cancelled_or_paused_while_it_registers_holds_the_rest_too(
+    make_stack, monkeypatch, action: str
+) -> None:
+    monkeypatch.setattr(client_module, "BACKFILL_CHUNK", 20)
+    stack = await make_stack(graph="tests.graphs:reach")
+    backfill_id = TICKS.backfill_id
+    registering = asyncio.create_task(stack.db.backfill(TICKS))
+    await until(lambda: registered(stack, backfill_id) >= 20, seconds=60)
+
+    if action == "cancel":
+        await stack.db.cancel_backfill(backfill_id)
+    else:
+        await stack.db.pause_backfill(backfill_id)
+    returned = datetime.now(UTC)
+    progress = await registering
+    assert progress.registered == progress.partitions == 200
+
+    if action == "cancel":  # every want has ended: those registered after the cancel, cancelled
+        assert progress.canceled and progress.finished
+        assert progress.by_state[WantState.canceled] >= 200 - len(stack.bel.job_runs(limit=1000))
+    else:  # the wants registered after the pause start, and find it paused
+        assert progress.paused and not progress.finished
+        await asyncio.sleep(3)  # time enough for a want that missed the pause to queue its run
+    # No want (registered before or after) queued a run after the cancel or pause returned.
+    assert [r for r in stack.bel.job_runs(limit=1000) if r.created_at >= returned] == []
+    if action == "cancel":  # nor did one start: those queued and not started ended with their wants
+        await until(lambda: all(r.state.is_final for r in stack.bel.job_runs(limit=1000)), seconds=60)
+        assert started_after(stack.bel.job_runs(limit=1000), returned) == []

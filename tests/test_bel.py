@@ -14,6 +14,7 @@ from typing import TypeVar
 import pytest
 from sqlalchemy import create_engine, text
 
+from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.domain.decisions import Verdict
@@ -1061,3 +1062,100 @@ def test_concurrent_requests_never_overfill_a_pool(bel: BuildEventLog) -> None:
     runs = [decide_in(batched, bel, spec(f"one/{100 + i}")).job_run_id for i in range(8)]
     admitted = released_together(8, lambda i: bel.request_admission(runs[i], {"shared": 3}))
     assert sum(admitted) == 3
+
+
+def backfill_of(refs: list[str]) -> tuple[BackfillRequest, list[WantSpec]]:
+    request = BackfillRequest(
+        pattern="a/{n}", start=datetime(2024, 1, 1, tzinfo=UTC), end=datetime(2024, 1, 2, tzinfo=UTC)
+    )
+    return request, [spec(ref, "backfill") for ref in refs]
+
+
+def dep_missed(bel: BuildEventLog, want: WantSpec, missing: str) -> WantSpec:
+    """The want's run dep-missed on ``missing``: its derivative want (recorded, not started)."""
+    run = decide(bel, want)
+    bel.start_job_run(run.job_run_id, 1, "w")
+    bel.dep_miss_job_run(run.job_run_id, [missing], [])
+    _, (derivative,) = bel.await_dependencies(want.want_id, run.job_run_id, [missing])
+    return derivative
+
+
+def test_a_cancel_during_registration_cancels_what_is_registered_after_it(bel: BuildEventLog) -> None:
+    request, specs = backfill_of([f"a/{n}" for n in range(80, 84)])
+    assert bel.record_backfill(request, 4, specs[:2]) == specs[:2]  # to start
+    assert bel.cancel_backfill(request.backfill_id) and not bel.cancel_backfill(request.backfill_id)
+    reached = bel.backfill_reach(request.backfill_id)
+    assert {w.want_id for w in reached} == {w.want_id for w in specs[:2]}
+    cancelled, runs = bel.cancel_wants([w.want_id for w in reached], "its backfill was cancelled")
+    assert len(cancelled) == 2 and runs == []
+    # The rest of the registration reads the cancel in its own transaction: recorded cancelled, none to start.
+    assert bel.record_backfill(request, 4, specs[2:]) == []
+    progress = bel.backfill_progress(request.backfill_id)
+    assert progress.canceled and progress.finished and progress.by_state == {WantState.canceled: 4}
+    assert bel.backfill_reach(request.backfill_id) == []
+    before = projection_rows(bel)
+    bel.rebuild_projections()
+    assert projection_rows(bel) == before
+
+
+def test_a_cancel_reaches_the_derivatives_only_its_backfill_needs_and_their_unstarted_runs(
+    bel: BuildEventLog,
+) -> None:
+    request, (mine, shared) = backfill_of(["a/85", "a/86"])
+    bel.record_backfill(request, 2, [mine, shared])
+    waiting = dep_missed(bel, mine, "ext/85")  # waits for an external publish
+    needed = dep_missed(bel, shared, "ext/86")
+    outside = spec("a/86", "api")  # an interactive want that needs ext/86 too: the same derivative want
+    assert dep_missed(bel, outside, "ext/86").want_id == needed.want_id
+    below = layers_below(bel, mine)  # a derivative with a queued run of its own
+    assert {w.want_id for w in bel.backfill_reach(request.backfill_id)} == {
+        mine.want_id,
+        shared.want_id,
+        waiting.want_id,
+        below.want_id,
+    }
+    # Everything below the backfill, for a resume to wake, includes the shared derivative.
+    assert needed.want_id in {
+        w.want_id for w in bel.backfill_reach(request.backfill_id, everything_below=True)
+    }
+
+    bel.cancel_backfill(request.backfill_id)
+    ids = [w.want_id for w in bel.backfill_reach(request.backfill_id)]
+    cancelled, runs = bel.cancel_wants(ids, "its backfill was cancelled")
+    assert len(cancelled) == 4 and len(runs) == 1
+    (run,) = [r for r in bel.job_runs() if r.workflow_id == runs[0]]
+    assert run.state is JobRunState.cancelled and run.cause is JobRunCause.abandoned  # before it started
+    assert bel.want(needed.want_id).state is WantState.new  # the interactive want still needs it
+    # A cancelled want derives nothing more: its inputs are reported failed instead.
+    status, derivatives = bel.await_dependencies(mine.want_id, None, ["ext/87"])
+    assert derivatives == [] and list(status.failed) == ["ext/87"]
+    assert sorted(w.ref for w in bel.wants(parent_want_id=mine.want_id, limit=10)) == ["a/88", "ext/85"]
+
+
+def layers_below(bel: BuildEventLog, parent: WantSpec) -> WantSpec:
+    """A derivative of ``parent`` for a/… of another day that has decided and queued its own run."""
+    derived = parent.derive("a/88", parent.want_id)
+    status, _ = bel.await_dependencies(parent.want_id, None, ["a/88"])
+    assert not status.failed
+    assert decide(bel, derived).kind == "execute"
+    return derived
+
+
+def test_a_paused_backfill_pauses_the_derivatives_only_it_needs(bel: BuildEventLog) -> None:
+    request, (member,) = backfill_of(["a/90"])
+    bel.record_backfill(request, 1, [member])
+    derivative = dep_missed(bel, member, "ext/90")
+    assert decide(bel, derivative).kind == "wait_external"
+    bel.pause_backfill(request.backfill_id, True)
+    assert bel.any_backfill_paused()
+    assert decide(bel, derivative, seq=2).kind == "paused"  # derived before the pause, or after
+    assert decide(bel, spec("a/91", "backfill")).kind == "execute"  # not this backfill's
+    # An interactive want needs the same input: the derivative goes on.
+    outside = spec("a/90", "api")
+    assert dep_missed(bel, outside, "ext/90").want_id == derivative.want_id
+    assert decide(bel, derivative, seq=3).kind == "wait_external"
+    bel.finish_want(outside.want_id, WantState.canceled, "canceled on request")
+    assert decide(bel, derivative, seq=4).kind == "paused"  # ... until it no longer needs it
+    bel.pause_backfill(request.backfill_id, False)
+    assert not bel.any_backfill_paused()
+    assert decide(bel, derivative, seq=5).kind == "wait_external"

@@ -22,6 +22,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 import workflows.want
 from databuild import protocol as p
+from databuild.domain.decisions import Paused
 from databuild.domain.events import ABANDONED_REASON as ABANDONED
 from databuild.domain.events import CANCELLED_REASON as CANCELED
 from databuild.models import JobRunCause, JobRunState, WantSpec, WantState, job_run_workflow_id
@@ -44,6 +45,7 @@ from tests.workflow_doubles import (
     job_dep_miss,
     job_run_input,
     live_decision,
+    paused_decision,
     redecide_notice,
     signals,
     sla_missed_input,
@@ -398,6 +400,34 @@ async def test_external_want_succeeds_when_published(h: Harness, script: Script)
     result = await handle.result()
     assert (result.state, result.instance_id) == (WantState.successful, "ext-1")
     assert len(script.inputs("decide")) == 1
+
+
+@pytest.mark.parametrize("resumed", ["after the verdict", "while it was decided"])
+async def test_a_paused_verdict_holds_the_want_until_a_resume(
+    h: Harness, script: Script, resumed: str
+) -> None:
+    """A want that a paused backfill reaches without having been signalled (a derivative started after
+    the pause) hears it from its decision; a resume heard while that decision was made is not lost."""
+    spec = new_spec()
+
+    async def resumed_meanwhile(_input: p.DecideInput) -> Paused:
+        await h.client.get_workflow_handle(spec.workflow_id).signal(p.SIGNAL_RESUME)
+        # The decision (a local activity) outlasts a workflow task, so the want hears the resume first.
+        await asyncio.sleep(1.5)
+        return paused_decision()
+
+    first = resumed_meanwhile if resumed == "while it was decided" else paused_decision()
+    script.then("decide", first, live_decision("i-7"))
+    handle = await h.start_want(spec, task_timeout=timedelta(seconds=1))
+    if resumed == "after the verdict":
+        await script.called("decide")
+        await asyncio.sleep(0.5)
+        assert len(script.inputs("decide")) == 1  # it waits, deciding nothing
+        await handle.signal(p.SIGNAL_RESUME)
+
+    result = await handle.result()
+    assert (result.state, result.instance_id) == (WantState.successful, "i-7")
+    assert [i.seq for i in script.inputs("decide")] == [1, 2]
 
 
 async def test_required_partitions_hold_the_decision_back(h: Harness, script: Script) -> None:

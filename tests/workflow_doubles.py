@@ -19,7 +19,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from databuild import protocol as p
-from databuild.domain.decisions import DependenciesStatus, Final, Live, WaitExternal
+from databuild.domain.decisions import DependenciesStatus, Final, Live, Paused, WaitExternal
 from databuild.models import JobRunState, WantState
 
 WAIT = 10.0  # seconds a test waits for a workflow to get somewhere: everything here takes well under one
@@ -209,6 +209,10 @@ def delegate_decision(job_run_id: str, outputs: list[str], job_label: str = JOB_
 
 def wait_external_decision() -> WaitExternal:
     return WaitExternal()
+
+
+def paused_decision() -> Paused:
+    return Paused()
 
 
 def blocked_decision(refs: list[str], reason: str = "fail-locked") -> p.BlockedOrder:

@@ -20,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
     # Imported once and shared by every run, not again into each run's sandbox (cheaper starts).
     from activities.wants import WantActivities
     from databuild import protocol as p
-    from databuild.domain.decisions import Final, Live, NeedsInputs, WaitExternal
+    from databuild.domain.decisions import Final, Live, NeedsInputs, Paused, WaitExternal
     from databuild.models import WantSource, WantSpec, WantState, job_run_workflow_id
     from workflows.calls import BEL_RETRY, BEL_TIMEOUT, bel, failure_message, remote, watch
 
@@ -55,6 +55,7 @@ class WantWorkflow:
         self._note = ""
         self._stopping = ""  # set when the TTL passes or the want is cancelled
         self._paused: bool | None = None  # its backfill paused (True) or resumed (False); None: no news
+        self._resumes = 0  # resume signals heard: one after a decision outdates its paused verdict
         # Signals land here whenever they arrive, so one sent before the want waits is not lost.
         self._live: dict[str, str] = {}
         self._failed_runs: dict[str, str] = {}
@@ -165,6 +166,7 @@ class WantWorkflow:
                 return None
             self._seq += 1
             redecides = self._redecides  # a redecide signal from now on means: decide again
+            resumes = self._resumes
             try:
                 decision = await bel(
                     WantActivities.decide, p.DecideInput(want_id=spec.want_id, seq=self._seq)
@@ -180,6 +182,8 @@ class WantWorkflow:
             match decision:
                 case Final():
                     return decision.final_state, decision.reason, decision.instance_id
+                case Paused():  # a paused backfill reaches it, with no signal (e.g. derived after the pause)
+                    self._paused = self._resumes == resumes
                 case Live():
                     return WantState.successful, None, decision.instance_id
                 case WaitExternal():
@@ -521,6 +525,7 @@ class WantWorkflow:
     @workflow.signal(name=p.SIGNAL_RESUME)
     def resume(self) -> None:
         self._paused = False
+        self._resumes += 1
 
     @workflow.signal(name=p.SIGNAL_DEP_MISS)
     def dep_miss(self, notice: p.DepMissNotice) -> None:

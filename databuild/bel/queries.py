@@ -3,16 +3,17 @@
 import asyncio
 import functools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy import Connection, Engine, Select, Table, case, func, literal, or_, select
+from sqlalchemy import Connection, Engine, RowMapping, Select, Table, case, func, literal, or_, select
 
 from databuild.backfill import BackfillProgress, BackfillRequest
 from databuild.bel import schema as s
+from databuild.domain import reach
 from databuild.domain.estimates import Durations, durations_of
 from databuild.errors import NotFoundError
 from databuild.globs import compile_glob, like_prefix, ref_filter
@@ -110,6 +111,19 @@ CHUNK = 500  # ids per IN (...) list
 def _chunks(ids: Sequence[str]) -> list[list[str]]:
     unique = list(dict.fromkeys(i for i in ids if i))
     return [unique[i : i + CHUNK] for i in range(0, len(unique), CHUNK)]
+
+
+def waiting_on_count(job_run_id: str) -> Select[Any]:
+    """Counts the wants that have not ended that queued the run or delegated to it."""
+    linked = s.want_job_runs.join(s.wants, s.wants.c.want_id == s.want_job_runs.c.want_id)
+    return (
+        select(func.count())
+        .select_from(linked)
+        .where(
+            s.want_job_runs.c.job_run_id == job_run_id,
+            s.wants.c.state.not_in([state.value for state in FINAL_WANT_STATES]),
+        )
+    )
 
 
 def _newest_first(
@@ -295,15 +309,7 @@ class BelQueries:
 
     def waiting_on(self, job_run_id: str) -> int:
         """How many wants that have not ended queued this run or delegated to it."""
-        linked = s.want_job_runs.join(s.wants, s.wants.c.want_id == s.want_job_runs.c.want_id)
-        return self._count(
-            select(func.count())
-            .select_from(linked)
-            .where(
-                s.want_job_runs.c.job_run_id == job_run_id,
-                s.wants.c.state.not_in([state.value for state in FINAL_WANT_STATES]),
-            )
-        )
+        return self._count(waiting_on_count(job_run_id))
 
     def delegations_to(self, job_run_id: str, limit: int = 20) -> tuple[list[dict[str, Any]], int]:
         """Delegations pointing at this run (oldest first, the first ``limit``) and how many in all."""
@@ -480,6 +486,7 @@ class BelQueries:
             by_state={WantState(state): n for state, n in counts},
             created_at=row["created_at"],
             paused=bool(row["paused"]),
+            canceled=bool(row["canceled"]),
         )
 
     def finished_backfills_of(self, want_id: str) -> list[BackfillProgress]:
@@ -500,17 +507,98 @@ class BelQueries:
                 finished.append(progress)
         return finished
 
-    def open_backfill_wants(self, backfill_id: str) -> list[Want]:
-        """The wants of a backfill that have not ended."""
-        with self.reader.connect() as conn:
-            self._backfill_row(conn, backfill_id)  # NotFoundError for an unknown id
-        final = [state.value for state in FINAL_WANT_STATES]
-        rows = self._all(
-            select(s.wants)
-            .join(s.backfill_wants, s.wants.c.want_id == s.backfill_wants.c.want_id)
-            .where(s.backfill_wants.c.backfill_id == backfill_id, s.wants.c.state.not_in(final))
+    def any_backfill_paused(self) -> bool:
+        return bool(
+            self._all(select(s.backfills.c.backfill_id).where(s.backfills.c.paused.is_(True)).limit(1))
         )
-        return [want_from_row(r) for r in rows]
+
+    def backfill_reach(self, backfill_id: str, *, everything_below: bool = False) -> list[Want]:
+        """The open wants a cancel or pause of the backfill reaches: its own, then the derivative wants
+        below them that no open want outside needs (``reach.reached``), older first (a parent before the
+        wants it derived). ``everything_below``: every open derivative below them instead, for a resume
+        to wake (each decides again whether it is still paused). NotFoundError for an unknown backfill."""
+        with self.reader.connect() as conn:
+            self._backfill_row(conn, backfill_id)
+            members = set(
+                conn.execute(
+                    select(s.backfill_wants.c.want_id).where(s.backfill_wants.c.backfill_id == backfill_id)
+                ).scalars()
+            )
+            parents = self._derived_below(conn, members)
+            involved = members | set(parents) | {p for ps in parents.values() for p in ps}
+            open_ids = self._open_among(conn, involved)
+            below = (
+                reach.descendants(members, parents)
+                if everything_below
+                else reach.reached(members, parents, open_ids)
+            )
+            rows: list[RowMapping] = []
+            for chunk in _chunks(sorted((members | below) & open_ids)):
+                rows += conn.execute(select(s.wants).where(s.wants.c.want_id.in_(chunk))).mappings().all()
+        wants = [want_from_row(r) for r in rows]
+        return sorted(wants, key=lambda w: (w.source is WantSource.derivative, w.created_at, w.want_id))
+
+    @staticmethod
+    def _derived_below(conn: Connection, roots: Iterable[str]) -> dict[str, set[str]]:
+        """Every derivative want below ``roots``, with every want that derived it (derivative -> its
+        parents), also those that are not below ``roots``: a derivative may be shared."""
+        derivatives = s.derivatives.c
+        parents: dict[str, set[str]] = {}
+        level = sorted(set(roots))
+        while level:
+            found: set[str] = set()
+            for chunk in _chunks(level):
+                for parent, child in conn.execute(
+                    select(derivatives.want_id, derivatives.derivative_want_id).where(
+                        derivatives.want_id.in_(chunk), derivatives.derivative_want_id.is_not(None)
+                    )
+                ):
+                    if child not in parents:
+                        found.add(child)
+                    parents.setdefault(child, set()).add(parent)
+            level = sorted(found)
+        for chunk in _chunks(sorted(parents)):
+            for parent, child in conn.execute(
+                select(derivatives.want_id, derivatives.derivative_want_id).where(
+                    derivatives.derivative_want_id.in_(chunk)
+                )
+            ):
+                parents[child].add(parent)
+        return parents
+
+    @staticmethod
+    def _derived_above(conn: Connection, want_id: str) -> dict[str, set[str]]:
+        """The wants ``want_id`` was derived from, transitively: each derivative on the way (the want
+        itself included) with every want that derived it (derivative -> its parents)."""
+        derivatives = s.derivatives.c
+        parents: dict[str, set[str]] = {}
+        level = [want_id]
+        while level:
+            found: set[str] = set()
+            for chunk in _chunks(level):
+                for parent, child in conn.execute(
+                    select(derivatives.want_id, derivatives.derivative_want_id).where(
+                        derivatives.derivative_want_id.in_(chunk)
+                    )
+                ):
+                    parents.setdefault(child, set()).add(parent)
+                    found.add(parent)
+            level = sorted(found - set(parents) - {want_id})
+        return parents
+
+    @staticmethod
+    def _open_among(conn: Connection, want_ids: Iterable[str]) -> set[str]:
+        final = [state.value for state in FINAL_WANT_STATES]
+        found: set[str] = set()
+        for chunk in _chunks(sorted(set(want_ids))):
+            found.update(
+                conn.execute(
+                    select(s.wants.c.want_id).where(
+                        s.wants.c.want_id.in_(chunk), s.wants.c.state.not_in(final)
+                    )
+                ).scalars()
+            )
+        return found
 
     @staticmethod
     def _backfill_row(conn: Connection, backfill_id: str) -> Any:

@@ -276,6 +276,7 @@ backfills = Table(
     Column("partitions", Integer, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("paused", Boolean, nullable=False, default=False, server_default=false()),
+    Column("canceled", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 backfill_wants = Table(

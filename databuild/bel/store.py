@@ -8,12 +8,12 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, Select, delete, func, insert, select, update
 
-from databuild.backfill import BackfillRequest
+from databuild.backfill import BackfillRequest, cancel_reason
 from databuild.bel import migrate, projector
 from databuild.bel import schema as s
-from databuild.bel.queries import BelQueries, partition_from_row, want_from_row
+from databuild.bel.queries import BelQueries, partition_from_row, waiting_on_count, want_from_row
 from databuild.bel.transaction import WriteTx, make_engines, now, place_pending, write, write_lock
-from databuild.domain import decisions, endings, pools
+from databuild.domain import decisions, endings, pools, reach
 from databuild.domain import events as ev
 from databuild.domain.decisions import DependenciesStatus, Verdict
 from databuild.domain.endings import Finished
@@ -45,6 +45,7 @@ from databuild.models import (
 )
 
 DEFAULT_LEASE = timedelta(minutes=1)
+CANCEL_CHUNK = 200  # wants ended per transaction: each holds their locks (PostgreSQL's lock table is finite)
 
 
 def want_key(want_id: str) -> str:
@@ -61,6 +62,19 @@ def ref_key(ref: str) -> str:
 
 def pool_key(pool: str) -> str:
     return f"pool:{pool}"
+
+
+def backfill_key(backfill_id: str) -> str:
+    return f"backfill:{backfill_id}"
+
+
+def _canceled(want_id: str, reason: str) -> ev.WantFinished:
+    return ev.WantFinished(
+        type=ev.FINISH_EVENT_TYPE[WantState.canceled],
+        want_id=want_id,
+        state=WantState.canceled,
+        reason=reason,
+    )
 
 
 def _slots_taken(pools: Iterable[str]) -> Select[tuple[str, int]]:
@@ -130,32 +144,88 @@ class BuildEventLog(BelQueries):
             want = self._want_row(tx.conn, spec.want_id)
         return want_from_row(want), created
 
-    def record_backfill(self, request: BackfillRequest, partitions: int, want_ids: Sequence[str]) -> int:
-        """Record the backfill (the first time it is asked for) and which of ``want_ids`` are its wants;
-        returns how many of them it had not recorded before (0 when the same backfill is asked again)."""
+    def record_backfill(
+        self, request: BackfillRequest, partitions: int, specs: Sequence[WantSpec]
+    ) -> list[WantSpec]:
+        """Record the backfill (the first time it is asked for) and ``specs`` as its wants (each recorded
+        unless it exists). Whether the backfill was cancelled is read in the same transaction, under its
+        lock: then the open wants of ``specs`` end `canceled` here, so a cancel during the registration
+        reaches every want registered after it. Returns the wants that are open, to start (none once
+        cancelled; a paused backfill's wants start, and decide that they are paused)."""
         backfill_id = request.backfill_id
-        with self._write(f"backfill:{backfill_id}") as tx:
+        with self._write(backfill_key(backfill_id), *(want_key(spec.want_id) for spec in specs)) as tx:
             known = tx.conn.execute(
-                select(s.backfills.c.backfill_id).where(s.backfills.c.backfill_id == backfill_id)
+                select(s.backfills.c.canceled).where(s.backfills.c.backfill_id == backfill_id)
             ).first()
             if known is None:
                 tx.append(
                     ev.BackfillRegistered(backfill_id=backfill_id, request=request, partitions=partitions)
                 )
+            for spec in specs:
+                self._ensure_want(tx, spec)
             recorded = set(
                 tx.conn.execute(
                     select(s.backfill_wants.c.want_id).where(s.backfill_wants.c.backfill_id == backfill_id)
                 ).scalars()
             )
-            new = [w for w in dict.fromkeys(want_ids) if w not in recorded]
+            new = [w for w in dict.fromkeys(spec.want_id for spec in specs) if w not in recorded]
             if new:
                 tx.append(ev.BackfillWantsAdded(backfill_id=backfill_id, want_ids=new))
-            return len(new)
+            unfinished = [
+                spec
+                for spec in specs
+                if not WantState(self._want_row(tx.conn, spec.want_id)["state"]).is_final
+            ]
+            if known is None or not known.canceled:
+                return unfinished
+            for spec in unfinished:
+                tx.append(_canceled(spec.want_id, cancel_reason(backfill_id)))
+            return []
+
+    def cancel_backfill(self, backfill_id: str) -> bool:
+        """Record that the backfill is cancelled; False if it already was. NotFoundError for an unknown
+        backfill. Its wants are cancelled by ``cancel_wants``; those it registers later, by
+        ``record_backfill``."""
+        with self._write(backfill_key(backfill_id)) as tx:
+            if self._backfill_row(tx.conn, backfill_id)["canceled"]:
+                return False
+            tx.append(ev.BackfillCanceled(backfill_id=backfill_id))
+        return True
+
+    def cancel_wants(self, want_ids: Sequence[str], reason: str) -> tuple[list[Want], list[str]]:
+        """End each of the wants that has not ended `canceled` (``reason``), a few hundred per transaction
+        (each holds its wants' locks, so a decision either came before and is cancelled, or comes after
+        and finds the want ended). Then each queued run they followed that no open want needs any more
+        ends (abandoned) before it could start. Returns the wants cancelled and the workflow ids of the
+        runs ended, to tell."""
+        cancelled: list[Want] = []
+        for start in range(0, len(want_ids), CANCEL_CHUNK):
+            chunk = want_ids[start : start + CANCEL_CHUNK]
+            with self._write(*(want_key(w) for w in chunk)) as tx:
+                for want_id in chunk:
+                    if not WantState(self._want_row(tx.conn, want_id)["state"]).is_final:
+                        tx.append(_canceled(want_id, reason))
+                        cancelled.append(want_from_row(self._want_row(tx.conn, want_id)))
+        followed = sorted({w.job_run_id for w in cancelled if w.job_run_id is not None})
+        return cancelled, [run for run in map(self._end_if_unwanted, followed) if run is not None]
+
+    def _end_if_unwanted(self, job_run_id: str) -> str | None:
+        """End a run that has not started and that no open want needs (abandoned); its workflow id."""
+        with self._write_run(job_run_id) as tx:
+            row = self._job_run_row(tx.conn, job_run_id)
+            if JobRunState(row["state"]) is not JobRunState.queued:
+                return None
+            if tx.conn.execute(waiting_on_count(job_run_id)).scalar_one():
+                return None
+            run = self._open(tx.conn, job_run_id)
+            assert run is not None  # queued
+            tx.extend(decisions.ended_without_output(run, ev.ABANDONED_REASON, JobRunCause.abandoned))
+            return str(row["workflow_id"])
 
     def pause_backfill(self, backfill_id: str, paused: bool) -> bool:
         """Record that the backfill is paused (or resumed); False if it already was. Raises NotFoundError
         for an unknown backfill."""
-        with self._write(f"backfill:{backfill_id}") as tx:
+        with self._write(backfill_key(backfill_id)) as tx:
             if bool(self._backfill_row(tx.conn, backfill_id)["paused"]) == paused:
                 return False
             tx.append(
@@ -228,7 +298,31 @@ class BuildEventLog(BelQueries):
                 ref: decisions.FailLock(job_run_id=data["job_run_id"], reason=data["reason"])
                 for ref, data in self._failing_runs(conn, failed).items()
             },
+            paused=self._paused(conn, want_id, WantSource(want["source"])),
         )
+
+    def _paused(self, conn: Connection, want_id: str, source: WantSource) -> bool:
+        """Whether a paused backfill reaches the want: it is one of its wants, or a derivative that only
+        paused backfills need (``reach.reached``, over the wants it was derived from). One lookup while no
+        backfill is paused."""
+        if source not in (WantSource.backfill, WantSource.derivative):
+            return False
+        paused = select(s.backfills.c.backfill_id).where(s.backfills.c.paused.is_(True))
+        if conn.execute(paused.limit(1)).first() is None:
+            return False
+        parents = self._derived_above(conn, want_id) if source is WantSource.derivative else {}
+        involved = {want_id} | {p for ps in parents.values() for p in ps}
+        members = set(
+            conn.execute(
+                select(s.backfill_wants.c.want_id).where(
+                    s.backfill_wants.c.want_id.in_(sorted(involved)),
+                    s.backfill_wants.c.backfill_id.in_(paused),
+                )
+            ).scalars()
+        )
+        if want_id in members or not members:
+            return want_id in members
+        return want_id in reach.reached(members, parents, self._open_among(conn, involved))
 
     def _open_batch(self, conn: Connection, target: JobTarget) -> decisions.RunPlan | None:
         """The oldest run of the target's batch job that has not started and has room, locked until this
@@ -286,6 +380,10 @@ class BuildEventLog(BelQueries):
         derivatives = [parent.derive(ref, want_id, generations[ref]) for ref in missing]
         keys = [want_key(want_id), *map(ref_key, missing), *(want_key(d.want_id) for d in derivatives)]
         with self._write(*keys) as tx:
+            current = WantState(self._want_row(tx.conn, want_id)["state"])
+            if current.is_final:  # cancelled meanwhile (with its backfill, say): it starts nothing more
+                why = f"want {want_id} has ended ({current.value})"
+                return DependenciesStatus(live=[], failed=dict.fromkeys(missing, why)), []
             for ref in missing:
                 row = self._partition_row(tx.conn, ref)
                 if (row["generation"] if row is not None else 0) != generations[ref]:

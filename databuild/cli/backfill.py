@@ -96,8 +96,8 @@ def cancel(
     id_: Annotated[str, typer.Argument(metavar="ID", help="A want id (w-...) or a backfill id (bf-...).")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Cancel a want, or every want of a backfill that has not ended: each records `canceled`, and a
-    running build stops unless another want needs it."""
+    """Cancel a want, or every want of a backfill that has not ended with the derivative wants only the
+    backfill needs: each records `canceled`, and a running build stops unless another want needs it."""
     if id_.startswith("bf-"):
         stopped = run(with_client(lambda db: db.cancel_backfill(id_)))
         emit(

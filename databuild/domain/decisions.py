@@ -87,6 +87,13 @@ class NeedsInputs(_Verdict):
     missing: list[str]
 
 
+class Paused(_Verdict):
+    """A backfill that needs the want is paused (every open want that needs it is paused with it): it
+    decides nothing new until it is resumed."""
+
+    kind: Literal["paused"] = "paused"
+
+
 class Final(_Verdict):
     """The want has ended (now, or before)."""
 
@@ -96,7 +103,7 @@ class Final(_Verdict):
     instance_id: str | None = None
 
 
-Verdict = Live | Execute | Delegate | WaitExternal | Blocked | NeedsInputs | Final
+Verdict = Live | Execute | Delegate | WaitExternal | Blocked | NeedsInputs | Paused | Final
 
 
 class DependenciesStatus(Model):
@@ -141,6 +148,7 @@ class DecisionState:
     fail_locks: Mapping[str, FailLock] = field(default_factory=dict)  # of the fail-locked outputs
     declared: Mapping[str, Partition | None] = field(default_factory=dict)  # the job's declared inputs
     batch: RunPlan | None = None  # a queued run of the batch job that the partition may join
+    paused: bool = False  # a paused backfill reaches the want (``databuild.domain.reach``)
 
     @property
     def outputs(self) -> list[str]:
@@ -164,8 +172,8 @@ class Decided:
 def decide(state: DecisionState, seq: int, new_job_run_id: str) -> Decided:
     """Decide step ``seq`` of a want: done (historical delegation), wait for an active run (active
     delegation), fail or wait on a fail-lock, wait for an external announcement, want the job's declared
-    inputs first, or queue a new job run (``new_job_run_id``). A step already decided is answered again,
-    with nothing to record."""
+    inputs first, or queue a new job run (``new_job_run_id``); while a paused backfill reaches it, nothing
+    new. A step already decided is answered again, with nothing to record."""
     want = state.want
     if want.state.is_final:
         own = state.partitions.get(want.ref)
@@ -177,6 +185,8 @@ def decide(state: DecisionState, seq: int, new_job_run_id: str) -> Decided:
         events = _historical(state, new_job_run_id)
         events.append(_finished(want.want_id, WantState.successful, instance_id=own.instance_id))
         return Decided(Live(instance_id=own.instance_id, job_run_id=own.built_by), events)
+    if state.paused and not _follows_its_run(state):
+        return Decided(Paused())  # a run it follows still goes on: it keeps following that
     retired = state.with_status(PartitionStatus.skipped)
     if retired:
         reason = f"{', '.join(retired)} retired with `databuild skip`; it is never built again"
@@ -205,6 +215,12 @@ def decide(state: DecisionState, seq: int, new_job_run_id: str) -> Decided:
     if state.batch is not None:
         return _join(state, target, state.batch, seq)
     return _execute(state, target, new_job_run_id, seq)
+
+
+def _follows_its_run(state: DecisionState) -> bool:
+    """The want follows a run that still builds one of its outputs."""
+    run = state.want.job_run_id
+    return run is not None and any(p.building_job_run_id == run for p in _rows(state))
 
 
 def _rows(state: DecisionState) -> list[Partition]:

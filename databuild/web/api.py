@@ -162,8 +162,8 @@ async def get_backfill(request: Request, backfill_id: str) -> BackfillProgress:
 
 @router.post("/backfills/{backfill_id}/cancel", response_model=BackfillProgress)
 async def post_cancel_backfill(request: Request, _caller: Caller, backfill_id: str) -> BackfillProgress:
-    """Cancel every want of the backfill that has not ended (their builds stop unless another want
-    needs them); returns the backfill's progress."""
+    """Cancel every want of the backfill that has not ended, with the derivative wants only the backfill
+    needs (their builds stop unless another want needs them); returns the backfill's progress."""
     db = context(request).db
     await db.cancel_backfill(backfill_id)
     return await db.backfill_progress(backfill_id)
