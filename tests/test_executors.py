@@ -28,7 +28,7 @@ from databuild.models import JobRunState, WantState
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
 from tests.conftest import cli
-from tests.helpers import instance_dir, lake
+from tests.helpers import instance_dir, lake, until
 
 SUBMIT_LOCAL = {
     "executor": "submit",
@@ -118,6 +118,56 @@ async def test_submit_executor_reports_job_errors_and_contract_breaches(make_sta
     assert {(r.kind, r.reason) for r in folders} == {("submission", "job run failed")}
     assert {r.job_run_id for r in deleted if r.kind == "log"} == {r.job_run_id for r in runs.values()}
     assert not list(submissions.iterdir())
+
+
+async def test_gc_on_a_shared_storage_root_leaves_the_other_graphs_submissions_alone(
+    make_stack, tmp_path: Path
+) -> None:
+    """Two graphs (two BELs) share one storage root, each with submission folders. One's gc with no
+    retention deletes its own failed attempt's folder and leaves the other's running application's
+    folder, so that application keeps running (it would stop on finding its request gone)."""
+    shared = tmp_path / "shared-lake"
+    ours = await make_stack(graph="tests.graphs:flaky", storage_root=shared, job_attempts=1, **SUBMIT_LOCAL)
+    theirs = await make_stack(graph="tests.graphs:spin", storage_root=shared, **SUBMIT_LOCAL)
+    n = uuid.uuid4().hex[:6]
+    spinning = await theirs.db.want(f"spin/{n}")
+    failing = await ours.db.want(f"fails/{n}")
+    assert (await asyncio.wait_for(ours.db.wait(failing), timeout=300)).state is WantState.failed
+    submissions = shared / "_databuild" / "submissions"
+    (our_run,) = ours.bel.job_runs()
+
+    def their_progress() -> Path | None:
+        runs = theirs.bel.job_runs()
+        found = submissions / f"{runs[0].job_run_id}-1" / SubmitFiles.PROGRESS if runs else None
+        return found if found is not None and found.is_file() else None
+
+    for _ in range(1800):  # its application reports progress once its driver runs the job
+        if their_progress() is not None:
+            break
+        await asyncio.sleep(0.1)
+    progress = their_progress()
+    assert progress is not None, "their application never reported progress"
+    (their_run,) = theirs.bel.job_runs()
+
+    collected = await cli(ours, "gc", "--keep", "0s", "--json")
+    assert collected.returncode == 0, collected.stderr
+    deleted = GcReport.model_validate_json(collected.stdout).deleted
+    assert [(Path(r.location).name, r.reason) for r in deleted if r.kind == "submission"] == [
+        (f"{our_run.job_run_id}-1", "job run failed")
+    ]
+    assert {r.job_run_id for r in deleted} == {our_run.job_run_id}  # nor their logs or instances
+    assert sorted(p.name for p in submissions.iterdir()) == [f"{their_run.job_run_id}-1"]
+    # Their application watches its folder every second: it still finds its request, and runs on.
+    before = progress.stat().st_mtime_ns
+    await until(lambda: progress.stat().st_mtime_ns != before, seconds=30)
+    await asyncio.sleep(3)
+    assert theirs.bel.job_run(their_run.job_run_id).state is JobRunState.running
+    assert (submissions / f"{their_run.job_run_id}-1" / SubmitFiles.REQUEST).is_file()
+    # Their own gc keeps their running attempt's folder too.
+    kept = GcReport.model_validate_json((await cli(theirs, "gc", "--keep", "0s", "--json")).stdout)
+    assert [r for r in kept.deleted if r.kind == "submission"] == []
+    await theirs.db.cancel(spinning.want_id)
+    assert (await asyncio.wait_for(theirs.db.wait(spinning), timeout=60)).state is WantState.canceled
 
 
 def test_submitted_application_stops_when_its_worker_stops_heartbeating(tmp_path: Path) -> None:
