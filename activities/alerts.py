@@ -1,5 +1,5 @@
 """Alerts: raising one (starting its workflow, once per subject and kind) and the activities that route
-and deliver it."""
+it, hand it to each channel's queue and deliver a channel's messages."""
 
 import asyncio
 import logging
@@ -39,13 +39,32 @@ async def raise_alert(client: Client, settings: Settings, alert: Alert) -> bool:
 
 
 class AlertActivities:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, client: Client) -> None:
         self.settings = settings
+        self.client = client
 
     @activity.defn
     async def route_alert(self, alert: Alert) -> list[str]:
         """The channels (ids, not URLs: a URL may hold a token) that receive it."""
         return await asyncio.to_thread(route, alert, self.settings)
+
+    @activity.defn
+    async def queue_alert(self, input: p.DeliverInput) -> None:
+        """Hand the alert to its channel's queue (the channel's AlertChannel workflow, started if it is not
+        running). A retry after the hand-over is counted once there."""
+        await self.client.start_workflow(
+            p.ALERT_CHANNEL_WORKFLOW,
+            p.AlertChannelInput(
+                channel=input.channel,
+                window=self.settings.alert_group_window,
+                give_up_after=self.settings.alert_give_up_after,
+            ),
+            id=p.alert_channel_workflow_id(self.settings.task_queue, input.channel),
+            task_queue=self.settings.task_queue,
+            start_signal=p.SIGNAL_ALERT,
+            start_signal_args=[input.alert],
+            static_summary=f"alerts to channel {input.channel}",
+        )
 
     @activity.defn
     async def deliver_alert(self, input: p.DeliverInput) -> bool:

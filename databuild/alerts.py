@@ -1,8 +1,8 @@
 """Alert channels (apprise notification URLs from the settings) and delivery to one of them.
 
 Channels are named in workflow histories by a digest of their URL, never by the URL, which often holds
-a token. Delivery is one notification to one channel; the Alert workflow retries it per channel, so a
-channel that is down delays only its own copy."""
+a token. Delivery is one notification to one channel; each channel's AlertChannel workflow sends its
+messages one at a time and retries them, so a channel that is down delays only its own."""
 
 import hashlib
 from dataclasses import dataclass
@@ -77,6 +77,7 @@ def deliver(alert: Alert, channel_id: str, settings: Settings) -> bool:
     channel = next((c for c in channels(settings) if c.id == channel_id), None)
     if channel is None:
         return False
+    alert = linked(alert, settings)  # a digest links to a page of its own
     url = channel.url
     scheme = url.split(":", 1)[0].lower()
     if scheme in STRUCTURED:

@@ -242,7 +242,15 @@ class Settings(BaseSettings):
         default=timedelta(days=1),
         gt=timedelta(0),
         le=MAX_DURATION,
-        description="how long an alert is retried on a channel that does not take it",
+        description="how long alerts are retried on a channel that does not take them: a group of them is "
+        "given up this long after it was due or its last alert came (see Alerts)",
+    )
+    alert_group_window: timedelta = Field(
+        default=timedelta(minutes=10),
+        ge=timedelta(0),
+        le=MAX_DURATION,
+        description="alerts of one kind about one job that come within this long of their group's last "
+        "message go out together at its end, as one digest that counts them (see Alerts)",
     )
     dashboard_url: str = Field(
         default="http://127.0.0.1:8000",
@@ -292,6 +300,7 @@ class Settings(BaseSettings):
         "gc_keep",
         "batch_window",
         "alert_give_up_after",
+        "alert_group_window",
         mode="before",
     )
     @classmethod

@@ -11,7 +11,7 @@ from pydantic import Field
 from temporalio.common import SearchAttributeKey
 
 from databuild.config import Settings
-from databuild.domain.alerts import Alert
+from databuild.domain.alerts import Alert, ChannelState
 from databuild.domain.decisions import (
     Blocked,
     Delegate,
@@ -30,6 +30,8 @@ JOB_RUN_WORKFLOW = "JobRun"
 UPSTREAM_WORKFLOW = "UpstreamSync"
 SCHEDULED_WANT_WORKFLOW = "ScheduledWant"
 ALERT_WORKFLOW = "Alert"
+ALERT_CHANNEL_WORKFLOW = "AlertChannel"
+SIGNAL_ALERT = "alert"  # an alert for a channel's queue
 
 SIGNAL_PARTITION_AVAILABLE = "partition_available"
 SIGNAL_PARTITION_FAILED = "partition_failed"
@@ -373,6 +375,19 @@ class DeliverInput(Model):
 class AlertResult(Model):
     delivered: list[str]
     failed: list[str]
+    queued: list[str] = []  # the channels whose queues it went to (AlertChannel workflows deliver it)
+
+
+class AlertChannelInput(Model):
+    channel: str  # a channel id (databuild.alerts.Channel.id)
+    window: timedelta
+    give_up_after: timedelta
+    state: ChannelState = ChannelState()
+
+
+def alert_channel_workflow_id(task_queue: str, channel: str) -> str:
+    """One queue per channel and graph (task queue): graphs that share a channel back off apart."""
+    return f"alert-channel:{task_queue}:{channel}"
 
 
 class AssessSlaInput(Model):

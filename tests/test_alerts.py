@@ -1,5 +1,7 @@
 """Alerts reach a real JSON webhook receiver and a real SMTP server on loopback, once per want and kind,
-with SLA-at-risk raised before the deadline (time-skipping server: hours in seconds).
+with SLA-at-risk raised before the deadline (time-skipping server: hours in seconds); a flood of one
+job's failures goes as a few digests, and a channel that never answers is tried with backoff while the
+others get every message at once.
 
 The want, alert and fan-out workflows and activities are the real ones; the job run is ``tests.timed``'s
 double, which records real durations in the BEL (its ``pause``), the history the SLA estimate reads."""
@@ -7,6 +9,7 @@ double, which records real durations in the BEL (its ``pause``), the history the
 import asyncio
 import json
 import shutil
+import socket
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -21,6 +24,7 @@ from typing import Any
 import pytest
 from aiosmtpd.controller import Controller
 from fastapi.testclient import TestClient
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -28,11 +32,12 @@ from temporalio.worker import Worker
 from activities.alerts import AlertActivities, raise_alert
 from activities.fanout import FanOutActivities
 from activities.wants import WantActivities
+from databuild import protocol as p
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
-from databuild.domain.alerts import Alert, AlertKind
+from databuild.domain.alerts import Alert, AlertKind, retry_delay
 from databuild.errors import InvalidInputError
 from databuild.models import WantSource, WantState
 from databuild.temporal import ensure_search_attributes
@@ -40,6 +45,7 @@ from databuild.testing import free_port, make_settings, skip_time
 from databuild.web import create_app, web_context
 from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed, want_steps
 from workflows.alert import AlertWorkflow
+from workflows.alert_channel import AlertChannelWorkflow
 from workflows.want import WantWorkflow
 
 PAUSE = 2.0  # seconds each double's build takes: the report job's p90
@@ -78,6 +84,31 @@ class Webhook:
         return sorted(r["kind"] for r in self.received)
 
 
+class Silent:
+    """A channel that never answers: it takes connections, counts them and says nothing."""
+
+    def __init__(self) -> None:
+        self._socket = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.port = self._socket.getsockname()[1]
+        self.connections = 0
+        self._open: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:
+                return  # closed
+            self.connections += 1
+            self._open.append(connection)
+
+    def close(self) -> None:
+        self._socket.close()
+        for connection in self._open:
+            connection.close()
+
+
 @dataclass
 class Mailbox:
     messages: list[Message] = field(default_factory=list)
@@ -97,6 +128,7 @@ class AlertStack:
     settings: Settings
     hook: Webhook
     mail: Mailbox
+    silent: Silent
 
 
 @pytest.fixture(autouse=True)
@@ -106,8 +138,10 @@ def no_broken_refs() -> Iterator[None]:
 
 
 @pytest.fixture
-async def alerting(tmp_path: Path) -> AsyncIterator[AlertStack]:
-    hook, mail = Webhook(), Mailbox()
+async def alerting(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[AlertStack]:
+    """A webhook and a mailbox as channels, and the silent channel too if the test's parameter says
+    ``{"silent": True}`` (with its ``alert_give_up_after``, if it says one)."""
+    hook, mail, silent = Webhook(), Mailbox(), Silent()
     smtp = Controller(mail, hostname="127.0.0.1", port=free_port())
     smtp.start()
     path = shutil.which("temporal-test-server") or str(Path(sys.executable).parent / "temporal-test-server")
@@ -118,6 +152,10 @@ async def alerting(tmp_path: Path) -> AsyncIterator[AlertStack]:
         f"json://127.0.0.1:{hook.port}/hook, "
         f"mailto://127.0.0.1:{smtp.port}?from=databuild@example.com&to=oncall@example.com"
     )
+    param = getattr(request, "param", {})
+    if param.get("silent"):
+        urls += f", json://127.0.0.1:{silent.port}/silent?cto=1&rto=0.2"
+    give_up = {"alert_give_up_after": param["give_up_after"]} if "give_up_after" in param else {}
     settings = make_settings(
         tmp_path,
         env.client,
@@ -125,27 +163,30 @@ async def alerting(tmp_path: Path) -> AsyncIterator[AlertStack]:
         job_lease=timedelta(minutes=10),
         alert_urls=urls,
         dashboard_url="https://databuild.example.com",
+        **give_up,
     )
     bel = BuildEventLog.create(settings.database_url.get_secret_value())
     await ensure_search_attributes(env.client, settings.namespace)
     wants = WantActivities(bel, timed, env.client, settings)
-    alerts = AlertActivities(settings)
+    alerts = AlertActivities(settings, env.client)
     worker = Worker(
         env.client,
         task_queue=settings.task_queue,
-        workflows=[WantWorkflow, TimedJobRun, AlertWorkflow],
+        workflows=[WantWorkflow, TimedJobRun, AlertWorkflow, AlertChannelWorkflow],
         activities=[
             *want_steps(wants),
             TimedBuilds(bel, pause=PAUSE).build,
             Failures(bel).fail_job_run,
             FanOutActivities(bel, env.client, settings).fan_out,
             alerts.route_alert,
+            alerts.queue_alert,
             alerts.deliver_alert,
         ],
     )
     async with worker:
-        yield AlertStack(env, DataBuild(env.client, bel, timed, settings), settings, hook, mail)
+        yield AlertStack(env, DataBuild(env.client, bel, timed, settings), settings, hook, mail, silent)
     hook.down()
+    silent.close()
     smtp.stop()
     bel.dispose()
     await env.shutdown()
@@ -206,8 +247,8 @@ async def test_sla_at_risk_then_missed_reach_a_webhook_that_comes_back_and_a_mai
     assert all("https://databuild.example.com/wants/" in m.as_string() for m in mail.messages)
     assert hook.received == []  # down: its copies wait, the mails did not
 
-    hook.up()  # it comes back: the retries deliver
-    await skip_time(env, timedelta(minutes=10), step=timedelta(minutes=10))
+    hook.up()  # it comes back: the channel's next try (at most 10 minutes on) delivers all three
+    await skip_time(env, timedelta(minutes=11), step=timedelta(minutes=11))
     await until(lambda: len(hook.received) == 3, "three webhook calls")
     assert hook.kinds() == expected
     at_risk = next(r for r in hook.received if r["kind"] == "sla_at_risk")
@@ -265,6 +306,105 @@ async def test_a_finished_backfill_alerts_once_with_its_counts(alerting: AlertSt
     assert "2 successful" in done["message"] and "1 failed" in done["message"]
     await asyncio.sleep(1)
     assert hook.kinds().count("backfill_finished") == 1  # the last wants to end all saw it finished
+
+
+def by_kind(hook: Webhook, kind: str) -> list[dict[str, Any]]:
+    return [r for r in hook.received if r["kind"] == kind]
+
+
+def counted(hook: Webhook, kind: str) -> int:
+    """How many alerts of ``kind`` the webhook's messages tell of (a digest tells of several)."""
+    return sum(int(r["count"]) for r in by_kind(hook, kind))
+
+
+async def test_a_backfill_of_an_always_failing_job_sends_a_few_messages_that_count_its_failures(
+    alerting: AlertStack,
+) -> None:
+    env, db, hook, mail = alerting.env, alerting.db, alerting.hook, alerting.mail
+    hook.up()
+    days = [f"2024-03-{d:02d}" for d in range(1, 29)]
+    refs = {f"daily/{day}" for day in days}
+    BROKEN.update(refs)
+    request = BackfillRequest(pattern="daily/{date}", start=datetime(2024, 3, 1), end=datetime(2024, 3, 28))
+    progress = await db.backfill(request)
+    await until(lambda: counted(hook, "backfill_finished") == 1, "the backfill's end", 180)
+    assert (await db.backfill_progress(progress.backfill_id)).by_state == {WantState.failed: 28}
+    # The first of each kind went out at once; the rest wait for the end of the group's window.
+    failures = ("want_failed", "partition_fail_locked")
+    await until(lambda: all(by_kind(hook, kind) for kind in failures), "each kind's first message")
+    assert [len(by_kind(hook, kind)) for kind in failures] == [1, 1]
+
+    await skip_time(
+        env, alerting.settings.alert_group_window + timedelta(minutes=1), step=timedelta(minutes=1)
+    )
+    await until(lambda: all(counted(hook, kind) == 28 for kind in failures), "every failure counted")
+    for kind in failures:
+        messages = by_kind(hook, kind)
+        assert len(messages) <= 2, messages  # the first, then one digest of the rest
+        named = {ref for message in messages for ref in message["refs"].split(",")}
+        assert named == refs
+        assert all(m["job_label"] == "daily_job" for m in messages)
+    digest = by_kind(hook, "want_failed")[-1]
+    assert f"wants for {digest['count']} more partitions of job daily_job failed" in digest["message"]
+    assert digest["link"] == "https://databuild.example.com/job-runs?job=daily_job"
+    assert len(hook.received) <= 5  # not 57: one per failed want and one per failed run
+    await until(lambda: len(mail.messages) == len(hook.received), "the same messages by mail")
+    assert any("want failed (" in subject for subject in mail.subjects())  # a digest's title counts
+
+
+def tries_within(span: timedelta) -> int:
+    """How many times a channel that never answers is tried in ``span`` from its first try."""
+    tries, at = 1, timedelta(0)
+    while (at := at + retry_delay(tries)) <= span:
+        tries += 1
+    return tries
+
+
+@pytest.mark.parametrize("alerting", [{"silent": True, "give_up_after": timedelta(hours=2)}], indirect=True)
+async def test_a_channel_that_never_answers_is_tried_with_backoff_while_the_others_get_every_message(
+    alerting: AlertStack,
+) -> None:
+    env, hook, mail, silent = alerting.env, alerting.hook, alerting.mail, alerting.silent
+    hook.up()
+    start = await env.get_current_time()
+    span, every = timedelta(hours=6), timedelta(minutes=30)
+    for n in range(int(span / every)):  # a failure of another job every half hour
+        failed = Alert(
+            kind=AlertKind.want_failed,
+            subject=f"want-{n}",
+            ref=f"job{n}/2024-01-01",
+            job_label=f"job{n}",
+            at=start + n * every,
+            summary=f"want for job{n}/2024-01-01 failed",
+            link=f"/wants/want-{n}",
+        )
+        assert await raise_alert(env.client, alerting.settings, failed)
+        # Each is its group's first: the healthy channels have it at once, whatever the silent one does.
+        await until(lambda n=n: len(hook.received) == n + 1 and len(mail.messages) == n + 1, "at once", 30)
+        await skip_time(env, every, step=every)
+    tried = silent.connections
+    # One try at a time with backoff (10 s doubling to 10 min): at most 41 in 6 hours, not a series of
+    # tries per alert (each alert retried on its own, 1 s doubling to 5 min, made hundreds).
+    assert 10 <= tried <= tries_within(span) + 1, tried
+    assert [r["subject"] for r in hook.received] == [f"want-{n}" for n in range(int(span / every))]
+
+    # Its alerts are given up (here) 2 hours after the last of their group came; then nothing tries it.
+    handle = env.client.get_workflow_handle(
+        p.alert_channel_workflow_id(alerting.settings.task_queue, silent_channel(alerting.settings))
+    )
+    give_up = alerting.settings.alert_give_up_after
+    await skip_time(env, give_up + timedelta(hours=1), step=timedelta(hours=1))
+    assert (await handle.describe()).status is WorkflowExecutionStatus.COMPLETED
+    assert silent.connections - tried <= tries_within(give_up), silent.connections
+    after = silent.connections
+    await skip_time(env, timedelta(hours=2), step=timedelta(hours=1))
+    assert silent.connections == after
+
+
+def silent_channel(settings: Settings) -> str:
+    from databuild.alerts import channels
+
+    return next(c.id for c in channels(settings) if "/silent" in c.url)
 
 
 def test_a_url_apprise_cannot_use_is_refused_with_the_fix(tmp_path: Path) -> None:

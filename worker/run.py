@@ -44,6 +44,7 @@ from databuild.spark import SparkRuntime
 from databuild.storage import Storage
 from databuild.temporal import connect, ensure_search_attributes, repair_wants
 from workflows.alert import AlertWorkflow
+from workflows.alert_channel import AlertChannelWorkflow
 from workflows.job_run import JobRunWorkflow
 from workflows.scheduled import ScheduledWantWorkflow
 from workflows.upstream import UpstreamSyncWorkflow
@@ -80,6 +81,8 @@ WORKFLOW_MODULES = (
     workflows.job_run,
     workflows.upstream,
     workflows.scheduled,
+    workflows.alert,
+    workflows.alert_channel,
 )
 
 
@@ -142,12 +145,19 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     )
     wants = WantActivities(parts.bel, parts.graph, parts.client, settings)
     fan_out = FanOutActivities(parts.bel, parts.client, settings)
-    alerting = AlertActivities(settings)
+    alerting = AlertActivities(settings, parts.client)
     upstream = UpstreamActivities(wants.db)
     worker = Worker(
         parts.client,
         task_queue=settings.task_queue,
-        workflows=[WantWorkflow, JobRunWorkflow, UpstreamSyncWorkflow, ScheduledWantWorkflow, AlertWorkflow],
+        workflows=[
+            WantWorkflow,
+            JobRunWorkflow,
+            UpstreamSyncWorkflow,
+            ScheduledWantWorkflow,
+            AlertWorkflow,
+            AlertChannelWorkflow,
+        ],
         activities=[
             wants.register_want,
             wants.decide,
@@ -167,6 +177,7 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
             jobs.fail_job_run,
             fan_out.fan_out,
             alerting.route_alert,
+            alerting.queue_alert,
             alerting.deliver_alert,
             upstream.pull_upstream,
             upstream.apply_announcements,

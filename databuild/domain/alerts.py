@@ -1,7 +1,7 @@
 """What an alert says and who receives it: pure rules, no channel or clock in sight.
 
-An alert is about one subject (a want, a job run, a backfill) and is sent once per subject and kind; its
-``key`` names that. A channel receives an alert when its tags allow it: tags ``kind:<kind>``,
+An alert is about one subject (a want, a job run, a backfill) and is raised once per subject and kind;
+its ``key`` names that. A channel receives an alert when its tags allow it: tags ``kind:<kind>``,
 ``job:<label>`` and ``ref:<glob>`` each narrow what a channel gets (any tag of one category may match;
 every category the channel uses must), and a channel without such tags gets every alert."""
 
@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Any
+from urllib.parse import urlencode
 
 from pydantic import Field
 
@@ -59,6 +60,7 @@ class Alert(Model):
     summary: str = Field(description="one line: what happened")
     detail: str = Field(default="", description="why, and what to look at")
     link: str = Field(description="the dashboard page of its subject (a path, or a URL once sent)")
+    count: int = Field(default=1, description="how many alerts it tells of: more than one in a digest")
 
     @property
     def key(self) -> str:
@@ -66,7 +68,8 @@ class Alert(Model):
 
     @property
     def title(self) -> str:
-        return f"DataBuild: {TITLES[self.kind]}: {self.ref or self.subject}"
+        times = f" ({self.count})" if self.count > 1 else ""
+        return f"DataBuild: {TITLES[self.kind]}{times}: {self.ref or self.subject}"
 
     def body(self) -> str:
         lines = [self.summary]
@@ -92,6 +95,7 @@ class Alert(Model):
             "eta": self.eta.isoformat() if self.eta else None,
             "at": self.at.isoformat(),
             "link": self.link,
+            "count": str(self.count),
         }
         return {k: v for k, v in values.items() if v is not None}
 
@@ -208,3 +212,190 @@ def _span(value: timedelta) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return " ".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
+
+
+# Grouping and per-channel delivery ----------------------------------------------------------------
+# Each channel has one queue of alerts (``ChannelState``, the state of its workflow). Alerts of one kind
+# about one job (any alert of a kind about no job) form a group: the first of a group goes out at once;
+# those that come within ``window`` of its last message wait for the window's end and go as one digest
+# with their count. A channel that does not take a message is tried again after a growing delay, one
+# message at a time, while its alerts go on queueing (and folding into their groups' digests).
+DIGEST_REFS = 50  # partitions a digest names in its fields; the rest are counted
+DIGEST_SHOWN = 10  # partitions and member summaries a digest names in its text
+REMEMBERED = 1000  # alert keys a channel remembers, so that a queued alert queued again counts once
+REMEMBER_FOR = timedelta(hours=1)  # longer than any retry of the activity that queues an alert
+FIRST_RETRY = timedelta(seconds=10)
+LAST_RETRY = timedelta(minutes=10)  # the longest a channel waits between two tries
+
+DIGESTS = {
+    AlertKind.want_failed: "wants for {n} {more}partitions{of_job} failed",
+    AlertKind.partition_fail_locked: "{n} {more}runs{of_job} failed and fail-locked their outputs",
+    AlertKind.sla_missed: "{n} {more}partitions{of_job} missed their SLA deadline",
+    AlertKind.sla_at_risk: "{n} {more}partitions{of_job} are predicted to miss their SLA",
+    AlertKind.upstream_late: "{n} {more}wants{of_job} wait for late upstream partitions",
+    AlertKind.backfill_finished: "{n} {more}backfills finished",
+}
+
+
+def group_of(alert: Alert) -> str:
+    """The group an alert is sent with: its kind and job, or its kind alone when it is about no job (a
+    backfill's end, an upstream partition)."""
+    return f"{alert.kind.value}:job:{alert.job_label}" if alert.job_label else alert.kind.value
+
+
+class AlertGroup(Model):
+    """The alerts of one group waiting to go to one channel: the first whole, the rest counted."""
+
+    key: str
+    first: Alert
+    count: int = 1
+    refs: list[str] = Field(
+        default=[], description=f"the partitions they are about (the first {DIGEST_REFS})"
+    )
+    lines: list[str] = Field(default=[], description=f"the summaries of the first {DIGEST_SHOWN}")
+    since: datetime = Field(description="when the first of them was queued")
+    last: datetime = Field(description="when the last of them was queued")
+
+    @classmethod
+    def of(cls, alert: Alert, at: datetime) -> "AlertGroup":
+        return cls(
+            key=group_of(alert),
+            first=alert,
+            refs=_refs(alert)[:DIGEST_REFS],
+            lines=[alert.summary],
+            since=at,
+            last=at,
+        )
+
+    def merged(self, later: "AlertGroup | None") -> "AlertGroup":
+        """This group with the alerts of ``later`` (of the same group, queued after) folded in."""
+        if later is None:
+            return self
+        refs = list(dict.fromkeys([*self.refs, *later.refs]))[:DIGEST_REFS]
+        return self.model_copy(
+            update={
+                "count": self.count + later.count,
+                "refs": refs,
+                "lines": [*self.lines, *later.lines][:DIGEST_SHOWN],
+                "last": max(self.last, later.last),
+            }
+        )
+
+    def message(self, follow_up: bool) -> Alert:
+        """What goes to the channel: the alert itself when it is alone, else a digest that counts them
+        (``follow_up``: a message of the group went out within the window, so these are "more")."""
+        if self.count == 1:
+            return self.first
+        first, label = self.first, self.first.job_label
+        said = DIGESTS[first.kind].format(
+            n=self.count, more="more " if follow_up else "", of_job=f" of job {label}" if label else ""
+        )
+        named = ", ".join(self.refs[:DIGEST_SHOWN])
+        unnamed = self.count - min(len(self.refs), DIGEST_SHOWN)
+        listed = [f"- {line}" for line in self.lines]
+        if self.count > len(self.lines):
+            listed.append(f"- and {self.count - len(self.lines)} more")
+        return Alert(
+            kind=first.kind,
+            subject=f"job {label}" if label else TITLES[first.kind],
+            refs=self.refs,
+            job_label=label,
+            at=first.at,
+            summary=f"{said}: {named}" + (f" (+{unnamed} more)" if unnamed > 0 and named else ""),
+            detail="\n".join([*listed, *([f"The first: {first.detail}"] if first.detail else [])]),
+            link=_job_runs_link(label) if label else first.link,
+            count=self.count,
+        )
+
+
+def _refs(alert: Alert) -> list[str]:
+    return alert.refs or ([alert.ref] if alert.ref else [])
+
+
+def _job_runs_link(label: str) -> str:
+    return "/job-runs?" + urlencode({"job": label})
+
+
+class ChannelState(Model):
+    """One channel's queue: the groups waiting, when each group's last message went out, the alerts
+    queued lately (to count each once), and how many tries in a row failed. Each change makes a new
+    state."""
+
+    waiting: dict[str, AlertGroup] = {}
+    sent: dict[str, datetime] = {}
+    seen: dict[str, datetime] = {}
+    failures: int = 0
+
+    def queued(self, alert: Alert, at: datetime) -> "ChannelState":
+        """With ``alert`` folded into its group; the same state if it was queued before (a retried
+        hand-over)."""
+        if alert.key in self.seen:
+            return self
+        seen = {**self.seen, alert.key: at}
+        if len(seen) > REMEMBERED:
+            del seen[min(seen, key=seen.__getitem__)]
+        group = AlertGroup.of(alert, at)
+        waiting = self.waiting.get(group.key)
+        merged = group if waiting is None else waiting.merged(group)
+        return self.model_copy(update={"seen": seen, "waiting": {**self.waiting, group.key: merged}})
+
+    def due_at(self, group: AlertGroup, window: timedelta) -> datetime:
+        """When ``group`` goes: as soon as it waits, unless a message of its group went out within the
+        window; then at the window's end."""
+        last = self.sent.get(group.key)
+        return group.since if last is None or group.since >= last + window else last + window
+
+    def next_due(self, window: timedelta) -> tuple[AlertGroup, datetime] | None:
+        """The group that goes next, and when."""
+        due = [(group, self.due_at(group, window)) for group in self.waiting.values()]
+        return min(due, key=lambda pair: (pair[1], pair[0].since), default=None)
+
+    def taken(self, key: str) -> "tuple[ChannelState, AlertGroup]":
+        """The group out of the queue while it is delivered: its alerts queued meanwhile wait anew."""
+        waiting = dict(self.waiting)
+        group = waiting.pop(key)
+        return self.model_copy(update={"waiting": waiting}), group
+
+    def delivered(self, group: AlertGroup, at: datetime) -> "ChannelState":
+        return self.model_copy(update={"sent": {**self.sent, group.key: at}, "failures": 0})
+
+    def not_delivered(self, group: AlertGroup) -> "ChannelState":
+        """The group back in the queue, ahead of its alerts that came meanwhile; one more failure (wait
+        ``retry_delay(failures)`` before the next try)."""
+        merged = group.merged(self.waiting.get(group.key))
+        return self.model_copy(
+            update={"waiting": {**self.waiting, group.key: merged}, "failures": self.failures + 1}
+        )
+
+    def tidied(
+        self, now: datetime, window: timedelta, give_up_after: timedelta
+    ) -> "tuple[ChannelState, int]":
+        """Closed windows and old keys forgotten, and the groups tried for ``give_up_after`` since they
+        were due or their last alert came given up; with how many alerts were given up. A window stays
+        open until the digest it held back goes, which tells that its alerts are "more"."""
+        keep = {
+            k: g for k, g in self.waiting.items() if now < max(g.last, self.due_at(g, window)) + give_up_after
+        }
+        given_up = sum(g.count for k, g in self.waiting.items() if k not in keep)
+        state = self.model_copy(
+            update={
+                "waiting": keep,
+                "sent": {k: at for k, at in self.sent.items() if now < at + window or k in keep},
+                "seen": {k: at for k, at in self.seen.items() if now < at + REMEMBER_FOR},
+            }
+        )
+        return state, given_up
+
+    def wake_at(self, window: timedelta) -> datetime | None:
+        """When a group is due or a window closes; None when the channel has nothing left to do."""
+        times = [at + window for at in self.sent.values()]
+        if (due := self.next_due(window)) is not None:
+            times.append(due[1])
+        return min(times, default=None)
+
+
+def retry_delay(failures: int) -> timedelta:
+    """The wait before trying a channel again after ``failures`` tries in a row failed: doubling from
+    FIRST_RETRY up to LAST_RETRY."""
+    delay: timedelta = FIRST_RETRY * 2 ** min(max(failures - 1, 0), 20)
+    return min(delay, LAST_RETRY)

@@ -9,6 +9,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from workflows.alert import AlertWorkflow
+from workflows.alert_channel import AlertChannelWorkflow
 from workflows.job_run import JobRunWorkflow
 from workflows.scheduled import ScheduledWantWorkflow
 from workflows.upstream import UpstreamSyncWorkflow
@@ -32,6 +34,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "sla-miss": ("want-sla-miss",),
     "ttl-expiry": ("want-ttl-expiry",),
     "continue-as-new": ("want-continue-as-new-1", "want-continue-as-new-2"),
+    "alert": ("alert-queued", "alert-channel", "alert-channel-down"),
     # Recorded by the want workflow before the bounded-history patch (commit 8f9f934), when a waiting
     # want woke up every lease on a timer: they prove wants started then still replay.
     "v0-execute": ("v0-want-execute",),
@@ -40,8 +43,12 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     # UpstreamSync before the announcement restrictions (its activity inputs had no patterns).
     "v0-upstream-pull": ("v0-upstream-sync-pull",),
     "v0-upstream-push": ("v0-upstream-sync-push",),
+    # Recorded by the Alert workflow before per-channel delivery (commit ALERT_COMMIT), when it delivered
+    # to each channel itself: it proves alerts raised then still replay.
+    "v1-alert": ("v1-alert-deliver",),
 }
 OLD_COMMIT = "8f9f934"
+ALERT_COMMIT = "f87f7e5"
 
 
 def history_path(name: str) -> Path:
@@ -57,6 +64,13 @@ def load_history(name: str) -> WorkflowHistory:
 def replayer() -> Replayer:
     """Today's workflows, as the worker registers them (worker/run.py)."""
     return Replayer(
-        workflows=[WantWorkflow, JobRunWorkflow, UpstreamSyncWorkflow, ScheduledWantWorkflow],
+        workflows=[
+            WantWorkflow,
+            JobRunWorkflow,
+            UpstreamSyncWorkflow,
+            ScheduledWantWorkflow,
+            AlertWorkflow,
+            AlertChannelWorkflow,
+        ],
         data_converter=pydantic_data_converter,
     )

@@ -34,6 +34,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+import workflows.alert
 import workflows.want
 from databuild.models import JobRunState, WantSource, WantSpec, WantState
 from databuild.protocol import (
@@ -43,6 +44,7 @@ from databuild.protocol import (
     RedecideNotice,
     ScheduledWantInput,
     UpstreamInput,
+    alert_channel_workflow_id,
     upstream_workflow_id,
 )
 from databuild.spark import SparkRuntime
@@ -57,7 +59,7 @@ from databuild.testing import free_port
 from tests import graphs
 from tests.conftest import DEMO_REF, Stack, binary, running_stack, start_dev_server
 from tests.helpers import TOKEN, http_server, until, waiting_for_feed
-from tests.replay import HISTORY_DIR, OLD_COMMIT, SCENARIOS, history_path, replayer
+from tests.replay import ALERT_COMMIT, HISTORY_DIR, OLD_COMMIT, SCENARIOS, history_path, replayer
 
 Server = Literal["dev", "time-skipping", "short-history"]
 # The short-history server suggests continue-as-new past this many events (default 4,096 and more).
@@ -445,14 +447,88 @@ async def v0_following(rec: Recorder) -> None:
             await rec.save("v0-want-following-watchdog", stack.client, spec.workflow_id)
 
 
+@scenario("alert")
+async def alert(rec: Recorder) -> None:
+    """Two failed wants of one job, a few seconds apart: each alert goes to the channels' queues. The
+    channel that is up gets the first of each kind at once and the second at the window's
+    end; the one that is down is tried once, waits, and gives the alerts up."""
+    from databuild.alerts import channels
+    from tests.test_alerts import Webhook
+
+    hook = Webhook()
+    hook.up()
+    urls = f"json://127.0.0.1:{hook.port}/hook, json://127.0.0.1:{free_port()}/down"
+    extra = {
+        "job_attempts": 1,
+        "alert_urls": urls,
+        "alert_group_window": timedelta(seconds=10),
+        "alert_give_up_after": timedelta(seconds=4),
+    }
+    try:
+        async with rec.stack("dev", "tests.graphs:trio", **extra) as stack:
+            failed = []
+            for n in ("alert-1", "alert-2"):
+                graphs.BROKEN.add(n)
+                spec = await stack.db.want(f"a/{n}")
+                await settled(stack, spec, WantState.failed)
+                failed.append(spec)
+            await until(lambda: sum(int(r["count"]) for r in hook.received) == 4, seconds=60)
+            assert len(hook.received) == 4 and max(int(r["count"]) for r in hook.received) == 1, hook.received
+            await rec.save("alert-queued", stack.client, f"alert:want_failed:{failed[0].want_id}")
+            up, down = (c.id for c in sorted(channels(stack.settings), key=lambda c: "/down" in c.url))
+            queue = stack.settings.task_queue
+            await rec.save("alert-channel", stack.client, alert_channel_workflow_id(queue, up))
+            await rec.save("alert-channel-down", stack.client, alert_channel_workflow_id(queue, down))
+    finally:
+        hook.down()
+
+
+@scenario("v1-alert")
+async def v1_alert(rec: Recorder) -> None:
+    """A failed want's alert, delivered by the Alert workflow itself: one channel takes it, the other is
+    down until the alert gives up on it."""
+    from tests.test_alerts import Webhook
+
+    hook = Webhook()
+    hook.up()
+    urls = f"json://127.0.0.1:{hook.port}/hook, json://127.0.0.1:{free_port()}/down"
+    try:
+        extra = {"job_attempts": 1, "alert_urls": urls, "alert_give_up_after": timedelta(seconds=3)}
+        async with rec.stack("dev", "tests.graphs:trio", **extra) as stack:
+            graphs.BROKEN.add("alert")
+            spec = await stack.db.want("a/alert")
+            await settled(stack, spec, WantState.failed)
+            await rec.save("v1-alert-deliver", stack.client, f"alert:want_failed:{spec.want_id}")
+            failed = [r["path"] for r in hook.received if r["kind"] == "want_failed"]
+            assert failed == ["/hook"], hook.received
+    finally:
+        hook.down()
+
+
+def era(name: str) -> str:
+    """Where a scenario records: v0-* the want workflow of OLD_COMMIT, v1-* the Alert workflow of
+    ALERT_COMMIT (before per-channel delivery), the others today's code."""
+    if name.startswith("v0-"):
+        return f"a worktree of {OLD_COMMIT}"
+    if name.startswith("v1-"):
+        return f"a worktree of {ALERT_COMMIT}"
+    return "today's code"
+
+
+def checked_out() -> str:
+    if not hasattr(workflows.want, "BOUNDED_HISTORY"):
+        return f"a worktree of {OLD_COMMIT}"
+    if not hasattr(workflows.alert, "CHANNEL_QUEUES"):
+        return f"a worktree of {ALERT_COMMIT}"
+    return "today's code"
+
+
 def chosen(only: list[str] | None) -> list[str]:
-    """The scenarios to run: those asked for, else all that the checked-out want workflow can record."""
-    old_code = not hasattr(workflows.want, "BOUNDED_HISTORY")
-    names = only or [name for name in RUNS if name.startswith("v0-") == old_code]
+    """The scenarios to run: those asked for, else all that the checked-out workflows can record."""
+    names = only or [name for name in RUNS if era(name) == checked_out()]
     for name in names:
-        if name.startswith("v0-") != old_code:
-            where = f"a worktree of {OLD_COMMIT}" if name.startswith("v0-") else "today's code"
-            sys.exit(f"scenario {name!r} records the want workflow of {where}; see README, 'Replay tests'")
+        if era(name) != checked_out():
+            sys.exit(f"scenario {name!r} records the workflows of {era(name)}; see README, 'Replay tests'")
     return names
 
 
