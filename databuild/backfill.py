@@ -81,6 +81,14 @@ def backfill_partitions(request: BackfillRequest, graph: Graph) -> list[tuple[st
     return found
 
 
+class BackfillRetry(Model):
+    """What retrying a backfill did."""
+
+    backfill_id: str
+    reopened: int = Field(description="its wants opened again (each with the ended wants it derived)")
+    fail_locked: list[str] = Field(description="partitions still fail-locked: resolve them, then retry again")
+
+
 class BackfillProgress(Model):
     # Its JSON carries the computed `done` and `finished`; reading it back ignores them.
     model_config = ConfigDict(extra="ignore")

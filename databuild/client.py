@@ -9,7 +9,13 @@ from typing import TypeVar
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from databuild.backfill import BackfillProgress, BackfillRequest, backfill_partitions, cancel_reason
+from databuild.backfill import (
+    BackfillProgress,
+    BackfillRequest,
+    BackfillRetry,
+    backfill_partitions,
+    cancel_reason,
+)
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.errors import (
@@ -237,24 +243,40 @@ class DataBuild:
             await handle.signal(SIGNAL_REDECIDE, RedecideNotice(ref=want.ref, reason="retry requested"))
             return want
         ended = await self.bel.call(self._retryable, want)
-        locked = [
-            p
-            for p in await self.bel.call(self.bel.partitions_by_ref, [w.ref for w in ended])
-            if p.status is PartitionStatus.failed
-        ]
-        if locked:
-            refs = ", ".join(p.ref for p in locked)
+        if locked := await self._fail_locked(ended):
             raise InvalidTransitionError(
-                f"{refs} {'is' if len(locked) == 1 else 'are'} fail-locked by a failed build: fix its cause, "
-                f"clear it with `databuild resolve {locked[0].ref}`, then retry {want_id}"
+                f"{', '.join(locked)} {'is' if len(locked) == 1 else 'are'} fail-locked by a failed build: "
+                f"fix its cause, clear it with `databuild resolve {locked[0]}`, then retry {want_id}"
             )
-        # Their runs closing now (a last workflow task replayed, say) close first: the new runs are new.
-        await asyncio.gather(*(settle_closing_run(client, w.workflow_id) for w in ended))
-        reopened = await self.bel.call(self.bel.reopen_wants, [w.want_id for w in ended])
+        await self._reopen(ended)
+        return await self.bel.call(self.bel.want, want_id)
+
+    async def retry_backfill(self, backfill_id: str) -> BackfillRetry:
+        """Open again every want of the backfill that ended failed or canceled, each with the wants it
+        derived that ended so (as ``retry`` does), and lift a cancel of the backfill, so that wants it
+        registers from now on start. Wants whose partition (or a derived one) is fail-locked stay ended
+        and are listed: resolve them, then retry again. NotFoundError for an unknown backfill."""
+        ended = await self.bel.call(self.bel.retry_backfill, backfill_id)
+        families = await self.bel.call(lambda: [self._retryable(want) for want in ended])
+        locked = set(await self._fail_locked([w for family in families for w in family]))
+        ready = [family for family in families if not locked & {w.ref for w in family}]
+        await self._reopen([w for family in ready for w in family])
+        return BackfillRetry(backfill_id=backfill_id, reopened=len(ready), fail_locked=sorted(locked))
+
+    async def _fail_locked(self, wants: list[Want]) -> list[str]:
+        partitions = await self.bel.call(self.bel.partitions_by_ref, sorted({w.ref for w in wants}))
+        return [p.ref for p in partitions if p.status is PartitionStatus.failed]
+
+    async def _reopen(self, ended: list[Want]) -> None:
+        """Open ended wants again, each in a new workflow run. Their runs closing now (a last workflow
+        task replayed, say) close first, so the new runs are new."""
+        client = await self.temporal_client()
+        unique = list({w.want_id: w for w in ended}.values())
+        await asyncio.gather(*(settle_closing_run(client, w.workflow_id) for w in unique))
+        reopened = await self.bel.call(self.bel.reopen_wants, [w.want_id for w in unique])
         await asyncio.gather(
             *(start_want(client, w.spec, self.settings.task_queue, self.bel) for w in reopened)
         )
-        return await self.bel.call(self.bel.want, want_id)
 
     def _retryable(self, want: Want) -> list[Want]:
         """The want and the wants it derived, transitively, that ended failed or canceled. Raises

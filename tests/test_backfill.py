@@ -303,3 +303,30 @@ async def test_a_backfill_cancelled_or_paused_while_it_registers_holds_the_rest_
     if action == "cancel":  # nor did one start: those queued and not started ended with their wants
         await until(lambda: all(r.state.is_final for r in stack.bel.job_runs(limit=1000)), seconds=60)
         assert started_after(stack.bel.job_runs(limit=1000), returned) == []
+
+
+async def test_a_cancelled_backfill_retried_opens_its_wants_again_and_finishes(make_stack) -> None:
+    stack = await make_stack(graph="tests.graphs:reach")
+    progress = await reports_waiting_for_feeds(stack, datetime(2024, 9, 1), 2)
+    await stack.db.cancel_backfill(progress.backfill_id)
+    assert {w.state for w in stack.bel.wants(limit=100)} == {WantState.canceled}
+
+    # Every want opens again, the derivative wants below the backfill's too, and waits for its feed.
+    retried = await stack.db.retry_backfill(progress.backfill_id)
+    assert (retried.reopened, retried.fail_locked) == (2, [])
+    for day in ("2024-09-01", "2024-09-02"):
+        await until(lambda day=day: waiting_for_feed(stack.db, f"feed/{day}"))
+    assert len(stack.bel.wants(limit=100)) == 6
+    assert stack.bel.backfill_progress(progress.backfill_id).canceled is False
+    # Asking for the backfill again cancels nothing: it is no longer cancelled.
+    again = await stack.db.backfill(progress.request)
+    assert WantState.canceled not in again.by_state
+
+    for day in ("2024-09-01", "2024-09-02"):
+        await publish_feed(stack, day)
+    await until(lambda: stack.bel.backfill_progress(progress.backfill_id).finished, seconds=90)
+    assert stack.bel.backfill_progress(progress.backfill_id).by_state == {WantState.successful: 2}
+    # Nothing left to retry; the CLI says so.
+    shown = await cli(stack, "retry", progress.backfill_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout) == {"backfill_id": progress.backfill_id, "reopened": 0, "fail_locked": []}

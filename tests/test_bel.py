@@ -1093,6 +1093,11 @@ def test_a_cancel_during_registration_cancels_what_is_registered_after_it(bel: B
     progress = bel.backfill_progress(request.backfill_id)
     assert progress.canceled and progress.finished and progress.by_state == {WantState.canceled: 4}
     assert bel.backfill_reach(request.backfill_id) == []
+    # A retry lifts the cancel and hands back the wants to reopen; the registration then starts them.
+    assert {w.want_id for w in bel.retry_backfill(request.backfill_id)} == {w.want_id for w in specs}
+    assert not bel.backfill_progress(request.backfill_id).canceled
+    bel.reopen_wants([w.want_id for w in specs])
+    assert bel.record_backfill(request, 4, specs) == specs
     before = projection_rows(bel)
     bel.rebuild_projections()
     assert projection_rows(bel) == before

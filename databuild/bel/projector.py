@@ -655,6 +655,13 @@ def _backfill_resumed(conn: Connection, event: ev.BackfillResumed, at: datetime)
     )
 
 
+@projects(ev.BackfillRetried)
+def _backfill_retried(conn: Connection, event: ev.BackfillRetried, at: datetime) -> None:
+    conn.execute(
+        update(s.backfills).where(s.backfills.c.backfill_id == event.backfill_id).values(canceled=False)
+    )
+
+
 @projects(ev.BackfillCanceled)
 def _backfill_canceled(conn: Connection, event: ev.BackfillCanceled, at: datetime) -> None:
     conn.execute(

@@ -222,6 +222,23 @@ class BuildEventLog(BelQueries):
             tx.extend(decisions.ended_without_output(run, ev.ABANDONED_REASON, JobRunCause.abandoned))
             return str(row["workflow_id"])
 
+    def retry_backfill(self, backfill_id: str) -> list[Want]:
+        """Record that the backfill is retried (``BackfillRetried``: a cancelled one is no longer, so the
+        wants it registers from then on start); returns its wants that ended failed or canceled, for the
+        caller to reopen. NotFoundError for an unknown backfill."""
+        with self._write(backfill_key(backfill_id)) as tx:
+            self._backfill_row(tx.conn, backfill_id)
+            tx.append(ev.BackfillRetried(backfill_id=backfill_id))
+            rows = tx.conn.execute(
+                select(s.wants)
+                .join(s.backfill_wants, s.backfill_wants.c.want_id == s.wants.c.want_id)
+                .where(
+                    s.backfill_wants.c.backfill_id == backfill_id,
+                    s.wants.c.state.in_([WantState.failed.value, WantState.canceled.value]),
+                )
+            ).mappings()
+            return [want_from_row(row) for row in rows]
+
     def pause_backfill(self, backfill_id: str, paused: bool) -> bool:
         """Record that the backfill is paused (or resumed); False if it already was. Raises NotFoundError
         for an unknown backfill."""

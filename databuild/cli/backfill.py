@@ -117,12 +117,23 @@ def cancel(
 
 @app.command()
 def retry(
-    want_id: Annotated[str, typer.Argument(metavar="WANT_ID", help="A want id (w-...).")],
+    id_: Annotated[str, typer.Argument(metavar="ID", help="A want id (w-...) or a backfill id (bf-...).")],
     as_json: JsonFlag = False,
 ) -> None:
     """Make a want decide again now: one still open (e.g. after fixing an input or a cause outside
     DataBuild), or one that ended failed or canceled, which opens again with the wants it derived that
-    ended so (after `databuild resolve` of a fail-locked build)."""
+    ended so (after `databuild resolve` of a fail-locked build). For a backfill: every want of it that
+    ended failed or canceled opens again, and a cancelled backfill is no longer."""
+    if id_.startswith("bf-"):
+        done = run(with_client(lambda db: db.retry_backfill(id_)))
+        locked = f"; fail-locked (`databuild resolve` them, then retry): {', '.join(done.fail_locked)}"
+        emit(
+            as_json,
+            done,
+            lambda: f"{id_}: {done.reopened} want(s) open again" + (locked if done.fail_locked else ""),
+        )
+        return
+    want_id = id_
     want = run(with_client(lambda db: db.retry(want_id)))
     emit(as_json, {"want": want, "retried": True}, lambda: f"{want_id} ({want.ref}) decides again")
 

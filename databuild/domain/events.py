@@ -317,6 +317,14 @@ class BackfillCanceled(Model):
     backfill_id: str
 
 
+class BackfillRetried(Model):
+    """The backfill's wants that ended failed or canceled open again (each by its own `WantRetried`),
+    and a cancelled backfill is no longer: the wants it registers from then on start."""
+
+    type: Literal["BackfillRetried"] = "BackfillRetried"
+    backfill_id: str
+
+
 class PartitionFailed(Model):
     type: Literal["PartitionFailed"] = "PartitionFailed"
     ref: str
@@ -358,7 +366,8 @@ Event = Annotated[
     | BackfillWantsAdded
     | BackfillPaused
     | BackfillResumed
-    | BackfillCanceled,
+    | BackfillCanceled
+    | BackfillRetried,
     Field(discriminator="type"),
 ]
 

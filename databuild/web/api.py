@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import Field
 
-from databuild.backfill import BackfillProgress, BackfillRequest
+from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry
 from databuild.graph_view import GraphView, graph_view
 from databuild.log_view import AttemptLogView, attempt_log
 from databuild.models import (
@@ -167,6 +167,13 @@ async def post_cancel_backfill(request: Request, _caller: Caller, backfill_id: s
     db = context(request).db
     await db.cancel_backfill(backfill_id)
     return await db.backfill_progress(backfill_id)
+
+
+@router.post("/backfills/{backfill_id}/retry", response_model=BackfillRetry)
+async def post_retry_backfill(request: Request, _caller: Caller, backfill_id: str) -> BackfillRetry:
+    """Open again every want of the backfill that ended failed or canceled (with the wants they derived
+    that ended so), and lift its cancel; partitions still fail-locked are listed, and stay ended."""
+    return await context(request).db.retry_backfill(backfill_id)
 
 
 @router.post("/backfills/{backfill_id}/pause", response_model=BackfillProgress)
