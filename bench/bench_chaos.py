@@ -57,6 +57,7 @@ def report(result: ChaosReport, home: Path, kept: bool) -> None:
     # Counts only: the findings themselves are printed above.
     figures = {k: len(v) if isinstance(v, list) else v for k, v in asdict(result).items()}
     figures["faults"] = dict(result.faults)
+    figures["steering"] = dict(result.steering)
     print(json.dumps(figures))
 
 

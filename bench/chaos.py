@@ -13,13 +13,17 @@ Faults:
 * ``terminate_bel``: ``pg_terminate_backend`` every connection to the BEL's database;
 * ``restart_stack``: SIGKILL the Temporal server and every worker at once, then start them all again.
 
+Steering (``steer``): the first round also registers a real backfill of the ``daily_users`` its wants
+need, and pauses, resumes, cancels and retries it at moments drawn from the seed, under the faults;
+after the last retry every want of it must still end successful.
+
 The seed fixes the schedule (which fault, which worker, the gaps between them); the interleaving with
 the work still depends on timing, so a seed reproduces the schedule, not the exact run.
 
 Invariants, checked after the faults stop:
 
-* none stuck: every want that is not final in the BEL has a running Temporal workflow, and within the
-  settle time every want ends, successfully;
+* no want open in the BEL whose workflow is closed: every want that is not final in the BEL has a
+  running Temporal workflow, and within the settle time every want ends, successfully;
 * each (ref, taint generation) built at most once: at most one ``PartitionLive`` of a job run per ref
   between two taints of it (a retried attempt may write data, but only one commit makes an instance);
 * no build lock held by a dead run: every partition ``building`` is locked by a job run whose workflow
@@ -58,6 +62,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from bench.cluster import start_databuild_worker, stop_group
+from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.client import DataBuild
@@ -114,19 +119,22 @@ class ChaosConfig:
     script: tuple[FaultKind, ...] = ()
     minutes: float = 0.0  # soak: after the first round, taint-and-rebuild rounds until this long
     settle_seconds: float = 300.0  # after the faults stop, how long every want has to end
+    steer: bool = True  # pause, resume, cancel and retry a backfill of the first round meanwhile
+    steer_gap: tuple[float, float] = (1.0, 5.0)  # seconds before each steering step, uniformly drawn
 
 
 @dataclass
 class ChaosReport:
     seed: int
     faults: Counter[str] = field(default_factory=Counter)
+    steering: Counter[str] = field(default_factory=Counter)  # backfill pauses, resumes, cancels, retries
     rounds: int = 0
     wants: int = 0
     successful: int = 0
     builds: int = 0
     retries: int = 0  # job attempts beyond each run's first (a killed attempt is retried)
     unfinished: list[str] = field(default_factory=list)  # wants not successful after the settle time
-    stuck: list[str] = field(default_factory=list)  # non-final wants without a running workflow
+    stuck: list[str] = field(default_factory=list)  # wants open in the BEL whose workflow is closed
     duplicates: list[str] = field(default_factory=list)  # (ref, generation) built more than once
     dead_locks: list[str] = field(default_factory=list)  # building partitions whose run is not running
     projection_diffs: list[str] = field(default_factory=list)
@@ -137,7 +145,7 @@ class ChaosReport:
     def violations(self) -> list[str]:
         checks = {
             "wants not successful": self.unfinished,
-            "stuck wants": self.stuck,
+            "wants open in the BEL whose workflow is closed": self.stuck,
             "duplicate builds": self.duplicates,
             "build locks held by dead runs": self.dead_locks,
             "projections differ from a rebuild": self.projection_diffs,
@@ -147,14 +155,16 @@ class ChaosReport:
 
     def summary(self) -> str:
         faults = ", ".join(f"{kind} {n}" for kind, n in sorted(self.faults.items())) or "none"
+        steering = ", ".join(f"{step} {n}" for step, n in sorted(self.steering.items())) or "none"
         lines = [
             f"seed                 {self.seed}",
             f"faults injected      {sum(self.faults.values())} ({faults})",
+            f"backfill steered     {sum(self.steering.values())} ({steering})",
             f"rounds               {self.rounds}",
             f"wants completed      {self.successful} of {self.wants}",
             f"partitions built     {self.builds} (job attempts retried: {self.retries})",
             f"duplicate builds     {len(self.duplicates)}",
-            f"stuck wants          {len(self.stuck)}",
+            f"stuck wants          {len(self.stuck)} (open in the BEL, workflow closed)",
             f"dead build locks     {len(self.dead_locks)}",
             f"projection diffs     {len(self.projection_diffs)}",
             f"unreadable           {len(self.unreadable)}",
@@ -380,6 +390,59 @@ async def all_open_wants_dead(stack: ChaosStack) -> bool:
         return len(await stuck_wants(stack)) == sum((await read(stack, open_wants)).values())
     except RPCError:  # Temporal went down meanwhile: look again later
         return False
+
+
+STEERING_STEPS = ("pause", "resume", "cancel", "retry")
+
+
+def steered_request(config: "ChaosConfig") -> BackfillRequest:
+    """A backfill of every daily_users the round's wants need (other wants than theirs: racing them)."""
+    days = sorted(
+        ref.partition("/")[2] for ref in needed_refs(backfill_refs(config)) if ref.startswith("daily_users/")
+    )
+    first, last = (
+        datetime.combine(date.fromisoformat(day), datetime.min.time(), UTC) for day in (days[0], days[-1])
+    )
+    return BackfillRequest(pattern="daily_users/{date}", start=first, end=last)
+
+
+async def steer_backfill(
+    stack: ChaosStack, rng: random.Random, config: "ChaosConfig", steering: Counter[str]
+) -> None:
+    """Register the steered backfill and, from its first recorded wants on, pause, resume, cancel and
+    retry it, each after a pause drawn from ``rng`` and retried through faults; it ends retried and
+    resumed, so every want of it must still end successful."""
+    assert stack.db is not None
+    db = stack.db
+    request = steered_request(config)
+    recorded = asyncio.Event()
+    registering = asyncio.create_task(
+        retrying(lambda: db.backfill(request, on_registered=lambda _done: recorded.set()), "backfill")
+    )
+    await recorded.wait()
+    backfill_id = request.backfill_id
+
+    async def cancel() -> str:
+        return f"{await db.cancel_backfill(backfill_id)} want(s) cancelled"
+
+    async def retry() -> str:
+        return f"{(await db.retry_backfill(backfill_id)).reopened} want(s) reopened"
+
+    async def pause(paused: bool) -> str:
+        return f"{(await db.pause_backfill(backfill_id, paused=paused)).done} of its wants ended"
+
+    steps: dict[str, Callable[[], Awaitable[str]]] = {
+        "pause": partial(pause, True),
+        "resume": partial(pause, False),
+        "cancel": cancel,
+        "retry": retry,
+    }
+    for step in STEERING_STEPS:
+        await asyncio.sleep(rng.uniform(*config.steer_gap))
+        said = await retrying(steps[step], f"backfill {step}")
+        steering[step] += 1
+        stack.log(f"backfill {backfill_id}: {step}: {said}")
+    await registering
 
 
 async def taint_round(stack: ChaosStack, rng: random.Random, config: "ChaosConfig") -> list[str]:
@@ -694,7 +757,7 @@ async def run_chaos(config: ChaosConfig, home: Path, admin_url: str, log: Log = 
                     faults.random(config.kinds, config.fault_gap, config.max_faults, stop)
                 )
             try:
-                report.rounds = await soak(stack, rng, config, started, log)
+                report.rounds = await soak(stack, rng, config, started, log, report.steering)
             finally:
                 stop.set()
                 await injector
@@ -725,13 +788,27 @@ async def run_chaos(config: ChaosConfig, home: Path, admin_url: str, log: Log = 
     return report
 
 
-async def soak(stack: ChaosStack, rng: random.Random, config: ChaosConfig, started: float, log: Log) -> int:
+async def soak(
+    stack: ChaosStack,
+    rng: random.Random,
+    config: ChaosConfig,
+    started: float,
+    log: Log,
+    steering: Counter[str] | None = None,
+) -> int:
     """The backfill and its concurrent wants; in a soak, then taint-and-rebuild rounds until time is up.
-    Each round ends when every want is final or stuck (under faults). Returns the rounds completed."""
+    Each round ends when every want is final or stuck (under faults). The first round's real backfill is
+    steered meanwhile (``config.steer``; its steps counted in ``steering``). Returns the rounds completed."""
     refs = backfill_refs(config)
     rounds = 0
     while True:
-        await register_round(stack, rng, config, refs)
+        if rounds == 0 and config.steer:
+            # Its own generator, so the fault schedule stays the seed's whatever the steering draws.
+            steer_rng = random.Random(config.seed + 1)
+            steered = steer_backfill(stack, steer_rng, config, Counter() if steering is None else steering)
+            await asyncio.gather(register_round(stack, rng, config, refs), steered)
+        else:
+            await register_round(stack, rng, config, refs)
         # Stuck wants never end: the checks at the end report them, and the soak goes on without them.
         if await until_settled(stack, max(config.settle_seconds, 60 * config.minutes)) == "timeout":
             return rounds  # the settle check after the faults reports what is open

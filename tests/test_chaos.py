@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos import FAULT_KINDS, ChaosConfig, ChaosReport, run_chaos
+from bench.chaos import FAULT_KINDS, STEERING_STEPS, ChaosConfig, ChaosReport, run_chaos
 from tests.conftest import require_postgres
 
 pytestmark = pytest.mark.slow
@@ -28,13 +28,14 @@ async def chaos(config: ChaosConfig, home: Path) -> ChaosReport:
 
 async def test_invariants_hold_under_random_faults(tmp_path: Path) -> None:
     seed = int(os.environ.get("DATABUILD_CHAOS_SEED") or random.randrange(1_000_000))
-    # One week of the demo (16 partitions) and 20 wants racing its own for the same partitions, while
-    # a worker, the Temporal server, the BEL's connections and the whole stack are killed, one each at
-    # random moments.
+    # One week of the demo (16 partitions) and 20 wants racing its own for the same partitions, and a
+    # backfill of its daily_users paused, resumed, cancelled and retried, while a worker, the Temporal
+    # server, the BEL's connections and the whole stack are killed, one each at random moments.
     config = ChaosConfig(seed=seed, days=1, extra_wants=20, fault_gap=(3.0, 8.0), max_faults=len(FAULT_KINDS))
     report = await chaos(config, tmp_path)
     assert set(report.faults) == set(FAULT_KINDS)
-    assert report.successful == report.wants > 20
+    assert report.steering == dict.fromkeys(STEERING_STEPS, 1)
+    assert report.successful == report.wants > 27
 
 
 # The two restarts measured when the product was attacked: a small backfill (three days of daily_users,
@@ -44,7 +45,13 @@ async def test_invariants_hold_under_random_faults(tmp_path: Path) -> None:
 
 async def test_temporal_server_killed_mid_build_and_restarted(tmp_path: Path) -> None:
     config = ChaosConfig(
-        seed=1, backfill="daily_users", days=3, extra_wants=6, workers=1, script=("restart_temporal",)
+        seed=1,
+        backfill="daily_users",
+        days=3,
+        extra_wants=6,
+        workers=1,
+        script=("restart_temporal",),
+        steer=False,
     )
     report = await chaos(config, tmp_path)
     assert report.faults == {"restart_temporal": 1} and report.builds == 6
@@ -52,7 +59,13 @@ async def test_temporal_server_killed_mid_build_and_restarted(tmp_path: Path) ->
 
 async def test_whole_stack_killed_mid_build_and_restarted(tmp_path: Path) -> None:
     config = ChaosConfig(
-        seed=2, backfill="daily_users", days=3, extra_wants=6, workers=1, script=("restart_stack",)
+        seed=2,
+        backfill="daily_users",
+        days=3,
+        extra_wants=6,
+        workers=1,
+        script=("restart_stack",),
+        steer=False,
     )
     report = await chaos(config, tmp_path)
     assert report.faults == {"restart_stack": 1} and report.builds == 6
