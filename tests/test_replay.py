@@ -1,6 +1,6 @@
 """Recorded histories of every workflow type replay against today's workflow code (no server): a change
 that would break the workflows already running (other commands, or in another order, without
-``workflow.patched``) fails here. How to record them: README, "Replay tests"."""
+``workflow.patched``) fails here. How to record them: docs/development/replay-tests.md."""
 
 import pytest
 

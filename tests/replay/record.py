@@ -7,8 +7,8 @@ SLA and TTL timers, a dev server that suggests continue-as-new early for that sc
 workers from worker/run.py with Spark in local mode, a SQLite BEL each. Every history it saves is
 replayed once before it lands in tests/histories/<name>.json.
 
-Re-record a history only for new behaviour, never to make a non-determinism error go away (README,
-"Replay tests"). The v0-* scenarios record the want workflow of commit 8f9f934 (before the
+Re-record a history only for new behaviour, never to make a non-determinism error go away
+(docs/development/replay-tests.md). The v0-* scenarios record the want workflow of commit 8f9f934 (before the
 bounded-history patch) and run only in a worktree of that commit.
 """
 
@@ -528,7 +528,9 @@ def chosen(only: list[str] | None) -> list[str]:
     names = only or [name for name in RUNS if era(name) == checked_out()]
     for name in names:
         if era(name) != checked_out():
-            sys.exit(f"scenario {name!r} records the workflows of {era(name)}; see README, 'Replay tests'")
+            sys.exit(
+                f"scenario {name!r} records the workflows of {era(name)}; see docs/development/replay-tests.md"
+            )
     return names
 
 
