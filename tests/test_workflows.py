@@ -416,18 +416,24 @@ async def test_a_paused_verdict_holds_the_want_until_a_resume(
         await asyncio.sleep(1.5)
         return paused_decision()
 
-    first = resumed_meanwhile if resumed == "while it was decided" else paused_decision()
-    script.then("decide", first, live_decision("i-7"))
+    async def by_step(input: p.DecideInput) -> object:
+        # Answered by step, not by call: under load a workflow task times out and its local activities
+        # run again with the same step (the BEL answers a step it decided again the same way).
+        if input.seq > 1:
+            return live_decision("i-7")
+        return await resumed_meanwhile(input) if resumed == "while it was decided" else paused_decision()
+
+    script.always("decide", by_step)
     handle = await h.start_want(spec, task_timeout=timedelta(seconds=1))
     if resumed == "after the verdict":
         await script.called("decide")
         await asyncio.sleep(0.5)
-        assert len(script.inputs("decide")) == 1  # it waits, deciding nothing
+        assert once([i.seq for i in script.inputs("decide")]) == [1]  # it waits, deciding nothing
         await handle.signal(p.SIGNAL_RESUME)
 
     result = await handle.result()
     assert (result.state, result.instance_id) == (WantState.successful, "i-7")
-    assert [i.seq for i in script.inputs("decide")] == [1, 2]
+    assert once([i.seq for i in script.inputs("decide")]) == [1, 2]
 
 
 async def test_required_partitions_hold_the_decision_back(h: Harness, script: Script) -> None:
