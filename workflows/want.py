@@ -43,10 +43,10 @@ class WantWorkflow:
     def __init__(self, input: p.WantInput) -> None:
         self._spec = input.spec
         # Built before any signal of this run is handled, so signals land on what the last run knew.
-        self._m = input.carried or p.WantMemory()
+        self._memory = input.carried or p.WantMemory()
         if input.ending is not None:  # the run only records how the one before it ended, as it was then
             ending = input.ending
-            self._m = p.WantMemory(state=ending.was, job_run_id=ending.job_run_id, seq=ending.seq)
+            self._memory = p.WantMemory(state=ending.was, job_run_id=ending.job_run_id, seq=ending.seq)
 
     @workflow.run
     async def run(self, input: p.WantInput) -> p.WantResult:
@@ -57,8 +57,8 @@ class WantWorkflow:
         fulfil: asyncio.Task[Outcome | None] | None = None
         try:
             if input.carried is None:
-                self._m.seq = await bel(WantActivities.register_want, input)
-            if spec.sla_deadline and not self._m.sla_missed:
+                self._memory.seq = await bel(WantActivities.register_want, input)
+            if spec.sla_deadline and not self._memory.sla_missed:
                 sla_timer = asyncio.create_task(self._watch_sla(spec.sla_deadline))
             fulfil = asyncio.create_task(self._fulfil())
             outcome = await self._within_ttl(fulfil)
@@ -70,7 +70,7 @@ class WantWorkflow:
             if sla_timer is not None:
                 sla_timer.cancel()
         if outcome is None:  # signal handlers are synchronous: nothing is left to finish
-            workflow.continue_as_new(p.WantInput(spec=spec, carried=self._m))
+            workflow.continue_as_new(p.WantInput(spec=spec, carried=self._memory))
         return await self._finish(*outcome)
 
     def _history_is_long(self) -> bool:
@@ -91,13 +91,13 @@ class WantWorkflow:
     async def _stop_fulfilling(self, fulfil: "asyncio.Task[Outcome | None] | None", why: str) -> None:
         """Let the current step finish rather than cancel it: a decision the BEL has committed must
         be followed through (its job run started), or its build lock would be orphaned."""
-        self._m.stopping = why
+        self._memory.stopping = why
         if fulfil is not None and not fulfil.done():
             await fulfil
 
     async def _fulfil(self) -> Outcome | None:
         """The want's outcome; None when this run should continue as new (between two decisions)."""
-        spec, m = self._spec, self._m
+        spec, m = self._spec, self._memory
         if spec.requires and not m.requirements_met:
             await self._await_requirements()
         while not m.stopping:
@@ -153,7 +153,7 @@ class WantWorkflow:
 
     async def _follow_run(self, decision: Following, redecide: Callable[[], bool]) -> Outcome | None:
         """Wait for the job run the want executes or delegated to. None means: decide again."""
-        ref, m = self._spec.ref, self._m
+        ref, m = self._spec.ref, self._memory
         job_run_id = decision.job_run_id
         if isinstance(decision, p.ExecuteOrder) and job_run_id not in m.started:
             m.started.append(job_run_id)  # a decision can be given again (redecide): start it once
@@ -182,7 +182,7 @@ class WantWorkflow:
     async def _wait(self, condition: Callable[[], bool], within: timedelta | None = None) -> bool:
         """Wait until ``condition`` holds or the want is stopping; False if ``within`` passed first."""
         try:
-            await workflow.wait_condition(lambda: condition() or bool(self._m.stopping), timeout=within)
+            await workflow.wait_condition(lambda: condition() or bool(self._memory.stopping), timeout=within)
         except TimeoutError:
             return False
         return True
@@ -200,15 +200,15 @@ class WantWorkflow:
             return True
         if not watching.cancelled() and (error := watching.exception()) is not None:
             workflow.logger.warning("watch of %s ended with %s; deciding again", what, error)
-        return condition() or bool(self._m.stopping)
+        return condition() or bool(self._memory.stopping)
 
     def _run_settled(self, ref: str, job_run_id: str) -> bool:
-        m = self._m
+        m = self._memory
         return ref in m.live or job_run_id in m.failed_runs or job_run_id in m.dep_missed
 
     async def _await_requirements(self) -> None:
         """Hold the job back until the external partitions the want requires are available."""
-        spec, m = self._spec, self._m
+        spec, m = self._spec, self._memory
         status = await bel(
             WantActivities.await_requirements, p.RequirementsInput(want_id=spec.want_id, refs=spec.requires)
         )
@@ -229,7 +229,7 @@ class WantWorkflow:
     async def _await_inputs(self, job_run_id: str | None, missing: list[str]) -> str | None:
         """Start derivative wants for the missing inputs (of a dep-miss of ``job_run_id``, or declared by
         the job when it is None) and wait until all are live (or one fails)."""
-        m = self._m
+        m = self._memory
         why = f"{job_run_id} dep-missed" if job_run_id else "declared inputs are not live"
         self._set(WantState.upstream_building, job_run_id, missing, f"{why}; derivative wants build")
         # Only news from now on counts (the activity re-reads the BEL): an input heard live earlier and
@@ -292,19 +292,19 @@ class WantWorkflow:
         remaining = self._until(deadline)
         if remaining:
             await workflow.sleep(remaining)
-        if self._m.state.is_final:
+        if self._memory.state.is_final:
             return
         await bel(
             WantActivities.record_sla_missed, p.SlaMissedInput(want_id=self._spec.want_id, deadline=deadline)
         )
-        self._m.sla_missed = True
+        self._memory.sla_missed = True
         workflow.upsert_search_attributes([p.SA_SLA_MISSED.value_set(True)])
         self._describe()
 
     async def _watch_sla_risk(self, deadline: datetime) -> None:
         """Before the deadline: ask whether the want is predicted to miss it (which alerts once) each
         time its state changes, and when the estimate says it would pass the deadline if nothing moved."""
-        m = self._m
+        m = self._memory
         while not m.sla_at_risk and not m.state.is_final:
             now = workflow.now()
             if now >= deadline:
@@ -326,7 +326,7 @@ class WantWorkflow:
             await self._wait(changed, within=within)
 
     async def _finish(self, state: WantState, reason: str | None, instance: str | None) -> p.WantResult:
-        spec, m = self._spec, self._m
+        spec, m = self._spec, self._memory
         following = m.job_run_id if m.state is WantState.building else None
         interrupted = await self._record_finish(
             p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance, seq=m.seq)
@@ -385,7 +385,7 @@ class WantWorkflow:
         return max((deadline - workflow.now()).total_seconds(), 0.0)
 
     def _set(self, state: WantState, job_run_id: str | None, waiting_for: list[str], note: str) -> None:
-        m = self._m
+        m = self._memory
         if state is not m.state:
             workflow.upsert_search_attributes([p.SA_WANT_STATE.value_set(state.value)])
         if (state, job_run_id, waiting_for) != (m.state, m.job_run_id, m.waiting_for):
@@ -394,7 +394,7 @@ class WantWorkflow:
         self._describe()
 
     def _describe(self) -> None:
-        m = self._m
+        m = self._memory
         flag = "  ⚠ SLA missed" if m.sla_missed else "  ⚠ SLA at risk" if m.sla_at_risk else ""
         lines = [f"**{m.state.value}**" + flag]
         if m.waiting_for:
@@ -407,33 +407,33 @@ class WantWorkflow:
 
     @workflow.signal(name=p.SIGNAL_PARTITION_AVAILABLE)
     def partition_available(self, notice: p.PartitionAvailable) -> None:
-        self._m.live[notice.ref] = notice.instance_id
+        self._memory.live[notice.ref] = notice.instance_id
 
     @workflow.signal(name=p.SIGNAL_PARTITION_FAILED)
     def partition_failed(self, notice: p.PartitionFailedNotice) -> None:
-        self._m.failed_runs[notice.job_run_id] = notice.reason
-        self._m.failed_refs[notice.ref] = notice.reason
+        self._memory.failed_runs[notice.job_run_id] = notice.reason
+        self._memory.failed_refs[notice.ref] = notice.reason
 
     @workflow.signal(name=p.SIGNAL_REDECIDE)
     def redecide(self, _notice: p.RedecideNotice) -> None:
-        self._m.redecides += 1
+        self._memory.redecides += 1
 
     @workflow.signal(name=p.SIGNAL_PAUSE)
     def pause(self) -> None:
-        self._m.paused = True
+        self._memory.paused = True
 
     @workflow.signal(name=p.SIGNAL_RESUME)
     def resume(self) -> None:
-        self._m.paused = False
-        self._m.resumes += 1
+        self._memory.paused = False
+        self._memory.resumes += 1
 
     @workflow.signal(name=p.SIGNAL_DEP_MISS)
     def dep_miss(self, notice: p.DepMissNotice) -> None:
-        self._m.dep_missed[notice.job_run_id] = notice.missing
+        self._memory.dep_missed[notice.job_run_id] = notice.missing
 
     @workflow.query(name=p.QUERY_PROGRESS)
     def progress(self) -> p.WantProgress:
-        m = self._m
+        m = self._memory
         return p.WantProgress(
             want_id=self._spec.want_id,
             ref=self._spec.ref,

@@ -23,6 +23,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "execute": ("want-execute", "job-run-success"),
     "delegate": ("want-delegate",),
     "dep-miss-chain": ("want-dep-miss-chain", "want-derivative", "job-run-dep-miss"),
+    "declared-inputs": ("want-declared-inputs",),
     "fail-lock": ("want-failed", "job-run-failed", "want-fail-lock-resolve"),
     "retry": ("job-run-retry",),
     "cancel": ("want-cancel",),

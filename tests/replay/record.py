@@ -55,7 +55,7 @@ from databuild.temporal import (
 from databuild.testing import free_port
 from tests import graphs
 from tests.conftest import DEMO_REF, Stack, binary, running_stack, start_dev_server
-from tests.helpers import TOKEN, http_server, until, waiting_for_feed
+from tests.helpers import TOKEN, http_server, lake, until, waiting_for_feed
 from tests.replay import HISTORY_DIR, SCENARIOS, history_path, replayer
 
 Server = Literal["dev", "time-skipping", "short-history"]
@@ -185,8 +185,9 @@ async def delegate(rec: Recorder) -> None:
 
 @scenario("dep-miss-chain")
 async def dep_miss_chain(rec: Recorder) -> None:
-    """The demo: daily_summary dep-misses seven daily_users, each of which dep-misses its raw_events."""
-    async with rec.stack("dev", "examples.demo:graph") as stack:
+    """The demo discovering its inputs: daily_summary dep-misses seven daily_users, each of which
+    dep-misses its raw_events."""
+    async with rec.stack("dev", "examples.demo:discovering") as stack:
         spec = await stack.db.want(DEMO_REF)
         await settled(stack, spec)
         missed = next(r for r in stack.bel.job_runs(limit=100) if r.state is JobRunState.dep_miss)
@@ -196,6 +197,17 @@ async def dep_miss_chain(rec: Recorder) -> None:
         await rec.save("want-dep-miss-chain", stack.client, spec.workflow_id)
         await rec.save("want-derivative", stack.client, derivative.workflow_id)
         await rec.save("job-run-dep-miss", stack.client, missed.workflow_id)
+
+
+@scenario("declared-inputs")
+async def declared_inputs(rec: Recorder) -> None:
+    """The demo declaring its inputs: daily_summary's want starts derivative wants for them before its
+    first run, which then builds without a dep-miss."""
+    async with rec.stack("dev", "examples.demo:graph") as stack:
+        spec = await stack.db.want(DEMO_REF)
+        await settled(stack, spec)
+        assert not [r for r in stack.bel.job_runs(limit=100) if r.state is JobRunState.dep_miss]
+        await rec.save("want-declared-inputs", stack.client, spec.workflow_id)
 
 
 async def fail_then_block(stack: Stack, n: str) -> tuple[WantSpec, WantSpec]:
@@ -280,11 +292,11 @@ async def abandon(rec: Recorder) -> None:
 async def upstream_pull(rec: Recorder) -> None:
     """The downstream pulls a partition the upstream built: its first run pulls twice and continues
     as new."""
-    lake = rec.home / "lake"
+    shared = rec.home / "lake"  # one storage root for both graphs
     up_tokens, down_tokens = SecretStr(f"down={TOKEN}"), SecretStr(f"up={TOKEN}")
     async with (
-        rec.stack("dev", "tests.graphs:feeds", storage_root=lake, api_tokens=up_tokens) as up,
-        rec.stack("dev", "tests.graphs:late", storage_root=lake, upstream_tokens=down_tokens) as down,
+        rec.stack("dev", "tests.graphs:feeds", storage_root=shared, api_tokens=up_tokens) as up,
+        rec.stack("dev", "tests.graphs:late", storage_root=shared, upstream_tokens=down_tokens) as down,
     ):
         await settled(up, await up.db.want("feed/2024-01-01"))
         port = free_port()
@@ -361,7 +373,7 @@ async def sla_miss(rec: Recorder) -> None:
         await until(lambda: waiting_for_feed(stack.db, "feed/late"), seconds=120)
         await env.sleep(timedelta(hours=10))
         await until(lambda: stack.bel.want(spec.want_id).sla_missed)
-        stack.parts.spark.session().range(5).write.parquet(str(stack.settings.storage_root / "feed/late"))
+        stack.parts.spark.session().range(5).write.parquet(str(lake(stack.settings) / "feed/late"))
         await stack.db.publish("feed/late")
         await settled(stack, spec)
         assert stack.bel.want(spec.want_id).sla_missed
