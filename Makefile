@@ -38,15 +38,18 @@ test: install lint
 # The tests that need no Spark: the domain rules, the workflows with test doubles, replay, settings.
 FAST_TESTS := tests/test_decisions.py tests/test_workflows.py tests/test_replay.py tests/test_projector.py \
 	tests/test_settings.py tests/test_upstream_pages.py tests/test_bench_imports.py tests/test_pools.py tests/test_policies.py \
-	tests/test_reach.py
+	tests/test_reach.py tests/test_docs.py
 
 fast: install lint
 	$(BIN)/pytest $(FAST_TESTS)
 
+# The docs site too: --strict turns a broken link or anchor into a failure (not with --quiet, which drops the
+# warnings before strict mode counts them). NO_MKDOCS_2_WARNING quiets the theme's notice about its future.
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 bench: install
 	$(BIN)/python -m bench.bench_orchestration
@@ -61,4 +64,4 @@ chaos: install
 	$(BIN)/python -m bench.bench_chaos --minutes $(or $(MINUTES),10) $(if $(SEED),--seed $(SEED))
 
 clean:
-	rm -rf .databuild $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .databuild $(VENV) .pytest_cache .mypy_cache .ruff_cache site

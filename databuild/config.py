@@ -25,8 +25,8 @@ DEFAULT_HOME = Path(".databuild")
 _HOST_CHARACTERS = set("abcdefghijklmnopqrstuvwxyz0123456789-._:")  # names, IPv4 and IPv6 addresses
 
 ENV_PREFIX = "DATABUILD_"
-# The README's configuration table shows this instead of the default where the default is derived or
-# would read badly; the text is Markdown.
+# The configuration page of the docs (docs/hooks/settings_table.py) shows this instead of the default where
+# the default is derived or would read badly; the text is Markdown.
 SHOWN_DEFAULT = "shown_default"
 
 # Only `Settings.from_env` reads the environment: settings built in code (tests, tools) never pick up
@@ -40,7 +40,7 @@ def _shown_default(text: str) -> dict[str, JsonValue]:
 
 class Settings(BaseSettings):
     """Each field is read from ``DATABUILD_<FIELD>`` (or its alias) by `from_env`; the descriptions are
-    the README's configuration table."""
+    the docs' configuration table (Markdown; links are relative to docs/)."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -56,7 +56,8 @@ class Settings(BaseSettings):
     # Default: derived from the graph, so two graphs on one Temporal namespace never take each other's tasks.
     task_queue: str = Field(
         default="",
-        description="task queue of wants and job runs; default derived from `DATABUILD_GRAPH` (see Operations)",
+        description="task queue of wants and job runs; default derived from `DATABUILD_GRAPH` "
+        "(see [Workers](operations/index.md#workers))",
         json_schema_extra=_shown_default("`databuild-<graph>`"),
     )
     # Secret: its password (user:password@, ?password=) is in it.
@@ -68,13 +69,14 @@ class Settings(BaseSettings):
     storage_root: str = Field(
         default="",
         description="where partitions are stored: a path, or a URI (`file://`, `s3a://`, `gs://`, `abfss://`, "
-        "`hdfs://`); see Storage",
+        "`hdfs://`); see [Storage](operations/storage.md)",
         json_schema_extra=_shown_default("`<home>/data`"),
     )
     catalog: str = Field(
         default="embedded",
         description="the Hive metastore outputs are published to as tables: `embedded` (Derby under "
-        "`<home>/catalog`, one worker process), `thrift://host:9083` (a shared metastore) or `none`; see Tables",
+        "`<home>/catalog`, one worker process), `thrift://host:9083` (a shared metastore) or `none`; "
+        "see [Tables](operations/storage.md#tables)",
     )
     catalog_database: str = Field(
         default="default", description="the catalog database (schema) of the tables"
@@ -92,7 +94,7 @@ class Settings(BaseSettings):
         ge=0,
         le=65535,
         description="serve each worker's Prometheus metrics at `http://<host>:<port>/metrics`, on all "
-        "interfaces (`0`: off; the web server always serves `/metrics`); see Metrics",
+        "interfaces (`0`: off; the web server always serves `/metrics`); see [Metrics](operations/metrics.md)",
     )
     graph: str = Field(default="examples.demo:graph", description="`module:attribute` of your graph")
     spark_master: str = Field(default="local[2]", description="Spark master of the worker's session")
@@ -102,7 +104,7 @@ class Settings(BaseSettings):
     )
     executor: ExecutorKind = Field(
         default="session",
-        description="where jobs run: `session`, `submit` or `connect` (see Job executors)",
+        description="where jobs run: `session`, `submit` or `connect` (see [Job executors](executors.md))",
     )
     # NoDecode: list and dict settings are written `a,b` and `k=v,k2=v2`, not JSON.
     job_executors: Annotated[dict[str, ExecutorKind], NoDecode] = Field(
@@ -159,12 +161,12 @@ class Settings(BaseSettings):
         default=1024 * 1024,
         ge=4096,
         description="most bytes of one job attempt's log; a longer log keeps its beginning and its end, "
-        "where a failure's traceback is (see Job logs)",
+        "where a failure's traceback is (see [Job logs](operations/logs.md))",
     )
     pools: Annotated[dict[str, int], NoDecode] = Field(
         default_factory=dict,
         description="named pools, `name=slots,...`: the most job runs of the jobs in a pool (`@graph.job(pool=)`) "
-        "running at once, cluster-wide; see Backfills",
+        "running at once, cluster-wide; see [Pools](backfills.md#pools)",
     )
     batch_window: timedelta = Field(
         default=timedelta(seconds=2),
@@ -177,14 +179,15 @@ class Settings(BaseSettings):
         default=timedelta(hours=1),
         ge=timedelta(0),
         le=MAX_DURATION,
-        description="how often each worker collects the storage's garbage (`0`: never); see Storage",
+        description="how often each worker collects the storage's garbage (`0`: never); "
+        "see [Garbage collection](operations/storage.md#garbage-collection)",
     )
     repair_every: timedelta = Field(
         default=timedelta(minutes=5),
         ge=timedelta(0),
         le=MAX_DURATION,
         description="how often each worker looks for wants whose workflows died without a final state, "
-        "and starts them again (`0`: never); see Long waits",
+        "and starts them again (`0`: never); see [Repair](operations/cancel-retry-repair.md#repair)",
     )
     gc_keep: timedelta = Field(
         default=timedelta(days=7),
@@ -219,7 +222,7 @@ class Settings(BaseSettings):
     openlineage_url: str | None = Field(
         default=None,
         description="send job runs as OpenLineage events to a file (`file:///abs/path.ndjson` or a plain "
-        "path) or an `http(s)://` endpoint (see OpenLineage export)",
+        "path) or an `http(s)://` endpoint (see [OpenLineage](lineage.md#openlineage-export))",
         json_schema_extra=_shown_default("unset (off)"),
     )
     openlineage_namespace: str = Field(default="databuild", description="OpenLineage job namespace")
@@ -230,27 +233,27 @@ class Settings(BaseSettings):
     alert_urls: SecretStr | None = Field(
         default=None,
         description="where alerts go: comma-separated notification URLs in apprise syntax (`json://host:port/path`, "
-        "`slack://…`, `mailto://…`); each gets every alert (see Alerts)",
+        "`slack://…`, `mailto://…`); each gets every alert (see [Alerts](operations/alerts.md))",
         json_schema_extra=_shown_default("unset (off)"),
     )
     alert_config: Path | None = Field(
         default=None,
         description="an apprise configuration file (text or YAML) of more channels, whose tags `kind:<kind>`, "
-        "`job:<label>`, `ref:<glob>` route alerts to them (see Alerts)",
+        "`job:<label>`, `ref:<glob>` route alerts to them (see [Alerts](operations/alerts.md))",
     )
     alert_give_up_after: timedelta = Field(
         default=timedelta(days=1),
         gt=timedelta(0),
         le=MAX_DURATION,
         description="how long alerts are retried on a channel that does not take them: a group of them is "
-        "given up this long after it was due or its last alert came (see Alerts)",
+        "given up this long after it was due or its last alert came (see [Alerts](operations/alerts.md))",
     )
     alert_group_window: timedelta = Field(
         default=timedelta(minutes=10),
         ge=timedelta(0),
         le=MAX_DURATION,
         description="alerts of one kind about one job that come within this long of their group's last "
-        "message go out together at its end, as one digest that counts them (see Alerts)",
+        "message go out together at its end, as one digest that counts them (see [Alerts](operations/alerts.md))",
     )
     dashboard_url: str = Field(
         default="http://127.0.0.1:8000",

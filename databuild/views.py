@@ -1,7 +1,7 @@
 """The three detail views (want fulfillment, partition lineage, job run detail) and the list views.
 
 Every response is ``{data, index}``: ``data`` holds ids, and ``index`` holds each related want, job
-run, partition and partition instance once, so detail types stay flat (reference/detail-lineage.md).
+run, partition and partition instance once, so detail types stay flat (docs/lineage.md).
 Each view is a fixed handful of indexed lookups, batched per level, whatever the size of the log.
 """
 

@@ -36,7 +36,7 @@ SPARK_REPOSITORIES = {
 SPARK_SERVICES = ("spark-master", "spark-worker", "spark-connect")
 DATABUILD_SERVICES = ("databuild-worker", "databuild-web")
 LAKE_VOLUME = "lake"
-# Settings every DataBuild service gets, with their values (README: Configuration).
+# Settings every DataBuild service gets, with their values (docs/configuration.md).
 DATABUILD_ENV = {
     "DATABUILD_TEMPORAL_ADDRESS": "temporal:7233",
     "DATABUILD_DATABASE_URL": "postgresql+psycopg://databuild:databuild@bel-db:5432/databuild",

@@ -1,4 +1,4 @@
-"""The error rule on every surface (README, Errors): bad input, a bad setting or a dependency that is down
+"""The error rule on every surface (docs/cli.md, Errors): bad input, a bad setting or a dependency that is down
 gives one line naming the problem and the fix (CLI exit 2 for usage and configuration errors, 1 for a
 dependency that is down) or an HTTP 4xx/503 with a message; never a traceback, a 500 or a secret; an
 unexpected error gives one line saying where its traceback is. And no browser page of another site can

@@ -1,25 +1,27 @@
 """Settings: the variables they are read from, derived defaults, how a setting's value may be shown,
-and the README's table of them."""
+and the docs' table of them (docs/configuration.md)."""
 
+import importlib.util
 import os
 from datetime import timedelta
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
 import pytest
-from pydantic.fields import FieldInfo
+from mkdocs.exceptions import PluginError
 from pydantic_settings import EnvSettingsSource
 
 from databuild.config import (
     DEFAULT_HOME,
     ENV_NAMES,
     ENV_PREFIX,
-    SHOWN_DEFAULT,
     Settings,
     masked_url,
     setting_range,
 )
-from databuild.durations import format_duration
 from databuild.errors import InvalidInputError
+
+DOCS = Path(__file__).parent.parent / "docs"
 
 
 def test_each_graph_has_its_own_default_task_queue(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -187,7 +189,7 @@ def test_numbers_and_durations_have_their_ranges(
 
 
 def test_every_variable_is_derived_from_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    """ENV_NAMES (process_env, errors, the README) names the variables pydantic-settings reads."""
+    """ENV_NAMES (process_env, errors, the docs) names the variables pydantic-settings reads."""
     for name in list(os.environ):
         if name.upper().startswith(ENV_PREFIX):
             monkeypatch.delenv(name)
@@ -203,40 +205,43 @@ def test_every_variable_is_derived_from_the_model(monkeypatch: pytest.MonkeyPatc
     assert ENV_NAMES["storage_root"] == "DATABUILD_STORAGE_ROOT"
 
 
-def shown_default(field: FieldInfo) -> str:
-    """A setting's default as the README's table shows it."""
-    extra = field.json_schema_extra
-    if isinstance(extra, dict) and SHOWN_DEFAULT in extra:
-        return str(extra[SHOWN_DEFAULT])
-    value = field.get_default(call_default_factory=True, validated_data={})
-    if value in (None, [], {}):
-        return "unset"
-    if isinstance(value, timedelta):
-        text = format_duration(value)
-    elif isinstance(value, bool):
-        text = str(value).lower()
-    elif isinstance(value, list):
-        text = ",".join(value)
-    else:
-        text = str(value)
-    return f"`{text}`"
+def settings_hook() -> ModuleType:
+    """docs/hooks/settings_table.py: the MkDocs hook that renders the configuration page's table."""
+    spec = importlib.util.spec_from_file_location("settings_table", DOCS / "hooks" / "settings_table.py")
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    return hook
 
 
-def configuration_table() -> str:
-    """The README's table of variables, from the settings model."""
-    rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
+def test_configuration_page_lists_exactly_the_settings() -> None:
+    """The configuration page's table is rendered from the model's fields and descriptions each time the
+    site is built: one row per setting, in the model's order, with its variable, default, description
+    and range, and no other."""
+    hook = settings_hook()
     for name, field in Settings.model_fields.items():
         assert field.description and "|" not in field.description, f"{name}: a one-cell description, please"
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="configuration.md"))
+    rendered = hook.on_page_markdown((DOCS / "configuration.md").read_text(), page=page)
+    section = rendered.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
+    table = hook.settings_table()
+    assert table in section, f"docs/configuration.md's table is not the settings model's:\n\n{table}"
+    rows = [row.strip("| ").split(" | ") for row in section.splitlines() if row.startswith("| `DATABUILD_")]
+    assert [variable for variable, _, _ in rows] == [f"`{ENV_NAMES[name]}`" for name in Settings.model_fields]
+    for (variable, _, meaning), field in zip(rows, Settings.model_fields.values(), strict=True):
         valid = setting_range(field)
-        meaning = f"{field.description} (valid: {valid})" if valid else field.description
-        rows.append(f"| `{ENV_NAMES[name]}` | {shown_default(field)} | {meaning} |")
-    return "\n".join(rows) + "\n"
+        assert meaning == (f"{field.description} (valid: {valid})" if valid else field.description), variable
+    defaults = {variable: default for variable, default, _ in rows}
+    assert defaults["`DATABUILD_JOB_TIMEOUT`"] == "`6h`"
+    assert defaults["`DATABUILD_TEMPORAL_TLS`"] == "`false`"
+    assert defaults["`DATABUILD_TASK_QUEUE`"] == "`databuild-<graph>`"
+    assert defaults["`DATABUILD_POOLS`"] == "unset"
+    assert defaults["`DATABUILD_ALLOWED_HOSTS`"] == "`localhost,127.0.0.1,::1`"
+    assert defaults["`DATABUILD_JOB_ATTEMPTS`"] == "`3`"
 
 
-def test_readme_lists_exactly_the_settings() -> None:
-    """The README's configuration table is rendered from the model's fields and descriptions; when a
-    setting changes, paste the table this test prints."""
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    section = readme.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
-    table = configuration_table()
-    assert table in section, f"README.md's Configuration table is out of date; it should be:\n\n{table}"
+def test_configuration_page_keeps_the_place_of_the_table() -> None:
+    """A page that lost the marker the table replaces fails the build instead of showing no settings."""
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="configuration.md"))
+    with pytest.raises(PluginError, match="settings table"):
+        settings_hook().on_page_markdown("# Configuration\n", page=page)
