@@ -57,7 +57,6 @@ bench: install
 	$(BIN)/python -m bench.bench_views
 	$(BIN)/python -m bench.bench_announce
 	$(BIN)/python -m bench.bench_executors
-	$(BIN)/python -m bench.bench_publish
 	$(BIN)/python -m bench.bench_declared
 
 # The soak under faults (bench/chaos.py): `make chaos MINUTES=30 SEED=42`; prints the seed it drew.

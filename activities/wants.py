@@ -114,11 +114,6 @@ class WantActivities:
             waiting = f"{', '.join(input.blocked_refs)} still fail-locked"
         raise ApplicationError(waiting, type="StillWaiting", category=BENIGN)
 
-    @activity.defn
-    @heartbeating
-    async def check_build(self, input: p.CheckBuildInput) -> p.BuildHealth:
-        return await self._build_health(input.job_run_id)
-
     async def _build_health(self, job_run_id: str) -> p.BuildHealth:
         """Is the job run a want waits on still alive? A run whose lease lapsed and whose workflow is
         closed or gone is abandoned: its outputs are released and every subscribed want is told to

@@ -171,7 +171,7 @@ class Catalog:
         spec, values = mapped
         location = self.bel.instance(partition.instance_id or "").location
         if location is None:
-            return None  # recorded before locations were: `databuild migrate` first
+            return None  # none recorded: nothing to point the table partition at
         table = f"`{self.database}`.`{spec.name}`"
         where = ", ".join(f"`{c}` = '{values[c]}'" for c in spec.columns)
         with self._lock:

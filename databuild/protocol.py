@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio.common import SearchAttributeKey
 
 from databuild.config import Settings
@@ -86,20 +86,33 @@ class DepMissNotice(Model):
 
 
 # Want workflow ------------------------------------------------------------------------------------
-class WantCarry(Model):
-    """What a want's workflow knows that the BEL does not, carried across continue-as-new: news that
-    arrived by signal, the job runs it started, and whether its SLA miss is recorded."""
+class WantMemory(BaseModel):
+    """Everything a want's workflow knows: its state as it shows it, the news that arrived by signal, the
+    job runs it started and its decision steps. One run hands it to the next at continue-as-new. The
+    workflow updates it in place, so unlike the other models here it is not frozen."""
 
+    model_config = ConfigDict(extra="forbid")
+
+    state: WantState = WantState.new
+    job_run_id: str | None = None  # the run it builds with or follows
+    waiting_for: list[str] = []
+    note: str = ""  # what it is doing, for the Temporal UI
     sla_missed: bool = False
     sla_at_risk: bool = False
-    live: dict[str, str] = {}
-    failed_runs: dict[str, str] = {}
-    failed_refs: dict[str, str] = {}
-    dep_missed: dict[str, list[str]] = {}
-    started: list[str] = []
+    # Signals land here whenever they arrive, so one sent before the want waits is not lost.
+    live: dict[str, str] = {}  # ref -> instance id ("" when heard from the BEL, not by signal)
+    failed_runs: dict[str, str] = {}  # job run id -> reason
+    failed_refs: dict[str, str] = {}  # ref -> reason
+    dep_missed: dict[str, list[str]] = {}  # job run id -> missing inputs
+    started: list[str] = []  # the job runs it started (a decision given again starts nothing twice)
     requirements_met: bool = False
     seq: int = 0  # decision steps taken so far (the BEL replays a step it already answered)
     paused: bool = False  # its backfill is paused
+    stopping: str = ""  # why it stops (TTL passed, cancelled); set only in a run's last steps
+    # Counters a waiting step compares with what they were when it began.
+    changes: int = 0  # of state, run or inputs waited for: the SLA estimate is worth another look
+    redecides: int = 0  # redecide signals heard
+    resumes: int = 0  # resume signals heard: one after a decision outdates its paused verdict
 
 
 class WantEnding(Model):
@@ -116,7 +129,7 @@ class WantEnding(Model):
 
 class WantInput(Model):
     spec: WantSpec
-    carried: WantCarry | None = None  # set when a run continues as new
+    carried: WantMemory | None = None  # set when a run continues as new
     ending: WantEnding | None = None  # set when a run only records how the one before it ended
 
 
@@ -198,10 +211,6 @@ Decision = Annotated[
 ]
 
 
-class CheckBuildInput(Model):
-    job_run_id: str
-
-
 class WatchInput(Model):
     """What a waiting want watches between signals: the run it follows, or the fail-locked refs it is
     blocked on. The watch activity completes once the want should decide again; until then each
@@ -237,7 +246,7 @@ class FinishInput(Model):
     state: WantState
     reason: str | None = None
     instance_id: str | None = None
-    seq: int | None = None  # the decision step the finishing run reached: one behind a retry is stale
+    seq: int  # the decision step the finishing run reached: one behind a retry is stale
 
 
 class SlaMissedInput(Model):
@@ -373,9 +382,7 @@ class DeliverInput(Model):
 
 
 class AlertResult(Model):
-    delivered: list[str]
-    failed: list[str]
-    queued: list[str] = []  # the channels whose queues it went to (AlertChannel workflows deliver it)
+    queued: list[str]  # the channels whose queues it went to (AlertChannel workflows deliver it)
 
 
 class AlertChannelInput(Model):

@@ -214,7 +214,7 @@ def lineage_view(view: PartitionView) -> RenderableType:
     focus = instance_label(data.instance_id, data.ref, index, "instance")
     shown = index.instances.get(data.instance_id or "")
     if shown is not None:
-        focus.append(f"\n  location {shown.location or '(recorded before locations were)'}", style="cyan")
+        focus.append(f"\n  location {shown.location or '(none recorded)'}", style="cyan")
         if shown.pinned:
             focus.append("  pinned", style="magenta")
         if shown.facts is not None:

@@ -309,32 +309,10 @@ class Storage:
         return dataset.count_rows(), sum(info.size or 0 for info in found), len(found)
 
     def local_path(self, key: str) -> Path | None:
-        """The local path of ``key`` when the storage is the local file system (tests, migrations)."""
+        """The local path of ``key`` when the storage is the local file system (tests, benchmarks)."""
         if not isinstance(self._fs, fs.LocalFileSystem):
             return None
         return Path(self._path(key))
-
-    @_reached
-    def move(self, source: str, destination: str) -> None:
-        """Only ``databuild migrate`` moves anything: a ref's folder of the old layout into its
-        instance location."""
-        is_folder = self._fs.get_file_info(self._path(source)).type == fs.FileType.Directory
-        if is_folder and not isinstance(self._fs, fs.LocalFileSystem):
-            for key, _ in list(self.files(source)):  # an object store moves objects, not folders
-                self.move(key, f"{destination}/{key.removeprefix(source).lstrip('/')}")
-            self.delete(source)
-            return
-        self._fs.create_dir(posixpath.dirname(self._path(destination)), recursive=True)
-        self._fs.move(self._path(source), self._path(destination))
-
-    @_reached
-    def entries(self, key: str) -> list[tuple[str, bool]]:
-        """The direct children of ``key``: (name, is a folder)."""
-        selector = fs.FileSelector(self._path(key), allow_not_found=True, recursive=False)
-        return [
-            (posixpath.basename(i.path), i.type == fs.FileType.Directory)
-            for i in self._fs.get_file_info(selector)
-        ]
 
 
 def _newest_by(

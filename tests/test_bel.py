@@ -86,6 +86,42 @@ def test_migrations_from_empty_match_the_schema_even_when_started_together(empty
         log.dispose()
 
 
+def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str) -> None:
+    """A log of release 0.1.0 upgraded to head: its history kept, its projections what replaying it
+    gives, the schema the models', and new events continue its index. Every revision after 0.1.0 makes
+    this log hold what it changes (written here, then downgraded to 0.1.0 as below, or written row by
+    row in the 0.1.0 shape) and asserts what the upgrade derives from it."""
+    from alembic import command
+    from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from databuild.bel.migrate import BASELINE, alembic_config
+
+    bel = BuildEventLog.create(empty_url)
+    execute_then_active_then_historical_delegation(bel)
+    dep_miss_releases_and_failure_fail_locks(bel)
+    history = [(e.idx, e.type, e.ref) for e in bel.events(limit=1000)]
+    with bel.writer.begin() as conn:
+        command.downgrade(alembic_config(conn), BASELINE)
+        assert MigrationContext.configure(conn).get_current_revision() == BASELINE
+    bel.dispose()
+
+    upgraded = BuildEventLog.create(empty_url)
+    with upgraded.writer.connect() as conn:
+        config = alembic_config(conn)
+        head = ScriptDirectory.from_config(config).get_current_head()
+        assert MigrationContext.configure(conn).get_current_revision() == head
+        command.check(config)  # raises if the models and the upgraded schema differ
+    assert [(e.idx, e.type, e.ref) for e in upgraded.events(limit=1000)] == history
+    migrated = projection_rows(upgraded)
+    upgraded.rebuild_projections()
+    assert projection_rows(upgraded) == migrated
+    upgraded.publish_external("ext/after")
+    assert [e.idx for e in upgraded.events(limit=1000)] == list(range(1, len(history) + 2))
+    assert upgraded.last_idx() == len(history) + 1
+    upgraded.dispose()
+
+
 def spec(ref: str, source: str = "cli") -> WantSpec:
     return WantSpec(ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), source=source)  # type: ignore[arg-type]
 
@@ -505,58 +541,6 @@ def test_consumer_index_follows_instances(bel: BuildEventLog) -> None:
     assert projection_rows(bel) == before
 
 
-def test_upgrading_from_the_first_revision_keeps_and_indexes_history(empty_url: str) -> None:
-    from alembic import command
-    from sqlalchemy import column, insert, table
-
-    from databuild.bel.migrate import alembic_config
-    from databuild.bel.transaction import make_engines
-
-    writer, reader = make_engines(empty_url)
-    with writer.begin() as conn:
-        command.upgrade(alembic_config(conn), "0001")
-        at = datetime(2024, 1, 1, tzinfo=UTC)
-        conn.execute(
-            insert(s.job_runs).values(
-                job_run_id="jr-old",
-                job_label="xyz",
-                state="succeeded",
-                outputs=["a/1"],
-                params={},
-                want_id=None,
-                attempts=1,
-                lost=False,
-                reason=None,
-                missing=[],
-                workflow_id="wf",
-                created_at=at,
-                updated_at=at,
-            )
-        )
-        conn.execute(insert(s.read_deps).values(job_run_id="jr-old", ref="ext/1", instance_id="in-1"))
-        # The 0001 shape of the table, not today's (which has more columns).
-        instances_0001 = table(
-            "partition_instances",
-            *(column(c) for c in ("instance_id", "ref", "job_run_id", "external", "created_at")),
-        )
-        conn.execute(
-            insert(instances_0001).values(
-                instance_id="out-1",
-                ref="a/1",
-                job_run_id="jr-old",
-                external=False,
-                created_at=at.replace(tzinfo=None),
-            )
-        )
-    writer.dispose()
-    reader.dispose()
-    upgraded = BuildEventLog.create(empty_url)
-    edges, total = upgraded.consumers_of("in-1")
-    assert total == 1 and edges == [("jr-old", InstanceRef(ref="a/1", instance_id="out-1"))]
-    assert upgraded.instance("out-1").status is InstanceStatus.superseded  # no partition points at it
-    upgraded.dispose()
-
-
 def test_wants_that_took_part_in_a_failed_build_fail_and_newcomers_wait(bel: BuildEventLog) -> None:
     runner, joiner, newcomer = spec("a/50"), spec("b/50", source="api"), spec("c/50", source="dashboard")
     run = decide(bel, runner)
@@ -773,70 +757,6 @@ def test_hostile_globs_cost_time_linear_in_the_refs(bel: BuildEventLog) -> None:
     assert len(found) == 30  # the last pattern matches parts ending in 0
 
 
-def test_upgrading_from_0002_derives_what_replaying_the_log_would(empty_url: str) -> None:
-    """A log written before 0003 (no taints then), downgraded and upgraded again, matches a replay."""
-    from alembic import command
-
-    from databuild.bel.migrate import alembic_config
-
-    bel = BuildEventLog.create(empty_url)
-    execute_then_active_then_historical_delegation(bel)  # wants fulfilled by their instances
-    dep_miss_releases_and_failure_fail_locks(bel)  # a fail-locked partition, and a dep-miss
-    waiting = spec("a/60")
-    run = decide(bel, waiting)
-    bel.start_job_run(run.job_run_id, 1, "w")
-    bel.dep_miss_job_run(run.job_run_id, ["ext/60"], [])
-    bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/60"])  # a derivative want
-    with bel.writer.begin() as conn:
-        command.downgrade(alembic_config(conn), "0002")
-    bel.dispose()
-    upgraded = BuildEventLog.create(empty_url)
-    migrated = projection_rows(upgraded)
-    upgraded.rebuild_projections()
-    assert projection_rows(upgraded) == migrated
-    upgraded.dispose()
-
-
-def test_upgrading_from_0003_gives_each_ended_run_its_state_and_cause(empty_url: str) -> None:
-    """Runs recorded before 0004 were all 'failed', told apart only by their reason and lost flag: the
-    upgrade gives each its cause and state, the same as replaying their events (read as written then)."""
-    from alembic import command
-
-    from databuild.bel.migrate import alembic_config
-    from databuild.domain.events import ABANDONED_REASON, CANCELLED_REASON
-
-    bel = BuildEventLog.create(empty_url)
-    ended = {}
-    for n, (reason, cause) in enumerate(
-        [
-            ("boom", JobRunCause.error),
-            (CANCELLED_REASON, JobRunCause.cancelled),
-            (ABANDONED_REASON, JobRunCause.abandoned),
-            ("lost: no such workflow", JobRunCause.lost),
-        ]
-    ):
-        run = decide(bel, spec(f"a/{80 + n}"))
-        bel.start_job_run(run.job_run_id, 1, "w")
-        bel.fail_job_run(run.job_run_id, reason, cause)
-        ended[run.job_run_id] = cause
-    with bel.writer.begin() as conn:
-        # The events as a writer before 0004 wrote them: no cause, a lost flag.
-        for row in conn.execute(s.events.select().where(s.events.c.type == "JobRunFailed")).mappings():
-            data = {k: v for k, v in row["data"].items() if k != "cause"}
-            data["lost"] = row["data"]["cause"] == "lost"
-            conn.execute(s.events.update().where(s.events.c.idx == row["idx"]).values(data=data))
-        command.downgrade(alembic_config(conn), "0003")
-    bel.dispose()
-    upgraded = BuildEventLog.create(empty_url)
-    for job_run_id, cause in ended.items():
-        run = upgraded.job_run(job_run_id)
-        assert (run.state, run.cause) == (cause.state, cause), job_run_id
-    migrated = projection_rows(upgraded)
-    upgraded.rebuild_projections()
-    assert projection_rows(upgraded) == migrated
-    upgraded.dispose()
-
-
 def test_event_cursor_pages_without_gaps_under_concurrent_appends(bel: BuildEventLog) -> None:
     """A follower paging with the cursor sees every matching event exactly once, in order, while
     writers append (refs that match and refs that do not)."""
@@ -984,25 +904,6 @@ def test_events_committed_but_not_placed_are_unread_until_placed_in_commit_order
     assert bel.last_idx() == 3 and bel.find_partition("ext/orphan") is not None
     BuildEventLog.create(POSTGRES_URL).dispose()  # opening the log places what is pending
     assert [(e.idx, e.ref) for e in bel.events(since_idx=3)] == [(4, "ext/orphan")]
-
-
-def test_upgrading_to_placed_indexes_keeps_the_history_and_continues_it(empty_url: str) -> None:
-    from alembic import command
-
-    from databuild.bel.migrate import alembic_config
-
-    bel = BuildEventLog.create(empty_url)
-    execute_then_active_then_historical_delegation(bel)
-    history = [(e.idx, e.type, e.ref) for e in bel.events(limit=1000)]
-    with bel.writer.begin() as conn:
-        command.downgrade(alembic_config(conn), "0009")
-    bel.dispose()
-    upgraded = BuildEventLog.create(empty_url)
-    assert [(e.idx, e.type, e.ref) for e in upgraded.events(limit=1000)] == history
-    upgraded.publish_external("ext/after")
-    assert [e.idx for e in upgraded.events(limit=1000)] == list(range(1, len(history) + 2))
-    assert upgraded.last_idx() == len(history) + 1
-    upgraded.dispose()
 
 
 batched = Graph("batched")

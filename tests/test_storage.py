@@ -16,7 +16,6 @@ from databuild.domain.decisions import Execute
 from databuild.errors import InvalidInputError
 from databuild.gc import collect_garbage
 from databuild.graph import Graph
-from databuild.layout import LEGACY_MARKER, migrate_storage
 from databuild.models import InstanceRef, WantSpec
 from databuild.storage import Storage, storage_uri
 from databuild.testing import free_port
@@ -237,28 +236,3 @@ def test_gc_collects_only_the_submission_folders_of_attempts_its_bel_started(
         assert areas() == {(retried, 2), (their_running, 1)}
     finally:
         other.dispose()
-
-
-def test_migrate_moves_the_old_layout_into_instance_locations(storage: Storage, bel: BuildEventLog) -> None:
-    in_place = publish(bel, storage, "p/1")
-    in_trash = publish(bel, storage, "p/2")
-    # Make it look as the rename layout left it: the data in the ref's folder, marked with its id ...
-    for ref, instance_id, folder in (
-        ("p/1", in_place, "p/1"),
-        ("p/2", in_trash, "_databuild/trash/0a1b/ffee"),  # ... or moved aside by a killed publish
-    ):
-        storage.delete_instance(ref, instance_id)
-        storage.write_text(f"{folder}/part-0.parquet", f"rows of {ref}")
-        storage.write_text(f"{folder}/{LEGACY_MARKER}", instance_id)
-    storage.write_text("_databuild/staging/jr-1-1/x/part-0.parquet", "an attempt's leftovers")
-
-    moved = migrate_storage(storage, bel)
-    assert sorted(m.ref for m in moved) == ["p/1", "p/2"]
-    for ref, instance_id in (("p/1", in_place), ("p/2", in_trash)):
-        assert (
-            storage.read_text(f"{Storage.instance_key(ref, instance_id)}/part-0.parquet") == f"rows of {ref}"
-        )
-    assert sorted(key for key, _ in storage.files()) == sorted(
-        f"{Storage.instance_key(r, i)}/part-0.parquet" for r, i in (("p/1", in_place), ("p/2", in_trash))
-    )
-    assert migrate_storage(storage, bel) == []  # idempotent

@@ -102,7 +102,6 @@ def want_steps(wants: "WantActivities") -> list[Callable[..., Any]]:
         wants.finish_want,
         wants.record_sla_missed,
         wants.assess_sla,
-        wants.check_build,
         wants.watch,
         wants.abandon_build,
     ]

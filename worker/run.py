@@ -168,7 +168,6 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
             wants.finish_want,
             wants.record_sla_missed,
             wants.assess_sla,
-            wants.check_build,
             wants.watch,
             wants.abandon_build,
             jobs.run_job,

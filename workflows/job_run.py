@@ -19,9 +19,6 @@ with workflow.unsafe.imports_passed_through():
     from databuild.models import JobRunCause
     from workflows.calls import bel, failure_message, fan_out, watch
 
-# Runs started before the policy's ranges were checked may hold one Temporal cannot run (see _execute).
-UNUSABLE_POLICY_PATCH = "release-unusable-policy"
-
 # A queued run looks for a free pool slot this often (backing off to ten times that) in case the signal
 # of the run that freed one never came.
 ADMISSION_WATCH = timedelta(seconds=5)
@@ -106,12 +103,12 @@ class JobRunWorkflow:
     async def _execute(self, input: p.JobRunInput) -> p.JobOutcome:
         """The job activity, cancelled (and waited for until it has stopped) when the run is canceled
         or abandoned."""
-        # A policy from before its ranges were checked (DATABUILD_JOB_ATTEMPTS=-1, a zero timeout) fails
-        # every workflow task here, leaving the run queued and its outputs locked for good; 0 attempts
-        # retries forever. Nothing is wrong with the outputs: released, their wants decide again and
-        # start a run under the worker's settings. Patched: a run that started its job keeps doing so.
+        # A policy outside the ranges Temporal can run (DATABUILD_JOB_ATTEMPTS=-1, a zero timeout) would
+        # fail every workflow task here, leaving the run queued and its outputs locked for good; 0
+        # attempts would retry forever. Nothing is wrong with the outputs: released, their wants decide
+        # again and start a run under the worker's settings.
         problem = policy_problem(input.policy)
-        if problem is not None and workflow.patched(UNUSABLE_POLICY_PATCH):
+        if problem is not None:
             return self._ended(input, JobRunCause.lost, f"lost: its policy cannot run ({problem})")
         job = workflow.start_activity_method(
             JobActivities.run_job,

@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from databuild.domain.decisions import Final, Live, NeedsInputs, Paused, WaitExternal
     from databuild.models import WantSource, WantSpec, WantState, job_run_workflow_id
     from workflows.calls import BEL_RETRY, BEL_TIMEOUT, bel, failure_message, remote, watch
+    from workflows.job_run import JobRunWorkflow  # its module keeps no state: one copy serves every run
 
 Following = p.ExecuteOrder | p.DelegateOrder
 Outcome = tuple[WantState, str | None, str | None]  # state, reason, instance id
@@ -30,12 +31,6 @@ Outcome = tuple[WantState, str | None, str | None]  # state, reason, instance id
 # A run continues as new at its next decision once its history is this long (or the server suggests
 # it), far below Temporal's 51,200-event limit: waiting adds no events, deciding and signals do.
 HISTORY_LIMIT = 2_000
-# Wants that started before the watch activity and continue-as-new replay the old way.
-BOUNDED_HISTORY = "bounded-history"
-# Wants that started before SLA estimates watch only the deadline.
-SLA_AT_RISK = "sla-at-risk"
-# Wants that started before this recorded their outcome in a write a cancellation could reach.
-FINISH_WHATEVER_ENDS_IT = "finish-whatever-ends-it"
 
 
 def ttl_reason(spec: WantSpec) -> str:
@@ -44,217 +39,150 @@ def ttl_reason(spec: WantSpec) -> str:
 
 @workflow.defn(name=p.WANT_WORKFLOW)
 class WantWorkflow:
-    def __init__(self) -> None:
-        self._spec: WantSpec | None = None
-        self._state = WantState.new
-        self._job_run_id: str | None = None
-        self._waiting_for: list[str] = []
-        self._sla_missed = False
-        self._sla_at_risk = False
-        self._changes = 0  # of state, run or inputs waited for
-        self._note = ""
-        self._stopping = ""  # set when the TTL passes or the want is cancelled
-        self._paused: bool | None = None  # its backfill paused (True) or resumed (False); None: no news
-        self._resumes = 0  # resume signals heard: one after a decision outdates its paused verdict
-        # Signals land here whenever they arrive, so one sent before the want waits is not lost.
-        self._live: dict[str, str] = {}
-        self._failed_runs: dict[str, str] = {}
-        self._failed_refs: dict[str, str] = {}
-        self._dep_missed: dict[str, list[str]] = {}
-        self._redecides = 0
-        self._started: set[str] = set()
-        self._requirements_met = False
-        self._seq = 0
-        self._bounded = False
+    @workflow.init
+    def __init__(self, input: p.WantInput) -> None:
+        self._spec = input.spec
+        # Built before any signal of this run is handled, so signals land on what the last run knew.
+        self._memory = input.carried or p.WantMemory()
+        if input.ending is not None:  # the run only records how the one before it ended, as it was then
+            ending = input.ending
+            self._memory = p.WantMemory(state=ending.was, job_run_id=ending.job_run_id, seq=ending.seq)
 
     @workflow.run
     async def run(self, input: p.WantInput) -> p.WantResult:
-        spec = self._spec = input.spec
-        self._bounded = workflow.patched(BOUNDED_HISTORY)
         if input.ending is not None:
-            return await self._record_ending(spec, input.ending)
-        if input.carried is not None:
-            self._restore(input.carried)
+            return await self._finish(input.ending.state, input.ending.reason, input.ending.instance_id)
+        spec = self._spec
         sla_timer: asyncio.Task[None] | None = None
         fulfil: asyncio.Task[Outcome | None] | None = None
         try:
             if input.carried is None:
-                seq = await bel(WantActivities.register_want, input)
-                self._seq = seq if self._bounded else 0
-            if spec.sla_deadline and not self._sla_missed:
+                self._memory.seq = await bel(WantActivities.register_want, input)
+            if spec.sla_deadline and not self._memory.sla_missed:
                 sla_timer = asyncio.create_task(self._watch_sla(spec.sla_deadline))
-            fulfil = asyncio.create_task(self._fulfil(spec))
-            outcome = await self._within_ttl(spec, fulfil)
+            fulfil = asyncio.create_task(self._fulfil())
+            outcome = await self._within_ttl(fulfil)
         except asyncio.CancelledError:
             await self._stop_fulfilling(fulfil, "canceled")
-            await self._finish(spec, WantState.canceled, "canceled on request", None)
+            await self._finish(WantState.canceled, "canceled on request", None)
             raise
         finally:
             if sla_timer is not None:
                 sla_timer.cancel()
         if outcome is None:  # signal handlers are synchronous: nothing is left to finish
-            workflow.continue_as_new(p.WantInput(spec=spec, carried=self._carry()))
-        return await self._finish(spec, *outcome)
-
-    async def _record_ending(self, spec: WantSpec, ending: p.WantEnding) -> p.WantResult:
-        """Record how the run before this one ended, as that run would have: it ended without doing so."""
-        self._state, self._job_run_id, self._seq = ending.was, ending.job_run_id, ending.seq
-        return await self._finish(spec, ending.state, ending.reason, ending.instance_id)
-
-    def _carry(self) -> p.WantCarry:
-        return p.WantCarry(
-            sla_missed=self._sla_missed,
-            sla_at_risk=self._sla_at_risk,
-            live=self._live,
-            failed_runs=self._failed_runs,
-            failed_refs=self._failed_refs,
-            dep_missed=self._dep_missed,
-            started=sorted(self._started),
-            requirements_met=self._requirements_met,
-            seq=self._seq,
-            paused=bool(self._paused),
-        )
-
-    def _restore(self, carried: p.WantCarry) -> None:
-        self._sla_missed = carried.sla_missed
-        self._sla_at_risk = carried.sla_at_risk
-        # Signals may have landed before the first task of this run: keep them over the carried news.
-        self._live = {**carried.live, **self._live}
-        self._failed_runs = {**carried.failed_runs, **self._failed_runs}
-        self._failed_refs = {**carried.failed_refs, **self._failed_refs}
-        self._dep_missed = {**carried.dep_missed, **self._dep_missed}
-        self._started = set(carried.started)
-        self._requirements_met = carried.requirements_met
-        self._seq = carried.seq
-        if self._paused is None:  # a pause or resume heard before this run's first task wins
-            self._paused = carried.paused
+            workflow.continue_as_new(p.WantInput(spec=spec, carried=self._memory))
+        return await self._finish(*outcome)
 
     def _history_is_long(self) -> bool:
         info = workflow.info()
-        return self._bounded and (
-            info.is_continue_as_new_suggested() or info.get_current_history_length() >= HISTORY_LIMIT
-        )
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() >= HISTORY_LIMIT
 
-    async def _within_ttl(self, spec: WantSpec, fulfil: "asyncio.Task[Outcome | None]") -> Outcome | None:
-        remaining = self._until(spec.ttl_deadline)
+    async def _within_ttl(self, fulfil: "asyncio.Task[Outcome | None]") -> Outcome | None:
+        remaining = self._until(self._spec.ttl_deadline)
         try:
             if remaining is not None and remaining <= 0:
                 raise TimeoutError
             await workflow.wait_condition(fulfil.done, timeout=remaining)
         except TimeoutError:
             await self._stop_fulfilling(fulfil, "expired")
-            return WantState.expired, ttl_reason(spec), None
+            return WantState.expired, ttl_reason(self._spec), None
         return fulfil.result()
 
     async def _stop_fulfilling(self, fulfil: "asyncio.Task[Outcome | None] | None", why: str) -> None:
         """Let the current step finish rather than cancel it: a decision the BEL has committed must
         be followed through (its job run started), or its build lock would be orphaned."""
-        self._stopping = why
+        self._memory.stopping = why
         if fulfil is not None and not fulfil.done():
             await fulfil
 
-    async def _fulfil(self, spec: WantSpec) -> Outcome | None:
+    async def _fulfil(self) -> Outcome | None:
         """The want's outcome; None when this run should continue as new (between two decisions)."""
-        if spec.requires and not self._requirements_met:
-            await self._await_requirements(spec)
-        while not self._stopping:
-            if self._paused:  # its backfill is paused: a run it already follows goes on, nothing new starts
-                self._set(self._state, self._job_run_id, [], "paused with its backfill")
-                await self._wait(lambda: not self._paused)
+        spec, m = self._spec, self._memory
+        if spec.requires and not m.requirements_met:
+            await self._await_requirements()
+        while not m.stopping:
+            if m.paused:  # its backfill is paused: a run it already follows goes on, nothing new starts
+                self._set(m.state, m.job_run_id, [], "paused with its backfill")
+                await self._wait(lambda: not m.paused)
                 continue
             if self._history_is_long():
                 return None
-            self._seq += 1
-            redecides = self._redecides  # a redecide signal from now on means: decide again
-            resumes = self._resumes
+            m.seq += 1
+            redecides = m.redecides  # a redecide signal from now on means: decide again
+            resumes = m.resumes
             try:
-                decision = await bel(
-                    WantActivities.decide, p.DecideInput(want_id=spec.want_id, seq=self._seq)
-                )
+                decision = await bel(WantActivities.decide, p.DecideInput(want_id=spec.want_id, seq=m.seq))
             # e.g. the graph no longer produces this ref. A local activity's failure arrives as the bare
             # ApplicationError (a regular activity's as an ActivityError around it).
             except (ActivityError, ApplicationError) as error:
                 return WantState.failed, failure_message(error), None
 
             def redecide(seen: int = redecides) -> bool:
-                return self._redecides != seen
+                return m.redecides != seen
 
             match decision:
                 case Final():
                     return decision.final_state, decision.reason, decision.instance_id
                 case Paused():  # a paused backfill reaches it, with no signal (e.g. derived after the pause)
-                    self._paused = self._resumes == resumes
+                    m.paused = m.resumes == resumes
                 case Live():
                     return WantState.successful, None, decision.instance_id
                 case WaitExternal():
                     self._set(
                         WantState.upstream_building, None, [spec.ref], "waiting for an external publish of"
                     )
-                    await self._wait(lambda: spec.ref in self._live or redecide())
+                    await self._wait(lambda: spec.ref in m.live or redecide())
                 case p.BlockedOrder():
                     self._set(WantState.upstream_building, None, decision.blocked_refs, decision.reason)
                     # Woken by `resolve`/`skip`; the watch covers a signal that never came.
-                    if self._bounded:
-                        what = p.WatchInput(blocked_refs=decision.blocked_refs)
-                        await self._wait_watching(
-                            lambda: spec.ref in self._live or redecide(), what, decision.watchdog
-                        )
-                    else:
-                        await self._wait(
-                            lambda: spec.ref in self._live or redecide(), within=decision.watchdog
-                        )
+                    what = p.WatchInput(blocked_refs=decision.blocked_refs)
+                    await self._wait_watching(
+                        lambda: spec.ref in m.live or redecide(), what, decision.watchdog
+                    )
                 case NeedsInputs():
-                    failure = await self._await_inputs(spec, None, decision.missing)
-                    if failure is not None and self._until(spec.ttl_deadline) == 0:
-                        return WantState.expired, ttl_reason(spec), None  # its inputs expired with it
+                    failure = await self._await_inputs(None, decision.missing)
                     if failure is not None:
-                        return WantState.failed, failure, None
+                        return self._inputs_failed(failure)
                 case p.ExecuteOrder() | p.DelegateOrder():
-                    outcome = await self._follow_run(spec, decision, redecide)
+                    outcome = await self._follow_run(decision, redecide)
                     if outcome is not None:
                         return outcome
-            if spec.ref in self._live:
-                return WantState.successful, None, self._live[spec.ref]
-        return WantState.canceled, f"stopped: {self._stopping}", None
+            if spec.ref in m.live:
+                return WantState.successful, None, m.live[spec.ref]
+        return WantState.canceled, f"stopped: {m.stopping}", None
 
-    async def _follow_run(
-        self, spec: WantSpec, decision: Following, redecide: Callable[[], bool]
-    ) -> Outcome | None:
+    async def _follow_run(self, decision: Following, redecide: Callable[[], bool]) -> Outcome | None:
         """Wait for the job run the want executes or delegated to. None means: decide again."""
+        ref, m = self._spec.ref, self._memory
         job_run_id = decision.job_run_id
-        if isinstance(decision, p.ExecuteOrder) and job_run_id not in self._started:
-            self._started.add(job_run_id)  # a decision can be given again (redecide): start it once
+        if isinstance(decision, p.ExecuteOrder) and job_run_id not in m.started:
+            m.started.append(job_run_id)  # a decision can be given again (redecide): start it once
             await self._start_job_run(decision)
         verb = "building" if isinstance(decision, p.ExecuteOrder) else "delegated to active build"
-        self._set(WantState.building, job_run_id, [spec.ref], f"{verb} {job_run_id} for")
-        settled = partial(self._run_settled, spec.ref, job_run_id)
+        self._set(WantState.building, job_run_id, [ref], f"{verb} {job_run_id} for")
+        settled = partial(self._run_settled, ref, job_run_id)
         # Signals wake the want; the watch only guards against a run that ended unheard or is gone.
-        if self._bounded:
-            what = p.WatchInput(job_run_id=job_run_id)
-            if not await self._wait_watching(lambda: settled() or redecide(), what, decision.watchdog):
-                return None
-        else:
-            while not await self._wait(lambda: settled() or redecide(), within=decision.watchdog):
-                check = p.CheckBuildInput(job_run_id=job_run_id)
-                if await remote(WantActivities.check_build, check) is not p.BuildHealth.alive:
-                    return None
-        if spec.ref in self._live:
-            return WantState.successful, None, self._live[spec.ref]
-        if job_run_id in self._failed_runs:
-            return WantState.failed, f"job run {job_run_id} failed: {self._failed_runs[job_run_id]}", None
-        if job_run_id not in self._dep_missed:
+        what = p.WatchInput(job_run_id=job_run_id)
+        if not await self._wait_watching(lambda: settled() or redecide(), what, decision.watchdog):
+            return None
+        if ref in m.live:
+            return WantState.successful, None, m.live[ref]
+        if job_run_id in m.failed_runs:
+            return WantState.failed, f"job run {job_run_id} failed: {m.failed_runs[job_run_id]}", None
+        if job_run_id not in m.dep_missed:
             return None  # told to decide again, or stopping
-        failure = await self._await_inputs(spec, job_run_id, self._dep_missed[job_run_id])
-        if failure is not None and self._until(spec.ttl_deadline) == 0:
-            return WantState.expired, ttl_reason(spec), None  # its inputs expired with it
-        if failure is not None:
-            return WantState.failed, failure, None
-        return None
+        failure = await self._await_inputs(job_run_id, m.dep_missed[job_run_id])
+        return None if failure is None else self._inputs_failed(failure)
+
+    def _inputs_failed(self, failure: str) -> Outcome:
+        if self._until(self._spec.ttl_deadline) == 0:
+            return WantState.expired, ttl_reason(self._spec), None  # its inputs expired with it
+        return WantState.failed, failure, None
 
     async def _wait(self, condition: Callable[[], bool], within: timedelta | None = None) -> bool:
         """Wait until ``condition`` holds or the want is stopping; False if ``within`` passed first."""
         try:
-            await workflow.wait_condition(lambda: condition() or bool(self._stopping), timeout=within)
+            await workflow.wait_condition(lambda: condition() or bool(self._memory.stopping), timeout=within)
         except TimeoutError:
             return False
         return True
@@ -272,123 +200,112 @@ class WantWorkflow:
             return True
         if not watching.cancelled() and (error := watching.exception()) is not None:
             workflow.logger.warning("watch of %s ended with %s; deciding again", what, error)
-        return condition() or bool(self._stopping)
+        return condition() or bool(self._memory.stopping)
 
     def _run_settled(self, ref: str, job_run_id: str) -> bool:
-        return ref in self._live or job_run_id in self._failed_runs or job_run_id in self._dep_missed
+        m = self._memory
+        return ref in m.live or job_run_id in m.failed_runs or job_run_id in m.dep_missed
 
-    async def _await_requirements(self, spec: WantSpec) -> None:
+    async def _await_requirements(self) -> None:
         """Hold the job back until the external partitions the want requires are available."""
+        spec, m = self._spec, self._memory
         status = await bel(
             WantActivities.await_requirements, p.RequirementsInput(want_id=spec.want_id, refs=spec.requires)
         )
         for ref in status.live:
-            self._live.setdefault(ref, "")
+            m.live.setdefault(ref, "")
 
         def available() -> bool:
-            self._waiting_for = [r for r in spec.requires if r not in self._live]
-            return not self._waiting_for
+            m.waiting_for = [r for r in spec.requires if r not in m.live]
+            return not m.waiting_for
 
         if not available():
             self._set(
-                WantState.upstream_building,
-                None,
-                self._waiting_for,
-                "waiting for required external partitions",
+                WantState.upstream_building, None, m.waiting_for, "waiting for required external partitions"
             )
             await self._wait(available)
-        self._requirements_met = not self._stopping
+        m.requirements_met = not m.stopping
 
-    async def _await_inputs(self, spec: WantSpec, job_run_id: str | None, missing: list[str]) -> str | None:
+    async def _await_inputs(self, job_run_id: str | None, missing: list[str]) -> str | None:
         """Start derivative wants for the missing inputs (of a dep-miss of ``job_run_id``, or declared by
         the job when it is None) and wait until all are live (or one fails)."""
+        m = self._memory
         why = f"{job_run_id} dep-missed" if job_run_id else "declared inputs are not live"
         self._set(WantState.upstream_building, job_run_id, missing, f"{why}; derivative wants build")
         # Only news from now on counts (the activity re-reads the BEL): an input heard live earlier and
         # tainted since must be waited for again.
-        forget_live = workflow.patched("dep-miss-forgets-live-inputs")
         for ref in missing:
-            self._failed_refs.pop(ref, None)
-            if forget_live:
-                self._live.pop(ref, None)
+            m.failed_refs.pop(ref, None)
+            m.live.pop(ref, None)
         status = await remote(
             WantActivities.await_dependencies,
-            p.DependenciesInput(want_id=spec.want_id, job_run_id=job_run_id, missing=missing),
+            p.DependenciesInput(want_id=self._spec.want_id, job_run_id=job_run_id, missing=missing),
         )
         for ref in status.live:
-            self._live.setdefault(ref, "")
-        self._failed_refs.update(status.failed)
+            m.live.setdefault(ref, "")
+        m.failed_refs.update(status.failed)
 
         def settled() -> bool:
-            self._waiting_for = [m for m in missing if m not in self._live]
-            return not self._waiting_for or any(m in self._failed_refs for m in missing)
+            m.waiting_for = [ref for ref in missing if ref not in m.live]
+            return not m.waiting_for or any(ref in m.failed_refs for ref in missing)
 
         await self._wait(settled)
-        failed = [m for m in missing if m in self._failed_refs and m not in self._live]
+        failed = [ref for ref in missing if ref in m.failed_refs and ref not in m.live]
         if failed:
-            return "input(s) failed to build: " + "; ".join(f"{m}: {self._failed_refs[m]}" for m in failed)
+            return "input(s) failed to build: " + "; ".join(f"{ref}: {m.failed_refs[ref]}" for ref in failed)
         return None
 
     async def _start_job_run(self, decision: p.ExecuteOrder) -> None:
+        spec = self._spec
         try:
-            await self._start_child(decision)
+            await workflow.start_child_workflow(
+                JobRunWorkflow.run,
+                p.JobRunInput(
+                    job_run_id=decision.job_run_id,
+                    job_label=decision.job_label,
+                    outputs=decision.outputs,
+                    params=decision.params,
+                    policy=decision.policy,
+                    admission=decision.admission,
+                ),
+                id=job_run_workflow_id(decision.job_label, decision.job_run_id),
+                # A job run serves every want delegated to it, so it outlives the want that queued it.
+                parent_close_policy=ParentClosePolicy.ABANDON,
+                # One workflow per job run, ever: an ended one is never started again.
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                static_summary=f"job {decision.job_label} -> {', '.join(decision.outputs)}",
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(p.SA_JOB_LABEL, decision.job_label),
+                        SearchAttributePair(p.SA_ROOT_WANT_ID, spec.root_want_id or spec.want_id),
+                    ]
+                ),
+            )
         except WorkflowAlreadyStartedError:
             # Started by an earlier run of this want (one that died and was started again): follow it.
             workflow.logger.info("job run %s was started before; following it", decision.job_run_id)
 
-    async def _start_child(self, decision: p.ExecuteOrder) -> None:
-        assert self._spec is not None
-        await workflow.start_child_workflow(
-            p.JOB_RUN_WORKFLOW,
-            p.JobRunInput(
-                job_run_id=decision.job_run_id,
-                job_label=decision.job_label,
-                outputs=decision.outputs,
-                params=decision.params,
-                policy=decision.policy,
-                admission=decision.admission,
-            ),
-            id=job_run_workflow_id(decision.job_label, decision.job_run_id),
-            # A job run serves every want delegated to it, so it outlives the want that queued it.
-            parent_close_policy=ParentClosePolicy.ABANDON,
-            # One workflow per job run, ever: an ended one is never started again.
-            id_reuse_policy=(
-                WorkflowIDReusePolicy.REJECT_DUPLICATE
-                if self._bounded
-                else WorkflowIDReusePolicy.ALLOW_DUPLICATE
-            ),
-            static_summary=f"job {decision.job_label} -> {', '.join(decision.outputs)}",
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(p.SA_JOB_LABEL, decision.job_label),
-                    SearchAttributePair(p.SA_ROOT_WANT_ID, self._spec.root_want_id or self._spec.want_id),
-                ]
-            ),
-        )
-
     async def _watch_sla(self, deadline: datetime) -> None:
         # A derivative want shares its root's deadline: the root's estimate covers it, and alerts once.
-        assert self._spec is not None
-        if workflow.patched(SLA_AT_RISK) and self._spec.source is not WantSource.derivative:
+        if self._spec.source is not WantSource.derivative:
             await self._watch_sla_risk(deadline)
         remaining = self._until(deadline)
         if remaining:
             await workflow.sleep(remaining)
-        if self._state.is_final:
+        if self._memory.state.is_final:
             return
-        assert self._spec is not None
         await bel(
             WantActivities.record_sla_missed, p.SlaMissedInput(want_id=self._spec.want_id, deadline=deadline)
         )
-        self._sla_missed = True
+        self._memory.sla_missed = True
         workflow.upsert_search_attributes([p.SA_SLA_MISSED.value_set(True)])
         self._describe()
 
     async def _watch_sla_risk(self, deadline: datetime) -> None:
         """Before the deadline: ask whether the want is predicted to miss it (which alerts once) each
         time its state changes, and when the estimate says it would pass the deadline if nothing moved."""
-        assert self._spec is not None
-        while not self._sla_at_risk and not self._state.is_final:
+        m = self._memory
+        while not m.sla_at_risk and not m.state.is_final:
             now = workflow.now()
             if now >= deadline:
                 return
@@ -397,45 +314,30 @@ class WantWorkflow:
                 p.AssessSlaInput(want_id=self._spec.want_id, deadline=deadline, now=now),
             )
             if assessment.at_risk:
-                self._sla_at_risk = True
+                m.sla_at_risk = True
                 self._describe()
                 return
             look_again = min(assessment.check_at or deadline, deadline)
             within = timedelta(seconds=max(self._until(look_again) or 0, 1.0))
 
-            def changed(seen: int = self._changes) -> bool:
-                return self._changes != seen
+            def changed(seen: int = m.changes) -> bool:
+                return m.changes != seen
 
             await self._wait(changed, within=within)
 
-    async def _finish(
-        self, spec: WantSpec, state: WantState, reason: str | None, instance: str | None
-    ) -> p.WantResult:
-        following = self._job_run_id if self._state is WantState.building else None
-        interrupted: asyncio.CancelledError | None = None
-        if workflow.patched(FINISH_WHATEVER_ENDS_IT):
-            seq = self._seq if self._bounded else None
-            interrupted = await self._record_finish(
-                p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance, seq=seq)
-            )
-        else:
-            finish = p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance)
-            try:
-                await bel(WantActivities.finish_want, finish)
-            except asyncio.CancelledError:
-                await bel(WantActivities.finish_want, finish)
-                raise
-        self._set(state, self._job_run_id, [], reason or "")
+    async def _finish(self, state: WantState, reason: str | None, instance: str | None) -> p.WantResult:
+        spec, m = self._spec, self._memory
+        following = m.job_run_id if m.state is WantState.building else None
+        interrupted = await self._record_finish(
+            p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance, seq=m.seq)
+        )
+        self._set(state, m.job_run_id, [], reason or "")
         if interrupted is not None:  # cancelled while recording another outcome: that one is shown too
             raise interrupted
         if following and state in (WantState.canceled, WantState.expired):
             await self._abandon_build(following)
         result = p.WantResult(
-            want_id=spec.want_id,
-            state=state,
-            sla_missed=self._sla_missed,
-            reason=reason,
-            instance_id=instance,
+            want_id=spec.want_id, state=state, sla_missed=m.sla_missed, reason=reason, instance_id=instance
         )
         if state is WantState.failed:
             raise ApplicationError(
@@ -470,8 +372,6 @@ class WantWorkflow:
     async def _abandon_build(self, job_run_id: str) -> None:
         """A want that stops while a run builds for it stops the run too, unless another want waits on
         it (checked after this want is recorded as ended, so two wants stopping together both see it)."""
-        if not workflow.patched("stopped-want-abandons-its-build"):
-            return
         run = await bel(WantActivities.abandon_build, p.AbandonBuildInput(job_run_id=job_run_id))
         if run.workflow_id is not None:
             try:
@@ -485,60 +385,60 @@ class WantWorkflow:
         return max((deadline - workflow.now()).total_seconds(), 0.0)
 
     def _set(self, state: WantState, job_run_id: str | None, waiting_for: list[str], note: str) -> None:
-        if state is not self._state:
+        m = self._memory
+        if state is not m.state:
             workflow.upsert_search_attributes([p.SA_WANT_STATE.value_set(state.value)])
-        if (state, job_run_id, waiting_for) != (self._state, self._job_run_id, self._waiting_for):
-            self._changes += 1  # the SLA estimate is worth another look
-        self._state, self._job_run_id, self._waiting_for = state, job_run_id, waiting_for
-        self._note = note
+        if (state, job_run_id, waiting_for) != (m.state, m.job_run_id, m.waiting_for):
+            m.changes += 1  # the SLA estimate is worth another look
+        m.state, m.job_run_id, m.waiting_for, m.note = state, job_run_id, waiting_for, note
         self._describe()
 
     def _describe(self) -> None:
-        flag = "  ⚠ SLA missed" if self._sla_missed else "  ⚠ SLA at risk" if self._sla_at_risk else ""
-        lines = [f"**{self._state.value}**" + flag]
-        note = self._note
-        if self._waiting_for:
-            shown = ", ".join(f"`{r}`" for r in self._waiting_for[:10])
-            more = f" (+{len(self._waiting_for) - 10} more)" if len(self._waiting_for) > 10 else ""
-            lines.append(f"{note}: {shown}{more}")
-        elif note:
-            lines.append(note)
+        m = self._memory
+        flag = "  ⚠ SLA missed" if m.sla_missed else "  ⚠ SLA at risk" if m.sla_at_risk else ""
+        lines = [f"**{m.state.value}**" + flag]
+        if m.waiting_for:
+            shown = ", ".join(f"`{r}`" for r in m.waiting_for[:10])
+            more = f" (+{len(m.waiting_for) - 10} more)" if len(m.waiting_for) > 10 else ""
+            lines.append(f"{m.note}: {shown}{more}")
+        elif m.note:
+            lines.append(m.note)
         workflow.set_current_details("\n\n".join(lines))
 
     @workflow.signal(name=p.SIGNAL_PARTITION_AVAILABLE)
     def partition_available(self, notice: p.PartitionAvailable) -> None:
-        self._live[notice.ref] = notice.instance_id
+        self._memory.live[notice.ref] = notice.instance_id
 
     @workflow.signal(name=p.SIGNAL_PARTITION_FAILED)
     def partition_failed(self, notice: p.PartitionFailedNotice) -> None:
-        self._failed_runs[notice.job_run_id] = notice.reason
-        self._failed_refs[notice.ref] = notice.reason
+        self._memory.failed_runs[notice.job_run_id] = notice.reason
+        self._memory.failed_refs[notice.ref] = notice.reason
 
     @workflow.signal(name=p.SIGNAL_REDECIDE)
     def redecide(self, _notice: p.RedecideNotice) -> None:
-        self._redecides += 1
+        self._memory.redecides += 1
 
     @workflow.signal(name=p.SIGNAL_PAUSE)
     def pause(self) -> None:
-        self._paused = True
+        self._memory.paused = True
 
     @workflow.signal(name=p.SIGNAL_RESUME)
     def resume(self) -> None:
-        self._paused = False
-        self._resumes += 1
+        self._memory.paused = False
+        self._memory.resumes += 1
 
     @workflow.signal(name=p.SIGNAL_DEP_MISS)
     def dep_miss(self, notice: p.DepMissNotice) -> None:
-        self._dep_missed[notice.job_run_id] = notice.missing
+        self._memory.dep_missed[notice.job_run_id] = notice.missing
 
     @workflow.query(name=p.QUERY_PROGRESS)
     def progress(self) -> p.WantProgress:
-        assert self._spec is not None
+        m = self._memory
         return p.WantProgress(
             want_id=self._spec.want_id,
             ref=self._spec.ref,
-            state=self._state,
-            job_run_id=self._job_run_id,
-            waiting_for=self._waiting_for,
-            sla_missed=self._sla_missed,
+            state=m.state,
+            job_run_id=m.job_run_id,
+            waiting_for=m.waiting_for,
+            sla_missed=m.sla_missed,
         )

@@ -1,4 +1,4 @@
-"""Bring a BEL database to the current schema with Alembic (from empty, or from any older revision)."""
+"""Bring a BEL database to the current schema with Alembic: from empty, or from release 0.1.0 or later."""
 
 from pathlib import Path
 
@@ -7,6 +7,8 @@ from alembic.config import Config
 from sqlalchemy import Connection, text
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+# The revision of release 0.1.0: every later revision is tested as an upgrade from it.
+BASELINE = "0.1.0"
 # Concurrent first starts (a worker and the CLI) take turns on this lock.
 _LOCK_KEY = 0x64617461_6275696C  # "databuil"
 

@@ -121,7 +121,7 @@ partition_instances = Table(
     Column("reason", Text),
     Column("retired_at", UTCDateTime),  # when it stopped being live: gc keeps it the retention from then
     Column("pinned", Boolean, nullable=False, default=False, server_default=false()),
-    Column("location", Text),  # where its data is (a URI); None for instances older than revision 0005
+    Column("location", Text),  # where its data is (a URI); None when none was recorded
     Column("facts", JSON),  # row count, size, schema (InstanceFacts); None when the job recorded none
     Column("schema_changed", Boolean, nullable=False, server_default=false()),  # versus the previous instance
 )

@@ -9,7 +9,7 @@ How the index stays global, gap-free and in commit order:
 - SQLite admits one writer at a time (BEGIN IMMEDIATE, and a lock per process), so a transaction reads
   the head and writes its events at ``head + 1 ...`` before it commits.
 - PostgreSQL writers on different keys run and commit in parallel, and readers only see events up to
-  the head. A transaction's last statement, ``bel_reserve(n)`` (migration 0010), gives its events the
+  the head. A transaction's last statement, ``bel_reserve(n)`` (migration 0.1.0), gives its events the
   indexes after the head if no other transaction is placing events: it then holds the sequencer's lock
   until its COMMIT, so its events and the head become visible together. Otherwise (under load) the
   events get provisional indexes above ``PROVISIONAL`` (one step of a sequence per transaction), and
@@ -140,7 +140,7 @@ def write_lock(url: str) -> AbstractContextManager[object]:
         return _SQLITE_WRITERS.setdefault(key, threading.Lock())
 
 
-# PostgreSQL (see migration 0010): provisional indexes start here (a transaction appends at most 2^20
+# PostgreSQL (see migration 0.1.0): provisional indexes start here (a transaction appends at most 2^20
 # events, one step of the provisional sequence). Two-key advisory locks, apart from the one-key locks on
 # wants, runs and refs: every writer shares (LOCK_SPACE, WRITERS); placing events takes (LOCK_SPACE, 2).
 PROVISIONAL = 1 << 62

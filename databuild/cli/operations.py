@@ -115,21 +115,12 @@ def skip(ref: str, as_json: JsonFlag = False) -> None:
 
 @app.command()
 def migrate() -> None:
-    """Create or upgrade the BEL schema (Alembic), and move partitions of the old storage layout (a ref's
-    folder, replaced by renames) into their instance locations. Workers upgrade the schema on start too;
-    stop them while the storage is migrated."""
+    """Create or upgrade the BEL schema (Alembic). Workers and the CLI upgrade it when they open it too."""
     from databuild.bel import BuildEventLog
-    from databuild.layout import migrate_storage
 
     configured = settings()
-    log = BuildEventLog.create(configured.database_url.get_secret_value())
-    try:
-        moved = migrate_storage(Storage(configured.storage_root), log)
-    finally:
-        log.dispose()
+    BuildEventLog.create(configured.database_url.get_secret_value()).dispose()
     console.print(f"BEL schema at {masked_url(configured.database_url)} is up to date")
-    if moved:
-        console.print(f"moved {len(moved)} partition(s) of the old layout into their instance locations")
 
 
 @app.command()

@@ -23,6 +23,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "execute": ("want-execute", "job-run-success"),
     "delegate": ("want-delegate",),
     "dep-miss-chain": ("want-dep-miss-chain", "want-derivative", "job-run-dep-miss"),
+    "declared-inputs": ("want-declared-inputs",),
     "fail-lock": ("want-failed", "job-run-failed", "want-fail-lock-resolve"),
     "retry": ("job-run-retry",),
     "cancel": ("want-cancel",),
@@ -35,20 +36,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "ttl-expiry": ("want-ttl-expiry",),
     "continue-as-new": ("want-continue-as-new-1", "want-continue-as-new-2"),
     "alert": ("alert-queued", "alert-channel", "alert-channel-down"),
-    # Recorded by the want workflow before the bounded-history patch (commit 8f9f934), when a waiting
-    # want woke up every lease on a timer: they prove wants started then still replay.
-    "v0-execute": ("v0-want-execute",),
-    "v0-blocked": ("v0-want-blocked-watchdog",),
-    "v0-following": ("v0-want-following-watchdog",),
-    # UpstreamSync before the announcement restrictions (its activity inputs had no patterns).
-    "v0-upstream-pull": ("v0-upstream-sync-pull",),
-    "v0-upstream-push": ("v0-upstream-sync-push",),
-    # Recorded by the Alert workflow before per-channel delivery (commit ALERT_COMMIT), when it delivered
-    # to each channel itself: it proves alerts raised then still replay.
-    "v1-alert": ("v1-alert-deliver",),
 }
-OLD_COMMIT = "8f9f934"
-ALERT_COMMIT = "f87f7e5"
 
 
 def history_path(name: str) -> Path:

@@ -7,9 +7,8 @@ SLA and TTL timers, a dev server that suggests continue-as-new early for that sc
 workers from worker/run.py with Spark in local mode, a SQLite BEL each. Every history it saves is
 replayed once before it lands in tests/histories/<name>.json.
 
-Re-record a history only for new behaviour, never to make a non-determinism error go away
-(docs/development/replay-tests.md). The v0-* scenarios record the want workflow of commit 8f9f934 (before the
-bounded-history patch) and run only in a worktree of that commit.
+Record a history for a new workflow behaviour, beside the histories of the old one; never re-record
+one to make a non-determinism error go away (docs/development-policy.md).
 """
 
 import argparse
@@ -34,8 +33,6 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-import workflows.alert
-import workflows.want
 from databuild.models import JobRunState, WantSource, WantSpec, WantState
 from databuild.protocol import (
     SCHEDULED_WANT_WORKFLOW,
@@ -58,8 +55,8 @@ from databuild.temporal import (
 from databuild.testing import free_port
 from tests import graphs
 from tests.conftest import DEMO_REF, Stack, binary, running_stack, start_dev_server
-from tests.helpers import TOKEN, http_server, until, waiting_for_feed
-from tests.replay import ALERT_COMMIT, HISTORY_DIR, OLD_COMMIT, SCENARIOS, history_path, replayer
+from tests.helpers import TOKEN, http_server, lake, until, waiting_for_feed
+from tests.replay import HISTORY_DIR, SCENARIOS, history_path, replayer
 
 Server = Literal["dev", "time-skipping", "short-history"]
 # The short-history server suggests continue-as-new past this many events (default 4,096 and more).
@@ -160,25 +157,15 @@ async def run_id(client: Client, workflow_id: str) -> str:
     return (await client.get_workflow_handle(workflow_id).describe()).run_id or ""
 
 
-async def timers_fired(client: Client, workflow_id: str) -> int:
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return sum(event.HasField("timer_fired_event_attributes") for event in history.events)
-
-
-async def build(rec: Recorder, want_history: str, job_run_history: str | None = None) -> None:
+@scenario("execute")
+async def execute(rec: Recorder) -> None:
     """A want that builds its partition with one job run."""
     async with rec.stack("dev", "tests.graphs:chain") as stack:
         spec = await stack.db.want("base/1")
         await settled(stack, spec)
         [run] = stack.bel.job_runs()
-        await rec.save(want_history, stack.client, spec.workflow_id)
-        if job_run_history is not None:
-            await rec.save(job_run_history, stack.client, run.workflow_id)
-
-
-@scenario("execute")
-async def execute(rec: Recorder) -> None:
-    await build(rec, "want-execute", "job-run-success")
+        await rec.save("want-execute", stack.client, spec.workflow_id)
+        await rec.save("job-run-success", stack.client, run.workflow_id)
 
 
 @scenario("delegate")
@@ -198,8 +185,9 @@ async def delegate(rec: Recorder) -> None:
 
 @scenario("dep-miss-chain")
 async def dep_miss_chain(rec: Recorder) -> None:
-    """The demo: daily_summary dep-misses seven daily_users, each of which dep-misses its raw_events."""
-    async with rec.stack("dev", "examples.demo:graph") as stack:
+    """The demo discovering its inputs: daily_summary dep-misses seven daily_users, each of which
+    dep-misses its raw_events."""
+    async with rec.stack("dev", "examples.demo:discovering") as stack:
         spec = await stack.db.want(DEMO_REF)
         await settled(stack, spec)
         missed = next(r for r in stack.bel.job_runs(limit=100) if r.state is JobRunState.dep_miss)
@@ -209,6 +197,17 @@ async def dep_miss_chain(rec: Recorder) -> None:
         await rec.save("want-dep-miss-chain", stack.client, spec.workflow_id)
         await rec.save("want-derivative", stack.client, derivative.workflow_id)
         await rec.save("job-run-dep-miss", stack.client, missed.workflow_id)
+
+
+@scenario("declared-inputs")
+async def declared_inputs(rec: Recorder) -> None:
+    """The demo declaring its inputs: daily_summary's want starts derivative wants for them before its
+    first run, which then builds without a dep-miss."""
+    async with rec.stack("dev", "examples.demo:graph") as stack:
+        spec = await stack.db.want(DEMO_REF)
+        await settled(stack, spec)
+        assert not [r for r in stack.bel.job_runs(limit=100) if r.state is JobRunState.dep_miss]
+        await rec.save("want-declared-inputs", stack.client, spec.workflow_id)
 
 
 async def fail_then_block(stack: Stack, n: str) -> tuple[WantSpec, WantSpec]:
@@ -293,11 +292,11 @@ async def abandon(rec: Recorder) -> None:
 async def upstream_pull(rec: Recorder) -> None:
     """The downstream pulls a partition the upstream built: its first run pulls twice and continues
     as new."""
-    lake = rec.home / "lake"
+    shared = rec.home / "lake"  # one storage root for both graphs
     up_tokens, down_tokens = SecretStr(f"down={TOKEN}"), SecretStr(f"up={TOKEN}")
     async with (
-        rec.stack("dev", "tests.graphs:feeds", storage_root=lake, api_tokens=up_tokens) as up,
-        rec.stack("dev", "tests.graphs:late", storage_root=lake, upstream_tokens=down_tokens) as down,
+        rec.stack("dev", "tests.graphs:feeds", storage_root=shared, api_tokens=up_tokens) as up,
+        rec.stack("dev", "tests.graphs:late", storage_root=shared, upstream_tokens=down_tokens) as down,
     ):
         await settled(up, await up.db.want("feed/2024-01-01"))
         port = free_port()
@@ -374,7 +373,7 @@ async def sla_miss(rec: Recorder) -> None:
         await until(lambda: waiting_for_feed(stack.db, "feed/late"), seconds=120)
         await env.sleep(timedelta(hours=10))
         await until(lambda: stack.bel.want(spec.want_id).sla_missed)
-        stack.parts.spark.session().range(5).write.parquet(str(stack.settings.storage_root / "feed/late"))
+        stack.parts.spark.session().range(5).write.parquet(str(lake(stack.settings) / "feed/late"))
         await stack.db.publish("feed/late")
         await settled(stack, spec)
         assert stack.bel.want(spec.want_id).sla_missed
@@ -417,36 +416,6 @@ async def continue_as_new(rec: Recorder) -> None:
         await rec.save("want-continue-as-new-2", stack.client, blocked.workflow_id, last)
 
 
-@scenario("v0-execute")
-async def v0_execute(rec: Recorder) -> None:
-    await build(rec, "v0-want-execute")
-
-
-@scenario("v0-blocked")
-async def v0_blocked(rec: Recorder) -> None:
-    """A fail-locked want that wakes up on its watchdog timer twice before the lock is resolved."""
-    async with rec.stack("dev", "tests.graphs:trio", job_attempts=1, job_lease=timedelta(seconds=1)) as stack:
-        _, blocked = await fail_then_block(stack, "v0")
-        for _ in range(300):
-            if await timers_fired(stack.client, blocked.workflow_id) >= 2:
-                break
-            await asyncio.sleep(0.1)
-        await resolve(stack, "v0", blocked)
-        await rec.save("v0-want-blocked-watchdog", stack.client, blocked.workflow_id)
-
-
-@scenario("v0-following")
-async def v0_following(rec: Recorder) -> None:
-    """A want following its run wakes up every lease (2 s) and checks the build is alive."""
-    lease = timedelta(seconds=2)
-    with slow_jobs(8):
-        async with rec.stack("dev", "tests.graphs:slow", job_lease=lease) as stack:
-            spec = await stack.db.want("slow/v0")
-            await settled(stack, spec)
-            assert await timers_fired(stack.client, spec.workflow_id) >= 2
-            await rec.save("v0-want-following-watchdog", stack.client, spec.workflow_id)
-
-
 @scenario("alert")
 async def alert(rec: Recorder) -> None:
     """Two failed wants of one job, a few seconds apart: each alert goes to the channels' queues. The
@@ -483,57 +452,6 @@ async def alert(rec: Recorder) -> None:
         hook.down()
 
 
-@scenario("v1-alert")
-async def v1_alert(rec: Recorder) -> None:
-    """A failed want's alert, delivered by the Alert workflow itself: one channel takes it, the other is
-    down until the alert gives up on it."""
-    from tests.test_alerts import Webhook
-
-    hook = Webhook()
-    hook.up()
-    urls = f"json://127.0.0.1:{hook.port}/hook, json://127.0.0.1:{free_port()}/down"
-    try:
-        extra = {"job_attempts": 1, "alert_urls": urls, "alert_give_up_after": timedelta(seconds=3)}
-        async with rec.stack("dev", "tests.graphs:trio", **extra) as stack:
-            graphs.BROKEN.add("alert")
-            spec = await stack.db.want("a/alert")
-            await settled(stack, spec, WantState.failed)
-            await rec.save("v1-alert-deliver", stack.client, f"alert:want_failed:{spec.want_id}")
-            failed = [r["path"] for r in hook.received if r["kind"] == "want_failed"]
-            assert failed == ["/hook"], hook.received
-    finally:
-        hook.down()
-
-
-def era(name: str) -> str:
-    """Where a scenario records: v0-* the want workflow of OLD_COMMIT, v1-* the Alert workflow of
-    ALERT_COMMIT (before per-channel delivery), the others today's code."""
-    if name.startswith("v0-"):
-        return f"a worktree of {OLD_COMMIT}"
-    if name.startswith("v1-"):
-        return f"a worktree of {ALERT_COMMIT}"
-    return "today's code"
-
-
-def checked_out() -> str:
-    if not hasattr(workflows.want, "BOUNDED_HISTORY"):
-        return f"a worktree of {OLD_COMMIT}"
-    if not hasattr(workflows.alert, "CHANNEL_QUEUES"):
-        return f"a worktree of {ALERT_COMMIT}"
-    return "today's code"
-
-
-def chosen(only: list[str] | None) -> list[str]:
-    """The scenarios to run: those asked for, else all that the checked-out workflows can record."""
-    names = only or [name for name in RUNS if era(name) == checked_out()]
-    for name in names:
-        if era(name) != checked_out():
-            sys.exit(
-                f"scenario {name!r} records the workflows of {era(name)}; see docs/development/replay-tests.md"
-            )
-    return names
-
-
 async def record(names: list[str]) -> None:
     HISTORY_DIR.mkdir(exist_ok=True)
     spark = SparkRuntime("local[2]", "2g", app_name="databuild-replay-recorder")
@@ -560,7 +478,7 @@ def main() -> None:
     parser.add_argument("--only", action="append", choices=sorted(RUNS), help="a scenario (repeatable)")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     logging.basicConfig(level=logging.ERROR)  # the scenarios' failing jobs log warnings by design
-    asyncio.run(record(chosen(parser.parse_args().only)))
+    asyncio.run(record(parser.parse_args().only or list(RUNS)))
 
 
 if __name__ == "__main__":
