@@ -18,7 +18,6 @@ from sqlalchemy.exc import OperationalError
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from bench.cluster import QUICK_JVM
 from databuild.bel import BuildEventLog
 from databuild.catalog import embedded_catalog_conf
 from databuild.client import DataBuild
@@ -35,7 +34,11 @@ from databuild.testing import (
     make_settings,
     start_dev_server,
 )
+from databuild.testing.cluster import QUICK_JVM
 from worker.run import WorkerParts, running_worker
+
+# The `unit` marker's guard (a unit test that starts or reaches a server fails), and pytester to test it.
+pytest_plugins = ["tests.unit_tier", "pytester"]
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]

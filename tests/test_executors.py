@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from bench.cluster import QUICK_JVM, stop_group
 from databuild.attempt_log import APPLICATION_OUTPUT
 from databuild.bel.store import BuildEventLog, new_job_run_id
 from databuild.config import Settings
@@ -27,6 +26,7 @@ from databuild.log_view import attempt_log
 from databuild.models import JobRunState, WantState
 from databuild.spark import SparkRuntime
 from databuild.storage import Storage
+from databuild.testing.cluster import QUICK_JVM, stop_group
 from tests.conftest import cli
 from tests.helpers import instance_dir, lake, until
 

@@ -24,7 +24,7 @@ from databuild.web import create_app, web_context
 from databuild.web.guards import MAX_BODY_BYTES
 
 # Latency under load is measured here, so these run alone (the serial phase of `make test`).
-pytestmark = pytest.mark.serial
+pytestmark = [pytest.mark.unit, pytest.mark.serial]
 
 TOKEN = "s3cret-token-of-graph-b"
 EVIL = "evil.example"
