@@ -149,7 +149,8 @@ async def demo_run(
     temporal_env: WorkflowEnvironment, spark_runtime: SparkRuntime, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[DemoRun]:
     """The demo want, fulfilled once per session on its own worker; the worker keeps running so tests
-    can build more (tests that change the demo's state say so and run last in their module)."""
+    can build more. A test that would change what the demo built works on a copy of it
+    (tests/test_lineage.py), so every test that reads the demo passes in any order."""
     home = tmp_path_factory.mktemp("demo")
     async with running_stack(temporal_env.client, spark_runtime, home) as stack:
         spec = await stack.db.want(DEMO_REF)

@@ -1,6 +1,7 @@
 """The `unit` marker is enforced (tests/unit_tier.py): a unit test that starts a Temporal server or Spark,
-reaches the tests' PostgreSQL or asks for a fixture built on the session's servers fails loudly, even
-where the code under it catches every Exception; what needs no server runs as before."""
+reaches the tests' PostgreSQL, asks for a fixture built on the session's servers or is marked `serial`
+(it measures latency) fails loudly, even where the code under it catches every Exception; what needs no
+server runs as before."""
 
 import subprocess
 import sys
@@ -66,7 +67,9 @@ async def test_the_tests_postgresql_is_refused_even_where_errors_are_caught() ->
         assert conn.execute(text("select 1")).scalar() == 1
 
 
-def test_a_unit_test_on_a_server_fixture_errors_even_once_it_is_up(pytester: pytest.Pytester) -> None:
+def test_a_unit_test_on_a_server_fixture_or_serial_errors_even_once_the_server_is_up(
+    pytester: pytest.Pytester,
+) -> None:
     pytester.makeconftest(
         """
         import pytest
@@ -99,8 +102,14 @@ def test_a_unit_test_on_a_server_fixture_errors_even_once_it_is_up(pytester: pyt
         @pytest.mark.unit
         def test_marked_unit():
             pass
+
+        @pytest.mark.unit
+        @pytest.mark.serial
+        def test_marked_unit_and_serial():
+            pass
         """
     )
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2, errors=1)
+    result.assert_outcomes(passed=2, errors=2)
     result.stdout.fnmatch_lines(["*a `unit` test asks for temporal_env: unit tests need no Temporal server*"])
+    result.stdout.fnmatch_lines(["*a `unit` test is marked `serial` too*"])

@@ -1,11 +1,13 @@
 """The `unit` tier, enforced rather than trusted (a pytest plugin, loaded by tests/conftest.py).
 
 A test marked `unit` needs no Temporal server, no Spark and no PostgreSQL (SQLite, in memory or in a file,
-is fine), so `make fast` (`pytest -m unit`) runs the tier on any machine in under two minutes. While a
-unit test runs, its fixtures included, starting a Temporal server, a SparkSession or a Temporal or Spark
-program, or connecting to the tests' PostgreSQL, fails it at once; so does asking for a fixture built on
-the session's Temporal server or SparkSession, which an earlier test may have started already. A marker
-that lied would otherwise rot unnoticed: the test would still pass, only slower and not anywhere.
+is fine), and measures no latency (that is `serial`: it needs the machine to itself), so `make fast`
+(`pytest -m unit`) runs the tier on any machine in under two minutes. While a unit test runs, its
+fixtures included, starting a Temporal server, a SparkSession or a Temporal or Spark program, or
+connecting to the tests' PostgreSQL, fails it at once; so does asking for a fixture built on the
+session's Temporal server or SparkSession (which an earlier test may have started already), or a
+`serial` marker. A marker that lied would otherwise rot unnoticed: the test would still pass, only
+slower, and not anywhere.
 """
 
 import contextlib
@@ -121,8 +123,12 @@ def servers_refused() -> Iterator[None]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if is_unit(item) and (wanted := SERVER_FIXTURES & set(getattr(item, "fixturenames", ()))):
+    if not is_unit(item):
+        return
+    if wanted := SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
         refuse(f"asks for {', '.join(sorted(wanted))}")
+    if item.get_closest_marker("serial"):  # it measures latency: it needs the machine to itself
+        refuse("is marked `serial` too; a test that measures latency runs alone, not in the fast tier")
 
 
 @pytest.hookimpl(wrapper=True)
