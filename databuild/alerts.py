@@ -57,7 +57,14 @@ def channels(settings: Settings) -> list[Channel]:
             )
         config = apprise.AppriseConfig()
         config.add(str(settings.alert_config.resolve()))
-        for server in config.services():
+        services = config.services()
+        if not services:  # apprise skips what it cannot read: a file of none is a mistake, not "no alerts"
+            raise InvalidInputError(
+                f"DATABUILD_ALERT_CONFIG={settings.alert_config} names no channel apprise can read: write one "
+                "notification URL a line (text) or an apprise YAML file (https://github.com/caronc/apprise/wiki/"
+                "config), or unset it"
+            )
+        for server in services:
             found.append(Channel(str(server.url(privacy=False)), frozenset(server.tags)))  # type: ignore[no-untyped-call]
     return list({c.id: c for c in found}.values())
 

@@ -3,10 +3,11 @@ of a range are a pure function of the request, so the backfill id and every want
 time the same backfill is asked for."""
 
 import hashlib
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from pydantic import ConfigDict, Field, computed_field, field_validator, model_validator
 
+from databuild.durations import Duration, later, to_utc
 from databuild.errors import InvalidInputError
 from databuild.graph import Graph, Pattern
 from databuild.models import Model, WantState
@@ -27,14 +28,14 @@ class BackfillRequest(Model):
     pattern: str
     start: datetime
     end: datetime
-    step: timedelta = DAY
-    sla: timedelta | None = None
-    ttl: timedelta | None = None
+    step: Duration = DAY
+    sla: Duration | None = None
+    ttl: Duration | None = None
 
     @field_validator("start", "end")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return to_utc(value)
 
     @model_validator(mode="after")
     def _range(self) -> "BackfillRequest":
@@ -73,11 +74,11 @@ def backfill_partitions(request: BackfillRequest, graph: Graph) -> list[tuple[st
     (name,) = pattern.names
     daily = request.step % DAY == timedelta(0)
     found = []
-    at = request.start
-    while at <= request.end:
+    at: datetime | None = request.start
+    while at is not None and at <= request.end:
         value = at.date().isoformat() if daily else at.strftime("%Y-%m-%dT%H")
         found.append((pattern.format({name: value}), at))
-        at += request.step
+        at = later(at, request.step)  # None: the range ran into the calendar's end
     return found
 
 

@@ -24,6 +24,7 @@ from databuild.errors import (
     InvalidWantError,
     TemporalUnavailableError,
 )
+from databuild.failures import MISSING_SEARCH_ATTRIBUTE
 from databuild.graph import Graph, load_graph
 from databuild.models import (
     Instance,
@@ -52,6 +53,7 @@ from databuild.storage import ref_uri
 from databuild.temporal import (
     cancel_want,
     connect,
+    ensure_search_attributes,
     notify_subscribers,
     settle_closing_run,
     start_want,
@@ -169,7 +171,15 @@ class DataBuild:
         return spec
 
     async def _register(self, spec: WantSpec) -> None:
-        await start_want(await self.temporal_client(), spec, self.settings.task_queue, self.bel)
+        client = await self.temporal_client()
+        try:
+            await start_want(client, spec, self.settings.task_queue, self.bel)
+        except RPCError as error:
+            if MISSING_SEARCH_ATTRIBUTE not in error.message:
+                raise
+            # A namespace no worker has prepared yet (the first seconds of `databuild dev`): prepare it.
+            await ensure_search_attributes(client, self.settings.namespace)
+            await start_want(client, spec, self.settings.task_queue, self.bel)
         # The workflow records the want too; doing it here as well (idempotently) means the want is
         # visible in the BEL as soon as this returns, and only once its workflow exists.
         await self.bel.call(self.bel.register_want, spec)

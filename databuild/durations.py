@@ -1,7 +1,14 @@
-"""Human durations (``9h``, ``30d``, ``1d12h``, ``90m``) to ``timedelta`` and back."""
+"""Human durations (``9h``, ``30d``, ``1d12h``, ``90m``) to ``timedelta`` and back; timestamps; and the
+range rule every time DataBuild computes with obeys: times are UTC, from 0001-01-01 to 9999-12-31
+(``datetime``'s range), so a time given with an offset that moves it outside is refused where it is read
+(``to_utc``), a duration is at most ``MAX_DURATION`` (``Duration``), and a time plus a duration is computed
+with ``later``, which says when the sum is past the calendar's end instead of raising."""
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+from pydantic import AfterValidator
 
 from databuild.errors import InvalidDurationError, InvalidInputError
 
@@ -49,12 +56,45 @@ def format_duration(value: timedelta) -> str:
     return "".join(parts)
 
 
+def checked_duration(value: timedelta) -> timedelta:
+    """``value`` if it is a duration DataBuild takes: not negative, at most ``MAX_DURATION``."""
+    if value < timedelta(0):
+        raise InvalidDurationError("durations may not be negative; they count forward from the data time")
+    if value > MAX_DURATION:
+        raise InvalidDurationError(f"{format_duration(value)} is too long; {_TOO_LONG}")
+    return value
+
+
+# A duration field of a model that crosses a boundary (API bodies, the SDK's specs).
+Duration = Annotated[timedelta, AfterValidator(checked_duration)]
+LAST_MOMENT = datetime.max.replace(tzinfo=UTC)
+
+
 def parse_timestamp(text: str) -> datetime:
-    """ISO date or datetime; naive values are UTC."""
+    """ISO date or datetime, in UTC; naive values are UTC."""
     try:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise InvalidInputError(
             f"cannot read timestamp {text!r}; use ISO 8601 such as 2024-01-07 or 2024-01-07T09:00:00Z"
         ) from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return to_utc(value)
+
+
+def to_utc(value: datetime) -> datetime:
+    """``value`` in UTC (a naive value is UTC already). Raises ``InvalidInputError`` for a time whose offset
+    moves it outside the calendar (``9999-12-31T23:00-05:00`` is in the year 10000 in UTC)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInputError(
+            f"{value.isoformat()} is outside the calendar in UTC (0001-01-01 to 9999-12-31); "
+            "give a time inside it"
+        ) from None
+
+
+def later(at: datetime, by: timedelta) -> datetime | None:
+    """``at + by``, or None when that is after the calendar's last moment (9999-12-31 23:59:59 UTC)."""
+    return at + by if by <= LAST_MOMENT - at else None

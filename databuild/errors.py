@@ -1,8 +1,10 @@
 """Typed error hierarchy. Every error a user can cause names the problem and, where there is one, the fix.
 
 Each class says how it crosses the boundaries: ``retryable`` (whether an activity that raised it may
-succeed on a retry; activities.errors turns it into a Temporal ``ApplicationError`` accordingly) and
-``http_status`` (what the HTTP API answers)."""
+succeed on a retry; activities.errors turns it into a Temporal ``ApplicationError`` accordingly),
+``http_status`` (what the HTTP API answers) and ``exit_code`` (the CLI's: 2 for usage and configuration
+errors, 1 for a dependency that is down). What a dependency's own client raises is translated into these
+in one place, databuild.failures, which the CLI and the HTTP API share."""
 
 from typing import ClassVar
 
@@ -12,6 +14,7 @@ class DataBuildError(Exception):
 
     retryable: ClassVar[bool] = True
     http_status: ClassVar[int] = 500
+    exit_code: ClassVar[int] = 2
 
 
 class InvalidInputError(DataBuildError, ValueError):
@@ -46,7 +49,21 @@ class AnnouncementRefusedError(InvalidInputError):
     patterns of the upstream subscription it came through."""
 
 
-class GraphDefinitionError(DataBuildError):
+class ConfigurationError(DataBuildError):
+    """A setting names something DataBuild cannot use (a URL that is not one, a storage root that is no
+    folder it may write): the fix is the setting. Retryable: a worker goes on once an operator fixes it."""
+
+    http_status = 503  # the server's setup, not the request, has to change
+
+
+class UnavailableError(DataBuildError):
+    """A dependency (Temporal, the BEL's database, the storage) does not answer: start it, then repeat."""
+
+    http_status = 503
+    exit_code = 1
+
+
+class GraphDefinitionError(ConfigurationError):
     """The user's graph is malformed (bad pattern, clashing outputs, unloadable module)."""
 
     retryable = False
@@ -65,18 +82,30 @@ class InvalidTransitionError(DataBuildError):
     http_status = 409
 
 
-class TemporalSetupError(DataBuildError):
-    """The Temporal namespace lacks something DataBuild needs and may not create itself."""
+class TemporalSetupError(ConfigurationError):
+    """The Temporal namespace lacks something DataBuild needs and may not create itself, or refuses
+    DataBuild's credentials."""
 
 
-class TemporalUnavailableError(DataBuildError):
+class TemporalUnavailableError(UnavailableError):
     """The Temporal server does not answer at the configured address."""
 
-    http_status = 503
+
+class DatabaseUnavailableError(UnavailableError):
+    """The BEL's database does not answer."""
 
 
-class PortInUseError(DataBuildError):
-    """A port `databuild dev` would listen on is held by another process."""
+class StorageUnavailableError(UnavailableError, OSError):
+    """A remote storage (S3, GCS, Azure, HDFS) does not answer. An ``OSError`` too, as what it replaces
+    was: code that tolerates a storage hiccup keeps doing so."""
+
+
+class StorageSetupError(ConfigurationError, OSError):
+    """A local storage root DataBuild cannot use (not a folder, not writable). An ``OSError`` too."""
+
+
+class PortInUseError(ConfigurationError):
+    """A port `databuild dev` or `databuild web` would listen on is held by another process."""
 
 
 class ConcurrentChangeError(DataBuildError):
@@ -97,7 +126,7 @@ class MissingInputsError(DataBuildError):
         super().__init__("missing inputs: " + ", ".join(self.refs))
 
 
-class JavaNotFoundError(DataBuildError):
+class JavaNotFoundError(ConfigurationError):
     pass
 
 

@@ -3,10 +3,15 @@ written there tears it, so its logs go to files under ``<home>/logs/``: ``databu
 logging: DataBuild, the Temporal SDK and its core, py4j, uvicorn, warnings), ``spark.log`` (the
 worker's Spark driver JVM) and ``temporal.log`` (the Temporal dev server); the terminal shows only
 problems. `worker` and `web` are services: they log to stderr, where supervisors collect logs, and a
-worker keeps its Spark driver's output in ``spark.log`` all the same."""
+worker keeps its Spark driver's output in ``spark.log`` all the same. Every other command prints its
+result and its errors, a line each: what it logs (the Temporal SDK's retries of a server that is down,
+warnings, the traceback of an unexpected error) goes to ``databuild.log``."""
 
 import logging
 import sys
+import tempfile
+import traceback
+from io import TextIOWrapper
 from pathlib import Path
 
 from rich.console import Console
@@ -45,6 +50,47 @@ def log_to_files(home: Path, console: Console) -> Path:
     return folder
 
 
+def log_quietly(home: Path) -> Path:
+    """The CLI's commands: logging to ``<home>/logs/databuild.log``, made only once something is logged,
+    and nothing on the terminal. Returns the file. A command that logs otherwise (`dev`, `worker`,
+    `web`) sets its own logging up in place of this."""
+    path = log_dir(home) / DATABUILD_LOG
+    handler = _LazyFile(path)
+    handler.setFormatter(logging.Formatter(FORMAT))
+    _configure(handler)
+    return path
+
+
+def keep_traceback(error: BaseException, log_file: Path) -> Path:
+    """Append ``error``'s traceback to ``log_file``, or to a new file in the temporary folder if that
+    cannot be written; returns where it went."""
+    text = "".join(traceback.format_exception(error))
+    try:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with log_file.open("a", encoding="utf-8") as out:
+            out.write(text)
+        return log_file
+    except OSError:
+        with tempfile.NamedTemporaryFile("w", prefix="databuild-", suffix=".log", delete=False) as spare:
+            spare.write(text)
+        return Path(spare.name)
+
+
+class _LazyFile(logging.FileHandler):
+    """A log file made (folder and all) by its first record, so a command that logs nothing makes none;
+    a file that cannot be made loses the records, silently: they are never a command's output."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, encoding="utf-8", delay=True)
+
+    def _open(self) -> TextIOWrapper:
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+
 def log_to_stderr() -> None:
     """`databuild worker` and `web`: logging to stderr, one line a record."""
     handler = logging.StreamHandler(sys.stderr)
@@ -78,8 +124,15 @@ class _Problems(logging.Handler):
             self.handleError(record)
 
 
+_HANDLERS: list[logging.Handler] = []  # what _configure installed, replaced by its next call
+
+
 def _configure(*handlers: logging.Handler) -> None:
     root = logging.getLogger()
+    for handler in _HANDLERS:
+        root.removeHandler(handler)
+        handler.close()
+    _HANDLERS[:] = handlers
     for handler in handlers:
         root.addHandler(handler)
     for name in OWN_LOGGERS:

@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from databuild.durations import Duration, later, to_utc
 from databuild.errors import InvalidInputError
 from databuild.refs import validate_ref
 
@@ -126,10 +127,6 @@ def validated(kind: type[M], **values: object) -> M:
         raise InvalidInputError(first_error(error)) from None
 
 
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 _DATE_IN_REF = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 
 
@@ -144,7 +141,7 @@ def default_data_timestamp(ref: str, now: datetime) -> datetime:
             return datetime(int(match[1]), int(match[2]), int(match[3]), tzinfo=UTC)
         except ValueError:
             pass
-    now = _utc(now)
+    now = to_utc(now)
     return datetime(now.year, now.month, now.day, tzinfo=UTC)
 
 
@@ -153,8 +150,8 @@ class WantSpec(Model):
 
     ref: str
     data_timestamp: datetime
-    sla: timedelta | None = None
-    ttl: timedelta | None = None
+    sla: Duration | None = None
+    ttl: Duration | None = None
     source: WantSource = WantSource.cli
     parent_want_id: str | None = None
     root_want_id: str | None = None
@@ -183,21 +180,13 @@ class WantSpec(Model):
     @field_validator("data_timestamp")
     @classmethod
     def _aware(cls, value: datetime) -> datetime:
-        return _utc(value)
-
-    @field_validator("sla", "ttl")
-    @classmethod
-    def _non_negative(cls, value: timedelta | None) -> timedelta | None:
-        if value is not None and value < timedelta(0):
-            raise ValueError("durations may not be negative; they count forward from data_timestamp")
-        return value
+        return to_utc(value)
 
     @model_validator(mode="after")
     def _deadlines_exist(self) -> Self:
-        # A deadline past datetime's range cannot be computed (OverflowError); no stored want has one.
-        room = datetime.max.replace(tzinfo=UTC) - self.data_timestamp
+        # A deadline past datetime's range cannot be computed; no stored want has one.
         for name, duration in (("sla", self.sla), ("ttl", self.ttl)):
-            if duration is not None and duration > room:
+            if duration is not None and later(self.data_timestamp, duration) is None:
                 raise ValueError(
                     f"data_timestamp + {name} is after the year 9999; give a shorter {name} "
                     "or an earlier data_timestamp"

@@ -1,8 +1,10 @@
 """Rich renderings for humans; the CLI prints JSON of the same models with --json."""
 
+import contextlib
 from collections import Counter
+from collections.abc import Iterator
 
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
@@ -380,6 +382,17 @@ def gc_report(report: GcReport) -> Group:
     verb = "to delete" if report.dry_run else "deleted"
     summary = Text(f"{len(report.deleted)} {verb} (retention {format_duration(report.keep)}); kept: {kept}")
     return Group(table, summary)
+
+
+@contextlib.contextmanager
+def live_block(console: Console) -> Iterator[None]:
+    """Around a live display (rich's Live or Progress): rich ends its last line only on a terminal, so in
+    a log or a pipe what was printed next (a tree, a summary, an error) ran into it."""
+    try:
+        yield
+    finally:
+        if not console.is_terminal:
+            console.line()
 
 
 def progress(view: FamilyProgress | None) -> Table:

@@ -8,6 +8,9 @@ DataBuild performs on the storage (listing for garbage collection, deleting, the
 files, logs) goes through this class, on ``pyarrow.fs``: the local file system, S3 (``s3a://``, as Spark
 spells it), GCS, Azure and HDFS alike."""
 
+import contextlib
+import functools
+import os
 import posixpath
 import re
 import uuid
@@ -15,11 +18,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from pyarrow import fs
 
-from databuild.errors import InvalidInputError
+from databuild.errors import InvalidInputError, StorageSetupError, StorageUnavailableError
 from databuild.models import Instance, attempt_name, parse_attempt_name
 from databuild.refs import RESERVED_SEGMENT, validate_ref
 
@@ -35,6 +39,8 @@ _ARROW_SCHEMES = {
     "abfs": "abfs",
     "hdfs": "hdfs",
 }
+# pyarrow retries a GCS it cannot reach for 15 minutes by default: a command would seem to hang.
+GCS_RETRY_SECONDS = 15
 _INSTANCE_SEGMENT = re.compile(r"~([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 
 
@@ -89,16 +95,67 @@ class SubmissionArea:
     modified: datetime | None
 
 
+R = TypeVar("R")
+P = ParamSpec("P")
+
+
+def _reached(method: "Callable[Concatenate[Storage, P], R]") -> "Callable[Concatenate[Storage, P], R]":
+    """A method whose failures to use the store are ``Storage._reaching``'s one line."""
+
+    @functools.wraps(method)
+    def reaching(self: "Storage", /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with self._reaching():
+            return method(self, *args, **kwargs)
+
+    return reaching
+
+
 class Storage:
     def __init__(self, root: str | Path) -> None:
         self.uri = storage_uri(root)
         parts = urlsplit(self.uri)
-        arrow = urlunsplit(parts._replace(scheme=_ARROW_SCHEMES[parts.scheme], query="", fragment=""))
+        query = f"retry_limit_seconds={GCS_RETRY_SECONDS}" if parts.scheme == "gs" else ""
+        arrow = urlunsplit(parts._replace(scheme=_ARROW_SCHEMES[parts.scheme], query=query, fragment=""))
         try:
             self._fs, base = fs.FileSystem.from_uri(arrow)
         except Exception as error:  # pyarrow raises several types for a store it cannot reach or build
             raise InvalidInputError(f"cannot open storage {self.uri}: {error}") from None
         self._base = base.rstrip("/")
+
+    @contextlib.contextmanager
+    def _reaching(self) -> Iterator[None]:
+        """What the file system raises for a store it cannot use, as one line naming the store and the
+        fix; ``FileNotFoundError`` stays as it is (callers ask about what may be missing)."""
+        try:
+            yield
+        except FileNotFoundError:
+            raise
+        except (StorageUnavailableError, StorageSetupError):
+            raise
+        except OSError as error:
+            raise self._unusable(error) from error
+
+    def _unusable(self, error: OSError) -> StorageSetupError | StorageUnavailableError:
+        reason = os.strerror(error.errno) if error.errno else str(error).strip().split("\n")[0][:300]
+        if isinstance(self._fs, fs.LocalFileSystem):
+            return StorageSetupError(
+                f"cannot use the storage at {self.uri}: {reason}; set DATABUILD_STORAGE_ROOT to a folder "
+                "DataBuild may write"
+            )
+        return StorageUnavailableError(
+            f"cannot reach the storage at {self.uri}: {reason}; check that it is up and that its "
+            "endpoint and credentials are right, then repeat"
+        )
+
+    def probe(self) -> None:
+        """Write and remove a file under the reserved segment: a worker refuses, when it starts and in one
+        line, a root it cannot use, instead of failing each job at its first output."""
+        key = f"{RESERVED_SEGMENT}/probe-{uuid.uuid4().hex}"
+        try:
+            self.write_text(key, "")
+        except FileNotFoundError as error:  # the root's folders cannot be made
+            raise self._unusable(error) from error
+        self.delete(key)
 
     # Locations ---------------------------------------------------------------------------------
     def uri_of(self, key: str) -> str:
@@ -133,6 +190,7 @@ class Storage:
             raise InvalidInputError(f"storage key {key!r} is not inside the storage root")
         return f"{self._base}/{clean}"
 
+    @_reached
     def write_text(self, key: str, text: str) -> None:
         """Readers see the old content or the new, never a part (an object store's put is atomic;
         locally the file is written aside and moved into place)."""
@@ -147,14 +205,17 @@ class Storage:
             with self._fs.open_output_stream(path) as out:
                 out.write(text.encode())
 
+    @_reached
     def read_text(self, key: str) -> str:
         """Raises ``FileNotFoundError`` when there is nothing at ``key``."""
         with self._fs.open_input_stream(self._path(key)) as stream:  # pyarrow raises FileNotFoundError
             return bytes(stream.read()).decode(errors="replace")
 
+    @_reached
     def exists(self, key: str) -> bool:
         return bool(self._fs.get_file_info(self._path(key)).type != fs.FileType.NotFound)
 
+    @_reached
     def delete(self, key: str) -> None:
         """Remove a file or a folder and everything in it; nothing there is not an error."""
         path = self._path(key)
@@ -170,7 +231,9 @@ class Storage:
         base = self._path(key) if key else self._base
         selector = fs.FileSelector(base, allow_not_found=True, recursive=True)
         prefix = f"{self._base}/"
-        for info in self._fs.get_file_info(selector):
+        with self._reaching():
+            found = self._fs.get_file_info(selector)
+        for info in found:
             if info.type == fs.FileType.File or (folders and info.type == fs.FileType.Directory):
                 yield info.path.removeprefix(prefix), _utc(info.mtime)
 
@@ -225,6 +288,7 @@ class Storage:
             for key, modified in _newest_by(folder, self.files(LOGS)).items()
         ]
 
+    @_reached
     def parquet_summary(self, key: str) -> tuple[int, int, int]:
         """Rows, bytes and files of the Parquet data under ``key``: one listing, then each file's footer
         (a ranged read of its end, on parallel threads); no data is read. Files and folders whose names
@@ -250,6 +314,7 @@ class Storage:
             return None
         return Path(self._path(key))
 
+    @_reached
     def move(self, source: str, destination: str) -> None:
         """Only ``databuild migrate`` moves anything: a ref's folder of the old layout into its
         instance location."""
@@ -262,6 +327,7 @@ class Storage:
         self._fs.create_dir(posixpath.dirname(self._path(destination)), recursive=True)
         self._fs.move(self._path(source), self._path(destination))
 
+    @_reached
     def entries(self, key: str) -> list[tuple[str, bool]]:
         """The direct children of ``key``: (name, is a folder)."""
         selector = fs.FileSelector(self._path(key), allow_not_found=True, recursive=False)

@@ -7,6 +7,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -40,6 +41,7 @@ from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 from databuild.bel.queries import BelQueries
 from databuild.config import Settings
 from databuild.errors import (
+    ConfigurationError,
     InvalidInputError,
     InvalidTransitionError,
     NotFoundError,
@@ -117,6 +119,11 @@ async def connect(settings: Settings) -> Client:
         raise TemporalUnavailableError(
             f"cannot reach Temporal at {settings.temporal_address}: {_connect_failure(error)}; start the "
             "embedded stack with `databuild dev`, or set DATABUILD_TEMPORAL_ADDRESS to your server"
+        ) from None
+    except ValueError as error:  # the SDK's reading of the address
+        raise ConfigurationError(
+            f"DATABUILD_TEMPORAL_ADDRESS={settings.temporal_address!r} is not host:port ({error}); "
+            "write it like 127.0.0.1:7233"
         ) from None
 
 
@@ -277,7 +284,8 @@ async def repair_wants(
     for workflow_id in sorted(dead):
         want = await bel.call(bel.find_want, want_id_of_workflow(workflow_id))
         if want is not None and not want.state.is_final:
-            repaired += await reconcile_want(client, bel, want, task_queue) is not None
+            done = await reconcile_want(client, bel, want, task_queue)
+            repaired += done in (Reconciled.restarted, Reconciled.recorded)
     return repaired + await _start_unstarted(client, bel, task_queue, datetime.now(UTC) - quiet)
 
 
@@ -290,6 +298,13 @@ class Outcome(NamedTuple):
 CANCELED_ON_REQUEST = Outcome(WantState.canceled, "canceled on request")
 
 
+class Reconciled(StrEnum):
+    untouched = "untouched"  # its workflow runs, or the BEL changed after it closed
+    restarted = "restarted"  # a new run carries on from the BEL
+    recorded = "recorded"  # a new run records the outcome the closed one reached
+    gone = "gone"  # no workflow, and no task queue to start one on
+
+
 async def reconcile_want(
     client: Client,
     bel: BelQueries,
@@ -297,14 +312,14 @@ async def reconcile_want(
     task_queue: str | None = None,
     *,
     otherwise: Outcome | None = None,
-) -> WantEnding | None:
+) -> Reconciled:
     """Bring an open want in line with its workflow when that closed without recording how it ended.
 
     A run closed canceled, completed or failed has an outcome: a new run records it as that run would
     have (telling the wants that depend on it, alerting). One terminated or timed out, or whose history
     is gone, has none: it is started again, or, given ``otherwise``, ends so (a cancel of a want whose
     workflow is dead). Nothing is done while it runs, or when the BEL changed after it closed (a retry
-    reopened it). Returns the ending recorded (None when the want was started again or left alone)."""
+    reopened it)."""
     handle = client.get_workflow_handle(want.workflow_id)
     try:
         described = await handle.describe()
@@ -316,16 +331,16 @@ async def reconcile_want(
         described.status is WorkflowExecutionStatus.RUNNING
         or (described.close_time is not None and want.updated_at > described.close_time)
     ):
-        return None
+        return Reconciled.untouched
     queue = described.task_queue if described is not None else task_queue
     if queue is None:
         log.warning("want %s is open, and its workflow is gone; register it again", want.want_id)
-        return None
+        return Reconciled.gone
     outcome = await _outcome_of(handle, described.status if described else None) or otherwise
     if outcome is None:
         log.warning("want %s: its workflow ended without a final state; starting a new run", want.want_id)
         await _start_want_run(client, want.spec, queue, WorkflowIDReusePolicy.ALLOW_DUPLICATE)
-        return None
+        return Reconciled.restarted
     ending = WantEnding(
         **outcome._asdict(),
         was=want.state,
@@ -334,7 +349,7 @@ async def reconcile_want(
     )
     log.warning("want %s: its workflow ended %s unrecorded; recording it", want.want_id, ending.state.value)
     await _start_want_run(client, want.spec, queue, WorkflowIDReusePolicy.ALLOW_DUPLICATE, ending=ending)
-    return ending
+    return Reconciled.recorded
 
 
 async def _outcome_of(
@@ -448,7 +463,8 @@ async def _signal(
     want = await bel.call(bel.find_want, want_id)
     if want is None or want.state.is_final:
         return False
-    return await reconcile_want(client, bel, want) is None  # started again: it decides afresh
+    # Started again, or running again meanwhile: it decides afresh, so it needs no signal.
+    return await reconcile_want(client, bel, want) in (Reconciled.restarted, Reconciled.untouched)
 
 
 def signal_for_run(run: JobRun) -> SignalFor:

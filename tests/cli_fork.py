@@ -4,7 +4,8 @@ the process with the command's exit code) with the command's arguments, its stdo
 of its own. Each command still runs in a fresh process of its own, as from a shell; only the imports
 (about 1.4 s of CPU per command) are shared. Used by ``tests.conftest.cli_batch``.
 
-Reads a JSON list of argument lists on stdin; writes a JSON list of {returncode, stdout, stderr}."""
+Reads a JSON list of commands on stdin, each an argument list or {"args": [...], "env": {...}} (variables
+set in its child only); writes a JSON list of {returncode, stdout, stderr}."""
 
 import json
 import os
@@ -19,7 +20,7 @@ import databuild.cli  # every command group, as `python -m databuild.cli` import
 TIMEOUT = 120.0  # seconds per command, as `cli` allows
 
 
-def run(args: list[str]) -> dict[str, object]:
+def run(args: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -28,6 +29,7 @@ def run(args: list[str]) -> dict[str, object]:
             try:
                 os.dup2(out.fileno(), 1)
                 os.dup2(err.fileno(), 2)
+                os.environ.update(env or {})
                 sys.argv = ["databuild", *args]
                 databuild.cli.main()  # leaves the process itself (os._exit) with the command's code
             except BaseException:
@@ -51,8 +53,8 @@ def run(args: list[str]) -> dict[str, object]:
 
 
 def main() -> None:
-    commands = json.load(sys.stdin)
-    results = [run([str(arg) for arg in args]) for args in commands]
+    commands = [c if isinstance(c, dict) else {"args": c} for c in json.load(sys.stdin)]
+    results = [run([str(arg) for arg in c["args"]], c.get("env")) for c in commands]
     json.dump(results, sys.stdout)
 
 

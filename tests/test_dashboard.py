@@ -159,7 +159,7 @@ def test_hostile_labels_and_reasons_render_as_text(tmp_path: Path) -> None:
         assert bad.status_code == 400 and "fan_out" in bad.text and "Back to wants" in bad.text
         before = bel.last_idx()
         forged = client.post("/wants", data={"ref": "h/2"}, headers={"origin": "http://evil.example"})
-        assert forged.status_code == 400 and "another site" in forged.text
+        assert forged.status_code == 403 and "another site" in forged.text
         remote = TestClient(app, base_url="http://localhost:8000", client=("192.0.2.7", 50000))
         refused = remote.post("/wants", data={"ref": "h/2"})
         assert refused.status_code == 401 and "loopback clients only" in refused.text

@@ -63,7 +63,7 @@ async def test_requests_naming_another_host_are_refused_before_anything_else(
                 form = await client.post(
                     "/wants", data={"ref": "ext/2"}, headers={"host": host, "origin": origin}
                 )
-                assert form.status_code == 400 and "another site" in form.text, (host, origin)
+                assert form.status_code == 403 and "another site" in form.text, (host, origin)
     assert loopback_bel.last_idx() == before
 
 

@@ -248,7 +248,8 @@ async def running_web(parts: WorkerParts, ui_port: int, web_port: int) -> AsyncI
 async def run_demo(db: DataBuild, console: Console) -> Want:
     spec = await db.want(DEMO_REF)
     console.print(f"\nwant [bold]{spec.want_id}[/] for [bold]{DEMO_REF}[/] registered")
-    with Live(render.progress(None), console=console, refresh_per_second=4) as live:
+    live_display = Live(render.progress(None), console=console, refresh_per_second=4)
+    with render.live_block(console), live_display as live:
         result = await db.wait(spec, on_progress=lambda progress: live.update(render.progress(progress)))
     console.print(render.fulfillment_tree(await asyncio.to_thread(want_view, db.bel, spec.want_id)))
     return result

@@ -114,6 +114,7 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     compile_workflow_modules()
     settings = parts.settings
     storage = Storage(settings.storage_root)
+    storage.probe()  # a root it cannot use is refused now, in one line, not by each job's first output
     identity = f"{socket.gethostname()}:{threading.get_native_id()}"
     lineage = LineageEmitter.from_settings(
         settings, parts.graph

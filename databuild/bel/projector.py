@@ -514,6 +514,10 @@ def _derivatives_by_ref(conn: Connection, want_ids: list[str]) -> dict[str, str]
     return {ref: want_id for ref, want_id in conn.execute(_REFS_OF_WANTS, {"want_ids": want_ids})}
 
 
+def _set_backfill(conn: Connection, backfill_id: str, **values: object) -> None:
+    conn.execute(update(s.backfills).where(s.backfills.c.backfill_id == backfill_id).values(**values))
+
+
 def _set_want(conn: Connection, want_id: str, at: datetime, **values: object) -> None:
     conn.execute(_UPDATE_WANT, {"pk": want_id, "updated_at": at, **values})
 
@@ -643,27 +647,19 @@ def _backfill_wants_added(conn: Connection, event: ev.BackfillWantsAdded, at: da
 
 @projects(ev.BackfillPaused)
 def _backfill_paused(conn: Connection, event: ev.BackfillPaused, at: datetime) -> None:
-    conn.execute(
-        update(s.backfills).where(s.backfills.c.backfill_id == event.backfill_id).values(paused=True)
-    )
+    _set_backfill(conn, event.backfill_id, paused=True)
 
 
 @projects(ev.BackfillResumed)
 def _backfill_resumed(conn: Connection, event: ev.BackfillResumed, at: datetime) -> None:
-    conn.execute(
-        update(s.backfills).where(s.backfills.c.backfill_id == event.backfill_id).values(paused=False)
-    )
+    _set_backfill(conn, event.backfill_id, paused=False)
 
 
 @projects(ev.BackfillRetried)
 def _backfill_retried(conn: Connection, event: ev.BackfillRetried, at: datetime) -> None:
-    conn.execute(
-        update(s.backfills).where(s.backfills.c.backfill_id == event.backfill_id).values(canceled=False)
-    )
+    _set_backfill(conn, event.backfill_id, canceled=False)
 
 
 @projects(ev.BackfillCanceled)
 def _backfill_canceled(conn: Connection, event: ev.BackfillCanceled, at: datetime) -> None:
-    conn.execute(
-        update(s.backfills).where(s.backfills.c.backfill_id == event.backfill_id).values(canceled=True)
-    )
+    _set_backfill(conn, event.backfill_id, canceled=True)

@@ -40,11 +40,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, insert, select, text, update
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from databuild.bel import projector
 from databuild.bel import schema as s
 from databuild.bel.measures import WRITE_SECONDS
 from databuild.domain import events as ev
+from databuild.errors import ConfigurationError
 from databuild.globs import SQL_FUNCTION, sql_glob
 
 
@@ -67,7 +69,20 @@ def now() -> datetime:
 
 def make_engines(url: str) -> tuple[Engine, Engine]:
     """(writer, reader) engines. On SQLite writers take the database lock up front (BEGIN IMMEDIATE),
-    so the read-decide-append of a command is serialised across threads and processes."""
+    so the read-decide-append of a command is serialised across threads and processes. Raises
+    ``ConfigurationError`` for a URL SQLAlchemy cannot use (naming no part of it: it may hold a password)."""
+    try:
+        return _make_engines(url)
+    except (ArgumentError, ImportError, OSError, ValueError) as error:
+        # A ValueError quotes the part it could not read, which may be a password.
+        why = "its port is not a number" if type(error) is ValueError else str(error)
+        raise ConfigurationError(
+            f"DATABUILD_DATABASE_URL is not a database URL DataBuild can use ({why}); write it like "
+            "sqlite:////abs/path/bel.sqlite or postgresql+psycopg://user@host/db"
+        ) from None
+
+
+def _make_engines(url: str) -> tuple[Engine, Engine]:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         engine = create_engine(

@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -14,9 +15,11 @@ from rich.console import Console
 from rich.markup import escape
 
 from databuild.client import DataBuild
-from databuild.config import Settings
+from databuild.config import DEFAULT_HOME, Settings
 from databuild.durations import format_duration
-from databuild.errors import DataBuildError
+from databuild.errors import InvalidInputError
+from databuild.failures import exit_code, understood, unexpected
+from databuild.logsetup import keep_traceback, log_quietly
 from databuild.models import MAX_INDEX
 from databuild.views import Page
 
@@ -40,8 +43,8 @@ Pattern = Annotated[
 Offset = Annotated[int, typer.Option(min=0, max=MAX_INDEX, help="Skip this many rows (paging).")]
 
 
-class CliError(Exception):
-    pass
+class CliError(InvalidInputError):
+    """A command's arguments do not go together."""
 
 
 def settings(**overrides: object) -> Settings:
@@ -96,17 +99,21 @@ def page_note(page: Page) -> str:
 
 
 def main() -> None:
+    # The home from the environment as written: the settings may be what is wrong.
+    log_file = log_quietly(Path(os.environ.get("DATABUILD_HOME") or DEFAULT_HOME))
     code: int = 0
     try:
         app()
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    except (DataBuildError, CliError) as error:
-        # One line, however wide the terminal, and printed as is (messages quote user input).
-        err.print(f"[bold red]error:[/] {escape(str(error))}", soft_wrap=True)
-        code = 2
     except KeyboardInterrupt:
         code = 130
+    except Exception as error:
+        known = understood(error)
+        message = str(known) if known is not None else unexpected(error, str(keep_traceback(error, log_file)))
+        # One line, however wide the terminal, and printed as is (messages quote user input).
+        err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+        code = exit_code(error)
     sys.stdout.flush()
     sys.stderr.flush()
     # The Temporal SDK can abort the interpreter at exit (PyGILState_Release); leave directly.

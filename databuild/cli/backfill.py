@@ -69,7 +69,7 @@ def backfill(
                 TimeElapsedColumn(),
                 TimeRemainingColumn(),
             )
-            with Progress(*columns, console=console, transient=False) as bars:
+            with render.live_block(console), Progress(*columns, console=console, transient=False) as bars:
                 registering = bars.add_task("registering wants", total=None)
 
                 def registered(done: int) -> None:

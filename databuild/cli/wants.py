@@ -105,7 +105,8 @@ def want(
             if as_json:
                 result = await db.wait(spec)
             else:
-                with Live(render.progress(None), console=console, refresh_per_second=4) as live:
+                live_display = Live(render.progress(None), console=console, refresh_per_second=4)
+                with render.live_block(console), live_display as live:
                     result = await db.wait(
                         spec, on_progress=lambda progress: live.update(render.progress(progress))
                     )

@@ -14,15 +14,14 @@ from fastapi import APIRouter, Depends, Form, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 
 from databuild.errors import InvalidInputError
-from databuild.web.auth import GuardedRoute, UnauthorizedError, guard
+from databuild.web.auth import GuardedRoute, UnauthorizedError
 from databuild.web.context import context
 from databuild.web.pages import _page
-from databuild.web.writer import TOKEN_COOKIE, back_to, dashboard_writer, local_path, same_site
+from databuild.web.writer import TOKEN_COOKIE, back_to, dashboard_writer, local_path
 
 router = APIRouter(include_in_schema=False, route_class=GuardedRoute)
 
 Writer = Annotated[None, Depends(dashboard_writer)]
-SameSite = Annotated[None, Depends(guard(same_site))]
 IMPACT_SHOWN = 200  # downstream instances listed before "+N more"
 
 
@@ -100,7 +99,6 @@ def sign_in_page(request: Request, target: Annotated[str, Query(alias="next")] =
 @router.post("/sign-in")
 def sign_in(
     request: Request,
-    _same_site: SameSite,
     token: Annotated[str, Form(max_length=4096)],
     target: Annotated[str, Form(alias="next", max_length=2000)] = "/wants",
 ) -> RedirectResponse:
@@ -119,7 +117,7 @@ def sign_in(
 
 
 @router.post("/sign-out")
-def sign_out(request: Request, _same_site: SameSite) -> RedirectResponse:
+def sign_out(request: Request) -> RedirectResponse:
     response = back_to("/wants", "signed out")
     response.delete_cookie(TOKEN_COOKIE, httponly=True, samesite="strict")
     return response

@@ -2,6 +2,9 @@
 
 import asyncio
 import contextlib
+import logging
+import os
+import socket
 from collections.abc import AsyncIterator, Iterator
 
 import uvicorn
@@ -18,16 +21,20 @@ from databuild.errors import (
     NotFoundError,
     PortInUseError,
 )
+from databuild.failures import FOREIGN, UNEXPECTED_STATUS, understood, unexpected
 from databuild.metrics import exposition, metrics_registry
 from databuild.web import actions, api, pages
 from databuild.web.context import WebContext
 from databuild.web.guards import BodyLimit, HostCheck
 from databuild.web.paths import STATIC
 
+log = logging.getLogger(__name__)
 
-def status_of(error: Exception) -> int:
-    """The HTTP status of an error: a DataBuild error's class says it (``DataBuildError.http_status``)."""
-    return error.http_status if isinstance(error, DataBuildError) else 500
+
+class UnexpectedError(DataBuildError):
+    """What the caller is told of an error nobody expected (a bug): where its traceback is."""
+
+    http_status = UNEXPECTED_STATUS
 
 
 def create_app(context: WebContext) -> FastAPI:
@@ -52,13 +59,29 @@ def create_app(context: WebContext) -> FastAPI:
         return Response(body, media_type=content_type)
 
     @app.exception_handler(DataBuildError)
-    async def _error(request: Request, error: DataBuildError) -> JSONResponse:
-        status = status_of(error)
+    async def _error(request: Request, error: DataBuildError) -> Response:
+        status = error.http_status
         if request.url.path.startswith("/api/"):
             headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
             body = {"error": str(error), "type": type(error).__name__}
             return JSONResponse(body, status_code=status, headers=headers)
-        return pages.error_page(request, error, status)  # type: ignore[return-value]
+        return pages.error_page(request, error, status)
+
+    async def _dependency(request: Request, error: Exception) -> Response:
+        """What a dependency's client raised (databuild.failures): a 503 naming it, if it is down."""
+        known = understood(error)
+        if known is None:
+            log.error("%s %s failed", request.method, request.url.path, exc_info=error)
+            known = UnexpectedError(unexpected(error, "the web server's log"))
+        return await _error(request, known)
+
+    for kind in FOREIGN:
+        app.add_exception_handler(kind, _dependency)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, error: Exception) -> Response:
+        # Starlette logs the traceback once this answer is sent.
+        return await _error(request, UnexpectedError(unexpected(error, "the web server's log")))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, error: RequestValidationError) -> Response:
@@ -94,22 +117,42 @@ class _EmbeddedServer(uvicorn.Server):
         yield  # the process that embeds the server owns Ctrl-C and SIGTERM
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` for the server to listen on. Bound here, not by uvicorn, which
+    ends the whole process (SystemExit) when it cannot bind: here that is a ``PortInUseError`` naming
+    the fix."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as error:
+        raise PortInUseError(
+            f"the web server cannot listen on {host}:{port}: {error}; check --host"
+        ) from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise PortInUseError(
+            f"the web server cannot listen on {host}:{port}: {os.strerror(error.errno or 0)}; stop the "
+            "process that holds it, or choose another port (--port; `databuild dev`: --web-port)"
+        ) from None
+    return sock
+
+
 async def serve(app: FastAPI, host: str, port: int, started: asyncio.Event | None = None) -> None:
     """Serve until cancelled. ``started`` is set once the socket listens."""
     # No log_config: uvicorn's records go where the process sends its logging (databuild.logsetup), not to
     # handlers of its own on the terminal.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", log_config=None, lifespan="off")
     server = _EmbeddedServer(config)
-    task = asyncio.ensure_future(server.serve())
+    task = asyncio.ensure_future(server.serve(sockets=[listening_socket(host, port)]))
     try:
         while not server.started:
             if task.done():
-                break
+                task.result()  # raises why it stopped before it listened
+                return
             await asyncio.sleep(0.05)
-        if task.done() and not server.started:
-            with contextlib.suppress(SystemExit):  # uvicorn exits when it cannot bind
-                task.result()
-            raise PortInUseError(f"the web server could not listen on {host}:{port}; is the port in use?")
         if started is not None:
             started.set()
         await asyncio.shield(task)  # on cancel, shut down cleanly below (closing the socket)

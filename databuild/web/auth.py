@@ -1,8 +1,11 @@
-"""Bearer tokens for the HTTP endpoints that change state or expose events to other graphs.
+"""Bearer tokens for the HTTP endpoints that change state or expose events to other graphs, and the
+same-site rule of every request that may change state.
 
 With tokens configured (``DATABUILD_API_TOKENS`` / ``DATABUILD_API_TOKENS_FILE``) those endpoints need
 ``Authorization: Bearer <token>``. Without any, they answer loopback clients only: the embedded stack
-works out of the box, and a server exposed on a network refuses writes until tokens are set.
+works out of the box, and a server exposed on a network refuses writes until tokens are set. Either way a
+browser's request that may change state must come from a page of this very server (``same_site``): a
+page of another site would otherwise act with the user's loopback address or cookie.
 """
 
 import hmac
@@ -10,12 +13,14 @@ import ipaddress
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
 from databuild.config import Settings
 from databuild.errors import DataBuildError, InvalidInputError
+from databuild.web.guards import AllowedHosts
 
 
 class UnauthorizedError(DataBuildError):
@@ -23,6 +28,13 @@ class UnauthorizedError(DataBuildError):
 
     retryable = False
     http_status = 401
+
+
+class CrossSiteError(DataBuildError):
+    """A browser sent a request that may change state from a page of another site: 403, nothing recorded."""
+
+    retryable = False
+    http_status = 403
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,26 @@ def caller(request: Request, tokens: ApiTokens) -> str:
     )
 
 
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def same_site(request: Request) -> None:
+    """Refuses (403) a request that may change state sent by a browser from a page of another site: its
+    Origin must name an allowed host and match the Host it sent to, and its Sec-Fetch-Site must not be
+    cross-site. Scripts and the CLI send neither header, and pass."""
+    origin = request.headers.get("origin")
+    cross_site = request.headers.get("sec-fetch-site") == "cross-site"
+    if origin is not None:
+        hosts: AllowedHosts = request.app.state.context.hosts  # the WebContext's (it imports this module)
+        netloc = urlsplit(origin).netloc
+        cross_site |= netloc != request.headers.get("host") or not hosts.allows(netloc)
+    if cross_site:
+        raise CrossSiteError(
+            f"a request from another site ({origin or 'unknown origin'}) may not change anything here; "
+            "use this server's own pages, or call the API without an Origin header (scripts, the CLI)"
+        )
+
+
 Guard = TypeVar("Guard", bound=Callable[[Request], object])
 _GUARDS: set[Callable[..., Any]] = set()
 
@@ -124,11 +156,14 @@ def guard(check: Guard) -> Guard:
 
 class GuardedRoute(APIRoute):
     """Runs the route's guards before FastAPI reads and parses the request body (it resolves
-    dependencies only after), so refusing a caller never costs reading and holding what it sent."""
+    dependencies only after), so refusing a caller never costs reading and holding what it sent; a route
+    that may change state (any method but GET, HEAD and OPTIONS) runs ``same_site`` first. Every router of
+    the app uses it."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
-        guards = [d.call for d in self.dependant.dependencies if d.call in _GUARDS]
+        guards: list[Callable[..., Any]] = [same_site] if (self.methods or set()) - SAFE_METHODS else []
+        guards += [d.call for d in self.dependant.dependencies if d.call in _GUARDS]
         if not guards:
             return handler
 

@@ -13,7 +13,7 @@ from fastapi.templating import Jinja2Templates
 
 from databuild import __version__
 from databuild.durations import format_duration
-from databuild.errors import DataBuildError, InvalidInputError, NotFoundError
+from databuild.errors import DataBuildError, InvalidInputError
 from databuild.graph_layout import draw
 from databuild.graph_view import graph_view
 from databuild.log_view import AttemptLogView, attempt_log
@@ -196,7 +196,7 @@ def job_run_page(
     view = job_run_view(ctx.bel, job_run_id)
     try:
         log: AttemptLogView | str = attempt_log(ctx.bel, ctx.storage, job_run_id, attempt)
-    except NotFoundError as missing:  # the page still shows the run, and why there is no log
+    except DataBuildError as missing:  # the page still shows the run, and why there is no log (storage down)
         log = str(missing)
     return _page(request, "job_run.html", view=view, log=log)
 

@@ -5,8 +5,9 @@ The API's rule applies (databuild.web.auth): with ``DATABUILD_API_TOKENS`` set, 
 tokens, and loopback is not enough (behind a reverse proxy on the same host every client is loopback);
 without tokens, loopback clients only. A browser cannot send a bearer header from a form, so it presents
 the token in a cookie, set by the sign-in form: HttpOnly (no script reads it) and SameSite=Strict (no
-other site's page sends it). Every form must also come from a page of this very server (Origin and
-Sec-Fetch-Site), so no other site can post one with the user's cookie or from their loopback.
+other site's page sends it). Every request that may change state, a form's or the API's, must also come
+from a page of this very server when a browser sends it (``same_site``, which every route that may
+change state runs first), so no other site can post one with the user's cookie or from their loopback.
 """
 
 from urllib.parse import quote, unquote, urlsplit
@@ -14,24 +15,11 @@ from urllib.parse import quote, unquote, urlsplit
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 
-from databuild.errors import InvalidInputError
 from databuild.web.auth import UnauthorizedError, guard, is_loopback
 from databuild.web.context import context
 
 TOKEN_COOKIE = "databuild_token"
 FLASH_COOKIE = "databuild_flash"
-
-
-def same_site(request: Request) -> None:
-    """Refuses a form posted from another site: a browser's Origin must name an allowed host and match
-    the Host it sent to."""
-    origin = request.headers.get("origin")
-    cross_site = request.headers.get("sec-fetch-site") == "cross-site"
-    if origin is not None:
-        netloc = urlsplit(origin).netloc
-        cross_site |= netloc != request.headers.get("host") or not context(request).hosts.allows(netloc)
-    if cross_site:
-        raise InvalidInputError(f"a form posted from another site ({origin or 'unknown origin'}) is refused")
 
 
 def signed_in(request: Request) -> str | None:
@@ -42,7 +30,6 @@ def signed_in(request: Request) -> str | None:
 
 @guard
 def dashboard_writer(request: Request) -> None:
-    same_site(request)
     if context(request).tokens.configured:
         if signed_in(request) is None:
             raise UnauthorizedError(
