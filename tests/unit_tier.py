@@ -1,12 +1,14 @@
 """The `unit` tier, enforced rather than trusted (a pytest plugin, loaded by tests/conftest.py).
 
 A test marked `unit` needs no Temporal server, no Spark and no PostgreSQL (SQLite, in memory or in a file,
-is fine), and measures no latency (that is `serial`: it needs the machine to itself), so `make fast`
-(`pytest -m unit`) runs the tier on any machine in under two minutes. While a unit test runs, its
-fixtures included, starting a Temporal server, a SparkSession or a Temporal or Spark program, or
-connecting to the tests' PostgreSQL, fails it at once; so does asking for a fixture built on the
-session's Temporal server or SparkSession (which an earlier test may have started already), or a
-`serial` marker. A marker that lied would otherwise rot unnoticed: the test would still pass, only
+is fine) and measures no latency (that is `serial`: it needs the machine to itself), so that `make fast`
+(`pytest -m unit`) runs the tier on any machine in under two minutes; for that, the few tests that wait
+out a store's retries (tens of seconds each) stay out of it too (tests/test_error_surfaces.py).
+
+While a unit test runs, its fixtures included, starting a Temporal server, a SparkSession or a Temporal or
+Spark program, or connecting to the tests' PostgreSQL, fails it at once; so does asking for a fixture
+built on the session's Temporal server or SparkSession (which an earlier test may have started already),
+or a `serial` marker. A marker that lied would otherwise rot unnoticed: the test would still pass, only
 slower, and not anywhere.
 """
 
