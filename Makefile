@@ -35,13 +35,10 @@ test: install lint
 	$(BIN)/pytest -n 2 --dist loadfile --no-loadscope-reorder -m "not serial" --durations=20
 	$(BIN)/pytest -m serial
 
-# The tests that need no Spark: the domain rules, the workflows with test doubles, replay, settings.
-FAST_TESTS := tests/test_decisions.py tests/test_workflows.py tests/test_replay.py tests/test_projector.py \
-	tests/test_settings.py tests/test_upstream_pages.py tests/test_bench_imports.py tests/test_pools.py tests/test_policies.py \
-	tests/test_reach.py tests/test_docs.py
-
+# The `unit` tier: every test that needs no Temporal server, Spark or PostgreSQL (tests/unit_tier.py
+# fails one marked so that starts or reaches a server).
 fast: install lint
-	$(BIN)/pytest $(FAST_TESTS)
+	$(BIN)/pytest -m unit
 
 # The docs site too: --strict turns a broken link or anchor into a failure (not with --quiet, which drops the
 # warnings before strict mode counts them). NO_MKDOCS_2_WARNING quiets the theme's notice about its future.
@@ -59,7 +56,7 @@ bench: install
 	$(BIN)/python -m bench.bench_executors
 	$(BIN)/python -m bench.bench_declared
 
-# The soak under faults (bench/chaos.py): `make chaos MINUTES=30 SEED=42`; prints the seed it drew.
+# The soak under faults (databuild/testing/chaos.py): `make chaos MINUTES=30 SEED=42`; prints the seed it drew.
 chaos: install
 	$(BIN)/python -m bench.bench_chaos --minutes $(or $(MINUTES),10) $(if $(SEED),--seed $(SEED))
 

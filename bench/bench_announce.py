@@ -66,7 +66,7 @@ with workflow.unsafe.imports_passed_through():
     from databuild.testing import make_settings, start_dev_server
     from worker.run import WorkerParts, build_worker
 
-GRAPH = "bench.graphs:graph"  # declares live/{n} external
+GRAPH = "databuild.testing.graphs:graph"  # declares live/{n} external
 WARMUP = 20
 START_CONCURRENCY = 64  # registrations / workflow starts in flight while setting up (untimed)
 TARGET_RATIO = 1.5

@@ -5,9 +5,9 @@ measured in one run on a Temporal dev server with Spark in local mode.
 
 One backfill of ``daily_users/{date}`` over ``--days`` days; ``daily_users`` declares that it reads
 ``raw_events/{date}``, so every want starts a derivative want for its day's events first. The same jobs
-run one partition per run (``bench.graphs:year_unbatched``) and ``--batch`` per run
-(``bench.graphs:year_batched``, bodies that read and write a batch's partitions at once). Each mode
-starts from nothing (a fresh BEL and storage), unbatched first, on one warm SparkSession.
+run one partition per run (``databuild.testing.graphs:year_unbatched``) and ``--batch`` per run
+(``databuild.testing.graphs:year_batched``, bodies that read and write a batch's partitions at once).
+Each mode starts from nothing (a fresh BEL and storage), unbatched first, on one warm SparkSession.
 
 Orchestration overhead per partition (batched) = (the backfill's wall time - the same batched Spark
 work done directly on the same session, batch after batch, without DataBuild) / partitions.
@@ -36,7 +36,10 @@ from databuild.spark import SparkRuntime
 from databuild.testing import make_settings, start_dev_server
 from worker.run import WorkerParts, running_worker
 
-GRAPHS = {"unbatched": "bench.graphs:year_unbatched", "batched": "bench.graphs:year_batched"}
+GRAPHS = {
+    "unbatched": "databuild.testing.graphs:year_unbatched",
+    "batched": "databuild.testing.graphs:year_batched",
+}
 FIRST = date(2023, 1, 1)
 
 
@@ -79,7 +82,7 @@ async def backfill(client: Any, spark: SparkRuntime, home: Path, graph: str, day
 def direct(spark: SparkRuntime, home: Path, days: int, batch: int) -> float:
     """The batched bodies' Spark work without DataBuild: each batch of raw_events, then of daily_users,
     written with the same concurrent writes, reading back what it wrote."""
-    from bench.graphs import _events, _users
+    from databuild.testing.graphs import events_of, users_of
 
     session = spark.session()
     root = home / "direct"
@@ -92,9 +95,9 @@ def direct(spark: SparkRuntime, home: Path, days: int, batch: int) -> float:
                 writes = []
                 for day in dates[at : at + batch]:
                     if label == "raw_events":
-                        frame = _events(session, day)
+                        frame = events_of(session, day)
                     else:
-                        frame = _users(session.read.parquet(str(root / "raw_events" / day)))
+                        frame = users_of(session.read.parquet(str(root / "raw_events" / day)))
                     writes.append(pool.submit(frame.write.mode("error").parquet, str(root / label / day)))
                 for write in writes:
                     write.result()
@@ -134,7 +137,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--days", type=int, default=365)
-    parser.add_argument("--batch", type=int, default=31, help="must match bench.graphs:year_batched")
+    parser.add_argument(
+        "--batch", type=int, default=31, help="must match databuild.testing.graphs:year_batched"
+    )
     args = parser.parse_args()
 
     def report() -> int:

@@ -34,7 +34,13 @@ from typing import Any
 
 from temporalio.client import Client
 
-from bench.cluster import (
+from bench.common import run_and_exit
+from databuild.bel import BuildEventLog
+from databuild.client import DataBuild
+from databuild.graph import load_graph
+from databuild.models import JobRunState, WantState
+from databuild.testing import make_settings, start_dev_server
+from databuild.testing.cluster import (
     LOOPBACK,
     SUBMIT_ARGS,
     connect_server,
@@ -42,12 +48,6 @@ from bench.cluster import (
     start_databuild_worker,
     stop_group,
 )
-from bench.common import run_and_exit
-from databuild.bel import BuildEventLog
-from databuild.client import DataBuild
-from databuild.graph import load_graph
-from databuild.models import JobRunState, WantState
-from databuild.testing import make_settings, start_dev_server
 
 GRAPH = "examples.demo:discovering"  # runtime discovery: the dep-miss attempts are part of the workload
 DEMO_REF = "daily_summary/2024-01-07"

@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from databuild.testing import make_settings, start_dev_server
     from worker.run import WorkerParts, running_worker
 
-GRAPH = "bench.graphs:graph"
+GRAPH = "databuild.testing.graphs:graph"
 WARMUP = 5
 ROUNDS = 3
 

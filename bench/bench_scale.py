@@ -56,7 +56,6 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.worker import Worker
 
-    from bench.cluster import stop_group
     from bench.common import run_and_exit
     from databuild.backfill import BackfillProgress, BackfillRequest
     from databuild.bel import BuildEventLog
@@ -68,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
     from databuild.protocol import JOB_RUN_WORKFLOW, WANT_WORKFLOW
     from databuild.temporal import file_database_args
     from databuild.testing import POSTGRES_ADMIN_URL, make_settings, postgres_database, start_dev_server
+    from databuild.testing.cluster import stop_group
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -18,7 +18,6 @@ from sqlalchemy.exc import OperationalError
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from bench.cluster import QUICK_JVM
 from databuild.bel import BuildEventLog
 from databuild.catalog import embedded_catalog_conf
 from databuild.client import DataBuild
@@ -35,7 +34,11 @@ from databuild.testing import (
     make_settings,
     start_dev_server,
 )
+from databuild.testing.cluster import QUICK_JVM
 from worker.run import WorkerParts, running_worker
+
+# The `unit` marker's guard (a unit test that starts or reaches a server fails), and pytester to test it.
+pytest_plugins = ["tests.unit_tier", "pytester"]
 
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,7 +149,8 @@ async def demo_run(
     temporal_env: WorkflowEnvironment, spark_runtime: SparkRuntime, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[DemoRun]:
     """The demo want, fulfilled once per session on its own worker; the worker keeps running so tests
-    can build more (tests that change the demo's state say so and run last in their module)."""
+    can build more. A test that would change what the demo built works on a copy of it
+    (tests/test_lineage.py), so every test that reads the demo passes in any order."""
     home = tmp_path_factory.mktemp("demo")
     async with running_stack(temporal_env.client, spark_runtime, home) as stack:
         spec = await stack.db.want(DEMO_REF)

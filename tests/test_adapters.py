@@ -26,7 +26,8 @@ from databuild.render import progress
 from databuild.testing import free_port
 from databuild.views import family_progress
 from databuild.web import create_app, web_context
-from tests.conftest import cli
+
+pytestmark = pytest.mark.unit
 
 PACKAGE = Path(databuild.__file__).parent
 
@@ -196,14 +197,3 @@ def test_a_progress_look_is_one_query_however_many_wants(tmp_path: Path) -> None
     assert "p/3" in shown
     assert family_progress(bel, "w-unknown").want is None  # not recorded yet: "registering want..."
     bel.dispose()
-
-
-async def test_want_wait_shows_the_progress_of_the_tree_then_its_fulfillment(make_stack) -> None:  # type: ignore[no-untyped-def]
-    """`databuild want --wait` without a terminal prints the last progress view, then the tree."""
-    stack = await make_stack(graph="tests.graphs:chain")
-    done = await cli(stack, "want", "derived/7", "--wait")
-    assert done.returncode == 0, done.stderr
-    out = " ".join(done.stdout.split())
-    assert "want derived/7 [successful]" in out
-    assert "derivative wants: 1 successful" in out and "job runs: 1 dep_miss, 2 succeeded" in out
-    assert "want base/7 [successful]" in out  # the fulfillment tree

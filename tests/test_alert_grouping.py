@@ -4,6 +4,8 @@ rules on the real stack: tests/test_alerts.py."""
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from databuild.domain.alerts import (
     DIGEST_REFS,
     LAST_RETRY,
@@ -13,6 +15,8 @@ from databuild.domain.alerts import (
     group_of,
     retry_delay,
 )
+
+pytestmark = pytest.mark.unit
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 WINDOW = timedelta(minutes=10)

@@ -38,7 +38,6 @@ from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.domain.alerts import Alert, AlertKind, retry_delay
-from databuild.errors import InvalidInputError
 from databuild.models import WantSource, WantState
 from databuild.temporal import ensure_search_attributes
 from databuild.testing import free_port, make_settings, skip_time
@@ -405,14 +404,3 @@ def silent_channel(settings: Settings) -> str:
     from databuild.alerts import channels
 
     return next(c.id for c in channels(settings) if "/silent" in c.url)
-
-
-def test_a_url_apprise_cannot_use_is_refused_with_the_fix(tmp_path: Path) -> None:
-    from databuild.alerts import channels
-
-    settings = Settings(home=tmp_path, alert_urls="nosuchscheme://x")
-    with pytest.raises(InvalidInputError, match=r"DATABUILD_ALERT_URLS .*apprise"):
-        channels(settings)
-    missing = Settings(home=tmp_path, alert_config=tmp_path / "nope.yml")
-    with pytest.raises(InvalidInputError, match="DATABUILD_ALERT_CONFIG"):
-        channels(missing)

@@ -13,6 +13,8 @@ from databuild.errors import InvalidInputError
 from databuild.web import create_app, web_context
 from databuild.web.auth import ApiTokens
 
+pytestmark = pytest.mark.unit
+
 TOKEN = "s3cret-token-of-graph-b"
 REMOTE = ("192.0.2.10", 40000)
 LOOPBACK = ("127.0.0.1", 40000)

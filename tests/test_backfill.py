@@ -1,5 +1,6 @@
 """Backfills: one want per partition of a range, idempotently, through the CLI, the SDK and the API,
-with progress by state; bad ranges are refused before anything is recorded."""
+with progress by state; bad ranges are refused before anything is recorded. (A range's partitions on
+their own: tests/test_backfill_range.py.)"""
 
 import asyncio
 import json
@@ -11,9 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import databuild.client as client_module
-from databuild.backfill import BackfillProgress, BackfillRequest, backfill_partitions
-from databuild.errors import InvalidInputError, NotFoundError
-from databuild.graph import load_graph
+from databuild.backfill import BackfillProgress, BackfillRequest
+from databuild.errors import NotFoundError
 from databuild.models import JobRun, JobRunState, PartitionStatus, WantSource, WantState
 from databuild.web import create_app, web_context
 from tests import graphs
@@ -21,36 +21,6 @@ from tests.conftest import Stack, cli, cli_batch
 from tests.helpers import lake, until, waiting_for_feed
 
 pytestmark = pytest.mark.slow
-
-
-def test_partitions_of_a_range_are_a_pure_function_of_the_request() -> None:
-    graph = load_graph("examples.demo:graph")
-    days = BackfillRequest(pattern="raw_events/{date}", start=datetime(2024, 2, 1), end=datetime(2024, 2, 3))
-    assert backfill_partitions(days, graph) == [
-        (f"raw_events/2024-02-0{d}", datetime(2024, 2, d, tzinfo=UTC)) for d in (1, 2, 3)
-    ]
-    hours = BackfillRequest(
-        pattern="raw_events/{date}",
-        start=datetime(2024, 2, 1, 22),
-        end=datetime(2024, 2, 2, 1),
-        step=timedelta(hours=1),
-    )
-    assert [ref for ref, _ in backfill_partitions(hours, graph)] == [
-        "raw_events/2024-02-01T22",
-        "raw_events/2024-02-01T23",
-        "raw_events/2024-02-02T00",
-        "raw_events/2024-02-02T01",
-    ]
-    assert days.backfill_id == BackfillRequest(**days.model_dump()).backfill_id != hours.backfill_id
-    with pytest.raises(InvalidInputError, match="not an output pattern"):
-        backfill_partitions(BackfillRequest(pattern="nope/{date}", start=days.start, end=days.end), graph)
-    for bad, reason in (
-        ({"end": datetime(2024, 1, 1)}, "before it starts"),
-        ({"step": timedelta(minutes=90)}, "whole number of hours or days"),
-        ({"end": datetime(2040, 1, 1), "step": timedelta(hours=1)}, "at most 100000"),
-    ):
-        with pytest.raises(ValueError, match=reason):
-            BackfillRequest(**{**days.model_dump(), **bad})
 
 
 async def test_a_backfill_builds_every_partition_once_and_asking_again_registers_nothing(make_stack) -> None:

@@ -57,7 +57,8 @@ def reset_postgres(url: str) -> None:
     engine.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+# SQLite is the unit tier's (tests/unit_tier.py); PostgreSQL is a server.
+@pytest.fixture(params=[pytest.param("sqlite", marks=pytest.mark.unit), "postgresql"])
 def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of an empty database of each backend."""
     if request.param == "sqlite":
@@ -722,6 +723,7 @@ def test_ref_globs_filter_in_sql(bel: BuildEventLog) -> None:
         compile_glob("a/" + "?" * 33)
 
 
+@pytest.mark.unit
 def test_glob_matcher_agrees_with_the_regular_expression_of_its_pattern() -> None:
     """The linear matcher (SQLite, upstream subscriptions) and the regex (PostgreSQL) are one semantics."""
     rng = random.Random(11)

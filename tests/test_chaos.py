@@ -1,5 +1,5 @@
-"""Proof under faults (bench/chaos.py): the demo on a Temporal dev server, worker processes and a
-PostgreSQL BEL, killed and restarted under a workload, and every invariant checked afterwards.
+"""Proof under faults (databuild/testing/chaos.py): the demo on a Temporal dev server, worker processes
+and a PostgreSQL BEL, killed and restarted under a workload, and every invariant checked afterwards.
 
 The random run draws its seed afresh each time and prints it; ``DATABUILD_CHAOS_SEED=N`` replays that
 schedule. ``make chaos`` runs the long soak (bench/bench_chaos.py)."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.chaos import FAULT_KINDS, STEERING_STEPS, ChaosConfig, ChaosReport, run_chaos
+from databuild.testing.chaos import FAULT_KINDS, STEERING_STEPS, ChaosConfig, ChaosReport, run_chaos
 from tests.conftest import require_postgres
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
-from bench.cluster import (
+from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
+from databuild.spark import SparkRuntime
+from databuild.testing import free_port
+from databuild.testing.cluster import (
     LOOPBACK,
     QUICK_JVM,
     SUBMIT_ARGS,
@@ -26,9 +29,6 @@ from bench.cluster import (
     start_databuild_worker,
     stop_group,
 )
-from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
-from databuild.spark import SparkRuntime
-from databuild.testing import free_port
 from tests.conftest import DEMO_REF, DemoRun, Stack, stack_env
 from tests.helpers import instance_dir, until
 

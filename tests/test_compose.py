@@ -21,6 +21,8 @@ import yaml
 
 from databuild.config import ENV_NAMES, Settings
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"

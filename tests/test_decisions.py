@@ -19,6 +19,8 @@ from databuild.errors import InvalidTransitionError
 from databuild.graph import Graph, JobTarget
 from databuild.models import InstanceRef, JobRunCause, Partition, PartitionStatus, WantState
 
+pytestmark = pytest.mark.unit
+
 AT = datetime(2024, 1, 1, tzinfo=UTC)
 GRAPH = Graph("decisions")
 

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from bench.cluster import start_databuild_worker, stop_group
 from databuild.errors import InvalidTransitionError
 from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantSource, WantState
+from databuild.testing.cluster import start_databuild_worker, stop_group
 from tests import graphs
 from tests.conftest import stack_env
 from tests.helpers import until

@@ -4,6 +4,10 @@
 import re
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
 # Where code and configuration may name a docs page.

@@ -19,6 +19,8 @@ from databuild.refs import validate_ref
 from databuild.upstream import check_announcement
 from examples.demo import graph as demo
 
+pytestmark = pytest.mark.unit
+
 BAD_REFS = {
     "": "empty",
     "a//b": "empty segment",

@@ -1,16 +1,14 @@
 """The error rule on every surface (docs/cli.md, Errors): bad input, a bad setting or a dependency that is down
 gives one line naming the problem and the fix (CLI exit 2 for usage and configuration errors, 1 for a
 dependency that is down) or an HTTP 4xx/503 with a message; never a traceback, a 500 or a secret; an
-unexpected error gives one line saying where its traceback is. And no browser page of another site can
-change anything, through any route."""
+unexpected error gives one line saying where its traceback is (with a taken web port, without any server:
+tests/test_error_lines.py). And no browser page of another site can change anything, through any route."""
 
 import asyncio
-import html
 import json
 import logging
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -381,62 +379,6 @@ def test_storage_that_stops_answering(tmp_path: Path, monkeypatch: pytest.Monkey
     finally:
         moto.stop()
         bel.dispose()
-
-
-# Unexpected errors, and a port that is taken -------------------------------------------------------------
-
-BUGGY_COMMAND = f"""
-import databuild.cli
-from databuild.cli.app import app
-
-@app.command()
-def buggy() -> None:
-    raise RuntimeError("{SECRET}")
-
-databuild.cli.main()
-"""
-
-
-def test_an_unexpected_error_is_one_line_saying_where_its_traceback_is(tmp_path: Path) -> None:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
-    ran = subprocess.run(
-        [sys.executable, "-c", BUGGY_COMMAND, "buggy"],
-        cwd=tmp_path,
-        env={**clean, "PYTHONPATH": str(ROOT), "DATABUILD_HOME": str(tmp_path / "home")},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    log = tmp_path / "home" / "logs" / "databuild.log"
-    one_line(ran, 1, f"unexpected RuntimeError (a bug in DataBuild); its traceback is in {log}")
-    assert "Traceback" in log.read_text() and SECRET in log.read_text()
-
-    bel = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
-    app = create_app(web_context(Settings(home=tmp_path), bel))
-
-    @app.get("/api/buggy")
-    @app.get("/buggy")
-    def buggy() -> None:
-        raise RuntimeError(SECRET)
-
-    with TestClient(app, base_url=BASE, client=LOOPBACK, raise_server_exceptions=False) as client:
-        for path in ("/api/buggy", "/buggy"):
-            response = client.get(path)
-            shown = html.unescape(response.text)
-            assert response.status_code == 500, shown
-            assert "unexpected RuntimeError" in shown and "its traceback is in the web server's log" in shown
-            assert SECRET not in shown
-        assert client.get("/api/buggy").json()["type"] == "UnexpectedError"
-    bel.dispose()
-
-
-def test_web_on_a_port_that_is_taken_is_one_line(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        (ran,) = forked(tmp_path, (["web", "--port", str(port)], {}))
-    one_line(ran, 2, f"the web server cannot listen on 127.0.0.1:{port}: Address already in use")
 
 
 # What a live display leaves behind -----------------------------------------------------------------------

@@ -75,7 +75,7 @@ class LoopThreadQueries:
 
 
 async def test_registration_burst_never_blocks_the_loop(make_stack, slow_callbacks: SlowCallbacks) -> None:
-    stack = await make_stack(graph="bench.graphs:graph")
+    stack = await make_stack(graph="databuild.testing.graphs:graph")
     refs = [f"live/{i}" for i in range(WANTS)]
     for ref in refs:
         await stack.bel.call(stack.bel.publish_external, ref)

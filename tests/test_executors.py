@@ -1,32 +1,25 @@
 """Job executors without a cluster: the spark-submit executor in local mode (dep-miss, lineage,
-failures, an application that loses its worker), and how the settings choose executors."""
+failures, an application that loses its worker). (How the settings choose executors:
+tests/test_executor_choice.py.)"""
 
 import asyncio
 import time
 import uuid
 from pathlib import Path
 
-import pytest
-
-from bench.cluster import QUICK_JVM, stop_group
 from databuild.attempt_log import APPLICATION_OUTPUT
 from databuild.bel.store import BuildEventLog, new_job_run_id
-from databuild.config import Settings
-from databuild.errors import InvalidInputError
-from databuild.executors import Executors, JobAttempt
-from databuild.executors.connect import ConnectExecutor
-from databuild.executors.session import SessionExecutor
+from databuild.executors import JobAttempt
 from databuild.executors.submission import (
     SubmitFiles,
     SubmitResult,
 )
 from databuild.executors.submit import SubmitExecutor, SubmitOptions, default_spark_submit
 from databuild.gc import GcReport
-from databuild.graph import load_graph
 from databuild.log_view import attempt_log
 from databuild.models import JobRunState, WantState
-from databuild.spark import SparkRuntime
 from databuild.storage import Storage
+from databuild.testing.cluster import QUICK_JVM, stop_group
 from tests.conftest import cli
 from tests.helpers import instance_dir, lake, until
 
@@ -205,61 +198,3 @@ def test_submitted_application_stops_when_its_worker_stops_heartbeating(tmp_path
     assert result.failure is not None and result.failure.type == "JobCancelledError", result
     assert "no heartbeat from the worker for 3s" in result.failure.message
     assert time.monotonic() - started < 120
-
-
-def test_settings_choose_executors_per_graph_and_per_job(tmp_path: Path) -> None:
-    graph = load_graph("examples.demo:graph")
-    storage = Storage(tmp_path / "lake")
-    bel = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
-    spark = SparkRuntime()  # never started: choosing executors starts nothing
-
-    def executors(**values: object) -> Executors:
-        settings = Settings.from_env(home=tmp_path, **values)
-        return Executors.from_settings(settings, graph=graph, bel=bel, storage=storage, spark=spark)
-
-    plain = executors()
-    assert isinstance(plain.for_job("weekly_rollup"), SessionExecutor)
-    mixed = executors(job_executors="weekly_rollup=submit, daily_users = submit")
-    assert isinstance(mixed.for_job("weekly_rollup"), SubmitExecutor)
-    assert mixed.for_job("daily_users") is mixed.for_job("weekly_rollup")  # one executor per kind
-    assert isinstance(mixed.for_job("raw_events"), SessionExecutor)
-    remote = executors(
-        executor="connect", spark_connect_url="sc://spark:15002", job_executors="raw_events=submit"
-    )
-    assert isinstance(remote.default, ConnectExecutor) and isinstance(
-        remote.for_job("raw_events"), SubmitExecutor
-    )
-    args = "--conf spark.cores.max=1 --name 'a b'"
-    submit = executors(
-        executor="submit", spark_submit_master="spark://m:7077", spark_submit_args=args
-    ).default
-    assert isinstance(submit, SubmitExecutor)
-    assert submit.options.master == "spark://m:7077"
-    assert submit.options.extra_args == ("--conf", "spark.cores.max=1", "--name", "a b")
-
-    refused = {
-        "unknown": (dict(job_executors="weekly_rolup=submit"), "DATABUILD_JOB_EXECUTORS names weekly_rolup"),
-        "both in-process": (
-            dict(executor="connect", spark_connect_url="sc://h:15002", job_executors="raw_events=session"),
-            "both its own SparkSession",
-        ),
-        "no url": (dict(executor="connect"), "needs DATABUILD_SPARK_CONNECT_URL"),
-        "no spark-submit": (
-            dict(executor="submit", spark_submit=tmp_path / "nope"),
-            "DATABUILD_SPARK_SUBMIT=.* is not",
-        ),
-    }
-    for name, (values, message) in refused.items():
-        with pytest.raises(InvalidInputError, match=message):
-            executors(**values)
-        print("refused:", name)
-    for values, variable in [
-        (dict(executor="gpu"), "DATABUILD_EXECUTOR"),
-        (dict(job_executors="weekly_rollup"), "DATABUILD_JOB_EXECUTORS"),
-        (dict(job_executors="weekly_rollup=gpu"), "DATABUILD_JOB_EXECUTORS"),
-        (dict(spark_connect_url="http://spark:15002"), "DATABUILD_SPARK_CONNECT_URL"),
-        (dict(spark_connect_url="sc://spark:99999"), "DATABUILD_SPARK_CONNECT_URL"),
-    ]:
-        with pytest.raises(InvalidInputError, match=variable):
-            Settings.from_env(home=tmp_path, **values)
-    bel.dispose()

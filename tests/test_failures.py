@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
-from bench.cluster import start_databuild_worker
 from databuild.errors import InvalidTransitionError
 from databuild.gc import collect_garbage
 from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
 from databuild.storage import Storage
+from databuild.testing.cluster import start_databuild_worker
 from tests import graphs
 from tests.conftest import stack_env
 from tests.helpers import instance_dir, until

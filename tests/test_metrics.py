@@ -1,6 +1,6 @@
-"""Prometheus metrics, scraped over HTTP from the real web server and a real worker's endpoint, and read
-back against what the BEL holds: wants by state and SLA flags, job runs by job and state, run durations,
-pool queues, and this process's BEL write latency."""
+"""Prometheus metrics, scraped over HTTP from the real web server and read back against what the BEL holds
+(SQLite and PostgreSQL): wants by state and SLA flags, job runs by job and state, run durations, pool
+queues, and this process's BEL write latency. (A real worker's endpoint: tests/test_metrics_stack.py.)"""
 
 import socket
 import time
@@ -24,7 +24,7 @@ from databuild.metrics import DURATION_BUCKETS, BelCollector, exposition, servin
 from databuild.models import JobRun, WantSpec, WantState
 from databuild.testing import free_port
 from databuild.web import create_app, serving, web_context
-from tests.conftest import Stack, require_postgres
+from tests.conftest import require_postgres
 from tests.test_bel import reset_postgres
 
 Labels = frozenset[tuple[str, str]]
@@ -71,7 +71,8 @@ def read_directly(bel: BuildEventLog, recent: int, bounds: Sequence[float] = DUR
     return parse(exposition(registry, None)[0].decode())
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+# SQLite is the unit tier's; PostgreSQL is a server.
+@pytest.fixture(params=[pytest.param("sqlite", marks=pytest.mark.unit), "postgresql"])
 def bel(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BuildEventLog]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'bel.sqlite'}"
@@ -187,6 +188,7 @@ async def test_the_web_server_reports_what_the_log_holds(bel: BuildEventLog, tmp
     assert value(samples, "process_cpu_seconds_total") > 0
 
 
+@pytest.mark.unit
 def test_durations_are_of_the_latest_runs_of_each_job_and_outcome(tmp_path: Path) -> None:
     bel = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
     runs = [want(bel, f"free/{n}")[1] for n in range(3)]
@@ -202,32 +204,7 @@ def test_durations_are_of_the_latest_runs_of_each_job_and_outcome(tmp_path: Path
     bel.dispose()
 
 
-async def test_a_worker_serves_the_cluster_metrics_after_a_want_is_built(make_stack: object) -> None:
-    port = free_port()
-    stack: Stack = await make_stack(graph="tests.graphs:chain", metrics_port=port)  # type: ignore[operator]
-    spec = await stack.db.want("derived/1")  # dep-misses, builds base/1, then itself
-    assert (await stack.db.wait(spec)).state is WantState.successful
-
-    worker = await scrape(f"http://127.0.0.1:{port}/metrics")
-    async with serving(create_app(web_context(stack.settings, stack.bel)), "127.0.0.1", free_port()) as base:
-        web = await scrape(f"{base}/metrics")
-    cluster = ("databuild_wants", "databuild_job_runs", f"{DURATION}_gcount", f"{DURATION}_bucket")
-    for name in cluster:  # every process reports the same BEL
-        assert {k: v for k, v in worker.items() if k[0] == name} == {
-            k: v for k, v in web.items() if k[0] == name
-        }
-    assert value(worker, "databuild_wants", state="successful") == 2  # derived/1 and its derivative base/1
-    assert series(worker, "databuild_job_runs", "job_label", "state") == {
-        ("base", "succeeded"),
-        ("derived", "dep_miss"),
-        ("derived", "succeeded"),
-    }
-    runs = stack.bel.job_runs(limit=100)
-    assert_durations(worker, runs)
-    assert value(worker, "databuild_bel_write_seconds_count") > 0
-    assert value(worker, "process_resident_memory_bytes") > 0
-
-
+@pytest.mark.unit
 async def test_a_scrape_while_the_bel_is_down_says_so(caplog: pytest.LogCaptureFixture) -> None:
     with socket.socket() as closed:  # a port nobody listens on
         closed.bind(("127.0.0.1", 0))
@@ -243,6 +220,7 @@ async def test_a_scrape_while_the_bel_is_down_says_so(caplog: pytest.LogCaptureF
     bel.dispose()
 
 
+@pytest.mark.unit
 def test_bad_metrics_ports_are_refused_with_the_setting_named(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -1,7 +1,12 @@
-"""Per-job policies in the graph, and the SLA estimate and alert routing rules, on their own."""
+"""Per-job policies in the graph (and a worker that refuses out-of-range settings), the SLA estimate, and
+alert routing and channel URLs, on their own."""
 
 import dataclasses
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +19,9 @@ from databuild.limits import policy_problem
 from databuild.protocol import JobPolicy
 from worker.run import check_policy
 
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[1]
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
@@ -80,6 +88,33 @@ def test_a_policy_out_of_range_is_named_and_a_worker_refuses_to_start_with_it() 
         check_policy(dataclasses.replace(job, retries=-1), settings)
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "valid"),
+    [
+        ("DATABUILD_JOB_ATTEMPTS", "0", "1 to 1000"),
+        ("DATABUILD_JOB_ATTEMPTS", "-1", "1 to 1000"),
+        ("DATABUILD_MAX_CONCURRENT_JOBS", "0", "1 or more"),
+        ("DATABUILD_JOB_TIMEOUT", "0", "1s to 36500d"),
+        ("DATABUILD_JOB_HEARTBEAT_TIMEOUT", "0", "4s to 36500d"),
+        ("DATABUILD_JOB_LEASE", "0s", "1s to 36500d"),
+    ],
+)
+def test_a_worker_refuses_to_start_naming_the_setting(
+    tmp_path: Path, variable: str, value: str, valid: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
+    worker = subprocess.run(
+        [sys.executable, "-m", "databuild.cli", "worker"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT), "COLUMNS": "500", variable: value},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert worker.returncode == 2, worker.stderr
+    assert worker.stderr == f"error: bad setting {variable}: out of range; give {valid}\n"
+
+
 def test_the_estimate_adds_a_job_to_its_slowest_input_and_counts_what_a_running_run_has_left() -> None:
     durations = {"report": durations_of([10.0] * 8 + [30.0] * 2), "load": durations_of([100.0] * 5)}
     running = Step(ref="load/x", job_label="load", running_since=T0 - timedelta(seconds=40))
@@ -116,3 +151,14 @@ def test_channel_tags_route_by_kind_job_and_ref() -> None:
     assert receives({"ref:daily/*", "job:weekly", "job:daily"}, alert)
     assert not receives({"kind:want_failed"}, alert)
     assert not receives({"kind:sla_missed", "ref:weekly/*"}, alert)
+
+
+def test_a_url_apprise_cannot_use_is_refused_with_the_fix(tmp_path: Path) -> None:
+    from databuild.alerts import channels
+
+    settings = Settings(home=tmp_path, alert_urls="nosuchscheme://x")
+    with pytest.raises(InvalidInputError, match=r"DATABUILD_ALERT_URLS .*apprise"):
+        channels(settings)
+    missing = Settings(home=tmp_path, alert_config=tmp_path / "nope.yml")
+    with pytest.raises(InvalidInputError, match="DATABUILD_ALERT_CONFIG"):
+        channels(missing)

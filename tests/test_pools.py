@@ -11,6 +11,8 @@ from databuild.errors import GraphDefinitionError
 from databuild.graph import Graph
 from databuild.models import WantSource
 
+pytestmark = pytest.mark.unit
+
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 

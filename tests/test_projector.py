@@ -10,6 +10,8 @@ from databuild.bel import projector
 from databuild.domain import events as ev
 from databuild.models import Model
 
+pytestmark = pytest.mark.unit
+
 
 def event_types() -> list[type]:
     union = typing.get_args(ev.Event)[0]  # Annotated[Union[...], discriminator]

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from databuild.domain.reach import descendants, reached
 
+pytestmark = pytest.mark.unit
+
 M = frozenset({"m1", "m2"})  # the backfill's wants
 
 

@@ -6,6 +6,8 @@ import pytest
 
 from tests.replay import HISTORY_DIR, SCENARIOS, load_history, replayer
 
+pytestmark = pytest.mark.unit
+
 HISTORIES = sorted(name for names in SCENARIOS.values() for name in names)
 
 

@@ -20,6 +20,8 @@ from databuild.models import InstanceRef, WantSpec
 from databuild.storage import Storage, storage_uri
 from databuild.testing import free_port
 
+pytestmark = pytest.mark.unit
+
 graph = Graph("gc")
 graph.job("p/{n}")(lambda ctx, n: None)
 WEEK = timedelta(days=7)

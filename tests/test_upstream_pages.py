@@ -12,6 +12,8 @@ import pytest
 from activities.errors import application_error
 from databuild.upstream import UpstreamError, fetch_page
 
+pytestmark = pytest.mark.unit
+
 BAD_REF_PAGE = {
     "events": [
         {

@@ -1,4 +1,5 @@
-"""The graph the benchmarks run: one trivial Spark job and one external input pattern."""
+"""The graphs the benchmarks run (and tests/test_event_loop.py, as bench_orchestration does): one trivial
+Spark job and one external input pattern; a year's backfill one partition per run and 31 per run."""
 
 from typing import TYPE_CHECKING
 
@@ -25,11 +26,11 @@ def trivial(ctx: "JobContext", n: str) -> None:
 ROWS_PER_DAY = 1_000
 
 
-def _events(spark: "SparkSession", day: str) -> "DataFrame":
+def events_of(spark: "SparkSession", day: str) -> "DataFrame":
     return spark.range(ROWS_PER_DAY).selectExpr(f"'{day}' as date", "id % 97 as user_id", "id % 13 as amount")
 
 
-def _users(events: "DataFrame") -> "DataFrame":
+def users_of(events: "DataFrame") -> "DataFrame":
     return events.groupBy("date", "user_id").agg(F.sum("amount").alias("spent"))
 
 
@@ -39,20 +40,20 @@ def year_graph(name: str, batch: int | None) -> Graph:
     if batch is None:
 
         def raw_events(ctx: "JobContext", date: str) -> None:
-            ctx.write(f"raw_events/{date}", _events(ctx.spark, date))
+            ctx.write(f"raw_events/{date}", events_of(ctx.spark, date))
 
         def daily_users(ctx: "JobContext", date: str) -> None:
-            ctx.write(f"daily_users/{date}", _users(ctx.read(f"raw_events/{date}")))
+            ctx.write(f"daily_users/{date}", users_of(ctx.read(f"raw_events/{date}")))
 
     else:
 
         def raw_events(ctx: "JobContext", partitions: list[dict[str, str]]) -> None:  # type: ignore[misc]
-            ctx.write_all({f"raw_events/{p['date']}": _events(ctx.spark, p["date"]) for p in partitions})
+            ctx.write_all({f"raw_events/{p['date']}": events_of(ctx.spark, p["date"]) for p in partitions})
 
         def daily_users(ctx: "JobContext", partitions: list[dict[str, str]]) -> None:  # type: ignore[misc]
             dates = [p["date"] for p in partitions]
             frames = ctx.read_all([f"raw_events/{date}" for date in dates])
-            ctx.write_all({f"daily_users/{d}": _users(f) for d, f in zip(dates, frames, strict=True)})
+            ctx.write_all({f"daily_users/{d}": users_of(f) for d, f in zip(dates, frames, strict=True)})
 
     year.job("raw_events/{date}", batch=batch)(raw_events)
     year.job("daily_users/{date}", batch=batch, inputs=users_read)(daily_users)

@@ -61,7 +61,6 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from bench.cluster import start_databuild_worker, stop_group
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
@@ -74,6 +73,10 @@ from databuild.models import FINAL_WANT_STATES, PartitionStatus, WantSource, Wan
 from databuild.storage import Storage
 from databuild.temporal import connect, ensure_search_attributes
 from databuild.testing import free_port, postgres_database, projection_rows
+from databuild.testing.cluster import start_databuild_worker, stop_group
+
+# The harness runs the whole product as a user would: the demo graph, and the Temporal dev server as
+# `databuild dev` starts it (on a file database, so it restarts with its state).
 from examples.demo import EVENTS_PER_DAY, WINDOW_DAYS
 from worker.dev import start_dev_server, wait_for_server
 

@@ -1,6 +1,10 @@
-"""Throwaway environments for tests and benchmarks (as ``temporalio.testing`` is for workflows): a
-Temporal dev server, settings for a scratch home, a PostgreSQL database of one's own, a free port, and the check that a
-log's projections are what its events alone say."""
+"""What tests and benchmarks share (as ``temporalio.testing`` is for workflows), so that bench/ holds only
+scripts that measure and tests/ imports nothing from it.
+
+Here: throwaway environments (a Temporal dev server, settings for a scratch home, a PostgreSQL database of
+one's own, a free port) and the check that a log's projections are what its events alone say. In the
+submodules: a Spark standalone cluster and `databuild worker` processes on loopback (``cluster``), the
+proof under faults (``chaos``), and the graphs the benchmarks run (``graphs``)."""
 
 import contextlib
 import logging
