@@ -86,9 +86,12 @@ async def test_hostile_globs_answer_fast_while_other_requests_keep_their_latency
     with web_server(ten_thousand) as base:
         async with httpx.AsyncClient(base_url=base, timeout=30) as client:
             baseline = [await timed(client, "/api/stats") for _ in range(10)]
+            # A plain glob whose matcher also runs on every row, timed in the same run: a hostile one
+            # costs about as much (linear), not the 35.8 s of backtracking (machines here differ in speed).
+            plain = min([await timed(client, "/api/partitions", pattern="*-*") for _ in range(3)])
             for pattern in hostile:
                 alone = [await timed(client, "/api/partitions", pattern=pattern) for _ in range(3)]
-                assert min(alone) < 0.1, (pattern, alone)
+                assert min(alone) < max(0.1, 3 * plain), (pattern, alone, plain)
 
             async def stats_meanwhile() -> list[float]:
                 return [await timed(client, "/api/stats") for _ in range(20)]
