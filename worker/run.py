@@ -50,6 +50,16 @@ from workflows.scheduled import ScheduledWantWorkflow
 from workflows.upstream import UpstreamSyncWorkflow
 from workflows.want import WantWorkflow
 
+# Every workflow a worker runs (the replay tests replay exactly these).
+WORKFLOWS: list[type] = [
+    WantWorkflow,
+    JobRunWorkflow,
+    UpstreamSyncWorkflow,
+    ScheduledWantWorkflow,
+    AlertWorkflow,
+    AlertChannelWorkflow,
+]
+
 log = logging.getLogger(__name__)
 
 
@@ -151,14 +161,7 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     worker = Worker(
         parts.client,
         task_queue=settings.task_queue,
-        workflows=[
-            WantWorkflow,
-            JobRunWorkflow,
-            UpstreamSyncWorkflow,
-            ScheduledWantWorkflow,
-            AlertWorkflow,
-            AlertChannelWorkflow,
-        ],
+        workflows=WORKFLOWS,
         activities=[
             wants.register_want,
             wants.decide,

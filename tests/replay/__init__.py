@@ -9,12 +9,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from workflows.alert import AlertWorkflow
-from workflows.alert_channel import AlertChannelWorkflow
-from workflows.job_run import JobRunWorkflow
-from workflows.scheduled import ScheduledWantWorkflow
-from workflows.upstream import UpstreamSyncWorkflow
-from workflows.want import WantWorkflow
+from worker.run import WORKFLOWS
 
 HISTORY_DIR = Path(__file__).parent.parent / "histories"
 
@@ -52,13 +47,6 @@ def load_history(name: str) -> WorkflowHistory:
 def replayer() -> Replayer:
     """Today's workflows, as the worker registers them (worker/run.py)."""
     return Replayer(
-        workflows=[
-            WantWorkflow,
-            JobRunWorkflow,
-            UpstreamSyncWorkflow,
-            ScheduledWantWorkflow,
-            AlertWorkflow,
-            AlertChannelWorkflow,
-        ],
+        workflows=WORKFLOWS,
         data_converter=pydantic_data_converter,
     )
