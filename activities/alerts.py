@@ -9,10 +9,10 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from databuild import protocol as p
-from databuild.alerts import DeliveryError, deliver, linked, route
 from databuild.config import Settings
 from databuild.domain.alerts import Alert
+from databuild.operations.alerts import DeliveryError, deliver, linked, route
+from databuild.temporal import protocol as p
 
 log = logging.getLogger(__name__)
 

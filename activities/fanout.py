@@ -8,11 +8,11 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.alerts import raise_alert
-from databuild import protocol as p
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.domain import alerts
-from databuild.temporal import notify_subscribers, signal_for_run
+from databuild.temporal import protocol as p
+from databuild.temporal.wants import notify_subscribers, signal_for_run
 
 
 class FanOutActivities:

@@ -4,10 +4,10 @@ announcements. Both announce through `DataBuild.publish`, like `databuild publis
 import httpx
 from temporalio import activity
 
-from databuild import protocol as p
 from databuild.client import DataBuild
 from databuild.errors import InvalidInputError, InvalidTransitionError
-from databuild.upstream import pull, token_for
+from databuild.temporal import protocol as p
+from databuild.temporal.upstream import pull, token_for
 
 
 class UpstreamActivities:

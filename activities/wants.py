@@ -10,7 +10,6 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.alerts import raise_alert
 from activities.heartbeats import heartbeating
-from databuild import protocol as p
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
@@ -29,8 +28,9 @@ from databuild.models import (
     WantState,
     job_run_workflow_id,
 )
-from databuild.sla import sla_estimate
-from databuild.temporal import notify_subscribers, signal_for_run, start_want
+from databuild.operations.sla import sla_estimate
+from databuild.temporal import protocol as p
+from databuild.temporal.wants import notify_subscribers, signal_for_run, start_want
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
 
@@ -244,7 +244,7 @@ class WantActivities:
 
     @activity.defn
     async def assess_sla(self, input: p.AssessSlaInput) -> p.SlaAssessment:
-        """Is the want predicted to miss its SLA (``databuild.sla``)? If so, flag it and alert once; if
+        """Is the want predicted to miss its SLA (``databuild.operations.sla``)? If so, flag it and alert once; if
         not, say when to look again. ``now`` is the workflow's time (the time-skipping server's in tests)."""
         now = input.now
         want = await self.bel.call(self.bel.want, input.want_id)

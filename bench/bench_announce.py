@@ -54,15 +54,16 @@ with workflow.unsafe.imports_passed_through():
     from databuild.client import DataBuild
     from databuild.config import Settings
     from databuild.graph import load_graph
+    from databuild.jobs.spark import SparkRuntime
     from databuild.models import Partition, Subscription, WantSpec, WantState
-    from databuild.protocol import (
+    from databuild.temporal.connection import ensure_search_attributes, file_database_args
+    from databuild.temporal.protocol import (
         SA_PARTITION_REF,
         SA_WANT_STATE,
         SIGNAL_PARTITION_AVAILABLE,
         PartitionAvailable,
     )
-    from databuild.spark import SparkRuntime
-    from databuild.temporal import ensure_search_attributes, file_database_args, notify_subscribers
+    from databuild.temporal.wants import notify_subscribers
     from databuild.testing import make_settings, start_dev_server
     from worker.run import WorkerParts, build_worker
 

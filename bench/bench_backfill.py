@@ -31,8 +31,8 @@ from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.graph import load_graph
+from databuild.jobs.spark import SparkRuntime
 from databuild.models import WantState
-from databuild.spark import SparkRuntime
 from databuild.testing import make_settings, start_dev_server
 from worker.run import WorkerParts, running_worker
 

@@ -26,8 +26,8 @@ from bench.common import run_and_exit
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.graph import load_graph
+from databuild.jobs.spark import SparkRuntime
 from databuild.models import WantState
-from databuild.spark import SparkRuntime
 from databuild.testing import make_settings, start_dev_server
 from worker.run import WorkerParts, running_worker
 

@@ -35,8 +35,8 @@ with workflow.unsafe.imports_passed_through():
     from databuild.bel import BuildEventLog
     from databuild.client import DataBuild
     from databuild.graph import load_graph
+    from databuild.jobs.spark import SparkRuntime
     from databuild.models import Want, WantState
-    from databuild.spark import SparkRuntime
     from databuild.testing import make_settings, start_dev_server
     from worker.run import WorkerParts, running_worker
 

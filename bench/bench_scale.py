@@ -64,15 +64,15 @@ with workflow.unsafe.imports_passed_through():
     from databuild.errors import NotFoundError
     from databuild.graph import Graph, load_graph
     from databuild.models import WantState
-    from databuild.protocol import JOB_RUN_WORKFLOW, WANT_WORKFLOW
-    from databuild.temporal import file_database_args
+    from databuild.temporal.connection import file_database_args
+    from databuild.temporal.protocol import JOB_RUN_WORKFLOW, WANT_WORKFLOW
     from databuild.testing import POSTGRES_ADMIN_URL, make_settings, postgres_database, start_dev_server
     from databuild.testing.cluster import stop_group
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from databuild.job_context import JobContext
+    from databuild.graph import JobContext
 
 GRAPH = "bench.bench_scale:graph"
 PATTERN = "scale/{hour}"

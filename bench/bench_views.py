@@ -53,14 +53,14 @@ from sqlalchemy import (
     update,
 )
 
-from databuild import views
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog, projector
 from databuild.bel import schema as s
 from databuild.domain import events as ev
 from databuild.models import InstanceRef, JobRunState, WantSource, WantSpec, WantState
-from databuild.runtime import settle_heap
+from databuild.process import settle_heap
 from databuild.testing import POSTGRES_URL, postgres_database
+from databuild.views import lineage as views
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 TARGET_MS = 50.0
@@ -884,7 +884,7 @@ def bench_backend(
             analyze(bel)
         rng = random.Random(seed + 1)
         results = []
-        # Start timing from a settled heap, as the web server and the worker do (databuild.runtime):
+        # Start timing from a settled heap, as the web server and the worker do (databuild.process):
         # otherwise the fill's objects skew when full collections happen while the views are timed.
         settle_heap()
         filled.load_before = os.getloadavg()[0]

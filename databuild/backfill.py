@@ -7,9 +7,7 @@ from datetime import datetime, timedelta
 
 from pydantic import ConfigDict, Field, computed_field, field_validator, model_validator
 
-from databuild.durations import Duration, later, to_utc
-from databuild.errors import InvalidInputError
-from databuild.graph import Graph, Pattern
+from databuild.durations import Duration, to_utc
 from databuild.models import Model, WantState
 
 MAX_PARTITIONS = 100_000  # a year of hourly partitions is 8,760; more is almost surely a typo
@@ -54,32 +52,6 @@ class BackfillRequest(Model):
     def backfill_id(self) -> str:
         key = f"{self.pattern}\n{self.start.isoformat()}\n{self.end.isoformat()}\n{self.step.total_seconds()}"
         return "bf-" + hashlib.sha256(key.encode()).hexdigest()[:16]
-
-
-def backfill_partitions(request: BackfillRequest, graph: Graph) -> list[tuple[str, datetime]]:
-    """Each partition of the range with its data time. Raises InvalidInputError naming the problem if
-    the pattern is not one the graph builds or announces, or has other than one placeholder."""
-    known = {p.text: p for p in graph.patterns}
-    pattern: Pattern | None = known.get(request.pattern)
-    if pattern is None:
-        raise InvalidInputError(
-            f"{request.pattern!r} is not an output pattern of graph {graph.name!r} "
-            f"(its patterns: {', '.join(sorted(known)) or 'none'})"
-        )
-    if len(pattern.names) != 1:
-        raise InvalidInputError(
-            f"{request.pattern!r} has {len(pattern.names)} placeholders; a backfill fills exactly one "
-            "(the time), e.g. 'daily_users/{date}'"
-        )
-    (name,) = pattern.names
-    daily = request.step % DAY == timedelta(0)
-    found = []
-    at: datetime | None = request.start
-    while at is not None and at <= request.end:
-        value = at.date().isoformat() if daily else at.strftime("%Y-%m-%dT%H")
-        found.append((pattern.format({name: value}), at))
-        at = later(at, request.step)  # None: the range ran into the calendar's end
-    return found
 
 
 class BackfillRetry(Model):

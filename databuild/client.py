@@ -9,15 +9,10 @@ from typing import TypeVar
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from databuild.backfill import (
-    BackfillProgress,
-    BackfillRequest,
-    BackfillRetry,
-    backfill_partitions,
-    cancel_reason,
-)
+from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry, cancel_reason
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
+from databuild.domain.backfills import backfill_partitions
 from databuild.errors import (
     AnnouncementRefusedError,
     InvalidTransitionError,
@@ -39,7 +34,9 @@ from databuild.models import (
     default_data_timestamp,
     first_error,
 )
-from databuild.protocol import (
+from databuild.refs import ref_uri, validate_ref
+from databuild.temporal.connection import connect, ensure_search_attributes
+from databuild.temporal.protocol import (
     SIGNAL_ABANDON,
     SIGNAL_PARTITION_AVAILABLE,
     SIGNAL_PAUSE,
@@ -48,18 +45,9 @@ from databuild.protocol import (
     PartitionAvailable,
     RedecideNotice,
 )
-from databuild.refs import validate_ref
-from databuild.storage import ref_uri
-from databuild.temporal import (
-    cancel_want,
-    connect,
-    ensure_search_attributes,
-    notify_subscribers,
-    settle_closing_run,
-    start_want,
-)
-from databuild.upstream import check_announcement
-from databuild.views import FamilyProgress, WantView, family_progress, want_view
+from databuild.temporal.upstream import check_announcement
+from databuild.temporal.wants import cancel_want, notify_subscribers, settle_closing_run, start_want
+from databuild.views.lineage import FamilyProgress, WantView, family_progress, want_view
 
 T = TypeVar("T")
 
@@ -238,7 +226,7 @@ class DataBuild:
         return want
 
     async def want_view(self, want_id: str) -> WantView:
-        """The want's fulfilment tree, with its SLA estimate (see ``databuild.views.want_view``)."""
+        """The want's fulfilment tree, with its SLA estimate (see ``databuild.views.lineage.want_view``)."""
         return await self.bel.call(want_view, self.bel, want_id, await self.loaded_graph())
 
     async def retry(self, want_id: str) -> Want:

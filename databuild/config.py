@@ -15,9 +15,9 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from databuild.durations import MAX_DURATION, parse_setting_duration
 from databuild.errors import InvalidInputError
-from databuild.graph import ExecutorKind
 from databuild.limits import MAX_ATTEMPTS, MIN_HEARTBEAT_TIMEOUT, MIN_LEASE, MIN_TIMEOUT, shown
-from databuild.storage import storage_uri
+from databuild.models import ExecutorKind
+from databuild.refs import storage_uri
 
 DEFAULT_HOME = Path(".databuild")
 
@@ -218,7 +218,7 @@ class Settings(BaseSettings):
         description="workflows a worker keeps in memory; size it to the wants it holds waiting at once "
         "(a signal to an evicted one replays its history)",
     )
-    # OpenLineage export (databuild/openlineage.py).
+    # OpenLineage export (databuild/jobs/openlineage.py).
     openlineage_url: str | None = Field(
         default=None,
         description="send job runs as OpenLineage events to a file (`file:///abs/path.ndjson` or a plain "
@@ -229,7 +229,7 @@ class Settings(BaseSettings):
     openlineage_api_key: SecretStr | None = Field(
         default=None, description="bearer token for an HTTP OpenLineage endpoint"
     )
-    # Alerts (databuild/alerts.py): notification URLs in apprise syntax; they often hold tokens.
+    # Alerts (databuild/operations/alerts.py): notification URLs in apprise syntax; they often hold tokens.
     alert_urls: SecretStr | None = Field(
         default=None,
         description="where alerts go: comma-separated notification URLs in apprise syntax (`json://host:port/path`, "

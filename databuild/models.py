@@ -4,7 +4,7 @@ import hashlib
 import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -544,3 +544,8 @@ class EventPage(Model):
         description="pass as since_idx to continue; nothing before it is left to read"
     )
     last_idx: int = Field(description="the log's last index when this page was read")
+
+
+# Where a job body runs (databuild/jobs/executors): the worker's own SparkSession, its own application
+# through spark-submit, or a Spark Connect server.
+ExecutorKind = Literal["session", "submit", "connect"]

@@ -10,8 +10,7 @@ from datetime import date, timedelta
 
 from pyspark.sql import functions as F
 
-from databuild.graph import Graph
-from databuild.job_context import JobContext
+from databuild.graph import Graph, JobContext
 
 EVENTS_PER_DAY = 100_000
 USERS = 20_000

@@ -19,12 +19,12 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from databuild.bel import BuildEventLog
-from databuild.catalog import embedded_catalog_conf
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.graph import Graph, load_graph
+from databuild.jobs.catalog import embedded_catalog_conf
+from databuild.jobs.spark import SparkRuntime
 from databuild.models import Want, WantSpec
-from databuild.spark import SparkRuntime
 from databuild.testing import (
     POSTGRES_ADMIN_URL,
     POSTGRES_URL,

@@ -8,8 +8,7 @@ import warnings
 from functools import partial
 from typing import TYPE_CHECKING
 
-from databuild.graph import Graph
-from databuild.job_context import JobContext
+from databuild.graph import Graph, JobContext
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

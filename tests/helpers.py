@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 from databuild.client import DataBuild
 from databuild.config import Settings
+from databuild.jobs.storage import Storage
 from databuild.models import WantSource, WantState
-from databuild.storage import Storage
 from databuild.web import create_app, serving, web_context
 from tests.conftest import Stack
 

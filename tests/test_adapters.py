@@ -17,14 +17,14 @@ from sqlalchemy import event
 
 import databuild
 from databuild.bel import BuildEventLog
+from databuild.cli.render import progress
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.errors import InvalidTransitionError, TemporalUnavailableError
 from databuild.graph import Graph
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantSpec
-from databuild.render import progress
 from databuild.testing import free_port
-from databuild.views import family_progress
+from databuild.views.lineage import family_progress
 from databuild.web import create_app, web_context
 
 pytestmark = pytest.mark.unit

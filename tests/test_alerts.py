@@ -32,14 +32,14 @@ from temporalio.worker import Worker
 from activities.alerts import AlertActivities, raise_alert
 from activities.fanout import FanOutActivities
 from activities.wants import WantActivities
-from databuild import protocol as p
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.domain.alerts import Alert, AlertKind, retry_delay
 from databuild.models import WantSource, WantState
-from databuild.temporal import ensure_search_attributes
+from databuild.temporal import protocol as p
+from databuild.temporal.connection import ensure_search_attributes
 from databuild.testing import free_port, make_settings, skip_time
 from databuild.web import create_app, web_context
 from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed, want_steps
@@ -401,6 +401,6 @@ async def test_a_channel_that_never_answers_is_tried_with_backoff_while_the_othe
 
 
 def silent_channel(settings: Settings) -> str:
-    from databuild.alerts import channels
+    from databuild.operations.alerts import channels
 
     return next(c.id for c in channels(settings) if "/silent" in c.url)

@@ -18,14 +18,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from databuild.bel import BuildEventLog
 from databuild.errors import AnnouncementRefusedError
 from databuild.models import EventFilter, EventPage
-from databuild.protocol import (
+from databuild.temporal.protocol import (
     QUERY_UPSTREAM_STATUS,
     Announcement,
     UpstreamInput,
     UpstreamStatus,
     upstream_workflow_id,
 )
-from databuild.temporal import announce, start_upstream
+from databuild.temporal.wants import announce, start_upstream
 from databuild.testing import free_port
 from databuild.web import create_app, serving, web_context
 from tests.conftest import Stack, cli

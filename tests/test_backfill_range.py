@@ -5,7 +5,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from databuild.backfill import BackfillRequest, backfill_partitions
+from databuild.backfill import BackfillRequest
+from databuild.domain.backfills import backfill_partitions
 from databuild.errors import InvalidInputError
 from databuild.graph import load_graph
 

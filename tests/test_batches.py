@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from databuild.backfill import BackfillRequest
+from databuild.jobs.spark import SparkRuntime
 from databuild.models import JobRun, JobRunState, PartitionStatus, WantState
-from databuild.spark import SparkRuntime
 from tests.conftest import Stack
 from tests.helpers import lake, until
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from databuild.catalog import Catalog, serve_sql
+from databuild.jobs.catalog import Catalog, serve_sql
+from databuild.jobs.spark import SparkRuntime
 from databuild.models import WantState
-from databuild.spark import SparkRuntime
 from tests.conftest import SQL_PORT, Stack
 from tests.helpers import instance_dir
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from databuild.catalog import TableSpec, graph_tables, spark_catalog_conf, table_of
 from databuild.config import Settings
 from databuild.errors import GraphDefinitionError
 from databuild.graph import Graph, Pattern
+from databuild.jobs.catalog import TableSpec, graph_tables, spark_catalog_conf, table_of
 
 pytestmark = pytest.mark.unit
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from databuild.jobs.spark import SparkRuntime
 from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
-from databuild.spark import SparkRuntime
 from databuild.testing import free_port
 from databuild.testing.cluster import (
     LOOPBACK,

@@ -13,14 +13,14 @@ from pydantic import SecretStr
 
 from databuild.errors import InvalidInputError
 from databuild.models import EventFilter, JobRunState, WantState
-from databuild.protocol import (
+from databuild.temporal.protocol import (
     QUERY_UPSTREAM_STATUS,
     Announcement,
     UpstreamInput,
     UpstreamStatus,
     upstream_workflow_id,
 )
-from databuild.temporal import announce, start_upstream
+from databuild.temporal.wants import announce, start_upstream
 from databuild.testing import free_port
 from tests.conftest import Stack, cli
 from tests.helpers import TOKEN, http_server, until

@@ -14,7 +14,7 @@ from pydantic import SecretStr
 
 from databuild.models import PartitionStatus, WantState
 from databuild.testing import free_port
-from databuild.views import want_view
+from databuild.views.lineage import want_view
 from databuild.web import create_app, serving, web_context
 from tests.conftest import DemoRun, Stack
 from tests.helpers import lake, until

@@ -17,9 +17,9 @@ from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.graph import Graph
-from databuild.graph_view import JobInput, graph_view
 from databuild.models import InstanceRef, PartitionStatus, WantSpec, WantState
 from databuild.testing import POSTGRES_ADMIN_URL, postgres_database
+from databuild.views.graph import JobInput, graph_view
 from databuild.web import create_app, web_context
 from tests.conftest import require_postgres
 

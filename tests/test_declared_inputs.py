@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from databuild.models import JobRunState, WantState
-from databuild.views import want_view
+from databuild.views.lineage import want_view
 from tests.conftest import Stack, cli
 
 pytestmark = pytest.mark.slow

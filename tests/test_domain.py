@@ -16,7 +16,7 @@ from databuild.errors import (
 from databuild.graph import Graph
 from databuild.models import WantSource, WantSpec, default_data_timestamp
 from databuild.refs import validate_ref
-from databuild.upstream import check_announcement
+from databuild.temporal.upstream import check_announcement
 from examples.demo import graph as demo
 
 pytestmark = pytest.mark.unit
@@ -123,7 +123,7 @@ def test_temporal_tls_settings(tmp_path) -> None:  # type: ignore[no-untyped-def
 
     from databuild.config import Settings
     from databuild.errors import InvalidInputError
-    from databuild.temporal import tls_config
+    from databuild.temporal.connection import tls_config
 
     assert tls_config(Settings(home=tmp_path)) is False
     assert tls_config(Settings(home=tmp_path, temporal_tls=True)) is True

@@ -11,9 +11,9 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.worker import Worker
 
-from databuild import protocol as p
 from databuild.models import Want, WantSource, WantState
-from databuild.temporal import repair_wants, want_search_attributes
+from databuild.temporal import protocol as p
+from databuild.temporal.wants import repair_wants, want_search_attributes
 from tests.helpers import until, waiting_for_feed
 from worker.run import running_worker
 

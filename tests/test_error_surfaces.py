@@ -27,16 +27,16 @@ from pyarrow import fs
 from starlette.routing import BaseRoute
 from temporalio.service import RPCError
 
-from databuild.alerts import channels
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.errors import InvalidInputError, NotFoundError, StorageSetupError, TemporalUnavailableError
 from databuild.graph import Graph
+from databuild.jobs.storage import Storage
 from databuild.models import WantSpec, WantState
-from databuild.storage import Storage
-from databuild.temporal import temporal_binary
+from databuild.operations.alerts import channels
+from databuild.temporal.connection import temporal_binary
 from databuild.testing import free_port
 from databuild.web import create_app, web_context
 from tests.conftest import cli_batch

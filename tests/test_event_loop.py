@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, event
 
 from databuild.models import WantState
-from databuild.runtime import settle_heap
+from databuild.process import settle_heap
 
 SLOW = 0.1  # seconds a callback may hold the loop
 WANTS = 120

@@ -8,13 +8,13 @@ import pytest
 from databuild.bel.store import BuildEventLog
 from databuild.config import Settings
 from databuild.errors import InvalidInputError
-from databuild.executors import Executors
-from databuild.executors.connect import ConnectExecutor
-from databuild.executors.session import SessionExecutor
-from databuild.executors.submit import SubmitExecutor
 from databuild.graph import load_graph
-from databuild.spark import SparkRuntime
-from databuild.storage import Storage
+from databuild.jobs.executors import Executors
+from databuild.jobs.executors.connect import ConnectExecutor
+from databuild.jobs.executors.session import SessionExecutor
+from databuild.jobs.executors.submit import SubmitExecutor
+from databuild.jobs.spark import SparkRuntime
+from databuild.jobs.storage import Storage
 
 pytestmark = pytest.mark.unit
 

@@ -7,19 +7,19 @@ import time
 import uuid
 from pathlib import Path
 
-from databuild.attempt_log import APPLICATION_OUTPUT
 from databuild.bel.store import BuildEventLog, new_job_run_id
-from databuild.executors import JobAttempt
-from databuild.executors.submission import (
+from databuild.jobs.attempt_log import APPLICATION_OUTPUT
+from databuild.jobs.executors import JobAttempt
+from databuild.jobs.executors.submission import (
     SubmitFiles,
     SubmitResult,
 )
-from databuild.executors.submit import SubmitExecutor, SubmitOptions, default_spark_submit
-from databuild.gc import GcReport
-from databuild.log_view import attempt_log
+from databuild.jobs.executors.submit import SubmitExecutor, SubmitOptions, default_spark_submit
+from databuild.jobs.storage import Storage
 from databuild.models import JobRunState, WantState
-from databuild.storage import Storage
+from databuild.operations.garbage import GcReport
 from databuild.testing.cluster import QUICK_JVM, stop_group
+from databuild.views.logs import attempt_log
 from tests.conftest import cli
 from tests.helpers import instance_dir, lake, until
 

@@ -12,9 +12,9 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from databuild.errors import InvalidTransitionError
-from databuild.gc import collect_garbage
+from databuild.jobs.storage import Storage
 from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
-from databuild.storage import Storage
+from databuild.operations.garbage import collect_garbage
 from databuild.testing.cluster import start_databuild_worker
 from tests import graphs
 from tests.conftest import stack_env

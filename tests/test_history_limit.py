@@ -13,13 +13,13 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from databuild import protocol as p
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.graph import load_graph
+from databuild.jobs.spark import SparkRuntime
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantSpec, WantState
-from databuild.spark import SparkRuntime
-from databuild.temporal import repair_wants
+from databuild.temporal import protocol as p
+from databuild.temporal.wants import repair_wants
 from databuild.testing import make_settings
 from tests import graphs
 from tests.conftest import start_dev_server

@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 
 from databuild.errors import JobContractError
-from databuild.gc import GcReport, collect_garbage
-from databuild.job_context import JobContext
+from databuild.jobs.context import SparkJobContext
+from databuild.jobs.storage import Storage
 from databuild.models import InstanceStatus, WantState
-from databuild.storage import Storage
+from databuild.operations.garbage import GcReport, collect_garbage
 from tests import graphs
 from tests.conftest import Stack
 from tests.helpers import instance_dir, until
@@ -118,8 +118,8 @@ async def test_a_job_reads_a_past_instance_by_uuid_until_gc_removes_it(make_stac
     await stack.db.taint(f"left/{n}")
     await built(stack, f"left/{n}")
 
-    def context() -> JobContext:
-        return JobContext(
+    def context() -> SparkJobContext:
+        return SparkJobContext(
             spark=stack.parts.spark.session(),
             bel=stack.bel,
             graph=stack.graph,

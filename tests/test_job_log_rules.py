@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from databuild.attempt_log import APPLICATION_OUTPUT, TRUNCATED, bounded, with_application_output
 from databuild.domain.facts import schema_changed
 from databuild.domain.retention import log_verdict, submission_verdict
+from databuild.jobs.attempt_log import APPLICATION_OUTPUT, TRUNCATED, bounded, with_application_output
 from databuild.models import Column, InstanceFacts, JobRun, JobRunState
 
 pytestmark = pytest.mark.unit

@@ -16,14 +16,14 @@ import pytest
 from rich.console import Console
 from temporalio.testing import WorkflowEnvironment
 
-from databuild import render
-from databuild.attempt_log import TRUNCATED
-from databuild.gc import collect_garbage
-from databuild.log_view import AttemptLogView, attempt_log
+from databuild.cli import render
+from databuild.jobs.attempt_log import TRUNCATED
+from databuild.jobs.spark import SparkRuntime
+from databuild.jobs.storage import Storage
 from databuild.models import Want, WantState
-from databuild.spark import SparkRuntime
-from databuild.storage import Storage
-from databuild.views import partition_view
+from databuild.operations.garbage import collect_garbage
+from databuild.views.lineage import partition_view
+from databuild.views.logs import AttemptLogView, attempt_log
 from databuild.web.app import create_app
 from databuild.web.context import web_context
 from tests.conftest import Stack, cli, running_stack

@@ -18,7 +18,7 @@ from sqlalchemy import make_url
 
 from databuild.config import Settings
 from databuild.models import InstanceStatus, JobRunState, PartitionStatus, WantState
-from databuild.views import (
+from databuild.views.lineage import (
     JobRunView,
     ListView,
     PartitionView,

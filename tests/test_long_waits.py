@@ -21,7 +21,7 @@ from activities.wants import WantActivities
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.models import PartitionStatus, WantSource, WantState
-from databuild.temporal import ensure_search_attributes
+from databuild.temporal.connection import ensure_search_attributes
 from databuild.testing import make_settings, skip_time
 from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed, want_steps
 from workflows.want import WantWorkflow

@@ -20,8 +20,8 @@ from databuild.domain.decisions import Execute
 from databuild.domain.pools import pools_of
 from databuild.errors import InvalidInputError, PortInUseError
 from databuild.graph import Graph
-from databuild.metrics import DURATION_BUCKETS, BelCollector, exposition, serving_metrics
 from databuild.models import JobRun, WantSpec, WantState
+from databuild.operations.metrics import DURATION_BUCKETS, BelCollector, exposition, serving_metrics
 from databuild.testing import free_port
 from databuild.web import create_app, serving, web_context
 from tests.conftest import require_postgres

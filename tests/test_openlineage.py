@@ -16,8 +16,8 @@ import pytest
 from databuild.config import Settings
 from databuild.errors import InvalidInputError
 from databuild.graph import Graph, load_graph
+from databuild.jobs.openlineage import DatasetNaming, LineageEmitter, run_id, transport_from_settings
 from databuild.models import InstanceRef, JobRun, JobRunState
-from databuild.openlineage import DatasetNaming, LineageEmitter, run_id, transport_from_settings
 
 pytestmark = pytest.mark.unit
 

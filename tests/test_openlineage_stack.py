@@ -5,11 +5,11 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
-from databuild.execution import JobExecutor
-from databuild.executors import Executors
+from databuild.jobs.execution import JobExecutor
+from databuild.jobs.executors import Executors
+from databuild.jobs.openlineage import LineageEmitter, run_id
+from databuild.jobs.storage import Storage
 from databuild.models import InstanceRef, JobRun, JobRunState, WantState
-from databuild.openlineage import LineageEmitter, run_id
-from databuild.storage import Storage
 from tests.helpers import lake, until
 from tests.test_openlineage import Event, by_run, read_events
 

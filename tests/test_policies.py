@@ -16,7 +16,7 @@ from databuild.domain.estimates import Confidence, Step, durations_of, estimate
 from databuild.errors import GraphDefinitionError, InvalidInputError
 from databuild.graph import Graph
 from databuild.limits import policy_problem
-from databuild.protocol import JobPolicy
+from databuild.temporal.protocol import JobPolicy
 from worker.run import check_policy
 
 pytestmark = pytest.mark.unit
@@ -154,7 +154,7 @@ def test_channel_tags_route_by_kind_job_and_ref() -> None:
 
 
 def test_a_url_apprise_cannot_use_is_refused_with_the_fix(tmp_path: Path) -> None:
-    from databuild.alerts import channels
+    from databuild.operations.alerts import channels
 
     settings = Settings(home=tmp_path, alert_urls="nosuchscheme://x")
     with pytest.raises(InvalidInputError, match=r"DATABUILD_ALERT_URLS .*apprise"):

@@ -73,7 +73,7 @@ async def test_duplicate_announcement_changes_nothing(make_stack) -> None:
 
 
 async def test_want_state_is_queryable_while_it_waits(make_stack) -> None:
-    from databuild.protocol import QUERY_PROGRESS, WantProgress
+    from databuild.temporal.protocol import QUERY_PROGRESS, WantProgress
 
     stack = await make_stack(graph="tests.graphs:late")
     spec = await stack.db.want("feed/query")
@@ -89,8 +89,8 @@ async def test_want_state_is_queryable_while_it_waits(make_stack) -> None:
 
 
 async def test_fan_out_pages_and_resumes_from_its_cursor(make_stack) -> None:
-    from databuild.protocol import SIGNAL_PARTITION_AVAILABLE, PartitionAvailable
-    from databuild.temporal import notify_subscribers
+    from databuild.temporal.protocol import SIGNAL_PARTITION_AVAILABLE, PartitionAvailable
+    from databuild.temporal.wants import notify_subscribers
 
     stack = await make_stack(graph="tests.graphs:late")
     specs = [await stack.db.want("feed/fan", source=source) for source in list(WantSource)[:4]]

@@ -8,7 +8,7 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from databuild.models import WantSource
-from databuild.protocol import SCHEDULED_WANT_WORKFLOW
+from databuild.temporal.protocol import SCHEDULED_WANT_WORKFLOW
 from tests.conftest import Stack, cli, cli_batch
 
 pytestmark = pytest.mark.slow

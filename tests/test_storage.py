@@ -14,10 +14,11 @@ from pyarrow import fs
 from databuild.bel import BuildEventLog
 from databuild.domain.decisions import Execute
 from databuild.errors import InvalidInputError
-from databuild.gc import collect_garbage
 from databuild.graph import Graph
+from databuild.jobs.storage import Storage
 from databuild.models import InstanceRef, WantSpec
-from databuild.storage import Storage, storage_uri
+from databuild.operations.garbage import collect_garbage
+from databuild.refs import storage_uri
 from databuild.testing import free_port
 
 pytestmark = pytest.mark.unit

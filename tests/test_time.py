@@ -13,8 +13,8 @@ from temporalio.testing import WorkflowEnvironment
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.graph import load_graph
+from databuild.jobs.spark import SparkRuntime
 from databuild.models import WantState
-from databuild.spark import SparkRuntime
 from databuild.testing import make_settings, skip_time
 from tests.helpers import lake, until, waiting_for_feed
 from worker.run import WorkerParts, running_worker

@@ -15,7 +15,7 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import create_async_engine
 from temporalio.testing import WorkflowEnvironment
 
-from databuild.spark import SparkRuntime
+from databuild.jobs.spark import SparkRuntime
 from databuild.testing import POSTGRES_URL, free_port, start_dev_server
 from tests.conftest import require_postgres
 

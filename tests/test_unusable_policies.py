@@ -14,8 +14,8 @@ import pytest
 
 import databuild.limits
 import worker.run
-from databuild import protocol as p
 from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantSource, WantState
+from databuild.temporal import protocol as p
 from tests.conftest import Stack
 from tests.helpers import until
 from worker.run import running_worker

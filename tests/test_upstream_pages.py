@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from activities.errors import application_error
-from databuild.upstream import UpstreamError, fetch_page
+from databuild.temporal.upstream import UpstreamError, fetch_page
 
 pytestmark = pytest.mark.unit
 

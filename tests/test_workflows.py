@@ -21,12 +21,12 @@ from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 import workflows.want
-from databuild import protocol as p
 from databuild.domain.decisions import Paused
 from databuild.domain.events import ABANDONED_REASON as ABANDONED
 from databuild.domain.events import CANCELLED_REASON as CANCELED
 from databuild.models import JobRunCause, JobRunState, WantSpec, WantState, job_run_workflow_id
-from databuild.temporal import ensure_search_attributes
+from databuild.temporal import protocol as p
+from databuild.temporal.connection import ensure_search_attributes
 from tests.conftest import binary
 from tests.workflow_doubles import (
     JOB_LABEL,

@@ -17,11 +17,10 @@ if TYPE_CHECKING:
     from activities.wants import WantActivities
 
 with workflow.unsafe.imports_passed_through():
-    from databuild import protocol as p
     from databuild.bel import BuildEventLog
-    from databuild.graph import Graph
-    from databuild.job_context import JobContext
+    from databuild.graph import Graph, JobContext
     from databuild.models import InstanceRef, JobRunState
+    from databuild.temporal import protocol as p
 
 timed = Graph("timed")
 BROKEN: set[str] = set()  # refs whose (double) build fails

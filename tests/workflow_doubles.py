@@ -18,9 +18,9 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from databuild import protocol as p
 from databuild.domain.decisions import DependenciesStatus, Final, Live, Paused, WaitExternal
 from databuild.models import JobRunState, WantState
+from databuild.temporal import protocol as p
 
 WAIT = 10.0  # seconds a test waits for a workflow to get somewhere: everything here takes well under one
 

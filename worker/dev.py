@@ -13,14 +13,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from rich.console import Console
 from rich.live import Live
 
-from databuild import render
+from databuild.cli import render
 from databuild.client import DataBuild
 from databuild.config import Settings, masked_url
 from databuild.errors import InvalidInputError, PortInUseError, TemporalUnavailableError
-from databuild.logsetup import DATABUILD_LOG, SPARK_LOG, TEMPORAL_LOG, log_dir, log_to_files, temporal_log
 from databuild.models import Want, WantState
-from databuild.temporal import connect, file_database_args, temporal_binary
-from databuild.views import want_view
+from databuild.process import DATABUILD_LOG, SPARK_LOG, TEMPORAL_LOG, log_dir, log_to_files, temporal_log
+from databuild.temporal.connection import connect, file_database_args, temporal_binary
+from databuild.views.lineage import want_view
 from databuild.web import create_app, serving, web_context
 from worker.ports import describe_listener, describe_process, listener_pid, port_taken
 from worker.run import WorkerParts, open_parts, running_worker

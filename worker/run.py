@@ -24,25 +24,25 @@ from activities.fanout import FanOutActivities
 from activities.jobs import JobActivities
 from activities.upstream import UpstreamActivities
 from activities.wants import WantActivities
-from databuild.alerts import channels
 from databuild.bel import BuildEventLog
-from databuild.catalog import Catalog, TableSpec, serve_sql, spark_catalog_conf
 from databuild.config import Settings
 from databuild.domain.pools import pools_of
 from databuild.errors import InvalidInputError
-from databuild.execution import JobExecutor
-from databuild.executors import Executors
-from databuild.gc import collect_garbage
 from databuild.graph import Graph, Job, load_graph
+from databuild.jobs.catalog import Catalog, TableSpec, serve_sql, spark_catalog_conf
+from databuild.jobs.execution import JobExecutor
+from databuild.jobs.executors import Executors
+from databuild.jobs.openlineage import LineageEmitter
+from databuild.jobs.spark import SparkRuntime
+from databuild.jobs.storage import Storage
 from databuild.limits import policy_problem
-from databuild.logsetup import spark_log
-from databuild.metrics import serving_metrics
-from databuild.openlineage import LineageEmitter
-from databuild.protocol import JobPolicy
-from databuild.runtime import settle_heap
-from databuild.spark import SparkRuntime
-from databuild.storage import Storage
-from databuild.temporal import connect, ensure_search_attributes, repair_wants
+from databuild.operations.alerts import channels
+from databuild.operations.garbage import collect_garbage
+from databuild.operations.metrics import serving_metrics
+from databuild.process import settle_heap, spark_log
+from databuild.temporal.connection import connect, ensure_search_attributes
+from databuild.temporal.protocol import JobPolicy
+from databuild.temporal.wants import repair_wants
 from workflows.alert import AlertWorkflow
 from workflows.alert_channel import AlertChannelWorkflow
 from workflows.job_run import JobRunWorkflow

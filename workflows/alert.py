@@ -9,7 +9,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.alerts import AlertActivities
-    from databuild import protocol as p
+    from databuild.temporal import protocol as p
 
 
 @workflow.defn(name=p.ALERT_WORKFLOW)

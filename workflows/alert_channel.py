@@ -15,8 +15,8 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.alerts import AlertActivities
-    from databuild import protocol as p
     from databuild.domain.alerts import Alert, retry_delay
+    from databuild.temporal import protocol as p
 
 # A run continues as new past this many history events (SPEC: at most ~50k), with its queue.
 HISTORY_LIMIT = 5_000

@@ -12,7 +12,7 @@ from temporalio.workflow import ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
     from activities.fanout import FanOutActivities
-    from databuild import protocol as p
+    from databuild.temporal import protocol as p
 
 A = TypeVar("A")
 R = TypeVar("R")

@@ -13,10 +13,10 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     # Imported once and shared by every run, not again into each run's sandbox (cheaper starts).
     from activities.jobs import JobActivities
-    from databuild import protocol as p
     from databuild.domain.events import ABANDONED_REASON, CANCELLED_REASON
     from databuild.limits import policy_problem
     from databuild.models import JobRunCause
+    from databuild.temporal import protocol as p
     from workflows.calls import bel, failure_message, fan_out, watch
 
 # A queued run looks for a free pool slot this often (backing off to ten times that) in case the signal

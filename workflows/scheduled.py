@@ -5,8 +5,8 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     # Imported once and shared by every run, not again into each run's sandbox (cheaper starts).
     from activities.wants import WantActivities
-    from databuild import protocol as p
-    from databuild.schedules import fill
+    from databuild.temporal import protocol as p
+    from databuild.temporal.schedules import fill
     from workflows.calls import remote
 
 

@@ -9,7 +9,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.upstream import UpstreamActivities
-    from databuild import protocol as p
+    from databuild.temporal import protocol as p
 
 # While the upstream is down, pulls back off to one try every 30 s, and never give up.
 PULL_RETRY = RetryPolicy(

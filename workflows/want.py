@@ -19,9 +19,9 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     # Imported once and shared by every run, not again into each run's sandbox (cheaper starts).
     from activities.wants import WantActivities
-    from databuild import protocol as p
     from databuild.domain.decisions import Final, Live, NeedsInputs, Paused, WaitExternal
     from databuild.models import WantSource, WantSpec, WantState, job_run_workflow_id
+    from databuild.temporal import protocol as p
     from workflows.calls import BEL_RETRY, BEL_TIMEOUT, bel, failure_message, remote, watch
     from workflows.job_run import JobRunWorkflow  # its module keeps no state: one copy serves every run
 

@@ -1,4 +1,4 @@
-"""What the build event log measures for the Prometheus metrics (``databuild/metrics.py``): how long this
+"""What the build event log measures for the Prometheus metrics (``databuild/operations/metrics.py``): how long this
 process's write transactions take, and the cluster's counts, read from the projections when scraped.
 
 Counts are GROUP BYs over indexes that hold their columns: wants by state and job runs by job and state

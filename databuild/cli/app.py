@@ -19,9 +19,9 @@ from databuild.config import DEFAULT_HOME, Settings
 from databuild.durations import format_duration
 from databuild.errors import InvalidInputError
 from databuild.failures import exit_code, understood, unexpected
-from databuild.logsetup import keep_traceback, log_quietly
 from databuild.models import MAX_INDEX
-from databuild.views import Page
+from databuild.process import keep_traceback, log_quietly
+from databuild.views.lineage import Page
 
 app = typer.Typer(
     help="DataBuild: declare the partitions you want; DataBuild builds them.",

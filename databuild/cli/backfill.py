@@ -15,8 +15,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from databuild import render
 from databuild.backfill import BackfillProgress, BackfillRequest
+from databuild.cli import render
 from databuild.cli.app import CliError, JsonFlag, app, client, console, emit, run, with_client
 from databuild.durations import parse_duration, parse_timestamp
 from databuild.models import first_error

@@ -5,7 +5,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Group
 
-from databuild import render
+from databuild.cli import render
 from databuild.cli.app import JsonFlag, Limit, app, bel, emit
 from databuild.models import MAX_INDEX, EventFilter, validated
 

@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 from rich.console import Group
 
-from databuild import render
+from databuild.cli import render
 from databuild.cli.app import (
     JsonFlag,
     Limit,
@@ -19,10 +19,10 @@ from databuild.cli.app import (
     page_note,
     settings,
 )
-from databuild.log_view import attempt_log
+from databuild.jobs.storage import Storage
 from databuild.models import JobRunState, parse_choice
-from databuild.storage import Storage
-from databuild.views import job_run_view, list_job_runs
+from databuild.views.lineage import job_run_view, list_job_runs
+from databuild.views.logs import attempt_log
 
 job_runs_app = typer.Typer(help="Inspect job runs.", no_args_is_help=True)
 app.add_typer(job_runs_app, name="job-runs")

@@ -6,11 +6,11 @@ from typing import Annotated
 import typer
 from rich.console import Group
 
-from databuild import render
+from databuild.cli import render
 from databuild.cli.app import CliError, JsonFlag, app, bel, client, console, emit, run, settings, with_client
 from databuild.config import masked_url
 from databuild.durations import parse_setting_duration
-from databuild.storage import Storage
+from databuild.jobs.storage import Storage
 
 
 @app.command()
@@ -135,7 +135,7 @@ def gc(
     """Delete instance locations nothing needs: not live, not pinned, not being written, and retired
     (superseded, tainted, or never published) longer than the retention ago; and the folders failed
     submitted attempts left. Workers do this every DATABUILD_GC_EVERY (1h)."""
-    from databuild.gc import collect_garbage
+    from databuild.operations.garbage import collect_garbage
 
     configured = settings()
     retention = parse_setting_duration(keep) if keep is not None else configured.gc_keep

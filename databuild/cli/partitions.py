@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 from rich.console import Group
 
-from databuild import render
+from databuild.cli import render
 from databuild.cli.app import (
     CliError,
     JsonFlag,
@@ -22,7 +22,7 @@ from databuild.cli.app import (
     with_client,
 )
 from databuild.models import MAX_INDEX, PartitionStatus, parse_choice
-from databuild.views import FAN_OUT, instance_view, list_partitions, partition_view
+from databuild.views.lineage import FAN_OUT, instance_view, list_partitions, partition_view
 
 partitions_app = typer.Typer(help="Inspect partitions.", no_args_is_help=True)
 app.add_typer(partitions_app, name="partitions")

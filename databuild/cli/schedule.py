@@ -28,9 +28,8 @@ def schedule_add(
 ) -> None:
     """Want PATTERN for each scheduled time: the data timestamp is that time, so re-runs and backfills
     of one time are one want."""
-    from databuild.protocol import ScheduledWantInput
-    from databuild.schedules import check_pattern, fill
-    from databuild.temporal import create_want_schedule
+    from databuild.temporal.protocol import ScheduledWantInput
+    from databuild.temporal.schedules import check_pattern, create_want_schedule, fill
 
     check_pattern(pattern)
     load_graph(settings().graph).resolve(fill(pattern, datetime(2024, 1, 7, 5, tzinfo=UTC)))  # a job makes it
@@ -48,7 +47,7 @@ def schedule_add(
 @schedule_app.command("list")
 def schedule_list(as_json: JsonFlag = False) -> None:
     """Want schedules: pattern, cron, paused."""
-    from databuild.temporal import list_want_schedules
+    from databuild.temporal.schedules import list_want_schedules
 
     found = run(with_client(lambda db: list_want_schedules(db.temporal)))
     rows = [{"pattern": p, "cron": c, "paused": paused} for p, c, paused in found]
@@ -67,7 +66,7 @@ def schedule_list(as_json: JsonFlag = False) -> None:
 @schedule_app.command("remove")
 def schedule_remove(pattern: str, as_json: JsonFlag = False) -> None:
     """Delete a want schedule (wants it registered stay)."""
-    from databuild.temporal import delete_want_schedule
+    from databuild.temporal.schedules import delete_want_schedule
 
     run(with_client(lambda db: delete_want_schedule(db.temporal, pattern)))
     emit(as_json, {"removed": pattern}, lambda: f"schedule for {pattern} removed")
@@ -82,7 +81,7 @@ def schedule_backfill(
 ) -> None:
     """Run the schedule for every time it would have fired between --from and --to. Idempotent: a
     time already wanted is the same want."""
-    from databuild.temporal import backfill_want_schedule
+    from databuild.temporal.schedules import backfill_want_schedule
 
     first, last = parse_timestamp(start), parse_timestamp(end)
     if last < first:

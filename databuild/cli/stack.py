@@ -52,8 +52,7 @@ def web(
 ) -> None:
     """Serve the dashboard (/) and the HTTP JSON API (/api, docs at /docs) over the configured BEL."""
     from databuild.bel import BuildEventLog
-    from databuild.logsetup import log_to_stderr
-    from databuild.runtime import settle_heap
+    from databuild.process import log_to_stderr, settle_heap
     from databuild.web import create_app, serve, web_context
 
     configured = settings()
@@ -72,7 +71,7 @@ def web(
 @app.command()
 def worker() -> None:
     """Run a worker against the configured Temporal, BEL and storage."""
-    from databuild.logsetup import log_to_stderr
+    from databuild.process import log_to_stderr
     from worker.run import serve
 
     configured = settings()

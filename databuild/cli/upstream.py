@@ -27,9 +27,9 @@ def upstream_add(
     here (external partitions) and wake the wants waiting for them. Survives restarts; resumes where it was."""
     import httpx
 
-    from databuild.protocol import UpstreamInput
-    from databuild.temporal import start_upstream
-    from databuild.upstream import check_upstream
+    from databuild.temporal.protocol import UpstreamInput
+    from databuild.temporal.upstream import check_upstream
+    from databuild.temporal.wants import start_upstream
 
     name = name or (httpx.URL(url).host or "").replace(":", "_") or "upstream"
     check_upstream(name, url, pattern)
@@ -41,7 +41,7 @@ def upstream_add(
 @upstream_app.command("list")
 def upstream_list(as_json: JsonFlag = False) -> None:
     """Upstream graphs followed, with their cursors and what they applied."""
-    from databuild.protocol import QUERY_UPSTREAM_STATUS, UPSTREAM_WORKFLOW, UpstreamStatus
+    from databuild.temporal.protocol import QUERY_UPSTREAM_STATUS, UPSTREAM_WORKFLOW, UpstreamStatus
 
     async def go(db: DataBuild) -> list[UpstreamStatus]:
         query = (
@@ -73,7 +73,7 @@ def upstream_remove(name: str, as_json: JsonFlag = False) -> None:
     """Stop following an upstream graph (what it made available stays available)."""
     from temporalio.service import RPCError
 
-    from databuild.protocol import upstream_workflow_id
+    from databuild.temporal.protocol import upstream_workflow_id
 
     async def go(db: DataBuild) -> None:
         try:

@@ -8,7 +8,7 @@ import typer
 from rich.console import Group
 from rich.live import Live
 
-from databuild import render
+from databuild.cli import render
 from databuild.cli.app import (
     JsonFlag,
     Limit,
@@ -32,7 +32,7 @@ from databuild.client import build_spec
 from databuild.durations import parse_duration, parse_timestamp
 from databuild.graph import load_graph
 from databuild.models import Want, WantSource, WantState, parse_choice
-from databuild.views import list_wants, want_view
+from databuild.views.lineage import list_wants, want_view
 
 wants_app = typer.Typer(help="Inspect wants.", no_args_is_help=True)
 app.add_typer(wants_app, name="wants")

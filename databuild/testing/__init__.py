@@ -26,8 +26,8 @@ from temporalio.testing import WorkflowEnvironment
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.config import Settings
-from databuild.protocol import SEARCH_ATTRIBUTES
-from databuild.temporal import temporal_binary
+from databuild.temporal.connection import temporal_binary
+from databuild.temporal.protocol import SEARCH_ATTRIBUTES
 
 log = logging.getLogger(__name__)
 

@@ -67,11 +67,11 @@ from databuild.bel import schema as s
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.errors import TemporalUnavailableError
-from databuild.gc import collect_garbage
 from databuild.graph import load_graph
+from databuild.jobs.storage import Storage
 from databuild.models import FINAL_WANT_STATES, PartitionStatus, WantSource, WantSpec, WantState
-from databuild.storage import Storage
-from databuild.temporal import connect, ensure_search_attributes
+from databuild.operations.garbage import collect_garbage
+from databuild.temporal.connection import connect, ensure_search_attributes
 from databuild.testing import free_port, postgres_database, projection_rows
 from databuild.testing.cluster import start_databuild_worker, stop_group
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from databuild.executors.submit import default_spark_submit
-from databuild.java import ensure_java
+from databuild.jobs.executors.submit import default_spark_submit
+from databuild.jobs.java import ensure_java
 from databuild.testing import free_port
 
 if TYPE_CHECKING:

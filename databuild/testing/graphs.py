@@ -10,7 +10,7 @@ from databuild.graph import Graph
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from databuild.job_context import JobContext
+    from databuild.graph import JobContext
 
 graph = Graph("bench")
 graph.external("live/{n}")

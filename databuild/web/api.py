@@ -1,4 +1,4 @@
-"""The HTTP JSON API. Detail and list responses are ``{data, index}`` (databuild.views)."""
+"""The HTTP JSON API. Detail and list responses are ``{data, index}`` (databuild.views.lineage)."""
 
 import asyncio
 from typing import Annotated, Literal
@@ -8,8 +8,6 @@ from fastapi.responses import PlainTextResponse
 from pydantic import Field
 
 from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry
-from databuild.graph_view import GraphView, graph_view
-from databuild.log_view import AttemptLogView, attempt_log
 from databuild.models import (
     MAX_INDEX,
     BuildStats,
@@ -27,7 +25,8 @@ from databuild.models import (
     WantState,
     validated,
 )
-from databuild.views import (
+from databuild.views.graph import GraphView, graph_view
+from databuild.views.lineage import (
     FAN_OUT,
     JobRunView,
     ListView,
@@ -41,6 +40,7 @@ from databuild.views import (
     partition_view,
     want_view,
 )
+from databuild.views.logs import AttemptLogView, attempt_log
 from databuild.web.auth import GuardedRoute, caller, guard
 from databuild.web.context import context
 from databuild.web.requests import Offset, WantRequest, register_want

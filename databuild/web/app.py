@@ -22,7 +22,7 @@ from databuild.errors import (
     PortInUseError,
 )
 from databuild.failures import FOREIGN, UNEXPECTED_STATUS, understood, unexpected
-from databuild.metrics import exposition, metrics_registry
+from databuild.operations.metrics import exposition, metrics_registry
 from databuild.web import actions, api, pages
 from databuild.web.context import WebContext
 from databuild.web.guards import BodyLimit, HostCheck
@@ -142,7 +142,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 async def serve(app: FastAPI, host: str, port: int, started: asyncio.Event | None = None) -> None:
     """Serve until cancelled. ``started`` is set once the socket listens."""
-    # No log_config: uvicorn's records go where the process sends its logging (databuild.logsetup), not to
+    # No log_config: uvicorn's records go where the process sends its logging (databuild.process), not to
     # handlers of its own on the terminal.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", log_config=None, lifespan="off")
     server = _EmbeddedServer(config)

@@ -10,7 +10,7 @@ from fastapi import Request
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
-from databuild.storage import Storage
+from databuild.jobs.storage import Storage
 from databuild.web.auth import ApiTokens
 from databuild.web.guards import AllowedHosts
 

@@ -14,12 +14,9 @@ from fastapi.templating import Jinja2Templates
 from databuild import __version__
 from databuild.durations import format_duration
 from databuild.errors import DataBuildError, InvalidInputError
-from databuild.graph_layout import draw
-from databuild.graph_view import graph_view
-from databuild.log_view import AttemptLogView, attempt_log
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantState, parse_choice
-from databuild.timeline import want_timeline
-from databuild.views import (
+from databuild.views.graph import graph_view
+from databuild.views.lineage import (
     FAN_OUT,
     instance_view,
     job_run_view,
@@ -29,10 +26,13 @@ from databuild.views import (
     partition_view,
     want_view,
 )
+from databuild.views.logs import AttemptLogView, attempt_log
 from databuild.web.auth import GuardedRoute
 from databuild.web.context import context
+from databuild.web.graph_layout import draw
 from databuild.web.paths import TEMPLATES
 from databuild.web.requests import Offset, WantRequest, register_want
+from databuild.web.timeline import want_timeline
 from databuild.web.writer import dashboard_writer, flash_of, forget_flash, signed_in
 
 router = APIRouter(include_in_schema=False, route_class=GuardedRoute)

@@ -33,8 +33,9 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from databuild.jobs.spark import SparkRuntime
 from databuild.models import JobRunState, WantSource, WantSpec, WantState
-from databuild.protocol import (
+from databuild.temporal.protocol import (
     SCHEDULED_WANT_WORKFLOW,
     SIGNAL_REDECIDE,
     Announcement,
@@ -44,14 +45,8 @@ from databuild.protocol import (
     alert_channel_workflow_id,
     upstream_workflow_id,
 )
-from databuild.spark import SparkRuntime
-from databuild.temporal import (
-    announce,
-    backfill_want_schedule,
-    create_want_schedule,
-    delete_want_schedule,
-    start_upstream,
-)
+from databuild.temporal.schedules import backfill_want_schedule, create_want_schedule, delete_want_schedule
+from databuild.temporal.wants import announce, start_upstream
 from databuild.testing import free_port
 from tests import graphs
 from tests.conftest import DEMO_REF, Stack, binary, running_stack, start_dev_server
@@ -421,7 +416,7 @@ async def alert(rec: Recorder) -> None:
     """Two failed wants of one job, a few seconds apart: each alert goes to the channels' queues. The
     channel that is up gets the first of each kind at once and the second at the window's
     end; the one that is down is tried once, waits, and gives the alerts up."""
-    from databuild.alerts import channels
+    from databuild.operations.alerts import channels
     from tests.test_alerts import Webhook
 
     hook = Webhook()

@@ -1,0 +1,49 @@
+"""What a job body sees, as the graph declares it: ``ctx.read`` (checked against the BEL, recorded for
+lineage, missing inputs reported together; ``ctx.read_instance`` for any instance by UUID),
+``ctx.write`` (into each output's own new instance location, recording its facts) and ``ctx.log`` (into
+the attempt's log). The executors pass an implementation (``databuild.jobs.context``)."""
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+class JobContext(Protocol):
+    spark: "SparkSession"
+    job_run_id: str
+    job_label: str
+    outputs: list[str]
+    params: dict[str, str]
+    # Every partition the run builds: one, or a batch's (each its placeholders).
+    partitions: list[dict[str, str]]
+    logger: logging.Logger
+
+    def read(self, ref: str) -> "DataFrame":
+        """The live data of ``ref``. Raises ``MissingInputsError`` if it is not live."""
+
+    def read_all(self, refs: Sequence[str]) -> list["DataFrame"]:
+        """Read several inputs at once, so that every missing one is reported in one dep-miss. Each is
+        read from the instance live now, to the end of the job, whatever is built meanwhile."""
+
+    def read_instance(self, instance_id: str) -> "DataFrame":
+        """The data of one instance, live or not (e.g. the one yesterday's run read), recorded as a read
+        for lineage. Raises ``JobContractError`` if the BEL knows no such instance or its data was
+        garbage-collected."""
+
+    def write(self, ref: str, frame: "DataFrame") -> None:
+        """Write an output into its own new instance location. It becomes live when the run succeeds
+        and the BEL records it; until then nobody reads it."""
+
+    def write_all(self, frames: Mapping[str, "DataFrame"], *, parallel: int = 8) -> None:
+        """Write several outputs at once (a batch's), as concurrent Spark jobs in the run's job group:
+        small writes are mostly waiting, so together they take little more than the longest."""
+
+    def log(self, message: str, *args: object, level: int = logging.INFO) -> None:
+        """A line in the attempt's log (`databuild job-runs show ID --log`): ``message % args``, as
+        `logging` formats it. Python `logging` records from the job's thread go there too."""
+
+    def progress(self, message: str) -> None:
+        """A line of progress shown in the Temporal UI (heartbeat details) and the CLI."""

@@ -1,0 +1,145 @@
+"""Runs one attempt of one job run: BEL start (with the instance each output goes to), the job body on its
+executor, the BEL outcome (whose commit publishes the outputs)."""
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import NoReturn
+
+from databuild.bel.store import BuildEventLog, new_instance_id
+from databuild.errors import JobContractError
+from databuild.jobs.attempt_log import line
+from databuild.jobs.catalog import Catalog
+from databuild.jobs.executors import Executors, JobAttempt, Progress
+from databuild.jobs.openlineage import LineageEmitter
+from databuild.jobs.storage import Storage
+from databuild.models import InstanceRef, JobRun, JobRunCause, JobRunState
+from databuild.temporal.protocol import JobOutcome
+
+log = logging.getLogger(__name__)
+
+
+def outcome_of(run: JobRun) -> JobOutcome:
+    return JobOutcome(
+        job_run_id=run.job_run_id, state=run.state, missing=run.missing, reason=run.reason, cause=run.cause
+    )
+
+
+class JobExecutor:
+    def __init__(
+        self,
+        bel: BuildEventLog,
+        storage: Storage,
+        executors: Executors,
+        worker: str,
+        *,
+        lineage: LineageEmitter | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
+        self.bel = bel
+        self.storage = storage
+        self.executors = executors
+        self.worker = worker
+        self.lineage = lineage
+        self.catalog = catalog
+        self._running: dict[str, JobAttempt] = {}
+
+    def execute(
+        self,
+        job_run_id: str,
+        attempt: int,
+        *,
+        cancelled: threading.Event,
+        report: Callable[[str], None] = lambda _m: None,
+    ) -> JobOutcome:
+        """Blocking; run it in a thread. Raises on job failure so the caller's retry policy applies."""
+        run = self.bel.job_run(job_run_id)
+        # Each output is written straight into a new instance location, recorded before a byte is
+        # written, so garbage collection knows it is being written.
+        planned = {ref: new_instance_id() for ref in run.outputs}
+        instances = [InstanceRef(ref=ref, instance_id=i) for ref, i in planned.items()]
+        run = self.bel.start_job_run(job_run_id, attempt, self.worker, instances)
+        if run.state is not JobRunState.running:  # an earlier attempt already recorded the outcome ...
+            if run.state is JobRunState.succeeded:
+                self._catalog(run)  # ... and may have died before telling the catalog
+            return outcome_of(run)
+        if run.attempts != attempt:  # a newer attempt already started elsewhere
+            self.bel.check_current_attempt(job_run_id, attempt)
+        if self.lineage is not None:
+            self.lineage.started(run, attempt)
+        executor = self.executors.for_job(run.job_label)
+        job = JobAttempt(
+            job_run_id=job_run_id,
+            attempt=attempt,
+            job_label=run.job_label,
+            params=run.params,
+            instances=planned,
+            partitions=run.partitions,
+            spark_conf=self.executors.spark_conf.get(run.job_label, {}),
+        )
+        self._running[job.group] = job
+        try:
+            body = executor.run(job, cancelled=cancelled, report=report)
+            if body.missing:
+                missed = self.bel.dep_miss_job_run(
+                    job_run_id, body.missing, body.reads, attempt, body.missing_for
+                )
+                return outcome_of(self._finished(missed, JobRunState.dep_miss))
+            # JobContext refuses stray writes already; a result read back from a submitted application
+            # is checked again here, where it crosses into the BEL.
+            strays = sorted(set(body.written) - set(run.outputs))
+            if strays:
+                self._refuse(job, f"job {run.job_label} wrote {', '.join(strays)}, not among its outputs")
+            unwritten = sorted(set(run.outputs) - set(body.written))
+            if unwritten:
+                self._refuse(job, f"job {run.job_label} finished without writing {', '.join(unwritten)}")
+            # The commit is the publish: a superseded attempt is refused inside it.
+            locations = {ref: self.storage.location(ref, i) for ref, i in planned.items()}
+            succeeded = self.bel.succeed_job_run(
+                job_run_id, body.reads, instances, attempt, locations, body.inputs_of, body.facts
+            )
+            self._catalog(succeeded)
+            return outcome_of(self._finished(succeeded, JobRunState.succeeded))
+        finally:
+            self._running.pop(job.group, None)
+
+    def _refuse(self, job: JobAttempt, message: str) -> NoReturn:
+        """The body ended, but its result breaks the job's contract: said at the end of the attempt's log
+        too, where whoever reads it looks for why the attempt failed."""
+        key = self.storage.log_key(job.job_run_id, job.attempt)
+        with contextlib.suppress(OSError):  # no log (FileNotFoundError included): the reason still says it
+            self.storage.write_text(key, self.storage.read_text(key) + line(message, "ERROR") + "\n")
+        raise JobContractError(message)
+
+    def _catalog(self, run: JobRun) -> None:
+        """Point the tables of the run's outputs at their live instances, in the background. The BEL is
+        the truth: a catalog that fails is logged and repaired when a worker starts, never a failed build."""
+        if self.catalog is not None:
+            self.catalog.publish_later(run.outputs)
+
+    def progress(self, group: str) -> Progress:
+        job = self._running.get(group)
+        return {} if job is None else self.executors.for_job(job.job_label).progress(job)
+
+    def cancel(self, group: str) -> None:
+        job = self._running.get(group)
+        if job is not None:
+            self.executors.for_job(job.job_label).cancel(job)
+
+    def fail(self, job_run_id: str, reason: str, cause: JobRunCause = JobRunCause.error) -> JobRun:
+        """Record that the run failed past its retry policy, or was cancelled (idempotent), and emit its
+        final lineage event if this call is the one that recorded it (a retried call, or a run that
+        already ended, emits nothing)."""
+        before = self.bel.job_run(job_run_id)
+        run = self.bel.fail_job_run(job_run_id, reason, cause)
+        if not before.state.is_final:
+            self._finished(run, cause.state)
+        return run
+
+    def _finished(self, run: JobRun, recorded: JobRunState) -> JobRun:
+        """Emit the final lineage event of a run, if the BEL call just made recorded ``recorded``: the
+        BEL returns a run that had already ended unchanged, and its end was reported then."""
+        if self.lineage is not None and run.state is recorded:
+            self.lineage.finished(run)
+        return run

@@ -1,0 +1,1 @@
+"""Operating a graph: alerts, SLA watch, Prometheus metrics and garbage collection."""

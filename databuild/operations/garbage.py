@@ -1,0 +1,122 @@
+"""Garbage collection of the storage: instance locations nothing needs any more, the folders of
+submitted attempts, and the logs of job runs that ended longer than the retention ago. It lists the
+storage first and asks the BEL second, so an attempt that starts or publishes meanwhile is seen by the
+BEL as writing or live (an attempt records its instance ids before it writes a byte). The rules
+themselves are ``databuild.domain.retention``."""
+
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from pydantic import Field
+
+from databuild.bel.queries import BelQueries
+from databuild.domain.retention import instance_verdict, log_verdict, submission_verdict
+from databuild.jobs.storage import Storage
+from databuild.models import Model
+
+
+class Collected(Model):
+    kind: Literal["instance", "submission", "log"]
+    location: str
+    ref: str | None = None
+    instance_id: str | None = None
+    job_run_id: str | None = None
+    reason: str
+
+
+class GcReport(Model):
+    dry_run: bool
+    keep: timedelta = Field(
+        description="the retention: nothing is deleted sooner after it stopped being used"
+    )
+    deleted: list[Collected] = Field(description="deleted, or what would be with --dry-run")
+    kept: dict[str, int] = Field(description="instance locations kept, counted by why")
+
+
+def collect_garbage(
+    storage: Storage, bel: BelQueries, *, keep: timedelta, now: datetime | None = None, dry_run: bool = False
+) -> GcReport:
+    """Delete instance locations that are not live, not pinned, not being written and past ``keep``,
+    the submission folders of ended or superseded attempts of its BEL's past ``keep``, and the logs of
+    its BEL's job runs that ended, ``keep`` after their last log was written. What its BEL does not
+    know is another graph's under the same root: left alone."""
+    stored = storage.instances()
+    submissions = storage.submission_areas()
+    now = now or datetime.now(UTC)
+    # Only logs old enough to go are looked up in the BEL: most are within the retention.
+    old_logs = [f for f in storage.log_folders() if f.modified is not None and now - f.modified >= keep]
+    ids = [i.instance_id for i in stored]
+    # The BEL is asked in an order that makes every race safe without a snapshot: a run read as
+    # ended has published in the same commit (so its instances are found next), and a job run open
+    # when an instance stopped being live is still open when asked last.
+    planned = bel.attempt_outputs(ids)
+    run_ids = (
+        {o.job_run_id for o in planned.values()}
+        | {a.job_run_id for a in submissions}
+        | {f.job_run_id for f in old_logs}
+    )
+    runs = {r.job_run_id: r for r in bel.job_runs_by_id(sorted(run_ids))}
+    known = {i.instance_id: i for i in bel.instances_by_id(ids)}
+    oldest_open = bel.oldest_open_job_run()
+
+    deleted: list[Collected] = []
+    kept: dict[str, int] = {}
+    for found in stored:
+        output = planned.get(found.instance_id)
+        verdict = instance_verdict(
+            found.ref,
+            found.modified,
+            known.get(found.instance_id),
+            None if output is None else (output, runs.get(output.job_run_id)),
+            now=now,
+            keep=keep,
+            oldest_open_run=oldest_open,
+        )
+        if verdict.kept is not None:
+            kept[verdict.kept] = kept.get(verdict.kept, 0) + 1
+            continue
+        deleted.append(
+            Collected(
+                kind="instance",
+                location=storage.location(found.ref, found.instance_id),
+                ref=found.ref,
+                instance_id=found.instance_id,
+                job_run_id=output.job_run_id if output else None,
+                reason=verdict.reason,
+            )
+        )
+        if not dry_run:
+            storage.delete_instance(found.ref, found.instance_id)
+
+    for area in submissions:
+        verdict = submission_verdict(
+            area.attempt, area.modified, runs.get(area.job_run_id), now=now, keep=keep
+        )
+        if not verdict.delete:
+            continue
+        deleted.append(
+            Collected(
+                kind="submission",
+                location=storage.uri_of(area.key),
+                job_run_id=area.job_run_id,
+                reason=verdict.reason,
+            )
+        )
+        if not dry_run:
+            storage.delete(area.key)
+
+    for folder in old_logs:
+        verdict = log_verdict(folder.modified, runs.get(folder.job_run_id), now=now, keep=keep)
+        if not verdict.delete:
+            continue
+        deleted.append(
+            Collected(
+                kind="log",
+                location=storage.uri_of(folder.key),
+                job_run_id=folder.job_run_id,
+                reason=verdict.reason,
+            )
+        )
+        if not dry_run:
+            storage.delete(folder.key)
+    return GcReport(dry_run=dry_run, keep=keep, deleted=deleted, kept=kept)

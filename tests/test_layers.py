@@ -1,0 +1,157 @@
+"""The package's layers, kept: its folders name them, each module imports only from its own layer or a
+lower one, nothing imports in a circle, and the top-level `workflows/`, `activities/` and `worker/`
+stand on `databuild/`, never the other way round."""
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "databuild"
+# Lowest first. A module of the package root is vocabulary unless named here; `client` (the SDK) stands
+# on everything below the interfaces.
+LAYERS = (
+    "vocabulary",  # models, refs, globs, durations, errors, limits, config, backfill, failures, process
+    "graph",  # the user's graph and what a job body sees
+    "domain",  # pure rules: every choice of events
+    "bel",  # the build event log: storage of events and projections
+    "temporal",  # the Temporal boundary: protocol, starting and signalling wants, schedules, upstreams
+    "jobs",  # execution: contexts, executors, Spark, storage, catalog, logs, OpenLineage
+    "operations",  # alerts, SLA, metrics, garbage collection
+    "views",  # lineage and detail views
+    "client",  # the SDK
+    "web",
+    "cli",
+    "testing",  # what tests and benchmarks share
+)
+MAX_ROOT_MODULES = 12
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "vocabulary"
+    if parts[1] in LAYERS:
+        return parts[1]
+    assert (PACKAGE / f"{parts[1]}.py").exists(), f"{module} is in no layer"
+    return "vocabulary"
+
+
+def imports_of(path: Path, known: set[str]) -> set[str]:
+    """The package's modules a file imports, at the top, deferred or for type checking only."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from databuild.x import y`: y is a module of its own, or a name defined in x
+            each = [f"{node.module}.{alias.name}" for alias in node.names]
+            names = [n if n in known else node.module for n in each]
+        else:
+            continue
+        found.update(n for n in names if n.split(".")[0] == "databuild")
+    return found
+
+
+def package_graph() -> dict[str, set[str]]:
+    paths = sorted(PACKAGE.rglob("*.py"))
+    known = {module_name(p) for p in paths}
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in paths:
+        name = module_name(path)
+        graph[name] = {m for m in imports_of(path, known) if m in known and m != name}
+    return graph
+
+
+def test_the_package_root_holds_at_most_a_dozen_modules() -> None:
+    modules = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(modules) <= MAX_ROOT_MODULES, modules
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert folders == set(LAYERS) - {"vocabulary", "client"}, folders
+
+
+def test_no_module_imports_from_a_higher_layer() -> None:
+    rank = {layer: n for n, layer in enumerate(LAYERS)}
+    upward = {
+        f"{module} ({layer_of(module)}) -> {target} ({layer_of(target)})"
+        for module, targets in package_graph().items()
+        for target in targets
+        if rank[layer_of(target)] > rank[layer_of(module)]
+    }
+    assert not upward, sorted(upward)
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles() -> None:
+    assert not circles(package_graph())
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_package_never_imports_the_processes_that_use_it() -> None:
+    """Workflows and activities stand on the package. The worker process does too; only the entry points
+    at the top (the CLI's `worker` and `dev` commands, and the test harness) start one."""
+    offending = {}
+    for path in PACKAGE.rglob("*.py"):
+        module = module_name(path)
+        forbidden = {"workflows", "activities"} | (
+            set() if layer_of(module) in ("cli", "testing") else {"worker"}
+        )
+        offending[module] = sorted(_top_imports(path) & forbidden)
+    assert not {m: found for m, found in offending.items() if found}
+
+
+def _top_imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
