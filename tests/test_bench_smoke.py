@@ -12,12 +12,15 @@ pytestmark = pytest.mark.serial
 
 ROOT = Path(__file__).resolve().parents[1]
 EVENTS = 5000
+# Enough samples that a p95 is not the second-slowest of a handful: with 20, two full garbage collections
+# (50-60 ms each, see databuild.process.settle_heap) or two preemptions in one view's samples failed CI.
+SAMPLES = 60
 
 
 def test_bench_views_meets_its_target_on_a_small_history() -> None:
     command = [sys.executable, "-m", "bench.bench_views", "--events", str(EVENTS), "--backend", "sqlite"]
     result = subprocess.run(
-        [*command, "--samples", "20"], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [*command, "--samples", str(SAMPLES)], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stdout + result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])

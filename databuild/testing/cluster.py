@@ -23,13 +23,15 @@ from typing import TYPE_CHECKING, Any
 from databuild.jobs.executors.submit import default_spark_submit
 from databuild.jobs.java import ensure_java
 from databuild.testing import free_port
+from databuild.testing.jvm_classes import quick_jvm_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 LOOPBACK = "127.0.0.1"
-# Short-lived JVMs: the quick JIT tier and the serial collector halve their start-up CPU.
-QUICK_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# Short-lived JVMs: the quick JIT tier and the serial collector halve their start-up CPU; the class archive
+# (databuild/testing/jvm_classes.py) cuts it further.
+QUICK_JVM = quick_jvm_options()
 # spark-submit arguments of the submit executor on the loopback cluster: one core per application, its
 # driver on loopback, executors only while tasks are pending (an attempt that dep-misses before running
 # any costs none), quick JVMs.
