@@ -58,7 +58,9 @@ def dump_class_archive(archive: Path = CLASS_ARCHIVE) -> None:
             [sys.executable, "-c", _JOB, home], env=env, capture_output=True, text=True, timeout=600
         )
     if done.returncode != 0 or not partial.exists():
-        raise RuntimeError(f"the class archive was not written (exit {done.returncode}):\n{done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"the class archive was not written (exit {done.returncode}):\n{done.stderr[-2000:]}"
+        )
     partial.replace(archive)
 
 
