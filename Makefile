@@ -64,7 +64,7 @@ bench: install
 	$(BIN)/python -m bench.bench_executors
 	$(BIN)/python -m bench.bench_declared
 
-# The soak under faults (databuild/testing/chaos.py): `make chaos MINUTES=30 SEED=42`; prints the seed it drew.
+# The soak under faults (databuild/testing/chaos/): `make chaos MINUTES=30 SEED=42`; prints the seed it drew.
 chaos: install
 	$(BIN)/python -m bench.bench_chaos --minutes $(or $(MINUTES),10) $(if $(SEED),--seed $(SEED))
 

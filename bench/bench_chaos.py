@@ -10,7 +10,7 @@ that backfill needs, then, until ``--minutes`` have passed, taints a few ``raw_e
 and wants the affected days again. Meanwhile it kills a worker, restarts the Temporal server, kills
 the BEL's connections or the whole stack, every ``--gap`` seconds (drawn from ``--seed``). When time
 is up the faults stop, every want has ``--settle`` seconds to end, and the invariants are checked
-(see databuild/testing/chaos.py). It prints the faults by kind, wants completed, duplicate builds (must
+(see databuild/testing/chaos/). It prints the faults by kind, wants completed, duplicate builds (must
 be 0), stuck wants (must be 0) and the wall time; the last line is JSON. Exit code 1 if an invariant
 failed.
 """

@@ -129,27 +129,11 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     lineage = LineageEmitter.from_settings(
         settings, parts.graph
     )  # None unless DATABUILD_OPENLINEAGE_URL is set
-    for job in parts.graph.jobs:  # a pool the settings do not define is an error now, not at a job's turn
-        pools_of(job, settings.pools)
-        check_policy(job, settings)
-    channels(settings)  # so is an alert URL apprise cannot use
+    check_graph_settings(parts.graph, settings)
     executors = Executors.from_settings(
         settings, graph=parts.graph, bel=parts.bel, storage=storage, spark=parts.spark
     )
-    catalog = None
-    if settings.catalog != "none" and parts.spark.catalog is not None:
-        catalog = Catalog(
-            parts.spark,
-            parts.graph,
-            parts.bel,
-            database=settings.catalog_database,
-            root=settings.storage_root,
-        )
-        for pattern, table in catalog.tables.items():
-            if isinstance(table, TableSpec):
-                log.info("catalog: %s is table %s.%s", pattern, settings.catalog_database, table.name)
-            else:
-                log.info("catalog: %s is no table: %s", pattern, table)
+    catalog = worker_catalog(parts)
     executor = JobExecutor(parts.bel, storage, executors, worker=identity, lineage=lineage, catalog=catalog)
     jobs = JobActivities(
         executor, max_concurrent=settings.max_concurrent_jobs, attempts=settings.job_attempts
@@ -162,35 +146,74 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
         parts.client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
-        activities=[
-            wants.register_want,
-            wants.decide,
-            wants.await_dependencies,
-            wants.await_requirements,
-            wants.register_scheduled_want,
-            wants.finish_want,
-            wants.record_sla_missed,
-            wants.assess_sla,
-            wants.watch,
-            wants.abandon_build,
-            jobs.run_job,
-            jobs.request_admission,
-            jobs.batch_is_full,
-            jobs.await_admission,
-            jobs.fail_job_run,
-            fan_out.fan_out,
-            alerting.route_alert,
-            alerting.queue_alert,
-            alerting.deliver_alert,
-            upstream.pull_upstream,
-            upstream.apply_announcements,
-        ],
+        activities=activities_of(wants, jobs, fan_out, alerting, upstream),
         max_concurrent_activities=settings.max_concurrent_jobs + 16,
         interceptors=[DataBuildErrors()],
         max_cached_workflows=settings.workflow_cache,
         identity=identity,
     )
     return BuiltWorker(worker, jobs, upstream)
+
+
+def check_graph_settings(graph: Graph, settings: Settings) -> None:
+    """Refuse at start what the settings cannot give the graph's jobs, rather than at a job's turn."""
+    for job in graph.jobs:
+        pools_of(job, settings.pools)  # a pool the settings do not define
+        check_policy(job, settings)
+    channels(settings)  # an alert URL apprise cannot use
+
+
+def worker_catalog(parts: WorkerParts) -> Catalog | None:
+    """The catalog the worker's jobs register their tables in, if the settings and Spark have one."""
+    settings = parts.settings
+    if settings.catalog == "none" or parts.spark.catalog is None:
+        return None
+    catalog = Catalog(
+        parts.spark,
+        parts.graph,
+        parts.bel,
+        database=settings.catalog_database,
+        root=settings.storage_root,
+    )
+    for pattern, table in catalog.tables.items():
+        if isinstance(table, TableSpec):
+            log.info("catalog: %s is table %s.%s", pattern, settings.catalog_database, table.name)
+        else:
+            log.info("catalog: %s is no table: %s", pattern, table)
+    return catalog
+
+
+def activities_of(
+    wants: WantActivities,
+    jobs: JobActivities,
+    fan_out: FanOutActivities,
+    alerting: AlertActivities,
+    upstream: UpstreamActivities,
+) -> list[Callable[..., Any]]:
+    """Every activity a worker runs."""
+    return [
+        wants.register_want,
+        wants.decide,
+        wants.await_dependencies,
+        wants.await_requirements,
+        wants.register_scheduled_want,
+        wants.finish_want,
+        wants.record_sla_missed,
+        wants.assess_sla,
+        wants.watch,
+        wants.abandon_build,
+        jobs.run_job,
+        jobs.request_admission,
+        jobs.batch_is_full,
+        jobs.await_admission,
+        jobs.fail_job_run,
+        fan_out.fan_out,
+        alerting.route_alert,
+        alerting.queue_alert,
+        alerting.deliver_alert,
+        upstream.pull_upstream,
+        upstream.apply_announcements,
+    ]
 
 
 @contextlib.asynccontextmanager

@@ -28,10 +28,10 @@ from databuild.cli.app import (
     run,
     settings,
 )
-from databuild.client import build_spec
+from databuild.client import DataBuild, build_spec
 from databuild.durations import parse_duration, parse_timestamp
 from databuild.graph import load_graph
-from databuild.models import Want, WantSource, WantState, parse_choice
+from databuild.models import Want, WantSource, WantSpec, WantState, parse_choice
 from databuild.views.lineage import list_wants, want_view
 
 wants_app = typer.Typer(help="Inspect wants.", no_args_is_help=True)
@@ -58,6 +58,7 @@ def want(
     timestamp = parse_timestamp(data_timestamp) if data_timestamp else None
     sla_d = parse_duration(sla) if sla else None
     ttl_d = parse_duration(ttl) if ttl else None
+    needs = requires or ()
 
     # Check everything before touching Temporal or the BEL: bad input records nothing.
     build_spec(
@@ -67,59 +68,68 @@ def want(
         sla=sla_d,
         ttl=ttl_d,
         source=source,
-        requires=requires or (),
+        requires=needs,
     )
 
     async def go() -> Want | None:
         db = await client()
         async with db:
             spec = await db.want(
-                ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source, requires=requires or ()
+                ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source, requires=needs
             )
-            existing = await asyncio.to_thread(db.bel.find_want, spec.want_id)
-            if not as_json:
-                console.print(
-                    f"want [bold]{spec.want_id}[/] for [bold]{ref}[/] registered (workflow {spec.workflow_id})"
-                )
-            if existing is not None and (existing.sla, existing.ttl) != (spec.sla, spec.ttl):
-                err.print(
-                    f"[yellow]note:[/] this want already existed with SLA {duration(existing.sla)} and TTL "
-                    f"{duration(existing.ttl)}; those deadlines stand (a want's identity is its ref, data "
-                    "timestamp and source, and the ref's taint count). Use another --data-timestamp or "
-                    "--source for new deadlines."
-                )
+            await _announce(db, spec, ref, as_json=as_json)
             if not wait:
-                found = await asyncio.to_thread(db.bel.find_want, spec.want_id)
-                if as_json:
-                    print(
-                        json.dumps(
-                            {
-                                "want_id": spec.want_id,
-                                "workflow_id": spec.workflow_id,
-                                "want": jsonable(found),
-                            },
-                            indent=2,
-                        )
-                    )
-                return found
-            if as_json:
-                result = await db.wait(spec)
-            else:
-                live_display = Live(render.progress(None), console=console, refresh_per_second=4)
-                with render.live_block(console), live_display as live:
-                    result = await db.wait(
-                        spec, on_progress=lambda progress: live.update(render.progress(progress))
-                    )
-            tree = await asyncio.to_thread(want_view, db.bel, spec.want_id, await db.loaded_graph())
-            if as_json:
-                print(json.dumps(jsonable(tree), indent=2))
-            else:
-                console.print(render.fulfillment_tree(tree))
-            return result
+                return await _registered(db, spec, as_json=as_json)
+            return await _wait_and_show(db, spec, as_json=as_json)
 
     result = run(go())
     if wait and result is not None and result.state is not WantState.successful:
         raise typer.Exit(1)
+
+
+async def _announce(db: DataBuild, spec: WantSpec, ref: str, *, as_json: bool) -> None:
+    """Say the want is registered, and warn when it already existed with other deadlines."""
+    existing = await asyncio.to_thread(db.bel.find_want, spec.want_id)
+    if not as_json:
+        console.print(
+            f"want [bold]{spec.want_id}[/] for [bold]{ref}[/] registered (workflow {spec.workflow_id})"
+        )
+    if existing is not None and (existing.sla, existing.ttl) != (spec.sla, spec.ttl):
+        err.print(
+            f"[yellow]note:[/] this want already existed with SLA {duration(existing.sla)} and TTL "
+            f"{duration(existing.ttl)}; those deadlines stand (a want's identity is its ref, data "
+            "timestamp and source, and the ref's taint count). Use another --data-timestamp or "
+            "--source for new deadlines."
+        )
+
+
+async def _registered(db: DataBuild, spec: WantSpec, *, as_json: bool) -> Want | None:
+    """The want as recorded now, printed as JSON when asked (without --wait)."""
+    found = await asyncio.to_thread(db.bel.find_want, spec.want_id)
+    if as_json:
+        print(
+            json.dumps(
+                {"want_id": spec.want_id, "workflow_id": spec.workflow_id, "want": jsonable(found)},
+                indent=2,
+            )
+        )
+    return found
+
+
+async def _wait_and_show(db: DataBuild, spec: WantSpec, *, as_json: bool) -> Want:
+    """Wait for the want (with live progress on a terminal), then show its fulfillment tree."""
+    if as_json:
+        result = await db.wait(spec)
+    else:
+        live_display = Live(render.progress(None), console=console, refresh_per_second=4)
+        with render.live_block(console), live_display as live:
+            result = await db.wait(spec, on_progress=lambda progress: live.update(render.progress(progress)))
+    tree = await asyncio.to_thread(want_view, db.bel, spec.want_id, await db.loaded_graph())
+    if as_json:
+        print(json.dumps(jsonable(tree), indent=2))
+    else:
+        console.print(render.fulfillment_tree(tree))
+    return result
 
 
 @wants_app.command("list")

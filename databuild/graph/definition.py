@@ -77,6 +77,59 @@ def _duration(name: str, value: timedelta | str | None, low: timedelta) -> timed
     return parsed
 
 
+def _check_run_limits(
+    *, batch: int | None, max_running: int | None, pool: str | None, retries: int | None
+) -> None:
+    """Refuse a batch size, run bound, pool name or retry count the scheduler could not honour."""
+    for name, value in (("batch", batch), ("max_running", max_running)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise GraphDefinitionError(f"{name}={value!r}: give a whole number of at least 1")
+    if pool is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", pool):
+        raise GraphDefinitionError(f"pool={pool!r}: a pool name is letters, digits, '_', '.' or '-'")
+    if retries is not None and (
+        isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries < MAX_ATTEMPTS
+    ):
+        raise GraphDefinitionError(f"retries={retries!r}: give a whole number from 0 to {MAX_ATTEMPTS - 1}")
+
+
+def _check_executor(executor: ExecutorKind | None) -> None:
+    if executor is not None and executor not in get_args(ExecutorKind):
+        kinds = ", ".join(repr(k) for k in get_args(ExecutorKind))
+        raise GraphDefinitionError(f"executor={executor!r}: choose one of {kinds}")
+
+
+def _spark_conf(spark_conf: dict[str, str] | None) -> dict[str, str]:
+    """A copy of the job's Spark properties, each a ``spark.`` key with a text value."""
+    conf = dict(spark_conf or {})
+    bad = [
+        k
+        for k, v in conf.items()
+        if not isinstance(k, str) or not k.startswith("spark.") or not isinstance(v, str)
+    ]
+    if bad:
+        raise GraphDefinitionError(
+            f"spark_conf keys {bad!r}: give Spark properties as strings, "
+            "e.g. {'spark.sql.shuffle.partitions': '64'}"
+        )
+    return conf
+
+
+def _output_patterns(outputs: tuple[str, ...], tables: dict[str, str | None] | None) -> tuple[Pattern, ...]:
+    """The job's output patterns: ``tables`` may only name them, and they all share one set of
+    placeholders, so one ref fixes every sibling output."""
+    patterns = tuple(Pattern.parse(o) for o in outputs)
+    unknown = sorted(set(tables or {}) - set(outputs))
+    if unknown:
+        raise GraphDefinitionError(
+            f"tables= names {unknown}, which are not outputs of this job {list(outputs)}"
+        )
+    if len({p.names for p in patterns}) != 1:
+        raise GraphDefinitionError(
+            f"outputs {list(outputs)} use different placeholders; every output of a job must use the same"
+        )
+    return patterns
+
+
 @dataclass(frozen=True)
 class Job:
     label: str
@@ -199,45 +252,14 @@ class Graph:
         """
         if not outputs:
             raise GraphDefinitionError("a job needs at least one output pattern")
-        for name, value in (("batch", batch), ("max_running", max_running)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise GraphDefinitionError(f"{name}={value!r}: give a whole number of at least 1")
-        if pool is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", pool):
-            raise GraphDefinitionError(f"pool={pool!r}: a pool name is letters, digits, '_', '.' or '-'")
-        if retries is not None and (
-            isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries < MAX_ATTEMPTS
-        ):
-            raise GraphDefinitionError(
-                f"retries={retries!r}: give a whole number from 0 to {MAX_ATTEMPTS - 1}"
-            )
+        _check_run_limits(batch=batch, max_running=max_running, pool=pool, retries=retries)
         limits = {
             "timeout": _duration("timeout", timeout, MIN_TIMEOUT),
             "heartbeat_timeout": _duration("heartbeat_timeout", heartbeat_timeout, MIN_HEARTBEAT_TIMEOUT),
         }
-        if executor is not None and executor not in get_args(ExecutorKind):
-            kinds = ", ".join(repr(k) for k in get_args(ExecutorKind))
-            raise GraphDefinitionError(f"executor={executor!r}: choose one of {kinds}")
-        conf = dict(spark_conf or {})
-        bad = [
-            k
-            for k, v in conf.items()
-            if not isinstance(k, str) or not k.startswith("spark.") or not isinstance(v, str)
-        ]
-        if bad:
-            raise GraphDefinitionError(
-                f"spark_conf keys {bad!r}: give Spark properties as strings, "
-                "e.g. {'spark.sql.shuffle.partitions': '64'}"
-            )
-        patterns = tuple(Pattern.parse(o) for o in outputs)
-        unknown = sorted(set(tables or {}) - set(outputs))
-        if unknown:
-            raise GraphDefinitionError(
-                f"tables= names {unknown}, which are not outputs of this job {list(outputs)}"
-            )
-        if len({p.names for p in patterns}) != 1:
-            raise GraphDefinitionError(
-                f"outputs {list(outputs)} use different placeholders; every output of a job must use the same"
-            )
+        _check_executor(executor)
+        conf = _spark_conf(spark_conf)
+        patterns = _output_patterns(outputs, tables)
 
         def register(fn: JobFn) -> JobFn:
             name = label or fn.__name__

@@ -4,6 +4,7 @@ storage first and asks the BEL second, so an attempt that starts or publishes me
 BEL as writing or live (an attempt records its instance ids before it writes a byte). The rules
 themselves are ``databuild.domain.retention``."""
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -11,8 +12,8 @@ from pydantic import Field
 
 from databuild.bel.queries import BelQueries
 from databuild.domain.retention import instance_verdict, log_verdict, submission_verdict
-from databuild.jobs.storage import Storage
-from databuild.models import Model
+from databuild.jobs.storage import LogFolder, Storage, StoredInstance, SubmissionArea
+from databuild.models import AttemptOutput, Instance, JobRun, Model
 
 
 class Collected(Model):
@@ -33,6 +34,21 @@ class GcReport(Model):
     kept: dict[str, int] = Field(description="instance locations kept, counted by why")
 
 
+@dataclass(frozen=True)
+class _Census:
+    """What the storage holds, then what the BEL knows of it."""
+
+    now: datetime
+    keep: timedelta
+    instances: list[StoredInstance]
+    submissions: list[SubmissionArea]
+    old_logs: list[LogFolder]
+    planned: dict[str, AttemptOutput]  # instance id -> the attempt that writes (or wrote) it
+    runs: dict[str, JobRun]
+    known: dict[str, Instance]
+    oldest_open: datetime | None
+
+
 def collect_garbage(
     storage: Storage, bel: BelQueries, *, keep: timedelta, now: datetime | None = None, dry_run: bool = False
 ) -> GcReport:
@@ -40,9 +56,17 @@ def collect_garbage(
     the submission folders of ended or superseded attempts of its BEL's past ``keep``, and the logs of
     its BEL's job runs that ended, ``keep`` after their last log was written. What its BEL does not
     know is another graph's under the same root: left alone."""
+    census = _take_census(storage, bel, keep=keep, now=now or datetime.now(UTC))
+    deleted: list[Collected] = []
+    kept = _collect_instances(census, storage, deleted, dry_run=dry_run)
+    _collect_submissions(census, storage, deleted, dry_run=dry_run)
+    _collect_logs(census, storage, deleted, dry_run=dry_run)
+    return GcReport(dry_run=dry_run, keep=keep, deleted=deleted, kept=kept)
+
+
+def _take_census(storage: Storage, bel: BelQueries, *, keep: timedelta, now: datetime) -> _Census:
     stored = storage.instances()
     submissions = storage.submission_areas()
-    now = now or datetime.now(UTC)
     # Only logs old enough to go are looked up in the BEL: most are within the retention.
     old_logs = [f for f in storage.log_folders() if f.modified is not None and now - f.modified >= keep]
     ids = [i.instance_id for i in stored]
@@ -58,19 +82,24 @@ def collect_garbage(
     runs = {r.job_run_id: r for r in bel.job_runs_by_id(sorted(run_ids))}
     known = {i.instance_id: i for i in bel.instances_by_id(ids)}
     oldest_open = bel.oldest_open_job_run()
+    return _Census(now, keep, stored, submissions, old_logs, planned, runs, known, oldest_open)
 
-    deleted: list[Collected] = []
+
+def _collect_instances(
+    census: _Census, storage: Storage, deleted: list[Collected], *, dry_run: bool
+) -> dict[str, int]:
+    """Delete the instance locations that may go; the rest counted by why they stay."""
     kept: dict[str, int] = {}
-    for found in stored:
-        output = planned.get(found.instance_id)
+    for found in census.instances:
+        output = census.planned.get(found.instance_id)
         verdict = instance_verdict(
             found.ref,
             found.modified,
-            known.get(found.instance_id),
-            None if output is None else (output, runs.get(output.job_run_id)),
-            now=now,
-            keep=keep,
-            oldest_open_run=oldest_open,
+            census.known.get(found.instance_id),
+            None if output is None else (output, census.runs.get(output.job_run_id)),
+            now=census.now,
+            keep=census.keep,
+            oldest_open_run=census.oldest_open,
         )
         if verdict.kept is not None:
             kept[verdict.kept] = kept.get(verdict.kept, 0) + 1
@@ -87,11 +116,15 @@ def collect_garbage(
         )
         if not dry_run:
             storage.delete_instance(found.ref, found.instance_id)
+    return kept
 
-    for area in submissions:
-        verdict = submission_verdict(
-            area.attempt, area.modified, runs.get(area.job_run_id), now=now, keep=keep
-        )
+
+def _collect_submissions(
+    census: _Census, storage: Storage, deleted: list[Collected], *, dry_run: bool
+) -> None:
+    for area in census.submissions:
+        run = census.runs.get(area.job_run_id)
+        verdict = submission_verdict(area.attempt, area.modified, run, now=census.now, keep=census.keep)
         if not verdict.delete:
             continue
         deleted.append(
@@ -105,8 +138,11 @@ def collect_garbage(
         if not dry_run:
             storage.delete(area.key)
 
-    for folder in old_logs:
-        verdict = log_verdict(folder.modified, runs.get(folder.job_run_id), now=now, keep=keep)
+
+def _collect_logs(census: _Census, storage: Storage, deleted: list[Collected], *, dry_run: bool) -> None:
+    for folder in census.old_logs:
+        run = census.runs.get(folder.job_run_id)
+        verdict = log_verdict(folder.modified, run, now=census.now, keep=census.keep)
         if not verdict.delete:
             continue
         deleted.append(
@@ -119,4 +155,3 @@ def collect_garbage(
         )
         if not dry_run:
             storage.delete(folder.key)
-    return GcReport(dry_run=dry_run, keep=keep, deleted=deleted, kept=kept)

@@ -51,6 +51,12 @@ def create_app(context: WebContext) -> FastAPI:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.add_middleware(BodyLimit)
     app.add_middleware(HostCheck, hosts=context.hosts)  # added last, so it runs first
+    _add_metrics(app, context)
+    _add_error_handlers(app)
+    return app
+
+
+def _add_metrics(app: FastAPI, context: WebContext) -> None:
     registry = metrics_registry(context.bel, context.settings.pools)
 
     @app.get("/metrics", include_in_schema=False)
@@ -58,57 +64,63 @@ def create_app(context: WebContext) -> FastAPI:
         body, content_type = await context.bel.call(exposition, registry, request.headers.get("accept"))
         return Response(body, media_type=content_type)
 
-    @app.exception_handler(DataBuildError)
-    async def _error(request: Request, error: DataBuildError) -> Response:
-        status = error.http_status
-        if request.url.path.startswith("/api/"):
-            headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-            body = {"error": str(error), "type": type(error).__name__}
-            return JSONResponse(body, status_code=status, headers=headers)
-        return pages.error_page(request, error, status)
 
-    async def _dependency(request: Request, error: Exception) -> Response:
-        """What a dependency's client raised (databuild.failures): a 503 naming it, if it is down."""
-        known = understood(error)
-        if known is None:
-            log.error("%s %s failed", request.method, request.url.path, exc_info=error)
-            known = UnexpectedError(unexpected(error, "the web server's log"))
-        return await _error(request, known)
-
+def _add_error_handlers(app: FastAPI) -> None:
+    # Through the decorator, whose typing (unlike add_exception_handler's) takes a handler of one kind.
+    app.exception_handler(DataBuildError)(_error)
     for kind in FOREIGN:
-        app.add_exception_handler(kind, _dependency)
+        app.exception_handler(kind)(_dependency)
+    app.exception_handler(Exception)(_unexpected)
+    app.exception_handler(RequestValidationError)(_invalid)
+    app.exception_handler(StarletteHTTPException)(_http_error)
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, error: Exception) -> Response:
-        # Starlette logs the traceback once this answer is sent.
-        return await _error(request, UnexpectedError(unexpected(error, "the web server's log")))
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, error: RequestValidationError) -> Response:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in e.get('loc', ())[1:])}: {e.get('msg')}" for e in error.errors()
-        )
-        if request.url.path.startswith("/api/"):  # bad input is a 400 like every other; `detail` as FastAPI's
-            body = {
-                "error": problems,
-                "type": "InvalidInputError",
-                "detail": jsonable_encoder(error.errors()),
-            }
-            return JSONResponse(body, status_code=400)
-        return pages.error_page(request, InvalidInputError(problems), 400)
+async def _error(request: Request, error: DataBuildError) -> Response:
+    status = error.http_status
+    if request.url.path.startswith("/api/"):
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        body = {"error": str(error), "type": type(error).__name__}
+        return JSONResponse(body, status_code=status, headers=headers)
+    return pages.error_page(request, error, status)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, error: StarletteHTTPException) -> Response:
-        if request.url.path.startswith("/api/") or request.url.path in ("/docs", "/openapi.json"):
-            return JSONResponse({"error": str(error.detail)}, status_code=error.status_code)
-        problem: DataBuildError = (
-            NotFoundError(f"no page at {request.url.path}")
-            if error.status_code == 404
-            else InvalidInputError(str(error.detail))
-        )
-        return pages.error_page(request, problem, error.status_code)
 
-    return app
+async def _dependency(request: Request, error: Exception) -> Response:
+    """What a dependency's client raised (databuild.failures): a 503 naming it, if it is down."""
+    known = understood(error)
+    if known is None:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=error)
+        known = UnexpectedError(unexpected(error, "the web server's log"))
+    return await _error(request, known)
+
+
+async def _unexpected(request: Request, error: Exception) -> Response:
+    # Starlette logs the traceback once this answer is sent.
+    return await _error(request, UnexpectedError(unexpected(error, "the web server's log")))
+
+
+async def _invalid(request: Request, error: RequestValidationError) -> Response:
+    problems = "; ".join(
+        f"{'.'.join(str(x) for x in e.get('loc', ())[1:])}: {e.get('msg')}" for e in error.errors()
+    )
+    if request.url.path.startswith("/api/"):  # bad input is a 400 like every other; `detail` as FastAPI's
+        body = {
+            "error": problems,
+            "type": "InvalidInputError",
+            "detail": jsonable_encoder(error.errors()),
+        }
+        return JSONResponse(body, status_code=400)
+    return pages.error_page(request, InvalidInputError(problems), 400)
+
+
+async def _http_error(request: Request, error: StarletteHTTPException) -> Response:
+    if request.url.path.startswith("/api/") or request.url.path in ("/docs", "/openapi.json"):
+        return JSONResponse({"error": str(error.detail)}, status_code=error.status_code)
+    problem: DataBuildError = (
+        NotFoundError(f"no page at {request.url.path}")
+        if error.status_code == 404
+        else InvalidInputError(str(error.detail))
+    )
+    return pages.error_page(request, problem, error.status_code)
 
 
 class _EmbeddedServer(uvicorn.Server):

@@ -60,71 +60,97 @@ class Executors:
         cls, settings: Settings, *, graph: Graph, bel: BelQueries, storage: Storage, spark: SparkRuntime
     ) -> "Executors":
         """Raises ``InvalidInputError`` naming the setting to fix."""
-        known = {job.label for job in graph.jobs}
-        unknown = sorted(set(settings.job_executors) - known)
-        if unknown:
-            raise InvalidInputError(
-                f"DATABUILD_JOB_EXECUTORS names {', '.join(unknown)}, not a job of graph {graph.name!r} "
-                f"(its jobs: {', '.join(sorted(known)) or 'none'})"
-            )
-        # The operator's DATABUILD_JOB_EXECUTORS over the graph's `executor=` over DATABUILD_EXECUTOR.
-        chosen: dict[str, ExecutorKind] = {
-            **{job.label: job.executor for job in graph.jobs if job.executor is not None},
-            **settings.job_executors,
-        }
+        chosen = chosen_executors(settings, graph)
         kinds = {settings.executor, *chosen.values()}
-        if {"session", "connect"} <= kinds:
-            raise InvalidInputError(
-                "one worker cannot run jobs on both its own SparkSession (executor 'session') and Spark "
-                "Connect: pyspark switches DataFrame functions to Connect for the whole process. Run the "
-                "in-process jobs with one of the two, and jobs that need their own application with 'submit'"
-            )
-        if "connect" in kinds and not settings.spark_connect_url:
-            raise InvalidInputError(
-                "the 'connect' executor needs DATABUILD_SPARK_CONNECT_URL, e.g. sc://spark-connect:15002"
-            )
-
-        on_connect = [
-            label for label in chosen if chosen[label] == "connect" and graph.job_by_label(label).spark_conf
-        ]
-        if settings.executor == "connect":
-            on_connect += [j.label for j in graph.jobs if j.spark_conf and j.label not in chosen]
-        if on_connect:
-            raise InvalidInputError(
-                f"job(s) {', '.join(sorted(on_connect))} declare spark_conf, which the 'connect' executor cannot "
-                "apply per job (its session is shared): run them with executor='submit' or 'session'"
-            )
-        spark_submit = (settings.spark_submit or default_spark_submit()) if "submit" in kinds else Path()
-        if "submit" in kinds and not (spark_submit.is_file() and os.access(spark_submit, os.X_OK)):
-            raise InvalidInputError(
-                f"DATABUILD_SPARK_SUBMIT={spark_submit} is not an executable file: point it at "
-                "$SPARK_HOME/bin/spark-submit, or unset it to use the pyspark package's"
-            )
-
+        check_executor_kinds(settings, graph, chosen, kinds)
+        spark_submit = _spark_submit(settings) if "submit" in kinds else Path()
         bodies = JobBodies(bel, graph, storage, settings.job_log_max_bytes)
-
-        def make(kind: ExecutorKind) -> Executor:
-            if kind == "session":
-                return SessionExecutor(spark, bodies)
-            if kind == "connect":
-                assert settings.spark_connect_url is not None
-                return ConnectExecutor(settings.spark_connect_url.get_secret_value(), bodies)
-            options = SubmitOptions(
-                master=settings.spark_submit_master or settings.spark_master,
-                driver_memory=settings.spark_driver_memory,
-                graph=settings.graph,
-                database_url=settings.database_url.get_secret_value(),
-                # Slow shared storage must not stop a healthy application; a dead worker's is stopped soon.
-                abandon_after_seconds=max(3 * settings.job_heartbeat_timeout.total_seconds(), 60),
-                spark_submit=spark_submit,
-                extra_args=tuple(settings.spark_submit_args),
-                log_max_bytes=settings.job_log_max_bytes,
-            )
-            return SubmitExecutor(options, storage=storage)
-
-        made = {kind: make(kind) for kind in kinds}
+        made = {
+            kind: _make(kind, settings, bodies, spark=spark, storage=storage, spark_submit=spark_submit)
+            for kind in kinds
+        }
         return cls(
             made[settings.executor],
             {label: made[kind] for label, kind in chosen.items()},
             {job.label: job.spark_conf for job in graph.jobs if job.spark_conf},
         )
+
+
+def chosen_executors(settings: Settings, graph: Graph) -> dict[str, ExecutorKind]:
+    """The executor kind of every job that does not run on the worker's default: the operator's
+    DATABUILD_JOB_EXECUTORS over the graph's `executor=` (over DATABUILD_EXECUTOR, the default)."""
+    known = {job.label for job in graph.jobs}
+    unknown = sorted(set(settings.job_executors) - known)
+    if unknown:
+        raise InvalidInputError(
+            f"DATABUILD_JOB_EXECUTORS names {', '.join(unknown)}, not a job of graph {graph.name!r} "
+            f"(its jobs: {', '.join(sorted(known)) or 'none'})"
+        )
+    return {
+        **{job.label: job.executor for job in graph.jobs if job.executor is not None},
+        **settings.job_executors,
+    }
+
+
+def check_executor_kinds(
+    settings: Settings, graph: Graph, chosen: dict[str, ExecutorKind], kinds: set[ExecutorKind]
+) -> None:
+    """Refuse executor kinds one worker cannot run together, or without the settings they need."""
+    if {"session", "connect"} <= kinds:
+        raise InvalidInputError(
+            "one worker cannot run jobs on both its own SparkSession (executor 'session') and Spark "
+            "Connect: pyspark switches DataFrame functions to Connect for the whole process. Run the "
+            "in-process jobs with one of the two, and jobs that need their own application with 'submit'"
+        )
+    if "connect" in kinds and not settings.spark_connect_url:
+        raise InvalidInputError(
+            "the 'connect' executor needs DATABUILD_SPARK_CONNECT_URL, e.g. sc://spark-connect:15002"
+        )
+    on_connect = [
+        label for label in chosen if chosen[label] == "connect" and graph.job_by_label(label).spark_conf
+    ]
+    if settings.executor == "connect":
+        on_connect += [j.label for j in graph.jobs if j.spark_conf and j.label not in chosen]
+    if on_connect:
+        raise InvalidInputError(
+            f"job(s) {', '.join(sorted(on_connect))} declare spark_conf, which the 'connect' executor cannot "
+            "apply per job (its session is shared): run them with executor='submit' or 'session'"
+        )
+
+
+def _spark_submit(settings: Settings) -> Path:
+    spark_submit = settings.spark_submit or default_spark_submit()
+    if not (spark_submit.is_file() and os.access(spark_submit, os.X_OK)):
+        raise InvalidInputError(
+            f"DATABUILD_SPARK_SUBMIT={spark_submit} is not an executable file: point it at "
+            "$SPARK_HOME/bin/spark-submit, or unset it to use the pyspark package's"
+        )
+    return spark_submit
+
+
+def _make(
+    kind: ExecutorKind,
+    settings: Settings,
+    bodies: JobBodies,
+    *,
+    spark: SparkRuntime,
+    storage: Storage,
+    spark_submit: Path,
+) -> Executor:
+    if kind == "session":
+        return SessionExecutor(spark, bodies)
+    if kind == "connect":
+        assert settings.spark_connect_url is not None
+        return ConnectExecutor(settings.spark_connect_url.get_secret_value(), bodies)
+    options = SubmitOptions(
+        master=settings.spark_submit_master or settings.spark_master,
+        driver_memory=settings.spark_driver_memory,
+        graph=settings.graph,
+        database_url=settings.database_url.get_secret_value(),
+        # Slow shared storage must not stop a healthy application; a dead worker's is stopped soon.
+        abandon_after_seconds=max(3 * settings.job_heartbeat_timeout.total_seconds(), 60),
+        spark_submit=spark_submit,
+        extra_args=tuple(settings.spark_submit_args),
+        log_max_bytes=settings.job_log_max_bytes,
+    )
+    return SubmitExecutor(options, storage=storage)
