@@ -124,7 +124,8 @@ TABLES = (
 
 def upgrade() -> None:
     _log()
-    _wants_and_partitions()
+    _wants()
+    _partitions()
     _job_runs()
     _lineage()
     _backfills()
@@ -166,7 +167,7 @@ def _log() -> None:
     op.create_index("ix_events_job_run_type", "events", ["job_run_id", "type"])
 
 
-def _wants_and_partitions() -> None:
+def _wants() -> None:
     op.create_table(
         "wants",
         sa.Column("want_id", ID, nullable=False),
@@ -192,6 +193,9 @@ def _wants_and_partitions() -> None:
         sa.PrimaryKeyConstraint("want_id"),
     )
     _indexes("wants", "ref", "parent_want_id", "root_want_id", "state", "sla_deadline", "created_at")
+
+
+def _partitions() -> None:
     op.create_table(
         "partitions",
         sa.Column("ref", REF, nullable=False),
