@@ -8,7 +8,6 @@ from sqlalchemy import Connection, Select, func, select
 
 from databuild.bel import schema as s
 from databuild.bel.transaction import WriteTx
-from databuild.domain import events as ev
 from databuild.domain import pools
 from databuild.models import WantSource, WantState
 
@@ -49,7 +48,7 @@ def admit(tx: WriteTx, locked: Sequence[str]) -> list[str]:
         for run in candidates
     ]
     admitted = pools.admit(waiting, taken)
-    tx.extend([ev.JobRunAdmitted(job_run_id=run) for run in admitted])
+    tx.extend(pools.admissions(admitted))
     return admitted
 
 

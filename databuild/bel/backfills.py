@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import RowMapping, func, select
 
-from databuild.backfill import BackfillProgress, BackfillRequest, cancel_reason
+from databuild.backfill import BackfillProgress, BackfillRequest
 from databuild.bel import schema as s
 from databuild.bel.base import (
     ReadBase,
@@ -20,9 +20,8 @@ from databuild.bel.rows import (
     want_from_row,
     want_row,
 )
-from databuild.domain import events as ev
+from databuild.domain import backfills as backfill_rules
 from databuild.domain import reach
-from databuild.domain import wants as wants_rules
 from databuild.models import (
     FINAL_WANT_STATES,
     Want,
@@ -122,38 +121,36 @@ class BackfillCommands(BackfillReads, WriteBase):
             known = tx.conn.execute(
                 select(s.backfills.c.canceled).where(s.backfills.c.backfill_id == backfill_id)
             ).first()
-            if known is None:
-                tx.append(
-                    ev.BackfillRegistered(backfill_id=backfill_id, request=request, partitions=partitions)
-                )
-            for spec in specs:
-                self._ensure_want(tx, spec)
-            recorded = set(
-                tx.conn.execute(
-                    select(s.backfill_wants.c.want_id).where(s.backfill_wants.c.backfill_id == backfill_id)
-                ).scalars()
+            ids = sorted({spec.want_id for spec in specs})
+            registration = backfill_rules.register(
+                request,
+                partitions,
+                specs,
+                canceled=None if known is None else bool(known.canceled),
+                wants={
+                    want_id: WantState(row["state"])
+                    for want_id in ids
+                    if (row := want_row(tx.conn, want_id, required=False)) is not None
+                },
+                members=set(
+                    tx.conn.execute(
+                        select(s.backfill_wants.c.want_id).where(
+                            s.backfill_wants.c.backfill_id == backfill_id
+                        )
+                    ).scalars()
+                ),
             )
-            new = [w for w in dict.fromkeys(spec.want_id for spec in specs) if w not in recorded]
-            if new:
-                tx.append(ev.BackfillWantsAdded(backfill_id=backfill_id, want_ids=new))
-            unfinished = [
-                spec for spec in specs if not WantState(want_row(tx.conn, spec.want_id)["state"]).is_final
-            ]
-            if known is None or not known.canceled:
-                return unfinished
-            for spec in unfinished:
-                tx.append(wants_rules.canceled(spec.want_id, cancel_reason(backfill_id)))
-            return []
+            tx.extend(registration.events)
+            return registration.to_start
 
     def cancel_backfill(self, backfill_id: str) -> bool:
         """Record that the backfill is cancelled; False if it already was. NotFoundError for an unknown
         backfill. Its wants are cancelled by ``cancel_wants``; those it registers later, by
         ``record_backfill``."""
         with self._write(backfill_key(backfill_id)) as tx:
-            if backfill_row(tx.conn, backfill_id)["canceled"]:
-                return False
-            tx.append(ev.BackfillCanceled(backfill_id=backfill_id))
-        return True
+            events = backfill_rules.cancel(backfill_id, bool(backfill_row(tx.conn, backfill_id)["canceled"]))
+            tx.extend(events)
+        return bool(events)
 
     def retry_backfill(self, backfill_id: str) -> list[Want]:
         """Record that the backfill is retried (``BackfillRetried``: a cancelled one is no longer, so the
@@ -161,7 +158,7 @@ class BackfillCommands(BackfillReads, WriteBase):
         caller to reopen. NotFoundError for an unknown backfill."""
         with self._write(backfill_key(backfill_id)) as tx:
             backfill_row(tx.conn, backfill_id)
-            tx.append(ev.BackfillRetried(backfill_id=backfill_id))
+            tx.extend(backfill_rules.retry(backfill_id))
             rows = tx.conn.execute(
                 select(s.wants)
                 .join(s.backfill_wants, s.backfill_wants.c.want_id == s.wants.c.want_id)
@@ -176,11 +173,8 @@ class BackfillCommands(BackfillReads, WriteBase):
         """Record that the backfill is paused (or resumed); False if it already was. Raises NotFoundError
         for an unknown backfill."""
         with self._write(backfill_key(backfill_id)) as tx:
-            if bool(backfill_row(tx.conn, backfill_id)["paused"]) == paused:
-                return False
-            tx.append(
-                ev.BackfillPaused(backfill_id=backfill_id)
-                if paused
-                else ev.BackfillResumed(backfill_id=backfill_id)
+            events = backfill_rules.pause(
+                backfill_id, bool(backfill_row(tx.conn, backfill_id)["paused"]), paused
             )
-        return True
+            tx.extend(events)
+        return bool(events)

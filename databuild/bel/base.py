@@ -16,8 +16,7 @@ from sqlalchemy import Connection, Engine, RowMapping, Select, insert, select, u
 from databuild.bel import admission, rows
 from databuild.bel import schema as s
 from databuild.bel.transaction import WriteTx, write
-from databuild.domain import decisions
-from databuild.domain import events as ev
+from databuild.domain import decisions, wants
 from databuild.errors import StaleAttemptError
 from databuild.models import JobRunState, WantSpec
 
@@ -143,10 +142,9 @@ class WriteBase(ReadBase):
         return sorted(wanted | {row["pool"] for row in self._all(others)})
 
     def _ensure_want(self, tx: WriteTx, spec: WantSpec) -> bool:
-        if rows.want_row(tx.conn, spec.want_id, required=False) is not None:
-            return False
-        tx.append(ev.WantCreated(want_id=spec.want_id, spec=spec, workflow_id=spec.workflow_id))
-        return True
+        events = wants.created(spec, known=rows.want_row(tx.conn, spec.want_id, required=False) is not None)
+        tx.extend(events)
+        return bool(events)
 
     def _open(
         self, conn: Connection, job_run_id: str, attempt: int | None = None

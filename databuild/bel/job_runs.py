@@ -18,10 +18,8 @@ from databuild.bel.rows import (
     ref_conditions,
 )
 from databuild.domain import decisions
-from databuild.domain import events as ev
 from databuild.domain.estimates import Durations, durations_of
 from databuild.errors import (
-    ConcurrentChangeError,
     NotFoundError,
     StaleAttemptError,
 )
@@ -213,17 +211,8 @@ class JobRunCommands(JobRunReads, WriteBase):
         already ended is returned unchanged (retried activity)."""
         with self._write_run(job_run_id) as tx:
             row = job_run_row(tx.conn, job_run_id)
-            if not JobRunState(row["state"]).is_final:
-                if instances and {i.ref for i in instances} != set(row["outputs"]):
-                    # A batch that took another partition after the caller read it: read it again.
-                    raise ConcurrentChangeError(
-                        f"job run {job_run_id} now builds {', '.join(row['outputs'])}; plan its instances again"
-                    )
-                tx.append(
-                    ev.JobRunStarted(
-                        job_run_id=job_run_id, attempt=attempt, worker=worker, instances=list(instances)
-                    )
-                )
+            state = JobRunState(row["state"])
+            tx.extend(decisions.started(job_run_id, state, row["outputs"], attempt, worker, instances))
         return self.job_run(job_run_id)
 
     def succeed_job_run(

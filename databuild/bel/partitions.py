@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import RowMapping, case, func, literal, select
+from sqlalchemy import case, func, literal, select
 
 from databuild.bel import schema as s
 from databuild.bel.base import (
@@ -17,15 +17,12 @@ from databuild.bel.rows import (
     instance_from_row,
     partition_at,
     partition_from_row,
-    partition_row,
     ref_conditions,
     require_partition,
 )
 from databuild.domain import decisions
-from databuild.domain import events as ev
+from databuild.domain import partitions as partition_rules
 from databuild.errors import (
-    InvalidInputError,
-    InvalidTransitionError,
     NotFoundError,
 )
 from databuild.globs import ref_filter
@@ -222,7 +219,7 @@ class PartitionCommands(PartitionReads, WriteBase):
 
     def taint_impact(self, ref: str) -> TaintImpact:
         """What `taint` would affect, without recording anything."""
-        partition = self._taintable(self.find_partition(ref), ref)
+        partition = partition_rules.taintable(self.find_partition(ref), ref)
         assert partition.instance_id is not None
         closure = self.downstream_closure(partition.instance_id)
         current = {
@@ -254,56 +251,21 @@ class PartitionCommands(PartitionReads, WriteBase):
         # Alone, no build can commit in between: one that read the instance either committed already
         # (its output is in the impact) or commits after us and inherits the taint.
         with self._write(*map(ref_key, [ref, *cascaded]), alone=True) as tx:
-            partition = self._taintable(partition_row(tx.conn, ref), ref)
-            if instance_id is not None and partition.instance_id != instance_id:
-                raise InvalidTransitionError(
-                    f"the live instance of {ref} is now {partition.instance_id}, not {instance_id}; "
-                    "look at the impact again"
-                )
+            partition_rules.taintable(partition_at(tx.conn, ref), ref)
             impact = self.taint_impact(ref)
-            stale = [InstanceRef(ref=d.ref, instance_id=d.instance_id) for d in impact.downstream]
-            tx.append(
-                ev.PartitionTainted(ref=ref, instance_id=impact.instance_id, reason=reason, stale=stale)
+            tainting = partition_rules.taint(
+                partition_at(tx.conn, ref),
+                impact,
+                reason=reason,
+                looked_at=instance_id,
+                cascaded=cascaded,
+                now={d: partition_at(tx.conn, d) for d in cascaded},
             )
-            tainted = [InstanceRef(ref=ref, instance_id=impact.instance_id)]
-            skipped: list[InstanceRef] = []
-            for d in impact.current if cascade else []:
-                row = partition_row(tx.conn, d.ref)
-                still_live = (
-                    row is not None
-                    and row["instance_id"] == d.instance_id
-                    and row["status"] == PartitionStatus.live.value
-                    and not row["building_job_run_id"]
-                )
-                if d.ref in cascaded and not still_live:
-                    skipped.append(InstanceRef(ref=d.ref, instance_id=d.instance_id))
-                elif d.ref in cascaded:  # locked above, and not rebuilt meanwhile
-                    tx.append(
-                        ev.PartitionTainted(
-                            ref=d.ref,
-                            instance_id=d.instance_id,
-                            reason=f"built from tainted {ref}" + (f": {reason}" if reason else ""),
-                            cascaded_from=impact.instance_id,
-                        )
-                    )
-                    tainted.append(InstanceRef(ref=d.ref, instance_id=d.instance_id))
+            tx.extend(tainting.events)
             result = partition_from_row(require_partition(tx.conn, ref))
-        return TaintResult(partition=result, impact=impact, tainted=tainted, not_tainted=skipped)
-
-    @staticmethod
-    def _taintable(row: RowMapping | Partition | None, ref: str) -> Partition:
-        if row is None:
-            raise NotFoundError(f"no partition {ref!r} in the build event log")
-        partition = row if isinstance(row, Partition) else partition_from_row(row)
-        if partition.building_job_run_id:
-            raise InvalidTransitionError(
-                f"{ref} is being built by job run {partition.building_job_run_id}; taint it after that run ends"
-            )
-        if partition.status is not PartitionStatus.live:
-            raise InvalidTransitionError(
-                f"{ref} is {partition.status.value}; only a live partition can be tainted"
-            )
-        return partition
+        return TaintResult(
+            partition=result, impact=impact, tainted=tainting.tainted, not_tainted=tainting.not_tainted
+        )
 
     def publish_external(
         self, ref: str, instance_id: str | None = None, source: str | None = None, location: str | None = None
@@ -313,51 +275,28 @@ class PartitionCommands(PartitionReads, WriteBase):
         graph's instance UUID) an instance seen before is never applied again, and a new one replaces
         the live instance (the upstream rebuilt it). Returns the partition and whether this call changed it."""
         with self._write(ref_key(ref)) as tx:
-            row = partition_row(tx.conn, ref)
-            if row is not None and row["building_job_run_id"]:
-                raise InvalidTransitionError(
-                    f"{ref} is being built by job run {row['building_job_run_id']}; "
-                    "publish it after that run ends"
-                )
-            if row is not None and row["status"] == PartitionStatus.skipped.value:
-                raise InvalidTransitionError(
-                    f"{ref} was retired with `databuild skip`; it cannot become live again"
-                )
-            if instance_id is None:
-                created = row is None or row["status"] != PartitionStatus.live.value
-            else:
+            seen = None
+            if instance_id is not None:
                 seen = tx.conn.execute(
                     select(s.partition_instances.c.ref).where(
                         s.partition_instances.c.instance_id == instance_id
                     )
-                ).first()
-                if seen is not None and seen.ref != ref:
-                    raise InvalidInputError(
-                        f"instance {instance_id} is already an instance of {seen.ref}, not {ref}"
-                    )
-                created = seen is None
-            if created:
-                tx.append(
-                    ev.PartitionLive(
-                        ref=ref,
-                        instance_id=instance_id or new_instance_id(),
-                        job_run_id=None,
-                        external=True,
-                        source=source,
-                        location=location,
-                    )
-                )
-            result = partition_row(tx.conn, ref)
-            assert result is not None
-            return partition_from_row(result), created
+                ).scalar()
+            events = partition_rules.publish(
+                ref,
+                partition_at(tx.conn, ref),
+                instance_id=instance_id,
+                seen_as=seen,
+                new_instance_id=new_instance_id(),
+                source=source,
+                location=location,
+            )
+            tx.extend(events)
+            return partition_from_row(require_partition(tx.conn, ref)), bool(events)
 
     def pin_instance(self, instance_id: str, *, pinned: bool = True, reason: str | None = None) -> Instance:
         """Keep (or stop keeping) an instance's data from garbage collection. Idempotent."""
         instance = self.instance(instance_id)
         with self._write(ref_key(instance.ref)) as tx:
-            if instance.pinned != pinned:
-                if pinned:
-                    tx.append(ev.InstancePinned(ref=instance.ref, instance_id=instance_id, reason=reason))
-                else:
-                    tx.append(ev.InstanceUnpinned(ref=instance.ref, instance_id=instance_id))
+            tx.extend(partition_rules.pin(instance, pinned, reason))
         return self.instance(instance_id)

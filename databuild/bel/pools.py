@@ -16,7 +16,7 @@ from databuild.bel.rows import (
     job_run_row,
 )
 from databuild.bel.transaction import now
-from databuild.domain import events as ev
+from databuild.domain import pools
 from databuild.models import (
     JobRunState,
 )
@@ -33,17 +33,14 @@ class PoolCommands(WriteBase):
         locks = self._pool_locks(slots)
         with self._write(run_key(job_run_id), *map(pool_key, locks)) as tx:
             row = job_run_row(tx.conn, job_run_id)
-            if row["admitted"] or JobRunState(row["state"]) is not JobRunState.queued:
-                return True
-            if not slots:
-                tx.append(ev.JobRunAdmitted(job_run_id=job_run_id))
-                return True
-            waiting = tx.conn.execute(
+            in_line = tx.conn.execute(
                 select(s.run_pools.c.pool).where(s.run_pools.c.job_run_id == job_run_id)
             ).first()
-            if waiting is None:
-                tx.append(ev.JobRunWaiting(job_run_id=job_run_id, pools=dict(slots)))
-            return job_run_id in admit(tx, locks)
+            asked = pools.request(
+                job_run_id, JobRunState(row["state"]), bool(row["admitted"]), slots, in_line is not None
+            )
+            tx.extend(asked.events)
+            return asked.settled or job_run_id in admit(tx, locks)
 
     def batch_is_full(self, job_run_id: str) -> bool:
         rows = self._all(

@@ -18,6 +18,7 @@ from databuild.bel.rows import (
     chunks,
     job_run_row,
     newest_first,
+    partition_at,
     partition_row,
     ref_conditions,
     waiting_on_count,
@@ -25,16 +26,13 @@ from databuild.bel.rows import (
     want_row,
 )
 from databuild.domain import decisions, endings
-from databuild.domain import events as ev
 from databuild.domain import wants as wants_rules
 from databuild.domain.decisions import DependenciesStatus
 from databuild.domain.endings import Finished
 from databuild.errors import (
-    ConcurrentChangeError,
     NotFoundError,
 )
 from databuild.models import (
-    JobRunCause,
     JobRunState,
     PartitionStatus,
     Subscription,
@@ -221,8 +219,10 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
             chunk = want_ids[start : start + CANCEL_CHUNK]
             with self._write(*(want_key(w) for w in chunk)) as tx:
                 for want_id in chunk:
-                    if not WantState(want_row(tx.conn, want_id)["state"]).is_final:
-                        tx.append(wants_rules.canceled(want_id, reason))
+                    if events := wants_rules.cancel(
+                        want_id, WantState(want_row(tx.conn, want_id)["state"]), reason
+                    ):
+                        tx.extend(events)
                         cancelled.append(want_from_row(want_row(tx.conn, want_id)))
         followed = sorted({w.job_run_id for w in cancelled if w.job_run_id is not None})
         return cancelled, [run for run in map(self._end_if_unwanted, followed) if run is not None]
@@ -231,14 +231,10 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
         """End a run that has not started and that no open want needs (abandoned); its workflow id."""
         with self._write_run(job_run_id) as tx:
             row = job_run_row(tx.conn, job_run_id)
-            if JobRunState(row["state"]) is not JobRunState.queued:
-                return None
-            if tx.conn.execute(waiting_on_count(job_run_id)).scalar_one():
-                return None
-            run = self._open(tx.conn, job_run_id)
-            assert run is not None  # queued
-            tx.extend(decisions.ended_without_output(run, ev.ABANDONED_REASON, JobRunCause.abandoned))
-            return str(row["workflow_id"])
+            waiting = tx.conn.execute(waiting_on_count(job_run_id)).scalar_one()
+            events = decisions.unwanted(self._open(tx.conn, job_run_id), JobRunState(row["state"]), waiting)
+            tx.extend(events)
+            return str(row["workflow_id"]) if events else None
 
     def await_dependencies(
         self, want_id: str, job_run_id: str | None, missing: Sequence[str]
@@ -253,56 +249,34 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
         derivatives = [parent.derive(ref, want_id, generations[ref]) for ref in missing]
         keys = [want_key(want_id), *map(ref_key, missing), *(want_key(d.want_id) for d in derivatives)]
         with self._write(*keys) as tx:
-            current = WantState(want_row(tx.conn, want_id)["state"])
-            if current.is_final:  # cancelled meanwhile (with its backfill, say): it starts nothing more
-                why = f"want {want_id} has ended ({current.value})"
-                return DependenciesStatus(live=[], failed=dict.fromkeys(missing, why)), []
-            for ref in missing:
-                row = partition_row(tx.conn, ref)
-                if (row["generation"] if row is not None else 0) != generations[ref]:
-                    raise ConcurrentChangeError(f"{ref} was tainted while its want was being derived")
-            live = [
-                ref
-                for ref in missing
-                if (row := partition_row(tx.conn, ref)) is not None
-                and row["status"] == PartitionStatus.live.value
-            ]
-            # An input that went live since the dep-miss needs no new derivative.
-            for spec in derivatives:
-                if spec.ref not in live:
-                    self._ensure_want(tx, spec)
-            found = {d.want_id: want_row(tx.conn, d.want_id, required=False) for d in derivatives}
-            rows = {want_id: row for want_id, row in found.items() if row is not None}
-            recorded = [d for d in derivatives if d.want_id in rows]
             want = want_row(tx.conn, want_id)
-            if want["state"] != WantState.upstream_building.value or want["job_run_id"] != job_run_id:
-                tx.append(
-                    ev.WantUpstreamBuilding(
-                        want_id=want_id,
-                        job_run_id=job_run_id,
-                        missing=list(missing),
-                        derivative_want_ids=[d.want_id for d in recorded],
-                    )
+            known = {d.want_id: want_row(tx.conn, d.want_id, required=False) for d in derivatives}
+            awaited = wants_rules.await_dependencies(
+                wants_rules.Dependencies(
+                    want_id=want_id,
+                    job_run_id=job_run_id,
+                    state=WantState(want["state"]),
+                    following=want["job_run_id"],
+                    missing=missing,
+                    generations=generations,
+                    partitions={ref: partition_at(tx.conn, ref) for ref in missing},
+                    derivatives=derivatives,
+                    known={
+                        i: wants_rules.WantRow(WantState(row["state"]), row["reason"])
+                        for i, row in known.items()
+                        if row is not None
+                    },
                 )
-            ended = [d for d in recorded if WantState(rows[d.want_id]["state"]).is_final]
-            failed = {}
-            for d in ended:
-                if d.ref not in live and rows[d.want_id]["state"] != WantState.successful.value:
-                    state, reason = rows[d.want_id]["state"], rows[d.want_id]["reason"] or ""
-                    failed[d.ref] = f"derivative want {d.want_id} {state}: {reason}".strip()
-            # Every recorded derivative that has not ended is started (again: starting is idempotent),
-            # also one of an input live by now: recorded by an attempt whose start failed, it would
-            # otherwise stay `new` with no workflow.
-            unfinished = [d for d in recorded if not WantState(rows[d.want_id]["state"]).is_final]
-            return DependenciesStatus(live=live, failed=failed), unfinished
+            )
+            tx.extend(awaited.events)
+            return awaited.status, awaited.unfinished
 
     def await_requirements(self, want_id: str, refs: Sequence[str]) -> list[str]:
         """Record that the want waits for the external partitions it requires (it subscribed to them
         when it was created); returns those already live, read in the same transaction."""
         with self._write(want_key(want_id), *map(ref_key, refs)) as tx:
-            want = want_row(tx.conn, want_id)
-            if want["state"] == WantState.new.value:
-                tx.append(ev.WantAwaitingRequirements(want_id=want_id, refs=list(refs)))
+            state = WantState(want_row(tx.conn, want_id)["state"])
+            tx.extend(wants_rules.await_requirements(want_id, state, refs))
             return [
                 ref
                 for ref in refs
@@ -357,9 +331,8 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
         if current.sla_missed:
             return current
         with self._write(want_key(want_id)) as tx:
-            want = want_row(tx.conn, want_id)
-            if not want["sla_missed"]:
-                tx.append(ev.WantSlaMissed(want_id=want_id, deadline=deadline))
+            flagged = bool(want_row(tx.conn, want_id)["sla_missed"])
+            tx.extend(wants_rules.sla_missed(want_id, flagged, deadline))
             return want_from_row(want_row(tx.conn, want_id))
 
     def mark_sla_at_risk(
@@ -371,9 +344,9 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
             return current, False
         with self._write(want_key(want_id)) as tx:
             want = want_row(tx.conn, want_id)
-            raised = not want["sla_at_risk"] and not WantState(want["state"]).is_final
-            if raised:
-                tx.append(
-                    ev.WantSlaAtRisk(want_id=want_id, deadline=deadline, eta=eta, slowest_step=slowest_step)
-                )
+            events = wants_rules.sla_at_risk(
+                want_id, WantState(want["state"]), bool(want["sla_at_risk"]), deadline, eta, slowest_step
+            )
+            tx.extend(events)
+            raised = bool(events)
             return want_from_row(want_row(tx.conn, want_id)), raised
