@@ -29,7 +29,10 @@ def test_taint_marks_the_downstream_stale_and_a_cascade_taints_the_current(bel: 
     mid = build(bel, "mid/1", reads=[up])
     down = build(bel, "down/1", reads=[mid])
     impact = bel.taint_impact("up/1")
-    assert [(d.ref, d.depth, d.current) for d in impact.downstream] == [("mid/1", 1, True), ("down/1", 2, True)]
+    assert [(d.ref, d.depth, d.current) for d in impact.downstream] == [
+        ("mid/1", 1, True),
+        ("down/1", 2, True),
+    ]
     assert bel.downstream_closure(up.instance_id) == [(mid, 1), (down, 2)]
     assert bel.consumers_of(up.instance_id)[1] == 1
     with pytest.raises(InvalidTransitionError, match="look at the impact again"):
