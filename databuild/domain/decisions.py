@@ -13,12 +13,13 @@ from typing import Literal
 from pydantic import ConfigDict
 
 from databuild.domain import events as ev
-from databuild.errors import InvalidInputError, InvalidTransitionError
+from databuild.errors import ConcurrentChangeError, InvalidInputError, InvalidTransitionError
 from databuild.graph import JobTarget
 from databuild.models import (
     InstanceFacts,
     InstanceRef,
     JobRunCause,
+    JobRunState,
     Model,
     Partition,
     PartitionStatus,
@@ -417,6 +418,36 @@ def ended_without_output(run: OpenRun, reason: str, cause: JobRunCause) -> list[
         else:
             events.append(ev.PartitionFailed(ref=out, job_run_id=run.job_run_id, reason=reason))
     return events
+
+
+def started(
+    job_run_id: str,
+    state: JobRunState,
+    outputs: Sequence[str],
+    attempt: int,
+    worker: str,
+    instances: Sequence[InstanceRef],
+) -> list[ev.Event]:
+    """An attempt starts, with the instance each output will be written to; a run that ended is left
+    as it is (a retried activity)."""
+    if state.is_final:
+        return []
+    if instances and {i.ref for i in instances} != set(outputs):
+        # A batch that took another partition after the caller read it: read it again.
+        raise ConcurrentChangeError(
+            f"job run {job_run_id} now builds {', '.join(outputs)}; plan its instances again"
+        )
+    return [
+        ev.JobRunStarted(job_run_id=job_run_id, attempt=attempt, worker=worker, instances=list(instances))
+    ]
+
+
+def unwanted(run: OpenRun | None, state: JobRunState, waiting: int) -> list[ev.Event]:
+    """A run that has not started and that no open want needs (``waiting``: the open wants on it) ends
+    abandoned; any other is left as it is."""
+    if run is None or state is not JobRunState.queued or waiting:
+        return []
+    return ended_without_output(run, ev.ABANDONED_REASON, JobRunCause.abandoned)
 
 
 # Operator actions. -----------------------------------------------------------------------------------

@@ -6,9 +6,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from databuild.domain import events as ev
 from databuild.errors import GraphDefinitionError
 from databuild.graph import Job
-from databuild.models import WantSource
+from databuild.models import JobRunState, WantSource
 
 URGENT = 0  # interactive and scheduled wants, and whatever they need
 BACKGROUND = 1  # backfills, and whatever they need
@@ -64,3 +65,27 @@ def admit(waiting: Sequence[Waiting], running: Mapping[str, int]) -> list[str]:
             for pool in run.pools:
                 taken[pool] = taken.get(pool, 0) + 1
     return admitted
+
+
+@dataclass(frozen=True)
+class Request:
+    events: list[ev.Event]
+    settled: bool  # the run may start now; otherwise it waits in line until ``admit`` lets it in
+
+
+def request(
+    job_run_id: str, state: JobRunState, admitted: bool, slots: Mapping[str, int], in_line: bool
+) -> Request:
+    """A queued run asks to start: with no pool to wait for it is admitted at once; otherwise it joins
+    the line of each pool in ``slots`` (once: ``in_line`` says it has). A run admitted before, or one
+    that has ended (its job then finds nothing to do), may start."""
+    if admitted or state is not JobRunState.queued:
+        return Request([], settled=True)
+    if not slots:
+        return Request([ev.JobRunAdmitted(job_run_id=job_run_id)], settled=True)
+    waiting: list[ev.Event] = [] if in_line else [ev.JobRunWaiting(job_run_id=job_run_id, pools=dict(slots))]
+    return Request(waiting, settled=False)
+
+
+def admissions(admitted: Sequence[str]) -> list[ev.Event]:
+    return [ev.JobRunAdmitted(job_run_id=run) for run in admitted]

@@ -1,0 +1,163 @@
+"""A want's decision step: the state ``decisions.decide`` reads, loaded under the want's and its outputs' locks."""
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+
+from databuild.bel import schema as s
+from databuild.bel.base import (
+    WriteBase,
+    new_job_run_id,
+    ref_key,
+    want_key,
+)
+from databuild.bel.rows import (
+    derived_above,
+    job_run_row,
+    open_among,
+    partition_at,
+    want_row,
+)
+from databuild.domain import decisions, reach
+from databuild.domain import events as ev
+from databuild.domain.decisions import Verdict
+from databuild.graph import JobTarget, Resolution
+from databuild.models import (
+    JobRunState,
+    PartitionStatus,
+    WantSource,
+    WantState,
+)
+
+DEFAULT_LEASE = timedelta(minutes=1)
+
+
+class DecisionCommands(WriteBase):
+    """Steps of wants."""
+
+    def decide(
+        self, want_id: str, seq: int, resolution: Resolution, lease: timedelta = DEFAULT_LEASE
+    ) -> Verdict:
+        """Step ``seq`` of a want, in one transaction: the rules of ``decisions.decide`` over the state
+        of the want and its job's outputs. A newly queued run gets its build lease."""
+        target = resolution.target
+        outputs = target.outputs if target else [resolution.ref]
+        # Wants of one batch job decide one at a time, so that each sees the batch the one before opened.
+        batch = [f"batch:{target.job.label}"] if target is not None and target.job.batch else []
+        with self._write(want_key(want_id), *map(ref_key, outputs), *batch) as tx:
+            state = self._decision_state(tx.conn, want_id, resolution.target, outputs)
+            decided = decisions.decide(state, seq, new_job_run_id())
+            for event in decided.events:
+                tx.append(event)
+                if isinstance(event, ev.JobRunQueued):
+                    self._set_lease(tx.conn, event.job_run_id, tx.at + lease)
+            return decided.verdict
+
+    def _decision_state(
+        self, conn: Connection, want_id: str, target: JobTarget | None, outputs: list[str]
+    ) -> decisions.DecisionState:
+        want = want_row(conn, want_id)
+        links = {
+            row.job_run_id: row.relation
+            for row in conn.execute(
+                select(s.want_job_runs.c.job_run_id, s.want_job_runs.c.relation).where(
+                    s.want_job_runs.c.want_id == want_id
+                )
+            )
+        }
+        partitions = {out: partition_at(conn, out) for out in outputs}
+        followed = {p.building_job_run_id for p in partitions.values() if p and p.building_job_run_id}
+        if want["job_run_id"]:
+            followed.add(want["job_run_id"])
+        failed = [out for out, p in partitions.items() if p and p.status is PartitionStatus.failed]
+        declared = target.job.declared_inputs(target.params) if target is not None else []
+        batch = self._open_batch(conn, target) if target is not None and target.job.batch else None
+        return decisions.DecisionState(
+            batch=batch,
+            declared={ref: partition_at(conn, ref) for ref in declared if ref not in outputs},
+            want=decisions.WantStep(
+                want_id=want_id,
+                ref=want["ref"],
+                state=WantState(want["state"]),
+                decision_seq=want["decision_seq"],
+                job_run_id=want["job_run_id"],
+                reason=want["reason"],
+                relation=links.get(want["job_run_id"]),
+                runs=frozenset(links),
+            ),
+            target=target,
+            partitions=partitions,
+            runs={job_run_id: self._run_plan(conn, job_run_id) for job_run_id in sorted(followed)},
+            fail_locks={
+                ref: decisions.FailLock(job_run_id=data["job_run_id"], reason=data["reason"])
+                for ref, data in self._failing_runs(conn, failed).items()
+            },
+            paused=self._paused(conn, want_id, WantSource(want["source"])),
+        )
+
+    def _paused(self, conn: Connection, want_id: str, source: WantSource) -> bool:
+        """Whether a paused backfill reaches the want: it is one of its wants, or a derivative that only
+        paused backfills need (``reach.reached``, over the wants it was derived from). One lookup while no
+        backfill is paused."""
+        if source not in (WantSource.backfill, WantSource.derivative):
+            return False
+        paused = select(s.backfills.c.backfill_id).where(s.backfills.c.paused.is_(True))
+        if conn.execute(paused.limit(1)).first() is None:
+            return False
+        parents = derived_above(conn, want_id) if source is WantSource.derivative else {}
+        involved = {want_id} | {p for ps in parents.values() for p in ps}
+        members = set(
+            conn.execute(
+                select(s.backfill_wants.c.want_id).where(
+                    s.backfill_wants.c.want_id.in_(sorted(involved)),
+                    s.backfill_wants.c.backfill_id.in_(paused),
+                )
+            ).scalars()
+        )
+        if want_id in members or not members:
+            return want_id in members
+        return want_id in reach.reached(members, parents, open_among(conn, involved))
+
+    def _open_batch(self, conn: Connection, target: JobTarget) -> decisions.RunPlan | None:
+        """The oldest run of the target's batch job that has not started and has room, locked until this
+        transaction ends; a run admitted meanwhile (it takes no more partitions) is passed over."""
+        query = (
+            select(s.job_runs.c.job_run_id)
+            .where(
+                s.job_runs.c.job_label == target.job.label,
+                s.job_runs.c.state == JobRunState.queued.value,
+                s.job_runs.c.admitted.is_(False),
+                s.job_runs.c.batch_limit.is_not(None),
+                func.json_array_length(s.job_runs.c.members) < s.job_runs.c.batch_limit,
+            )
+            .order_by(s.job_runs.c.created_at, s.job_runs.c.job_run_id)
+            .limit(1)
+            .with_for_update()
+        )
+        job_run_id = conn.execute(query).scalar()
+        return None if job_run_id is None else self._run_plan(conn, job_run_id)
+
+    def _failing_runs(self, conn: Connection, refs: list[str]) -> dict[str, dict[str, Any]]:
+        """The PartitionFailed event data that fail-locked each ref."""
+        found = {}
+        for ref in refs:
+            data = conn.execute(
+                select(s.events.c.data)
+                .where(s.events.c.ref == ref, s.events.c.type == "PartitionFailed")
+                .order_by(s.events.c.idx.desc())
+                .limit(1)
+            ).scalar()
+            if data:
+                found[ref] = data
+        return found
+
+    def _run_plan(self, conn: Connection, job_run_id: str) -> decisions.RunPlan:
+        row = job_run_row(conn, job_run_id)
+        return decisions.RunPlan(
+            job_run_id=job_run_id,
+            job_label=row["job_label"],
+            outputs=list(row["outputs"]),
+            params=dict(row["params"]),
+            members=len(row["members"] or [1]),
+        )

@@ -1,0 +1,264 @@
+"""Job runs: their lifecycle from start to outcome, and reads of runs and their attempts."""
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+
+from databuild.bel import schema as s
+from databuild.bel.base import (
+    ReadBase,
+    WriteBase,
+)
+from databuild.bel.rows import (
+    chunks,
+    job_run_row,
+    newest_first,
+    ref_conditions,
+)
+from databuild.domain import decisions
+from databuild.domain.estimates import Durations, durations_of
+from databuild.errors import (
+    NotFoundError,
+    StaleAttemptError,
+)
+from databuild.models import (
+    AttemptOutput,
+    InstanceFacts,
+    InstanceRef,
+    JobRun,
+    JobRunCause,
+    JobRunState,
+)
+
+
+class JobRunReads(ReadBase):
+    """Reads of job runs."""
+
+    def job_run(self, job_run_id: str) -> JobRun:
+        runs = self.job_runs_by_id([job_run_id])
+        if not runs:
+            raise NotFoundError(f"no job run {job_run_id!r}; list them with `databuild job-runs list`")
+        return runs[0]
+
+    def job_runs_by_id(self, ids: Sequence[str]) -> list[JobRun]:
+        runs = []
+        for chunk in chunks(ids):
+            runs += self._hydrate_runs(
+                self._all(select(s.job_runs).where(s.job_runs.c.job_run_id.in_(chunk)))
+            )
+        return runs
+
+    def job_runs(
+        self,
+        *,
+        state: JobRunState | None = None,
+        job_label: str | None = None,
+        ref_prefix: str | None = None,
+        ref_glob: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[JobRun]:
+        conditions: list[Any] = []
+        by_ref = ref_conditions(s.job_run_outputs.c.ref, ref_prefix, ref_glob)
+        if by_ref:  # runs with an output matching
+            outputs = select(s.job_run_outputs.c.job_run_id).where(*by_ref)
+            conditions.append(s.job_runs.c.job_run_id.in_(outputs))
+        if state is not None:
+            conditions.append(s.job_runs.c.state == state.value)
+        if job_label is not None:
+            conditions.append(s.job_runs.c.job_label == job_label)
+        query = newest_first(s.job_runs, conditions, "job_run_id", limit, offset, filter_first=bool(by_ref))
+        return self._hydrate_runs(self._all(query))
+
+    def _hydrate_runs(self, rows: list[Any]) -> list[JobRun]:
+        ids = [r["job_run_id"] for r in rows]
+        reads: dict[str, list[InstanceRef]] = {i: [] for i in ids}
+        writes: dict[str, list[InstanceRef]] = {i: [] for i in ids}
+        waiting: dict[str, list[str]] = {i: [] for i in ids}
+        queued = [r["job_run_id"] for r in rows if r["state"] == JobRunState.queued.value]
+        if queued:
+            for r in self._all(
+                select(s.run_pools.c.job_run_id, s.run_pools.c.pool)
+                .where(s.run_pools.c.job_run_id.in_(queued), s.run_pools.c.granted.is_(False))
+                .order_by(s.run_pools.c.pool)
+            ):
+                waiting[r["job_run_id"]].append(r["pool"])
+        if ids:
+            for r in self._all(
+                select(s.read_deps).where(s.read_deps.c.job_run_id.in_(ids)).order_by(s.read_deps.c.id)
+            ):
+                reads[r["job_run_id"]].append(InstanceRef(ref=r["ref"], instance_id=r["instance_id"]))
+            for r in self._all(
+                select(s.partition_instances).where(s.partition_instances.c.job_run_id.in_(ids))
+            ):
+                writes[r["job_run_id"]].append(InstanceRef(ref=r["ref"], instance_id=r["instance_id"]))
+        return [
+            JobRun(
+                job_run_id=r["job_run_id"],
+                lost=bool(r["lost"]),
+                cause=JobRunCause(r["cause"]) if r["cause"] else None,
+                job_label=r["job_label"],
+                outputs=list(r["outputs"]),
+                params=dict(r["params"]),
+                state=JobRunState(r["state"]),
+                want_id=r["want_id"],
+                attempts=r["attempts"],
+                reason=r["reason"],
+                missing=list(r["missing"]),
+                reads=reads[r["job_run_id"]],
+                writes=sorted(writes[r["job_run_id"]], key=lambda w: w.ref),
+                workflow_id=r["workflow_id"],
+                created_at=r["created_at"],
+                updated_at=r["updated_at"],
+                started_at=r["started_at"],
+                ended_at=r["ended_at"],
+                partitions=r["members"],
+                missing_for=r["missing_for"],
+                waiting_for_pools=waiting[r["job_run_id"]],
+            )
+            for r in rows
+        ]
+
+    def want_job_runs(self, want_id: str) -> list[tuple[str, JobRun]]:
+        rows = self._all(
+            select(s.want_job_runs.c.relation, s.want_job_runs.c.job_run_id).where(
+                s.want_job_runs.c.want_id == want_id
+            )
+        )
+        runs = {r.job_run_id: r for r in self.job_runs_by_id([row["job_run_id"] for row in rows])}
+        result = [(row["relation"], runs[row["job_run_id"]]) for row in rows]
+        return sorted(result, key=lambda pair: pair[1].created_at)
+
+    def job_durations(self, labels: Sequence[str], last: int = 50) -> dict[str, Durations]:
+        """Each job's p50 and p90 over its ``last`` succeeded runs (latest attempt's start to the end)."""
+        result = {}
+        for label in dict.fromkeys(labels):
+            rows = self._all(
+                select(s.job_runs.c.started_at, s.job_runs.c.ended_at)
+                .where(
+                    s.job_runs.c.job_label == label,
+                    s.job_runs.c.state == JobRunState.succeeded.value,
+                    s.job_runs.c.ended_at.is_not(None),
+                    s.job_runs.c.started_at.is_not(None),
+                )
+                .order_by(s.job_runs.c.ended_at.desc())
+                .limit(last)
+            )
+            result[label] = durations_of([(r["ended_at"] - r["started_at"]).total_seconds() for r in rows])
+        return result
+
+    def latest_succeeded_runs(self, labels: Sequence[str]) -> list[JobRun]:
+        """Each job's latest succeeded run (none for a job that has not succeeded): one index seek per
+        job (ix_job_runs_durations), all in one statement."""
+        c = s.job_runs.c
+        latest = [
+            select(c.job_run_id)
+            .where(c.job_label == label, c.state == JobRunState.succeeded.value, c.ended_at.is_not(None))
+            .order_by(c.ended_at.desc())
+            .limit(1)
+            .scalar_subquery()
+            for label in dict.fromkeys(labels)
+        ]
+        if not latest:
+            return []
+        row = self._all(select(*(q.label(f"j{n}") for n, q in enumerate(latest))))[0]
+        return self.job_runs_by_id([run_id for run_id in row.values() if run_id])
+
+    def attempt_outputs(self, ids: Sequence[str]) -> dict[str, AttemptOutput]:
+        """Which attempt writes (or wrote) each of these instance ids, for those an attempt planned."""
+        found: dict[str, AttemptOutput] = {}
+        for chunk in chunks(ids):
+            for row in self._all(select(s.attempt_outputs).where(s.attempt_outputs.c.instance_id.in_(chunk))):
+                found[row["instance_id"]] = AttemptOutput.model_validate(dict(row))
+        return found
+
+    def attempt_outputs_of(self, job_run_id: str) -> list[AttemptOutput]:
+        """The instances every attempt of a job run wrote (or writes) to, by attempt."""
+        rows = self._all(
+            select(s.attempt_outputs)
+            .where(s.attempt_outputs.c.job_run_id == job_run_id)
+            .order_by(s.attempt_outputs.c.attempt, s.attempt_outputs.c.ref)
+        )
+        return [AttemptOutput.model_validate(dict(r)) for r in rows]
+
+    def oldest_open_job_run(self) -> datetime | None:
+        """When the oldest job run that has not ended was created: it may still read anything that was
+        live since then."""
+        open_states = [JobRunState.queued.value, JobRunState.running.value]
+        with self.reader.connect() as conn:
+            oldest: datetime | None = conn.execute(
+                select(func.min(s.job_runs.c.created_at)).where(s.job_runs.c.state.in_(open_states))
+            ).scalar()
+        return oldest
+
+
+class JobRunCommands(JobRunReads, WriteBase):
+    """Commands about job runs."""
+
+    def check_current_attempt(self, job_run_id: str, attempt: int) -> None:
+        """Raises ``StaleAttemptError`` unless ``attempt`` may still publish: its run has not ended (it
+        may have been failed or abandoned while a lost worker kept going) and no newer attempt started."""
+        with self.reader.connect() as conn:
+            if self._open_run(conn, job_run_id, attempt) is None:
+                raise StaleAttemptError(f"job run {job_run_id} has ended; attempt {attempt} may not publish")
+
+    def start_job_run(
+        self, job_run_id: str, attempt: int, worker: str, instances: Sequence[InstanceRef] = ()
+    ) -> JobRun:
+        """Mark an attempt as running, with the instance each output will be written to. A run that
+        already ended is returned unchanged (retried activity)."""
+        with self._write_run(job_run_id) as tx:
+            row = job_run_row(tx.conn, job_run_id)
+            state = JobRunState(row["state"])
+            tx.extend(decisions.started(job_run_id, state, row["outputs"], attempt, worker, instances))
+        return self.job_run(job_run_id)
+
+    def succeed_job_run(
+        self,
+        job_run_id: str,
+        reads: list[InstanceRef],
+        writes: list[InstanceRef],
+        attempt: int | None = None,
+        locations: Mapping[str, str] | None = None,
+        inputs_of: dict[str, list[str]] | None = None,
+        facts: Mapping[str, InstanceFacts] | None = None,
+    ) -> JobRun:
+        """Publish: the commit makes each written instance live (at ``locations``, by ref, with
+        ``facts``). ``inputs_of``: of a batch, the reads each output was built from."""
+        with self._write_run(job_run_id) as tx:
+            if (run := self._open(tx.conn, job_run_id, attempt)) is not None:
+                tx.extend(decisions.succeeded(run, reads, writes, locations, inputs_of, facts))
+        return self.job_run(job_run_id)
+
+    def dep_miss_job_run(
+        self,
+        job_run_id: str,
+        missing: list[str],
+        reads: list[InstanceRef],
+        attempt: int | None = None,
+        missing_for: dict[str, list[str]] | None = None,
+    ) -> JobRun:
+        with self._write_run(job_run_id) as tx:
+            if (run := self._open(tx.conn, job_run_id, attempt)) is not None:
+                tx.extend(decisions.dep_missed(run, missing, reads, missing_for))
+        return self.job_run(job_run_id)
+
+    def fail_job_run(self, job_run_id: str, reason: str, cause: JobRunCause = JobRunCause.error) -> JobRun:
+        """End the run without its outputs: failed (``cause`` error) or cancelled. Broken or cancelled
+        builds fail-lock their outputs (an operator resolves them); abandoned or lost ones release them."""
+        with self._write_run(job_run_id) as tx:
+            if (run := self._open(tx.conn, job_run_id)) is not None:
+                tx.extend(decisions.ended_without_output(run, reason, cause))
+        return self.job_run(job_run_id)
+
+    def abandon_job_run(self, job_run_id: str, reason: str) -> bool:
+        """Release the outputs of a run whose workflow is gone (not a build failure: no fail-lock).
+        Returns whether this call abandoned it."""
+        with self._write_run(job_run_id) as tx:
+            run = self._open(tx.conn, job_run_id)
+            if run is None:
+                return False
+            tx.extend(decisions.ended_without_output(run, reason, JobRunCause.lost))
+            return True

@@ -1,0 +1,54 @@
+"""Projections of the events of backfills."""
+
+from datetime import datetime
+
+from sqlalchemy import Connection, insert
+
+from databuild.bel import schema as s
+from databuild.bel.projections.common import (
+    projects,
+    set_backfill,
+)
+from databuild.domain import events as ev
+
+
+@projects(ev.BackfillRegistered)
+def _backfill_registered(conn: Connection, event: ev.BackfillRegistered, at: datetime) -> None:
+    conn.execute(
+        insert(s.backfills),
+        {
+            "backfill_id": event.backfill_id,
+            "request": event.request.model_dump(mode="json"),
+            "partitions": event.partitions,
+            "created_at": at,
+        },
+    )
+
+
+@projects(ev.BackfillWantsAdded)
+def _backfill_wants_added(conn: Connection, event: ev.BackfillWantsAdded, at: datetime) -> None:
+    if event.want_ids:
+        conn.execute(
+            insert(s.backfill_wants),
+            [{"backfill_id": event.backfill_id, "want_id": w} for w in event.want_ids],
+        )
+
+
+@projects(ev.BackfillPaused)
+def _backfill_paused(conn: Connection, event: ev.BackfillPaused, at: datetime) -> None:
+    set_backfill(conn, event.backfill_id, paused=True)
+
+
+@projects(ev.BackfillResumed)
+def _backfill_resumed(conn: Connection, event: ev.BackfillResumed, at: datetime) -> None:
+    set_backfill(conn, event.backfill_id, paused=False)
+
+
+@projects(ev.BackfillRetried)
+def _backfill_retried(conn: Connection, event: ev.BackfillRetried, at: datetime) -> None:
+    set_backfill(conn, event.backfill_id, canceled=False)
+
+
+@projects(ev.BackfillCanceled)
+def _backfill_canceled(conn: Connection, event: ev.BackfillCanceled, at: datetime) -> None:
+    set_backfill(conn, event.backfill_id, canceled=True)

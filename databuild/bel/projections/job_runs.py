@@ -1,0 +1,155 @@
+"""Projections of the events of job runs, delegations included."""
+
+from datetime import datetime
+
+from sqlalchemy import Connection, insert
+
+from databuild.bel import schema as s
+from databuild.bel.projections.common import (
+    BATCH_OF,
+    GRANT,
+    QUEUED_AT,
+    declare_job_run,
+    link,
+    projects,
+    record_reads,
+    release_slots,
+    set_job_run,
+)
+from databuild.domain import events as ev
+from databuild.models import (
+    JobRunCause,
+    JobRunState,
+)
+
+
+@projects(ev.JobRunQueued)
+def _job_run_queued(conn: Connection, event: ev.JobRunQueued, at: datetime) -> None:
+    declare_job_run(conn, event, at, JobRunState.queued, reason=None)
+    if event.batch is not None:
+        set_job_run(conn, event.job_run_id, at, batch_limit=event.batch, members=[event.params])
+
+
+@projects(ev.JobRunJoined)
+def _job_run_joined(conn: Connection, event: ev.JobRunJoined, at: datetime) -> None:
+    row = conn.execute(BATCH_OF, {"job_run_id": event.job_run_id}).one()
+    members = [*row.members, event.params]
+    set_job_run(conn, event.job_run_id, at, outputs=[*row.outputs, *event.outputs], members=members)
+    conn.execute(
+        insert(s.job_run_outputs), [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs]
+    )
+
+
+@projects(ev.JobRunWaiting)
+def _job_run_waiting(conn: Connection, event: ev.JobRunWaiting, at: datetime) -> None:
+    queued_at = conn.execute(QUEUED_AT, {"job_run_id": event.job_run_id}).scalar_one()
+    conn.execute(
+        insert(s.run_pools),
+        [
+            {
+                "job_run_id": event.job_run_id,
+                "pool": pool,
+                "slots": slots,
+                "granted": False,
+                "queued_at": queued_at,
+            }
+            for pool, slots in event.pools.items()
+        ],
+    )
+
+
+@projects(ev.JobRunAdmitted)
+def _job_run_admitted(conn: Connection, event: ev.JobRunAdmitted, at: datetime) -> None:
+    set_job_run(conn, event.job_run_id, at, admitted=True)
+    conn.execute(GRANT, {"run": event.job_run_id})
+
+
+@projects(ev.JobRunSkipped)
+def _job_run_skipped(conn: Connection, event: ev.JobRunSkipped, at: datetime) -> None:
+    declare_job_run(conn, event, at, JobRunState.skipped, reason=event.message)
+    if event.want_id:
+        link(conn, event.want_id, event.job_run_id, "skipped")
+
+
+@projects(ev.JobRunStarted)
+def _job_run_started(conn: Connection, event: ev.JobRunStarted, at: datetime) -> None:
+    set_job_run(
+        conn, event.job_run_id, at, state=JobRunState.running.value, attempts=event.attempt, started_at=at
+    )
+    if event.instances:
+        rows = [
+            {
+                "instance_id": i.instance_id,
+                "ref": i.ref,
+                "job_run_id": event.job_run_id,
+                "attempt": event.attempt,
+            }
+            for i in event.instances
+        ]
+        conn.execute(insert(s.attempt_outputs), rows)
+
+
+@projects(ev.JobRunSucceeded)
+def _job_run_succeeded(conn: Connection, event: ev.JobRunSucceeded, at: datetime) -> None:
+    set_job_run(conn, event.job_run_id, at, state=JobRunState.succeeded.value, ended_at=at)
+    record_reads(conn, event.job_run_id, event.reads)
+    release_slots(conn, event.job_run_id)
+    inputs_of = event.inputs_of
+    edges = [
+        {
+            "input_instance_id": r.instance_id,
+            "output_instance_id": w.instance_id,
+            "output_ref": w.ref,
+            "job_run_id": event.job_run_id,
+        }
+        for r in event.reads
+        if r.instance_id
+        for w in event.writes
+        if inputs_of is None or r.ref in inputs_of.get(w.ref, ())
+    ]
+    if edges:
+        conn.execute(insert(s.consumers), edges)
+
+
+@projects(ev.JobRunDepMiss)
+def _job_run_dep_miss(conn: Connection, event: ev.JobRunDepMiss, at: datetime) -> None:
+    set_job_run(
+        conn,
+        event.job_run_id,
+        at,
+        state=JobRunState.dep_miss.value,
+        ended_at=at,
+        missing=event.missing,
+        missing_for=event.missing_for,
+    )
+    record_reads(conn, event.job_run_id, event.reads)
+    release_slots(conn, event.job_run_id)
+
+
+@projects(ev.JobRunFailed)
+def _job_run_failed(conn: Connection, event: ev.JobRunFailed, at: datetime) -> None:
+    set_job_run(
+        conn,
+        event.job_run_id,
+        at,
+        state=event.cause.state.value,
+        ended_at=at,
+        cause=event.cause.value,
+        reason=event.reason,
+        lost=event.cause is JobRunCause.lost,
+    )
+    release_slots(conn, event.job_run_id)
+
+
+@projects(ev.Delegation)
+def _delegation(conn: Connection, event: ev.Delegation, at: datetime) -> None:
+    conn.execute(
+        insert(s.delegations),
+        {
+            "want_id": event.want_id,
+            "ref": event.ref,
+            "delegated_to": event.delegated_to,
+            "kind": event.kind,
+            "at": at,
+        },
+    )

@@ -1,0 +1,129 @@
+"""Projections of the events of partitions and their instances."""
+
+from datetime import datetime
+
+from sqlalchemy import Connection, insert
+
+from databuild.bel import schema as s
+from databuild.bel.projections.common import (
+    FACTS,
+    MARK_STALE,
+    PARTITION,
+    SUPERSEDE,
+    TAINT_PARTITION,
+    UPDATE_INSTANCE,
+    inherited_staleness,
+    projects,
+    upsert_partition,
+)
+from databuild.domain import events as ev
+from databuild.domain.facts import schema_changed
+from databuild.models import (
+    InstanceFacts,
+    InstanceStatus,
+    PartitionStatus,
+)
+
+
+@projects(ev.PartitionBuilding)
+def _partition_building(conn: Connection, event: ev.PartitionBuilding, at: datetime) -> None:
+    upsert_partition(conn, event.ref, at, building_job_run_id=event.job_run_id)
+
+
+@projects(ev.PartitionLive)
+def _partition_live(conn: Connection, event: ev.PartitionLive, at: datetime) -> None:
+    current = conn.execute(PARTITION, {"ref": event.ref}).first()
+    before: InstanceFacts | None = None
+    if current is not None and current.instance_id is not None:
+        # The instance before this one (live, or tainted since): what a reader of the ref last saw.
+        recorded = conn.execute(FACTS, {"pk": current.instance_id}).scalar()
+        before = None if recorded is None else InstanceFacts.model_validate(recorded)
+        conn.execute(SUPERSEDE, {"previous": current.instance_id, "at": at})
+    conn.execute(
+        insert(s.partition_instances),
+        {
+            "instance_id": event.instance_id,
+            "ref": event.ref,
+            "job_run_id": event.job_run_id,
+            "external": event.external,
+            "created_at": at,
+            "status": InstanceStatus.live.value,
+            "stale_cause": inherited_staleness(conn, event.job_run_id),
+            "reason": None,
+            "location": event.location,
+            "facts": None if event.facts is None else event.facts.model_dump(mode="json"),
+            "schema_changed": schema_changed(before, event.facts),
+        },
+    )
+    upsert_partition(
+        conn,
+        event.ref,
+        at,
+        status=PartitionStatus.live.value,
+        instance_id=event.instance_id,
+        built_by=event.job_run_id,
+        building_job_run_id=None,
+        external=event.external,
+        reason=None,
+        found=current is not None,
+    )
+
+
+@projects(ev.PartitionTainted)
+def _partition_tainted(conn: Connection, event: ev.PartitionTainted, at: datetime) -> None:
+    conn.execute(
+        UPDATE_INSTANCE,
+        {
+            "pk": event.instance_id,
+            "status": InstanceStatus.tainted.value,
+            "reason": event.reason,
+            "retired_at": at,
+        },
+    )
+    conn.execute(TAINT_PARTITION, {"pk": event.ref, "reason": event.reason, "updated_at": at})
+    ids = [i.instance_id for i in event.stale if i.instance_id]
+    for start in range(0, len(ids), 500):
+        conn.execute(MARK_STALE, {"stale": ids[start : start + 500], "cause": event.instance_id})
+
+
+@projects(ev.PartitionResolved)
+def _partition_resolved(conn: Connection, event: ev.PartitionResolved, at: datetime) -> None:
+    upsert_partition(conn, event.ref, at, status=PartitionStatus.missing.value, reason=None)
+
+
+@projects(ev.PartitionSkipped)
+def _partition_skipped(conn: Connection, event: ev.PartitionSkipped, at: datetime) -> None:
+    upsert_partition(conn, event.ref, at, status=PartitionStatus.skipped.value, reason=None)
+
+
+@projects(ev.PartitionReleased)
+def _partition_released(conn: Connection, event: ev.PartitionReleased, at: datetime) -> None:
+    upsert_partition(conn, event.ref, at, building_job_run_id=None)
+
+
+@projects(ev.PartitionFailed)
+def _partition_failed(conn: Connection, event: ev.PartitionFailed, at: datetime) -> None:
+    current = conn.execute(PARTITION, {"ref": event.ref}).first()
+    if current is not None and current.status == PartitionStatus.live.value:
+        # A failed rebuild leaves the live instance intact.
+        upsert_partition(conn, event.ref, at, building_job_run_id=None, found=True)
+    else:
+        upsert_partition(
+            conn,
+            event.ref,
+            at,
+            status=PartitionStatus.failed.value,
+            building_job_run_id=None,
+            reason=f"job run {event.job_run_id} failed: {event.reason}",
+            found=current is not None,
+        )
+
+
+@projects(ev.InstancePinned)
+def _instance_pinned(conn: Connection, event: ev.InstancePinned, at: datetime) -> None:
+    conn.execute(UPDATE_INSTANCE, {"pk": event.instance_id, "pinned": True})
+
+
+@projects(ev.InstanceUnpinned)
+def _instance_unpinned(conn: Connection, event: ev.InstanceUnpinned, at: datetime) -> None:
+    conn.execute(UPDATE_INSTANCE, {"pk": event.instance_id, "pinned": False})

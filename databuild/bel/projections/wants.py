@@ -1,0 +1,153 @@
+"""Projections of the events of wants."""
+
+from datetime import datetime
+
+from sqlalchemy import Connection, insert, select
+
+from databuild.bel import schema as s
+from databuild.bel.projections.common import (
+    UNSUBSCRIBE,
+    UPDATE_WANT,
+    derivatives_by_ref,
+    link,
+    projects,
+    set_want,
+    subscribe,
+    workflow_of,
+)
+from databuild.domain import events as ev
+from databuild.models import (
+    WantState,
+)
+
+
+@projects(ev.WantCreated)
+def _want_created(conn: Connection, event: ev.WantCreated, at: datetime) -> None:
+    spec = event.spec
+    conn.execute(
+        insert(s.wants),
+        {
+            "want_id": event.want_id,
+            "ref": spec.ref,
+            "data_timestamp": spec.data_timestamp,
+            "sla_seconds": None if spec.sla is None else spec.sla.total_seconds(),
+            "ttl_seconds": None if spec.ttl is None else spec.ttl.total_seconds(),
+            "source": spec.source.value,
+            "parent_want_id": spec.parent_want_id,
+            "root_want_id": spec.root_want_id or event.want_id,
+            "generation": spec.generation,
+            "instance_id": None,
+            "state": WantState.new.value,
+            "sla_missed": False,
+            "sla_deadline": spec.sla_deadline,
+            "reason": None,
+            "job_run_id": None,
+            "decision_seq": 0,
+            "workflow_id": event.workflow_id,
+            "created_at": at,
+            "updated_at": at,
+        },
+    )
+    subscribe(conn, event.want_id, [spec.ref, *spec.requires], event.workflow_id)
+
+
+@projects(ev.WantBuilding)
+def _want_building(conn: Connection, event: ev.WantBuilding, at: datetime) -> None:
+    set_want(
+        conn,
+        event.want_id,
+        at,
+        state=WantState.building.value,
+        job_run_id=event.job_run_id,
+        decision_seq=event.decision_seq,
+    )
+    link(conn, event.want_id, event.job_run_id, event.relation)
+
+
+@projects(ev.WantAwaitingRequirements)
+def _want_awaiting_requirements(conn: Connection, event: ev.WantAwaitingRequirements, at: datetime) -> None:
+    set_want(conn, event.want_id, at, state=WantState.upstream_building.value)
+
+
+@projects(ev.WantWaitingExternal)
+def _want_waiting_external(conn: Connection, event: ev.WantWaitingExternal, at: datetime) -> None:
+    set_want(
+        conn, event.want_id, at, state=WantState.upstream_building.value, decision_seq=event.decision_seq
+    )
+
+
+@projects(ev.WantBlocked)
+def _want_blocked(conn: Connection, event: ev.WantBlocked, at: datetime) -> None:
+    set_want(
+        conn,
+        event.want_id,
+        at,
+        state=WantState.upstream_building.value,
+        decision_seq=event.decision_seq,
+        reason=event.reason,
+        job_run_id=None,
+    )
+    subscribe(conn, event.want_id, event.refs, workflow_of(conn, event.want_id))
+
+
+@projects(ev.WantUpstreamBuilding)
+def _want_upstream_building(conn: Connection, event: ev.WantUpstreamBuilding, at: datetime) -> None:
+    set_want(conn, event.want_id, at, state=WantState.upstream_building.value)
+    if event.missing:
+        # By ref, not by position: an input live by then has no derivative want.
+        child_of = derivatives_by_ref(conn, event.derivative_want_ids)
+        conn.execute(
+            insert(s.derivatives),
+            [
+                {
+                    "want_id": event.want_id,
+                    "job_run_id": event.job_run_id,
+                    "ref": ref,
+                    "derivative_want_id": child_of.get(ref),
+                }
+                for ref in event.missing
+            ],
+        )
+    subscribe(conn, event.want_id, event.missing, workflow_of(conn, event.want_id))
+
+
+@projects(ev.WantFinished)
+def _want_finished(conn: Connection, event: ev.WantFinished, at: datetime) -> None:
+    set_want(
+        conn,
+        event.want_id,
+        at,
+        state=event.state.value,
+        reason=event.reason,
+        instance_id=event.instance_id,
+    )
+    conn.execute(UNSUBSCRIBE, {"want_id": event.want_id})
+
+
+@projects(ev.WantRetried)
+def _want_retried(conn: Connection, event: ev.WantRetried, at: datetime) -> None:
+    steps = {} if event.decision_seq is None else {"decision_seq": event.decision_seq}
+    set_want(
+        conn,
+        event.want_id,
+        at,
+        state=WantState.new.value,
+        reason=None,
+        instance_id=None,
+        job_run_id=None,
+        **steps,
+    )
+    want = conn.execute(
+        select(s.wants.c.ref, s.wants.c.workflow_id).where(s.wants.c.want_id == event.want_id)
+    ).one()
+    subscribe(conn, event.want_id, [want.ref], want.workflow_id)  # it ended unsubscribed
+
+
+@projects(ev.WantSlaMissed)
+def _want_sla_missed(conn: Connection, event: ev.WantSlaMissed, at: datetime) -> None:
+    conn.execute(UPDATE_WANT, {"pk": event.want_id, "sla_missed": True})
+
+
+@projects(ev.WantSlaAtRisk)
+def _want_sla_at_risk(conn: Connection, event: ev.WantSlaAtRisk, at: datetime) -> None:
+    conn.execute(UPDATE_WANT, {"pk": event.want_id, "sla_at_risk": True})

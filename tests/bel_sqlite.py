@@ -1,0 +1,46 @@
+"""What the unit tests of the BEL's aggregates share: a log on a SQLite file, and a small graph."""
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from databuild.bel import BuildEventLog
+from databuild.domain.decisions import Verdict
+from databuild.graph import Graph
+from databuild.models import InstanceRef, WantSource, WantSpec
+
+graph = Graph("aggregates")
+graph.external("ext/{n}")
+graph.job("a/{n}", "b/{n}")(lambda ctx, n: None)
+for layer in ("up", "mid", "down"):  # the BEL only sees the reads it is told
+    graph.job(f"{layer}/{{n}}", label=layer)(lambda ctx, n: None)
+
+AT = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
+    log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
+    yield log
+    log.dispose()
+
+
+def spec(ref: str, source: WantSource = WantSource.cli) -> WantSpec:
+    return WantSpec(ref=ref, data_timestamp=AT, source=source)
+
+
+def decide(bel: BuildEventLog, want: WantSpec, seq: int = 1) -> Verdict:
+    bel.register_want(want)
+    return bel.decide(want.want_id, seq, graph.resolve(want.ref))
+
+
+def build(bel: BuildEventLog, ref: str, reads: list[InstanceRef] | None = None) -> InstanceRef:
+    """A want for ``ref`` whose run writes instance ``<ref>@<n>`` (n: the run's count of builds)."""
+    verdict = decide(bel, spec(ref))
+    assert verdict.kind == "execute"
+    bel.start_job_run(verdict.job_run_id, 1, "w")
+    written = InstanceRef(ref=ref, instance_id=f"{ref}@{len(bel.instances(ref)) + 1}")
+    bel.succeed_job_run(verdict.job_run_id, reads or [], [written])
+    return written

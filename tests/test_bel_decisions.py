@@ -1,0 +1,45 @@
+"""The decision step of the BEL (``bel.decisions``) on SQLite: the state ``decisions.decide`` reads,
+loaded under the locks of the want and its job's outputs."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from databuild.backfill import BackfillRequest
+from databuild.bel import BuildEventLog
+from databuild.models import InstanceRef, WantSource, WantSpec
+from tests.bel_sqlite import bel, decide, graph, spec
+
+pytestmark = pytest.mark.unit
+__all__ = ["bel"]
+
+
+def test_execute_then_delegate_then_live(bel: BuildEventLog) -> None:
+    first = decide(bel, spec("a/1"))
+    assert first.kind == "execute" and first.outputs == ["a/1", "b/1"]
+    assert not bel.lease_expired(first.job_run_id)  # a queued run gets its build lease
+    second = decide(bel, spec("b/1"))
+    assert second.kind == "delegate" and second.job_run_id == first.job_run_id
+    bel.start_job_run(first.job_run_id, 1, "w")
+    bel.succeed_job_run(first.job_run_id, [], [InstanceRef(ref=o, instance_id=o) for o in first.outputs])
+    third = decide(bel, spec("a/1", WantSource.api))
+    assert third.kind == "live" and third.instance_id == "a/1"
+
+
+def test_a_failed_output_blocks_and_an_external_ref_waits(bel: BuildEventLog) -> None:
+    failed = decide(bel, spec("up/1"))
+    bel.fail_job_run(failed.job_run_id, "boom")
+    blocked = decide(bel, spec("up/1", WantSource.api))
+    assert blocked.kind == "blocked" and blocked.blocked_refs == ["up/1"]
+    assert decide(bel, spec("ext/1")).kind == "wait_external"
+
+
+def test_a_want_of_a_paused_backfill_is_paused(bel: BuildEventLog) -> None:
+    at = datetime(2024, 1, 1, tzinfo=UTC)
+    request = BackfillRequest(pattern="up/{n}", start=at, end=at)
+    want = WantSpec(ref="up/1", data_timestamp=at, source=WantSource.backfill)
+    bel.record_backfill(request, 1, [want])
+    bel.pause_backfill(request.backfill_id, True)
+    assert bel.decide(want.want_id, 1, graph.resolve("up/1")).kind == "paused"
+    bel.pause_backfill(request.backfill_id, False)
+    assert bel.decide(want.want_id, 2, graph.resolve("up/1")).kind == "execute"

@@ -1,0 +1,49 @@
+"""The pools aggregate of the BEL (``bel.pools``) on SQLite: admission to pool slots, leases."""
+
+from datetime import timedelta
+
+import pytest
+
+from databuild.bel import BuildEventLog
+from databuild.models import JobRunState
+from tests.bel_sqlite import bel, decide, spec
+
+pytestmark = pytest.mark.unit
+__all__ = ["bel"]
+
+
+def test_a_pool_admits_as_many_runs_as_it_has_slots(bel: BuildEventLog) -> None:
+    first, second = (decide(bel, spec(f"up/{n}")) for n in (1, 2))
+    assert bel.pools_have_room({"p": 1})
+    assert bel.request_admission(first.job_run_id, {"p": 1})
+    assert not bel.pools_have_room({"p": 1})
+    assert not bel.request_admission(second.job_run_id, {"p": 1})
+    assert not bel.request_admission(second.job_run_id, {"p": 1})  # it is in line once
+    assert bel.job_run(second.job_run_id).waiting_for_pools == ["p"]
+    assert len(bel.events(types=["JobRunWaiting"])) == 2  # each run joined the line once
+    assert bel.admitted_not_started() == [bel.job_run(first.job_run_id).workflow_id]
+    # The slot of a run that ends goes to the head of the line.
+    bel.fail_job_run(first.job_run_id, "boom")
+    assert bel.admitted_not_started() == [bel.job_run(second.job_run_id).workflow_id]
+    assert bel.request_admission(second.job_run_id, {"p": 1})
+
+
+def test_without_pools_or_once_ended_a_run_may_start(bel: BuildEventLog) -> None:
+    verdict = decide(bel, spec("up/1"))
+    assert bel.request_admission(verdict.job_run_id, {})
+    assert not bel.batch_is_full(verdict.job_run_id)
+    ended = decide(bel, spec("up/2"))
+    bel.fail_job_run(ended.job_run_id, "boom")
+    assert bel.job_run(ended.job_run_id).state is JobRunState.failed
+    assert bel.request_admission(ended.job_run_id, {"p": 1})
+    assert bel.events(types=["JobRunWaiting"]) == []
+
+
+def test_a_lease_lapses_unless_renewed(bel: BuildEventLog) -> None:
+    verdict = decide(bel, spec("up/1"))
+    assert not bel.lease_expired(verdict.job_run_id)  # a queued run gets its lease
+    bel.renew_lease(verdict.job_run_id, timedelta(seconds=-1))
+    assert bel.lease_expired(verdict.job_run_id)
+    bel.renew_lease(verdict.job_run_id, timedelta(minutes=5))
+    assert not bel.lease_expired(verdict.job_run_id)
+    assert bel.lease_expired("jr-unknown")

@@ -1,0 +1,114 @@
+"""The wants aggregate of the BEL (``bel.wants``) on SQLite: registration, waiting for inputs, SLA
+flags, cancelling, finishing and reopening, and the reads of wants."""
+
+from datetime import timedelta
+
+import pytest
+
+from databuild.bel import BuildEventLog
+from databuild.domain.endings import Finished
+from databuild.errors import NotFoundError
+from databuild.models import InstanceRef, JobRunState, WantSource, WantState
+from tests.bel_sqlite import AT, bel, build, decide, spec
+
+pytestmark = pytest.mark.unit
+__all__ = ["bel"]
+
+
+def test_registering_is_idempotent_and_the_want_reads_back(bel: BuildEventLog) -> None:
+    want, created = bel.register_want(spec("a/1"))
+    again, created_again = bel.register_want(spec("a/1"))
+    assert (created, created_again) == (True, False) and want == again
+    assert bel.want(want.want_id) == want and bel.find_want("nope") is None
+    assert bel.wants(ref_glob="a/*") == [want] and bel.wants(state=WantState.failed) == []
+    assert bel.wants_by_id([want.want_id, want.want_id]) == [want]
+    assert bel.decision_seq(want.want_id) == 0
+    with pytest.raises(NotFoundError):
+        bel.want("nope")
+
+
+def test_a_want_waits_for_its_missing_inputs_through_derivative_wants(bel: BuildEventLog) -> None:
+    verdict = decide(bel, spec("mid/1"))
+    want = bel.wants()[0]
+    status, started = bel.await_dependencies(want.want_id, verdict.job_run_id, ["up/1", "ext/1"])
+    assert status.live == [] and status.failed == {}
+    assert sorted(d.ref for d in started) == ["ext/1", "up/1"]
+    assert bel.want(want.want_id).state is WantState.upstream_building
+    derivatives = bel.derivatives_of([want.want_id])
+    assert sorted(ref for _, _, ref, _ in derivatives) == ["ext/1", "up/1"]
+    family, _runs = bel.want_family(want.want_id)
+    assert len(family) == 3 and {w.source for w in family[:2]} == {WantSource.derivative}
+    # Asked again (a retried activity), nothing new is recorded.
+    before = bel.last_idx()
+    assert bel.await_dependencies(want.want_id, verdict.job_run_id, ["up/1", "ext/1"])[1] == started
+    assert bel.last_idx() == before
+
+
+def test_an_ended_want_starts_no_derivatives(bel: BuildEventLog) -> None:
+    want, _ = bel.register_want(spec("mid/1"))
+    bel.cancel_wants([want.want_id], "stop")
+    status, started = bel.await_dependencies(want.want_id, None, ["up/1"])
+    assert started == [] and status.failed == {"up/1": f"want {want.want_id} has ended (canceled)"}
+
+
+def test_requirements_live_already_are_reported(bel: BuildEventLog) -> None:
+    bel.publish_external("ext/1")
+    want, _ = bel.register_want(spec("a/1"))
+    assert bel.await_requirements(want.want_id, ["ext/1", "ext/2"]) == ["ext/1"]
+    assert [e.type for e in bel.events(want_id=want.want_id)][-1] == "WantAwaitingRequirements"
+    before = bel.last_idx()
+    bel.await_requirements(want.want_id, ["ext/1"])  # no longer new: nothing recorded
+    assert bel.last_idx() == before
+
+
+def test_sla_flags_are_raised_once(bel: BuildEventLog) -> None:
+    want, _ = bel.register_want(spec("a/1"))
+    assert bel.mark_sla_missed(want.want_id, AT).sla_missed
+    assert bel.mark_sla_at_risk(want.want_id, AT, AT + timedelta(hours=1), "a")[1]
+    assert not bel.mark_sla_at_risk(want.want_id, AT, AT, None)[1]
+    bel.mark_sla_missed(want.want_id, AT)
+    assert len(bel.events(types=["WantSlaMissed", "WantSlaAtRisk"])) == 2
+    assert bel.sla_misses() == []  # no deadline of its own
+
+
+def test_cancelling_ends_open_wants_and_abandons_the_runs_no_one_needs(bel: BuildEventLog) -> None:
+    first = decide(bel, spec("a/1"))
+    other = decide(bel, spec("up/1"))
+    decide(bel, spec("up/1", WantSource.api))  # delegates: its run is still needed
+    mine = [w for w in bel.wants() if w.ref in ("a/1", "up/1") and w.source is WantSource.cli]
+    cancelled, told = bel.cancel_wants([w.want_id for w in mine], "operator")
+    assert {w.state for w in cancelled} == {WantState.canceled}
+    assert told == [bel.job_run(first.job_run_id).workflow_id]
+    assert bel.job_run(first.job_run_id).state is JobRunState.cancelled
+    assert bel.job_run(other.job_run_id).state is JobRunState.queued
+    assert bel.cancel_wants([w.want_id for w in mine], "again") == ([], [])
+
+
+def test_a_finish_is_recorded_once_and_a_retry_reopens_it(bel: BuildEventLog) -> None:
+    written = build(bel, "up/1")
+    want = bel.wants()[0]
+    done, how = bel.finish_want(want.want_id, WantState.successful, instance_id=written.instance_id, seq=1)
+    assert (done.state, how) == (WantState.successful, Finished.recorded)
+    assert bel.finish_want(want.want_id, WantState.failed, seq=1)[1] is Finished.already
+    assert bel.reopen_wants([want.want_id]) == []  # only failed or canceled wants reopen
+    failed, _ = bel.register_want(spec("ext/9"))
+    bel.finish_want(failed.want_id, WantState.failed, "no")
+    (reopened,) = bel.reopen_wants([failed.want_id])
+    assert reopened.state is WantState.new and bel.decision_seq(failed.want_id) == 1
+    assert bel.finish_want(failed.want_id, WantState.failed, seq=0)[1] is Finished.stale
+
+
+def test_links_of_wants_to_runs(bel: BuildEventLog) -> None:
+    verdict = decide(bel, spec("up/1"))
+    joined = decide(bel, spec("up/1", WantSource.api))
+    assert joined.job_run_id == verdict.job_run_id
+    ids = sorted(w.want_id for w in bel.wants())
+    links = bel.want_links(ids)
+    assert sorted(relation for _, _, relation in links) == ["delegated", "executed"]
+    wanted, total = bel.wanted_by(verdict.job_run_id)
+    assert total == 2 and {w for w, _ in wanted} == set(ids)
+    assert bel.waiting_on(verdict.job_run_id) == 2
+    assert bel.delegations_to(verdict.job_run_id)[1] == 1
+    bel.start_job_run(verdict.job_run_id, 1, "w")
+    bel.succeed_job_run(verdict.job_run_id, [], [InstanceRef(ref="up/1", instance_id="u")])
+    assert [run.state for _, run in bel.want_job_runs(ids[0])] == [JobRunState.succeeded]
