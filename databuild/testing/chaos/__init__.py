@@ -2,7 +2,7 @@
 database, `databuild worker` processes, a PostgreSQL BEL of its own), a backfill-sized workload, faults
 at moments drawn from a seed, and the invariants that must hold afterwards.
 
-Used by ``tests/test_chaos.py`` (a short run and two scripted restarts, in CI) and
+Used by ``tests/test_chaos.py`` (a short run, and a scripted run with two restarts, in CI) and
 ``bench/bench_chaos.py`` (the soak, ``make chaos``).
 
 Faults:
