@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field
 
 from databuild.bel.queries import BelQueries
-from databuild.domain.retention import instance_verdict, log_verdict, submission_verdict
+from databuild.domain.retention import Verdict, instance_verdict, log_verdict, submission_verdict
 from databuild.jobs.storage import LogFolder, Storage, StoredInstance, SubmissionArea
 from databuild.models import AttemptOutput, Instance, JobRun, Model
 
@@ -125,33 +125,31 @@ def _collect_submissions(
     for area in census.submissions:
         run = census.runs.get(area.job_run_id)
         verdict = submission_verdict(area.attempt, area.modified, run, now=census.now, keep=census.keep)
-        if not verdict.delete:
-            continue
-        deleted.append(
-            Collected(
-                kind="submission",
-                location=storage.uri_of(area.key),
-                job_run_id=area.job_run_id,
-                reason=verdict.reason,
-            )
-        )
-        if not dry_run:
-            storage.delete(area.key)
+        _collect_folder("submission", area.key, area.job_run_id, verdict, storage, deleted, dry_run=dry_run)
 
 
 def _collect_logs(census: _Census, storage: Storage, deleted: list[Collected], *, dry_run: bool) -> None:
     for folder in census.old_logs:
-        run = census.runs.get(folder.job_run_id)
-        verdict = log_verdict(folder.modified, run, now=census.now, keep=census.keep)
-        if not verdict.delete:
-            continue
-        deleted.append(
-            Collected(
-                kind="log",
-                location=storage.uri_of(folder.key),
-                job_run_id=folder.job_run_id,
-                reason=verdict.reason,
-            )
+        verdict = log_verdict(
+            folder.modified, census.runs.get(folder.job_run_id), now=census.now, keep=census.keep
         )
-        if not dry_run:
-            storage.delete(folder.key)
+        _collect_folder("log", folder.key, folder.job_run_id, verdict, storage, deleted, dry_run=dry_run)
+
+
+def _collect_folder(
+    kind: Literal["submission", "log"],
+    key: str,
+    job_run_id: str,
+    verdict: Verdict,
+    storage: Storage,
+    deleted: list[Collected],
+    *,
+    dry_run: bool,
+) -> None:
+    """A run's folder (a submission's files, an attempt's logs), recorded and deleted if its verdict says so."""
+    if not verdict.delete:
+        return
+    location = storage.uri_of(key)
+    deleted.append(Collected(kind=kind, location=location, job_run_id=job_run_id, reason=verdict.reason))
+    if not dry_run:
+        storage.delete(key)
