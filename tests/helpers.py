@@ -31,12 +31,14 @@ def instance_dir(settings: Settings, ref: str, instance_id: str | None) -> Path:
 TOKEN = "token-that-down-presents-to-up"
 
 
-async def until(check: Callable[[], bool], seconds: float = 60) -> None:
-    for _ in range(int(seconds * 10)):
-        if check():
-            return
+async def until(check: Callable[[], bool], what: str = "the condition", seconds: float = 60) -> None:
+    """Wait until ``check()`` holds, for ``seconds`` of wall time (not a count of polls: a starved machine
+    polls less often)."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened within {seconds:g} s: {what}")
         await asyncio.sleep(0.1)
-    raise AssertionError("condition not reached in time")
 
 
 def until_listening(port: int, seconds: float = 10) -> None:

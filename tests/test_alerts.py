@@ -42,6 +42,7 @@ from databuild.temporal import protocol as p
 from databuild.temporal.connection import ensure_search_attributes
 from databuild.testing import free_port, make_settings, skip_time
 from databuild.web import create_app, web_context
+from tests.helpers import until
 from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed, want_steps
 from workflows.alert import AlertWorkflow
 from workflows.alert_channel import AlertChannelWorkflow
@@ -189,14 +190,6 @@ async def alerting(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncItera
     smtp.stop()
     bel.dispose()
     await env.shutdown()
-
-
-async def until(condition: Any, what: str, seconds: float = 60) -> None:
-    for _ in range(int(seconds * 10)):
-        if condition():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"never happened: {what}")
 
 
 async def test_sla_at_risk_then_missed_reach_a_webhook_that_comes_back_and_a_mailbox_once(

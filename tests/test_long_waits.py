@@ -3,7 +3,6 @@
 The want workflow and its activities are the real ones; the job run is ``tests.timed``'s double.
 """
 
-import asyncio
 import shutil
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -23,6 +22,7 @@ from databuild.client import DataBuild
 from databuild.models import PartitionStatus, WantSource, WantState
 from databuild.temporal.connection import ensure_search_attributes
 from databuild.testing import make_settings, skip_time
+from tests.helpers import until
 from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed, want_steps
 from workflows.want import WantWorkflow
 
@@ -77,11 +77,7 @@ async def run_lengths(client: Client, workflow_id: str) -> list[int]:
 
 
 async def until_state(db: DataBuild, want_id: str, state: WantState) -> None:
-    for _ in range(600):
-        if db.bel.want(want_id).state is state:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"want {want_id} never reached {state.value}: {db.bel.want(want_id)}")
+    await until(lambda: db.bel.want(want_id).state is state, f"want {want_id} {state.value}")
 
 
 async def test_want_blocked_for_a_month_keeps_a_short_history(

@@ -5,6 +5,7 @@ in the other tests (test_delegation, test_failures, test_time ...)."""
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from databuild.domain.events import CANCELLED_REASON as CANCELED
 from databuild.models import JobRunCause, JobRunState, WantSpec, WantState, job_run_workflow_id
 from databuild.temporal import protocol as p
 from databuild.temporal.connection import ensure_search_attributes
+from databuild.testing import skip_time
 from tests.conftest import binary
 from tests.workflow_doubles import (
     JOB_LABEL,
@@ -292,6 +294,32 @@ async def test_watch_seeing_the_run_ended_makes_the_want_decide_again(h: Harness
     assert (result.state, result.instance_id) == (WantState.successful, "i-4")
     assert [i.seq for i in script.inputs("decide")] == [1, 2]
     assert script.inputs("watch") == [p.WatchInput(job_run_id=run_id)] * 2
+
+
+async def test_time_skips_again_after_a_want_ends_while_its_watch_looks(h: Harness, script: Script) -> None:
+    """The test server leaks the time-skipping lock of a watch still looking when its want ends
+    (temporalio/sdk-java#1138); skip_time finds virtual time stuck at the wall clock's pace and releases
+    it, instead of sleeping hours of wall time."""
+    spec, run_id = new_spec(), new_run_id()
+    script.then("decide", delegate_decision(run_id, [spec.ref]))
+    looking = asyncio.Event()
+
+    async def slow_look(_input: object) -> ApplicationError:
+        looking.set()
+        await asyncio.sleep(3)
+        return still_waiting(_input)
+
+    script.always("watch", slow_look)
+    handle = await h.start_want(spec)
+    async with asyncio.timeout(WAIT):
+        await looking.wait()
+    await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "i-2", run_id))
+    assert (await handle.result()).state is WantState.successful
+
+    before, started = await h.env.get_current_time(), time.monotonic()
+    await skip_time(h.env, timedelta(hours=6), step=timedelta(hours=1), stuck_after=timedelta(seconds=2))
+    assert await h.env.get_current_time() - before >= timedelta(hours=6)
+    assert time.monotonic() - started < WAIT
 
 
 async def test_failed_run_fails_the_want(h: Harness, script: Script) -> None:

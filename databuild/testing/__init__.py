@@ -6,10 +6,12 @@ one's own, a free port) and the check that a log's projections are what its even
 submodules: a Spark standalone cluster and `databuild worker` processes on loopback (``cluster``), the
 proof under faults (``chaos``), and the graphs the benchmarks run (``graphs``)."""
 
+import asyncio
 import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -18,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, select
 from sqlalchemy.engine import make_url
+from temporalio.api.testservice.v1 import UnlockTimeSkippingRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
@@ -30,6 +33,9 @@ from databuild.temporal.connection import temporal_binary
 from databuild.temporal.protocol import SEARCH_ATTRIBUTES
 
 log = logging.getLogger(__name__)
+
+# Wall time after which a time-skipping sleep whose clock only keeps pace is taken as held by a leaked lock.
+STUCK_AFTER = timedelta(seconds=20)
 
 # The PostgreSQL the tests and benchmarks use (an existing database; CI provides one).
 POSTGRES_ADMIN_URL = os.environ.get(
@@ -131,16 +137,43 @@ async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
     )
 
 
-async def skip_time(env: WorkflowEnvironment, span: timedelta, step: timedelta = timedelta(days=1)) -> None:
+async def skip_time(
+    env: WorkflowEnvironment,
+    span: timedelta,
+    step: timedelta = timedelta(days=1),
+    stuck_after: timedelta = STUCK_AFTER,
+) -> None:
     """Skip ``span`` of workflow time on the time-skipping server, a ``step`` at a time: one long sleep is
     one RPC, and the SDK gives it 30 seconds of wall time, which a month of timers outlasts under load.
-    A sleep the server or the connection cut off is taken up from where the server's clock got to."""
+    A sleep the server or the connection cut off is taken up from where the server's clock got to.
+
+    The test server never releases the time-skipping lock of an activity still scheduled or running when
+    its workflow ends (temporalio/sdk-java#1138; a want ending while its watch looks, say), and virtual
+    time then only keeps pace with the wall clock: a sleep of hours hangs. Nothing else holds that lock
+    for ``stuck_after`` of wall time here, so a sleep whose clock has not run ahead of the wall clock
+    by then releases the leaked lock once, and goes on."""
     target = await env.get_current_time() + span
     while (now := await env.get_current_time()) < target:
+        sleep = asyncio.ensure_future(env.sleep(min(step, target - now)))
         try:
-            await env.sleep(min(step, target - now))
+            await _release_a_leaked_lock(env, sleep, stuck_after)
+            await sleep
         except RPCError as error:
             log.warning("a time-skipping sleep was cut off (%s); going on from the server's time", error)
+
+
+async def _release_a_leaked_lock(
+    env: WorkflowEnvironment, sleep: "asyncio.Future[None]", after: timedelta
+) -> None:
+    """Wait for ``sleep``; if virtual time has kept only the wall clock's pace for ``after``, unlock once."""
+    started, virtual = time.monotonic(), await env.get_current_time()
+    done, _ = await asyncio.wait([sleep], timeout=after.total_seconds())
+    if done:
+        return
+    skipped = (await env.get_current_time() - virtual).total_seconds()
+    if skipped < 2 * (time.monotonic() - started):
+        log.warning("virtual time stopped skipping (a lock leaked by temporalio/sdk-java#1138): releasing it")
+        await env.client.test_service.unlock_time_skipping(UnlockTimeSkippingRequest())
 
 
 def free_port() -> int:
