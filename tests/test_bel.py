@@ -96,7 +96,7 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     from alembic.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    from databuild.bel.migrate import BASELINE, alembic_config
+    from databuild.bel.migrate import BASELINE, HEAD, alembic_config
 
     bel = BuildEventLog.create(empty_url)
     execute_then_active_then_historical_delegation(bel)
@@ -111,6 +111,7 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     with upgraded.writer.connect() as conn:
         config = alembic_config(conn)
         head = ScriptDirectory.from_config(config).get_current_head()
+        assert head == HEAD  # a log at HEAD is taken as current without asking Alembic
         assert MigrationContext.configure(conn).get_current_revision() == head
         command.check(config)  # raises if the models and the upgraded schema differ
     assert [(e.idx, e.type, e.ref) for e in upgraded.events(limit=1000)] == history

@@ -1,19 +1,26 @@
 """Bring a BEL database to the current schema with Alembic: from empty, or from release 0.1.0 or later."""
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, inspect, text
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 # The revision of release 0.1.0: every later revision is tested as an upgrade from it.
 BASELINE = "0.1.0"
+# The newest revision (a test holds it to Alembic's head). A log already at it is not handed to Alembic,
+# whose import and script loading took most of a second of every command's start.
+HEAD = "0.1.0"
 # Concurrent first starts (a worker and the CLI) take turns on this lock.
 _LOCK_KEY = 0x64617461_6275696C  # "databuil"
 
 
-def alembic_config(connection: Connection | None = None, url: str | None = None) -> Config:
+def alembic_config(connection: Connection | None = None, url: str | None = None) -> "Config":
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     if url:
@@ -26,4 +33,16 @@ def upgrade(connection: Connection) -> None:
     """Upgrade to head inside the caller's transaction (SQLite: BEGIN IMMEDIATE serialises it)."""
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+    if current_revision(connection) == HEAD:
+        return
+    from alembic import command
+
     command.upgrade(alembic_config(connection), "head")
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The revision the log's schema is at; None for an empty database."""
+    if not inspect(connection).has_table("alembic_version"):
+        return None
+    revision: str | None = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    return revision

@@ -10,7 +10,6 @@ from databuild.cli import render
 from databuild.cli.app import CliError, JsonFlag, app, bel, client, console, emit, run, settings, with_client
 from databuild.config import masked_url
 from databuild.durations import parse_setting_duration
-from databuild.jobs.storage import Storage
 
 
 @app.command()
@@ -135,6 +134,7 @@ def gc(
     """Delete instance locations nothing needs: not live, not pinned, not being written, and retired
     (superseded, tainted, or never published) longer than the retention ago; and the folders failed
     submitted attempts left. Workers do this every DATABUILD_GC_EVERY (1h)."""
+    from databuild.jobs.storage import Storage  # pyarrow: loaded by gc only
     from databuild.operations.garbage import collect_garbage
 
     configured = settings()

@@ -3,6 +3,7 @@
 import contextlib
 from collections import Counter
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -23,7 +24,6 @@ from databuild.models import (
     Want,
     WantState,
 )
-from databuild.operations.garbage import GcReport
 from databuild.views.lineage import FamilyProgress, JobRunView, PartitionView, RelatedEntities, WantView
 
 STATE_STYLE = {
@@ -47,6 +47,9 @@ STATE_STYLE = {
     PartitionStatus.missing: "white",
     PartitionStatus.tainted: "yellow",
 }
+
+if TYPE_CHECKING:  # gc's module loads pyarrow, which only `databuild gc` needs
+    from databuild.operations.garbage import GcReport
 
 
 INSTANCE_STYLE = {
@@ -374,7 +377,7 @@ def stats_view(stats: BuildStats) -> Group:
     return Group(table, summary)
 
 
-def gc_report(report: GcReport) -> Group:
+def gc_report(report: "GcReport") -> Group:
     table = Table("kind", "location", "why", title="would delete" if report.dry_run else "deleted")
     for item in report.deleted:
         table.add_row(item.kind, Text(item.location), item.reason)

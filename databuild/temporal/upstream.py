@@ -4,8 +4,8 @@ partition locally: the same path as `databuild publish`, the HTTP call and the p
 
 import re
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
-import httpx
 from pydantic import ValidationError
 
 from databuild.config import Settings, masked_url
@@ -29,6 +29,9 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 
 # (ref, instance id, location) -> changed anything
 Announce = Callable[[str, str | None, str | None], Awaitable[bool]]
+
+if TYPE_CHECKING:  # the CLI imports this module; httpx is only needed to pull
+    import httpx
 
 
 class UpstreamError(DataBuildError):
@@ -69,6 +72,8 @@ def check_upstream(name: str, url: str | None, patterns: list[str]) -> None:
     if not _NAME.fullmatch(name):
         raise InvalidInputError(f"upstream name {name!r} must be 1-100 of A-Z a-z 0-9 _ . -")
     if url is not None:
+        import httpx
+
         parsed = httpx.URL(url)
         if parsed.scheme not in ("http", "https") or not parsed.host:
             raise InvalidInputError(
@@ -98,7 +103,7 @@ def token_for(settings: Settings, name: str) -> str | None:
 
 
 async def fetch_page(
-    client: httpx.AsyncClient, url: str, patterns: list[str], cursor: int, token: str | None
+    client: "httpx.AsyncClient", url: str, patterns: list[str], cursor: int, token: str | None
 ) -> EventPage:
     params: list[tuple[str, str | int | float | bool | None]] = [
         ("since_idx", cursor),
@@ -133,7 +138,7 @@ async def fetch_page(
 
 
 async def pull(
-    client: httpx.AsyncClient,
+    client: "httpx.AsyncClient",
     url: str,
     patterns: list[str],
     cursor: int,
