@@ -17,6 +17,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
+from xdist.remote import Producer
+from xdist.scheduler import LoadScopeScheduling
 
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
@@ -190,6 +192,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return (slow, -per_module[module], module)
 
     items.sort(key=rank)
+
+
+# The modules that read the session's demo run: one pytest worker takes them all (with test_cluster, first
+# in line), so the demo is built once per run, not once per worker.
+DEMO_MODULES = ("test_cluster", "test_dashboard", "test_demo_e2e", "test_lineage")
+
+
+class ModuleScheduling(LoadScopeScheduling):
+    """`--dist loadfile`, but the modules reading the demo run go to one worker as one unit."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        module = nodeid.partition("::")[0]
+        return "demo" if Path(module).stem in DEMO_MODULES else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> ModuleScheduling | None:
+    return ModuleScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 # The JVMs of the tests (each pytest worker's Spark driver, the `databuild worker` and `dev` processes
