@@ -233,6 +233,17 @@ def paced(ctx: JobContext, day: str) -> None:
     ctx.write(f"paced/{day}", ctx.spark.range(2).selectExpr("id", f"'{day}' as day"))
 
 
+# gated/{day}: one run at a time cluster-wide; a day in GATES holds its slot until the test opens its gate.
+GATES: dict[str, threading.Event] = {}
+
+
+@batches.job("gated/{day}", max_running=1)
+def gated(ctx: JobContext, day: str) -> None:
+    if day in GATES and not GATES[day].wait(timeout=120):
+        raise RuntimeError(f"the gate of gated/{day} was never opened")
+    ctx.write(f"gated/{day}", ctx.spark.range(2).selectExpr("id", f"'{day}' as day"))
+
+
 # logs: jobs that log (ctx.log, logging, warnings) and fail, for attempt logs; shaped/{n} writes the columns
 # SHAPES[n] names, for instance facts. Two chatty attempts of one tag meet at MEET[tag] before each line,
 # so they log at the same time on threads of one worker.

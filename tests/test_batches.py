@@ -2,6 +2,7 @@
 interactive wants, and a batch in which one partition's input is missing."""
 
 import asyncio
+import threading
 from datetime import UTC, date, datetime, timedelta
 
 import pyarrow as pa
@@ -11,6 +12,7 @@ import pytest
 from databuild.backfill import BackfillRequest
 from databuild.jobs.spark import SparkRuntime
 from databuild.models import JobRun, JobRunState, PartitionStatus, WantState
+from tests import graphs
 from tests.conftest import Stack
 from tests.helpers import lake, until
 
@@ -127,6 +129,35 @@ async def test_an_interactive_want_starts_before_the_queued_backfill_runs(make_s
     # The backfill's first run was going already; the interactive one was next, ahead of three older runs.
     assert order[1] == "paced/2024-07-01", order
     assert most_at_once(stack, {r.job_run_id for r in runs_of(stack, "paced")}) == 1
+
+
+async def test_a_want_whose_sla_is_at_risk_goes_first_then_by_slack_and_backfills_last(make_stack) -> None:
+    """One slot, held; in line: a backfill's runs, then an interactive want without an SLA, then one whose
+    SLA is at risk (due in a minute). The slot goes to the one at risk, then the other, then the backfill."""
+    stack = await make_stack(graph=GRAPH, pools=POOLS)
+    graphs.GATES["hold"] = gate = threading.Event()
+    try:
+        await stack.db.want("gated/hold")
+        await until(
+            lambda: any(r.state is JobRunState.running for r in runs_of(stack, "gated")), "the slot held"
+        )
+        progress = await stack.db.backfill(request("gated/{day}", date(2024, 6, 1), 2))
+        now = datetime.now(UTC)
+        relaxed = await stack.db.want("gated/relaxed", data_timestamp=now)
+        at_risk = await stack.db.want("gated/at-risk", data_timestamp=now, sla=timedelta(minutes=1))
+        await until(
+            lambda: sum(bool(r.waiting_for_pools) for r in runs_of(stack, "gated")) == 4, "four in line"
+        )
+    finally:
+        gate.set()
+        graphs.GATES.pop("hold", None)
+    for spec in (relaxed, at_risk):
+        assert (await stack.db.wait(spec)).state is WantState.successful
+    await finished(stack, progress.backfill_id)
+    started = [e for e in stack.bel.events(limit=100_000) if e.type == "JobRunStarted"]
+    order = [stack.bel.job_run(e.job_run_id).outputs[0] for e in started]
+    assert order[:3] == ["gated/hold", "gated/at-risk", "gated/relaxed"], order
+    assert sorted(order[3:]) == ["gated/2024-06-01", "gated/2024-06-02"], order
 
 
 async def test_a_batch_missing_one_input_waits_for_that_input_only(make_stack, spark_runtime) -> None:

@@ -5,8 +5,8 @@ from datetime import timedelta
 import pytest
 
 from databuild.bel import BuildEventLog
-from databuild.models import JobRunState
-from tests.bel_sqlite import bel, decide, spec
+from databuild.models import JobRunState, WantSpec
+from tests.bel_sqlite import AT, bel, decide, spec
 
 pytestmark = pytest.mark.unit
 __all__ = ["bel"]
@@ -47,3 +47,16 @@ def test_a_lease_lapses_unless_renewed(bel: BuildEventLog) -> None:
     bel.renew_lease(verdict.job_run_id, timedelta(minutes=5))
     assert not bel.lease_expired(verdict.job_run_id)
     assert bel.lease_expired("jr-unknown")
+
+
+def test_the_line_of_a_full_pool_goes_by_sla_slack(bel: BuildEventLog) -> None:
+    holder = decide(bel, spec("up/1"))
+    assert bel.request_admission(holder.job_run_id, {"p": 1})
+    no_sla = decide(bel, spec("up/2"))
+    due_late = decide(bel, WantSpec(ref="up/3", data_timestamp=AT, sla=timedelta(hours=9)))
+    due_soon = decide(bel, WantSpec(ref="up/4", data_timestamp=AT, sla=timedelta(hours=1)))
+    for queued in (no_sla, due_late, due_soon):  # in that order
+        assert not bel.request_admission(queued.job_run_id, {"p": 1})
+    for ended, admitted in ((holder, due_soon), (due_soon, due_late), (due_late, no_sla)):
+        bel.fail_job_run(ended.job_run_id, "boom")  # its slot goes to the run with the least slack
+        assert bel.admitted_not_started() == [bel.job_run(admitted.job_run_id).workflow_id]

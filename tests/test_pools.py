@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from databuild.config import Settings
-from databuild.domain.pools import BACKGROUND, URGENT, Waiting, admit, pools_of, want_priority
+from databuild.domain.pools import BACKGROUND, URGENT, Waiting, admit, latest_start, pools_of, want_priority
 from databuild.errors import GraphDefinitionError
 from databuild.graph import Graph
 from databuild.models import WantSource
@@ -16,8 +16,16 @@ pytestmark = pytest.mark.unit
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-def waiting(run: str, pools: dict[str, int], priority: int = URGENT, minute: int = 0) -> Waiting:
-    return Waiting(job_run_id=run, pools=pools, priority=priority, queued_at=T0 + timedelta(minutes=minute))
+def waiting(
+    run: str, pools: dict[str, int], priority: int = URGENT, minute: int = 0, start_by: int | None = None
+) -> Waiting:
+    return Waiting(
+        job_run_id=run,
+        pools=pools,
+        priority=priority,
+        queued_at=T0 + timedelta(minutes=minute),
+        latest_start=None if start_by is None else T0 + timedelta(minutes=start_by),
+    )
 
 
 def test_the_most_urgent_then_the_oldest_take_the_free_slots() -> None:
@@ -29,6 +37,25 @@ def test_the_most_urgent_then_the_oldest_take_the_free_slots() -> None:
     assert admit(line, {"etl": 1}) == ["interactive"]
     assert admit(line, {}) == ["interactive", "old-backfill"]
     assert admit(line, {"etl": 2}) == []
+
+
+def test_among_equals_the_least_sla_slack_goes_first_and_no_sla_goes_last() -> None:
+    line = [
+        waiting("no-sla", {"etl": 1}, BACKGROUND, minute=0),
+        waiting("due-late", {"etl": 1}, BACKGROUND, minute=1, start_by=90),
+        waiting("due-soon", {"etl": 1}, BACKGROUND, minute=2, start_by=30),
+        waiting("interactive", {"etl": 1}, URGENT, minute=3),
+    ]
+    order = []
+    for _ in line:  # one slot: each admission takes it, then the run ends
+        (admitted,) = admit([w for w in line if w.job_run_id not in order], {})
+        order.append(admitted)
+    assert order == ["interactive", "due-soon", "due-late", "no-sla"]  # priority first, then slack
+
+
+def test_the_latest_start_is_the_deadline_less_the_usual_duration() -> None:
+    assert latest_start(T0, timedelta(minutes=10)) == T0 - timedelta(minutes=10)
+    assert latest_start(None, timedelta(minutes=10)) is None
 
 
 def test_a_run_needs_a_slot_of_every_pool_and_one_that_does_not_fit_holds_back_no_other() -> None:

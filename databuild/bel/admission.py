@@ -2,13 +2,16 @@
 pools' locks: the slots taken, each waiting run's priority, and the runs ``pools.admit`` lets in."""
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Connection, Select, func, select
 
 from databuild.bel import schema as s
+from databuild.bel.measures import durations_select, seconds_of
 from databuild.bel.transaction import WriteTx
 from databuild.domain import pools
+from databuild.domain.estimates import durations_of
 from databuild.models import WantSource, WantState
 
 
@@ -37,13 +40,14 @@ def admit(tx: WriteTx, locked: Sequence[str]) -> list[str]:
     if not candidates:
         return []
     taken = {row.pool: int(row.n) for row in conn.execute(slots_taken(locked_set))}
-    priority = run_priorities(conn, candidates)
+    urgency = run_urgencies(conn, candidates)
     waiting = [
         pools.Waiting(
             job_run_id=run,
             pools=needs[run],
-            priority=priority.get(run, pools.BACKGROUND),
+            priority=urgency[run].priority if run in urgency else pools.BACKGROUND,
             queued_at=queued_at[run],
+            latest_start=urgency[run].latest_start if run in urgency else None,
         )
         for run in candidates
     ]
@@ -52,20 +56,46 @@ def admit(tx: WriteTx, locked: Sequence[str]) -> list[str]:
     return admitted
 
 
-def run_priorities(conn: Connection, job_run_ids: Sequence[str]) -> dict[str, int]:
-    """Each run's priority: that of the most urgent want still waiting on it."""
+@dataclass
+class Urgency:
+    priority: int
+    deadline: datetime | None = None
+    latest_start: datetime | None = None
+
+
+def run_urgencies(conn: Connection, job_run_ids: Sequence[str]) -> dict[str, Urgency]:
+    """Each run's priority (that of the most urgent want still waiting on it) and the latest moment it
+    can start to meet the earliest SLA deadline among those wants, given its job's usual (p90) duration."""
     want, root = s.wants.alias("want"), s.wants.alias("root")
     open_states = [state.value for state in WantState if not state.is_final]
     rows = conn.execute(
-        select(s.want_job_runs.c.job_run_id, want.c.source, root.c.source.label("root_source"))
+        select(
+            s.want_job_runs.c.job_run_id,
+            s.job_runs.c.job_label,
+            want.c.source,
+            want.c.sla_deadline,
+            root.c.source.label("root_source"),
+        )
         .join(want, want.c.want_id == s.want_job_runs.c.want_id)
+        .join(s.job_runs, s.job_runs.c.job_run_id == s.want_job_runs.c.job_run_id)
         .join(root, root.c.want_id == want.c.root_want_id, isouter=True)
         .where(s.want_job_runs.c.job_run_id.in_(job_run_ids), want.c.state.in_(open_states))
     )
-    found: dict[str, int] = {}
+    found: dict[str, Urgency] = {}
+    labels: dict[str, str] = {}
     for row in rows:
         rank = pools.want_priority(
             WantSource(row.source), WantSource(row.root_source) if row.root_source else None
         )
-        found[row.job_run_id] = min(found.get(row.job_run_id, rank), rank)
+        urgency = found.setdefault(row.job_run_id, Urgency(rank))
+        urgency.priority = min(urgency.priority, rank)
+        if row.sla_deadline is not None and (urgency.deadline is None or row.sla_deadline < urgency.deadline):
+            urgency.deadline = row.sla_deadline
+            labels[row.job_run_id] = row.job_label
+    usual = {
+        label: durations_of(seconds_of(conn.execute(durations_select(label)).mappings().all())).p90
+        for label in set(labels.values())
+    }
+    for run, label in labels.items():
+        found[run].latest_start = pools.latest_start(found[run].deadline, usual[label])
     return found

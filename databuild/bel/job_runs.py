@@ -11,6 +11,7 @@ from databuild.bel.base import (
     ReadBase,
     WriteBase,
 )
+from databuild.bel.measures import durations_select, seconds_of
 from databuild.bel.rows import (
     chunks,
     job_run_row,
@@ -133,21 +134,10 @@ class JobRunReads(ReadBase):
 
     def job_durations(self, labels: Sequence[str], last: int = 50) -> dict[str, Durations]:
         """Each job's p50 and p90 over its ``last`` succeeded runs (latest attempt's start to the end)."""
-        result = {}
-        for label in dict.fromkeys(labels):
-            rows = self._all(
-                select(s.job_runs.c.started_at, s.job_runs.c.ended_at)
-                .where(
-                    s.job_runs.c.job_label == label,
-                    s.job_runs.c.state == JobRunState.succeeded.value,
-                    s.job_runs.c.ended_at.is_not(None),
-                    s.job_runs.c.started_at.is_not(None),
-                )
-                .order_by(s.job_runs.c.ended_at.desc())
-                .limit(last)
-            )
-            result[label] = durations_of([(r["ended_at"] - r["started_at"]).total_seconds() for r in rows])
-        return result
+        return {
+            label: durations_of(seconds_of(self._all(durations_select(label, last))))
+            for label in dict.fromkeys(labels)
+        }
 
     def latest_succeeded_runs(self, labels: Sequence[str]) -> list[JobRun]:
         """Each job's latest succeeded run (none for a job that has not succeeded): one index seek per

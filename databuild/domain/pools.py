@@ -4,7 +4,7 @@ pools' locks; the store appends the admissions they return."""
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from databuild.domain import events as ev
 from databuild.errors import GraphDefinitionError
@@ -45,21 +45,31 @@ def pools_of(job: Job, named: Mapping[str, int]) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Waiting:
-    """A queued run that asked to start: the slots it needs, how urgent its wants are, since when."""
+    """A queued run that asked to start: the slots it needs, how urgent its wants are, since when, and
+    the latest moment it can start and still meet the earliest SLA of the wants waiting on it (None:
+    none of them has an SLA)."""
 
     job_run_id: str
     pools: Mapping[str, int]
     priority: int
     queued_at: datetime
+    latest_start: datetime | None = None
+
+
+def latest_start(deadline: datetime | None, usual: timedelta) -> datetime | None:
+    """The SLA's slack as a moment: a run that usually takes ``usual`` (its job's p90, the SLA
+    estimate's measure) must start by then to meet ``deadline``."""
+    return None if deadline is None else deadline - usual
 
 
 def admit(waiting: Sequence[Waiting], running: Mapping[str, int]) -> list[str]:
-    """The waiting runs to start now, in order: the most urgent first, then the longest waiting, each as
-    long as every pool it needs has a free slot (``running``: slots taken per pool). A run that does not
-    fit does not hold back a later one that does."""
+    """The waiting runs to start now, in order: the most urgent first; among equals, the least SLA slack
+    first (the earliest latest start; runs with no SLA after those with one), then the longest waiting;
+    each as long as every pool it needs has a free slot (``running``: slots taken per pool). A run that
+    does not fit does not hold back a later one that does."""
     taken = dict(running)
     admitted = []
-    for run in sorted(waiting, key=lambda w: (w.priority, w.queued_at, w.job_run_id)):
+    for run in sorted(waiting, key=_turn):
         if all(taken.get(pool, 0) < slots for pool, slots in run.pools.items()):
             admitted.append(run.job_run_id)
             for pool in run.pools:
@@ -85,6 +95,11 @@ def request(
         return Request([ev.JobRunAdmitted(job_run_id=job_run_id)], settled=True)
     waiting: list[ev.Event] = [] if in_line else [ev.JobRunWaiting(job_run_id=job_run_id, pools=dict(slots))]
     return Request(waiting, settled=False)
+
+
+def _turn(run: Waiting) -> tuple[int, bool, datetime, datetime, str]:
+    slack = run.latest_start
+    return (run.priority, slack is None, slack or run.queued_at, run.queued_at, run.job_run_id)
 
 
 def admissions(admitted: Sequence[str]) -> list[ev.Event]:
