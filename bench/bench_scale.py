@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     import pyarrow as pa
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
     from sqlalchemy.engine import make_url
     from temporalio.api.enums.v1 import EventType
     from temporalio.client import Client, WorkflowExecutionStatus
@@ -120,8 +121,11 @@ class _ArrowWrite:
 
 
 class ArrowFrame:
+    """The parts of a DataFrame ``ctx.write`` uses: ``write``, and ``schema`` (the instance's facts)."""
+
     def __init__(self, table: pa.Table) -> None:
         self.write = _ArrowWrite(table)
+        self.schema = from_arrow_schema(table.schema)
 
 
 graph = Graph("bench-scale")
