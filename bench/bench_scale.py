@@ -20,7 +20,10 @@ Then, from Temporal's visibility: the history length of every run of every want,
 workflow (a run that continued as new counts separately), the continue-as-new runs, and the events of
 the longest want and job-run histories. The peak RSS (VmHWM) of each worker process, and of the Spark
 JVM under the DataBuild worker, is read before the workers stop. Progress goes to stderr every ~10 s.
-The last line printed is JSON.
+Then the targets and the verdict: at most 2.5x the bare workflows' time, the worker's peak RSS at most
+600 MiB, no stalled workflow task (TMPRL1104, or a completion the server had timed out). The last line
+printed is JSON (``verdict``, ``misses``, ``stalled_tasks`` among its keys). Exit code 1 if a want did
+not succeed or a workflow task stalled.
 """
 
 import argparse
@@ -57,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.worker import Worker
 
-    from bench.common import run_and_exit
+    from bench.common import run_and_exit, stalled_workflow_tasks
     from databuild.backfill import BackfillProgress, BackfillRequest
     from databuild.bel import BuildEventLog
     from databuild.client import DataBuild
@@ -85,6 +88,8 @@ PROGRESS_EVERY_S = 10.0
 POLL_S = 1.0
 STALL_S = 600.0  # no want ended for this long: give up and say so
 TEMPORAL_HISTORY_LIMIT = 51_200
+RATIO_TARGET = 2.5  # wants against bare workflows with one activity, at 2,000 and at 10,000 (issue 23)
+RSS_TARGET_MIB = 600  # the DataBuild worker process's peak
 BARE_WORKFLOW = "BenchScaleBare"
 # The DataBuild worker's settings for the run: a small Spark (its jobs do no Spark work), no catalog,
 # no garbage collection or repair sweeps during the timing.
@@ -601,6 +606,7 @@ async def run(wants: int, backend: str, home_dir: str | None) -> dict[str, Any]:
                         stop_group(proc, grace=20)
                     db.bel.dispose()
                 figures["worker_log"] = dict(zip(("lines", "first"), log_findings(worker_log), strict=True))
+                figures["stalled_tasks"] = stalled_workflow_tasks(worker_log)
                 figures["bare_log"] = dict(zip(("lines", "first"), log_findings(bare_log), strict=True))
         finally:
             for proc in procs:
@@ -613,6 +619,19 @@ async def run(wants: int, backend: str, home_dir: str | None) -> dict[str, Any]:
     figures["total_s"] = time.perf_counter() - started
     figures["load_average"] = os.getloadavg()  # other work on the machine shows here
     return figures
+
+
+def verdict(f: dict[str, Any]) -> dict[str, Any]:
+    """The targets (issue 23): wants at most RATIO_TARGET times bare workflows, the worker's peak RSS at
+    most RSS_TARGET_MIB, and no stalled workflow task."""
+    misses = []
+    if f["ratio"] > RATIO_TARGET:
+        misses.append(f"ratio {f['ratio']:.2f}x > {RATIO_TARGET}x")
+    if f["memory"]["databuild_worker_peak_mib"] > RSS_TARGET_MIB:
+        misses.append(f"worker RSS {f['memory']['databuild_worker_peak_mib']:.0f} MiB > {RSS_TARGET_MIB} MiB")
+    if f["stalled_tasks"]:
+        misses.append(f"{f['stalled_tasks']} stalled workflow task(s) in the worker's log")
+    return {"verdict": "FAIL" if misses else "PASS", "misses": misses}
 
 
 def report(f: dict[str, Any]) -> None:
@@ -674,6 +693,10 @@ def report(f: dict[str, Any]) -> None:
         )
     load = ", ".join(f"{x:.1f}" for x in f["load_average"])
     print(f"{f['server']}; whole run {f['total_s']:.1f} s; load average at the end {load}")
+    print(
+        f"target: at most {RATIO_TARGET}x bare workflows, worker RSS at most {RSS_TARGET_MIB} MiB, "
+        f"no stalled workflow task; verdict {f['verdict']}" + "".join(f"\n    {m}" for m in f["misses"])
+    )
     print(json.dumps(f))
 
 
@@ -692,9 +715,13 @@ def main() -> None:
 
     def work() -> int:
         figures = asyncio.run(run(args.wants, args.backend, args.home))
+        figures.update(verdict(figures))
         report(figures)
         if figures["databuild"]["successful"] != args.wants:
             say(f"only {figures['databuild']['successful']} of {args.wants} wants succeeded")
+            return 1
+        if figures["stalled_tasks"]:
+            say(f"the worker logged {figures['stalled_tasks']} stalled workflow task(s)")
             return 1
         return 0
 

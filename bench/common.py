@@ -1,9 +1,22 @@
-"""What the benchmarks share: how they end."""
+"""What the benchmarks share: how they end, and what makes a run of the product fail whatever it measured."""
 
 import os
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
+
+# What the Temporal SDK logs for a workflow task that took over 5 s (TMPRL1104), and for a completion that
+# came after the server had timed its task out: a benchmark fails on either, whatever else it measured.
+STALLED_TASK_MARKERS = ("TMPRL1104", "Workflow task not found")
+
+
+def stalled_workflow_tasks(log: Path) -> int:
+    """How many lines of a worker's log report a stalled workflow task."""
+    if not log.exists():
+        return 0
+    text = log.read_text(errors="replace")
+    return sum(1 for line in text.splitlines() if any(marker in line for marker in STALLED_TASK_MARKERS))
 
 
 def run_and_exit(work: Callable[[], int]) -> None:
