@@ -30,7 +30,7 @@ from databuild.models import (
 )
 from databuild.operations.sla import sla_estimate
 from databuild.temporal import protocol as p
-from databuild.temporal.wants import notify_subscribers, signal_for_run, start_want
+from databuild.temporal.wants import notify_subscribers, settle_closing_run, signal_for_run, start_want
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
 
@@ -146,9 +146,12 @@ class WantActivities:
     @activity.defn
     @heartbeating
     async def await_dependencies(self, input: p.DependenciesInput) -> DependenciesStatus:
-        status, derivatives = await self.bel.call(
+        status, derivatives, reopened = await self.bel.call(
             self.bel.await_dependencies, input.want_id, input.job_run_id, input.missing
         )
+        # A reopened derivative's cancelled run may still be closing: let it close (or end it), so that
+        # starting it makes a new run and does not attach to the closing one.
+        await asyncio.gather(*(settle_closing_run(self.client, d.workflow_id) for d in reopened))
         await asyncio.gather(
             *(start_want(self.client, d, self.settings.task_queue, self.bel) for d in derivatives)
         )

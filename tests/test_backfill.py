@@ -211,6 +211,28 @@ async def test_a_derivative_another_want_needs_goes_on_when_the_backfill_is_canc
     assert stack.bel.backfill_progress(progress.backfill_id).by_state == {WantState.canceled: 2}
 
 
+async def test_a_want_that_comes_to_need_a_derivative_of_a_cancelled_backfill_opens_it_again(
+    make_stack,
+) -> None:
+    """The interactive want comes after the cancel, so the cancel reached the derivatives it will need:
+    they were cancelled with the backfill, not broken, and the want opens them again instead of failing."""
+    stack = await make_stack(graph="tests.graphs:reach")
+    progress = await reports_waiting_for_feeds(stack, datetime(2024, 7, 1), 1)
+    await stack.db.cancel_backfill(progress.backfill_id)
+    await until(
+        lambda: all(w.state is WantState.canceled for w in stack.bel.wants(limit=100)), "all cancelled"
+    )
+    cancelled = {w.want_id for w in stack.bel.wants(limit=100) if w.source is WantSource.derivative}
+
+    interactive = await stack.db.want("report/2024-07-01", data_timestamp=datetime(2024, 7, 1, tzinfo=UTC))
+    await until(lambda: waiting_for_feed(stack.db, "feed/2024-07-01"), "the feed's want waiting again")
+    await publish_feed(stack, "2024-07-01")
+    assert (await stack.db.wait(interactive)).state is WantState.successful
+    retried = {e.want_id for e in stack.bel.events(limit=1000) if e.type == "WantRetried"}
+    assert retried == cancelled  # daily/2024-07-01 and feed/2024-07-01, each opened again once needed
+    assert stack.bel.backfill_progress(progress.backfill_id).by_state == {WantState.canceled: 1}
+
+
 async def test_a_pause_holds_the_derivative_wants_only_the_backfill_needs(make_stack) -> None:
     stack = await make_stack(graph="tests.graphs:reach")
     progress = await reports_waiting_for_feeds(stack, datetime(2024, 8, 1), 2)

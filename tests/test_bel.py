@@ -295,7 +295,7 @@ def test_an_input_live_since_the_dep_miss_gets_no_derivative_want(bel: BuildEven
     bel.start_job_run(run.job_run_id, 1, "w")
     bel.dep_miss_job_run(run.job_run_id, ["ext/61", "ext/62"], [])
     bel.publish_external("ext/61")  # another want's build, or an upstream, made it live meanwhile
-    status, derivatives = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/61", "ext/62"])
+    status, derivatives, _ = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/61", "ext/62"])
     assert status.live == ["ext/61"]
     assert [d.ref for d in derivatives] == ["ext/62"]
     assert [w.ref for w in bel.wants(parent_want_id=waiting.want_id)] == ["ext/62"]
@@ -312,9 +312,9 @@ def test_a_derivative_recorded_before_its_input_went_live_is_started_again(bel: 
     run = decide(bel, waiting)
     bel.start_job_run(run.job_run_id, 1, "w")
     bel.dep_miss_job_run(run.job_run_id, ["ext/63"], [])
-    _, first = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/63"])  # its start failed
+    _, first, _ = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/63"])  # its start failed
     bel.publish_external("ext/63")
-    status, retried = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/63"])
+    status, retried, _ = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/63"])
     assert status.live == ["ext/63"] and not status.failed
     assert [d.want_id for d in retried] == [d.want_id for d in first]
 
@@ -980,7 +980,7 @@ def dep_missed(bel: BuildEventLog, want: WantSpec, missing: str) -> WantSpec:
     run = decide(bel, want)
     bel.start_job_run(run.job_run_id, 1, "w")
     bel.dep_miss_job_run(run.job_run_id, [missing], [])
-    _, (derivative,) = bel.await_dependencies(want.want_id, run.job_run_id, [missing])
+    _, (derivative,), _ = bel.await_dependencies(want.want_id, run.job_run_id, [missing])
     return derivative
 
 
@@ -1036,7 +1036,7 @@ def test_a_cancel_reaches_the_derivatives_only_its_backfill_needs_and_their_unst
     assert run.state is JobRunState.cancelled and run.cause is JobRunCause.abandoned  # before it started
     assert bel.want(needed.want_id).state is WantState.new  # the interactive want still needs it
     # A cancelled want derives nothing more: its inputs are reported failed instead.
-    status, derivatives = bel.await_dependencies(mine.want_id, None, ["ext/87"])
+    status, derivatives, _ = bel.await_dependencies(mine.want_id, None, ["ext/87"])
     assert derivatives == [] and list(status.failed) == ["ext/87"]
     assert sorted(w.ref for w in bel.wants(parent_want_id=mine.want_id, limit=10)) == ["a/88", "ext/85"]
 
@@ -1044,7 +1044,7 @@ def test_a_cancel_reaches_the_derivatives_only_its_backfill_needs_and_their_unst
 def layers_below(bel: BuildEventLog, parent: WantSpec) -> WantSpec:
     """A derivative of ``parent`` for a/… of another day that has decided and queued its own run."""
     derived = parent.derive("a/88", parent.want_id)
-    status, _ = bel.await_dependencies(parent.want_id, None, ["a/88"])
+    status, _, _ = bel.await_dependencies(parent.want_id, None, ["a/88"])
     assert not status.failed
     assert decide(bel, derived).kind == "execute"
     return derived

@@ -30,7 +30,7 @@ def test_registering_is_idempotent_and_the_want_reads_back(bel: BuildEventLog) -
 def test_a_want_waits_for_its_missing_inputs_through_derivative_wants(bel: BuildEventLog) -> None:
     verdict = decide(bel, spec("mid/1"))
     want = bel.wants()[0]
-    status, started = bel.await_dependencies(want.want_id, verdict.job_run_id, ["up/1", "ext/1"])
+    status, started, _ = bel.await_dependencies(want.want_id, verdict.job_run_id, ["up/1", "ext/1"])
     assert status.live == [] and status.failed == {}
     assert sorted(d.ref for d in started) == ["ext/1", "up/1"]
     assert bel.want(want.want_id).state is WantState.upstream_building
@@ -47,7 +47,7 @@ def test_a_want_waits_for_its_missing_inputs_through_derivative_wants(bel: Build
 def test_an_ended_want_starts_no_derivatives(bel: BuildEventLog) -> None:
     want, _ = bel.register_want(spec("mid/1"))
     bel.cancel_wants([want.want_id], "stop")
-    status, started = bel.await_dependencies(want.want_id, None, ["up/1"])
+    status, started, _ = bel.await_dependencies(want.want_id, None, ["up/1"])
     assert started == [] and status.failed == {"up/1": f"want {want.want_id} has ended (canceled)"}
 
 

@@ -108,6 +108,17 @@ def test_derivatives_that_ended_without_their_partition_are_reported() -> None:
     assert [s.ref for s in awaited.unfinished] == ["up/3"]
 
 
+def test_a_derivative_cancelled_with_a_backfill_is_reopened_not_taken_for_a_failed_input() -> None:
+    d = deps(["up/1"])
+    (derivative,) = d.derivatives
+    known = {derivative.want_id: wants.WantRow(WantState.canceled, "its backfill was cancelled", 3)}
+    awaited = wants.await_dependencies(deps(["up/1"], known=known))
+    assert awaited.status.failed == {}
+    retried = [e for e in awaited.events if e.type == "WantRetried"]
+    assert [(e.want_id, e.decision_seq) for e in retried] == [(derivative.want_id, 4)]  # its next step
+    assert awaited.reopened == awaited.unfinished == [derivative]  # started again, after its run settles
+
+
 def test_waiting_again_for_the_same_run_appends_nothing_new() -> None:
     d = deps(["up/1"], state=WantState.upstream_building)
     known = {d.derivatives[0].want_id: wants.WantRow(WantState.building)}

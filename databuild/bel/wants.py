@@ -238,11 +238,12 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
 
     def await_dependencies(
         self, want_id: str, job_run_id: str | None, missing: Sequence[str]
-    ) -> tuple[DependenciesStatus, list[WantSpec]]:
+    ) -> tuple[DependenciesStatus, list[WantSpec], list[WantSpec]]:
         """Record that the want waits for ``missing`` (subscribing to them) and ensure a derivative want
         for each input not live; report, in the same transaction, which inputs are live and which
-        derivatives ended without their partition. Returns that and the derivative wants that have not
-        ended (to start). A derivative's id includes its ref's taint count, read under the ref's lock, so
+        derivatives ended without their partition. Returns that, the derivative wants that have not
+        ended (to start), and those of them it reopened (cancelled with a backfill: see the rule). A
+        derivative's id includes its ref's taint count, read under the ref's lock, so
         an input tainted since an earlier build is wanted anew."""
         parent = self.want(want_id).spec
         generations = self.generations(missing)
@@ -262,14 +263,14 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
                     partitions={ref: partition_at(tx.conn, ref) for ref in missing},
                     derivatives=derivatives,
                     known={
-                        i: wants_rules.WantRow(WantState(row["state"]), row["reason"])
+                        i: wants_rules.WantRow(WantState(row["state"]), row["reason"], row["decision_seq"])
                         for i, row in known.items()
                         if row is not None
                     },
                 )
             )
             tx.extend(awaited.events)
-            return awaited.status, awaited.unfinished
+            return awaited.status, awaited.unfinished, awaited.reopened
 
     def await_requirements(self, want_id: str, refs: Sequence[str]) -> list[str]:
         """Record that the want waits for the external partitions it requires (it subscribed to them

@@ -5,11 +5,12 @@ Each rule takes what its command read inside its transaction (a want's state, it
 and returns the events to append, so it is tested without a database (tests/test_domain_wants.py)."""
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from databuild.domain import events as ev
 from databuild.domain.decisions import DependenciesStatus
+from databuild.domain.endings import reopen
 from databuild.errors import ConcurrentChangeError
 from databuild.models import Partition, PartitionStatus, WantSpec, WantState
 
@@ -20,6 +21,7 @@ class WantRow:
 
     state: WantState
     reason: str | None = None
+    decision_seq: int = 0
 
 
 def created(spec: WantSpec, known: bool) -> list[ev.Event]:
@@ -85,6 +87,7 @@ class Awaited:
     events: list[ev.Event]
     status: DependenciesStatus
     unfinished: list[WantSpec]  # derivative wants that have not ended, to start
+    reopened: list[WantSpec] = field(default_factory=list)  # of those, the ones reopened here
 
 
 def await_dependencies(deps: Dependencies) -> Awaited:
@@ -122,12 +125,19 @@ def await_dependencies(deps: Dependencies) -> Awaited:
             )
         )
     failed = {}
+    reopened = []
     for d in recorded:
         row = rows[d.want_id]
-        if row.state.is_final and d.ref not in live and row.state is not WantState.successful:
+        if row.state is WantState.canceled and d.ref not in live:
+            # Cancelled with a backfill whose cancel this want's need came too late to hold back: nothing
+            # is wrong with the input, so this want opens it again, as a retry would (its next step).
+            events += reopen(d.want_id, row.state, row.decision_seq)
+            rows[d.want_id] = WantRow(WantState.new)
+            reopened.append(d)
+        elif row.state.is_final and d.ref not in live and row.state is not WantState.successful:
             failed[d.ref] = f"derivative want {d.want_id} {row.state.value}: {row.reason or ''}".strip()
     # Every recorded derivative that has not ended is started (again: starting is idempotent), also one
     # of an input live by now: recorded by an attempt whose start failed, it would otherwise stay `new`
     # with no workflow.
     unfinished = [d for d in recorded if not rows[d.want_id].state.is_final]
-    return Awaited(events, DependenciesStatus(live=live, failed=failed), unfinished)
+    return Awaited(events, DependenciesStatus(live=live, failed=failed), unfinished, reopened)
