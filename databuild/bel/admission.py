@@ -8,10 +8,9 @@ from datetime import datetime
 from sqlalchemy import Connection, Select, func, select
 
 from databuild.bel import schema as s
-from databuild.bel.measures import durations_select, seconds_of
+from databuild.bel.measures import job_durations
 from databuild.bel.transaction import WriteTx
 from databuild.domain import pools
-from databuild.domain.estimates import durations_of
 from databuild.models import WantSource, WantState
 
 
@@ -92,10 +91,7 @@ def run_urgencies(conn: Connection, job_run_ids: Sequence[str]) -> dict[str, Urg
         if row.sla_deadline is not None and (urgency.deadline is None or row.sla_deadline < urgency.deadline):
             urgency.deadline = row.sla_deadline
             labels[row.job_run_id] = row.job_label
-    usual = {
-        label: durations_of(seconds_of(conn.execute(durations_select(label)).mappings().all())).p90
-        for label in set(labels.values())
-    }
+    usual = job_durations(lambda query: conn.execute(query).mappings().all(), labels.values())
     for run, label in labels.items():
-        found[run].latest_start = pools.latest_start(found[run].deadline, usual[label])
+        found[run].latest_start = pools.latest_start(found[run].deadline, usual[label].p90)
     return found

@@ -6,12 +6,12 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from databuild.bel import measures
 from databuild.bel import schema as s
 from databuild.bel.base import (
     ReadBase,
     WriteBase,
 )
-from databuild.bel.measures import durations_select, seconds_of
 from databuild.bel.rows import (
     chunks,
     job_run_row,
@@ -19,7 +19,7 @@ from databuild.bel.rows import (
     ref_conditions,
 )
 from databuild.domain import decisions
-from databuild.domain.estimates import Durations, durations_of
+from databuild.domain.estimates import Durations
 from databuild.errors import (
     NotFoundError,
     StaleAttemptError,
@@ -134,10 +134,7 @@ class JobRunReads(ReadBase):
 
     def job_durations(self, labels: Sequence[str], last: int = 50) -> dict[str, Durations]:
         """Each job's p50 and p90 over its ``last`` succeeded runs (latest attempt's start to the end)."""
-        return {
-            label: durations_of(seconds_of(self._all(durations_select(label, last))))
-            for label in dict.fromkeys(labels)
-        }
+        return measures.job_durations(self._all, labels, last)
 
     def latest_succeeded_runs(self, labels: Sequence[str]) -> list[JobRun]:
         """Each job's latest succeeded run (none for a job that has not succeeded): one index seek per
