@@ -103,12 +103,22 @@ async def test_fan_out_pages_and_resumes_from_its_cursor(make_stack) -> None:
     def signal(_subscription: Subscription) -> tuple[str, object]:
         return SIGNAL_PARTITION_AVAILABLE, notice
 
-    # A first attempt that stops after one page of two...
+    class Stopped(Exception):
+        """The first attempt's worker dies after its first page."""
+
+    def stop_after_first_page(cursor: int) -> None:
+        cursors.append(cursor)
+        raise Stopped
+
+    # A first attempt that stops after one page of two: two wants heard, two still wait...
     page = stack.bel.subscriptions(["feed/fan"], 0, 2)
-    sent = await notify_subscribers(
-        stack.client, stack.bel, ["feed/fan"], signal, page_size=2, on_page=cursors.append
-    )
-    assert sent == 4 and cursors[0] == page[-1].id
+    with pytest.raises(Stopped):
+        await notify_subscribers(
+            stack.client, stack.bel, ["feed/fan"], signal, page_size=2, on_page=stop_after_first_page
+        )
+    assert cursors == [page[-1].id]
+    unsignalled = [s for s in specs if s.want_id not in {sub.want_id for sub in page}]
+    assert all(stack.bel.want(s.want_id).state is waiting for s in unsignalled)
     # ...and a retry that resumes after the first page signals only the rest.
     resumed = await notify_subscribers(
         stack.client, stack.bel, ["feed/fan"], signal, after_id=cursors[0], page_size=2
