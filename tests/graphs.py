@@ -224,6 +224,23 @@ def undeclared_batch(ctx: JobContext, partitions: list[dict[str, str]]) -> None:
     ctx.write_all({f"undeclared/{day}": _stamp(feed, day) for day, feed in zip(days, feeds, strict=True)})
 
 
+# partitioned/{day} reads its batch's feeds as one DataFrame and writes them as one (ctx.write_partitioned);
+# it leaves out the rows of the days in DROPPED and adds rows for the days in STRAYS.
+DROPPED: set[str] = set()
+STRAYS: set[str] = set()
+
+
+@batches.job("partitioned/{day}", batch=5, inputs=lambda day: [f"feed/{day}"])
+def partitioned_batch(ctx: JobContext, partitions: list[dict[str, str]]) -> None:
+    from pyspark.sql import functions as F
+
+    feeds = ctx.read_partitioned([f"feed/{p['day']}" for p in partitions])
+    rows = feeds.where(~F.col("day").isin(*DROPPED)) if DROPPED else feeds
+    for day in STRAYS:
+        rows = rows.unionByName(ctx.spark.range(1).selectExpr("id", f"'{day}' as day"))
+    ctx.write_partitioned(rows.withColumn("doubled", F.col("id") * 2))
+
+
 PACED_SECONDS = 1.5
 
 

@@ -11,7 +11,9 @@ import pytest
 
 from databuild.backfill import BackfillRequest
 from databuild.jobs.spark import SparkRuntime
+from databuild.jobs.storage import Storage
 from databuild.models import JobRun, JobRunState, PartitionStatus, WantState
+from databuild.operations.garbage import collect_garbage
 from tests import graphs
 from tests.conftest import Stack
 from tests.helpers import lake, until
@@ -186,3 +188,61 @@ async def test_a_batch_missing_one_input_waits_for_that_input_only(make_stack, s
     assert (await stack.db.backfill_progress(progress.backfill_id)).by_state == {WantState.successful: 5}
     built = [r for r in runs_of(stack, "undeclared_batch") if r.state is JobRunState.succeeded]
     assert len(built) == 1 and len(built[0].partitions or []) == 5
+
+
+@pytest.fixture
+def no_dropped_or_stray_days(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(graphs, "DROPPED", set())
+    monkeypatch.setattr(graphs, "STRAYS", set())
+
+
+async def test_a_batch_written_as_one_dataframe_gives_each_partition_its_own_instance(
+    make_stack, spark_runtime: SparkRuntime, no_dropped_or_stray_days: None
+) -> None:
+    stack = await make_stack(graph=GRAPH, pools=POOLS, batch_window=timedelta(seconds=60), job_attempts=1)
+    first = date(2024, 9, 1)
+    for day in days(first, 15):
+        await feed(stack, spark_runtime, day)
+    storage = Storage(stack.settings.storage_root)
+
+    # Five days in one run, one partitionBy write: each day its own live instance in the run's folder,
+    # read alone as written (the day in the folder's name, not in the files), with its own lineage.
+    built = await stack.db.backfill(request("partitioned/{day}", first, 5))
+    await finished(stack, built.backfill_id)
+    assert (await stack.db.backfill_progress(built.backfill_id)).by_state == {WantState.successful: 5}
+    (run,) = runs_of(stack, "partitioned_batch")
+    assert run.state is JobRunState.succeeded and len(run.partitions or []) == 5
+    session = spark_runtime.session()
+    for day in days(first, 5):
+        instance = stack.bel.instance(stack.bel.partition(f"partitioned/{day}").instance_id or "")
+        assert instance.location == storage.uri_of(f"partitioned/~{run.job_run_id}-1/day={day}")
+        rows = session.read.parquet(instance.location).orderBy("id").collect()
+        assert [(r.id, r.doubled) for r in rows] == [(0, 0), (1, 2), (2, 4)]
+        assert instance.facts is not None and instance.facts.rows == 3
+        assert [c.name for c in instance.facts.columns] == ["id", "doubled"]
+        feed_instance = stack.bel.partition(f"feed/{day}").instance_id or ""
+        assert {ref.ref for _, ref in stack.bel.consumers_of(feed_instance)[0]} == {f"partitioned/{day}"}
+
+    # A day the DataFrame has no rows for, or rows for a day the run does not build: the run fails
+    # naming it, and none of its partitions is published.
+    graphs.DROPPED.add(days(first, 7)[6])
+    dropped = await stack.db.backfill(request("partitioned/{day}", date(2024, 9, 6), 5))
+    await finished(stack, dropped.backfill_id)
+    graphs.DROPPED.clear()
+    graphs.STRAYS.add("2031-01-01")
+    stray = await stack.db.backfill(request("partitioned/{day}", date(2024, 9, 11), 5))
+    await finished(stack, stray.backfill_id)
+    failed = {r.reason or "" for r in runs_of(stack, "partitioned_batch") if r.state is JobRunState.failed}
+    assert any("wrote no rows for partitioned/2024-09-07:" in reason for reason in failed), failed
+    assert any("wrote rows for day=2031-01-01, which this run does not build" in r for r in failed), failed
+    for day in days(date(2024, 9, 6), 10):
+        assert stack.bel.partition(f"partitioned/{day}").status is not PartitionStatus.live
+
+    # Garbage collection removes the failed runs' folders whole, and keeps the live partitions.
+    report = collect_garbage(storage, stack.bel, keep=timedelta(0))
+    gone = sorted(c.location for c in report.deleted if c.location.startswith(storage.uri_of("partitioned/")))
+    assert len(gone) == 2 and all("/~jr-" in location for location in gone), gone
+    assert report.kept.get("live", 0) >= 5
+    for day in days(first, 5):
+        instance = stack.bel.instance(stack.bel.partition(f"partitioned/{day}").instance_id or "")
+        assert storage.exists(storage.key_of(instance) or "")

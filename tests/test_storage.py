@@ -25,6 +25,7 @@ pytestmark = pytest.mark.unit
 
 graph = Graph("gc")
 graph.job("p/{n}")(lambda ctx, n: None)
+graph.job("w/{n}", label="w", batch=5)(lambda ctx, partitions: None)
 WEEK = timedelta(days=7)
 BUCKET = "lake"
 
@@ -106,6 +107,10 @@ def test_instance_locations_are_found_and_deleted(storage: Storage) -> None:
     assert sorted(i.instance_id for i in storage.instances()) == sorted([second, nested])
     with pytest.raises(ValueError):
         Storage.instance_key("p/1", "../../etc")  # an instance id is a UUID, nothing else
+    with pytest.raises(InvalidInputError, match="not a job run id"):
+        Storage.write_key("p", "../../etc", 1)
+    # A partition's folder in a partitioned write is named as Spark's partitionBy names it.
+    assert Storage.partition_folder({"day": "2024-01-01", "k": "a=b:c/d"}) == "day=2024-01-01/k=a%3Db%3Ac%2Fd"
 
 
 def test_storage_roots_are_uris() -> None:
@@ -239,3 +244,70 @@ def test_gc_collects_only_the_submission_folders_of_attempts_its_bel_started(
         assert areas() == {(retried, 2), (their_running, 1)}
     finally:
         other.dispose()
+
+
+def written_together(bel: BuildEventLog, storage: Storage, refs: list[str], *, publish: bool) -> str:
+    """An attempt of one batch job run that writes ``refs`` as one partitioned write (each a sub-folder
+    of the attempt's folder, as Spark names it), published or not; returns the job run id."""
+    job_run_id = claim(bel, refs[0]).job_run_id
+    for ref in refs[1:]:  # each joins the first's batch
+        want = WantSpec(ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), source="cli")  # type: ignore[arg-type]
+        bel.register_want(want)
+        assert bel.decide(want.want_id, 1, graph.resolve(ref)).job_run_id == job_run_id  # type: ignore[union-attr]
+    instances = [InstanceRef(ref=ref, instance_id=str(uuid.uuid4())) for ref in refs]
+    bel.start_job_run(job_run_id, 1, "w", instances)
+    folder = Storage.write_key("w", job_run_id, 1)
+    keys = {ref: f"{folder}/{Storage.partition_folder({'n': ref.split('/')[1]})}" for ref in refs}
+    for key in keys.values():
+        storage.write_text(f"{key}/part-0.parquet", "rows")
+    storage.write_text(f"{folder}/_SUCCESS", "")
+    if publish:
+        locations = {ref: storage.uri_of(key) for ref, key in keys.items()}
+        bel.succeed_job_run(job_run_id, [], instances, 1, locations)
+    return job_run_id
+
+
+def test_gc_deletes_a_partitioned_write_whole_or_a_partition_at_a_time(
+    storage: Storage, bel: BuildEventLog
+) -> None:
+    live = written_together(bel, storage, ["w/1", "w/2"], publish=True)
+    failed = written_together(bel, storage, ["w/3", "w/4"], publish=False)
+    bel.fail_job_run(failed, "boom")
+    writing = written_together(bel, storage, ["w/5", "w/6"], publish=False)
+    foreign = Storage.write_key("w", "jr-0123456789abcdef", 1)
+    storage.write_text(f"{foreign}/n=1/part-0.parquet", "another graph's")
+    assert {(w.job_run_id, w.attempt) for w in storage.partitioned_writes()} == {
+        (live, 1),
+        (failed, 1),
+        (writing, 1),
+        ("jr-0123456789abcdef", 1),
+    }
+    assert storage.instances() == []  # a partitioned write's folders are not instance locations
+    assert bel.instance(bel.partition("w/2").instance_id or "").location == storage.uri_of(f"w/~{live}-1/n=2")
+
+    later = datetime.now(UTC) + WEEK + timedelta(hours=1)
+    report = collect_garbage(storage, bel, keep=WEEK, now=later)
+    assert [(c.location, c.reason.split(" ")[0]) for c in report.deleted] == [
+        (storage.uri_of(Storage.write_key("w", failed, 1)), "left")
+    ]
+    assert report.kept == {"live": 2, "being written": 1, "unknown to the BEL": 1}
+
+    # One partition of the live write is rebuilt: after the retention (and once the run that was open
+    # while it was live has ended) its folder goes, not the write's.
+    bel.taint("w/1", reason="bad data")
+    publish(bel, storage, "w/1")
+    much_later = later + WEEK * 2
+    assert collect_garbage(storage, bel, keep=WEEK, now=much_later).kept["may be read"] == 1
+    bel.fail_job_run(writing, "stopped")
+    retired = collect_garbage(storage, bel, keep=WEEK, now=much_later)
+    assert sorted((c.ref or "", c.location) for c in retired.deleted) == [
+        ("", storage.uri_of(Storage.write_key("w", writing, 1))),
+        ("w/1", storage.uri_of(f"w/~{live}-1/n=1")),
+    ]
+    assert storage.exists(f"w/~{live}-1/n=2") and not storage.exists(f"w/~{live}-1/n=1")
+    # Then the other: the write's folder goes whole.
+    bel.taint("w/2")
+    publish(bel, storage, "w/2")
+    gone = collect_garbage(storage, bel, keep=WEEK, now=much_later + WEEK * 2)
+    assert [c.location for c in gone.deleted] == [storage.uri_of(f"w/~{live}-1")]
+    assert {w.job_run_id for w in storage.partitioned_writes()} == {"jr-0123456789abcdef"}

@@ -170,6 +170,13 @@ class JobRunReads(ReadBase):
         )
         return [AttemptOutput.model_validate(dict(r)) for r in rows]
 
+    def attempt_outputs_of_runs(self, job_run_ids: Sequence[str]) -> list[AttemptOutput]:
+        """The instances every attempt of these job runs wrote (or writes) to."""
+        rows = []
+        for chunk in chunks(job_run_ids):
+            rows += self._all(select(s.attempt_outputs).where(s.attempt_outputs.c.job_run_id.in_(chunk)))
+        return [AttemptOutput.model_validate(dict(r)) for r in rows]
+
     def oldest_open_job_run(self) -> datetime | None:
         """When the oldest job run that has not ended was created: it may still read anything that was
         live since then."""

@@ -1,6 +1,7 @@
 """Which instance locations garbage collection may delete: a pure rule over what the storage holds and
 what the BEL says about it."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -65,6 +66,45 @@ def instance_verdict(
         )
     left = f"left by attempt {output.attempt} of job run {output.job_run_id} ({run.state.value}), never published"
     return _by_age(left, now - (modified or now), keep)  # no time listed: kept until one is
+
+
+def write_verdict(
+    attempt: int,
+    modified: datetime | None,
+    run: JobRun | None,
+    inside: Sequence[Instance],
+    *,
+    now: datetime,
+    keep: timedelta,
+    oldest_open_run: datetime | None,
+) -> tuple[Verdict, dict[str, Verdict]]:
+    """May the folder of an attempt's partitioned write go? If not, the verdict of each instance the BEL
+    published from it, by id (its partitions' folders may go one by one).
+
+    ``run``: the BEL's job run of that attempt; ``inside``: the instances published from the folder;
+    ``modified``: the newest file in it. Only an attempt this BEL started is its own, as with submissions."""
+    if run is None or attempt > run.attempts:
+        return Verdict(
+            "unknown to the BEL",
+            "not an attempt this BEL started (another graph's storage root?): left alone",
+        ), {}
+    if not run.state.is_final:
+        return Verdict("being written", f"job run {run.job_run_id} has not ended"), {}
+    if not inside:
+        left = f"left by attempt {attempt} of job run {run.job_run_id} ({run.state.value}), never published"
+        return _by_age(left, now - (modified or now), keep), {}
+    each = {
+        i.instance_id: instance_verdict(
+            i.ref, modified, i, None, now=now, keep=keep, oldest_open_run=oldest_open_run
+        )
+        for i in inside
+    }
+    kept = [verdict for verdict in each.values() if not verdict.delete]
+    if not kept:
+        return Verdict(
+            None, f"none of its {len(each)} partitions is needed: {next(iter(each.values())).reason}"
+        ), {}
+    return Verdict(kept[0].kept, f"{len(kept)} of its {len(each)} partitions are kept"), each
 
 
 def _by_age(what: str, age: timedelta, keep: timedelta) -> Verdict:

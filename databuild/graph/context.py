@@ -1,6 +1,7 @@
 """What a job body sees, as the graph declares it: ``ctx.read`` (checked against the BEL, recorded for
 lineage, missing inputs reported together; ``ctx.read_instance`` for any instance by UUID),
-``ctx.write`` (into each output's own new instance location, recording its facts) and ``ctx.log`` (into
+``ctx.write`` (into each output's own new instance location, recording its facts; ``ctx.write_partitioned``
+for a batch's partitions in one Spark write) and ``ctx.log`` (into
 the attempt's log). The executors pass an implementation (``databuild.jobs.context``)."""
 
 import logging
@@ -36,6 +37,23 @@ class JobContext(Protocol):
     def write(self, ref: str, frame: "DataFrame") -> None:
         """Write an output into its own new instance location. It becomes live when the run succeeds
         and the BEL records it; until then nobody reads it."""
+
+    def read_partitioned(self, refs: Sequence[str]) -> "DataFrame":
+        """Several inputs as one DataFrame (a batch's, say), each row with its partition's placeholder
+        values as text columns (``date`` for ``raw_events/{date}``) where its data has none of that name
+        (a partitioned write keeps them in folder names). Spark reads them all in one job. Every missing
+        input is reported together, as ``read_all`` does."""
+
+    def write_partitioned(self, frame: "DataFrame", output: str | None = None) -> None:
+        """Write one DataFrame into every partition of the run of the output pattern ``output`` (the
+        job's only one by default), as one Spark ``partitionBy`` write by the pattern's placeholders: a
+        row goes to the partition its placeholder columns name (``date`` for ``raw_events/{date}``).
+        The write goes to a folder of this attempt, ``raw_events/~<job run>-<attempt>``, and each
+        partition's sub-folder (``date=2024-01-01``) is its instance location, with its own facts and
+        lineage. As with ``partitionBy``, the placeholder columns are in the folder names, not the
+        files; ``read_partitioned`` gives them back. Every partition of the run must have rows, and
+        every row must be one of the run's partitions; otherwise the run fails naming them, and
+        publishes nothing."""
 
     def write_all(self, frames: Mapping[str, "DataFrame"], *, parallel: int = 8) -> None:
         """Write several outputs at once (a batch's), as concurrent Spark jobs in the run's job group:

@@ -56,6 +56,16 @@ class Pattern:
         return self.text.format(**params)
 
     @property
+    def placeholders(self) -> tuple[str, ...]:
+        """Its placeholders in the order they appear (``names`` is a set)."""
+        return tuple(_PLACEHOLDER.findall(self.text))
+
+    @property
+    def prefix(self) -> str:
+        """Its leading segments without a placeholder (``raw_events`` of ``raw_events/{date}``)."""
+        return self.text.split("{", 1)[0].rpartition("/")[0]
+
+    @property
     def glob(self) -> str:
         """The ref glob (databuild.globs) of exactly the refs it matches: a placeholder is one or more
         characters of a segment, ``?*``."""

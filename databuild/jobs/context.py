@@ -1,13 +1,17 @@
 """The job context a run's body gets in a Spark session, as ``databuild.graph.JobContext`` declares it:
 ``ctx.read`` checks the BEL, records the read for lineage and reports missing inputs together;
-``ctx.write`` writes into each output's own new instance location and records its facts."""
+``ctx.write`` writes into each output's own new instance location and records its facts;
+``ctx.write_partitioned`` writes a batch's partitions as one Spark ``partitionBy`` write, each partition's
+folder its instance location."""
 
 import contextvars
+import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from pyarrow import ArrowException
 
@@ -20,7 +24,7 @@ from databuild.errors import (
     MissingInputsError,
     NotFoundError,
 )
-from databuild.graph import Graph
+from databuild.graph import Graph, Pattern
 from databuild.jobs.storage import Storage
 from databuild.models import Column, InstanceFacts, InstanceRef, InstanceStatus, PartitionStatus
 
@@ -46,6 +50,7 @@ class SparkJobContext:
         params: dict[str, str],
         cancelled: threading.Event,
         partitions: list[dict[str, str]] | None = None,
+        attempt: int = 1,
         report: Callable[[str], None] = lambda _message: None,
     ) -> None:
         self.spark = spark
@@ -59,6 +64,9 @@ class SparkJobContext:
         self.missing: set[str] = set()
         self.written: set[str] = set()
         self.facts: dict[str, InstanceFacts] = {}
+        # Where a partitioned write put each of its outputs (keys under the storage root); every other
+        # output is at its own instance location.
+        self.locations: dict[str, str] = {}
         # The job's own logger. INFO unless configured otherwise, so that `ctx.log` lines reach the
         # attempt's log even in a process that configures no logging (whose default is WARNING).
         self.logger = logging.getLogger(f"databuild.job.{job_label}")
@@ -70,6 +78,7 @@ class SparkJobContext:
         self._instances = dict(instances)
         self._cancelled = cancelled
         self._report = report
+        self._attempt = attempt
 
     def read(self, ref: str) -> "DataFrame":
         """The live data of ``ref``. Raises ``MissingInputsError`` if it is not live."""
@@ -104,6 +113,25 @@ class SparkJobContext:
             raise MissingInputsError(missing)
         return [self.read_instance(instance_id) for instance_id in found]
 
+    def read_partitioned(self, refs: Sequence[str]) -> "DataFrame":
+        """Several inputs as one DataFrame (a batch's, say), each row with its partition's placeholder
+        values as text columns (``date`` for ``raw_events/{date}``) where its data has none of that name
+        (a partitioned write keeps them in folder names). Spark reads them all in one job. Every missing
+        input is reported together, as ``read_all`` does."""
+        from pyspark.sql import functions as F
+
+        if not refs:
+            raise JobContractError(
+                f"job {self.job_label} reads no inputs with read_partitioned: give it refs"
+            )
+        tagged = []
+        for ref, frame in zip(refs, self.read_all(refs), strict=True):
+            pattern = self._graph.pattern_for(ref)
+            values = (pattern.match(ref) if pattern else None) or {}
+            columns = {name: F.lit(value) for name, value in values.items() if name not in frame.columns}
+            tagged.append(frame.withColumns(columns) if columns else frame)
+        return functools.reduce(lambda all_, one: all_.unionByName(one, allowMissingColumns=True), tagged)
+
     def read_instance(self, instance_id: str) -> "DataFrame":
         """The data of one instance, live or not (e.g. the one yesterday's run read), recorded as a read
         for lineage. Raises ``JobContractError`` if the BEL knows no such instance or its data was
@@ -115,9 +143,8 @@ class SparkJobContext:
             raise JobContractError(f"job {self.job_label} reads instance {instance_id!r}: {error}") from None
         # gc never deletes a live instance; an older one may be gone.
         retired = not instance.external and instance.status is not InstanceStatus.live
-        if retired and not self._storage.exists(
-            self._storage.instance_key(instance.ref, instance.instance_id)
-        ):
+        key = self._storage.key_of(instance)
+        if retired and key is not None and not self._storage.exists(key):
             raise JobContractError(
                 f"job {self.job_label} reads instance {instance_id} of {instance.ref}, whose data garbage "
                 "collection removed; pin instances you mean to read later (`databuild partitions pin`)"
@@ -141,21 +168,85 @@ class SparkJobContext:
             raise JobContractError(f"job {self.job_label} wrote {ref} twice; write each output once")
         # "error": an instance location is written once; finding data there means something is wrong.
         frame.write.mode("error").parquet(self._storage.location(ref, self._instances[ref]))
-        self.facts[ref] = self._facts_of(ref, frame)
+        self.facts[ref] = self._facts_of(ref, self._storage.instance_key(ref, self._instances[ref]), frame)
         self.written.add(ref)
 
-    def _facts_of(self, ref: str, frame: "DataFrame") -> InstanceFacts:
-        """The schema as written (the DataFrame's, already analysed: no Spark job), and rows and bytes
-        from the Parquet footers just written (a listing and a small read per file, not a count)."""
+    def write_partitioned(self, frame: "DataFrame", output: str | None = None) -> None:
+        """Write one DataFrame into every partition of the run of the output pattern ``output`` (the
+        job's only one by default), as one Spark ``partitionBy`` write by the pattern's placeholders: a
+        row goes to the partition its placeholder columns name (``date`` for ``raw_events/{date}``).
+        The write goes to a folder of this attempt, ``raw_events/~<job run>-<attempt>``, and each
+        partition's sub-folder (``date=2024-01-01``) is its instance location, with its own facts and
+        lineage. As with ``partitionBy``, the placeholder columns are in the folder names, not the
+        files; ``read_partitioned`` gives them back. Every partition of the run must have rows, and
+        every row must be one of the run's partitions; otherwise the run fails naming them, and
+        publishes nothing."""
+        self._check_cancelled()
+        pattern = self._output_pattern(output)
+        owned = {ref: values for ref in self._instances if (values := pattern.match(ref)) is not None}
+        twice = sorted(set(owned) & self.written)
+        if twice:
+            raise JobContractError(
+                f"job {self.job_label} wrote {', '.join(twice)} twice; write each output once"
+            )
+        columns = pattern.placeholders
+        absent = [name for name in columns if name not in frame.columns]
+        if absent:
+            raise JobContractError(
+                f"job {self.job_label} writes a DataFrame partitioned as {pattern.text} without the "
+                f"column {', '.join(absent)}: give it one column per placeholder, named as the placeholder"
+            )
+        key = self._storage.write_key(pattern.prefix, self.job_run_id, self._attempt)
+        frame.write.mode("error").partitionBy(*columns).parquet(self._storage.uri_of(key))
+        folders = {
+            ref: self._storage.partition_folder({n: values[n] for n in columns})
+            for ref, values in owned.items()
+        }
+        found = self._storage.partition_folders(key, depth=len(columns))
+        strays = sorted(found - set(folders.values()))
+        if strays:
+            shown = ", ".join(unquote(folder) for folder in strays[:5]) + (
+                " and more" if len(strays) > 5 else ""
+            )
+            raise JobContractError(
+                f"job {self.job_label} wrote rows for {shown}, which this run does not build: keep only "
+                f"the rows of its partitions (ctx.partitions); nothing of the run is published"
+            )
+        missing = sorted(ref for ref, folder in folders.items() if folder not in found)
+        if missing:
+            raise JobContractError(
+                f"job {self.job_label} wrote no rows for {', '.join(missing)}: the DataFrame must hold rows "
+                "for every partition of the run; nothing of the run is published"
+            )
+        for ref, folder in folders.items():
+            self.locations[ref] = f"{key}/{folder}"
+            self.facts[ref] = self._facts_of(ref, self.locations[ref], frame, but=columns)
+            self.written.add(ref)
+
+    def _output_pattern(self, output: str | None) -> Pattern:
+        patterns = self._graph.job_by_label(self.job_label).outputs
+        if output is None and len(patterns) == 1:
+            return patterns[0]
+        chosen = next((p for p in patterns if p.text == output), None)
+        if chosen is None:
+            raise JobContractError(
+                f"job {self.job_label} writes a partitioned DataFrame of {output!r}: name one of its output "
+                f"patterns ({', '.join(p.text for p in patterns)}) as output="
+            )
+        return chosen
+
+    def _facts_of(self, ref: str, key: str, frame: "DataFrame", but: Sequence[str] = ()) -> InstanceFacts:
+        """The schema as written (the DataFrame's, already analysed: no Spark job; without the columns
+        ``but`` in folder names), and rows and bytes from the Parquet footers just written under ``key``
+        (a listing and a small read per file, not a count)."""
         columns = [
             Column(name=f.name, type=f.dataType.simpleString(), nullable=f.nullable)
             for f in frame.schema.fields
+            if f.name not in but
         ]
         rows = size = files = None
         try:
-            rows, size, files = self._storage.parquet_summary(
-                self._storage.instance_key(ref, self._instances[ref])
-            )
+            rows, size, files = self._storage.parquet_summary(key)
         except (OSError, ArrowException) as error:  # facts describe the data; they never fail its build
             log.warning(
                 "could not read the Parquet footers of %s, so its row count and size are unknown: %s",

@@ -3,6 +3,7 @@ executor, the BEL outcome (whose commit publishes the outputs)."""
 
 import contextlib
 import logging
+import posixpath
 import threading
 from collections.abc import Callable
 from typing import NoReturn
@@ -13,7 +14,7 @@ from databuild.jobs.attempt_log import line
 from databuild.jobs.catalog import Catalog
 from databuild.jobs.executors import Executors, JobAttempt, Progress
 from databuild.jobs.openlineage import LineageEmitter
-from databuild.jobs.storage import Storage
+from databuild.jobs.storage import INSTANCE_PREFIX, Storage
 from databuild.models import InstanceRef, JobRun, JobRunCause, JobRunState
 from databuild.temporal.protocol import JobOutcome
 
@@ -96,6 +97,7 @@ class JobExecutor:
                 self._refuse(job, f"job {run.job_label} finished without writing {', '.join(unwritten)}")
             # The commit is the publish: a superseded attempt is refused inside it.
             locations = {ref: self.storage.location(ref, i) for ref, i in planned.items()}
+            locations |= {ref: self._written_at(job, key) for ref, key in body.locations.items()}
             succeeded = self.bel.succeed_job_run(
                 job_run_id, body.reads, instances, attempt, locations, body.inputs_of, body.facts
             )
@@ -103,6 +105,14 @@ class JobExecutor:
             return outcome_of(self._finished(succeeded, JobRunState.succeeded))
         finally:
             self._running.pop(job.group, None)
+
+    def _written_at(self, job: JobAttempt, key: str) -> str:
+        """The location of an output a partitioned write put in this attempt's folder; a result read back
+        from a submitted application could name any, so it is checked where it crosses into the BEL."""
+        folder = f"{INSTANCE_PREFIX}{job.group}"
+        if posixpath.normpath(key) != key or key.startswith(("/", "..")) or folder not in key.split("/")[:-1]:
+            self._refuse(job, f"job {job.job_label} reports an output at {key}, outside its attempt's folder")
+        return self.storage.uri_of(key)
 
     def _refuse(self, job: JobAttempt, message: str) -> NoReturn:
         """The body ended, but its result breaks the job's contract: said at the end of the attempt's log

@@ -32,6 +32,10 @@ LOGS = f"{RESERVED_SEGMENT}/logs"
 # pyarrow retries a GCS it cannot reach for 15 minutes by default: a command would seem to hang.
 GCS_RETRY_SECONDS = 15
 _INSTANCE_SEGMENT = re.compile(r"~([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
+# The folder of one attempt's partitioned write (``SparkJobContext.write_partitioned``): ``~<job run>-<attempt>``.
+_WRITE_SEGMENT = re.compile(r"~(jr-[0-9a-f]{16})-([0-9]+)")
+# What Spark escapes in a partition folder's value (its ExternalCatalogUtils.escapePathName), as %XX.
+_SPARK_ESCAPED = frozenset("\"#%'*/:=?\\{[]^\x7f") | frozenset(chr(c) for c in range(1, 32))
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,17 @@ class StoredInstance:
 
     ref: str
     instance_id: str
+    modified: datetime | None
+
+
+@dataclass(frozen=True)
+class StoredWrite:
+    """The folder of one attempt's partitioned write found on the storage (each partition a sub-folder),
+    with the newest modification of anything in it."""
+
+    key: str
+    job_run_id: str
+    attempt: int
     modified: datetime | None
 
 
@@ -63,6 +78,7 @@ class SubmissionArea:
     modified: datetime | None
 
 
+Listing = list[tuple[str, datetime | None]]  # keys relative to the root, with their modification times
 R = TypeVar("R")
 P = ParamSpec("P")
 
@@ -151,6 +167,27 @@ class Storage:
         uuid.UUID(instance_id)  # an instance id is a UUID; anything else could name another path
         return f"{validate_ref(ref)}/{INSTANCE_PREFIX}{instance_id}"
 
+    def key_of(self, instance: Instance) -> str | None:
+        """Where an instance's data is, relative to the root (None: outside it, an external location)."""
+        location = self.instance_location(instance)
+        root = f"{self.uri.rstrip('/')}/"
+        return location.removeprefix(root) if location.startswith(root) else None
+
+    @staticmethod
+    def write_key(prefix: str, job_run_id: str, attempt: int) -> str:
+        """The folder of one attempt's partitioned write of the outputs under ``prefix`` (a pattern's
+        leading segments): each partition is a sub-folder, as Spark's ``partitionBy`` names it."""
+        folder = f"{INSTANCE_PREFIX}{attempt_name(job_run_id, attempt)}"
+        if not _WRITE_SEGMENT.fullmatch(folder):
+            raise InvalidInputError(f"{job_run_id!r} is not a job run id")
+        return f"{validate_ref(prefix)}/{folder}" if prefix else folder
+
+    @staticmethod
+    def partition_folder(columns: dict[str, str]) -> str:
+        """The sub-folder Spark's ``partitionBy`` writes for these column values, in their order:
+        ``date=2024-01-01``, escaped as Spark escapes them."""
+        return "/".join(f"{_spark_escaped(name)}={_spark_escaped(value)}" for name, value in columns.items())
+
     # Files, by key relative to the root ------------------------------------------------------------
     def _path(self, key: str) -> str:
         clean = posixpath.normpath(key)
@@ -206,9 +243,10 @@ class Storage:
                 yield info.path.removeprefix(prefix), _utc(info.mtime)
 
     # What garbage collection looks at --------------------------------------------------------------
-    def instances(self) -> list[StoredInstance]:
+    def instances(self, listed: Listing | None = None) -> list[StoredInstance]:
         """Every instance location on the storage (outside the reserved segment), also one holding only
-        empty folders (a write killed before its first file)."""
+        empty folders (a write killed before its first file). ``listed``: ``files(folders=True)``, if the
+        caller has it already."""
 
         def location(key: str) -> str | None:  # "<ref>/~<uuid>", the instance folder holding key
             segments = key.split("/")
@@ -218,13 +256,44 @@ class Storage:
             return "/".join(segments[: depth + 1]) if depth else None
 
         found = []
-        for folder, modified in _newest_by(location, self.files(folders=True)).items():
+        for folder, modified in _newest_by(
+            location, self.files(folders=True) if listed is None else listed
+        ).items():
             ref, _, segment = folder.rpartition("/")
             found.append(StoredInstance(ref, segment.removeprefix(INSTANCE_PREFIX), modified))
         return found
 
     def delete_instance(self, ref: str, instance_id: str) -> None:
         self.delete(self.instance_key(ref, instance_id))
+
+    def partition_folders(self, key: str, *, depth: int) -> set[str]:
+        """The partition sub-folders (``depth`` segments, ``date=2024-01-01``) of a partitioned write at
+        ``key`` that hold data files (not Spark's ``_SUCCESS`` or hidden files)."""
+        found = set()
+        for file, _ in self.files(key):
+            parts = file.removeprefix(f"{key}/").split("/")
+            if len(parts) > depth and not parts[-1].startswith(("_", ".")):
+                found.add("/".join(parts[:depth]))
+        return found
+
+    def partitioned_writes(self, listed: Listing | None = None) -> list[StoredWrite]:
+        """Every folder of an attempt's partitioned write on the storage (outside the reserved segment)."""
+
+        def write(key: str) -> str | None:  # "<prefix>/~<job run>-<attempt>", the write holding key
+            segments = key.split("/")
+            if segments[0] == RESERVED_SEGMENT:
+                return None
+            depth = next((d for d, s in enumerate(segments) if _WRITE_SEGMENT.fullmatch(s)), None)
+            return None if depth is None else "/".join(segments[: depth + 1])
+
+        found = []
+        for key, modified in _newest_by(
+            write, self.files(folders=True) if listed is None else listed
+        ).items():
+            named = _WRITE_SEGMENT.fullmatch(key.rsplit("/", 1)[-1])
+            assert named is not None
+            found.append(StoredWrite(key, named[1], int(named[2]), modified))
+        return found
 
     def submission_key(self, job_run_id: str, attempt: int) -> str:
         return f"{RESERVED_SEGMENT}/submissions/{attempt_name(job_run_id, attempt)}"
@@ -294,6 +363,10 @@ def _newest_by(
             before = newest.get(name)
             newest[name] = modified if before is None or (modified and modified > before) else before
     return dict(sorted(newest.items()))
+
+
+def _spark_escaped(text: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _SPARK_ESCAPED else c for c in text)
 
 
 def _utc(moment: datetime | None) -> datetime | None:

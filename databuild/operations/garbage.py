@@ -1,5 +1,6 @@
-"""Garbage collection of the storage: instance locations nothing needs any more, the folders of
-submitted attempts, and the logs of job runs that ended longer than the retention ago. It lists the
+"""Garbage collection of the storage: instance locations nothing needs any more (a partitioned write's
+folder as a whole, or its partitions one by one), the folders of submitted attempts, and the logs of job
+runs that ended longer than the retention ago. It lists the
 storage first and asks the BEL second, so an attempt that starts or publishes meanwhile is seen by the
 BEL as writing or live (an attempt records its instance ids before it writes a byte). The rules
 themselves are ``databuild.domain.retention``."""
@@ -11,8 +12,14 @@ from typing import Literal
 from pydantic import Field
 
 from databuild.bel.queries import BelQueries
-from databuild.domain.retention import Verdict, instance_verdict, log_verdict, submission_verdict
-from databuild.jobs.storage import LogFolder, Storage, StoredInstance, SubmissionArea
+from databuild.domain.retention import (
+    Verdict,
+    instance_verdict,
+    log_verdict,
+    submission_verdict,
+    write_verdict,
+)
+from databuild.jobs.storage import LogFolder, Storage, StoredInstance, StoredWrite, SubmissionArea
 from databuild.models import AttemptOutput, Instance, JobRun, Model
 
 
@@ -41,9 +48,11 @@ class _Census:
     now: datetime
     keep: timedelta
     instances: list[StoredInstance]
+    writes: list[StoredWrite]
     submissions: list[SubmissionArea]
     old_logs: list[LogFolder]
     planned: dict[str, AttemptOutput]  # instance id -> the attempt that writes (or wrote) it
+    written: dict[tuple[str, int], list[str]]  # (job run, attempt) of each write -> its planned instances
     runs: dict[str, JobRun]
     known: dict[str, Instance]
     oldest_open: datetime | None
@@ -59,13 +68,17 @@ def collect_garbage(
     census = _take_census(storage, bel, keep=keep, now=now or datetime.now(UTC))
     deleted: list[Collected] = []
     kept = _collect_instances(census, storage, deleted, dry_run=dry_run)
+    for reason, count in _collect_writes(census, storage, deleted, dry_run=dry_run).items():
+        kept[reason] = kept.get(reason, 0) + count
     _collect_submissions(census, storage, deleted, dry_run=dry_run)
     _collect_logs(census, storage, deleted, dry_run=dry_run)
     return GcReport(dry_run=dry_run, keep=keep, deleted=deleted, kept=kept)
 
 
 def _take_census(storage: Storage, bel: BelQueries, *, keep: timedelta, now: datetime) -> _Census:
-    stored = storage.instances()
+    listed = list(storage.files(folders=True))
+    stored = storage.instances(listed)
+    writes = storage.partitioned_writes(listed)
     submissions = storage.submission_areas()
     # Only logs old enough to go are looked up in the BEL: most are within the retention.
     old_logs = [f for f in storage.log_folders() if f.modified is not None and now - f.modified >= keep]
@@ -76,13 +89,21 @@ def _take_census(storage: Storage, bel: BelQueries, *, keep: timedelta, now: dat
     planned = bel.attempt_outputs(ids)
     run_ids = (
         {o.job_run_id for o in planned.values()}
+        | {w.job_run_id for w in writes}
         | {a.job_run_id for a in submissions}
         | {f.job_run_id for f in old_logs}
     )
     runs = {r.job_run_id: r for r in bel.job_runs_by_id(sorted(run_ids))}
-    known = {i.instance_id: i for i in bel.instances_by_id(ids)}
+    written: dict[tuple[str, int], list[str]] = {}
+    for output in bel.attempt_outputs_of_runs(sorted({w.job_run_id for w in writes})):
+        written.setdefault((output.job_run_id, output.attempt), []).append(output.instance_id)
+    known = {
+        i.instance_id: i for i in bel.instances_by_id([*ids, *(i for each in written.values() for i in each)])
+    }
     oldest_open = bel.oldest_open_job_run()
-    return _Census(now, keep, stored, submissions, old_logs, planned, runs, known, oldest_open)
+    return _Census(
+        now, keep, stored, writes, submissions, old_logs, planned, written, runs, known, oldest_open
+    )
 
 
 def _collect_instances(
@@ -116,6 +137,65 @@ def _collect_instances(
         )
         if not dry_run:
             storage.delete_instance(found.ref, found.instance_id)
+    return kept
+
+
+def _collect_writes(
+    census: _Census, storage: Storage, deleted: list[Collected], *, dry_run: bool
+) -> dict[str, int]:
+    """Delete the partitioned writes' folders that may go, or the partitions in them that may; the
+    partitions kept counted by why (a folder nothing was published from counts as one)."""
+    kept: dict[str, int] = {}
+    for write in census.writes:
+        # The instances published from this folder, each with its own folder in it.
+        folders = {
+            instance.instance_id: key
+            for i in census.written.get((write.job_run_id, write.attempt), [])
+            if (instance := census.known.get(i)) is not None
+            and (key := storage.key_of(instance)) is not None
+            and key.startswith(f"{write.key}/")
+        }
+        inside = [census.known[i] for i in folders]
+        verdict, each = write_verdict(
+            write.attempt,
+            write.modified,
+            census.runs.get(write.job_run_id),
+            inside,
+            now=census.now,
+            keep=census.keep,
+            oldest_open_run=census.oldest_open,
+        )
+        if verdict.delete:
+            deleted.append(
+                Collected(
+                    kind="instance",
+                    location=storage.uri_of(write.key),
+                    job_run_id=write.job_run_id,
+                    reason=verdict.reason,
+                )
+            )
+            if not dry_run:
+                storage.delete(write.key)
+            continue
+        if not each:
+            kept[verdict.kept or ""] = kept.get(verdict.kept or "", 0) + 1
+        for instance in inside:
+            partition = each[instance.instance_id]
+            if partition.kept is not None:
+                kept[partition.kept] = kept.get(partition.kept, 0) + 1
+                continue
+            deleted.append(
+                Collected(
+                    kind="instance",
+                    location=storage.instance_location(instance),
+                    ref=instance.ref,
+                    instance_id=instance.instance_id,
+                    job_run_id=write.job_run_id,
+                    reason=partition.reason,
+                )
+            )
+            if not dry_run:
+                storage.delete(folders[instance.instance_id])
     return kept
 
 

@@ -65,6 +65,10 @@ class BodyResult(Model):
     facts: dict[str, InstanceFacts] = Field(
         default_factory=dict, description="of each output written, by ref"
     )
+    locations: dict[str, str] = Field(
+        default_factory=dict,
+        description="outputs a partitioned write put in its folder: where, relative to the storage root",
+    )
 
     @field_validator("missing", "written")
     @classmethod
@@ -128,6 +132,7 @@ class JobBodies:
             instances=attempt.instances,
             params=attempt.params,
             partitions=attempt.partitions,
+            attempt=attempt.attempt,
             cancelled=cancelled,
             report=report,
         )
@@ -144,4 +149,5 @@ class JobBodies:
             inputs_of=job.inputs_by_output(batch, [read.ref for read in ctx.reads]) if batch else None,
             missing_for=job.inputs_by_output(batch, missing) if batch and missing else None,
             facts=ctx.facts,
+            locations=ctx.locations,
         )
