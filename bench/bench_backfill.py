@@ -6,7 +6,8 @@ measured in one run on a Temporal dev server with Spark in local mode.
 One backfill of ``daily_users/{date}`` over ``--days`` days; ``daily_users`` declares that it reads
 ``raw_events/{date}``, so every want starts a derivative want for its day's events first. The same jobs
 run one partition per run (``databuild.testing.graphs:year_unbatched``) and ``--batch`` per run
-(``databuild.testing.graphs:year_batched``, bodies that read and write a batch's partitions at once).
+(``databuild.testing.graphs:year_batched``, bodies that read a batch's inputs as one DataFrame and write
+its partitions as one partitionBy write).
 Each mode starts from nothing (a fresh BEL and storage), unbatched first, on one warm SparkSession.
 
 Orchestration overhead per partition (batched) = (the backfill's wall time - the same batched Spark
@@ -21,18 +22,18 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import run_and_exit
+from bench.common import counting_stalled_tasks, run_and_exit
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.graph import load_graph
 from databuild.jobs.spark import SparkRuntime
 from databuild.models import WantState
+from databuild.process import forward_core_logs
 from databuild.testing import make_settings, start_dev_server
 from worker.run import WorkerParts, running_worker
 
@@ -81,31 +82,27 @@ async def backfill(client: Any, spark: SparkRuntime, home: Path, graph: str, day
 
 def direct(spark: SparkRuntime, home: Path, days: int, batch: int) -> float:
     """The batched bodies' Spark work without DataBuild: each batch of raw_events, then of daily_users,
-    written with the same concurrent writes, reading back what it wrote."""
-    from databuild.testing.graphs import events_of, users_of
+    as one partitionBy write, daily_users reading its batch's events back as one DataFrame."""
+    from databuild.testing.graphs import events_of_days, users_of
 
     session = spark.session()
     root = home / "direct"
     dates = [(FIRST + timedelta(days=n)).isoformat() for n in range(days)]
     started = time.perf_counter()
-    # Eight writes at once, as ctx.write_all does.
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        for label in ("raw_events", "daily_users"):
-            for at in range(0, days, batch):
-                writes = []
-                for day in dates[at : at + batch]:
-                    if label == "raw_events":
-                        frame = events_of(session, day)
-                    else:
-                        frame = users_of(session.read.parquet(str(root / "raw_events" / day)))
-                    writes.append(pool.submit(frame.write.mode("error").parquet, str(root / label / day)))
-                for write in writes:
-                    write.result()
+    for label in ("raw_events", "daily_users"):
+        for at in range(0, days, batch):
+            where = str(root / label / str(at))
+            if label == "raw_events":
+                frame = events_of_days(session, dates[at : at + batch])
+            else:
+                frame = users_of(session.read.parquet(str(root / "raw_events" / str(at))))
+            frame.write.mode("error").partitionBy("date").parquet(where)
     return time.perf_counter() - started
 
 
 async def run(days: int, batch: int) -> dict[str, Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    forward_core_logs()  # the worker's stalled workflow tasks are counted
     spark = SparkRuntime("local[2]", "2g", app_name="databuild-bench-backfill")
     figures: dict[str, Any] = {"days": days, "partitions": 2 * days, "batch": batch}
     try:
@@ -118,7 +115,10 @@ async def run(days: int, batch: int) -> dict[str, Any]:
                 env = await start_dev_server()
                 try:
                     print(f"{name}: backfilling {2 * days} partitions", file=sys.stderr)
-                    figures[name] = await backfill(env.client, spark, Path(tmp) / name, graph, days)
+                    with counting_stalled_tasks() as stalled:
+                        figures[name] = await backfill(env.client, spark, Path(tmp) / name, graph, days)
+                        await asyncio.sleep(1)  # the SDK's core forwards its log lines a batch at a time
+                        figures[name]["stalled_tasks"] = stalled()
                 finally:
                     await env.shutdown()
     finally:
@@ -153,8 +153,11 @@ def main() -> None:
             print(f"{name:<12}{f['wall_s']:>9.1f}{f['job_runs']:>10}{overhead:>18.1f} ms")
         print(f"{'direct':<12}{figures['direct_s']:>9.1f}{'-':>10}{'(Spark work alone)':>21}")
         print(f"batched is {figures['speedup']:.1f}x faster than unbatched")
+        stalled = sum(figures[name]["stalled_tasks"] for name in GRAPHS)
+        figures["verdict"] = "PASS" if stalled == 0 else "FAIL"
+        print(f"workflow tasks over 5 s: {stalled} (target: none): {figures['verdict']}")
         print(json.dumps(figures))
-        return 0
+        return 0 if stalled == 0 else 1
 
     run_and_exit(report)
 

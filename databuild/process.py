@@ -140,8 +140,13 @@ def _configure(*handlers: logging.Handler) -> None:
         logging.getLogger(name).setLevel(logging.INFO)
     # Warnings (pyspark's, pandas') would be printed to stderr; as records they follow the handlers.
     logging.captureWarnings(True)
-    # The Temporal SDK's core (Rust) writes its warnings to the process's stderr itself unless they are
-    # forwarded to a Python logger. Set before the first client connects: a runtime is chosen then.
+    forward_core_logs()
+
+
+def forward_core_logs() -> None:
+    """The Temporal SDK's core (Rust) writes its warnings (a workflow task over 5 s, TMPRL1104) to the
+    process's stderr itself unless they are forwarded to a Python logger, ``temporalio.core``. Call it
+    before the first client connects: a runtime is chosen then."""
     core = LogForwardingConfig(logger=logging.getLogger("temporalio.core"))
     logs = LoggingConfig(filter=TelemetryFilter(core_level="WARN", other_level="ERROR"), forwarding=core)
     Runtime.set_default(Runtime(telemetry=TelemetryConfig(logging=logs)), error_if_already_set=False)

@@ -30,6 +30,16 @@ def events_of(spark: "SparkSession", day: str) -> "DataFrame":
     return spark.range(ROWS_PER_DAY).selectExpr(f"'{day}' as date", "id % 97 as user_id", "id % 13 as amount")
 
 
+def events_of_days(spark: "SparkSession", days: list[str]) -> "DataFrame":
+    """``events_of`` each of ``days``, as one DataFrame."""
+    dates = F.array(*(F.lit(day) for day in days))
+    return spark.range(ROWS_PER_DAY * len(days)).select(
+        F.element_at(dates, (F.col("id") / ROWS_PER_DAY).cast("int") + 1).alias("date"),
+        (F.col("id") % ROWS_PER_DAY % 97).alias("user_id"),
+        (F.col("id") % ROWS_PER_DAY % 13).alias("amount"),
+    )
+
+
 def users_of(events: "DataFrame") -> "DataFrame":
     return events.groupBy("date", "user_id").agg(F.sum("amount").alias("spent"))
 
@@ -46,14 +56,13 @@ def year_graph(name: str, batch: int | None) -> Graph:
             ctx.write(f"daily_users/{date}", users_of(ctx.read(f"raw_events/{date}")))
 
     else:
-
+        # A batch as Spark users write one: one DataFrame read, one partitionBy write.
         def raw_events(ctx: "JobContext", partitions: list[dict[str, str]]) -> None:  # type: ignore[misc]
-            ctx.write_all({f"raw_events/{p['date']}": events_of(ctx.spark, p["date"]) for p in partitions})
+            ctx.write_partitioned(events_of_days(ctx.spark, [p["date"] for p in partitions]))
 
         def daily_users(ctx: "JobContext", partitions: list[dict[str, str]]) -> None:  # type: ignore[misc]
-            dates = [p["date"] for p in partitions]
-            frames = ctx.read_all([f"raw_events/{date}" for date in dates])
-            ctx.write_all({f"daily_users/{d}": users_of(f) for d, f in zip(dates, frames, strict=True)})
+            events = ctx.read_partitioned([f"raw_events/{p['date']}" for p in partitions])
+            ctx.write_partitioned(users_of(events))
 
     year.job("raw_events/{date}", batch=batch)(raw_events)
     year.job("daily_users/{date}", batch=batch, inputs=users_read)(daily_users)
