@@ -218,6 +218,15 @@ class Settings(BaseSettings):
         description="workflows a worker keeps in memory; size it to the wants it holds waiting at once "
         "(a signal to an evicted one replays its history)",
     )
+    # A workflow task runs in the worker's Python: the more run at once, the longer each takes (one
+    # interpreter, a few cores). Past 5 s the SDK warns (TMPRL1104), past 10 s the server retries it.
+    workflow_tasks: int = Field(
+        default=8,
+        ge=2,
+        le=1000,
+        description="workflow tasks a worker runs at once; the rest wait at the server, in order, so none "
+        "waits in the worker long enough to time out",
+    )
     # OpenLineage export (databuild/jobs/openlineage.py).
     openlineage_url: str | None = Field(
         default=None,

@@ -103,6 +103,7 @@ def test_settings_read_their_variables_with_friendly_syntax(monkeypatch: pytest.
         ("DATABUILD_JOB_EXECUTORS", "nightly", "each entry is label=executor"),
         ("DATABUILD_ALLOWED_HOSTS", "host:8000", "each entry is a host name or address"),
         ("DATABUILD_WORKFLOW_CACHE", "-1", "out of range; give 0 or more"),
+        ("DATABUILD_WORKFLOW_TASKS", "1001", "out of range; give 2 to 1000"),
         ("DATABUILD_TEMPORAL_TLS", "maybe", "Input should be a valid boolean"),
         ("DATABUILD_CATALOG", "thrift-ish", "use embedded, none, or a metastore's thrift://host:port"),
         ("DATABUILD_STORAGE_ROOT", "ftp://files/lake", "scheme 'ftp' is not supported; use a path, or a URI"),

@@ -150,6 +150,7 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
         max_concurrent_activities=settings.max_concurrent_jobs + 16,
         interceptors=[DataBuildErrors()],
         max_cached_workflows=settings.workflow_cache,
+        max_concurrent_workflow_tasks=settings.workflow_tasks,
         identity=identity,
     )
     return BuiltWorker(worker, jobs, upstream)
