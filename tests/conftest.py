@@ -172,6 +172,7 @@ SLOWEST_MODULES = (
     "test_failures",
     "test_error_surfaces",
     "test_catalog",
+    "test_bench_runs",
     "test_declared_inputs",
     "test_lineage",
     "test_backfill",
