@@ -31,16 +31,19 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.client import Client
     from temporalio.worker import Worker
 
-    from bench.common import run_and_exit
+    from bench.common import counting_stalled_tasks, run_and_exit
     from databuild.bel import BuildEventLog
     from databuild.client import DataBuild
     from databuild.graph import load_graph
     from databuild.jobs.spark import SparkRuntime
     from databuild.models import Want, WantState
+    from databuild.process import forward_core_logs
     from databuild.testing import make_settings, start_dev_server
     from worker.run import WorkerParts, running_worker
 
 GRAPH = "databuild.testing.graphs:graph"
+RATIO_TARGET = 2.0  # registration of wants for live partitions, against bare workflows
+OVERHEAD_TARGET_S = 0.1  # orchestration per job run, over the same Spark write done directly
 WARMUP = 5
 ROUNDS = 3
 
@@ -225,9 +228,12 @@ async def run(n: int, jobs: int) -> dict[str, Any]:
             bare_worker = Worker(
                 client, task_queue=rig.bare_queue, workflows=[BareWorkflow], activities=[noop]
             )
-            async with running_worker(parts, warm_spark=False), bare_worker:
-                reg = await registration(rig, n)
-                job = await per_job(rig, jobs)
+            with counting_stalled_tasks() as stalled:
+                async with running_worker(parts, warm_spark=False), bare_worker:
+                    reg = await registration(rig, n)
+                    job = await per_job(rig, jobs)
+                await asyncio.sleep(1)  # the SDK's core forwards its log lines a batch at a time
+                stalled_tasks = stalled()
             bel.dispose()
         finally:
             spark.stop()
@@ -237,18 +243,35 @@ async def run(n: int, jobs: int) -> dict[str, Any]:
         "per_job": job,
         "spark_start_s": spark_start_s,
         "total_s": time.perf_counter() - started,
+        "stalled_tasks": stalled_tasks,
     }
+
+
+def verdict(figures: dict[str, Any]) -> dict[str, Any]:
+    """The targets: registration at most RATIO_TARGET times bare workflows, at most OVERHEAD_TARGET_S of
+    orchestration per job run, and no stalled workflow task."""
+    misses = []
+    if figures["registration"]["ratio"] > RATIO_TARGET:
+        misses.append(f"registration ratio {figures['registration']['ratio']:.2f}x > {RATIO_TARGET}x")
+    if figures["per_job"]["overhead_per_job_s"] > OVERHEAD_TARGET_S:
+        misses.append(
+            f"overhead per job {1000 * figures['per_job']['overhead_per_job_s']:.0f} ms "
+            f"> {1000 * OVERHEAD_TARGET_S:.0f} ms"
+        )
+    if figures["stalled_tasks"]:
+        misses.append(f"{figures['stalled_tasks']} stalled workflow task(s)")
+    return {"verdict": "FAIL" if misses else "PASS", "misses": misses}
 
 
 def report(figures: dict[str, Any]) -> None:
     reg, job = figures["registration"], figures["per_job"]
-    ok_reg = "ok" if reg["ratio"] <= 2.0 else "MISSED"
-    ok_job = "ok" if job["overhead_per_job_s"] < 1.0 else "MISSED"
+    ok_reg = "ok" if reg["ratio"] <= RATIO_TARGET else "MISSED"
+    ok_job = "ok" if job["overhead_per_job_s"] <= OVERHEAD_TARGET_S else "MISSED"
     rows = [
         ("(a) registration throughput", f"N = {reg['n']}", f"median of {reg['rounds']} alternating rounds"),
         ("  DataBuild wants (live refs)", f"{reg['databuild_per_s']:8.1f} /s", f"{reg['databuild_s']:.2f} s"),
         ("  bare workflow + 1 activity", f"{reg['bare_per_s']:8.1f} /s", f"{reg['bare_s']:.2f} s"),
-        ("  ratio DataBuild / bare time", f"{reg['ratio']:8.2f} x", f"target <= 2x: {ok_reg}"),
+        ("  ratio DataBuild / bare time", f"{reg['ratio']:8.2f} x", f"target <= {RATIO_TARGET}x: {ok_reg}"),
         ("  ratio per round", "", ", ".join(f"{r:.2f}" for r in reg["round_ratios"])),
         ("(b) per-job overhead", f"jobs = {job['jobs']}", ""),
         (
@@ -258,7 +281,11 @@ def report(figures: dict[str, Any]) -> None:
         ),
         ("  job run span in BEL", "", f"median {job['job_run_span_median_s']:.3f} s"),
         ("  direct Spark write", f"{job['direct_mean_s']:8.3f} s", f"median {job['direct_median_s']:.3f} s"),
-        ("  overhead per job run", f"{job['overhead_per_job_s']:8.3f} s", f"target < 1 s: {ok_job}"),
+        (
+            "  overhead per job run",
+            f"{job['overhead_per_job_s']:8.3f} s",
+            f"target <= {OVERHEAD_TARGET_S} s: {ok_job}",
+        ),
     ]
     print()
     print(f"{'measure':<32}{'rate / mean':>14}   notes")
@@ -267,6 +294,8 @@ def report(figures: dict[str, Any]) -> None:
         print(f"{name:<32}{value:>14}   {extra}")
     print("-" * 72)
     print(f"Spark start-up {figures['spark_start_s']:.1f} s, whole run {figures['total_s']:.1f} s")
+    print(f"workflow tasks over 5 s: {figures['stalled_tasks']} (target: none)")
+    print(f"verdict {figures['verdict']}" + "".join(f"\n    {miss}" for miss in figures["misses"]))
     print(json.dumps(figures))
 
 
@@ -279,8 +308,11 @@ def main() -> None:
         parser.error("--n and --jobs must be at least 1")
 
     def work() -> int:
-        report(asyncio.run(run(args.n, args.jobs)))
-        return 0
+        forward_core_logs()  # the worker's stalled workflow tasks are counted
+        figures = asyncio.run(run(args.n, args.jobs))
+        figures |= verdict(figures)
+        report(figures)
+        return 1 if figures["stalled_tasks"] else 0
 
     run_and_exit(work)
 

@@ -53,3 +53,15 @@ def test_bench_scale_runs_every_want_without_a_stalled_workflow_task() -> None:
     # Only the ratio, which a busy machine moves, may miss its target here.
     assert all(miss.startswith("ratio") for miss in f["misses"]), f["misses"]
     assert f["verdict"] == ("PASS" if not f["misses"] else "FAIL")
+
+
+def test_bench_orchestration_registers_and_builds_without_a_stalled_workflow_task() -> None:
+    f = bench("bench_orchestration", "--n", "10", "--jobs", "2")
+    reg, job = f["registration"], f["per_job"]
+    assert reg["n"] == 10 and len(reg["round_ratios"]) == reg["rounds"] == 3
+    assert reg["ratio"] == pytest.approx(reg["databuild_s"] / reg["bare_s"])
+    assert job["jobs"] == 2 and job["direct_median_s"] > 0 and job["want_median_s"] > 0
+    assert f["stalled_tasks"] == 0
+    # Only the ratio and the overhead, which a busy machine moves, may miss their targets here.
+    assert all(miss.startswith(("registration ratio", "overhead per job")) for miss in f["misses"])
+    assert f["verdict"] == ("PASS" if not f["misses"] else "FAIL")
