@@ -268,9 +268,30 @@ def main() -> None:
         backends = {"sqlite": f"sqlite:///{Path(tmp) / 'bench.sqlite'}", "postgresql": postgres}
         for name in names:
             results[name] = measure(name, backends[name], args)
+    judged = verdict(results)
     print()
     print(table(results))
-    print(json.dumps(results))
+    print(f"verdict {judged['verdict']}" + "".join(f"\n    {miss}" for miss in judged["misses"]))
+    print(json.dumps(results | judged))
+
+
+# The targets (issue 23): decisions keep up with the database as clients grow.
+SQLITE_TARGET_PER_S = 1000  # distinct decisions per second, one client
+POSTGRES_TARGET_RATIO = 0.2  # distinct decisions over raw commits, 16 clients
+
+
+def verdict(results: dict[str, Any]) -> dict[str, Any]:
+    misses = []
+    if "sqlite" in results and (rate := results["sqlite"]["distinct"][1]) < SQLITE_TARGET_PER_S:
+        misses.append(f"sqlite: {rate:.0f} decisions/s < {SQLITE_TARGET_PER_S}")
+    if "postgresql" in results:
+        figures = results["postgresql"]
+        ratio = figures["distinct"][16] / figures["raw"][16]
+        if ratio < POSTGRES_TARGET_RATIO:
+            misses.append(
+                f"postgresql: decisions/raw commits at 16 clients {ratio:.2f} < {POSTGRES_TARGET_RATIO}"
+            )
+    return {"verdict": "FAIL" if misses else "PASS", "misses": misses}
 
 
 if __name__ == "__main__":
