@@ -3,7 +3,7 @@
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, insert, select
 
 from databuild.bel import schema as s
 from databuild.bel.base import (
@@ -50,8 +50,10 @@ class DecisionCommands(WriteBase):
             decided = decisions.decide(state, seq, new_job_run_id())
             for event in decided.events:
                 tx.append(event)
-                if isinstance(event, ev.JobRunQueued):
-                    self._set_lease(tx.conn, event.job_run_id, tx.at + lease)
+                if isinstance(event, ev.JobRunQueued):  # a new run: its lease is new too
+                    tx.conn.execute(
+                        insert(s.job_run_leases).values(job_run_id=event.job_run_id, expires_at=tx.at + lease)
+                    )
             return decided.verdict
 
     def _decision_state(

@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, insert, select, text, update
+from sqlalchemy import Connection, Engine, create_engine, event, insert, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -210,13 +210,18 @@ class WriteTx:
             first = int(self.conn.execute(_RESERVE, {"n": len(rows)}).scalar_one())
             self.provisional = first if first >= PROVISIONAL else None
         else:
-            last = self.conn.execute(select(s.head.c.last_idx).where(s.head.c.id == 1)).scalar()
+            # One statement takes the indexes: SQLite's write lock, held since BEGIN IMMEDIATE, orders it.
+            last = self.conn.execute(
+                update(s.head)
+                .where(s.head.c.id == 1)
+                .values(last_idx=s.head.c.last_idx + len(rows))
+                .returning(s.head.c.last_idx)
+            ).scalar()
             if last is None:
                 raise RuntimeError(
                     "the build event log is not initialised; open it with BuildEventLog.create()"
                 )
-            first = last + 1
-            self.conn.execute(update(s.head).where(s.head.c.id == 1).values(last_idx=last + len(rows)))
+            first = last - len(rows) + 1
         for position, row in enumerate(rows):
             row["idx"] = first + position
         self.conn.execute(insert(s.events), rows)
