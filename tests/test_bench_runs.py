@@ -77,3 +77,13 @@ def test_bench_bel_measures_decisions_against_raw_commits_on_both_backends() -> 
     # Decisions against the database's own rate: targets the BEL does not meet yet (issue 23, item 4).
     assert all(miss.startswith(("sqlite:", "postgresql:")) for miss in f["misses"])
     assert f["verdict"] == ("PASS" if not f["misses"] else "FAIL")
+
+
+def test_bench_announce_signals_every_blocked_want_without_a_stalled_workflow_task() -> None:
+    f = bench("bench_announce", "--n", "30")
+    assert f["n"] == f["signalled"] == f["wants_successful"] == 30
+    assert f["stalled_tasks"] == 0
+    assert f["baseline_signal_s"] == pytest.approx((f["baseline_before_s"] + f["baseline_after_s"]) / 2)
+    assert f["ratio"] == pytest.approx(f["announce_signal_s"] / f["baseline_signal_s"])
+    # The ratio is the only target, and a busy machine moves it.
+    assert f["verdict"] == ("PASS" if f["pass"] else "FAIL")
