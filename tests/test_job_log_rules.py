@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from databuild.domain.facts import schema_changed
-from databuild.domain.retention import log_verdict, submission_verdict
+from databuild.domain.retention import Verdict, log_verdict, submission_verdict, write_verdict
 from databuild.jobs.attempt_log import APPLICATION_OUTPUT, TRUNCATED, bounded, with_application_output
-from databuild.models import Column, InstanceFacts, JobRun, JobRunState
+from databuild.models import Column, Instance, InstanceFacts, InstanceStatus, JobRun, JobRunState
 
 pytestmark = pytest.mark.unit
 
@@ -109,3 +109,61 @@ def test_bounded_logs_keep_both_ends_within_the_limit() -> None:
     body, output = both.split(APPLICATION_OUTPUT)
     assert len(both.encode()) <= 8192 + len(APPLICATION_OUTPUT) + 4
     assert body.rstrip().endswith("ValueError: last") and output.endswith("JVM last words\n")
+
+
+def test_a_partitioned_write_goes_whole_or_a_partition_at_a_time() -> None:
+    now, week = datetime(2024, 3, 1, tzinfo=UTC), timedelta(days=7)
+    old = now - 2 * week
+    run = JobRun(
+        job_run_id="jr-1",
+        job_label="job",
+        outputs=["a/1", "a/2"],
+        params={},
+        state=JobRunState.succeeded,
+        want_id=None,
+        attempts=1,
+        reason=None,
+        missing=[],
+        reads=[],
+        writes=[],
+        workflow_id="job-run:job:jr-1",
+        created_at=old,
+        updated_at=old,
+    )
+
+    def instance(ref: str, status: InstanceStatus, retired: datetime | None = None) -> Instance:
+        return Instance(
+            instance_id=f"i-{ref}",
+            ref=ref,
+            job_run_id="jr-1",
+            external=False,
+            status=status,
+            stale_cause=None,
+            reason=None,
+            created_at=old,
+            retired_at=retired,
+        )
+
+    def verdict(
+        run: JobRun | None, inside: list[Instance], attempt: int = 1
+    ) -> tuple[Verdict, dict[str, Verdict]]:
+        return write_verdict(attempt, old, run, inside, now=now, keep=week, oldest_open_run=None)
+
+    live, retired = instance("a/1", InstanceStatus.live), instance("a/2", InstanceStatus.superseded, old)
+    # Some partitions needed: the folder stays, and the others go one by one.
+    folder, each = verdict(run, [live, retired])
+    assert folder.kept == "live" and each["i-a/1"].kept == "live" and each["i-a/2"].delete
+    # None needed: the folder goes whole.
+    folder, each = verdict(run, [retired, instance("a/3", InstanceStatus.superseded, old)])
+    assert folder.delete and each == {}
+    # A partition retired within the retention keeps it.
+    assert verdict(run, [instance("a/4", InstanceStatus.superseded, now - timedelta(days=1))])[0].kept == (
+        "within retention"
+    )
+    # Nothing published: by age once the run ended; kept while it runs; another graph's is left alone.
+    failed = run.model_copy(update={"state": JobRunState.failed})
+    assert verdict(failed, [])[0].reason.startswith("left by attempt 1 of job run jr-1 (failed)")
+    assert verdict(failed, [])[0].delete
+    assert verdict(run.model_copy(update={"state": JobRunState.running}), [])[0].kept == "being written"
+    assert verdict(None, [])[0].kept == "unknown to the BEL"
+    assert verdict(run, [], attempt=2)[0].kept == "unknown to the BEL"
