@@ -17,10 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def bench(module: str, *args: str) -> dict[str, Any]:
-    """Run ``bench.<module>``; its exit code is 0 (1 on a stalled workflow task or a failed want), and
+    """Run the benchmark ``module``; its exit code is 0 (1 on a stalled workflow task or a failed want), and
     its last line is its figures as JSON."""
     done = subprocess.run(
-        [sys.executable, "-m", f"bench.{module}", *args],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -32,7 +32,7 @@ def bench(module: str, *args: str) -> dict[str, Any]:
 
 
 def test_bench_backfill_builds_both_ways_without_a_stalled_workflow_task() -> None:
-    f = bench("bench_backfill", "--days", "3")
+    f = bench("bench.bench_backfill", "--days", "3")
     assert f["partitions"] == 6
     assert f["unbatched"]["by_state"] == {"daily_users:succeeded": 3, "raw_events:succeeded": 3}
     assert f["batched"]["by_state"] == {"daily_users:succeeded": 1, "raw_events:succeeded": 1}
@@ -44,7 +44,7 @@ def test_bench_backfill_builds_both_ways_without_a_stalled_workflow_task() -> No
 
 
 def test_bench_scale_runs_every_want_without_a_stalled_workflow_task() -> None:
-    f = bench("bench_scale", "--wants", "20")
+    f = bench("bench.bench_scale", "--wants", "20")
     assert f["databuild"]["states"] == {"successful": 20} and f["bare"]["workflows"] == 20
     assert f["stalled_tasks"] == 0, f["worker_log"]
     assert f["memory"]["databuild_worker_peak_mib"] <= 600
@@ -56,7 +56,7 @@ def test_bench_scale_runs_every_want_without_a_stalled_workflow_task() -> None:
 
 
 def test_bench_orchestration_registers_and_builds_without_a_stalled_workflow_task() -> None:
-    f = bench("bench_orchestration", "--n", "10", "--jobs", "2")
+    f = bench("bench.bench_orchestration", "--n", "10", "--jobs", "2")
     reg, job = f["registration"], f["per_job"]
     assert reg["n"] == 10 and len(reg["round_ratios"]) == reg["rounds"] == 3
     assert reg["ratio"] == pytest.approx(reg["databuild_s"] / reg["bare_s"])
@@ -68,7 +68,7 @@ def test_bench_orchestration_registers_and_builds_without_a_stalled_workflow_tas
 
 
 def test_bench_bel_measures_decisions_against_raw_commits_on_both_backends() -> None:
-    f = bench("bench_bel", "--decisions", "40", "--commits", "100", "--appends", "50")
+    f = bench("bench.bench_bel", "--decisions", "40", "--commits", "100", "--appends", "50")
     for backend in ("sqlite", "postgresql"):
         figures = f[backend]
         for case in ("distinct", "contended", "raw"):
@@ -80,7 +80,7 @@ def test_bench_bel_measures_decisions_against_raw_commits_on_both_backends() -> 
 
 
 def test_bench_announce_signals_every_blocked_want_without_a_stalled_workflow_task() -> None:
-    f = bench("bench_announce", "--n", "30")
+    f = bench("bench.bench_announce", "--n", "30")
     assert f["n"] == f["signalled"] == f["wants_successful"] == 30
     assert f["stalled_tasks"] == 0
     assert f["baseline_signal_s"] == pytest.approx((f["baseline_before_s"] + f["baseline_after_s"]) / 2)

@@ -14,6 +14,26 @@ from databuild.models import Column, Instance, InstanceFacts, InstanceStatus, Jo
 pytestmark = pytest.mark.unit
 
 
+def job_run(state: JobRunState, created: datetime, *, attempts: int = 1) -> JobRun:
+    """A job run ``jr-1`` of ``job`` in ``state``, created (and last changed) at ``created``."""
+    return JobRun(
+        job_run_id="jr-1",
+        job_label="job",
+        outputs=["a/1"],
+        params={},
+        state=state,
+        want_id=None,
+        attempts=attempts,
+        reason=None,
+        missing=[],
+        reads=[],
+        writes=[],
+        workflow_id="job-run:job:jr-1",
+        created_at=created,
+        updated_at=created,
+    )
+
+
 def facts(*columns: tuple[str, str]) -> InstanceFacts:
     return InstanceFacts(
         rows=1, bytes=1, columns=[Column(name=n, type=t, nullable=False) for n, t in columns]
@@ -44,22 +64,7 @@ def test_schema_changed_compares_names_types_and_order(
 
 def test_an_ended_runs_logs_go_after_the_retention_and_no_one_elses() -> None:
     now, week = datetime(2024, 3, 1, tzinfo=UTC), timedelta(days=7)
-    run = JobRun(
-        job_run_id="jr-1",
-        job_label="job",
-        outputs=["a/1"],
-        params={},
-        state=JobRunState.failed,
-        want_id=None,
-        attempts=1,
-        reason="boom",
-        missing=[],
-        reads=[],
-        writes=[],
-        workflow_id="job-run:job:jr-1",
-        created_at=now - 2 * week,
-        updated_at=now - 2 * week,
-    )
+    run = job_run(JobRunState.failed, now - 2 * week)
     assert log_verdict(now - 2 * week, run, now=now, keep=week).delete
     assert log_verdict(now - timedelta(days=1), run, now=now, keep=week).kept == "within retention"
     running = run.model_copy(update={"state": JobRunState.running})
@@ -70,22 +75,7 @@ def test_an_ended_runs_logs_go_after_the_retention_and_no_one_elses() -> None:
 def test_a_submission_folder_goes_only_if_its_bel_started_that_attempt_and_it_is_over() -> None:
     now, week = datetime(2024, 3, 1, tzinfo=UTC), timedelta(days=7)
     old = now - 2 * week
-    run = JobRun(
-        job_run_id="jr-1",
-        job_label="job",
-        outputs=["a/1"],
-        params={},
-        state=JobRunState.running,
-        want_id=None,
-        attempts=2,
-        reason=None,
-        missing=[],
-        reads=[],
-        writes=[],
-        workflow_id="job-run:job:jr-1",
-        created_at=old,
-        updated_at=old,
-    )
+    run = job_run(JobRunState.running, old, attempts=2)
     assert submission_verdict(2, old, run, now=now, keep=week).kept == "being written"
     assert (
         submission_verdict(1, old, run, now=now, keep=week).reason == "attempt 1 was superseded by attempt 2"
@@ -114,22 +104,7 @@ def test_bounded_logs_keep_both_ends_within_the_limit() -> None:
 def test_a_partitioned_write_goes_whole_or_a_partition_at_a_time() -> None:
     now, week = datetime(2024, 3, 1, tzinfo=UTC), timedelta(days=7)
     old = now - 2 * week
-    run = JobRun(
-        job_run_id="jr-1",
-        job_label="job",
-        outputs=["a/1", "a/2"],
-        params={},
-        state=JobRunState.succeeded,
-        want_id=None,
-        attempts=1,
-        reason=None,
-        missing=[],
-        reads=[],
-        writes=[],
-        workflow_id="job-run:job:jr-1",
-        created_at=old,
-        updated_at=old,
-    )
+    run = job_run(JobRunState.succeeded, old)
 
     def instance(ref: str, status: InstanceStatus, retired: datetime | None = None) -> Instance:
         return Instance(

@@ -103,7 +103,7 @@ def test_instance_locations_are_found_and_deleted(storage: Storage) -> None:
     )
     assert [(a.job_run_id, a.attempt) for a in storage.submission_areas()] == [("jr-x", 1)]
     assert storage.location("p/1", first) == f"{storage.uri}/p/1/~{first}"
-    storage.delete_instance("p/1", first)
+    storage.delete(Storage.instance_key("p/1", first))
     assert sorted(i.instance_id for i in storage.instances()) == sorted([second, nested])
     with pytest.raises(ValueError):
         Storage.instance_key("p/1", "../../etc")  # an instance id is a UUID, nothing else

@@ -168,7 +168,8 @@ class SparkJobContext:
             raise JobContractError(f"job {self.job_label} wrote {ref} twice; write each output once")
         # "error": an instance location is written once; finding data there means something is wrong.
         frame.write.mode("error").parquet(self._storage.location(ref, self._instances[ref]))
-        self.facts[ref] = self._facts_of(ref, self._storage.instance_key(ref, self._instances[ref]), frame)
+        key = self._storage.instance_key(ref, self._instances[ref])
+        self.facts[ref] = self._facts_of(ref, frame, lambda: self._storage.parquet_summary(key))
         self.written.add(ref)
 
     def write_partitioned(self, frame: "DataFrame", output: str | None = None) -> None:
@@ -202,7 +203,8 @@ class SparkJobContext:
             ref: self._storage.partition_folder({n: values[n] for n in columns})
             for ref, values in owned.items()
         }
-        found = self._storage.partition_folders(key, depth=len(columns))
+        files = self._storage.partition_files(key, depth=len(columns))  # one listing for all of them
+        found = set(files)
         strays = sorted(found - set(folders.values()))
         if strays:
             shown = ", ".join(unquote(folder) for folder in strays[:5]) + (
@@ -220,7 +222,8 @@ class SparkJobContext:
             )
         for ref, folder in folders.items():
             self.locations[ref] = f"{key}/{folder}"
-            self.facts[ref] = self._facts_of(ref, self.locations[ref], frame, but=columns)
+            summary = functools.partial(self._storage.summary_of, files[folder])
+            self.facts[ref] = self._facts_of(ref, frame, summary, but=columns)
             self.written.add(ref)
 
     def _output_pattern(self, output: str | None) -> Pattern:
@@ -235,10 +238,16 @@ class SparkJobContext:
             )
         return chosen
 
-    def _facts_of(self, ref: str, key: str, frame: "DataFrame", but: Sequence[str] = ()) -> InstanceFacts:
+    def _facts_of(
+        self,
+        ref: str,
+        frame: "DataFrame",
+        summary: Callable[[], tuple[int, int, int]],
+        but: Sequence[str] = (),
+    ) -> InstanceFacts:
         """The schema as written (the DataFrame's, already analysed: no Spark job; without the columns
-        ``but`` in folder names), and rows and bytes from the Parquet footers just written under ``key``
-        (a listing and a small read per file, not a count)."""
+        ``but`` in folder names), and rows, bytes and files from ``summary`` of the Parquet footers just
+        written (a listing and a small read per file, not a count)."""
         columns = [
             Column(name=f.name, type=f.dataType.simpleString(), nullable=f.nullable)
             for f in frame.schema.fields
@@ -246,7 +255,7 @@ class SparkJobContext:
         ]
         rows = size = files = None
         try:
-            rows, size, files = self._storage.parquet_summary(key)
+            rows, size, files = summary()
         except (OSError, ArrowException) as error:  # facts describe the data; they never fail its build
             log.warning(
                 "could not read the Parquet footers of %s, so its row count and size are unknown: %s",

@@ -263,19 +263,6 @@ class Storage:
             found.append(StoredInstance(ref, segment.removeprefix(INSTANCE_PREFIX), modified))
         return found
 
-    def delete_instance(self, ref: str, instance_id: str) -> None:
-        self.delete(self.instance_key(ref, instance_id))
-
-    def partition_folders(self, key: str, *, depth: int) -> set[str]:
-        """The partition sub-folders (``depth`` segments, ``date=2024-01-01``) of a partitioned write at
-        ``key`` that hold data files (not Spark's ``_SUCCESS`` or hidden files)."""
-        found = set()
-        for file, _ in self.files(key):
-            parts = file.removeprefix(f"{key}/").split("/")
-            if len(parts) > depth and not parts[-1].startswith(("_", ".")):
-                found.add("/".join(parts[:depth]))
-        return found
-
     def partitioned_writes(self, listed: Listing | None = None) -> list[StoredWrite]:
         """Every folder of an attempt's partitioned write on the storage (outside the reserved segment)."""
 
@@ -328,22 +315,41 @@ class Storage:
     @_reached
     def parquet_summary(self, key: str) -> tuple[int, int, int]:
         """Rows, bytes and files of the Parquet data under ``key``: one listing, then each file's footer
-        (a ranged read of its end, on parallel threads); no data is read. Files and folders whose names
-        start with ``_`` or ``.`` (``_SUCCESS``, checksums, leftovers of a commit) are not data."""
+        (a ranged read of its end, on parallel threads); no data is read."""
+        return self.summary_of(self._data_files(self._path(key)))
+
+    @_reached
+    def partition_files(self, key: str, *, depth: int) -> dict[str, list[fs.FileInfo]]:
+        """The data files of each partition sub-folder (``depth`` segments, ``date=2024-01-01``) of a
+        partitioned write at ``key``, from one listing of the write; ``summary_of`` summarises each."""
+        base = self._path(key)
+        found: dict[str, list[fs.FileInfo]] = {}
+        for info in self._data_files(base, allow_not_found=True):
+            parts = info.path[len(base) + 1 :].split("/")
+            if len(parts) > depth:
+                found.setdefault("/".join(parts[:depth]), []).append(info)
+        return found
+
+    @_reached
+    def summary_of(self, files: list[fs.FileInfo]) -> tuple[int, int, int]:
+        """Rows, bytes and files of these Parquet files, from their footers."""
         import pyarrow.dataset as ds
 
-        base = self._path(key)
-        selector = fs.FileSelector(base, recursive=True)
-        found = [
+        if not files:
+            return 0, 0, 0
+        dataset = ds.dataset([info.path for info in files], filesystem=self._fs, format="parquet")
+        return dataset.count_rows(), sum(info.size or 0 for info in files), len(files)
+
+    def _data_files(self, base: str, *, allow_not_found: bool = False) -> list[fs.FileInfo]:
+        """The files under ``base`` that are data: files and folders whose names start with ``_`` or ``.``
+        (``_SUCCESS``, checksums, leftovers of a commit) are not."""
+        selector = fs.FileSelector(base, recursive=True, allow_not_found=allow_not_found)
+        return [
             info
             for info in self._fs.get_file_info(selector)
             if info.type == fs.FileType.File
             and not any(part.startswith(("_", ".")) for part in info.path[len(base) :].split("/"))
         ]
-        if not found:
-            return 0, 0, 0
-        dataset = ds.dataset([info.path for info in found], filesystem=self._fs, format="parquet")
-        return dataset.count_rows(), sum(info.size or 0 for info in found), len(found)
 
     def local_path(self, key: str) -> Path | None:
         """The local path of ``key`` when the storage is the local file system (tests, benchmarks)."""

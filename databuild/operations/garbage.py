@@ -5,6 +5,7 @@ storage first and asks the BEL second, so an attempt that starts or publishes me
 BEL as writing or live (an attempt records its instance ids before it writes a byte). The rules
 themselves are ``databuild.domain.retention``."""
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal
@@ -68,11 +69,10 @@ def collect_garbage(
     census = _take_census(storage, bel, keep=keep, now=now or datetime.now(UTC))
     deleted: list[Collected] = []
     kept = _collect_instances(census, storage, deleted, dry_run=dry_run)
-    for reason, count in _collect_writes(census, storage, deleted, dry_run=dry_run).items():
-        kept[reason] = kept.get(reason, 0) + count
+    kept += _collect_writes(census, storage, deleted, dry_run=dry_run)
     _collect_submissions(census, storage, deleted, dry_run=dry_run)
     _collect_logs(census, storage, deleted, dry_run=dry_run)
-    return GcReport(dry_run=dry_run, keep=keep, deleted=deleted, kept=kept)
+    return GcReport(dry_run=dry_run, keep=keep, deleted=deleted, kept=dict(kept))
 
 
 def _take_census(storage: Storage, bel: BelQueries, *, keep: timedelta, now: datetime) -> _Census:
@@ -108,9 +108,9 @@ def _take_census(storage: Storage, bel: BelQueries, *, keep: timedelta, now: dat
 
 def _collect_instances(
     census: _Census, storage: Storage, deleted: list[Collected], *, dry_run: bool
-) -> dict[str, int]:
+) -> Counter[str]:
     """Delete the instance locations that may go; the rest counted by why they stay."""
-    kept: dict[str, int] = {}
+    kept: Counter[str] = Counter()
     for found in census.instances:
         output = census.planned.get(found.instance_id)
         verdict = instance_verdict(
@@ -123,29 +123,27 @@ def _collect_instances(
             oldest_open_run=census.oldest_open,
         )
         if verdict.kept is not None:
-            kept[verdict.kept] = kept.get(verdict.kept, 0) + 1
+            kept[verdict.kept] += 1
             continue
-        deleted.append(
-            Collected(
-                kind="instance",
-                location=storage.location(found.ref, found.instance_id),
-                ref=found.ref,
-                instance_id=found.instance_id,
-                job_run_id=output.job_run_id if output else None,
-                reason=verdict.reason,
-            )
+        key = storage.instance_key(found.ref, found.instance_id)
+        collected = Collected(
+            kind="instance",
+            location=storage.uri_of(key),
+            ref=found.ref,
+            instance_id=found.instance_id,
+            job_run_id=output.job_run_id if output else None,
+            reason=verdict.reason,
         )
-        if not dry_run:
-            storage.delete_instance(found.ref, found.instance_id)
+        _delete(storage, key, collected, deleted, dry_run=dry_run)
     return kept
 
 
 def _collect_writes(
     census: _Census, storage: Storage, deleted: list[Collected], *, dry_run: bool
-) -> dict[str, int]:
+) -> Counter[str]:
     """Delete the partitioned writes' folders that may go, or the partitions in them that may; the
     partitions kept counted by why (a folder nothing was published from counts as one)."""
-    kept: dict[str, int] = {}
+    kept: Counter[str] = Counter()
     for write in census.writes:
         # The instances published from this folder, each with its own folder in it.
         folders = {
@@ -165,38 +163,39 @@ def _collect_writes(
             keep=census.keep,
             oldest_open_run=census.oldest_open,
         )
-        if verdict.delete:
-            deleted.append(
-                Collected(
-                    kind="instance",
-                    location=storage.uri_of(write.key),
-                    job_run_id=write.job_run_id,
-                    reason=verdict.reason,
-                )
+        if verdict.kept is None:
+            collected = Collected(
+                kind="instance",
+                location=storage.uri_of(write.key),
+                job_run_id=write.job_run_id,
+                reason=verdict.reason,
             )
-            if not dry_run:
-                storage.delete(write.key)
-            continue
-        if not each:
-            kept[verdict.kept or ""] = kept.get(verdict.kept or "", 0) + 1
-        for instance in inside:
-            partition = each[instance.instance_id]
+            _delete(storage, write.key, collected, deleted, dry_run=dry_run)
+        elif not each:
+            kept[verdict.kept] += 1
+        for instance_id, partition in each.items():  # a kept folder's partitions, one by one
             if partition.kept is not None:
-                kept[partition.kept] = kept.get(partition.kept, 0) + 1
+                kept[partition.kept] += 1
                 continue
-            deleted.append(
-                Collected(
-                    kind="instance",
-                    location=storage.instance_location(instance),
-                    ref=instance.ref,
-                    instance_id=instance.instance_id,
-                    job_run_id=write.job_run_id,
-                    reason=partition.reason,
-                )
+            collected = Collected(
+                kind="instance",
+                location=storage.uri_of(folders[instance_id]),
+                ref=census.known[instance_id].ref,
+                instance_id=instance_id,
+                job_run_id=write.job_run_id,
+                reason=partition.reason,
             )
-            if not dry_run:
-                storage.delete(folders[instance.instance_id])
+            _delete(storage, folders[instance_id], collected, deleted, dry_run=dry_run)
     return kept
+
+
+def _delete(
+    storage: Storage, key: str, collected: Collected, deleted: list[Collected], *, dry_run: bool
+) -> None:
+    """Report ``collected``, and delete what is at ``key`` unless this is a dry run."""
+    deleted.append(collected)
+    if not dry_run:
+        storage.delete(key)
 
 
 def _collect_submissions(
@@ -227,9 +226,8 @@ def _collect_folder(
     dry_run: bool,
 ) -> None:
     """A run's folder (a submission's files, an attempt's logs), recorded and deleted if its verdict says so."""
-    if not verdict.delete:
-        return
-    location = storage.uri_of(key)
-    deleted.append(Collected(kind=kind, location=location, job_run_id=job_run_id, reason=verdict.reason))
-    if not dry_run:
-        storage.delete(key)
+    if verdict.delete:
+        collected = Collected(
+            kind=kind, location=storage.uri_of(key), job_run_id=job_run_id, reason=verdict.reason
+        )
+        _delete(storage, key, collected, deleted, dry_run=dry_run)
