@@ -6,7 +6,9 @@ measured in one run on a Temporal dev server with Spark in local mode.
 Each round builds ``daily_summary/2024-01-07`` from nothing (a fresh BEL and storage) with
 ``examples.demo:graph`` (inputs declared: derivative wants start before the first run) and with
 ``examples.demo:discovering`` (each job dep-misses once, then its derivative wants build), alternating.
-Prints the median wall time of each, their ratio, and the job runs each made.
+Prints the median wall time of each, their ratio, and the job runs each made. The verdict wants the
+declared graph to make no dep-miss attempt and to be no slower than discovery (a ratio of at least 1.0),
+and no workflow task over 5 s (the exit code is 1 on a stalled task).
 """
 
 import argparse
@@ -22,17 +24,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench.common import run_and_exit
+from bench.common import counting_stalled_tasks, run_and_exit
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.graph import load_graph
 from databuild.jobs.spark import SparkRuntime
 from databuild.models import WantState
+from databuild.process import forward_core_logs
 from databuild.testing import make_settings, start_dev_server
 from worker.run import WorkerParts, running_worker
 
 REF = "daily_summary/2024-01-07"
 GRAPHS = {"declared": "examples.demo:graph", "discovering": "examples.demo:discovering"}
+RATIO_TARGET = 1.0  # discovery / declared: declaring inputs must never cost time
 
 
 async def one_round(client: Any, spark: SparkRuntime, home: Path, graph: str, round_: int) -> dict[str, Any]:
@@ -60,12 +64,16 @@ async def one_round(client: Any, spark: SparkRuntime, home: Path, graph: str, ro
 
 async def run(rounds: int) -> dict[str, Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    forward_core_logs()  # the worker's stalled workflow tasks are counted
     env = await start_dev_server()
     spark = SparkRuntime("local[2]", "2g", app_name="databuild-bench-declared")
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in GRAPHS}
     try:
         await asyncio.to_thread(spark.session)  # start-up is not part of either measure
-        with tempfile.TemporaryDirectory(prefix="databuild-bench-") as tmp:
+        with (
+            tempfile.TemporaryDirectory(prefix="databuild-bench-") as tmp,
+            counting_stalled_tasks() as stalled,
+        ):
             # A first, uncounted build warms the JVM's code and Spark's caches for both.
             await one_round(env.client, spark, Path(tmp) / "warm-up", GRAPHS["discovering"], -1)
             for round_ in range(rounds):
@@ -73,10 +81,12 @@ async def run(rounds: int) -> dict[str, Any]:
                 for name in order:
                     home = Path(tmp) / f"{name}-{round_}"
                     results[name].append(await one_round(env.client, spark, home, GRAPHS[name], round_))
+            await asyncio.sleep(1)  # the SDK's core forwards its log lines a batch at a time
+            stalled_tasks = stalled()
     finally:
         spark.stop()
         await env.shutdown()
-    figures = {
+    figures: dict[str, Any] = {
         name: {
             "median_wall_s": statistics.median(r["wall_s"] for r in found),
             "rounds_s": [round(r["wall_s"], 2) for r in found],
@@ -87,6 +97,10 @@ async def run(rounds: int) -> dict[str, Any]:
     }
     figures["ratio_discovering_over_declared"] = (
         figures["discovering"]["median_wall_s"] / figures["declared"]["median_wall_s"]
+    )
+    figures["stalled_tasks"] = stalled_tasks
+    figures["declared_dep_misses"] = sum(
+        count for key, count in figures["declared"]["by_state"].items() if key.endswith(":dep_miss")
     )
     return figures
 
@@ -105,9 +119,22 @@ def main() -> None:
             print(
                 f"{name:<12} {f['median_wall_s']:6.1f} s {f['rounds_s']}  {f['job_runs']} job runs  {f['by_state']}"
             )
-        print(f"ratio discovering / declared: {figures['ratio_discovering_over_declared']:.2f}x")
+        ratio, stalled = figures["ratio_discovering_over_declared"], figures["stalled_tasks"]
+        checks = {
+            f"ratio discovering / declared: {ratio:.2f}x (target: at least {RATIO_TARGET})": ratio
+            >= RATIO_TARGET,
+            f"dep-miss attempts of the declared graph: {figures['declared_dep_misses']} (target: none)": figures[
+                "declared_dep_misses"
+            ]
+            == 0,
+            f"workflow tasks over 5 s: {stalled} (target: none)": stalled == 0,
+        }
+        for line, passed in checks.items():
+            print(f"{line}: {'PASS' if passed else 'FAIL'}")
+        figures["misses"] = [line.partition(":")[0] for line, passed in checks.items() if not passed]
+        figures["verdict"] = "PASS" if not figures["misses"] else "FAIL"
         print(json.dumps(figures))
-        return 0
+        return 0 if stalled == 0 else 1
 
     run_and_exit(report)
 

@@ -411,7 +411,7 @@ async def run_backfill(stack: Stack, request: BackfillRequest, what: str) -> dic
 
     async def register() -> None:
         nonlocal registered_s
-        await stack.db.backfill(request, on_registered=on_registered, concurrency=CONCURRENCY)
+        await stack.db.backfill(request, on_registered=on_registered)
         registered_s = time.perf_counter() - start
 
     async def done_now() -> tuple[int, str]:

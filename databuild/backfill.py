@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from pydantic import ConfigDict, Field, computed_field, field_validator, model_validator
 
 from databuild.durations import Duration, to_utc
-from databuild.models import Model, WantState
+from databuild.models import Model, WantSpec, WantState
 
 MAX_PARTITIONS = 100_000  # a year of hourly partitions is 8,760; more is almost surely a typo
 DAY = timedelta(days=1)
@@ -70,6 +70,9 @@ class BackfillProgress(Model):
     request: BackfillRequest
     partitions: int
     registered: int = Field(description="wants registered so far")
+    started: int = Field(
+        default=0, description="wants whose workflows its window has started (in the order of its range)"
+    )
     by_state: dict[WantState, int]
     created_at: datetime
     paused: bool = Field(default=False, description="its wants decide nothing new until it is resumed")
@@ -87,3 +90,22 @@ class BackfillProgress(Model):
     @property
     def finished(self) -> bool:
         return self.registered == self.partitions and self.done == self.partitions
+
+
+class WindowStep(Model):
+    """Where a backfill's window stands after a step: it starts its wants' workflows in the order of its
+    range, at most ``DATABUILD_BACKFILL_WINDOW`` of them open at once."""
+
+    backfill_id: str
+    started: int = Field(description="the wants before this place in its range have been started")
+    partitions: int
+    open: int = Field(description="wants it started that have not ended")
+    low: int = Field(description="the first place of a want it started that is open (or `started`)")
+    paused: bool
+    canceled: bool
+    to_start: list[WantSpec] = Field(default=[], description="the wants this step starts")
+
+    @property
+    def done(self) -> bool:
+        """Nothing left to start (a retry of the backfill starts its window again)."""
+        return self.canceled or self.started >= self.partitions

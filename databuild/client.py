@@ -2,11 +2,12 @@
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence, Set
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry, cancel_reason
@@ -37,22 +38,32 @@ from databuild.models import (
 from databuild.refs import ref_uri, validate_ref
 from databuild.temporal.connection import connect, ensure_search_attributes
 from databuild.temporal.protocol import (
+    BACKFILL_WINDOW_WORKFLOW,
     SIGNAL_ABANDON,
     SIGNAL_PARTITION_AVAILABLE,
     SIGNAL_PAUSE,
     SIGNAL_REDECIDE,
     SIGNAL_RESUME,
+    SIGNAL_WAKE,
+    BackfillWindowInput,
     PartitionAvailable,
     RedecideNotice,
+    backfill_window_workflow_id,
 )
 from databuild.temporal.upstream import check_announcement
-from databuild.temporal.wants import cancel_want, notify_subscribers, settle_closing_run, start_want
+from databuild.temporal.wants import (
+    cancel_want,
+    notify_subscribers,
+    settle_closing_run,
+    start_want,
+    start_wants,
+)
 from databuild.views.lineage import FamilyProgress, WantView, family_progress, want_view
 
 T = TypeVar("T")
 
 
-BACKFILL_CHUNK = 100  # wants registered between two records of the backfill's progress
+BACKFILL_CHUNK = 500  # wants recorded in one transaction (and between two reports of progress)
 
 
 class DataBuild:
@@ -177,11 +188,13 @@ class DataBuild:
         request: BackfillRequest,
         *,
         on_registered: Callable[[int], Awaitable[None] | None] | None = None,
-        concurrency: int = 16,
     ) -> BackfillProgress:
         """Register one want per partition of the range (source `backfill`), idempotently: asking again
         registers nothing new. Every want is checked before anything is recorded (bad input raises
-        InvalidInputError). ``on_registered(done)`` follows the registration (of ``partitions`` wants)."""
+        InvalidInputError). The wants are recorded in bulk; the backfill's window (a workflow, started
+        with the first of them) starts their workflows in the order of the range, never more than
+        ``DATABUILD_BACKFILL_WINDOW`` open at once. ``on_registered(done)`` follows the registration
+        (of ``partitions`` wants)."""
         graph = await self.loaded_graph()
         partitions = backfill_partitions(request, graph)
         generations = await self.bel.call(self.bel.generations, [ref for ref, _ in partitions])
@@ -198,24 +211,29 @@ class DataBuild:
             for ref, at in partitions
         ]
         await self.bel.call(self.bel.record_backfill, request, len(specs), [])
-        client = await self.temporal_client()
-        gate = asyncio.Semaphore(concurrency)
-
-        async def start(spec: WantSpec) -> None:
-            async with gate:
-                await start_want(client, spec, self.settings.task_queue, self.bel)
-
         for first in range(0, len(specs), BACKFILL_CHUNK):
             chunk = specs[first : first + BACKFILL_CHUNK]
-            # Recorded before their workflows start, in the transaction that reads whether the backfill
-            # was cancelled meanwhile (then they are recorded cancelled, and none starts); those of a
-            # paused backfill start and find it paused. A want recorded whose start failed is started by
-            # the worker's repair of wants left `new`.
-            unfinished = await self.bel.call(self.bel.record_backfill, request, len(specs), chunk)
-            await asyncio.gather(*(start(spec) for spec in unfinished))
+            # Recorded in the transaction that reads whether the backfill was cancelled meanwhile (then
+            # they are recorded cancelled, and none starts).
+            await self.bel.call(self.bel.record_backfill, request, len(specs), chunk, first)
+            if first == 0:
+                await self._run_window(request.backfill_id)
             if on_registered is not None:
                 await _called(on_registered, first + len(chunk))
         return await self.backfill_progress(request.backfill_id)
+
+    async def _run_window(self, backfill_id: str) -> None:
+        """Start the backfill's window, or wake it (it then steps at once)."""
+        await (await self.temporal_client()).start_workflow(
+            BACKFILL_WINDOW_WORKFLOW,
+            BackfillWindowInput(backfill_id=backfill_id),
+            id=backfill_window_workflow_id(backfill_id),
+            task_queue=self.settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            start_signal=SIGNAL_WAKE,
+            static_summary=f"backfill {backfill_id}: starts its wants in a sliding window",
+        )
 
     async def cancel(self, want_id: str) -> Want:
         """Cancel a want that has not ended: it records `canceled`, and its build stops unless another
@@ -258,22 +276,26 @@ class DataBuild:
         families = await self.bel.call(lambda: [self._retryable(want) for want in ended])
         locked = set(await self._fail_locked([w for family in families for w in family]))
         ready = [family for family in families if not locked & {w.ref for w in family}]
-        await self._reopen([w for family in ready for w in family])
+        # The retry took its window back to the start of its range: the window starts its own wants.
+        windowed = await self.bel.call(self.bel.backfill_unstarted, backfill_id)
+        await self._reopen([w for family in ready for w in family], leave=windowed)
+        await self._run_window(backfill_id)
         return BackfillRetry(backfill_id=backfill_id, reopened=len(ready), fail_locked=sorted(locked))
 
     async def _fail_locked(self, wants: list[Want]) -> list[str]:
         partitions = await self.bel.call(self.bel.partitions_by_ref, sorted({w.ref for w in wants}))
         return [p.ref for p in partitions if p.status is PartitionStatus.failed]
 
-    async def _reopen(self, ended: list[Want]) -> None:
-        """Open ended wants again, each in a new workflow run. Their runs closing now (a last workflow
-        task replayed, say) close first, so the new runs are new."""
+    async def _reopen(self, ended: list[Want], leave: Set[str] = frozenset()) -> None:
+        """Open ended wants again, each in a new workflow run (those in ``leave`` are left for their
+        backfill's window to start). Their runs closing now (a last workflow task replayed, say) close
+        first, so the new runs are new."""
         client = await self.temporal_client()
         unique = list({w.want_id: w for w in ended}.values())
         await asyncio.gather(*(settle_closing_run(client, w.workflow_id) for w in unique))
         reopened = await self.bel.call(self.bel.reopen_wants, [w.want_id for w in unique])
-        await asyncio.gather(
-            *(start_want(client, w.spec, self.settings.task_queue, self.bel) for w in reopened)
+        await start_wants(
+            client, [w.spec for w in reopened if w.want_id not in leave], self.settings.task_queue, self.bel
         )
 
     def _retryable(self, want: Want) -> list[Want]:
@@ -311,13 +333,17 @@ class DataBuild:
         runs: list[str] = []
         # A want derives wants until it is recorded cancelled: look again until nothing open is reached.
         while reached := await self.bel.call(self.bel.backfill_reach, backfill_id):
-            wants, ended = await self.bel.call(self.bel.cancel_wants, [w.want_id for w in reached], reason)
-            cancelled += wants
-            runs += ended
+            for first in range(0, len(reached), BACKFILL_CHUNK):
+                chunk = [w.want_id for w in reached[first : first + BACKFILL_CHUNK]]
+                wants, ended = await self.bel.call(self.bel.cancel_wants, chunk, reason)
+                cancelled += wants
+                runs += ended
+        # Its window stopped at the cancel; the wants it had not started have no workflow to tell.
+        unstarted = await self.bel.call(self.bel.backfill_unstarted, backfill_id)
         client = await self.temporal_client()
-        await asyncio.gather(
-            *(_cancel_workflow(client, w.workflow_id) for w in cancelled),
-            *(_signal_workflow(client, workflow_id, SIGNAL_ABANDON) for workflow_id in runs),
+        await _gathered(
+            [_cancel_workflow(client, w.workflow_id) for w in cancelled if w.want_id not in unstarted]
+            + [_signal_workflow(client, workflow_id, SIGNAL_ABANDON) for workflow_id in runs]
         )
         return len(cancelled)
 
@@ -329,9 +355,14 @@ class DataBuild:
         await self.bel.call(self.bel.pause_backfill, backfill_id, paused)
         # A resume wakes every derivative below the backfill: each decides whether it is still paused.
         wants = await self.bel.call(self.bel.backfill_reach, backfill_id, everything_below=not paused)
+        unstarted = await self.bel.call(self.bel.backfill_unstarted, backfill_id)
         client = await self.temporal_client()
         signal = SIGNAL_PAUSE if paused else SIGNAL_RESUME
-        await asyncio.gather(*(_signal_workflow(client, w.workflow_id, signal) for w in wants))
+        await _gathered(
+            [_signal_workflow(client, w.workflow_id, signal) for w in wants if w.want_id not in unstarted]
+        )
+        if not paused:
+            await self._run_window(backfill_id)
         return await self.backfill_progress(backfill_id)
 
     async def backfill_progress(self, backfill_id: str) -> BackfillProgress:
@@ -521,6 +552,17 @@ async def _cancel_workflow(client: Client, workflow_id: str) -> None:
     except RPCError as error:
         if error.status is not RPCStatusCode.NOT_FOUND:
             raise
+
+
+async def _gathered(calls: Sequence[Awaitable[None]], at_once: int = 32) -> None:
+    """Await ``calls``, ``at_once`` at a time: a backfill's thousands of wants do not all call at once."""
+    gate = asyncio.Semaphore(at_once)
+
+    async def one(call: Awaitable[None]) -> None:
+        async with gate:
+            await call
+
+    await asyncio.gather(*(one(call) for call in calls))
 
 
 async def _signal_workflow(client: Client, workflow_id: str, signal: str) -> None:

@@ -227,6 +227,14 @@ class Settings(BaseSettings):
         description="workflow tasks a worker runs at once; the rest wait at the server, in order, so none "
         "waits in the worker long enough to time out",
     )
+    # Temporal's advice for batch work: a sliding window of open workflows, never all of them at once.
+    backfill_window: int = Field(
+        default=1000,
+        ge=1,
+        le=100_000,
+        description="wants of a backfill whose workflows are open at once; its window starts the next as "
+        "they end, in the order of its range (see [Backfills](backfills.md#the-window))",
+    )
     # OpenLineage export (databuild/jobs/openlineage.py).
     openlineage_url: str | None = Field(
         default=None,

@@ -273,7 +273,13 @@ async def test_a_backfill_cancelled_or_paused_while_it_registers_holds_the_rest_
     monkeypatch.setattr(client_module, "BACKFILL_CHUNK", 20)
     stack = await make_stack(graph="tests.graphs:reach")
     backfill_id = TICKS.backfill_id
-    registering = asyncio.create_task(stack.db.backfill(TICKS))
+    acted = asyncio.Event()
+
+    async def hold_after_the_first_chunk(done: int) -> None:
+        if done == 20:  # the rest is registered after the cancel or pause
+            await acted.wait()
+
+    registering = asyncio.create_task(stack.db.backfill(TICKS, on_registered=hold_after_the_first_chunk))
     await until(lambda: registered(stack, backfill_id) >= 20, seconds=60)
 
     if action == "cancel":
@@ -281,6 +287,7 @@ async def test_a_backfill_cancelled_or_paused_while_it_registers_holds_the_rest_
     else:
         await stack.db.pause_backfill(backfill_id)
     returned = datetime.now(UTC)
+    acted.set()
     progress = await registering
     assert progress.registered == progress.partitions == 200
 

@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, text
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
+from databuild.domain import events as ev
 from databuild.domain.decisions import Verdict
 from databuild.domain.endings import Finished
 from databuild.errors import InvalidPatternError, InvalidTransitionError, NotFoundError
@@ -101,6 +102,7 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     bel = BuildEventLog.create(empty_url)
     execute_then_active_then_historical_delegation(bel)
     dep_miss_releases_and_failure_fail_locks(bel)
+    legacy = backfill_of_0_1_0(bel)
     history = [(e.idx, e.type, e.ref) for e in bel.events(limit=1000)]
     with bel.writer.begin() as conn:
         command.downgrade(alembic_config(conn), BASELINE)
@@ -118,10 +120,28 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     migrated = projection_rows(upgraded)
     upgraded.rebuild_projections()
     assert projection_rows(upgraded) == migrated
+    # 0002: a backfill of 0.1.0 had its wants started as they were registered: its window is past them.
+    assert upgraded.backfill_progress(legacy.backfill_id).started == 2
+    step = upgraded.advance_backfill(legacy.backfill_id, window=10)
+    assert step.done and step.to_start == [] and upgraded.backfill_unstarted(legacy.backfill_id) == set()
     upgraded.publish_external("ext/after")
     assert [e.idx for e in upgraded.events(limit=1000)] == list(range(1, len(history) + 2))
     assert upgraded.last_idx() == len(history) + 1
     upgraded.dispose()
+
+
+def backfill_of_0_1_0(bel: BuildEventLog) -> BackfillRequest:
+    """A backfill as release 0.1.0 recorded it: not windowed, its wants without places."""
+    request, specs = backfill_of(["a/legacy-1", "a/legacy-2"])
+    with bel._write() as tx:
+        tx.extend(
+            [
+                ev.BackfillRegistered(backfill_id=request.backfill_id, request=request, partitions=2),
+                *(ev.WantCreated(want_id=w.want_id, spec=w, workflow_id=w.workflow_id) for w in specs),
+                ev.BackfillWantsAdded(backfill_id=request.backfill_id, want_ids=[w.want_id for w in specs]),
+            ]
+        )
+    return request
 
 
 def spec(ref: str, source: str = "cli") -> WantSpec:
@@ -986,22 +1006,25 @@ def dep_missed(bel: BuildEventLog, want: WantSpec, missing: str) -> WantSpec:
 
 def test_a_cancel_during_registration_cancels_what_is_registered_after_it(bel: BuildEventLog) -> None:
     request, specs = backfill_of([f"a/{n}" for n in range(80, 84)])
-    assert bel.record_backfill(request, 4, specs[:2]) == specs[:2]  # to start
+    bel.record_backfill(request, 4, specs[:2])
+    step = bel.advance_backfill(request.backfill_id, window=10)
+    assert (step.to_start, step.started) == (specs[:2], 2)
     assert bel.cancel_backfill(request.backfill_id) and not bel.cancel_backfill(request.backfill_id)
     reached = bel.backfill_reach(request.backfill_id)
     assert {w.want_id for w in reached} == {w.want_id for w in specs[:2]}
     cancelled, runs = bel.cancel_wants([w.want_id for w in reached], "its backfill was cancelled")
     assert len(cancelled) == 2 and runs == []
-    # The rest of the registration reads the cancel in its own transaction: recorded cancelled, none to start.
-    assert bel.record_backfill(request, 4, specs[2:]) == []
+    # The rest of the registration reads the cancel in its own transaction: recorded cancelled.
+    bel.record_backfill(request, 4, specs[2:], 2)
     progress = bel.backfill_progress(request.backfill_id)
     assert progress.canceled and progress.finished and progress.by_state == {WantState.canceled: 4}
     assert bel.backfill_reach(request.backfill_id) == []
-    # A retry lifts the cancel and hands back the wants to reopen; the registration then starts them.
+    assert bel.advance_backfill(request.backfill_id, window=10).to_start == []
+    # A retry lifts the cancel, hands back the wants to reopen, and its window starts them again.
     assert {w.want_id for w in bel.retry_backfill(request.backfill_id)} == {w.want_id for w in specs}
     assert not bel.backfill_progress(request.backfill_id).canceled
     bel.reopen_wants([w.want_id for w in specs])
-    assert bel.record_backfill(request, 4, specs) == specs
+    assert bel.advance_backfill(request.backfill_id, window=10).to_start == specs
     before = projection_rows(bel)
     bel.rebuild_projections()
     assert projection_rows(bel) == before

@@ -24,8 +24,8 @@ SPECS = [
 
 
 def test_registering_is_idempotent_and_counts_its_wants(bel: BuildEventLog) -> None:
-    assert bel.record_backfill(REQUEST, 2, SPECS[:1]) == SPECS[:1]
-    assert bel.record_backfill(REQUEST, 2, SPECS) == SPECS
+    bel.record_backfill(REQUEST, 2, SPECS[:1])
+    bel.record_backfill(REQUEST, 2, SPECS)
     assert [e.type for e in bel.events(types=["BackfillRegistered", "BackfillWantsAdded"])] == [
         "BackfillRegistered",
         "BackfillWantsAdded",
@@ -33,8 +33,29 @@ def test_registering_is_idempotent_and_counts_its_wants(bel: BuildEventLog) -> N
     ]
     progress = bel.backfill_progress(REQUEST.backfill_id)
     assert (progress.partitions, progress.registered) == (2, 2)
-    assert progress.by_state == {WantState.new: 2} and not progress.finished
+    assert progress.by_state == {WantState.new: 2} and not progress.finished and progress.started == 0
     assert [w.ref for w in bel.backfill_reach(REQUEST.backfill_id)] == ["up/1", "up/2"]
+
+
+def test_the_window_starts_wants_in_order_as_room_frees_and_counts_from_its_low_place(
+    bel: BuildEventLog,
+) -> None:
+    bel.record_backfill(REQUEST, 2, SPECS[:1])  # the second is not registered yet
+    step = bel.advance_backfill(REQUEST.backfill_id, window=1)
+    assert ([w.ref for w in step.to_start], step.started, step.open, step.low) == (["up/1"], 1, 1, 0)
+    assert bel.backfill_unstarted(REQUEST.backfill_id) == set()
+    assert not step.done and bel.backfill_progress(REQUEST.backfill_id).started == 1
+    bel.record_backfill(REQUEST, 2, SPECS, 0)
+    assert bel.backfill_unstarted(REQUEST.backfill_id) == {SPECS[1].want_id}
+    full = bel.advance_backfill(REQUEST.backfill_id, window=1, low=step.low)
+    assert (full.to_start, full.started, full.open) == ([], 1, 1)
+    # Held by the window, the second want is no repair's business; the first, started, is.
+    later = datetime(2100, 1, 1, tzinfo=UTC)
+    assert [w.ref for w in bel.unstarted_wants(later)] == ["up/1"]
+    bel.cancel_wants([SPECS[0].want_id], "done with it")
+    last = bel.advance_backfill(REQUEST.backfill_id, window=1, low=full.low)
+    assert ([w.ref for w in last.to_start], last.started, last.open, last.low) == (["up/2"], 2, 1, 1)
+    assert last.done and bel.unstarted_wants(later) == bel.wants(state=WantState.new)
 
 
 def test_pause_and_cancel_are_recorded_once(bel: BuildEventLog) -> None:
@@ -54,13 +75,18 @@ def test_a_cancelled_backfill_cancels_what_it_registers_and_a_retry_reopens(bel:
     bel.cancel_backfill(REQUEST.backfill_id)
     cancelled, _ = bel.cancel_wants([SPECS[0].want_id], "its backfill was cancelled")
     assert len(cancelled) == 1
-    assert bel.record_backfill(REQUEST, 2, SPECS) == []
+    bel.record_backfill(REQUEST, 2, SPECS)
     assert {w.state for w in bel.wants()} == {WantState.canceled}
+    stopped = bel.advance_backfill(REQUEST.backfill_id, window=10)
+    assert stopped.canceled and stopped.done and (stopped.to_start, stopped.started) == ([], 0)
     (progress,) = bel.finished_backfills_of(SPECS[1].want_id)
     assert progress.finished and progress.canceled
     retried = bel.retry_backfill(REQUEST.backfill_id)
     assert sorted(w.ref for w in retried) == ["up/1", "up/2"]
     assert len(bel.reopen_wants([w.want_id for w in retried])) == 2
     assert not bel.backfill_progress(REQUEST.backfill_id).canceled
+    # Its window starts from the start of its range again, and starts the reopened wants in order.
+    again = bel.advance_backfill(REQUEST.backfill_id, window=10)
+    assert ([w.ref for w in again.to_start], again.started, again.done) == (["up/1", "up/2"], 2, True)
     with pytest.raises(NotFoundError):
         bel.retry_backfill("nope")

@@ -23,37 +23,103 @@ SPECS = [
 IDS = [spec.want_id for spec in SPECS]
 
 
-def test_the_first_registration_records_the_backfill_and_its_wants() -> None:
-    registration = rules.register(REQUEST, 3, SPECS, canceled=None, wants={}, members=set())
-    assert [e.type for e in registration.events] == [
+def test_the_first_registration_records_the_backfill_and_its_wants_at_their_places() -> None:
+    events = rules.register(REQUEST, 3, SPECS, first_seq=0, canceled=None, wants={}, members=set())
+    assert [e.type for e in events] == [
         "BackfillRegistered",
         "WantCreated",
         "WantCreated",
         "WantCreated",
         "BackfillWantsAdded",
     ]
-    added = registration.events[-1]
-    assert isinstance(added, ev.BackfillWantsAdded) and added.want_ids == IDS
-    assert registration.to_start == SPECS
+    registered, added = events[0], events[-1]
+    assert isinstance(registered, ev.BackfillRegistered) and registered.windowed
+    assert isinstance(added, ev.BackfillWantsAdded) and added.want_ids == IDS and added.seqs == [0, 1, 2]
 
 
-def test_registering_again_adds_only_what_is_new_and_starts_the_open_wants() -> None:
+def test_registering_again_adds_only_what_is_new() -> None:
     wants = {IDS[0]: WantState.successful, IDS[1]: WantState.building}
-    registration = rules.register(REQUEST, 3, SPECS, canceled=False, wants=wants, members={IDS[0], IDS[1]})
-    assert [e.type for e in registration.events] == ["WantCreated", "BackfillWantsAdded"]
-    assert registration.to_start == SPECS[1:]
-    same = rules.register(REQUEST, 3, SPECS[:1] * 2, canceled=False, wants={}, members=set(IDS))
-    assert [e.type for e in same.events] == ["WantCreated"]  # a repeated spec is created once
+    events = rules.register(
+        REQUEST, 3, SPECS[1:], first_seq=1, canceled=False, wants=wants, members={IDS[0], IDS[1]}
+    )
+    assert [e.type for e in events] == ["WantCreated", "BackfillWantsAdded"]
+    added = events[-1]
+    assert isinstance(added, ev.BackfillWantsAdded) and (added.want_ids, added.seqs) == ([IDS[2]], [2])
+    same = rules.register(REQUEST, 3, SPECS[:1] * 2, first_seq=0, canceled=False, wants={}, members=set(IDS))
+    assert [e.type for e in same] == ["WantCreated"]  # a repeated spec is created once
 
 
 def test_a_cancelled_backfill_cancels_the_wants_registered_after_the_cancel() -> None:
     wants = {IDS[0]: WantState.failed}
-    registration = rules.register(REQUEST, 3, SPECS, canceled=True, wants=wants, members={IDS[0]})
-    assert registration.to_start == []
-    cancels = [e for e in registration.events if isinstance(e, ev.WantFinished)]
+    events = rules.register(REQUEST, 3, SPECS, first_seq=0, canceled=True, wants=wants, members={IDS[0]})
+    cancels = [e for e in events if isinstance(e, ev.WantFinished)]
     assert [(e.want_id, e.state, e.reason) for e in cancels] == [
         (w, WantState.canceled, cancel_reason(REQUEST.backfill_id)) for w in IDS[1:]
     ]
+
+
+def following(*states: WantState, first: int = 0) -> list[tuple[int, str, WantState]]:
+    return [(first + i, f"w{first + i}", state) for i, state in enumerate(states)]
+
+
+def test_the_window_starts_the_next_wants_while_fewer_than_its_size_are_open() -> None:
+    new = WantState.new
+    step = rules.advance(
+        "b",
+        started=0,
+        open_wants=0,
+        window=2,
+        paused=False,
+        canceled=False,
+        following=following(new, new, new),
+    )
+    assert (step.to_start, step.started) == (["w0", "w1"], 2)
+    assert [(e.type, e.started) for e in step.events if isinstance(e, ev.BackfillAdvanced)] == [
+        ("BackfillAdvanced", 2)
+    ]
+    one_open = rules.advance(
+        "b",
+        started=2,
+        open_wants=1,
+        window=2,
+        paused=False,
+        canceled=False,
+        following=following(new, first=2),
+    )
+    assert (one_open.to_start, one_open.started) == (["w2"], 3)
+    full = rules.advance(
+        "b",
+        started=3,
+        open_wants=2,
+        window=2,
+        paused=False,
+        canceled=False,
+        following=following(new, first=3),
+    )
+    assert (full.events, full.to_start, full.started) == ([], [], 3)
+
+
+def test_the_window_passes_over_wants_that_ended_and_stops_at_a_place_not_registered() -> None:
+    done, new = WantState.successful, WantState.new
+    ended = [(0, "w0", done), (1, "w1", WantState.canceled), (2, "w2", new), (4, "w4", new)]
+    step = rules.advance(
+        "b", started=0, open_wants=0, window=5, paused=False, canceled=False, following=ended
+    )
+    assert (step.to_start, step.started) == (["w2"], 3)  # place 3 is not registered yet
+
+
+def test_a_paused_or_cancelled_window_starts_nothing() -> None:
+    for paused, canceled in ((True, False), (False, True)):
+        step = rules.advance(
+            "b",
+            started=0,
+            open_wants=0,
+            window=5,
+            paused=paused,
+            canceled=canceled,
+            following=following(WantState.new),
+        )
+        assert (step.events, step.to_start, step.started) == ([], [], 0)
 
 
 def test_cancel_pause_and_resume_happen_once_and_retry_always() -> None:
@@ -63,4 +129,7 @@ def test_cancel_pause_and_resume_happen_once_and_retry_always() -> None:
     assert rules.pause("b", paused=True, pausing=True) == []
     assert [e.type for e in rules.pause("b", paused=True, pausing=False)] == ["BackfillResumed"]
     assert rules.pause("b", paused=False, pausing=False) == []
-    assert [e.type for e in rules.retry("b")] == ["BackfillRetried"]
+    (windowed,) = rules.retry("b", windowed=True)
+    (legacy,) = rules.retry("b", windowed=False)
+    assert isinstance(windowed, ev.BackfillRetried) and windowed.rewind
+    assert isinstance(legacy, ev.BackfillRetried) and not legacy.rewind

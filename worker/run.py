@@ -17,8 +17,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 import workflows
+import workflows.backfill
 import workflows.calls
 from activities.alerts import AlertActivities
+from activities.backfills import BackfillActivities
 from activities.errors import DataBuildErrors
 from activities.fanout import FanOutActivities
 from activities.jobs import JobActivities
@@ -45,6 +47,7 @@ from databuild.temporal.protocol import JobPolicy
 from databuild.temporal.wants import repair_wants
 from workflows.alert import AlertWorkflow
 from workflows.alert_channel import AlertChannelWorkflow
+from workflows.backfill import BackfillWindowWorkflow
 from workflows.job_run import JobRunWorkflow
 from workflows.scheduled import ScheduledWantWorkflow
 from workflows.upstream import UpstreamSyncWorkflow
@@ -58,6 +61,7 @@ WORKFLOWS: list[type] = [
     ScheduledWantWorkflow,
     AlertWorkflow,
     AlertChannelWorkflow,
+    BackfillWindowWorkflow,
 ]
 
 log = logging.getLogger(__name__)
@@ -93,6 +97,7 @@ WORKFLOW_MODULES = (
     workflows.scheduled,
     workflows.alert,
     workflows.alert_channel,
+    workflows.backfill,
 )
 
 
@@ -142,11 +147,12 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     fan_out = FanOutActivities(parts.bel, parts.client, settings)
     alerting = AlertActivities(settings, parts.client)
     upstream = UpstreamActivities(wants.db)
+    backfills = BackfillActivities(parts.bel, parts.client, settings)
     worker = Worker(
         parts.client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
-        activities=activities_of(wants, jobs, fan_out, alerting, upstream),
+        activities=activities_of(wants, jobs, fan_out, alerting, upstream, backfills),
         max_concurrent_activities=settings.max_concurrent_jobs + 16,
         interceptors=[DataBuildErrors()],
         max_cached_workflows=settings.workflow_cache,
@@ -190,6 +196,7 @@ def activities_of(
     fan_out: FanOutActivities,
     alerting: AlertActivities,
     upstream: UpstreamActivities,
+    backfills: BackfillActivities,
 ) -> list[Callable[..., Any]]:
     """Every activity a worker runs."""
     return [
@@ -214,6 +221,7 @@ def activities_of(
         alerting.deliver_alert,
         upstream.pull_upstream,
         upstream.apply_announcements,
+        backfills.advance_backfill,
     ]
 
 

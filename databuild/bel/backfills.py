@@ -2,9 +2,9 @@
 
 from collections.abc import Sequence
 
-from sqlalchemy import RowMapping, func, select
+from sqlalchemy import RowMapping, func, or_, select
 
-from databuild.backfill import BackfillProgress, BackfillRequest
+from databuild.backfill import BackfillProgress, BackfillRequest, WindowStep
 from databuild.bel import schema as s
 from databuild.bel.base import (
     ReadBase,
@@ -18,7 +18,6 @@ from databuild.bel.rows import (
     derived_below,
     open_among,
     want_from_row,
-    want_row,
 )
 from databuild.domain import backfills as backfill_rules
 from databuild.domain import reach
@@ -49,6 +48,7 @@ class BackfillReads(ReadBase):
             request=BackfillRequest.model_validate(row["request"]),
             partitions=row["partitions"],
             registered=sum(n for _, n in counts),  # a want is added to its backfill once it exists
+            started=min(row["started"], row["partitions"]),
             by_state={WantState(state): n for state, n in counts},
             created_at=row["created_at"],
             paused=bool(row["paused"]),
@@ -72,6 +72,28 @@ class BackfillReads(ReadBase):
             if not open_want and (progress := self.backfill_progress(row["backfill_id"])).finished:
                 finished.append(progress)
         return finished
+
+    def backfill_unstarted(self, backfill_id: str) -> set[str]:
+        """The backfill's wants whose workflows no window has started yet: at places from its window's
+        on, and not started by another backfill they belong to (a cancel or pause need not tell them)."""
+        mine, other = s.backfill_wants.alias("mine"), s.backfill_wants.alias("other")
+        started_by_other = (
+            select(other.c.want_id)
+            .join(s.backfills, s.backfills.c.backfill_id == other.c.backfill_id)
+            .where(
+                other.c.want_id == mine.c.want_id,
+                other.c.backfill_id != backfill_id,
+                or_(other.c.seq.is_(None), other.c.seq < s.backfills.c.started),
+            )
+            .exists()
+        )
+        query = (
+            select(mine.c.want_id)
+            .join(s.backfills, s.backfills.c.backfill_id == mine.c.backfill_id)
+            .where(mine.c.backfill_id == backfill_id, mine.c.seq >= s.backfills.c.started, ~started_by_other)
+        )
+        with self.reader.connect() as conn:
+            return set(conn.execute(query).scalars())
 
     def any_backfill_paused(self) -> bool:
         return bool(
@@ -105,43 +127,125 @@ class BackfillReads(ReadBase):
         return sorted(wants, key=lambda w: (w.source is WantSource.derivative, w.created_at, w.want_id))
 
 
+# A window step reads the wants after its place a page at a time, passing over those that ended (after a
+# retry rewinds it, most have), up to this many per step.
+FOLLOWING_PAGE = 500
+FOLLOWING_MOST = 50_000
+
+
 class BackfillCommands(BackfillReads, WriteBase):
     """Commands about backfills."""
 
     def record_backfill(
-        self, request: BackfillRequest, partitions: int, specs: Sequence[WantSpec]
-    ) -> list[WantSpec]:
-        """Record the backfill (the first time it is asked for) and ``specs`` as its wants (each recorded
-        unless it exists). Whether the backfill was cancelled is read in the same transaction, under its
-        lock: then the open wants of ``specs`` end `canceled` here, so a cancel during the registration
-        reaches every want registered after it. Returns the wants that are open, to start (none once
-        cancelled; a paused backfill's wants start, and decide that they are paused)."""
+        self, request: BackfillRequest, partitions: int, specs: Sequence[WantSpec], first_seq: int = 0
+    ) -> None:
+        """Record the backfill (the first time it is asked for) and ``specs`` as its wants at places
+        ``first_seq`` on (each recorded unless it exists), for its window to start (``advance_backfill``).
+        Whether the backfill was cancelled is read in the same transaction, under its lock: then the open
+        wants of ``specs`` end `canceled` here, so a cancel during the registration reaches every want
+        registered after it."""
         backfill_id = request.backfill_id
         with self._write(backfill_key(backfill_id), *(want_key(spec.want_id) for spec in specs)) as tx:
             known = tx.conn.execute(
                 select(s.backfills.c.canceled).where(s.backfills.c.backfill_id == backfill_id)
             ).first()
-            ids = sorted({spec.want_id for spec in specs})
-            registration = backfill_rules.register(
-                request,
-                partitions,
-                specs,
-                canceled=None if known is None else bool(known.canceled),
-                wants={
-                    want_id: WantState(row["state"])
-                    for want_id in ids
-                    if (row := want_row(tx.conn, want_id, required=False)) is not None
-                },
-                members=set(
+            ids = [spec.want_id for spec in specs]
+            wants = s.wants.c
+            members = s.backfill_wants.c
+            states: dict[str, WantState] = {}
+            joined: set[str] = set()
+            for chunk in chunks(ids):
+                states.update(
+                    (want_id, WantState(state))
+                    for want_id, state in tx.conn.execute(
+                        select(wants.want_id, wants.state).where(wants.want_id.in_(chunk))
+                    )
+                )
+                joined.update(
                     tx.conn.execute(
-                        select(s.backfill_wants.c.want_id).where(
-                            s.backfill_wants.c.backfill_id == backfill_id
+                        select(members.want_id).where(
+                            members.backfill_id == backfill_id, members.want_id.in_(chunk)
                         )
                     ).scalars()
-                ),
+                )
+            tx.extend(
+                backfill_rules.register(
+                    request,
+                    partitions,
+                    specs,
+                    first_seq=first_seq,
+                    canceled=None if known is None else bool(known.canceled),
+                    wants=states,
+                    members=joined,
+                )
             )
-            tx.extend(registration.events)
-            return registration.to_start
+
+    def advance_backfill(self, backfill_id: str, window: int, low: int = 0) -> WindowStep:
+        """One step of the backfill's window (``backfills.advance``): the wants whose workflows start now
+        come back in ``to_start``, for the caller to start (idempotently: a caller that dies before it has
+        leaves them to the worker's repair of wants held `new`). ``low``: the first place of a want it
+        started that was open at the last step, where counting the open ones starts."""
+        members, wants = s.backfill_wants.c, s.wants.c
+        joined = s.backfill_wants.join(s.wants, wants.want_id == members.want_id)
+        final = [state.value for state in FINAL_WANT_STATES]
+        with self._write(backfill_key(backfill_id)) as tx:
+            row = backfill_row(tx.conn, backfill_id)
+            started = row["started"]
+            low_open, open_wants = tx.conn.execute(
+                select(func.min(members.seq), func.count())
+                .select_from(joined)
+                .where(
+                    members.backfill_id == backfill_id,
+                    members.seq >= min(low, started),
+                    members.seq < started,
+                    wants.state.not_in(final),
+                )
+            ).one()
+            room = max(window - open_wants, 0)
+            following: list[RowMapping] = []
+            wanted = 0  # of them, those that have not ended (passed over otherwise)
+            while room and wanted < room and len(following) < FOLLOWING_MOST:
+                page = (
+                    tx.conn.execute(
+                        select(members.seq, s.wants)
+                        .select_from(joined)
+                        .where(
+                            members.backfill_id == backfill_id,
+                            members.seq >= (following[-1]["seq"] + 1 if following else started),
+                        )
+                        .order_by(members.seq)
+                        .limit(max(room, FOLLOWING_PAGE))
+                    )
+                    .mappings()
+                    .all()
+                )
+                following += page
+                wanted += sum(1 for r in page if r["state"] not in final)
+                if len(page) < max(room, FOLLOWING_PAGE):
+                    break
+            step = backfill_rules.advance(
+                backfill_id,
+                started=started,
+                open_wants=open_wants,
+                window=window,
+                paused=bool(row["paused"]),
+                canceled=bool(row["canceled"]),
+                following=[(r["seq"], r["want_id"], WantState(r["state"])) for r in following],
+            )
+            tx.extend(step.events)
+        starting = set(step.to_start)
+        rows = [r for r in following if r["want_id"] in starting]
+        lows = [place for place in (low_open, rows[0]["seq"] if rows else None) if place is not None]
+        return WindowStep(
+            backfill_id=backfill_id,
+            started=step.started,
+            partitions=row["partitions"],
+            open=open_wants + len(rows),
+            low=min(lows, default=step.started),
+            paused=bool(row["paused"]),
+            canceled=bool(row["canceled"]),
+            to_start=[want_from_row(r).spec for r in rows],
+        )
 
     def cancel_backfill(self, backfill_id: str) -> bool:
         """Record that the backfill is cancelled; False if it already was. NotFoundError for an unknown
@@ -158,7 +262,12 @@ class BackfillCommands(BackfillReads, WriteBase):
         caller to reopen. NotFoundError for an unknown backfill."""
         with self._write(backfill_key(backfill_id)) as tx:
             backfill_row(tx.conn, backfill_id)
-            tx.extend(backfill_rules.retry(backfill_id))
+            windowed = tx.conn.execute(
+                select(s.backfill_wants.c.want_id)
+                .where(s.backfill_wants.c.backfill_id == backfill_id, s.backfill_wants.c.seq.is_not(None))
+                .limit(1)
+            ).first()
+            tx.extend(backfill_rules.retry(backfill_id, windowed=windowed is not None))
             rows = tx.conn.execute(
                 select(s.wants)
                 .join(s.backfill_wants, s.backfill_wants.c.want_id == s.wants.c.want_id)

@@ -5,18 +5,20 @@ One small handler per event type, in the module of its aggregate under ``bel.pro
 with ``@projects(EventType)`` in ``HANDLERS``; ``apply`` dispatches through that table (tests check that
 every type of ``events.Event`` has exactly one)."""
 
+from collections.abc import Sequence
 from datetime import datetime
+from itertools import groupby
 
 from sqlalchemy import Connection
 
 from databuild.bel.projections import backfills, job_runs, partitions, wants
-from databuild.bel.projections.common import HANDLERS, projects
+from databuild.bel.projections.common import BULK_HANDLERS, HANDLERS, projects
 from databuild.domain import events as ev
 
 # Importing the aggregates' modules registers their handlers.
 AGGREGATES = (wants, job_runs, partitions, backfills)
 
-__all__ = ["AGGREGATES", "HANDLERS", "apply", "projects"]
+__all__ = ["AGGREGATES", "HANDLERS", "apply", "apply_all", "projects"]
 
 
 def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
@@ -24,3 +26,15 @@ def apply(conn: Connection, event: ev.Event, at: datetime) -> None:
     if handler is None:
         raise TypeError(f"no projection for event {type(event).__name__}")
     handler(conn, event, at)
+
+
+def apply_all(conn: Connection, events: Sequence[ev.Event], at: datetime) -> None:
+    """``apply`` each event in order; a run of consecutive events of a type with a bulk projection is
+    applied at once."""
+    for kind, run in groupby(events, key=type):
+        bulk = BULK_HANDLERS.get(kind)
+        if bulk is None:
+            for event in run:
+                apply(conn, event, at)
+        else:
+            bulk(conn, list(run), at)

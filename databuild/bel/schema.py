@@ -277,6 +277,8 @@ backfills = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("paused", Boolean, nullable=False, default=False, server_default=false()),
     Column("canceled", Boolean, nullable=False, default=False, server_default=false()),
+    # Its window has started the workflows of its wants before this place (all of them in 0.1.0).
+    Column("started", Integer, nullable=False, server_default="0"),
 )
 
 backfill_wants = Table(
@@ -284,7 +286,9 @@ backfill_wants = Table(
     metadata,
     Column("backfill_id", ID, primary_key=True),
     Column("want_id", ID, primary_key=True),
+    Column("seq", Integer),  # its place in the backfill's range; null in 0.1.0
     Index("ix_backfill_wants_want", "want_id"),  # a want's backfills, when it ends
+    Index("ix_backfill_wants_seq", "backfill_id", "seq"),  # the window's next wants
 )
 
 PROJECTIONS = [

@@ -186,8 +186,8 @@ class WriteTx:
         self.events.append(event)
 
     def extend(self, events: Sequence[ev.Event]) -> None:
-        for each in events:
-            self.append(each)
+        projector.apply_all(self.conn, events, self.at)
+        self.events.extend(events)
 
     def close(self) -> None:
         """Write the events (the transaction's last statements before COMMIT)."""

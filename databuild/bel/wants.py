@@ -85,6 +85,26 @@ class WantReads(ReadBase):
         )
         return [want_from_row(r) for r in self._all(query)]
 
+    def unstarted_wants(self, before: datetime, limit: int = 1000) -> list[Want]:
+        """Wants held `new` since before ``before`` that should have a workflow: not those a backfill's
+        window has yet to start (a backfill of 100,000 holds most of its wants so, on purpose)."""
+        waiting = (
+            select(s.backfill_wants.c.want_id)
+            .join(s.backfills, s.backfills.c.backfill_id == s.backfill_wants.c.backfill_id)
+            .where(
+                s.backfill_wants.c.want_id == s.wants.c.want_id,
+                s.backfill_wants.c.seq >= s.backfills.c.started,
+            )
+            .exists()
+        )
+        query = (
+            select(s.wants)
+            .where(s.wants.c.state == WantState.new.value, s.wants.c.updated_at < before, ~waiting)
+            .order_by(s.wants.c.updated_at)
+            .limit(limit)
+        )
+        return [want_from_row(r) for r in self._all(query)]
+
     def sla_misses(self, now: datetime | None = None, limit: int = 1000) -> list[Want]:
         """Wants whose SLA passed without their partition: flagged ones, and overdue ones not yet flagged."""
         now = now or datetime.now(UTC)

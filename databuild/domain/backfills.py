@@ -42,41 +42,81 @@ def backfill_partitions(request: BackfillRequest, graph: Graph) -> list[tuple[st
 
 
 # Which events the backfill commands append. -------------------------------------------------------------
-@dataclass(frozen=True)
-class Registration:
-    events: list[ev.Event]
-    to_start: list[WantSpec]  # the wants of the backfill that are open (none once it is cancelled)
-
-
 def register(
     request: BackfillRequest,
     partitions: int,
     specs: Sequence[WantSpec],
     *,
+    first_seq: int,
     canceled: bool | None,
     wants: Mapping[str, WantState],
     members: Set[str],
-) -> Registration:
-    """Record the backfill (``canceled`` None: the first time it is asked for) and ``specs`` as its
-    wants, each created unless it exists (``wants``: the state of those that do) and added unless it is
-    one of its ``members`` already. A cancelled backfill cancels the open ones at once: so a cancel during
-    the registration reaches every want registered after it."""
+) -> list[ev.Event]:
+    """Record the backfill (``canceled`` None: the first time it is asked for) and ``specs``, its wants
+    at places ``first_seq`` on, each created unless it exists (``wants``: the state of those that do) and
+    added unless it is one of its ``members`` already. Their workflows are started by its window
+    (``advance``). A cancelled backfill cancels the open ones at once: so a cancel during the
+    registration reaches every want registered after it."""
     backfill_id = request.backfill_id
     events: list[ev.Event] = []
     if canceled is None:
-        events.append(ev.BackfillRegistered(backfill_id=backfill_id, request=request, partitions=partitions))
+        events.append(
+            ev.BackfillRegistered(
+                backfill_id=backfill_id, request=request, partitions=partitions, windowed=True
+            )
+        )
     states = dict(wants)
     for spec in specs:
         events += want_rules.created(spec, known=spec.want_id in states)
         states.setdefault(spec.want_id, WantState.new)
-    new = [w for w in dict.fromkeys(spec.want_id for spec in specs) if w not in members]
-    if new:
-        events.append(ev.BackfillWantsAdded(backfill_id=backfill_id, want_ids=new))
-    unfinished = [spec for spec in specs if not states[spec.want_id].is_final]
-    if not canceled:
-        return Registration(events, unfinished)
-    events += [want_rules.canceled(spec.want_id, cancel_reason(backfill_id)) for spec in unfinished]
-    return Registration(events, [])
+    places = {spec.want_id: seq for seq, spec in enumerate(specs, first_seq) if spec.want_id not in members}
+    if places:
+        events.append(
+            ev.BackfillWantsAdded(backfill_id=backfill_id, want_ids=list(places), seqs=list(places.values()))
+        )
+    if canceled:
+        reason = cancel_reason(backfill_id)
+        ids = dict.fromkeys(spec.want_id for spec in specs)
+        events += [want_rules.canceled(w, reason) for w in ids if not states[w].is_final]
+    return events
+
+
+@dataclass(frozen=True)
+class Advance:
+    events: list[ev.Event]
+    started: int  # the window's place after the step
+    to_start: list[str]  # the wants whose workflows start now, in the backfill's order
+
+
+def advance(
+    backfill_id: str,
+    *,
+    started: int,
+    open_wants: int,
+    window: int,
+    paused: bool,
+    canceled: bool,
+    following: Sequence[tuple[int, str, WantState]],
+) -> Advance:
+    """The backfill's window moves on: while fewer than ``window`` of the wants it started are open
+    (``open_wants``), it starts the next, in the order of the range. ``following``: (place, want, state)
+    of the wants registered at places from ``started`` on, in order. Wants that ended already (a
+    re-registration, or a cancel) are passed over; a place not registered yet stops it. A paused or
+    cancelled backfill starts nothing."""
+    if paused or canceled or open_wants >= window:
+        return Advance([], started, [])
+    room = window - open_wants
+    to_start: list[str] = []
+    place = started
+    for seq, want_id, state in following:
+        if seq != place or len(to_start) == room:
+            break
+        place += 1
+        if not state.is_final:
+            to_start.append(want_id)
+    if place == started:
+        return Advance([], started, [])
+    return Advance([ev.BackfillAdvanced(backfill_id=backfill_id, started=place)], place, to_start)
 
 
 def cancel(backfill_id: str, canceled: bool) -> list[ev.Event]:
@@ -93,7 +133,9 @@ def pause(backfill_id: str, paused: bool, pausing: bool) -> list[ev.Event]:
     ]
 
 
-def retry(backfill_id: str) -> list[ev.Event]:
+def retry(backfill_id: str, *, windowed: bool) -> list[ev.Event]:
     """A retried backfill is no longer cancelled: the wants it registers from then on start. Its wants
-    that ended failed or canceled are reopened by ``endings.reopen``."""
-    return [ev.BackfillRetried(backfill_id=backfill_id)]
+    that ended failed or canceled are reopened by ``endings.reopen``; a ``windowed`` backfill's window
+    goes back to the start of its range, to start them again in its order (passing over those that
+    ended successfully)."""
+    return [ev.BackfillRetried(backfill_id=backfill_id, rewind=windowed)]

@@ -281,20 +281,33 @@ class InstanceUnpinned(Model):
 
 
 class BackfillRegistered(Model):
-    """A backfill was asked for the first time (asking again records nothing)."""
+    """A backfill was asked for the first time (asking again records nothing). A ``windowed`` one has
+    its wants' workflows started by its window (``BackfillAdvanced``); in 0.1.0 the client started them
+    all as it registered them."""
 
     type: Literal["BackfillRegistered"] = "BackfillRegistered"
     backfill_id: str
     request: BackfillRequest
     partitions: int
+    windowed: bool = False
 
 
 class BackfillWantsAdded(Model):
-    """Wants of a backfill, registered (a backfill registers its wants in several steps)."""
+    """Wants of a backfill, registered (a backfill registers its wants in several steps), with their
+    places in its range (``seqs``, the order its window starts them in; none in 0.1.0)."""
 
     type: Literal["BackfillWantsAdded"] = "BackfillWantsAdded"
     backfill_id: str
     want_ids: list[str]
+    seqs: list[int] | None = None
+
+
+class BackfillAdvanced(Model):
+    """The backfill's window started the workflows of its wants up to place ``started`` (excluded)."""
+
+    type: Literal["BackfillAdvanced"] = "BackfillAdvanced"
+    backfill_id: str
+    started: int
 
 
 class BackfillPaused(Model):
@@ -323,6 +336,7 @@ class BackfillRetried(Model):
 
     type: Literal["BackfillRetried"] = "BackfillRetried"
     backfill_id: str
+    rewind: bool = False  # its window starts from the start of its range again (a windowed backfill)
 
 
 class PartitionFailed(Model):
@@ -367,7 +381,8 @@ Event = Annotated[
     | BackfillPaused
     | BackfillResumed
     | BackfillCanceled
-    | BackfillRetried,
+    | BackfillRetried
+    | BackfillAdvanced,
     Field(discriminator="type"),
 ]
 

@@ -31,6 +31,7 @@ UPSTREAM_WORKFLOW = "UpstreamSync"
 SCHEDULED_WANT_WORKFLOW = "ScheduledWant"
 ALERT_WORKFLOW = "Alert"
 ALERT_CHANNEL_WORKFLOW = "AlertChannel"
+BACKFILL_WINDOW_WORKFLOW = "BackfillWindow"
 SIGNAL_ALERT = "alert"  # an alert for a channel's queue
 
 SIGNAL_PARTITION_AVAILABLE = "partition_available"
@@ -43,6 +44,7 @@ SIGNAL_ABANDON = "abandon"  # to a JobRun workflow: every want that needed it wa
 SIGNAL_ADMITTED = "admitted"  # to a JobRun workflow waiting for pool slots: it was given them
 SIGNAL_BATCH_FULL = "batch_full"  # to a JobRun workflow of a batch: no more partitions fit, start now
 SIGNAL_ANNOUNCE = "announce"  # to an UpstreamSync workflow: "partition X is available" (push)
+SIGNAL_WAKE = "wake"  # to a BackfillWindow workflow: step now (more wants registered, resumed, retried)
 QUERY_PROGRESS = "progress"
 QUERY_UPSTREAM_STATUS = "status"
 
@@ -409,3 +411,20 @@ class SlaAssessment(Model):
     at_risk: bool
     eta: datetime | None = None
     check_at: datetime | None = None
+
+
+# The backfill window ------------------------------------------------------------------------------------
+
+
+def backfill_window_workflow_id(backfill_id: str) -> str:
+    return f"backfill-window:{backfill_id}"
+
+
+class BackfillWindowInput(Model):
+    """A backfill's window: it starts the workflows of the backfill's wants in the order of its range,
+    at most ``DATABUILD_BACKFILL_WINDOW`` open at once, looking every ``tick`` (or when woken)."""
+
+    backfill_id: str
+    tick: timedelta = timedelta(seconds=1)
+    low: int = Field(default=0, description="where the last step began counting open wants")
+    steps_per_run: int = Field(default=500, ge=1, description="steps before it continues as new")

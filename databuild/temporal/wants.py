@@ -3,7 +3,7 @@ them, and signalling the wants subscribed to a job run's outputs."""
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -94,6 +94,29 @@ async def start_want(
             )  # ended: the same want
     log.warning("want %s: its workflow ended without a final state; starting a new run", spec.want_id)
     return await _start_want_run(client, spec, task_queue, WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+
+
+async def start_wants(
+    client: Client,
+    specs: Sequence[WantSpec],
+    task_queue: str,
+    bel: BelQueries,
+    *,
+    concurrency: int = 16,
+    on_started: Callable[[int], object] = lambda _done: None,
+) -> None:
+    """``start_want`` each, ``concurrency`` at a time; ``on_started(done)`` after each."""
+    gate = asyncio.Semaphore(concurrency)
+    done = 0
+
+    async def start(spec: WantSpec) -> None:
+        nonlocal done
+        async with gate:
+            await start_want(client, spec, task_queue, bel)
+        done += 1
+        on_started(done)
+
+    await asyncio.gather(*(start(spec) for spec in specs))
 
 
 async def _start_want_run(
@@ -258,9 +281,8 @@ async def cancel_want(client: Client, bel: BelQueries, want: Want) -> None:
 
 
 async def _start_unstarted(client: Client, bel: BelQueries, task_queue: str, quiet_since: datetime) -> int:
-    waiting = await bel.call(bel.wants, state=WantState.new, limit=1000)
     started = 0
-    for want in (w for w in waiting if w.updated_at < quiet_since):
+    for want in await bel.call(bel.unstarted_wants, quiet_since):
         try:
             await client.get_workflow_handle(want.workflow_id).describe()
         except RPCError as error:

@@ -21,6 +21,7 @@ def _backfill_registered(conn: Connection, event: ev.BackfillRegistered, at: dat
             "request": event.request.model_dump(mode="json"),
             "partitions": event.partitions,
             "created_at": at,
+            "started": 0 if event.windowed else event.partitions,
         },
     )
 
@@ -28,9 +29,13 @@ def _backfill_registered(conn: Connection, event: ev.BackfillRegistered, at: dat
 @projects(ev.BackfillWantsAdded)
 def _backfill_wants_added(conn: Connection, event: ev.BackfillWantsAdded, at: datetime) -> None:
     if event.want_ids:
+        seqs: list[int | None] = list(event.seqs) if event.seqs else [None] * len(event.want_ids)
         conn.execute(
             insert(s.backfill_wants),
-            [{"backfill_id": event.backfill_id, "want_id": w} for w in event.want_ids],
+            [
+                {"backfill_id": event.backfill_id, "want_id": w, "seq": seq}
+                for w, seq in zip(event.want_ids, seqs, strict=True)
+            ],
         )
 
 
@@ -46,9 +51,17 @@ def _backfill_resumed(conn: Connection, event: ev.BackfillResumed, at: datetime)
 
 @projects(ev.BackfillRetried)
 def _backfill_retried(conn: Connection, event: ev.BackfillRetried, at: datetime) -> None:
-    set_backfill(conn, event.backfill_id, canceled=False)
+    if event.rewind:
+        set_backfill(conn, event.backfill_id, canceled=False, started=0)
+    else:
+        set_backfill(conn, event.backfill_id, canceled=False)
 
 
 @projects(ev.BackfillCanceled)
 def _backfill_canceled(conn: Connection, event: ev.BackfillCanceled, at: datetime) -> None:
     set_backfill(conn, event.backfill_id, canceled=True)
+
+
+@projects(ev.BackfillAdvanced)
+def _backfill_advanced(conn: Connection, event: ev.BackfillAdvanced, at: datetime) -> None:
+    set_backfill(conn, event.backfill_id, started=event.started)

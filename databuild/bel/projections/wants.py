@@ -1,6 +1,8 @@
 """Projections of the events of wants."""
 
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, insert, select
 
@@ -11,6 +13,7 @@ from databuild.bel.projections.common import (
     derivatives_by_ref,
     link,
     projects,
+    projects_together,
     set_want,
     subscribe,
     workflow_of,
@@ -21,34 +24,41 @@ from databuild.models import (
 )
 
 
-@projects(ev.WantCreated)
-def _want_created(conn: Connection, event: ev.WantCreated, at: datetime) -> None:
+@projects_together(ev.WantCreated)
+def _wants_created(conn: Connection, events: Sequence[ev.WantCreated], at: datetime) -> None:
+    conn.execute(insert(s.wants), [_want_row(event, at) for event in events])
+    # A want is subscribed to from its creation on, so a new want has no subscription yet.
+    subscriptions = [
+        {"ref": ref, "want_id": event.want_id, "workflow_id": event.workflow_id}
+        for event in events
+        for ref in dict.fromkeys([event.spec.ref, *event.spec.requires])
+    ]
+    conn.execute(insert(s.subscriptions), subscriptions)
+
+
+def _want_row(event: ev.WantCreated, at: datetime) -> dict[str, Any]:
     spec = event.spec
-    conn.execute(
-        insert(s.wants),
-        {
-            "want_id": event.want_id,
-            "ref": spec.ref,
-            "data_timestamp": spec.data_timestamp,
-            "sla_seconds": None if spec.sla is None else spec.sla.total_seconds(),
-            "ttl_seconds": None if spec.ttl is None else spec.ttl.total_seconds(),
-            "source": spec.source.value,
-            "parent_want_id": spec.parent_want_id,
-            "root_want_id": spec.root_want_id or event.want_id,
-            "generation": spec.generation,
-            "instance_id": None,
-            "state": WantState.new.value,
-            "sla_missed": False,
-            "sla_deadline": spec.sla_deadline,
-            "reason": None,
-            "job_run_id": None,
-            "decision_seq": 0,
-            "workflow_id": event.workflow_id,
-            "created_at": at,
-            "updated_at": at,
-        },
-    )
-    subscribe(conn, event.want_id, [spec.ref, *spec.requires], event.workflow_id)
+    return {
+        "want_id": event.want_id,
+        "ref": spec.ref,
+        "data_timestamp": spec.data_timestamp,
+        "sla_seconds": None if spec.sla is None else spec.sla.total_seconds(),
+        "ttl_seconds": None if spec.ttl is None else spec.ttl.total_seconds(),
+        "source": spec.source.value,
+        "parent_want_id": spec.parent_want_id,
+        "root_want_id": spec.root_want_id or event.want_id,
+        "generation": spec.generation,
+        "instance_id": None,
+        "state": WantState.new.value,
+        "sla_missed": False,
+        "sla_deadline": spec.sla_deadline,
+        "reason": None,
+        "job_run_id": None,
+        "decision_seq": 0,
+        "workflow_id": event.workflow_id,
+        "created_at": at,
+        "updated_at": at,
+    }
 
 
 @projects(ev.WantBuilding)
