@@ -68,6 +68,7 @@ bench: install
 	$(BIN)/python -m bench.bench_executors
 	$(BIN)/python -m bench.bench_declared
 	$(BIN)/python -m bench.bench_backfill
+	$(BIN)/python -m bench.bench_big_backfill
 	$(BIN)/python -m bench.bench_scale --wants 2000
 
 # The soak under faults (databuild/testing/chaos/): `make chaos MINUTES=30 SEED=42`; prints the seed it drew.

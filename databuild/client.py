@@ -220,6 +220,7 @@ class DataBuild:
                 await self._run_window(request.backfill_id)
             if on_registered is not None:
                 await _called(on_registered, first + len(chunk))
+        await self._run_window(request.backfill_id)  # it steps at once: every want is there
         return await self.backfill_progress(request.backfill_id)
 
     async def _run_window(self, backfill_id: str) -> None:
@@ -333,11 +334,9 @@ class DataBuild:
         runs: list[str] = []
         # A want derives wants until it is recorded cancelled: look again until nothing open is reached.
         while reached := await self.bel.call(self.bel.backfill_reach, backfill_id):
-            for first in range(0, len(reached), BACKFILL_CHUNK):
-                chunk = [w.want_id for w in reached[first : first + BACKFILL_CHUNK]]
-                wants, ended = await self.bel.call(self.bel.cancel_wants, chunk, reason)
-                cancelled += wants
-                runs += ended
+            wants, ended = await self.bel.call(self.bel.cancel_wants, [w.want_id for w in reached], reason)
+            cancelled += wants
+            runs += ended
         # Its window stopped at the cancel; the wants it had not started have no workflow to tell.
         unstarted = await self.bel.call(self.bel.backfill_unstarted, backfill_id)
         client = await self.temporal_client()

@@ -30,6 +30,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.alerts import AlertActivities, raise_alert
+from activities.backfills import BackfillActivities
 from activities.fanout import FanOutActivities
 from activities.wants import WantActivities
 from databuild.backfill import BackfillRequest
@@ -46,6 +47,7 @@ from tests.helpers import until
 from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed, want_steps
 from workflows.alert import AlertWorkflow
 from workflows.alert_channel import AlertChannelWorkflow
+from workflows.backfill import BackfillWindowWorkflow
 from workflows.want import WantWorkflow
 
 PAUSE = 2.0  # seconds each double's build takes: the report job's p90
@@ -172,7 +174,7 @@ async def alerting(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncItera
     worker = Worker(
         env.client,
         task_queue=settings.task_queue,
-        workflows=[WantWorkflow, TimedJobRun, AlertWorkflow, AlertChannelWorkflow],
+        workflows=[WantWorkflow, TimedJobRun, AlertWorkflow, AlertChannelWorkflow, BackfillWindowWorkflow],
         activities=[
             *want_steps(wants),
             TimedBuilds(bel, pause=PAUSE).build,
@@ -181,6 +183,7 @@ async def alerting(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncItera
             alerts.route_alert,
             alerts.queue_alert,
             alerts.deliver_alert,
+            BackfillActivities(bel, env.client, settings).advance_backfill,
         ],
     )
     async with worker:

@@ -261,15 +261,17 @@ async def test_temporal_without_databuilds_search_attributes_or_killed_during_a_
         (first,) = await asyncio.to_thread(forked, tmp_path, (["want", "daily_users/2024-01-01"], address))
         assert first.returncode == 0 and "registered" in first.stdout, first.stdout + first.stderr
 
+        # 90 years of days: long enough to record that the server is gone before it has (it then cannot
+        # wake the backfill's window).
         request = BackfillRequest(
             pattern="raw_events/{date}",
             start=datetime(2000, 1, 1, tzinfo=UTC),
-            end=datetime(2009, 12, 31, tzinfo=UTC),
+            end=datetime(2089, 12, 31, tzinfo=UTC),
         )
         clean = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
         registering = await asyncio.create_subprocess_exec(
             *[sys.executable, "-m", "databuild.cli", "backfill", request.pattern],
-            *["--from", "2000-01-01", "--to", "2009-12-31", "--json"],
+            *["--from", "2000-01-01", "--to", "2089-12-31", "--json"],
             cwd=tmp_path,
             env={**clean, **address, "PYTHONPATH": str(ROOT), "DATABUILD_HOME": str(tmp_path)},
             stdout=subprocess.PIPE,

@@ -2,7 +2,7 @@
 
 from collections.abc import Sequence
 
-from sqlalchemy import RowMapping, func, or_, select
+from sqlalchemy import Connection, RowMapping, func, or_, select
 
 from databuild.backfill import BackfillProgress, BackfillRequest, WindowStep
 from databuild.bel import schema as s
@@ -131,6 +131,37 @@ class BackfillReads(ReadBase):
 # retry rewinds it, most have), up to this many per step.
 FOLLOWING_PAGE = 500
 FOLLOWING_MOST = 50_000
+MEMBERS = s.backfill_wants.c
+MEMBER_WANTS = s.backfill_wants.join(s.wants, s.wants.c.want_id == MEMBERS.want_id)
+FINAL = [state.value for state in FINAL_WANT_STATES]
+
+
+def _following(conn: Connection, backfill_id: str, started: int, room: int) -> list[RowMapping]:
+    """The backfill's wants (with their places) from place ``started`` on, in order, until ``room`` of
+    them have not ended (or ``FOLLOWING_MOST`` were read)."""
+    following: list[RowMapping] = []
+    wanted = 0
+    page_size = max(room, FOLLOWING_PAGE)
+    while room and wanted < room and len(following) < FOLLOWING_MOST:
+        page = (
+            conn.execute(
+                select(MEMBERS.seq, s.wants)
+                .select_from(MEMBER_WANTS)
+                .where(
+                    MEMBERS.backfill_id == backfill_id,
+                    MEMBERS.seq >= (following[-1]["seq"] + 1 if following else started),
+                )
+                .order_by(MEMBERS.seq)
+                .limit(page_size)
+            )
+            .mappings()
+            .all()
+        )
+        following += page
+        wanted += sum(1 for r in page if r["state"] not in FINAL)
+        if len(page) < page_size:
+            break
+    return following
 
 
 class BackfillCommands(BackfillReads, WriteBase):
@@ -185,44 +216,20 @@ class BackfillCommands(BackfillReads, WriteBase):
         come back in ``to_start``, for the caller to start (idempotently: a caller that dies before it has
         leaves them to the worker's repair of wants held `new`). ``low``: the first place of a want it
         started that was open at the last step, where counting the open ones starts."""
-        members, wants = s.backfill_wants.c, s.wants.c
-        joined = s.backfill_wants.join(s.wants, wants.want_id == members.want_id)
-        final = [state.value for state in FINAL_WANT_STATES]
         with self._write(backfill_key(backfill_id)) as tx:
             row = backfill_row(tx.conn, backfill_id)
             started = row["started"]
             low_open, open_wants = tx.conn.execute(
-                select(func.min(members.seq), func.count())
-                .select_from(joined)
+                select(func.min(MEMBERS.seq), func.count())
+                .select_from(MEMBER_WANTS)
                 .where(
-                    members.backfill_id == backfill_id,
-                    members.seq >= min(low, started),
-                    members.seq < started,
-                    wants.state.not_in(final),
+                    MEMBERS.backfill_id == backfill_id,
+                    MEMBERS.seq >= min(low, started),
+                    MEMBERS.seq < started,
+                    s.wants.c.state.not_in(FINAL),
                 )
             ).one()
-            room = max(window - open_wants, 0)
-            following: list[RowMapping] = []
-            wanted = 0  # of them, those that have not ended (passed over otherwise)
-            while room and wanted < room and len(following) < FOLLOWING_MOST:
-                page = (
-                    tx.conn.execute(
-                        select(members.seq, s.wants)
-                        .select_from(joined)
-                        .where(
-                            members.backfill_id == backfill_id,
-                            members.seq >= (following[-1]["seq"] + 1 if following else started),
-                        )
-                        .order_by(members.seq)
-                        .limit(max(room, FOLLOWING_PAGE))
-                    )
-                    .mappings()
-                    .all()
-                )
-                following += page
-                wanted += sum(1 for r in page if r["state"] not in final)
-                if len(page) < max(room, FOLLOWING_PAGE):
-                    break
+            following = _following(tx.conn, backfill_id, started, room=max(window - open_wants, 0))
             step = backfill_rules.advance(
                 backfill_id,
                 started=started,

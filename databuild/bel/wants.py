@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, func, select
+from sqlalchemy import RowMapping, bindparam, func, select
 
 from databuild.bel import schema as s
 from databuild.bel.base import (
@@ -26,6 +26,7 @@ from databuild.bel.rows import (
     want_row,
 )
 from databuild.domain import decisions, endings
+from databuild.domain import events as ev
 from databuild.domain import wants as wants_rules
 from databuild.domain.decisions import DependenciesStatus
 from databuild.domain.endings import Finished
@@ -42,6 +43,10 @@ from databuild.models import (
 )
 
 CANCEL_CHUNK = 200  # wants ended per transaction: each holds their locks (PostgreSQL's lock table is finite)
+STATES_OF = select(s.wants.c.want_id, s.wants.c.state).where(
+    s.wants.c.want_id.in_(bindparam("ids", expanding=True))
+)
+WANTS_OF = select(s.wants).where(s.wants.c.want_id.in_(bindparam("ids", expanding=True)))
 
 
 class WantReads(ReadBase):
@@ -238,12 +243,14 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
         for start in range(0, len(want_ids), CANCEL_CHUNK):
             chunk = want_ids[start : start + CANCEL_CHUNK]
             with self._write(*(want_key(w) for w in chunk)) as tx:
-                for want_id in chunk:
-                    if events := wants_rules.cancel(
-                        want_id, WantState(want_row(tx.conn, want_id)["state"]), reason
-                    ):
-                        tx.extend(events)
-                        cancelled.append(want_from_row(want_row(tx.conn, want_id)))
+                states = {row.want_id: row.state for row in tx.conn.execute(STATES_OF, {"ids": list(chunk)})}
+                if unknown := [w for w in chunk if w not in states]:
+                    raise NotFoundError(f"no want {unknown[0]!r}")
+                events = [e for w in chunk for e in wants_rules.cancel(w, WantState(states[w]), reason)]
+                tx.extend(events)
+                ended = [e.want_id for e in events if isinstance(e, ev.WantFinished)]
+                rows = {r["want_id"]: r for r in tx.conn.execute(WANTS_OF, {"ids": ended}).mappings()}
+                cancelled += [want_from_row(rows[w]) for w in ended]
         followed = sorted({w.job_run_id for w in cancelled if w.job_run_id is not None})
         return cancelled, [run for run in map(self._end_if_unwanted, followed) if run is not None]
 

@@ -432,6 +432,9 @@ def backfill_summary(progress: BackfillProgress) -> Text:
         text.append("CANCELLED (wants registered from now on end cancelled)\n", style="red")
     elif progress.paused:
         text.append("PAUSED (databuild resume to go on)\n", style="yellow")
-    text.append(f"{progress.registered}/{progress.partitions} wants registered; {progress.done} ended: ")
+    text.append(
+        f"{progress.registered}/{progress.partitions} wants registered, {progress.started} started by its window; "
+        f"{progress.done} ended: "
+    )
     text.append(backfill_states(progress))
     return text

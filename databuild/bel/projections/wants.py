@@ -121,17 +121,22 @@ def _want_upstream_building(conn: Connection, event: ev.WantUpstreamBuilding, at
     subscribe(conn, event.want_id, event.missing, workflow_of(conn, event.want_id))
 
 
-@projects(ev.WantFinished)
-def _want_finished(conn: Connection, event: ev.WantFinished, at: datetime) -> None:
-    set_want(
-        conn,
-        event.want_id,
-        at,
-        state=event.state.value,
-        reason=event.reason,
-        instance_id=event.instance_id,
+@projects_together(ev.WantFinished)
+def _wants_finished(conn: Connection, events: Sequence[ev.WantFinished], at: datetime) -> None:
+    conn.execute(
+        UPDATE_WANT,
+        [
+            {
+                "pk": e.want_id,
+                "updated_at": at,
+                "state": e.state.value,
+                "reason": e.reason,
+                "instance_id": e.instance_id,
+            }
+            for e in events
+        ],
     )
-    conn.execute(UNSUBSCRIBE, {"want_id": event.want_id})
+    conn.execute(UNSUBSCRIBE, [{"want_id": e.want_id} for e in events])
 
 
 @projects(ev.WantRetried)

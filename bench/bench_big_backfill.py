@@ -1,0 +1,285 @@
+"""A backfill of 100,000 hourly partitions on one machine: recorded in bulk, started in a sliding window,
+and cancelled.
+
+    python -m bench.bench_big_backfill [--partitions 100000] [--window 1000] [--run-for 20]
+
+One Temporal dev server and one worker (in this process) for the trivial job of `bench_scale` (a real
+job run whose body writes one row with pyarrow, no Spark). `DataBuild.backfill` records every want of
+`scale/{hour}` over N hours; that is timed against the same number of rows inserted into a plain table
+of the same database, with the same columns as the wants' rows (the database's own bulk rate). Then its
+window starts their workflows while the benchmark samples the backfill's progress view (latency) and
+how many of its wants are open; after ``--run-for`` seconds the backfill is cancelled, and timed until
+its window and every want workflow have closed.
+
+Targets (the verdict): every want recorded in under 60 s, the first progress report within 1 s of the
+call, the progress view's p95 under 1 s, never more wants open than the window, the cancel's effect (no
+want workflow or window running) within 30 s, no job run queued after the cancel returned, and no
+workflow task over 5 s (the exit code is 1 on a stalled task). The last line printed is JSON.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, Text, insert
+
+from bench.bench_scale import PATTERN
+from bench.common import counting_stalled_tasks, run_and_exit
+from databuild.backfill import BackfillRequest
+from databuild.bel import BuildEventLog
+from databuild.client import DataBuild
+from databuild.graph import load_graph
+from databuild.jobs.spark import SparkRuntime
+from databuild.process import forward_core_logs
+from databuild.temporal.protocol import backfill_window_workflow_id
+from databuild.testing import make_settings, start_dev_server
+from worker.run import WorkerParts, running_worker
+
+GRAPH = "bench.bench_scale:graph"
+FIRST_HOUR = datetime(2010, 1, 1, tzinfo=UTC)
+RECORD_TARGET_S = 60.0
+FIRST_PROGRESS_TARGET_S = 1.0
+PROGRESS_P95_TARGET_S = 1.0
+QUIET_TARGET_S = 30.0
+
+
+def raw_rows(url: str, n: int) -> float:
+    """Seconds to insert ``n`` want-sized rows into a plain table (500 per transaction, as the backfill
+    records its wants): the database's own bulk rate, the baseline."""
+    from sqlalchemy import create_engine
+
+    engine = create_engine(url)
+    table = Table(
+        "bench_raw_wants",
+        MetaData(),
+        Column("want_id", String(64), primary_key=True),
+        Column("ref", String(512), nullable=False),
+        Column("data_timestamp", DateTime, nullable=False),
+        Column("sla_seconds", Float),
+        Column("source", String(16), nullable=False),
+        Column("state", String(24), nullable=False),
+        Column("decision_seq", Integer, nullable=False),
+        Column("workflow_id", String(1024), nullable=False),
+        Column("reason", Text),
+    )
+    table.create(engine)
+    began = time.perf_counter()
+    for first in range(0, n, 500):
+        rows = [
+            {
+                "want_id": f"w-{i:020d}",
+                "ref": f"scale/{i}",
+                "data_timestamp": FIRST_HOUR + timedelta(hours=i),
+                "sla_seconds": None,
+                "source": "backfill",
+                "state": "new",
+                "decision_seq": 0,
+                "workflow_id": f"want:scale/{i}:w-{i:020d}",
+                "reason": None,
+            }
+            for i in range(first, min(first + 500, n))
+        ]
+        with engine.begin() as conn:
+            conn.execute(insert(table), rows)
+    elapsed = time.perf_counter() - began
+    table.drop(engine)
+    engine.dispose()
+    return elapsed
+
+
+async def open_wants(db: DataBuild) -> int:
+    client = await db.temporal_client()
+    query = (
+        f"WorkflowType = 'Want' AND TaskQueue = '{db.settings.task_queue}' AND ExecutionStatus = 'Running'"
+    )
+    return (await client.count_workflows(query)).count
+
+
+async def window_running(db: DataBuild, backfill_id: str) -> bool:
+    client = await db.temporal_client()
+    described = await client.get_workflow_handle(backfill_window_workflow_id(backfill_id)).describe()
+    return described.status is not None and described.status.name == "RUNNING"
+
+
+async def run(partitions: int, window: int, run_for: float) -> dict[str, Any]:
+    forward_core_logs()  # the worker's stalled workflow tasks are counted
+    env = await start_dev_server()
+    figures: dict[str, Any] = {"partitions": partitions, "window": window}
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="databuild-bench-") as tmp,
+            counting_stalled_tasks() as stalled,
+        ):
+            settings = make_settings(Path(tmp), env.client, GRAPH, backfill_window=window)
+            url = settings.database_url.get_secret_value()
+            bel = BuildEventLog.create(url)
+            figures["raw_s"] = await asyncio.to_thread(raw_rows, url, partitions)
+            parts = WorkerParts(
+                settings, env.client, bel, load_graph(GRAPH), SparkRuntime("local[1]", "512m")
+            )
+            try:
+                async with running_worker(parts, warm_spark=False):
+                    figures |= await drive(
+                        DataBuild(env.client, bel, parts.graph, settings), partitions, run_for
+                    )
+            finally:
+                bel.dispose()
+            await asyncio.sleep(1)  # the SDK's core forwards its log lines a batch at a time
+            figures["stalled_tasks"] = stalled()
+    finally:
+        await env.shutdown()
+    figures["record_ratio"] = figures["record_s"] / figures["raw_s"]
+    figures["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return figures
+
+
+async def drive(db: DataBuild, partitions: int, run_for: float) -> dict[str, Any]:
+    request = BackfillRequest(
+        pattern=PATTERN,
+        start=FIRST_HOUR,
+        end=FIRST_HOUR + timedelta(hours=partitions - 1),
+        step=timedelta(hours=1),
+    )
+    began = time.perf_counter()
+    first_report: list[float] = []
+
+    def reported(done: int) -> None:
+        if not first_report:
+            first_report.append(time.perf_counter() - began)
+
+    progress = await db.backfill(request, on_registered=reported)
+    record_s = time.perf_counter() - began
+    assert progress.registered == partitions, progress
+    print(f"recorded {partitions} wants in {record_s:.1f} s", file=sys.stderr)
+
+    views: list[float] = []
+    most_open = most_workflows = 0
+    until = time.perf_counter() + run_for
+    while time.perf_counter() < until and not progress.finished:
+        looked = time.perf_counter()
+        progress = await db.backfill_progress(request.backfill_id)
+        views.append(time.perf_counter() - looked)
+        most_open = max(most_open, progress.started - progress.done)
+        most_workflows = max(most_workflows, await open_wants(db))
+        await asyncio.sleep(0.2)
+    done_before_cancel = progress.done
+    print(f"{done_before_cancel} wants done after {run_for:g} s; cancelling", file=sys.stderr)
+
+    began = time.perf_counter()
+    cancelled = await db.cancel_backfill(request.backfill_id)
+    cancel_s = time.perf_counter() - began
+    returned = datetime.now(UTC)
+    while await window_running(db, request.backfill_id) or await open_wants(db):
+        await asyncio.sleep(0.2)
+        if time.perf_counter() - began > 120:
+            break
+    quiet_s = time.perf_counter() - began
+    progress = await db.backfill_progress(request.backfill_id)
+    late_runs = [r for r in db.bel.job_runs(limit=1000) if r.created_at >= returned]
+    return {
+        "record_s": record_s,
+        "first_progress_s": first_report[0],
+        "progress_view_p50_ms": 1000 * statistics.median(views),
+        "progress_view_p95_ms": 1000 * statistics.quantiles(views, n=20)[-1]
+        if len(views) > 1
+        else 1000 * views[0],
+        "progress_views": len(views),
+        "most_open_wants": most_open,
+        "most_running_want_workflows": most_workflows,
+        "done_before_cancel": done_before_cancel,
+        "cancelled": cancelled,
+        "cancel_s": cancel_s,
+        "quiet_s": quiet_s,
+        "finished": progress.finished,
+        "started": progress.started,
+        "job_runs_after_cancel": len(late_runs),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--partitions", type=int, default=100_000)
+    parser.add_argument("--window", type=int, default=1000)
+    parser.add_argument("--run-for", type=float, default=20.0, help="seconds of work before the cancel")
+    args = parser.parse_args()
+
+    def report() -> int:
+        f = asyncio.run(run(args.partitions, args.window, args.run_for))
+        print(f"\n{f['partitions']} partitions, window {f['window']}")
+        print(
+            f"recorded in {f['record_s']:.1f} s: {f['record_ratio']:.1f}x inserting as many plain rows "
+            f"({f['raw_s']:.1f} s)"
+        )
+        print(f"first progress report after {f['first_progress_s']:.2f} s")
+        print(
+            f"progress view: p50 {f['progress_view_p50_ms']:.0f} ms, p95 {f['progress_view_p95_ms']:.0f} ms"
+        )
+        print(
+            f"most wants open: {f['most_open_wants']} (running want workflows: {f['most_running_want_workflows']})"
+        )
+        print(
+            f"{f['done_before_cancel']} done before the cancel; cancel of {f['cancelled']} wants returned in "
+            f"{f['cancel_s']:.1f} s, nothing running after {f['quiet_s']:.1f} s; peak RSS {f['peak_rss_mib']:.0f} MiB"
+        )
+        checks = [
+            (
+                "record",
+                f"recorded in {f['record_s']:.1f} s (target: under {RECORD_TARGET_S:g} s)",
+                f["record_s"] < RECORD_TARGET_S,
+            ),
+            (
+                "first progress",
+                f"first progress after {f['first_progress_s']:.2f} s (target: within {FIRST_PROGRESS_TARGET_S:g} s)",
+                f["first_progress_s"] <= FIRST_PROGRESS_TARGET_S,
+            ),
+            (
+                "progress view",
+                f"progress view p95 {f['progress_view_p95_ms']:.0f} ms "
+                f"(target: under {1000 * PROGRESS_P95_TARGET_S:g} ms)",
+                f["progress_view_p95_ms"] < 1000 * PROGRESS_P95_TARGET_S,
+            ),
+            (
+                "window",
+                f"wants open at most {f['most_open_wants']} (target: at most the window, {f['window']})",
+                max(f["most_open_wants"], f["most_running_want_workflows"]) <= f["window"],
+            ),
+            (
+                "cancel",
+                f"nothing running {f['quiet_s']:.1f} s after the cancel (target: within {QUIET_TARGET_S:g} s)",
+                f["quiet_s"] <= QUIET_TARGET_S and f["finished"],
+            ),
+            (
+                "after cancel",
+                f"job runs queued after the cancel returned: {f['job_runs_after_cancel']} (target: none)",
+                f["job_runs_after_cancel"] == 0,
+            ),
+            (
+                "stalls",
+                f"workflow tasks over 5 s: {f['stalled_tasks']} (target: none)",
+                f["stalled_tasks"] == 0,
+            ),
+        ]
+        for _, line, passed in checks:
+            print(f"{line}: {'PASS' if passed else 'FAIL'}")
+        f["misses"] = [name for name, _, passed in checks if not passed]
+        f["verdict"] = "PASS" if not f["misses"] else "FAIL"
+        print(json.dumps(f))
+        return 0 if f["stalled_tasks"] == 0 else 1
+
+    run_and_exit(report)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    main()
