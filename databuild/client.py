@@ -197,25 +197,34 @@ class DataBuild:
         (of ``partitions`` wants)."""
         graph = await self.loaded_graph()
         partitions = backfill_partitions(request, graph)
-        generations = await self.bel.call(self.bel.generations, [ref for ref, _ in partitions])
-        specs = [
-            build_spec(
-                graph,
-                ref,
-                data_timestamp=at,
-                sla=request.sla,
-                ttl=request.ttl,
-                source=WantSource.backfill,
-                generation=generations[ref],
-            )
-            for ref, at in partitions
-        ]
-        await self.bel.call(self.bel.record_backfill, request, len(specs), [])
-        for first in range(0, len(specs), BACKFILL_CHUNK):
-            chunk = specs[first : first + BACKFILL_CHUNK]
+
+        def specs_of(chunk: Sequence[tuple[str, datetime]], generations: dict[str, int]) -> list[WantSpec]:
+            return [
+                build_spec(
+                    graph,
+                    ref,
+                    data_timestamp=at,
+                    sla=request.sla,
+                    ttl=request.ttl,
+                    source=WantSource.backfill,
+                    generation=generations.get(ref, 0),
+                )
+                for ref, at in chunk
+            ]
+
+        # The wants are built a chunk at a time, so the first are recorded (and shown) at once. What could
+        # make one invalid (a TTL already past, a deadline past the calendar) moves with the data time,
+        # so checking the first and the last checks them all before anything is recorded.
+        specs_of([partitions[0], partitions[-1]], {})
+        await self.bel.call(self.bel.record_backfill, request, len(partitions), [])
+        for first in range(0, len(partitions), BACKFILL_CHUNK):
+            chunk = partitions[first : first + BACKFILL_CHUNK]
+            generations = await self.bel.call(self.bel.generations, [ref for ref, _ in chunk])
             # Recorded in the transaction that reads whether the backfill was cancelled meanwhile (then
             # they are recorded cancelled, and none starts).
-            await self.bel.call(self.bel.record_backfill, request, len(specs), chunk, first)
+            await self.bel.call(
+                self.bel.record_backfill, request, len(partitions), specs_of(chunk, generations), first
+            )
             if first == 0:
                 await self._run_window(request.backfill_id)
             if on_registered is not None:
@@ -330,6 +339,9 @@ class DataBuild:
         Returns how many wants were cancelled (0 when it was already)."""
         await self.bel.call(self.bel.cancel_backfill, backfill_id)  # NotFoundError for an unknown id
         reason = cancel_reason(backfill_id)
+        # Its window stopped at the cancel: the wants it had not started (with no workflow, nothing they
+        # derived) end in bulk.
+        unstarted = await self.bel.call(self.bel.cancel_unstarted, backfill_id)
         cancelled: list[Want] = []
         runs: list[str] = []
         # A want derives wants until it is recorded cancelled: look again until nothing open is reached.
@@ -337,14 +349,12 @@ class DataBuild:
             wants, ended = await self.bel.call(self.bel.cancel_wants, [w.want_id for w in reached], reason)
             cancelled += wants
             runs += ended
-        # Its window stopped at the cancel; the wants it had not started have no workflow to tell.
-        unstarted = await self.bel.call(self.bel.backfill_unstarted, backfill_id)
         client = await self.temporal_client()
         await _gathered(
-            [_cancel_workflow(client, w.workflow_id) for w in cancelled if w.want_id not in unstarted]
+            [_cancel_workflow(client, w.workflow_id) for w in cancelled]
             + [_signal_workflow(client, workflow_id, SIGNAL_ABANDON) for workflow_id in runs]
         )
-        return len(cancelled)
+        return unstarted + len(cancelled)
 
     async def pause_backfill(self, backfill_id: str, *, paused: bool = True) -> BackfillProgress:
         """Pause a backfill (``paused=False``: resume it). Its wants that have not ended, and the

@@ -90,3 +90,15 @@ def test_a_cancelled_backfill_cancels_what_it_registers_and_a_retry_reopens(bel:
     assert ([w.ref for w in again.to_start], again.started, again.done) == (["up/1", "up/2"], 2, True)
     with pytest.raises(NotFoundError):
         bel.retry_backfill("nope")
+
+
+def test_a_cancel_ends_the_wants_its_window_never_started_in_bulk(bel: BuildEventLog) -> None:
+    bel.record_backfill(REQUEST, 2, SPECS)
+    bel.advance_backfill(REQUEST.backfill_id, window=1)  # the first is started, the second is not
+    assert bel.cancel_unstarted(REQUEST.backfill_id) == 0  # not cancelled: nothing ends
+    bel.cancel_backfill(REQUEST.backfill_id)
+    assert bel.cancel_unstarted(REQUEST.backfill_id) == 1
+    assert {w.ref: w.state for w in bel.wants()} == {"up/1": WantState.new, "up/2": WantState.canceled}
+    # The started one, with its workflow, is the reach's (cancel_wants), and is cancelled so.
+    assert [w.ref for w in bel.backfill_reach(REQUEST.backfill_id)] == ["up/1"]
+    assert bel.cancel_unstarted(REQUEST.backfill_id) == 0

@@ -1,8 +1,9 @@
 """Backfills: their registration, pause, cancel and retry, and their progress."""
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import Connection, RowMapping, func, or_, select
+from sqlalchemy import Connection, RowMapping, Select, func, or_, select
 
 from databuild.backfill import BackfillProgress, BackfillRequest, WindowStep
 from databuild.bel import schema as s
@@ -28,6 +29,35 @@ from databuild.models import (
     WantSpec,
     WantState,
 )
+
+MEMBERS = s.backfill_wants.c
+MEMBER_WANTS = s.backfill_wants.join(s.wants, s.wants.c.want_id == MEMBERS.want_id)
+FINAL = [state.value for state in FINAL_WANT_STATES]
+UNSTARTED_CHUNK = 5000  # unstarted wants a cancel ends per transaction
+
+
+def unstarted(backfill_id: str, *, open_only: bool = False) -> Select[Any]:
+    """The backfill's wants at places from its window's on, and not started by another backfill they
+    belong to: no workflow was started for them (``open_only``: those that have not ended)."""
+    mine, other = s.backfill_wants.alias("mine"), s.backfill_wants.alias("other")
+    started_by_other = (
+        select(other.c.want_id)
+        .join(s.backfills, s.backfills.c.backfill_id == other.c.backfill_id)
+        .where(
+            other.c.want_id == mine.c.want_id,
+            other.c.backfill_id != backfill_id,
+            or_(other.c.seq.is_(None), other.c.seq < s.backfills.c.started),
+        )
+        .exists()
+    )
+    query = (
+        select(mine.c.want_id)
+        .join(s.backfills, s.backfills.c.backfill_id == mine.c.backfill_id)
+        .where(mine.c.backfill_id == backfill_id, mine.c.seq >= s.backfills.c.started, ~started_by_other)
+    )
+    if open_only:
+        query = query.join(s.wants, s.wants.c.want_id == mine.c.want_id).where(s.wants.c.state.not_in(FINAL))
+    return query
 
 
 class BackfillReads(ReadBase):
@@ -74,26 +104,9 @@ class BackfillReads(ReadBase):
         return finished
 
     def backfill_unstarted(self, backfill_id: str) -> set[str]:
-        """The backfill's wants whose workflows no window has started yet: at places from its window's
-        on, and not started by another backfill they belong to (a cancel or pause need not tell them)."""
-        mine, other = s.backfill_wants.alias("mine"), s.backfill_wants.alias("other")
-        started_by_other = (
-            select(other.c.want_id)
-            .join(s.backfills, s.backfills.c.backfill_id == other.c.backfill_id)
-            .where(
-                other.c.want_id == mine.c.want_id,
-                other.c.backfill_id != backfill_id,
-                or_(other.c.seq.is_(None), other.c.seq < s.backfills.c.started),
-            )
-            .exists()
-        )
-        query = (
-            select(mine.c.want_id)
-            .join(s.backfills, s.backfills.c.backfill_id == mine.c.backfill_id)
-            .where(mine.c.backfill_id == backfill_id, mine.c.seq >= s.backfills.c.started, ~started_by_other)
-        )
+        """The backfill's wants whose workflows no window has started yet (a pause need not tell them)."""
         with self.reader.connect() as conn:
-            return set(conn.execute(query).scalars())
+            return set(conn.execute(unstarted(backfill_id)).scalars())
 
     def any_backfill_paused(self) -> bool:
         return bool(
@@ -131,9 +144,6 @@ class BackfillReads(ReadBase):
 # retry rewinds it, most have), up to this many per step.
 FOLLOWING_PAGE = 500
 FOLLOWING_MOST = 50_000
-MEMBERS = s.backfill_wants.c
-MEMBER_WANTS = s.backfill_wants.join(s.wants, s.wants.c.want_id == MEMBERS.want_id)
-FINAL = [state.value for state in FINAL_WANT_STATES]
 
 
 def _following(conn: Connection, backfill_id: str, started: int, room: int) -> list[RowMapping]:
@@ -262,6 +272,25 @@ class BackfillCommands(BackfillReads, WriteBase):
             events = backfill_rules.cancel(backfill_id, bool(backfill_row(tx.conn, backfill_id)["canceled"]))
             tx.extend(events)
         return bool(events)
+
+    def cancel_unstarted(self, backfill_id: str) -> int:
+        """End `canceled` the open wants of the cancelled backfill that its window has not started: they
+        have no workflow, and derived nothing. In bulk, a few thousand per transaction, each under the
+        backfill's lock (a window's step takes it too, and finds it cancelled). Returns how many."""
+        total = 0
+        while True:
+            with self._write(backfill_key(backfill_id)) as tx:
+                if not backfill_row(tx.conn, backfill_id)["canceled"]:
+                    return total
+                ids = (
+                    tx.conn.execute(unstarted(backfill_id, open_only=True).limit(UNSTARTED_CHUNK))
+                    .scalars()
+                    .all()
+                )
+                tx.extend(backfill_rules.cancel_unstarted(backfill_id, ids))
+            total += len(ids)
+            if len(ids) < UNSTARTED_CHUNK:
+                return total
 
     def retry_backfill(self, backfill_id: str) -> list[Want]:
         """Record that the backfill is retried (``BackfillRetried``: a cancelled one is no longer, so the

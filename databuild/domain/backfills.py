@@ -124,6 +124,13 @@ def cancel(backfill_id: str, canceled: bool) -> list[ev.Event]:
     return [] if canceled else [ev.BackfillCanceled(backfill_id=backfill_id)]
 
 
+def cancel_unstarted(backfill_id: str, want_ids: Sequence[str]) -> list[ev.Event]:
+    """The wants of a cancelled backfill that its window never started end `canceled` (they have no
+    workflow to tell, and derived nothing)."""
+    reason = cancel_reason(backfill_id)
+    return [want_rules.canceled(want_id, reason) for want_id in want_ids]
+
+
 def pause(backfill_id: str, paused: bool, pausing: bool) -> list[ev.Event]:
     """Pause (``pausing``) or resume the backfill, unless it already is."""
     if paused == pausing:
