@@ -1,5 +1,6 @@
 """Pydantic models shared by the SDK, the CLI, the workflows and the build event log."""
 
+import functools
 import hashlib
 import re
 from datetime import UTC, datetime, timedelta
@@ -204,10 +205,7 @@ class WantSpec(Model):
 
     @property
     def want_id(self) -> str:
-        key = f"{self.ref}\n{self.data_timestamp.isoformat()}\n{self.source.value}"
-        if self.generation:
-            key += f"\n{self.generation}"
-        return "w-" + hashlib.sha256(key.encode()).hexdigest()[:20]
+        return want_id_of(self.ref, self.data_timestamp, self.source, self.generation)
 
     @property
     def workflow_id(self) -> str:
@@ -234,6 +232,15 @@ class WantSpec(Model):
             root_want_id=self.root_want_id or parent_want_id,
             generation=generation,
         )
+
+
+# A backfill's registration asks each of its 100,000 specs for its id several times.
+@functools.lru_cache(maxsize=1 << 17)
+def want_id_of(ref: str, data_timestamp: datetime, source: "WantSource", generation: int) -> str:
+    key = f"{ref}\n{data_timestamp.isoformat()}\n{source.value}"
+    if generation:
+        key += f"\n{generation}"
+    return "w-" + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def want_workflow_id(ref: str, want_id: str) -> str:

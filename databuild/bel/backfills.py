@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, Select, func, or_, select
+from sqlalchemy import Connection, RowMapping, Select, bindparam, func, or_, select
 
 from databuild.backfill import BackfillProgress, BackfillRequest, WindowStep
 from databuild.bel import schema as s
@@ -277,20 +277,27 @@ class BackfillCommands(BackfillReads, WriteBase):
         """End `canceled` the open wants of the cancelled backfill that its window has not started: they
         have no workflow, and derived nothing. In bulk, a few thousand per transaction, each under the
         backfill's lock (a window's step takes it too, and finds it cancelled). Returns how many."""
+        with self.reader.connect() as conn:
+            found = list(conn.execute(unstarted(backfill_id, open_only=True)).scalars())
         total = 0
-        while True:
+        for first in range(0, len(found), UNSTARTED_CHUNK):
+            chunk = found[first : first + UNSTARTED_CHUNK]
             with self._write(backfill_key(backfill_id)) as tx:
                 if not backfill_row(tx.conn, backfill_id)["canceled"]:
-                    return total
-                ids = (
-                    tx.conn.execute(unstarted(backfill_id, open_only=True).limit(UNSTARTED_CHUNK))
-                    .scalars()
-                    .all()
+                    break  # retried meanwhile: its window starts them again
+                still = set(
+                    tx.conn.execute(
+                        select(s.wants.c.want_id).where(
+                            s.wants.c.want_id.in_(bindparam("ids", expanding=True)),
+                            s.wants.c.state.not_in(FINAL),
+                        ),
+                        {"ids": chunk},
+                    ).scalars()
                 )
+                ids = [w for w in chunk if w in still]
                 tx.extend(backfill_rules.cancel_unstarted(backfill_id, ids))
             total += len(ids)
-            if len(ids) < UNSTARTED_CHUNK:
-                return total
+        return total
 
     def retry_backfill(self, backfill_id: str) -> list[Want]:
         """Record that the backfill is retried (``BackfillRetried``: a cancelled one is no longer, so the
