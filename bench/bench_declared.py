@@ -1,7 +1,7 @@
 """The demo want with declared inputs against the same jobs discovering their inputs at run time,
 measured in one run on a Temporal dev server with Spark in local mode.
 
-    python -m bench.bench_declared [--rounds 3]
+    python -m bench.bench_declared [--rounds 3] [--ref daily_summary/2024-01-07]
 
 Each round builds ``daily_summary/2024-01-07`` from nothing (a fresh BEL and storage) with
 ``examples.demo:graph`` (inputs declared: derivative wants start before the first run) and with
@@ -39,7 +39,9 @@ GRAPHS = {"declared": "examples.demo:graph", "discovering": "examples.demo:disco
 RATIO_TARGET = 1.0  # discovery / declared: declaring inputs must never cost time
 
 
-async def one_round(client: Any, spark: SparkRuntime, home: Path, graph: str, round_: int) -> dict[str, Any]:
+async def one_round(
+    client: Any, spark: SparkRuntime, home: Path, graph: str, round_: int, ref: str
+) -> dict[str, Any]:
     settings = make_settings(home, client, graph)
     bel = BuildEventLog.create(settings.database_url.get_secret_value())
     parts = WorkerParts(settings, client, bel, load_graph(graph), spark)
@@ -53,7 +55,7 @@ async def one_round(client: Any, spark: SparkRuntime, home: Path, graph: str, ro
                 + timedelta(microseconds=hash(graph) % 1000)
             )
             started = time.perf_counter()
-            want = await db.wait(await db.want(REF, data_timestamp=at))
+            want = await db.wait(await db.want(ref, data_timestamp=at))
             wall = time.perf_counter() - started
         assert want.state is WantState.successful, want.reason
         runs = Counter(f"{r.job_label}:{r.state.value}" for r in bel.job_runs(limit=1000))
@@ -62,7 +64,7 @@ async def one_round(client: Any, spark: SparkRuntime, home: Path, graph: str, ro
         bel.dispose()
 
 
-async def run(rounds: int) -> dict[str, Any]:
+async def run(rounds: int, ref: str) -> dict[str, Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     forward_core_logs()  # the worker's stalled workflow tasks are counted
     env = await start_dev_server()
@@ -75,12 +77,12 @@ async def run(rounds: int) -> dict[str, Any]:
             counting_stalled_tasks() as stalled,
         ):
             # A first, uncounted build warms the JVM's code and Spark's caches for both.
-            await one_round(env.client, spark, Path(tmp) / "warm-up", GRAPHS["discovering"], -1)
+            await one_round(env.client, spark, Path(tmp) / "warm-up", GRAPHS["discovering"], -1, ref)
             for round_ in range(rounds):
                 order = list(GRAPHS) if round_ % 2 == 0 else list(reversed(GRAPHS))
                 for name in order:
                     home = Path(tmp) / f"{name}-{round_}"
-                    results[name].append(await one_round(env.client, spark, home, GRAPHS[name], round_))
+                    results[name].append(await one_round(env.client, spark, home, GRAPHS[name], round_, ref))
             await asyncio.sleep(1)  # the SDK's core forwards its log lines a batch at a time
             stalled_tasks = stalled()
     finally:
@@ -110,10 +112,11 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ref", default=REF, help="the partition to want (a test wants one day's users)")
     args = parser.parse_args()
 
     def report() -> int:
-        figures = asyncio.run(run(args.rounds))
+        figures = asyncio.run(run(args.rounds, args.ref))
         for name in GRAPHS:
             f = figures[name]
             print(

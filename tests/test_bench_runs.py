@@ -90,14 +90,16 @@ def test_bench_announce_signals_every_blocked_want_without_a_stalled_workflow_ta
 
 
 def test_bench_declared_builds_without_a_dep_miss_when_inputs_are_declared() -> None:
-    f = bench("bench.bench_declared", "--rounds", "1")
+    f = bench("bench.bench_declared", "--rounds", "1", "--ref", "daily_users/2024-01-07")
     declared, discovering = f["declared"], f["discovering"]
-    assert f["declared_dep_misses"] == 0 and declared["job_runs"] == 15
-    # Discovery makes the same 15 builds, after an attempt per job that only finds its inputs missing.
-    assert (
-        discovering["job_runs"] == 23
-        and sum(n for key, n in discovering["by_state"].items() if key.endswith(":succeeded")) == 15
-    )
+    assert f["declared_dep_misses"] == 0
+    assert declared["by_state"] == {"daily_users:succeeded": 1, "raw_events:succeeded": 1}
+    # Discovery makes the same builds, after an attempt that only finds its input missing.
+    assert discovering["by_state"] == {
+        "daily_users:dep_miss": 1,
+        "daily_users:succeeded": 1,
+        "raw_events:succeeded": 1,
+    }
     assert f["stalled_tasks"] == 0
     assert f["ratio_discovering_over_declared"] == pytest.approx(
         discovering["median_wall_s"] / declared["median_wall_s"]
@@ -107,13 +109,18 @@ def test_bench_declared_builds_without_a_dep_miss_when_inputs_are_declared() -> 
     assert f["verdict"] == ("PASS" if not f["misses"] else "FAIL")
 
 
-def test_bench_executors_fulfils_a_want_on_every_executor_without_a_stalled_workflow_task() -> None:
-    f = bench("bench.bench_executors", "--ref", "raw_events/2024-01-07")
-    for variant in ("local", "cluster", "submit", "connect"):
+def test_bench_executors_fulfils_a_want_on_each_executor_without_a_stalled_workflow_task() -> None:
+    # Local mode and the worker's session on a standalone cluster; tests/test_cluster.py builds on the
+    # submit and Connect executors (an application per attempt, a Connect server: minutes more here).
+    f = bench(
+        "bench.bench_executors", "--ref", "raw_events/2024-01-07", "--skip", "submit", "--skip", "connect"
+    )
+    assert set(f) >= {"local", "cluster"} and not {"submit", "connect"} & set(f)
+    for variant in ("local", "cluster"):
         assert f[variant]["job_runs"] == f[variant]["attempts"] == 1, f[variant]
         assert f[variant]["stalled_tasks"] == 0
     assert f["local"]["attempt_ratio"] == 1.0
-    # Only the attempt ratios, which a busy machine moves, may miss their targets here.
+    # Only the attempt ratio, which a busy machine moves, may miss its target here.
     assert all(miss.endswith("attempt ratio") for miss in f["misses"]), f["misses"]
     assert f["verdict"] == ("PASS" if not f["misses"] else "FAIL")
 
