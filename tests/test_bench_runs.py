@@ -131,7 +131,7 @@ def test_bench_big_backfill_keeps_its_window_and_cancels_within_seconds() -> Non
     assert f["partitions"] - f["started"] <= f["cancelled"] <= f["partitions"] - f["done_before_cancel"]
     assert f["finished"]
     assert 0 < f["started"] <= f["done_before_cancel"] + 2 * f["window"]
-    assert f["most_open_wants"] <= 20 and f["most_running_want_workflows"] <= 20
+    assert 0 < f["most_open_wants"] <= 20
     assert f["job_runs_after_cancel"] == f["stalled_tasks"] == 0
     assert f["record_ratio"] == pytest.approx(f["record_s"] / f["raw_s"])
     # Only the timings, which a busy machine moves, may miss their targets here.

@@ -33,7 +33,7 @@ from databuild.models import (
 MEMBERS = s.backfill_wants.c
 MEMBER_WANTS = s.backfill_wants.join(s.wants, s.wants.c.want_id == MEMBERS.want_id)
 FINAL = [state.value for state in FINAL_WANT_STATES]
-UNSTARTED_CHUNK = 5000  # unstarted wants a cancel ends per transaction
+UNSTARTED_CHUNK = 1000  # unstarted wants a cancel ends per transaction: short, so decisions interleave
 
 
 def unstarted(backfill_id: str, *, open_only: bool = False) -> Select[Any]:
