@@ -145,17 +145,22 @@ async def run(variants: list[str], ref: str) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     with ExitStack() as stack:
         home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="databuild-bench-exec-")))
-        cluster = stack.enter_context(spark_cluster(home / "spark-cluster", cores=CORES, memory="2g"))
+        # Local mode alone (a small run) needs no cluster.
+        master = "local[2]"
+        if set(variants) - {"local"}:
+            master = stack.enter_context(
+                spark_cluster(home / "spark-cluster", cores=CORES, memory="2g")
+            ).master_url
         env = await start_dev_server()
         try:
             for variant in variants:
                 connect_url = None
                 if variant == "connect":  # last: its application holds the cluster's cores while it lives
-                    server = stack.enter_context(connect_server(home / "spark-connect", cluster.master_url))
+                    server = stack.enter_context(connect_server(home / "spark-connect", master))
                     connect_url = server.url
                 print(f"{variant}: running the want for {ref} ...", flush=True)
                 figures[variant] = await run_variant(
-                    env.client, home, variant, variant_env(variant, cluster.master_url, connect_url), ref
+                    env.client, home, variant, variant_env(variant, master, connect_url), ref
                 )
                 print(f"{variant}: {figures[variant]['demo_s']:.1f} s", flush=True)
         finally:

@@ -109,20 +109,14 @@ def test_bench_declared_builds_without_a_dep_miss_when_inputs_are_declared() -> 
     assert f["verdict"] == ("PASS" if not f["misses"] else "FAIL")
 
 
-def test_bench_executors_fulfils_a_want_on_each_executor_without_a_stalled_workflow_task() -> None:
-    # Local mode and the worker's session on a standalone cluster; tests/test_cluster.py builds on the
-    # submit and Connect executors (an application per attempt, a Connect server: minutes more here).
-    f = bench(
-        "bench.bench_executors", "--ref", "raw_events/2024-01-07", "--skip", "submit", "--skip", "connect"
-    )
-    assert set(f) >= {"local", "cluster"} and not {"submit", "connect"} & set(f)
-    for variant in ("local", "cluster"):
-        assert f[variant]["job_runs"] == f[variant]["attempts"] == 1, f[variant]
-        assert f[variant]["stalled_tasks"] == 0
-    assert f["local"]["attempt_ratio"] == 1.0
-    # Only the attempt ratio, which a busy machine moves, may miss its target here.
-    assert all(miss.endswith("attempt ratio") for miss in f["misses"]), f["misses"]
-    assert f["verdict"] == ("PASS" if not f["misses"] else "FAIL")
+def test_bench_executors_fulfils_a_want_without_a_stalled_workflow_task() -> None:
+    # Local mode alone: tests/test_cluster.py builds on the cluster session, submit and Connect executors
+    # (a cluster, an application per attempt, a Connect server: a minute or more each here).
+    skip = [arg for variant in ("cluster", "submit", "connect") for arg in ("--skip", variant)]
+    f = bench("bench.bench_executors", "--ref", "raw_events/2024-01-07", *skip)
+    assert f["local"]["job_runs"] == f["local"]["attempts"] == 1, f["local"]
+    assert f["local"]["attempt_ratio"] == 1.0 and f["stalled_tasks"] == 0
+    assert f["misses"] == [] and f["verdict"] == "PASS"
 
 
 def test_bench_big_backfill_keeps_its_window_and_cancels_within_seconds() -> None:
