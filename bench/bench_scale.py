@@ -83,7 +83,7 @@ PATTERN = "scale/{hour}"
 FIRST_HOUR = datetime(2020, 1, 1, tzinfo=UTC)  # the timed backfill: N hours from here
 WARM_HOUR = datetime(2019, 1, 1, tzinfo=UTC)  # the warm-up backfill, before it
 WARMUP = 8
-CONCURRENCY = 16  # DataBuild.backfill's registrations in flight; the baseline starts as many at once
+CONCURRENCY = 16  # the baseline starts this many bare workflows at once (the backfill: its window, 200 open)
 PROGRESS_EVERY_S = 10.0
 POLL_S = 1.0
 STALL_S = 600.0  # no want ended for this long: give up and say so
