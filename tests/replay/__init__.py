@@ -31,6 +31,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "ttl-expiry": ("want-ttl-expiry",),
     "continue-as-new": ("want-continue-as-new-1", "want-continue-as-new-2"),
     "alert": ("alert-queued", "alert-channel", "alert-channel-down"),
+    "backfill-window": ("backfill-window",),
 }
 
 

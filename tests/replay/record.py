@@ -33,6 +33,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from databuild.backfill import BackfillRequest
 from databuild.jobs.spark import SparkRuntime
 from databuild.models import JobRunState, WantSource, WantSpec, WantState
 from databuild.temporal.protocol import (
@@ -43,6 +44,7 @@ from databuild.temporal.protocol import (
     ScheduledWantInput,
     UpstreamInput,
     alert_channel_workflow_id,
+    backfill_window_workflow_id,
     upstream_workflow_id,
 )
 from databuild.temporal.schedules import backfill_want_schedule, create_want_schedule, delete_want_schedule
@@ -445,6 +447,26 @@ async def alert(rec: Recorder) -> None:
             await rec.save("alert-channel-down", stack.client, alert_channel_workflow_id(queue, down))
     finally:
         hook.down()
+
+
+@scenario("backfill-window")
+async def backfill_window(rec: Recorder) -> None:
+    """A backfill whose window starts its six wants two at a time, woken by the end of the registration."""
+    request = BackfillRequest(
+        pattern="tick/{n}",
+        start=datetime(2024, 8, 1, tzinfo=UTC),
+        end=datetime(2024, 8, 1, 5, tzinfo=UTC),
+        step=timedelta(hours=1),
+    )
+    async with rec.stack("dev", "tests.graphs:reach", backfill_window=2) as stack:
+        await stack.db.backfill(request)
+        for _ in range(600):
+            if stack.bel.backfill_progress(request.backfill_id).finished:
+                break
+            await asyncio.sleep(0.1)
+        progress = stack.bel.backfill_progress(request.backfill_id)
+        assert progress.by_state == {WantState.successful: 6}, progress
+        await rec.save("backfill-window", stack.client, backfill_window_workflow_id(request.backfill_id))
 
 
 async def record(names: list[str]) -> None:
