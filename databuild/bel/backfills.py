@@ -125,9 +125,25 @@ class BackfillReads(ReadBase):
                     select(s.backfill_wants.c.want_id).where(s.backfill_wants.c.backfill_id == backfill_id)
                 ).scalars()
             )
-            parents = derived_below(conn, members)
-            involved = members | set(parents) | {p for ps in parents.values() for p in ps}
-            open_ids = open_among(conn, involved)
+            # Whole-backfill reads are joins on its id (100,000 members are 200 IN lists otherwise): the
+            # members that derived any want, and those that are open.
+            deriving = conn.execute(
+                select(s.derivatives.c.want_id)
+                .distinct()
+                .join(s.backfill_wants, s.backfill_wants.c.want_id == s.derivatives.c.want_id)
+                .where(
+                    s.backfill_wants.c.backfill_id == backfill_id,
+                    s.derivatives.c.derivative_want_id.is_not(None),
+                )
+            ).scalars()
+            parents = derived_below(conn, deriving)
+            open_members = conn.execute(
+                select(MEMBERS.want_id)
+                .select_from(MEMBER_WANTS)
+                .where(MEMBERS.backfill_id == backfill_id, s.wants.c.state.not_in(FINAL))
+            ).scalars()
+            others = (set(parents) | {p for ps in parents.values() for p in ps}) - members
+            open_ids = set(open_members) | open_among(conn, others)
             below = (
                 reach.descendants(members, parents)
                 if everything_below
