@@ -10,8 +10,8 @@ inserted into a plain table of the same database, with the same columns as the w
 database's own bulk rate). Then its window starts their workflows while the benchmark samples the
 backfill's progress view (latency) and how many of its wants are open (in the BEL; the running want
 workflows Temporal's visibility counts are printed too, and run a little over, as a want's workflow
-closes a moment after it records its end); after ``--run-for`` seconds the backfill is cancelled, and
-timed until its window and every want workflow have closed.
+closes a moment after it records its end); ``--run-for`` seconds after the first want ended, the
+backfill is cancelled, and timed until its window and every want workflow have closed.
 
 Targets (the verdict): every want recorded in under 60 s, the first progress report within 1 s of the
 call, the progress view's p95 under 1 s, never more wants open than the window, its window stopped
@@ -181,16 +181,19 @@ async def drive(db: DataBuild, partitions: int, run_for: float) -> dict[str, Any
 
     views: list[float] = []
     most_open = most_workflows = 0
-    until = time.perf_counter() + run_for
-    while time.perf_counter() < until and not progress.finished:
+    # ``run_for`` seconds of work, counted from the first want that ended (a busy machine starts late).
+    first_done = time.perf_counter() + 120
+    while time.perf_counter() < first_done + run_for and not progress.finished:
         looked = time.perf_counter()
         progress = await db.backfill_progress(request.backfill_id)
         views.append(time.perf_counter() - looked)
         most_open = max(most_open, progress.started - progress.done)
         most_workflows = max(most_workflows, await open_wants(db))
+        if progress.done and first_done > time.perf_counter():
+            first_done = time.perf_counter()
         await asyncio.sleep(0.2)
     done_before_cancel = progress.done
-    print(f"{done_before_cancel} wants done after {run_for:g} s; cancelling", file=sys.stderr)
+    print(f"{done_before_cancel} wants done; cancelling", file=sys.stderr)
 
     began = time.perf_counter()
     cancelling = asyncio.ensure_future(db.cancel_backfill(request.backfill_id))
@@ -242,7 +245,12 @@ def main() -> None:
     )
     parser.add_argument("--partitions", type=int, default=100_000)
     parser.add_argument("--window", type=int, default=200)
-    parser.add_argument("--run-for", type=float, default=20.0, help="seconds of work before the cancel")
+    parser.add_argument(
+        "--run-for",
+        type=float,
+        default=20.0,
+        help="seconds of work after the first want ended, then the cancel",
+    )
     args = parser.parse_args()
 
     def report() -> int:

@@ -120,11 +120,11 @@ def test_bench_executors_fulfils_a_want_without_a_stalled_workflow_task() -> Non
 
 
 def test_bench_big_backfill_keeps_its_window_and_cancels_within_seconds() -> None:
-    f = bench("bench.bench_big_backfill", "--partitions", "2000", "--window", "20", "--run-for", "5")
+    f = bench("bench.bench_big_backfill", "--partitions", "1000", "--window", "20", "--run-for", "3")
     # Every want it had not started was cancelled, with those still open; nothing is left open.
     assert f["partitions"] - f["started"] <= f["cancelled"] <= f["partitions"] - f["done_before_cancel"]
     assert f["finished"]
-    assert 0 < f["started"] <= f["done_before_cancel"] + 2 * f["window"]
+    assert 0 < f["done_before_cancel"] <= f["started"] <= f["done_before_cancel"] + 2 * f["window"]
     assert 0 < f["most_open_wants"] <= 20
     assert f["job_runs_after_cancel"] == f["stalled_tasks"] == 0
     assert f["record_ratio"] == pytest.approx(f["record_s"] / f["raw_s"])
