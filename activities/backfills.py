@@ -18,13 +18,14 @@ class BackfillActivities:
 
     @activity.defn
     async def advance_backfill(self, input: p.BackfillWindowInput) -> WindowStep:
-        """Move the window (recorded first, so a retry moves on from there) and start the wants it
-        admitted. Starting is idempotent; a want recorded started whose start never happened (this
-        attempt died) is started by the worker's repair of wants held `new`."""
+        """Plan the window's step, start the wants it admits, then record it: an attempt that dies before
+        it has recorded leaves the window where it was, and the retry starts the same wants again
+        (idempotently), so no want is recorded started without its workflow."""
         step = await self.bel.call(
-            self.bel.advance_backfill, input.backfill_id, self.settings.backfill_window, input.low
+            self.bel.plan_window_step, input.backfill_id, self.settings.backfill_window, input.low
         )
         await start_wants(
             self.client, step.to_start, self.settings.task_queue, self.bel, on_started=activity.heartbeat
         )
+        await self.bel.call(self.bel.record_window_step, step)
         return step.model_copy(update={"to_start": []})

@@ -97,6 +97,7 @@ class WindowStep(Model):
     range, at most ``DATABUILD_BACKFILL_WINDOW`` of them open at once."""
 
     backfill_id: str
+    read: int = Field(description="the window's place when the step was planned")
     started: int = Field(description="the wants before this place in its range have been started")
     partitions: int
     open: int = Field(description="wants it started that have not ended")

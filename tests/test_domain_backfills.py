@@ -65,53 +65,37 @@ def following(*states: WantState, first: int = 0) -> list[tuple[int, str, WantSt
 def test_the_window_starts_the_next_wants_while_fewer_than_its_size_are_open() -> None:
     new = WantState.new
     step = rules.advance(
-        "b",
-        started=0,
-        open_wants=0,
-        window=2,
-        paused=False,
-        canceled=False,
-        following=following(new, new, new),
+        started=0, open_wants=0, window=2, paused=False, canceled=False, following=following(new, new, new)
     )
     assert (step.to_start, step.started) == (["w0", "w1"], 2)
-    assert [(e.type, e.started) for e in step.events if isinstance(e, ev.BackfillAdvanced)] == [
-        ("BackfillAdvanced", 2)
-    ]
     one_open = rules.advance(
-        "b",
-        started=2,
-        open_wants=1,
-        window=2,
-        paused=False,
-        canceled=False,
-        following=following(new, first=2),
+        started=2, open_wants=1, window=2, paused=False, canceled=False, following=following(new, first=2)
     )
     assert (one_open.to_start, one_open.started) == (["w2"], 3)
     full = rules.advance(
-        "b",
-        started=3,
-        open_wants=2,
-        window=2,
-        paused=False,
-        canceled=False,
-        following=following(new, first=3),
+        started=3, open_wants=2, window=2, paused=False, canceled=False, following=following(new, first=3)
     )
-    assert (full.events, full.to_start, full.started) == ([], [], 3)
+    assert (full.to_start, full.started) == ([], 3)
+
+
+def test_a_step_is_recorded_once_its_wants_started_unless_the_window_moved_meanwhile() -> None:
+    (moved,) = rules.moved("b", current=0, read=0, to=2)
+    assert isinstance(moved, ev.BackfillAdvanced) and moved.started == 2
+    assert rules.moved("b", current=2, read=0, to=2) == []  # recorded already (a retried attempt)
+    assert rules.moved("b", current=0, read=5, to=7) == []  # a retry rewound it: the next step reads again
+    assert rules.moved("b", current=3, read=3, to=3) == []  # nothing started
 
 
 def test_the_window_passes_over_wants_that_ended_and_stops_at_a_place_not_registered() -> None:
     done, new = WantState.successful, WantState.new
     ended = [(0, "w0", done), (1, "w1", WantState.canceled), (2, "w2", new), (4, "w4", new)]
-    step = rules.advance(
-        "b", started=0, open_wants=0, window=5, paused=False, canceled=False, following=ended
-    )
+    step = rules.advance(started=0, open_wants=0, window=5, paused=False, canceled=False, following=ended)
     assert (step.to_start, step.started) == (["w2"], 3)  # place 3 is not registered yet
 
 
 def test_a_paused_or_cancelled_window_starts_nothing() -> None:
     for paused, canceled in ((True, False), (False, True)):
         step = rules.advance(
-            "b",
             started=0,
             open_wants=0,
             window=5,
@@ -119,7 +103,7 @@ def test_a_paused_or_cancelled_window_starts_nothing() -> None:
             canceled=canceled,
             following=following(WantState.new),
         )
-        assert (step.events, step.to_start, step.started) == ([], [], 0)
+        assert (step.to_start, step.started) == ([], 0)
 
 
 def test_cancel_pause_and_resume_happen_once_and_retry_always() -> None:

@@ -237,15 +237,16 @@ class BackfillCommands(BackfillReads, WriteBase):
                 )
             )
 
-    def advance_backfill(self, backfill_id: str, window: int, low: int = 0) -> WindowStep:
-        """One step of the backfill's window (``backfills.advance``): the wants whose workflows start now
-        come back in ``to_start``, for the caller to start (idempotently: a caller that dies before it has
-        leaves them to the worker's repair of wants held `new`). ``low``: the first place of a want it
-        started that was open at the last step, where counting the open ones starts."""
-        with self._write(backfill_key(backfill_id)) as tx:
-            row = backfill_row(tx.conn, backfill_id)
+    def plan_window_step(self, backfill_id: str, window: int, low: int = 0) -> WindowStep:
+        """The next step of the backfill's window (``backfills.advance``), recording nothing: the wants
+        whose workflows start now (``to_start``). The caller starts them, then records the step
+        (``record_window_step``): a caller that dies before has its retry plan and start them again
+        (starting is idempotent). ``low``: the first place of a want it started that was open at the
+        last step, where counting the open ones starts."""
+        with self.reader.connect() as conn:
+            row = backfill_row(conn, backfill_id)
             started = row["started"]
-            low_open, open_wants = tx.conn.execute(
+            low_open, open_wants = conn.execute(
                 select(func.min(MEMBERS.seq), func.count())
                 .select_from(MEMBER_WANTS)
                 .where(
@@ -255,22 +256,21 @@ class BackfillCommands(BackfillReads, WriteBase):
                     s.wants.c.state.not_in(FINAL),
                 )
             ).one()
-            following = _following(tx.conn, backfill_id, started, room=max(window - open_wants, 0))
-            step = backfill_rules.advance(
-                backfill_id,
-                started=started,
-                open_wants=open_wants,
-                window=window,
-                paused=bool(row["paused"]),
-                canceled=bool(row["canceled"]),
-                following=[(r["seq"], r["want_id"], WantState(r["state"])) for r in following],
-            )
-            tx.extend(step.events)
+            following = _following(conn, backfill_id, started, room=max(window - open_wants, 0))
+        step = backfill_rules.advance(
+            started=started,
+            open_wants=open_wants,
+            window=window,
+            paused=bool(row["paused"]),
+            canceled=bool(row["canceled"]),
+            following=[(r["seq"], r["want_id"], WantState(r["state"])) for r in following],
+        )
         starting = set(step.to_start)
         rows = [r for r in following if r["want_id"] in starting]
         lows = [place for place in (low_open, rows[0]["seq"] if rows else None) if place is not None]
         return WindowStep(
             backfill_id=backfill_id,
+            read=started,
             started=step.started,
             partitions=row["partitions"],
             open=open_wants + len(rows),
@@ -279,6 +279,20 @@ class BackfillCommands(BackfillReads, WriteBase):
             canceled=bool(row["canceled"]),
             to_start=[want_from_row(r).spec for r in rows],
         )
+
+    def record_window_step(self, step: WindowStep) -> None:
+        """Record that the window started the step's wants (``backfills.moved``)."""
+        with self._write(backfill_key(step.backfill_id)) as tx:
+            current = backfill_row(tx.conn, step.backfill_id)["started"]
+            tx.extend(
+                backfill_rules.moved(step.backfill_id, current=current, read=step.read, to=step.started)
+            )
+
+    def advance_backfill(self, backfill_id: str, window: int, low: int = 0) -> WindowStep:
+        """A step of the window whose wants were started: ``plan_window_step`` then ``record_window_step``."""
+        step = self.plan_window_step(backfill_id, window, low)
+        self.record_window_step(step)
+        return step
 
     def cancel_backfill(self, backfill_id: str) -> bool:
         """Record that the backfill is cancelled; False if it already was. NotFoundError for an unknown

@@ -83,13 +83,11 @@ def register(
 
 @dataclass(frozen=True)
 class Advance:
-    events: list[ev.Event]
-    started: int  # the window's place after the step
+    started: int  # the window's place once the step's wants are started
     to_start: list[str]  # the wants whose workflows start now, in the backfill's order
 
 
 def advance(
-    backfill_id: str,
     *,
     started: int,
     open_wants: int,
@@ -102,9 +100,9 @@ def advance(
     (``open_wants``), it starts the next, in the order of the range. ``following``: (place, want, state)
     of the wants registered at places from ``started`` on, in order. Wants that ended already (a
     re-registration, or a cancel) are passed over; a place not registered yet stops it. A paused or
-    cancelled backfill starts nothing."""
+    cancelled backfill starts nothing. The move is recorded once the wants are started (``moved``)."""
     if paused or canceled or open_wants >= window:
-        return Advance([], started, [])
+        return Advance(started, [])
     room = window - open_wants
     to_start: list[str] = []
     place = started
@@ -114,9 +112,15 @@ def advance(
         place += 1
         if not state.is_final:
             to_start.append(want_id)
-    if place == started:
-        return Advance([], started, [])
-    return Advance([ev.BackfillAdvanced(backfill_id=backfill_id, started=place)], place, to_start)
+    return Advance(place, to_start)
+
+
+def moved(backfill_id: str, *, current: int, read: int, to: int) -> list[ev.Event]:
+    """Record that the window started its wants from place ``read`` up to ``to``, unless it is no longer
+    at ``read`` (a retry rewound it meanwhile: its next step reads again) or did not move."""
+    if current != read or to == read:
+        return []
+    return [ev.BackfillAdvanced(backfill_id=backfill_id, started=to)]
 
 
 def cancel(backfill_id: str, canceled: bool) -> list[ev.Event]:
