@@ -282,13 +282,16 @@ class DataBuild:
         derived that ended so (as ``retry`` does), and lift a cancel of the backfill, so that wants it
         registers from now on start. Wants whose partition (or a derived one) is fail-locked stay ended
         and are listed: resolve them, then retry again. NotFoundError for an unknown backfill."""
-        ended = await self.bel.call(self.bel.retry_backfill, backfill_id)
+        ended = await self.bel.call(self.bel.backfill_ended_wants, backfill_id)
         families = await self.bel.call(lambda: [self._retryable(want) for want in ended])
         locked = set(await self._fail_locked([w for family in families for w in family]))
         ready = [family for family in families if not locked & {w.ref for w in family}]
-        # The retry took its window back to the start of its range: the window starts its own wants.
-        windowed = await self.bel.call(self.bel.backfill_unstarted, backfill_id)
-        await self._reopen([w for family in ready for w in family], leave=windowed)
+        # Its own wants are reopened first, for its window to start; then the retry takes the window back
+        # to the start of its range. A window step in between starts nothing (the backfill is still
+        # cancelled, or its place is past them), and a step planned before is not recorded after.
+        members = await self.bel.call(self.bel.backfill_members, backfill_id)
+        await self._reopen([w for family in ready for w in family], leave=members)
+        await self.bel.call(self.bel.retry_backfill, backfill_id)
         await self._run_window(backfill_id)
         return BackfillRetry(backfill_id=backfill_id, reopened=len(ready), fail_locked=sorted(locked))
 

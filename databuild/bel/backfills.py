@@ -103,6 +103,32 @@ class BackfillReads(ReadBase):
                 finished.append(progress)
         return finished
 
+    def backfill_ended_wants(self, backfill_id: str) -> list[Want]:
+        """The backfill's wants that ended failed or canceled (a retry reopens them). NotFoundError for
+        an unknown backfill."""
+        with self.reader.connect() as conn:
+            backfill_row(conn, backfill_id)
+            rows = conn.execute(
+                select(s.wants)
+                .join(s.backfill_wants, s.backfill_wants.c.want_id == s.wants.c.want_id)
+                .where(
+                    s.backfill_wants.c.backfill_id == backfill_id,
+                    s.wants.c.state.in_([WantState.failed.value, WantState.canceled.value]),
+                )
+            ).mappings()
+            return [want_from_row(row) for row in rows]
+
+    def backfill_members(self, backfill_id: str) -> set[str]:
+        """The wants of a windowed backfill (its window starts them); none for one of 0.1.0."""
+        with self.reader.connect() as conn:
+            return set(
+                conn.execute(
+                    select(MEMBERS.want_id).where(
+                        MEMBERS.backfill_id == backfill_id, MEMBERS.seq.is_not(None)
+                    )
+                ).scalars()
+            )
+
     def backfill_unstarted(self, backfill_id: str) -> set[str]:
         """The backfill's wants whose workflows no window has started yet (a pause need not tell them)."""
         with self.reader.connect() as conn:
