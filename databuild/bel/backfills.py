@@ -36,6 +36,18 @@ FINAL = [state.value for state in FINAL_WANT_STATES]
 UNSTARTED_CHUNK = 1000  # unstarted wants a cancel ends per transaction: short, so decisions interleave
 
 
+def ended_wants(backfill_id: str) -> Select[Any]:
+    """The backfill's wants that ended failed or canceled: what a retry reopens."""
+    return (
+        select(s.wants)
+        .join(s.backfill_wants, s.backfill_wants.c.want_id == s.wants.c.want_id)
+        .where(
+            s.backfill_wants.c.backfill_id == backfill_id,
+            s.wants.c.state.in_([WantState.failed.value, WantState.canceled.value]),
+        )
+    )
+
+
 def unstarted(backfill_id: str, *, open_only: bool = False) -> Select[Any]:
     """The backfill's wants at places from its window's on, and not started by another backfill they
     belong to: no workflow was started for them (``open_only``: those that have not ended)."""
@@ -108,14 +120,7 @@ class BackfillReads(ReadBase):
         an unknown backfill."""
         with self.reader.connect() as conn:
             backfill_row(conn, backfill_id)
-            rows = conn.execute(
-                select(s.wants)
-                .join(s.backfill_wants, s.backfill_wants.c.want_id == s.wants.c.want_id)
-                .where(
-                    s.backfill_wants.c.backfill_id == backfill_id,
-                    s.wants.c.state.in_([WantState.failed.value, WantState.canceled.value]),
-                )
-            ).mappings()
+            rows = conn.execute(ended_wants(backfill_id)).mappings()
             return [want_from_row(row) for row in rows]
 
     def backfill_members(self, backfill_id: str) -> set[str]:
@@ -367,14 +372,7 @@ class BackfillCommands(BackfillReads, WriteBase):
                 .limit(1)
             ).first()
             tx.extend(backfill_rules.retry(backfill_id, windowed=windowed is not None))
-            rows = tx.conn.execute(
-                select(s.wants)
-                .join(s.backfill_wants, s.backfill_wants.c.want_id == s.wants.c.want_id)
-                .where(
-                    s.backfill_wants.c.backfill_id == backfill_id,
-                    s.wants.c.state.in_([WantState.failed.value, WantState.canceled.value]),
-                )
-            ).mappings()
+            rows = tx.conn.execute(ended_wants(backfill_id)).mappings()
             return [want_from_row(row) for row in rows]
 
     def pause_backfill(self, backfill_id: str, paused: bool) -> bool:
