@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from databuild.jobs.attempt_log import APPLICATION_OUTPUT
 from databuild.jobs.spark import SparkRuntime
+from databuild.jobs.storage import Storage
 from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
 from databuild.testing import free_port
 from databuild.testing.cluster import (
@@ -29,8 +31,9 @@ from databuild.testing.cluster import (
     start_databuild_worker,
     stop_group,
 )
+from databuild.views.logs import attempt_log
 from tests.conftest import DEMO_REF, DemoRun, Stack, stack_env
-from tests.helpers import instance_dir, until
+from tests.helpers import instance_dir, lake, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -187,6 +190,31 @@ async def test_submit_executor_on_the_cluster_matches_local_mode(
     assert all(cluster.tasks_finished(a["id"]) > 0 for a in apps if ":raw_events:" in a["name"])
     day = {ref: local_checksums[ref] for ref in DAY_BUILT}
     assert await asyncio.to_thread(checksums, spark_runtime, stack, DAY_BUILT) == day
+
+    # daily_users dep-missed in its own application, raw_events was built, then daily_users read it in
+    # another: the lineage, facts and logs each application reported.
+    ordered = sorted(runs, key=lambda r: r.created_at)
+    assert [(r.job_label, r.state) for r in ordered] == [
+        ("daily_users", JobRunState.dep_miss),
+        ("raw_events", JobRunState.succeeded),
+        ("daily_users", JobRunState.succeeded),
+    ]
+    raw, users = (stack.bel.partition(ref) for ref in ("raw_events/2024-01-07", DAY_REF))
+    assert ordered[0].missing == [raw.ref]
+    assert [(r.ref, r.instance_id) for r in ordered[2].reads] == [(raw.ref, raw.instance_id)]
+    facts = stack.bel.instance(users.instance_id or "").facts
+    assert (
+        facts is not None
+        and facts.rows
+        and [c.name for c in facts.columns] == ["user_id", "events", "spent", "date"]
+    )
+    storage = Storage(stack.settings.storage_root)
+    missed = attempt_log(stack.bel, storage, ordered[0].job_run_id).text
+    assert f"dep-miss: not live: {raw.ref}" in missed and APPLICATION_OUTPUT in missed
+    built = attempt_log(stack.bel, storage, ordered[2].job_run_id).text
+    assert f"wrote {DAY_REF}: {facts.rows:,} rows" in built.split(APPLICATION_OUTPUT)[0]
+    # Each application's folder is gone once it reported.
+    assert not list((lake(stack.settings) / "_databuild" / "submissions").iterdir())
 
 
 async def test_cancelling_a_want_kills_its_submitted_application(make_stack, cluster: SparkCluster) -> None:

@@ -1,5 +1,6 @@
-"""Job executors without a cluster: the spark-submit executor in local mode (dep-miss, lineage,
-failures, an application that loses its worker). (How the settings choose executors:
+"""Job executors without a cluster: the spark-submit executor in local mode (failures, gc of its
+folders, an application that loses its worker; its dep-miss, lineage, facts and logs are proved on the
+standalone cluster, tests/test_cluster.py). (How the settings choose executors:
 tests/test_executor_choice.py.)"""
 
 import asyncio
@@ -21,7 +22,7 @@ from databuild.operations.garbage import GcReport
 from databuild.testing.cluster import QUICK_JVM, stop_group
 from databuild.views.logs import attempt_log
 from tests.conftest import cli
-from tests.helpers import instance_dir, lake, until
+from tests.helpers import lake, until
 
 SUBMIT_LOCAL = {
     "executor": "submit",
@@ -29,36 +30,6 @@ SUBMIT_LOCAL = {
     "spark_driver_memory": "1g",
     "spark_submit_args": f"--driver-java-options '{QUICK_JVM}'",
 }
-
-
-async def test_submit_executor_builds_with_runtime_dependencies_and_lineage(make_stack) -> None:
-    stack = await make_stack(graph="tests.graphs:chain", **SUBMIT_LOCAL)
-    n = uuid.uuid4().hex[:6]
-    want = await asyncio.wait_for(stack.db.wait(await stack.db.want(f"derived/{n}")), timeout=300)
-    assert want.state is WantState.successful, want.reason
-
-    # derived dep-missed in its own application, base was built, then derived read it in another.
-    runs = sorted(stack.bel.job_runs(limit=10), key=lambda r: r.created_at)
-    assert [(r.job_label, r.state) for r in runs] == [
-        ("derived", JobRunState.dep_miss),
-        ("base", JobRunState.succeeded),
-        ("derived", JobRunState.succeeded),
-    ]
-    assert runs[0].missing == [f"base/{n}"]
-    base, derived = stack.bel.partition(f"base/{n}"), stack.bel.partition(f"derived/{n}")
-    assert [(r.ref, r.instance_id) for r in runs[2].reads] == [(base.ref, base.instance_id)]
-    assert instance_dir(stack.settings, derived.ref, derived.instance_id).is_dir()
-    # The application recorded the facts of what it wrote, and each attempt's log: the body's, then the
-    # application's own output.
-    facts = stack.bel.instance(derived.instance_id or "").facts
-    assert facts is not None and (facts.rows, [c.name for c in facts.columns]) == (3, ["id"])
-    storage = Storage(stack.settings.storage_root)
-    missed = attempt_log(stack.bel, storage, runs[0].job_run_id).text
-    assert f"dep-miss: not live: base/{n}" in missed and APPLICATION_OUTPUT in missed
-    built = attempt_log(stack.bel, storage, runs[2].job_run_id).text
-    assert f"wrote derived/{n}: 3 rows" in built.split(APPLICATION_OUTPUT)[0]
-    # Each application's folder is gone once it reported.
-    assert not list((lake(stack.settings) / "_databuild" / "submissions").iterdir())
 
 
 async def test_submit_executor_reports_job_errors_and_contract_breaches(make_stack) -> None:
