@@ -19,10 +19,8 @@ from databuild.cli.app import (
     page_note,
     settings,
 )
-from databuild.jobs.storage import Storage
 from databuild.models import JobRunState, parse_choice
 from databuild.views.lineage import job_run_view, list_job_runs
-from databuild.views.logs import attempt_log
 
 job_runs_app = typer.Typer(help="Inspect job runs.", no_args_is_help=True)
 app.add_typer(job_runs_app, name="job-runs")
@@ -63,6 +61,10 @@ def job_runs_show(
     """What a job run did: wanted by, read and wrote (UUIDs), status history, derivative wants, delegations;
     with --log, what its job logged."""
     if log or attempt is not None:
+        # Storage loads pyarrow (and numpy): a third of a second every command would pay, for this one.
+        from databuild.jobs.storage import Storage
+        from databuild.views.logs import attempt_log
+
         found = attempt_log(bel(), Storage(settings().storage_root), job_run_id, attempt)
         if as_json:
             emit(True, found, lambda: None)
