@@ -14,6 +14,7 @@ from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry,
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.domain.backfills import backfill_partitions
+from databuild.domain.plans import Plan, Root
 from databuild.errors import (
     AnnouncementRefusedError,
     InvalidTransitionError,
@@ -59,6 +60,7 @@ from databuild.temporal.wants import (
     start_wants,
 )
 from databuild.views.lineage import FamilyProgress, WantView, family_progress, want_view
+from databuild.views.plans import plan_wants
 
 T = TypeVar("T")
 
@@ -231,6 +233,35 @@ class DataBuild:
                 await _called(on_registered, first + len(chunk))
         await self._run_window(request.backfill_id)  # it steps at once: every want is there
         return await self.backfill_progress(request.backfill_id)
+
+    async def plan(
+        self,
+        ref: str,
+        *,
+        data_timestamp: datetime | None = None,
+        sla: timedelta | None = None,
+        ttl: timedelta | None = None,
+        requires: Sequence[str] = (),
+    ) -> Plan:
+        """What wanting ``ref`` would do now (``databuild.domain.plans``): the partitions it would build,
+        the runs, how long, and whether it would miss its SLA. Records nothing; bad input raises as
+        ``want`` does."""
+        graph = await self.loaded_graph()
+        spec = build_spec(graph, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, requires=requires)
+        root = Root(ref=spec.ref, deadline=spec.sla_deadline, requires=spec.requires)
+        return await self.bel.call(plan_wants, self.bel, graph, [root], datetime.now(UTC))
+
+    async def plan_backfill(self, request: BackfillRequest) -> Plan:
+        """What the backfill ``request`` would do now (as ``plan`` for each of its partitions). Records
+        nothing; bad input raises as ``backfill`` does."""
+        graph = await self.loaded_graph()
+        partitions = backfill_partitions(request, graph)
+        for ref, at in (partitions[0], partitions[-1]):  # as `backfill` checks them (see there)
+            build_spec(
+                graph, ref, data_timestamp=at, sla=request.sla, ttl=request.ttl, source=WantSource.backfill
+            )
+        roots = [Root(ref=ref, deadline=at + request.sla if request.sla else None) for ref, at in partitions]
+        return await self.bel.call(plan_wants, self.bel, graph, roots, datetime.now(UTC))
 
     async def _run_window(self, backfill_id: str) -> None:
         """Start the backfill's window, or wake it (it then steps at once)."""

@@ -83,7 +83,8 @@ def weekly_rollup(ctx: JobContext, date: str) -> None:
 
 def demo_graph(name: str, *, declare_inputs: bool) -> Graph:
     demo = Graph(name)
-    demo.job("raw_events/{date}")(raw_events)
+    # raw_events reads nothing: declared so, a plan knows every input of the graph before a run.
+    demo.job("raw_events/{date}", inputs=(lambda date: []) if declare_inputs else None)(raw_events)
     users_read = (lambda date: [f"raw_events/{date}"]) if declare_inputs else None
     demo.job("daily_users/{date}", inputs=users_read)(daily_users)
     rollup_reads = week_of if declare_inputs else None

@@ -61,8 +61,8 @@ async def client(*, lazy: bool = False) -> DataBuild:
     return await DataBuild.connect(settings(), lazy=lazy)
 
 
-async def with_client(call: Callable[[DataBuild], Coroutine[Any, Any, T]]) -> T:
-    db = await client()
+async def with_client(call: Callable[[DataBuild], Coroutine[Any, Any, T]], *, lazy: bool = False) -> T:
+    db = await client(lazy=lazy)
     async with db:
         return await call(db)
 

@@ -18,6 +18,8 @@ from rich.progress import (
 from databuild.backfill import BackfillProgress, BackfillRequest
 from databuild.cli import render
 from databuild.cli.app import CliError, JsonFlag, app, client, console, emit, run, with_client
+from databuild.client import DataBuild
+from databuild.domain.plans import Plan
 from databuild.durations import parse_duration, parse_timestamp
 from databuild.models import first_error
 
@@ -37,10 +39,15 @@ def backfill(
     wait: Annotated[
         bool, typer.Option("--wait", help="Wait until every want has ended, showing progress.")
     ] = False,
+    plan: Annotated[
+        bool,
+        typer.Option("--plan", help="Show what it would build, how long, and SLA misses; record nothing."),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Want every partition of PATTERN from --from to --to: one want each (source `backfill`). Asking
-    again registers nothing new and shows the backfill's progress."""
+    again registers nothing new and shows the backfill's progress. With --plan: show what it would do,
+    and record nothing."""
     try:
         request = BackfillRequest(
             pattern=pattern,
@@ -52,6 +59,14 @@ def backfill(
         )
     except ValidationError as error:
         raise CliError(first_error(error)) from None
+    if plan:
+
+        async def planned(db: DataBuild) -> Plan:
+            return await db.plan_backfill(request)
+
+        found = run(with_client(planned, lazy=True))  # a plan reads the BEL alone
+        emit(as_json, found, lambda: render.plan_view(found, f"{pattern} from {start} to {end}"))
+        return
 
     async def go() -> BackfillProgress:
         db = await client()

@@ -27,8 +27,10 @@ from databuild.cli.app import (
     page_note,
     run,
     settings,
+    with_client,
 )
 from databuild.client import DataBuild, build_spec
+from databuild.domain.plans import Plan
 from databuild.durations import parse_duration, parse_timestamp
 from databuild.graph import load_graph
 from databuild.models import Want, WantSource, WantSpec, WantState, parse_choice
@@ -52,9 +54,13 @@ def want(
         list[str] | None,
         typer.Option(help="An external partition that must be available before the job runs; repeatable."),
     ] = None,
+    plan: Annotated[
+        bool,
+        typer.Option("--plan", help="Show what it would build, how long, and SLA misses; record nothing."),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Declare that a partition must exist."""
+    """Declare that a partition must exist (with --plan: show what that would do, and record nothing)."""
     timestamp = parse_timestamp(data_timestamp) if data_timestamp else None
     sla_d = parse_duration(sla) if sla else None
     ttl_d = parse_duration(ttl) if ttl else None
@@ -70,6 +76,14 @@ def want(
         source=source,
         requires=needs,
     )
+    if plan:
+
+        async def planned(db: DataBuild) -> Plan:
+            return await db.plan(ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, requires=needs)
+
+        found = run(with_client(planned, lazy=True))  # a plan reads the BEL alone
+        emit(as_json, found, lambda: render.plan_view(found, ref))
+        return
 
     async def go() -> Want | None:
         db = await client()

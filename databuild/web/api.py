@@ -8,6 +8,7 @@ from fastapi.responses import PlainTextResponse
 from pydantic import Field
 
 from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry
+from databuild.domain.plans import Plan
 from databuild.models import (
     MAX_INDEX,
     BuildStats,
@@ -43,7 +44,7 @@ from databuild.views.lineage import (
 from databuild.views.logs import AttemptLogView, attempt_log
 from databuild.web.auth import GuardedRoute, caller, guard
 from databuild.web.context import context
-from databuild.web.requests import Offset, WantRequest, register_want
+from databuild.web.requests import Offset, WantRequest, plan_want, register_want
 
 router = APIRouter(prefix="/api", tags=["api"], route_class=GuardedRoute)
 
@@ -116,6 +117,14 @@ async def post_want(request: Request, _caller: Caller, body: WantRequest) -> Wan
     return await asyncio.to_thread(want_view, ctx.bel, want.want_id, await ctx.db.loaded_graph())
 
 
+@router.post("/wants/plan", response_model=Plan)
+async def post_want_plan(request: Request, _caller: Caller, body: WantRequest) -> Plan:
+    """What registering this want would do now: the partitions it would build, live or blocked, its job
+    runs, when it would be live (p50, p90 of the jobs' recorded durations) and whether it would miss its
+    SLA. Records nothing; like a registration, it needs a caller (a big plan reads much of the BEL)."""
+    return await plan_want(context(request), body)
+
+
 @router.get("/wants/{want_id}", response_model=WantView)
 async def get_want(request: Request, want_id: str) -> WantView:
     """Want fulfillment: job runs (retries grouped), instances, derivative wants and their triggers, and
@@ -152,6 +161,13 @@ async def post_backfill(request: Request, _caller: Caller, body: BackfillRequest
     Idempotent: asking again registers nothing new. Bad input is refused with 400 before anything is
     recorded. Registering many wants takes a while: poll ``GET /api/backfills/{id}`` for progress."""
     return await context(request).db.backfill(body)
+
+
+@router.post("/backfills/plan", response_model=Plan)
+async def post_backfill_plan(request: Request, _caller: Caller, body: BackfillRequest) -> Plan:
+    """What this backfill would do now (as ``POST /api/wants/plan`` for each of its partitions). Records
+    nothing."""
+    return await context(request).db.plan_backfill(body)
 
 
 @router.get("/backfills/{backfill_id}", response_model=BackfillProgress)

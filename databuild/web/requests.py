@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Query
 from pydantic import Field
 
+from databuild.domain.plans import Plan
 from databuild.durations import parse_duration
 from databuild.models import MAX_INDEX, Model, Want, WantSource
 from databuild.web.context import WebContext
@@ -25,6 +26,17 @@ class WantRequest(Model):
         default=[],
         max_length=100,
         description="external partitions that must be available before the job runs",
+    )
+
+
+async def plan_want(ctx: WebContext, request: WantRequest) -> Plan:
+    """Check the request and plan the want; records nothing."""
+    return await ctx.db.plan(
+        request.ref,
+        data_timestamp=request.data_timestamp,
+        sla=parse_duration(request.sla) if request.sla else None,
+        ttl=parse_duration(request.ttl) if request.ttl else None,
+        requires=request.requires,
     )
 
 
