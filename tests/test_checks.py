@@ -2,9 +2,15 @@
 checks that need no Spark job, and the pure rules that choose their events (databuild.domain.checks)."""
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
+from rich.console import Console
 
+from databuild.bel import BuildEventLog
+from databuild.cli import render
+from databuild.config import Settings
 from databuild.domain import checks as rules
 from databuild.domain import decisions
 from databuild.domain import events as ev
@@ -30,7 +36,10 @@ from databuild.models import (
     Partition,
     PartitionStatus,
     TaintImpact,
+    WantSpec,
 )
+from databuild.views.lineage import partition_view
+from databuild.web import create_app, web_context
 
 pytestmark = pytest.mark.unit
 AT = datetime(2024, 1, 1, tzinfo=UTC)
@@ -213,3 +222,40 @@ def test_a_recheck_is_refused_unless_the_checked_instance_is_still_live_and_not_
     failed = live().model_copy(update={"status": PartitionStatus.failed})
     with pytest.raises(InvalidTransitionError, match="checks re-run on a live instance only"):
         rules.checkable(failed, "a/1")
+
+
+HOSTILE = "<script>window.__pwned=1</script>"
+
+
+def test_results_show_with_the_instance_in_the_cli_the_api_and_the_dashboard(tmp_path: Path) -> None:
+    graph = Graph("shown")
+    graph.job("a/{n}")(lambda ctx, n: None)
+    settings = Settings(home=tmp_path)
+    bel = BuildEventLog.create(settings.database_url.get_secret_value())
+    spec = WantSpec(ref="a/1", data_timestamp=AT)
+    bel.register_want(spec)
+    run = bel.decide(spec.want_id, 1, graph.resolve("a/1")).job_run_id
+    assert run is not None
+    written = InstanceRef(ref="a/1", instance_id="i1")
+    bel.start_job_run(run, 1, "w", [written])
+    found = [result("not_null(id)", "blocking", True), result("small", "warning", False)]
+    found[1] = found[1].model_copy(update={"message": HOSTILE})
+    bel.succeed_job_run(run, [], [written], 1, checks={"a/1": found})
+
+    view = partition_view(bel, "a/1")
+    assert view.index.instances["i1"].checks == found
+    console = Console(width=200, record=True)
+    console.print(render.lineage_view(view))
+    text = console.export_text()
+    assert "check passed not_null(id) (blocking) not_null(id)!" in text
+    assert f"check FAILED small (warning) {HOSTILE}" in text
+
+    app = create_app(web_context(settings, bel, "http://127.0.0.1:8233"))
+    with TestClient(app, base_url="http://localhost:8000", client=("127.0.0.1", 50000)) as client:
+        api = client.get("/api/partitions/a/1")
+        page = client.get("/partitions/a/1")
+    assert api.status_code == 200 and page.status_code == 200
+    assert [c["name"] for c in api.json()["index"]["instances"]["i1"]["checks"]] == ["not_null(id)", "small"]
+    assert HOSTILE not in page.text and "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in page.text
+    assert 'class="check-failed"' in page.text and "<code>small</code>" in page.text
+    bel.dispose()

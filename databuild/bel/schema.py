@@ -140,6 +140,7 @@ instance_checks = Table(
     Column("message", Text, nullable=False),
     Column("metrics", JSON, nullable=False),
     Column("checked_at", UTCDateTime, nullable=False),
+    Index("ix_instance_checks_failed", "passed"),  # /metrics counts the failures
 )
 
 # The instance each output of each attempt writes to, recorded before it writes: garbage collection

@@ -226,6 +226,13 @@ def lineage_view(view: PartitionView) -> RenderableType:
             focus.append(f"\n  schema {columns or '(no columns)'}")
         if shown.schema_changed:
             focus.append("  schema changed", style="bold yellow")
+        for check in shown.checks:
+            focus.append("\n  check ")
+            focus.append(
+                "passed" if check.passed else "FAILED", style="green" if check.passed else "bold red"
+            )
+            focus.append(f" {check.name}", style="bold")
+            focus.append(f" ({check.severity.value}) {check.message}", style="dim" if check.passed else "")
     up = Tree(Text("upstream", style="bold"))
     if data.built_by is not None:
         builder = up.add(job_run_label(index.job_runs[data.built_by]))

@@ -16,7 +16,7 @@ from databuild.jobs.catalog import Catalog
 from databuild.jobs.executors import Executors, JobAttempt, Progress
 from databuild.jobs.openlineage import LineageEmitter
 from databuild.jobs.storage import INSTANCE_PREFIX, Storage
-from databuild.models import InstanceRef, JobRun, JobRunCause, JobRunState
+from databuild.models import CheckResult, InstanceRef, JobRun, JobRunCause, JobRunState
 from databuild.temporal.protocol import JobOutcome
 
 log = logging.getLogger(__name__)
@@ -169,9 +169,22 @@ class JobExecutor:
             self._finished(run, cause.state)
         return run
 
+    def _checks_of(self, run: JobRun) -> dict[str, list[CheckResult]]:
+        """The check results of what the run published, or else of what its latest attempt wrote (the
+        instances a blocking check kept from going live), by ref."""
+        if run.writes:
+            ids = [w.instance_id for w in run.writes if w.instance_id]
+        else:
+            attempts = self.bel.attempt_outputs_of(run.job_run_id)
+            ids = [a.instance_id for a in attempts if a.attempt == max(b.attempt for b in attempts)]
+        found: dict[str, list[CheckResult]] = {}
+        for results in self.bel.checks_of(ids).values():
+            found.setdefault(results[0].ref, []).extend(results)
+        return found
+
     def _finished(self, run: JobRun, recorded: JobRunState) -> JobRun:
         """Emit the final lineage event of a run, if the BEL call just made recorded ``recorded``: the
         BEL returns a run that had already ended unchanged, and its end was reported then."""
         if self.lineage is not None and run.state is recorded:
-            self.lineage.finished(run)
+            self.lineage.finished(run, self._checks_of(run))
         return run

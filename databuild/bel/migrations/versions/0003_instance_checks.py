@@ -29,8 +29,10 @@ def upgrade() -> None:
         sa.Column("checked_at", sa.DateTime(timezone=True), nullable=False)  # as schema.UTCDateTime stores,
     )
     op.create_index("ix_instance_checks_ref", "instance_checks", ["ref"])
+    op.create_index("ix_instance_checks_failed", "instance_checks", ["passed"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_instance_checks_failed", table_name="instance_checks")
     op.drop_index("ix_instance_checks_ref", table_name="instance_checks")
     op.drop_table("instance_checks")
