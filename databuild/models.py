@@ -430,6 +430,20 @@ class Instance(Model):
         return self.stale_cause is not None
 
 
+class Recheck(Model):
+    """What `databuild check` found: the results of re-running a partition's checks on its live instance,
+    recorded; a blocking failure took the instance out of service and fail-locked the partition."""
+
+    ref: str
+    instance_id: str = Field(description="the instance checked")
+    results: list[CheckResult]
+    partition: Partition = Field(description="the partition after the results were recorded")
+
+    @property
+    def fail_locked(self) -> bool:
+        return any(r.blocks for r in self.results)
+
+
 class InstanceRef(Model):
     ref: str
     instance_id: str | None = None

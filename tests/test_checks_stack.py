@@ -10,7 +10,8 @@ import pytest
 from databuild.models import JobRunState, PartitionStatus, WantState
 from tests import graphs
 from tests.conftest import cli
-from tests.helpers import instance_dir
+from tests.helpers import instance_dir, until
+from tests.test_alerts import Webhook
 
 pytestmark = pytest.mark.slow
 
@@ -50,6 +51,7 @@ async def test_a_failing_blocking_check_keeps_bad_data_from_readers_until_a_fix_
         "row_count(1..10)": True,
         "small": False,
         "has_buys": True,
+        "audit": True,
     }
     assert found["unique(id)"].metrics == {"duplicate_keys": 1, "duplicate_rows": 2}
     assert found["row_count(1..10)"].metrics == {"rows": 5}
@@ -79,6 +81,62 @@ async def test_a_failing_blocking_check_keeps_bad_data_from_readers_until_a_fix_
         "row_count(1..10)": ("blocking", True),
         "small": ("warning", False),
         "has_buys": ("warning", True),
+        "audit": ("blocking", True),
     }
     small = next(c for c in checks if c["name"] == "small")
     assert small["message"] == "4 rows (expected 0 to 3)" and small["metrics"] == {"rows": 4}
+
+
+async def test_a_failing_warning_goes_live_and_alerts_and_databuild_check_reruns_the_checks(
+    make_stack,
+) -> None:
+    hook = Webhook()
+    hook.up()
+    stack = await make_stack(graph="tests.graphs:checked", alert_urls=f"json://127.0.0.1:{hook.port}/hook")
+    graphs.CLEAN.add("2")
+    try:
+        spec = await stack.db.want("tally/2")
+        assert (await asyncio.wait_for(stack.db.wait(spec), timeout=180)).state is WantState.successful
+    finally:
+        graphs.CLEAN.discard("2")
+    live = stack.bel.partition("events/2")
+    assert live.status is PartitionStatus.live and live.instance_id is not None
+    await until(lambda: "check_warning" in hook.kinds(), "the warning's alert")
+    warned = next(r for r in hook.received if r["kind"] == "check_warning")
+    assert "check small of events/2: 4 rows (expected 0 to 3)" in warned["message"]
+
+    # Re-run on the live instance: the blocking checks pass again, and it stays live.
+    passed = await cli(stack, "check", "events/2", "--json")
+    assert passed.returncode == 0, passed.stderr
+    found = json.loads(passed.stdout)
+    assert found["fail_locked"] is False and found["instance_id"] == live.instance_id
+    assert {r["name"]: r["passed"] for r in found["results"]}["small"] is False
+    assert stack.bel.partition("events/2").status is PartitionStatus.live
+    assert len(stack.bel.events(types=["InstanceChecked"], limit=100)) == 2  # at build, and now
+
+    # An audit that now fails takes the instance out of service: fail-locked, its readers' data stale.
+    graphs.AUDIT_FAILS.add("events/2")
+    try:
+        failed = await cli(stack, "check", "events/2")
+    finally:
+        graphs.AUDIT_FAILS.discard("events/2")
+    assert failed.returncode == 1, failed.stderr
+    assert "FAILED audit (blocking)" in failed.stdout and "events/2 is fail-locked" in failed.stdout
+    locked = stack.bel.partition("events/2")
+    assert locked.status is PartitionStatus.failed and "check audit of events/2 failed" in (
+        locked.reason or ""
+    )
+    retired = stack.bel.instance(live.instance_id)
+    assert retired.status.value == "tainted"
+    assert {c.name: c.passed for c in retired.checks}["audit"] is False
+    tally = stack.bel.partition("tally/2")
+    assert stack.bel.instance(tally.instance_id or "").stale_cause == live.instance_id
+    await until(lambda: "partition_fail_locked" in hook.kinds(), "the fail-lock's alert")
+    lock_alert = next(r for r in hook.received if r["kind"] == "partition_fail_locked")
+    assert lock_alert["subject"] == f"check:{live.instance_id}"
+
+    # Nothing live to check now: refused, nothing recorded.
+    refused = await cli(stack, "check", "events/2")
+    assert refused.returncode != 0 and "checks re-run on a live instance only" in refused.stderr
+    assert len(stack.bel.events(types=["InstanceChecked"], limit=100)) == 3
+    hook.down()
