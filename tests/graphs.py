@@ -122,7 +122,7 @@ def base(ctx: JobContext, n: str) -> None:
     ctx.write(f"base/{n}", ctx.spark.range(3))
 
 
-@chain.job("derived/{n}")
+@chain.job("derived/{n}", checks=[row_count(min=1, name="rows")])  # run in the job's process, any executor
 def derived(ctx: JobContext, n: str) -> None:
     ctx.write(f"derived/{n}", ctx.read(f"base/{n}"))
 

@@ -52,6 +52,9 @@ async def test_submit_executor_builds_with_runtime_dependencies_and_lineage(make
     # application's own output.
     facts = stack.bel.instance(derived.instance_id or "").facts
     assert facts is not None and (facts.rows, [c.name for c in facts.columns]) == (3, ["id"])
+    # ... and ran its checks there, whose results travelled back with the facts.
+    checks = stack.bel.instance(derived.instance_id or "").checks
+    assert [(c.name, c.passed, c.message) for c in checks] == [("rows", True, "3 rows (expected at least 1)")]
     storage = Storage(stack.settings.storage_root)
     missed = attempt_log(stack.bel, storage, runs[0].job_run_id).text
     assert f"dep-miss: not live: base/{n}" in missed and APPLICATION_OUTPUT in missed
