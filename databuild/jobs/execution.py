@@ -96,10 +96,11 @@ class JobExecutor:
             unwritten = sorted(set(run.outputs) - set(body.written))
             if unwritten:
                 self._refuse(job, f"job {run.job_label} finished without writing {', '.join(unwritten)}")
-            checked = sorted(ref for ref, results in body.checks.items() if results)
-            if strays := [ref for ref in checked if ref not in run.outputs or ref not in body.written] + [
-                r.ref for ref in checked for r in body.checks[ref] if r.ref != ref
-            ]:
+            strays = sorted(
+                {ref for ref, results in body.checks.items() if results and ref not in body.written}
+                | {r.ref for ref, results in body.checks.items() for r in results if r.ref != ref}
+            )
+            if strays:
                 self._refuse(
                     job, f"job {run.job_label} reports checks of {', '.join(strays)}, not its outputs"
                 )
@@ -176,7 +177,8 @@ class JobExecutor:
             ids = [w.instance_id for w in run.writes if w.instance_id]
         else:
             attempts = self.bel.attempt_outputs_of(run.job_run_id)
-            ids = [a.instance_id for a in attempts if a.attempt == max(b.attempt for b in attempts)]
+            latest = max((a.attempt for a in attempts), default=0)
+            ids = [a.instance_id for a in attempts if a.attempt == latest]
         found: dict[str, list[CheckResult]] = {}
         for results in self.bel.checks_of(ids).values():
             found.setdefault(results[0].ref, []).extend(results)
