@@ -11,6 +11,7 @@ from activities.alerts import raise_alert
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.domain import alerts
+from databuild.models import JobRunState
 from databuild.temporal import protocol as p
 from databuild.temporal.wants import notify_subscribers, signal_for_run
 
@@ -43,6 +44,13 @@ class FanOutActivities:
         if self.settings is not None and fail_locked:
             at = run.ended_at or datetime.now(UTC)
             await raise_alert(self.client, self.settings, alerts.fail_locked(run, at))
+        if self.settings is not None and run.state is JobRunState.succeeded and run.writes:
+            # Published: only warning checks can have failed, and they alert (blocking ones fail the run).
+            ids = [w.instance_id for w in run.writes if w.instance_id]
+            checks = await self.bel.call(self.bel.checks_of, ids)
+            if failed := [r for results in checks.values() for r in results if not r.passed]:
+                at = run.ended_at or datetime.now(UTC)
+                await raise_alert(self.client, self.settings, alerts.check_warnings(run, failed, at))
         return told
 
     async def _wake_admitted(self) -> None:

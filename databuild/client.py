@@ -8,18 +8,22 @@ from typing import TypeVar
 
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry, cancel_reason
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
+from databuild.domain import checks as check_rules
 from databuild.domain.backfills import backfill_partitions
 from databuild.domain.plans import Plan, Root
 from databuild.errors import (
     AnnouncementRefusedError,
+    DataBuildError,
     InvalidTransitionError,
     InvalidWantError,
     TemporalUnavailableError,
+    error_class,
 )
 from databuild.failures import MISSING_SEARCH_ATTRIBUTE
 from databuild.graph import Graph, load_graph
@@ -27,6 +31,7 @@ from databuild.models import (
     Instance,
     Partition,
     PartitionStatus,
+    Recheck,
     TaintImpact,
     TaintResult,
     Want,
@@ -40,6 +45,7 @@ from databuild.refs import ref_uri, validate_ref
 from databuild.temporal.connection import connect, ensure_search_attributes
 from databuild.temporal.protocol import (
     BACKFILL_WINDOW_WORKFLOW,
+    CHECK_WORKFLOW,
     SIGNAL_ABANDON,
     SIGNAL_PARTITION_AVAILABLE,
     SIGNAL_PAUSE,
@@ -47,9 +53,11 @@ from databuild.temporal.protocol import (
     SIGNAL_RESUME,
     SIGNAL_WAKE,
     BackfillWindowInput,
+    CheckInput,
     PartitionAvailable,
     RedecideNotice,
     backfill_window_workflow_id,
+    check_workflow_id,
 )
 from databuild.temporal.upstream import check_announcement
 from databuild.temporal.wants import (
@@ -512,6 +520,30 @@ class DataBuild:
         partition = await self.bel.call(self.bel.skip, ref)
         return partition, await self._redecide([ref], f"{ref} retired")
 
+    async def check(self, ref: str) -> Recheck:
+        """Re-run ``ref``'s checks on its live instance and record the results. They run on a worker (it
+        has the graph and a Spark session), as a ``Check`` workflow: a second request for the same ref
+        meanwhile waits for the first's answer. A blocking failure takes the instance out of service
+        and fail-locks ``ref`` (``Recheck.fail_locked``); the worker raises the `partition_fail_locked`
+        alert."""
+        request = CheckInput(ref=validate_ref(ref))
+        check_rules.checkable(await self.bel.call(self.bel.find_partition, ref), ref)  # before any worker
+        client = await self.temporal_client()
+        try:
+            recheck: Recheck = await client.execute_workflow(
+                CHECK_WORKFLOW,
+                request,
+                id=check_workflow_id(ref),
+                task_queue=self.settings.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                result_type=Recheck,
+                static_summary=f"databuild check {ref}",
+            )
+        except WorkflowFailureError as failure:
+            raise worker_error(failure) from None
+        return recheck
+
     async def taint_impact(self, ref: str) -> TaintImpact:
         """What tainting ``ref`` would affect (every instance built from its live one); records nothing."""
         return await self.bel.call(self.bel.taint_impact, ref)
@@ -535,6 +567,21 @@ class DataBuild:
             refs,
             lambda sub: (SIGNAL_REDECIDE, RedecideNotice(ref=sub.ref, reason=reason)),
         )
+
+
+def worker_error(failure: WorkflowFailureError) -> DataBuildError:
+    """What the worker's activity raised, as the DataBuild error it was (its class is the failure's type,
+    activities.errors), so the CLI and the API answer it as they would have in process."""
+    cause: BaseException = failure
+    while cause.__cause__ is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__
+    if isinstance(cause, ApplicationError) and cause.type:
+        kind = error_class(cause.type)
+        if kind is not None:
+            with contextlib.suppress(TypeError):  # a class that takes more than a message
+                return kind(cause.message)
+        return DataBuildError(f"{cause.type}: {cause.message}")
+    return DataBuildError(f"the worker could not run it: {cause}")
 
 
 async def _called(callback: Callable[[T], Awaitable[None] | None], value: T) -> None:

@@ -144,6 +144,13 @@ class JobContractError(DataBuildError):
     retryable = False
 
 
+class CheckFailedError(DataBuildError):
+    """A blocking check failed on an instance the job wrote: the run publishes nothing and fails. Not
+    retried: the same code on the same inputs writes the same data; fix it, then `databuild resolve`."""
+
+    retryable = False
+
+
 class SubmittedJobError(DataBuildError):
     """A job run as its own Spark application (spark-submit) raised, or its application ended without
     reporting a result. ``kind`` is the type name of what the job raised, ``traceback`` its traceback."""

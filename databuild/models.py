@@ -358,6 +358,36 @@ class InstanceFacts(Model):
         return f"{rows} rows, {size}{files}"
 
 
+class CheckSeverity(StrEnum):
+    blocking = "blocking"  # a failure keeps the instance from going live and fail-locks the partition
+    warning = "warning"  # a failure is recorded and alerted; the instance goes live
+
+
+CheckMetric = int | float | str | bool | None
+
+
+class CheckResult(Model):
+    """What one check of one output found on one instance."""
+
+    name: str = Field(description="the check's name, unique among the checks of its output")
+    ref: str = Field(description="the partition ref of the instance checked")
+    severity: CheckSeverity
+    passed: bool
+    message: str = Field(description="what it found, in one line")
+    metrics: dict[str, CheckMetric] = Field(default={}, description="what it measured, by name")
+
+    @property
+    def blocks(self) -> bool:
+        """It keeps its instance from going live."""
+        return not self.passed and self.severity is CheckSeverity.blocking
+
+    @property
+    def line(self) -> str:
+        """``check not_null(user_id) (blocking) failed: 3 null user_id``."""
+        verdict = "passed" if self.passed else "failed"
+        return f"check {self.name} ({self.severity.value}) {verdict}: {self.message}"
+
+
 def _human_bytes(size: int) -> str:
     value = float(size)
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
@@ -391,10 +421,27 @@ class Instance(Model):
     schema_changed: bool = Field(
         default=False, description="its schema differs from the instance of the ref before it"
     )
+    checks: list[CheckResult] = Field(
+        default=[], description="the latest result of each check of its output, as recorded"
+    )
 
     @property
     def stale(self) -> bool:
         return self.stale_cause is not None
+
+
+class Recheck(Model):
+    """What `databuild check` found: the results of re-running a partition's checks on its live instance,
+    recorded; a blocking failure took the instance out of service and fail-locked the partition."""
+
+    ref: str
+    instance_id: str = Field(description="the instance checked")
+    results: list[CheckResult]
+    partition: Partition = Field(description="the partition after the results were recorded")
+
+    @property
+    def fail_locked(self) -> bool:
+        return any(r.blocks for r in self.results)
 
 
 class InstanceRef(Model):

@@ -10,7 +10,7 @@ from datetime import date, timedelta
 
 from pyspark.sql import functions as F
 
-from databuild.graph import Graph, JobContext
+from databuild.graph import Graph, JobContext, row_count, schema, unique
 
 EVENTS_PER_DAY = 100_000
 USERS = 20_000
@@ -81,12 +81,33 @@ def weekly_rollup(ctx: JobContext, date: str) -> None:
     week.unpersist()
 
 
+# Checks run on each new instance before it goes live. A blocking one that fails keeps the instance
+# from every reader and fail-locks the partition; a warning is recorded and alerted. The schema contract
+# and the row counts read what the write recorded (no Spark job); `unique` is one aggregation.
+RAW_EVENTS_CHECKS = [
+    schema(
+        {
+            "event_id": "string",
+            "user_id": "bigint",
+            "event_type": "string",
+            "amount": "decimal(10,2)",
+            "ts": "timestamp",
+        }
+    ),
+]
+DAILY_USERS_CHECKS = [
+    unique("user_id"),
+    row_count(min=1_000, severity="warning", name="enough_users"),
+]
+
+
 def demo_graph(name: str, *, declare_inputs: bool) -> Graph:
     demo = Graph(name)
     # raw_events reads nothing: declared so, a plan knows every input of the graph before a run.
-    demo.job("raw_events/{date}", inputs=(lambda date: []) if declare_inputs else None)(raw_events)
+    raw_read = (lambda date: []) if declare_inputs else None
+    demo.job("raw_events/{date}", inputs=raw_read, checks=RAW_EVENTS_CHECKS)(raw_events)
     users_read = (lambda date: [f"raw_events/{date}"]) if declare_inputs else None
-    demo.job("daily_users/{date}", inputs=users_read)(daily_users)
+    demo.job("daily_users/{date}", inputs=users_read, checks=DAILY_USERS_CHECKS)(daily_users)
     rollup_reads = week_of if declare_inputs else None
     demo.job("daily_summary/{date}", "top_spenders/{date}", inputs=rollup_reads)(weekly_rollup)
     return demo

@@ -20,10 +20,12 @@ from databuild.bel import schema as s
 from databuild.domain import events as ev
 from databuild.domain.decisions import Verdict
 from databuild.domain.endings import Finished
-from databuild.errors import InvalidPatternError, InvalidTransitionError, NotFoundError
+from databuild.errors import InvalidInputError, InvalidPatternError, InvalidTransitionError, NotFoundError
 from databuild.globs import compile_glob
 from databuild.graph import Graph
 from databuild.models import (
+    CheckResult,
+    CheckSeverity,
     Column,
     EventFilter,
     Instance,
@@ -127,6 +129,13 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     upgraded.publish_external("ext/after")
     assert [e.idx for e in upgraded.events(limit=1000)] == list(range(1, len(history) + 2))
     assert upgraded.last_idx() == len(history) + 1
+    # 0003: a log from before checks has no results; checks recorded from now on are kept and replayed.
+    live = [str(e.data["instance_id"]) for e in upgraded.events(types=["PartitionLive"], limit=1000)]
+    assert live and upgraded.checks_of(live) == {}
+    checks_kept_published_and_rechecked(upgraded)
+    kept = projection_rows(upgraded)
+    upgraded.rebuild_projections()
+    assert projection_rows(upgraded) == kept
     upgraded.dispose()
 
 
@@ -307,6 +316,63 @@ def dep_miss_releases_and_failure_fail_locks(bel: BuildEventLog) -> None:
     assert bel.job_run(retry.job_run_id).reason == "boom"
 
 
+def check(name: str, severity: str, passed: bool, ref: str = "a/20") -> CheckResult:
+    return CheckResult(
+        name=name,
+        ref=ref,
+        severity=CheckSeverity(severity),
+        passed=passed,
+        message=f"{name} {'ok' if passed else 'bad'}",
+        metrics={"rows": 3},
+    )
+
+
+def test_check_results_are_kept_with_their_instance_live_or_not(bel: BuildEventLog) -> None:
+    checks_kept_published_and_rechecked(bel)
+
+
+def checks_kept_published_and_rechecked(bel: BuildEventLog) -> None:
+    """The scenario, step by step: a blocking failure's results are kept with the instance it kept from
+    going live (and the run fail-locks as any failure); after resolve, the rebuild publishes with its
+    results; re-running a failing blocking check on it retires it and fail-locks the partition."""
+    run = decide(bel, spec("a/20"))
+    kept = [InstanceRef(ref=o, instance_id=f"{o}-bad") for o in run.outputs]
+    bel.start_job_run(run.job_run_id, 1, "w", kept)
+    bad = {"a/20": [check("not_null(id)", "blocking", False), check("rows", "warning", True)]}
+    assert bel.record_checks(run.job_run_id, 1, kept, bad)
+    bel.fail_job_run(run.job_run_id, "CheckFailedError: check not_null(id) of a/20 failed")
+    assert statuses(bel, 20) == {PartitionStatus.failed}
+    assert bel.checks_of(["a/20-bad", "b/20-bad"]) == {"a/20-bad": sorted(bad["a/20"], key=lambda r: r.name)}
+    assert not bel.record_checks(run.job_run_id, 1, kept, bad)  # the run has ended: nothing recorded
+    assert len(bel.events(types=["InstanceChecked"])) == 1
+
+    bel.resolve("a/20")
+    rebuild = decide(bel, spec("a/20"), seq=2)
+    good = [InstanceRef(ref=o, instance_id=f"{o}-good") for o in rebuild.outputs]
+    bel.start_job_run(rebuild.job_run_id, 1, "w", good)
+    passed = {"a/20": [check("not_null(id)", "blocking", True), check("rows", "warning", False)]}
+    with pytest.raises(InvalidInputError, match="cannot publish: check not_null"):
+        bel.succeed_job_run(rebuild.job_run_id, [], good, 1, checks=bad)
+    bel.succeed_job_run(rebuild.job_run_id, [], good, 1, checks=passed)
+    assert statuses(bel, 20) == {PartitionStatus.live}
+    live = bel.instance("a/20-good")
+    assert [(r.name, r.passed) for r in live.checks] == [("not_null(id)", True), ("rows", False)]
+    assert bel.instance("b/20-good").checks == []
+
+    with pytest.raises(InvalidTransitionError, match="not a/20-bad that was checked"):
+        bel.recheck("a/20", "a/20-bad", bad["a/20"])
+    recheck = [check("not_null(id)", "blocking", False)]
+    partition = bel.recheck("a/20", "a/20-good", recheck)
+    assert partition.status is PartitionStatus.failed
+    assert partition.reason == "check not_null(id) of a/20 failed: not_null(id) bad"
+    retired = bel.instance("a/20-good")
+    assert retired.status is InstanceStatus.tainted
+    assert [(r.name, r.passed) for r in retired.checks] == [("not_null(id)", False), ("rows", False)]
+    with pytest.raises(InvalidTransitionError, match="checks re-run on a live instance only"):
+        bel.recheck("a/20", "a/20-good", recheck)
+    assert [p.ref for p in bel.resolve("a/20")] == ["a/20"]  # only a/20: no run fail-locked its siblings
+
+
 def test_an_input_live_since_the_dep_miss_gets_no_derivative_want(bel: BuildEventLog) -> None:
     """Found by the chaos test: a derivative recorded for an input that went live meanwhile was never
     started (only derivatives of inputs not yet live are), so it stayed `new` with no workflow."""
@@ -414,6 +480,7 @@ def test_a_finish_from_a_run_older_than_a_retry_changes_nothing(bel: BuildEventL
 def test_projections_rebuild_from_events_alone(bel: BuildEventLog) -> None:
     execute_then_active_then_historical_delegation(bel)
     dep_miss_releases_and_failure_fail_locks(bel)
+    checks_kept_published_and_rechecked(bel)
     bel.publish_external("ext/7")
     before = projection_rows(bel)
     replayed = bel.rebuild_projections()

@@ -208,6 +208,11 @@ async def test_submit_executor_on_the_cluster_matches_local_mode(
         and facts.rows
         and [c.name for c in facts.columns] == ["user_id", "events", "spent", "date"]
     )
+    # ... and ran the demo's checks there, whose results travelled back with the facts.
+    checked = {
+        c.name: (c.passed, c.severity.value) for c in stack.bel.instance(users.instance_id or "").checks
+    }
+    assert checked == {"unique(user_id)": (True, "blocking"), "enough_users": (True, "warning")}
     storage = Storage(stack.settings.storage_root)
     missed = attempt_log(stack.bel, storage, ordered[0].job_run_id).text
     assert f"dep-miss: not live: {raw.ref}" in missed and APPLICATION_OUTPUT in missed

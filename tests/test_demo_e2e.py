@@ -48,6 +48,19 @@ async def test_demo_want_fulfilled_through_derivative_wants(demo_run: DemoRun) -
         history, _ = bel.instance_history(ref, limit=100)
         built = [i for i in history if i.job_run_id in {r.job_run_id for r in runs}]
         assert len(built) == 1  # built exactly once
+    # The demo's checks passed on its data: a blocking schema contract and unique users, a warning.
+    checks = {
+        ref: {
+            c.name: (c.severity.value, c.passed)
+            for c in bel.instance(bel.partition(ref).instance_id or "").checks
+        }
+        for ref in ("raw_events/2024-01-03", "daily_users/2024-01-03", "daily_summary/2024-01-07")
+    }
+    assert checks == {
+        "raw_events/2024-01-03": {"schema": ("blocking", True)},
+        "daily_users/2024-01-03": {"unique(user_id)": ("blocking", True), "enough_users": ("warning", True)},
+        "daily_summary/2024-01-07": {},
+    }
     rollup = next(r for r in runs if r.job_label == "weekly_rollup" and r.state is JobRunState.succeeded)
     assert {w.ref for w in rollup.writes} == {"daily_summary/2024-01-07", "top_spenders/2024-01-07"}
     assert sorted(r.ref for r in rollup.reads) == sorted(f"daily_users/{d}" for d in DAYS)

@@ -20,7 +20,7 @@ from databuild.domain.decisions import Execute
 from databuild.domain.pools import pools_of
 from databuild.errors import InvalidInputError, PortInUseError
 from databuild.graph import Graph
-from databuild.models import JobRun, WantSpec, WantState
+from databuild.models import CheckResult, CheckSeverity, InstanceRef, JobRun, WantSpec, WantState
 from databuild.operations.metrics import DURATION_BUCKETS, BelCollector, exposition, serving_metrics
 from databuild.testing import free_port
 from databuild.web import create_app, serving, web_context
@@ -93,6 +93,10 @@ def want(bel: BuildEventLog, ref: str) -> tuple[str, str]:
     return spec.want_id, verdict.job_run_id
 
 
+def checked(ref: str, name: str, severity: str, passed: bool = False) -> CheckResult:
+    return CheckResult(name=name, ref=ref, severity=CheckSeverity(severity), passed=passed, message="-")
+
+
 def seconds(run: JobRun) -> float:
     assert run.started_at is not None and run.ended_at is not None
     return (run.ended_at - run.started_at).total_seconds()
@@ -130,10 +134,22 @@ async def test_the_web_server_reports_what_the_log_holds(bel: BuildEventLog, tmp
     assert [bel.request_admission(run, pools_of(job, POOLS)) for _, run in one] == [True, False, False]
     # Runs of another job that end in each way.
     free = [want(bel, f"free/{n}") for n in range(4)]
-    for _, run in free:
-        bel.start_job_run(run, 1, "w")
-    bel.succeed_job_run(free[0][1], [], [])
-    bel.succeed_job_run(free[1][1], [], [])
+    written = [InstanceRef(ref=f"free/{n}", instance_id=f"i{n}") for n in range(4)]
+    for (_, run), instance in zip(free, written, strict=True):
+        bel.start_job_run(run, 1, "w", [instance])
+    # Checks: a warning that failed on a published instance, a blocking one that kept another unpublished.
+    bel.succeed_job_run(
+        free[0][1], [], [written[0]], 1, checks={"free/0": [checked("free/0", "rows", "warning")]}
+    )
+    bel.succeed_job_run(
+        free[1][1], [], [written[1]], 1, checks={"free/1": [checked("free/1", "rows", "warning", True)]}
+    )
+    bel.record_checks(
+        free[2][1],
+        1,
+        [written[2]],
+        {"free/2": [checked("free/2", "rows", "warning"), checked("free/2", "ids", "blocking")]},
+    )
     bel.fail_job_run(free[2][1], "boom")  # free/3 goes on running
     # SLA flags: one want missed its SLA and was built after all, one missed it and is open, one at risk.
     bel.mark_sla_missed(free[0][0], T0 + timedelta(hours=1))
@@ -174,6 +190,13 @@ async def test_the_web_server_reports_what_the_log_holds(bel: BuildEventLog, tmp
         )
     assert value(samples, "databuild_job_runs", job_label="free", state="succeeded") == 2
     assert_durations(samples, runs)
+
+    assert series(samples, "databuild_check_failures", "job_label", "check", "severity") == {
+        ("free", "rows", "warning"),
+        ("free", "ids", "blocking"),
+    }
+    assert value(samples, "databuild_check_failures", job_label="free", check="rows", severity="warning") == 2
+    assert value(samples, "databuild_check_failures", job_label="free", check="ids", severity="blocking") == 1
 
     # One run holds the only slot of the job's own pool and two wait; configured pools show while unused.
     assert value(samples, "databuild_pool_running", pool="job:one") == 1

@@ -17,7 +17,7 @@ from databuild.config import Settings
 from databuild.errors import InvalidInputError
 from databuild.graph import Graph, load_graph
 from databuild.jobs.openlineage import DatasetNaming, LineageEmitter, run_id, transport_from_settings
-from databuild.models import InstanceRef, JobRun, JobRunState
+from databuild.models import CheckResult, CheckSeverity, InstanceRef, JobRun, JobRunState
 
 pytestmark = pytest.mark.unit
 
@@ -203,3 +203,53 @@ def test_datasets_are_tables_in_the_catalog_or_patterns_under_the_root(tmp_path:
     assert odd("kept/2024-01-03")[:2] == ("s3a://bucket", "/lake/kept/{date}")
     tables_off = DatasetNaming(Settings(home=tmp_path, catalog="none"), graph)
     assert tables_off("daily_users/2024-01-03")[1] == f"{tmp_path.resolve()}/data/daily_users/{{date}}"
+
+
+def test_check_results_are_the_outputs_data_quality_assertions(tmp_path: Path) -> None:
+    path = tmp_path / "ol.ndjson"
+    emitter = LineageEmitter.from_settings(Settings(home=tmp_path, openlineage_url=f"file://{path}"))
+    assert emitter is not None
+    run = fake_run(1, width=1)
+    results = [
+        CheckResult(
+            name="not_null(id)", ref="out/1", severity=CheckSeverity.blocking, passed=True, message="ok"
+        ),
+        CheckResult(
+            name="small",
+            ref="out/1",
+            severity=CheckSeverity.warning,
+            passed=False,
+            message="4 rows (expected 0 to 3)",
+            metrics={"rows": 4},
+        ),
+    ]
+    emitter.finished(run, {"out/1": results})
+    failed = run.model_copy(update={"state": JobRunState.failed, "writes": [], "job_run_id": "jr-2"})
+    emitter.finished(failed, {"out/1": results[:1]})
+    emitter.finished(run.model_copy(update={"job_run_id": "jr-3"}))  # no checks: no facet
+    emitter.close()
+
+    complete, fail, plain = read_events(path)
+    assert complete["outputs"][0]["facets"]["dataQualityAssertions"]["assertions"] == [
+        {
+            "assertion": "not_null(id)",
+            "name": "not_null(id)",
+            "success": True,
+            "severity": "error",
+            "description": "ok",
+            "params": {},
+        },
+        {
+            "assertion": "small",
+            "name": "small",
+            "success": False,
+            "severity": "warn",
+            "description": "4 rows (expected 0 to 3)",
+            "params": {"rows": 4},
+        },
+    ]
+    assert fail["eventType"] == "FAIL" and fail["outputs"][0]["facets"]["databuild"]["ref"] == "out/1"
+    assert [a["name"] for a in fail["outputs"][0]["facets"]["dataQualityAssertions"]["assertions"]] == [
+        "not_null(id)"
+    ]
+    assert "dataQualityAssertions" not in plain["outputs"][0]["facets"]

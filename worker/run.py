@@ -19,8 +19,10 @@ from temporalio.worker import Worker
 import workflows
 import workflows.backfill
 import workflows.calls
+import workflows.check
 from activities.alerts import AlertActivities
 from activities.backfills import BackfillActivities
+from activities.checks import CheckActivities
 from activities.errors import DataBuildErrors
 from activities.fanout import FanOutActivities
 from activities.jobs import JobActivities
@@ -33,7 +35,7 @@ from databuild.errors import InvalidInputError
 from databuild.graph import Graph, Job, load_graph
 from databuild.jobs.catalog import Catalog, TableSpec, serve_sql, spark_catalog_conf
 from databuild.jobs.execution import JobExecutor
-from databuild.jobs.executors import Executors
+from databuild.jobs.executors import Executors, check_session
 from databuild.jobs.openlineage import LineageEmitter
 from databuild.jobs.spark import SparkRuntime
 from databuild.jobs.storage import Storage
@@ -48,6 +50,7 @@ from databuild.temporal.wants import repair_wants
 from workflows.alert import AlertWorkflow
 from workflows.alert_channel import AlertChannelWorkflow
 from workflows.backfill import BackfillWindowWorkflow
+from workflows.check import CheckWorkflow
 from workflows.job_run import JobRunWorkflow
 from workflows.scheduled import ScheduledWantWorkflow
 from workflows.upstream import UpstreamSyncWorkflow
@@ -62,6 +65,7 @@ WORKFLOWS: list[type] = [
     AlertWorkflow,
     AlertChannelWorkflow,
     BackfillWindowWorkflow,
+    CheckWorkflow,
 ]
 
 log = logging.getLogger(__name__)
@@ -98,6 +102,7 @@ WORKFLOW_MODULES = (
     workflows.alert,
     workflows.alert_channel,
     workflows.backfill,
+    workflows.check,
 )
 
 
@@ -148,11 +153,14 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     alerting = AlertActivities(settings, parts.client)
     upstream = UpstreamActivities(wants.db)
     backfills = BackfillActivities(parts.bel, parts.client, settings)
+    checks = CheckActivities(
+        parts.bel, parts.graph, storage, check_session(executors, parts.spark), parts.client, settings
+    )
     worker = Worker(
         parts.client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
-        activities=activities_of(wants, jobs, fan_out, alerting, upstream, backfills),
+        activities=activities_of(wants, jobs, fan_out, alerting, upstream, backfills, checks),
         max_concurrent_activities=settings.max_concurrent_jobs + 16,
         interceptors=[DataBuildErrors()],
         max_cached_workflows=settings.workflow_cache,
@@ -197,6 +205,7 @@ def activities_of(
     alerting: AlertActivities,
     upstream: UpstreamActivities,
     backfills: BackfillActivities,
+    checks: CheckActivities,
 ) -> list[Callable[..., Any]]:
     """Every activity a worker runs."""
     return [
@@ -222,6 +231,7 @@ def activities_of(
         upstream.pull_upstream,
         upstream.apply_announcements,
         backfills.advance_backfill,
+        checks.recheck,
     ]
 
 

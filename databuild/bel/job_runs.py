@@ -18,6 +18,7 @@ from databuild.bel.rows import (
     newest_first,
     ref_conditions,
 )
+from databuild.domain import checks as check_rules
 from databuild.domain import decisions
 from databuild.domain.estimates import Durations
 from databuild.errors import (
@@ -26,6 +27,7 @@ from databuild.errors import (
 )
 from databuild.models import (
     AttemptOutput,
+    CheckResult,
     InstanceFacts,
     InstanceRef,
     JobRun,
@@ -218,13 +220,30 @@ class JobRunCommands(JobRunReads, WriteBase):
         locations: Mapping[str, str] | None = None,
         inputs_of: dict[str, list[str]] | None = None,
         facts: Mapping[str, InstanceFacts] | None = None,
+        checks: Mapping[str, Sequence[CheckResult]] | None = None,
     ) -> JobRun:
         """Publish: the commit makes each written instance live (at ``locations``, by ref, with
-        ``facts``). ``inputs_of``: of a batch, the reads each output was built from."""
+        ``facts`` and the results of its ``checks``). ``inputs_of``: of a batch, the reads each output
+        was built from."""
         with self._write_run(job_run_id) as tx:
             if (run := self._open(tx.conn, job_run_id, attempt)) is not None:
-                tx.extend(decisions.succeeded(run, reads, writes, locations, inputs_of, facts))
+                tx.extend(decisions.succeeded(run, reads, writes, locations, inputs_of, facts, checks))
         return self.job_run(job_run_id)
+
+    def record_checks(
+        self,
+        job_run_id: str,
+        attempt: int,
+        instances: Sequence[InstanceRef],
+        checks: Mapping[str, Sequence[CheckResult]],
+    ) -> bool:
+        """Record the check results of instances an attempt wrote that will not go live (a blocking check
+        failed), while the attempt may still decide its run's outcome. Returns whether it recorded them."""
+        with self._write_run(job_run_id) as tx:
+            if self._open(tx.conn, job_run_id, attempt) is None:
+                return False
+            tx.extend(check_rules.checked(job_run_id, instances, checks))
+            return True
 
     def dep_miss_job_run(
         self,

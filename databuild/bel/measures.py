@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Select, case, extract, func, select, union_al
 
 from databuild.bel import schema as s
 from databuild.domain import estimates
-from databuild.models import JobRunState, Model, WantState
+from databuild.models import CheckSeverity, JobRunState, Model, WantState
 
 # Unregistered: each metrics registry (the web app's, a worker's endpoint) registers it, so several apps
 # in one process share the one process-local series. Up to the PostgreSQL lock timeout (20 s).
@@ -67,11 +67,19 @@ class PoolCount(Model):
     slots: int | None = Field(default=None, description="the pool's size, as its runs recorded it")
 
 
+class CheckFailureCount(Model):
+    job_label: str
+    check: str
+    severity: CheckSeverity
+    instances: int = Field(description="instances whose latest result of the check failed")
+
+
 class ClusterCounts(Model):
     wants: list[WantCount]
     job_runs: list[JobRunCount]
     durations: list[Durations]
     pools: list[PoolCount]
+    check_failures: list[CheckFailureCount] = []
 
 
 def read_counts(conn: Connection, *, recent: int, upper_bounds: Sequence[float]) -> ClusterCounts:
@@ -83,7 +91,29 @@ def read_counts(conn: Connection, *, recent: int, upper_bounds: Sequence[float])
         job_runs=job_runs,
         durations=_durations(conn, timed, recent, list(upper_bounds)),
         pools=_pool_counts(conn),
+        check_failures=_check_failures(conn),
     )
+
+
+def _check_failures(conn: Connection) -> list[CheckFailureCount]:
+    """Failed checks by job (of the run that wrote the instance, published or not) and check: a scan of
+    the failures only (ix_instance_checks_failed)."""
+    c, a, r = s.instance_checks.c, s.attempt_outputs.c, s.job_runs.c
+    rows = conn.execute(
+        select(r.job_label, c.name, c.severity, func.count())
+        .select_from(
+            s.instance_checks.join(s.attempt_outputs, a.instance_id == c.instance_id).join(
+                s.job_runs, r.job_run_id == a.job_run_id
+            )
+        )
+        .where(c.passed.is_(False))
+        .group_by(r.job_label, c.name, c.severity)
+        .order_by(r.job_label, c.name, c.severity)
+    )
+    return [
+        CheckFailureCount(job_label=label, check=name, severity=CheckSeverity(severity), instances=int(n))
+        for label, name, severity, n in rows
+    ]
 
 
 def _want_counts(conn: Connection) -> list[WantCount]:

@@ -13,6 +13,7 @@ from databuild.bel.base import (
     ref_key,
 )
 from databuild.bel.rows import (
+    check_from_row,
     chunks,
     instance_from_row,
     partition_at,
@@ -20,6 +21,7 @@ from databuild.bel.rows import (
     ref_conditions,
     require_partition,
 )
+from databuild.domain import checks as check_rules
 from databuild.domain import decisions
 from databuild.domain import partitions as partition_rules
 from databuild.errors import (
@@ -27,6 +29,7 @@ from databuild.errors import (
 )
 from databuild.globs import ref_filter
 from databuild.models import (
+    CheckResult,
     ImpactedInstance,
     Instance,
     InstanceRef,
@@ -97,7 +100,24 @@ class PartitionReads(ReadBase):
             rows += self._all(
                 select(s.partition_instances).where(s.partition_instances.c.instance_id.in_(chunk))
             )
-        return [instance_from_row(r) for r in rows]
+        return self._with_checks(rows)
+
+    def _with_checks(self, rows: Sequence[Any]) -> list[Instance]:
+        checks = self.checks_of([r["instance_id"] for r in rows])
+        return [instance_from_row(r, checks.get(r["instance_id"], [])) for r in rows]
+
+    def checks_of(self, instance_ids: Sequence[str]) -> dict[str, list[CheckResult]]:
+        """The latest result of each check of these instances (live or kept from going live), by name."""
+        found: dict[str, list[CheckResult]] = {}
+        for chunk in chunks(instance_ids):
+            query = (
+                select(s.instance_checks)
+                .where(s.instance_checks.c.instance_id.in_(chunk))
+                .order_by(s.instance_checks.c.instance_id, s.instance_checks.c.name)
+            )
+            for r in self._all(query):
+                found.setdefault(r["instance_id"], []).append(check_from_row(r))
+        return found
 
     def instance_history(self, ref: str, limit: int = 20) -> tuple[list[Instance], int]:
         """The ref's instances, newest first (the first ``limit``), and how many there are."""
@@ -109,7 +129,7 @@ class PartitionReads(ReadBase):
             .limit(limit)
         )
         total = self._count(select(func.count()).select_from(s.partition_instances).where(where))
-        return [instance_from_row(r) for r in rows], total
+        return self._with_checks(rows), total
 
     def partitions_by_ref(self, refs: Sequence[str]) -> list[Partition]:
         rows = []
@@ -300,3 +320,25 @@ class PartitionCommands(PartitionReads, WriteBase):
         with self._write(ref_key(instance.ref)) as tx:
             tx.extend(partition_rules.pin(instance, pinned, reason))
         return self.instance(instance_id)
+
+    def recheck(self, ref: str, instance_id: str, results: Sequence[CheckResult]) -> Partition:
+        """Record the results of re-running ``ref``'s checks on its live instance ``instance_id``: a
+        blocking failure retires the instance (what was built from it shows stale) and fail-locks the
+        partition. Refused, recording nothing, if another instance went live meanwhile."""
+        check_rules.checkable(self.find_partition(ref), ref)
+        with self._write(ref_key(ref), alone=True) as tx:  # alone: the impact is what readers built
+            impact = self._impact(ref, instance_id)
+            tx.extend(check_rules.rechecked(partition_at(tx.conn, ref), instance_id, results, impact))
+            return partition_from_row(require_partition(tx.conn, ref))
+
+    def _impact(self, ref: str, instance_id: str) -> TaintImpact:
+        closure = self.downstream_closure(instance_id)
+        return TaintImpact(
+            ref=ref,
+            instance_id=instance_id,
+            downstream=[
+                ImpactedInstance(ref=ir.ref, instance_id=ir.instance_id, depth=depth, current=False)
+                for ir, depth in closure
+                if ir.instance_id
+            ],
+        )

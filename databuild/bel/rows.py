@@ -11,6 +11,8 @@ from databuild.errors import NotFoundError
 from databuild.globs import like_prefix, ref_filter
 from databuild.models import (
     FINAL_WANT_STATES,
+    CheckResult,
+    CheckSeverity,
     EventRecord,
     Instance,
     InstanceStatus,
@@ -49,7 +51,18 @@ def want_from_row(row: Any) -> Want:
     )
 
 
-def instance_from_row(row: Any) -> Instance:
+def check_from_row(row: Any) -> CheckResult:
+    return CheckResult(
+        name=row["name"],
+        ref=row["ref"],
+        severity=CheckSeverity(row["severity"]),
+        passed=bool(row["passed"]),
+        message=row["message"],
+        metrics=dict(row["metrics"]),
+    )
+
+
+def instance_from_row(row: Any, checks: Sequence[CheckResult] = ()) -> Instance:
     return Instance(
         instance_id=row["instance_id"],
         ref=row["ref"],
@@ -64,6 +77,7 @@ def instance_from_row(row: Any) -> Instance:
         location=row["location"],
         facts=row["facts"],
         schema_changed=bool(row["schema_changed"]),
+        checks=list(checks),
     )
 
 

@@ -126,6 +126,23 @@ partition_instances = Table(
     Column("schema_changed", Boolean, nullable=False, server_default=false()),  # versus the previous instance
 )
 
+# The latest result of each check of each instance (InstanceChecked): of live instances, and of those a
+# blocking failure kept from going live.
+instance_checks = Table(
+    "instance_checks",
+    metadata,
+    Column("instance_id", ID, primary_key=True),
+    Column("name", String(256), primary_key=True),
+    Column("ref", REF, nullable=False, index=True),
+    Column("job_run_id", ID),  # the run that wrote it; None: re-run by `databuild check`
+    Column("severity", String(16), nullable=False),
+    Column("passed", Boolean, nullable=False),
+    Column("message", Text, nullable=False),
+    Column("metrics", JSON, nullable=False),
+    Column("checked_at", UTCDateTime, nullable=False),
+    Index("ix_instance_checks_failed", "passed"),  # /metrics counts the failures
+)
+
 # The instance each output of each attempt writes to, recorded before it writes: garbage collection
 # never deletes what a running attempt is writing, and knows what a failed one left.
 attempt_outputs = Table(
@@ -295,6 +312,7 @@ PROJECTIONS = [
     wants,
     partitions,
     partition_instances,
+    instance_checks,
     attempt_outputs,
     job_runs,
     run_pools,

@@ -1,4 +1,4 @@
-"""Operator actions: `taint`, `publish`, `resolve`, `skip`, and the upkeep commands `migrate`, `gc`."""
+"""Operator actions: `taint`, `publish`, `resolve`, `skip`, `check`, and the upkeep commands `migrate`, `gc`."""
 
 import sys
 from typing import Annotated
@@ -7,7 +7,19 @@ import typer
 from rich.console import Group
 
 from databuild.cli import render
-from databuild.cli.app import CliError, JsonFlag, app, bel, client, console, emit, run, settings, with_client
+from databuild.cli.app import (
+    CliError,
+    JsonFlag,
+    app,
+    bel,
+    client,
+    console,
+    emit,
+    jsonable,
+    run,
+    settings,
+    with_client,
+)
 from databuild.config import masked_url
 from databuild.durations import parse_setting_duration
 
@@ -110,6 +122,16 @@ def skip(ref: str, as_json: JsonFlag = False) -> None:
         {"partition": partition, "wants_woken": woken},
         lambda: f"{ref} retired; {woken} waiting want(s) told",
     )
+
+
+@app.command()
+def check(ref: str, as_json: JsonFlag = False) -> None:
+    """Re-run a partition's checks on its live instance, on a worker, and record the results. A failing
+    blocking check takes the instance out of service and fail-locks the partition (exit code 1)."""
+    recheck = run(with_client(lambda db: db.check(ref)))
+    emit(as_json, {**jsonable(recheck), "fail_locked": recheck.fail_locked}, lambda: render.recheck(recheck))
+    if recheck.fail_locked:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -2,7 +2,7 @@
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
@@ -16,11 +16,13 @@ from databuild.domain.plans import Action, Plan, PlannedRun
 from databuild.durations import format_duration
 from databuild.models import (
     BuildStats,
+    CheckResult,
     InstanceStatus,
     JobRun,
     JobRunState,
     Partition,
     PartitionStatus,
+    Recheck,
     TaintImpact,
     Want,
     WantState,
@@ -227,6 +229,10 @@ def lineage_view(view: PartitionView) -> RenderableType:
             focus.append(f"\n  schema {columns or '(no columns)'}")
         if shown.schema_changed:
             focus.append("  schema changed", style="bold yellow")
+        if shown.checks:
+            for line in check_lines(shown.checks).split("\n"):
+                focus.append("\n  check ")
+                focus.append_text(line)
     up = Tree(Text("upstream", style="bold"))
     if data.built_by is not None:
         builder = up.add(job_run_label(index.job_runs[data.built_by]))
@@ -255,6 +261,30 @@ def lineage_view(view: PartitionView) -> RenderableType:
             label.append(f"  {past.location}", style="dim cyan")
         history.add(label)
     return Group(head, focus, up, down, history)
+
+
+def check_lines(checks: Sequence[CheckResult]) -> Text:
+    """``passed not_null(id) (blocking) no nulls in id``, one check a line."""
+    text = Text()
+    for n, check in enumerate(checks):
+        text.append("\n" if n else "")
+        text.append("passed" if check.passed else "FAILED", style="green" if check.passed else "bold red")
+        text.append(f" {check.name}", style="bold")
+        text.append(f" ({check.severity.value}) {check.message}", style="dim" if check.passed else "")
+    return text
+
+
+def recheck(found: Recheck) -> RenderableType:
+    head = Text(f"checked {found.ref} instance {found.instance_id}:")
+    if found.fail_locked:
+        verdict = Text(
+            f"{found.ref} is fail-locked: a blocking check failed, so its instance is out of service (what "
+            f"was built from it shows stale); fix the cause, then `databuild resolve {found.ref}`",
+            style="bold red",
+        )
+    else:
+        verdict = Text(f"{found.ref} stays live", style="green")
+    return Group(head, check_lines(found.results), verdict)
 
 
 def job_run_detail(view: JobRunView) -> Tree:

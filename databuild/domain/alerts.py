@@ -5,7 +5,7 @@ its ``key`` names that. A channel receives an alert when its tags allow it: tags
 ``job:<label>`` and ``ref:<glob>`` each narrow what a channel gets (any tag of one category may match;
 every category the channel uses must), and a channel without such tags gets every alert."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from enum import StrEnum
 from fnmatch import fnmatchcase
@@ -16,7 +16,7 @@ from pydantic import Field
 
 from databuild.backfill import BackfillProgress
 from databuild.domain.estimates import Confidence, Estimate
-from databuild.models import JobRun, Model, Want
+from databuild.models import CheckResult, JobRun, Model, Recheck, Want
 
 
 class AlertKind(StrEnum):
@@ -26,6 +26,7 @@ class AlertKind(StrEnum):
     partition_fail_locked = "partition_fail_locked"
     upstream_late = "upstream_late"
     backfill_finished = "backfill_finished"
+    check_warning = "check_warning"
 
 
 TITLES = {
@@ -35,6 +36,7 @@ TITLES = {
     AlertKind.partition_fail_locked: "partition fail-locked",
     AlertKind.upstream_late: "upstream partition late",
     AlertKind.backfill_finished: "backfill finished",
+    AlertKind.check_warning: "check warning",
 }
 # How a channel shows it (apprise's notification types).
 SEVERITY = {
@@ -44,6 +46,7 @@ SEVERITY = {
     AlertKind.partition_fail_locked: "failure",
     AlertKind.upstream_late: "warning",
     AlertKind.backfill_finished: "success",
+    AlertKind.check_warning: "warning",
 }
 
 
@@ -195,6 +198,41 @@ def fail_locked(run: JobRun, at: datetime) -> Alert:
     )
 
 
+def check_warnings(run: JobRun, failed: Sequence[CheckResult], at: datetime) -> Alert:
+    """The run published instances that failed warning checks (once per run)."""
+    refs = list(dict.fromkeys(r.ref for r in failed))
+    return Alert(
+        kind=AlertKind.check_warning,
+        subject=run.job_run_id,
+        ref=refs[0] if refs else None,
+        refs=refs,
+        job_label=run.job_label,
+        want_id=run.want_id,
+        at=at,
+        summary=f"job {run.job_label} published {', '.join(refs)}, which failed warning checks",
+        detail="; ".join(f"check {r.name} of {r.ref}: {r.message}" for r in failed),
+        link=f"/partitions/{refs[0]}" if refs else f"/job-runs/{run.job_run_id}",
+    )
+
+
+def check_fail_locked(recheck: Recheck, job_label: str | None, at: datetime) -> Alert:
+    """A re-run of a partition's checks failed a blocking one: its instance is out of service and the
+    partition fail-locked (once per instance)."""
+    failed = [r for r in recheck.results if r.blocks]
+    return Alert(
+        kind=AlertKind.partition_fail_locked,
+        subject=f"check:{recheck.instance_id}",
+        ref=recheck.ref,
+        refs=[recheck.ref],
+        job_label=job_label,
+        at=at,
+        summary=f"{recheck.ref} failed a blocking check on its live instance; fail-locked until resolved",
+        detail="; ".join(f"check {r.name}: {r.message}" for r in failed)
+        + f". After fixing the cause: `databuild resolve {recheck.ref}`",
+        link=f"/partitions/{recheck.ref}",
+    )
+
+
 def backfill_finished(progress: BackfillProgress, at: datetime) -> Alert:
     counts = ", ".join(f"{n} {state.value}" for state, n in sorted(progress.by_state.items()))
     return Alert(
@@ -234,6 +272,7 @@ DIGESTS = {
     AlertKind.sla_at_risk: "{n} {more}partitions{of_job} are predicted to miss their SLA",
     AlertKind.upstream_late: "{n} {more}wants{of_job} wait for late upstream partitions",
     AlertKind.backfill_finished: "{n} {more}backfills finished",
+    AlertKind.check_warning: "{n} {more}runs{of_job} published data that failed warning checks",
 }
 
 

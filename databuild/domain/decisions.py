@@ -12,10 +12,12 @@ from typing import Literal
 
 from pydantic import ConfigDict
 
+from databuild.domain import checks as check_rules
 from databuild.domain import events as ev
 from databuild.errors import ConcurrentChangeError, InvalidInputError, InvalidTransitionError
 from databuild.graph import JobTarget
 from databuild.models import (
+    CheckResult,
     InstanceFacts,
     InstanceRef,
     JobRunCause,
@@ -120,7 +122,7 @@ class DependenciesStatus(Model):
 class FailLock:
     """The failure that fail-locked a ref."""
 
-    job_run_id: str
+    job_run_id: str | None  # None: a check re-run on its live instance failed
     reason: str
 
 
@@ -346,7 +348,8 @@ def fail_lock_reason(refs: Sequence[str], fail_locks: Mapping[str, FailLock]) ->
     parts = []
     for ref in refs:
         lock = fail_locks.get(ref)
-        cause = f" (job run {lock.job_run_id}: {lock.reason})" if lock else ""
+        by = f"job run {lock.job_run_id}" if lock and lock.job_run_id else "a check"
+        cause = f" ({by}: {lock.reason})" if lock else ""
         parts.append(f"{ref} is fail-locked{cause}")
     return "; ".join(parts) + f"; clear it with `databuild resolve {refs[0]}`"
 
@@ -367,10 +370,16 @@ def succeeded(
     locations: Mapping[str, str] | None = None,
     inputs_of: dict[str, list[str]] | None = None,
     facts: Mapping[str, InstanceFacts] | None = None,
+    checks: Mapping[str, Sequence[CheckResult]] | None = None,
 ) -> list[ev.Event]:
     """Publishing is this commit: each written instance becomes its partition's live instance, at its
-    location (by ref), with the facts the job recorded of it. ``inputs_of``: of a batch, which reads
-    each output was built from."""
+    location (by ref), with the facts the job recorded of it and the results of its checks (``checks``,
+    by ref: none of them blocking failures). ``inputs_of``: of a batch, which reads each output was built
+    from."""
+    if blocking := check_rules.blocking_failures(checks or {}):
+        raise InvalidInputError(
+            f"job run {run.job_run_id} cannot publish: {check_rules.failure_reason(blocking)}"
+        )
     events: list[ev.Event] = [
         ev.JobRunSucceeded(job_run_id=run.job_run_id, reads=reads, writes=writes, inputs_of=inputs_of)
     ]
@@ -387,7 +396,7 @@ def succeeded(
                 facts=(facts or {}).get(out.ref),
             )
         )
-    return events
+    return events + check_rules.checked(run.job_run_id, writes, checks or {})
 
 
 def dep_missed(

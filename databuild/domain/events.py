@@ -6,7 +6,15 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter, model_validator
 
 from databuild.backfill import BackfillRequest
-from databuild.models import InstanceFacts, InstanceRef, JobRunCause, Model, WantSpec, WantState
+from databuild.models import (
+    CheckResult,
+    InstanceFacts,
+    InstanceRef,
+    JobRunCause,
+    Model,
+    WantSpec,
+    WantState,
+)
 
 
 class WantCreated(Model):
@@ -340,10 +348,24 @@ class BackfillRetried(Model):
 
 
 class PartitionFailed(Model):
+    """The partition is fail-locked: its build failed (``job_run_id``), or a check re-run on its live
+    instance failed (None; `databuild check`, after a ``PartitionTainted`` that retired the instance)."""
+
     type: Literal["PartitionFailed"] = "PartitionFailed"
     ref: str
-    job_run_id: str
+    job_run_id: str | None
     reason: str
+
+
+class InstanceChecked(Model):
+    """The results of the checks of one instance: when its job wrote it (``job_run_id``, whether it went
+    live or a blocking failure kept it from going live), or re-run on it (`databuild check`: None)."""
+
+    type: Literal["InstanceChecked"] = "InstanceChecked"
+    ref: str
+    instance_id: str
+    job_run_id: str | None = None
+    results: list[CheckResult]
 
 
 Event = Annotated[
@@ -371,6 +393,7 @@ Event = Annotated[
     | PartitionLive
     | PartitionReleased
     | PartitionFailed
+    | InstanceChecked
     | PartitionResolved
     | PartitionSkipped
     | PartitionTainted

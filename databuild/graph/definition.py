@@ -9,6 +9,7 @@ from typing import Any, get_args
 
 from databuild.durations import MAX_DURATION, parse_setting_duration
 from databuild.errors import GraphDefinitionError, UnknownJobError
+from databuild.graph.checks import Check, declare
 from databuild.graph.context import JobContext
 from databuild.limits import MAX_ATTEMPTS, MIN_HEARTBEAT_TIMEOUT, MIN_TIMEOUT, shown
 from databuild.models import ExecutorKind
@@ -157,6 +158,13 @@ class Job:
     heartbeat_timeout: timedelta | None = None
     executor: ExecutorKind | None = None
     spark_conf: dict[str, str] = field(default_factory=dict, compare=False)
+    # Each bound to one of its output patterns (databuild.graph.checks).
+    checks: tuple[Check, ...] = field(default=(), compare=False)
+
+    def checks_of(self, ref: str) -> list[Check]:
+        """The checks of the output pattern ``ref`` matches."""
+        pattern = next((p for p in self.outputs if p.match(ref) is not None), None)
+        return [] if pattern is None else [c for c in self.checks if c.output == pattern.text]
 
     def run(self, ctx: JobContext, params: dict[str, str], partitions: list[dict[str, str]]) -> None:
         """A batch job is called with every partition of its run (``fn(ctx, partitions)``); any other job
@@ -238,6 +246,7 @@ class Graph:
         heartbeat_timeout: timedelta | str | None = None,
         executor: ExecutorKind | None = None,
         spark_conf: dict[str, str] | None = None,
+        checks: Sequence[Check] | None = None,
     ) -> Callable[[JobFn], JobFn]:
         """Declare a job: ``@graph.job("daily_summary/{date}", "top_spenders/{date}")``.
 
@@ -259,6 +268,10 @@ class Graph:
         settings' ranges (databuild.limits: retries 0 to 999, timeout from 1s, heartbeat_timeout from 4s);
         ``spark_conf`` sets Spark properties for its runs only (SQL properties on the worker's session;
         any property with ``executor="submit"``).
+
+        ``checks`` test each new instance of an output before it goes live (databuild.graph.checks):
+        ``checks=[not_null("user_id"), row_count(min=1, severity="warning")]``; in a job with several
+        outputs each names its output pattern with ``output=``.
         """
         if not outputs:
             raise GraphDefinitionError("a job needs at least one output pattern")
@@ -275,6 +288,7 @@ class Graph:
             name = label or fn.__name__
             if name in self._jobs:
                 raise GraphDefinitionError(f"graph {self.name!r} already has a job labelled {name!r}")
+            declared = declare(name, outputs, checks)
             self._jobs[name] = Job(
                 label=name,
                 outputs=patterns,
@@ -287,6 +301,7 @@ class Graph:
                 retries=retries,
                 executor=executor,
                 spark_conf=conf,
+                checks=declared,
                 **limits,
             )
             return fn

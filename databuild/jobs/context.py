@@ -25,8 +25,16 @@ from databuild.errors import (
     NotFoundError,
 )
 from databuild.graph import Graph, Pattern
+from databuild.jobs.checks import run_checks
 from databuild.jobs.storage import Storage
-from databuild.models import Column, InstanceFacts, InstanceRef, InstanceStatus, PartitionStatus
+from databuild.models import (
+    CheckResult,
+    Column,
+    InstanceFacts,
+    InstanceRef,
+    InstanceStatus,
+    PartitionStatus,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -64,6 +72,8 @@ class SparkJobContext:
         self.missing: set[str] = set()
         self.written: set[str] = set()
         self.facts: dict[str, InstanceFacts] = {}
+        # The results of each written output's checks, by ref (databuild.graph.checks).
+        self.checks: dict[str, list[CheckResult]] = {}
         # Where a partitioned write put each of its outputs (keys under the storage root); every other
         # output is at its own instance location.
         self.locations: dict[str, str] = {}
@@ -170,6 +180,7 @@ class SparkJobContext:
         frame.write.mode("error").parquet(self._storage.location(ref, self._instances[ref]))
         key = self._storage.instance_key(ref, self._instances[ref])
         self.facts[ref] = self._facts_of(ref, frame, lambda: self._storage.parquet_summary(key))
+        self._check(ref, self._storage.location(ref, self._instances[ref]))
         self.written.add(ref)
 
     def write_partitioned(self, frame: "DataFrame", output: str | None = None) -> None:
@@ -224,7 +235,29 @@ class SparkJobContext:
             self.locations[ref] = f"{key}/{folder}"
             summary = functools.partial(self._storage.summary_of, files[folder])
             self.facts[ref] = self._facts_of(ref, frame, summary, but=columns)
+            self._check(ref, self._storage.uri_of(self.locations[ref]))
             self.written.add(ref)
+
+    def _check(self, ref: str, location: str) -> None:
+        """Run the checks of the output just written on its instance, before anything can publish it."""
+        checks = self._graph.job_by_label(self.job_label).checks_of(ref)
+        if not checks:
+            return
+        self._check_cancelled()
+        pattern = self._graph.pattern_for(ref)
+        results = run_checks(
+            self.spark,
+            checks,
+            ref=ref,
+            instance_id=self._instances[ref],
+            params=(pattern.match(ref) if pattern else None) or {},
+            location=location,
+            facts=self.facts.get(ref),
+        )
+        self._check_cancelled()  # a check cut short by a cancel found nothing about the data
+        self.checks[ref] = results
+        for result in results:
+            self.logger.log(logging.INFO if result.passed else logging.WARNING, "%s: %s", ref, result.line)
 
     def _output_pattern(self, output: str | None) -> Pattern:
         patterns = self._graph.job_by_label(self.job_label).outputs

@@ -9,13 +9,14 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from databuild.bel.store import BuildEventLog, new_instance_id
-from databuild.errors import JobContractError
+from databuild.domain import checks as check_rules
+from databuild.errors import CheckFailedError, DataBuildError, JobContractError
 from databuild.jobs.attempt_log import line
 from databuild.jobs.catalog import Catalog
 from databuild.jobs.executors import Executors, JobAttempt, Progress
 from databuild.jobs.openlineage import LineageEmitter
 from databuild.jobs.storage import INSTANCE_PREFIX, Storage
-from databuild.models import InstanceRef, JobRun, JobRunCause, JobRunState
+from databuild.models import CheckResult, InstanceRef, JobRun, JobRunCause, JobRunState
 from databuild.temporal.protocol import JobOutcome
 
 log = logging.getLogger(__name__)
@@ -95,11 +96,31 @@ class JobExecutor:
             unwritten = sorted(set(run.outputs) - set(body.written))
             if unwritten:
                 self._refuse(job, f"job {run.job_label} finished without writing {', '.join(unwritten)}")
+            strays = sorted(
+                {ref for ref, results in body.checks.items() if results and ref not in body.written}
+                | {r.ref for ref, results in body.checks.items() for r in results if r.ref != ref}
+            )
+            if strays:
+                self._refuse(
+                    job, f"job {run.job_label} reports checks of {', '.join(strays)}, not its outputs"
+                )
+            if failures := check_rules.blocking_failures(body.checks):
+                # Not published, and not retried: the same code on the same inputs writes the same data.
+                # The results stay in the log with the instances they kept from going live.
+                self.bel.record_checks(job_run_id, attempt, instances, body.checks)
+                self._refuse(job, check_rules.failure_reason(failures), CheckFailedError)
             # The commit is the publish: a superseded attempt is refused inside it.
             locations = {ref: self.storage.location(ref, i) for ref, i in planned.items()}
             locations |= {ref: self._written_at(job, key) for ref, key in body.locations.items()}
             succeeded = self.bel.succeed_job_run(
-                job_run_id, body.reads, instances, attempt, locations, body.inputs_of, body.facts
+                job_run_id,
+                body.reads,
+                instances,
+                attempt,
+                locations,
+                body.inputs_of,
+                body.facts,
+                body.checks,
             )
             self._catalog(succeeded)
             return outcome_of(self._finished(succeeded, JobRunState.succeeded))
@@ -114,13 +135,15 @@ class JobExecutor:
             self._refuse(job, f"job {job.job_label} reports an output at {key}, outside its attempt's folder")
         return self.storage.uri_of(key)
 
-    def _refuse(self, job: JobAttempt, message: str) -> NoReturn:
-        """The body ended, but its result breaks the job's contract: said at the end of the attempt's log
-        too, where whoever reads it looks for why the attempt failed."""
+    def _refuse(
+        self, job: JobAttempt, message: str, error: type[DataBuildError] = JobContractError
+    ) -> NoReturn:
+        """The body ended, but its result breaks the job's contract (or its checks): said at the end of the
+        attempt's log too, where whoever reads it looks for why the attempt failed."""
         key = self.storage.log_key(job.job_run_id, job.attempt)
         with contextlib.suppress(OSError):  # no log (FileNotFoundError included): the reason still says it
             self.storage.write_text(key, self.storage.read_text(key) + line(message, "ERROR") + "\n")
-        raise JobContractError(message)
+        raise error(message)
 
     def _catalog(self, run: JobRun) -> None:
         """Point the tables of the run's outputs at their live instances, in the background. The BEL is
@@ -147,9 +170,23 @@ class JobExecutor:
             self._finished(run, cause.state)
         return run
 
+    def _checks_of(self, run: JobRun) -> dict[str, list[CheckResult]]:
+        """The check results of what the run published, or else of what its latest attempt wrote (the
+        instances a blocking check kept from going live), by ref."""
+        if run.writes:
+            ids = [w.instance_id for w in run.writes if w.instance_id]
+        else:
+            attempts = self.bel.attempt_outputs_of(run.job_run_id)
+            latest = max((a.attempt for a in attempts), default=0)
+            ids = [a.instance_id for a in attempts if a.attempt == latest]
+        found: dict[str, list[CheckResult]] = {}
+        for results in self.bel.checks_of(ids).values():
+            found.setdefault(results[0].ref, []).extend(results)
+        return found
+
     def _finished(self, run: JobRun, recorded: JobRunState) -> JobRun:
         """Emit the final lineage event of a run, if the BEL call just made recorded ``recorded``: the
         BEL returns a run that had already ended unchanged, and its end was reported then."""
         if self.lineage is not None and run.state is recorded:
-            self.lineage.finished(run)
+            self.lineage.finished(run, self._checks_of(run))
         return run

@@ -35,7 +35,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from openlineage.client.facet_v2 import (
     DatasetFacet,
     JobFacet,
     RunFacet,
+    data_quality_assertions_dataset,
     dataset_version_dataset,
     error_message_run,
     job_type_job,
@@ -63,7 +64,7 @@ from databuild.config import Settings
 from databuild.errors import InvalidInputError
 from databuild.graph import Graph
 from databuild.jobs.catalog import TableSpec, graph_tables
-from databuild.models import InstanceRef, JobRun, JobRunState
+from databuild.models import CheckResult, CheckSeverity, InstanceRef, JobRun, JobRunState
 from databuild.refs import storage_uri, validate_ref
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,27 @@ class DataBuildRunFacet(RunFacet):
         return FACET_SCHEMA_URL
 
 
+def assertions_facet(checks: Sequence[CheckResult]) -> DatasetFacet:
+    """The standard ``dataQualityAssertions`` facet of one instance's check results: a blocking check is
+    severity ``error`` (its failure blocks the pipeline), a warning ``warn``. (The spec declares the facet
+    for input datasets; DataBuild reports it on the output its checks tested.)"""
+    assertions = [
+        data_quality_assertions_dataset.Assertion(
+            assertion=check.name,
+            name=check.name,
+            success=check.passed,
+            severity="error" if check.severity is CheckSeverity.blocking else "warn",
+            description=check.message,
+            params=dict(check.metrics),
+        )
+        for check in checks
+    ]
+    facet: DatasetFacet = data_quality_assertions_dataset.DataQualityAssertionsDatasetFacet(  # type: ignore[assignment]
+        assertions=assertions, producer=PRODUCER
+    )
+    return facet
+
+
 def run_id(job_run_id: str) -> str:
     """The OpenLineage run id of a job run: deterministic, so all its events share it."""
     return str(uuid.uuid5(RUN_ID_NAMESPACE, job_run_id))
@@ -203,9 +225,10 @@ class LineageEmitter:
         """START for an attempt that is now running. Inputs are not known yet; outputs have no version."""
         self._submit(lambda: self._event(RunState.START, run, attempt, inputs=[], outputs=run.outputs))
 
-    def finished(self, run: JobRun) -> None:
+    def finished(self, run: JobRun, checks: Mapping[str, Sequence[CheckResult]] | None = None) -> None:
         """The final event of a run that ended: COMPLETE (succeeded), ABORT (dep-miss or cancelled) or
-        FAIL (failed).
+        FAIL (failed). ``checks``: the results of each output's checks (by ref), reported as the output's
+        ``dataQualityAssertions`` facet (of a run whose blocking check failed, too: why it failed).
 
         A dep-miss is reported as ABORT: a normal result (inputs were missing, nothing was written),
         not an error. Runs in any other state emit nothing.
@@ -215,7 +238,12 @@ class LineageEmitter:
             log.debug("no OpenLineage event for job run %s in state %s", run.job_run_id, run.state)
             return
         outputs: list[InstanceRef] | list[str] = run.writes if run.writes else run.outputs
-        self._submit(lambda: self._event(event_type, run, run.attempts, inputs=run.reads, outputs=outputs))
+        found = dict(checks or {})
+        self._submit(
+            lambda: self._event(
+                event_type, run, run.attempts, inputs=run.reads, outputs=outputs, checks=found
+            )
+        )
 
     def _event(
         self,
@@ -224,6 +252,7 @@ class LineageEmitter:
         attempt: int,
         inputs: list[InstanceRef],
         outputs: list[InstanceRef] | list[str],
+        checks: Mapping[str, Sequence[CheckResult]] | None = None,
     ) -> RunEvent:
         run_facets: dict[str, RunFacet] = {
             "databuild": DataBuildRunFacet(
@@ -246,17 +275,19 @@ class LineageEmitter:
             job=Job(namespace=self.job_namespace, name=run.job_label, facets=job_facets),
             inputs=[InputDataset(**self._dataset(i.ref, i.instance_id)) for i in inputs],
             outputs=[
-                OutputDataset(**self._dataset(o, None))
+                OutputDataset(**self._dataset(o, None, (checks or {}).get(o)))
                 if isinstance(o, str)
-                else OutputDataset(**self._dataset(o.ref, o.instance_id))
+                else OutputDataset(**self._dataset(o.ref, o.instance_id, (checks or {}).get(o.ref)))
                 for o in outputs
             ],
             producer=PRODUCER,
         )
 
-    def _dataset(self, ref: str, instance_id: str | None) -> dict[str, Any]:
+    def _dataset(
+        self, ref: str, instance_id: str | None, checks: Sequence[CheckResult] | None = None
+    ) -> dict[str, Any]:
         namespace, name, partition = self.naming(ref)
-        facets: dict[str, DatasetFacet] = {
+        facets: dict[str, Any] = {
             "databuild": DataBuildDatasetFacet(
                 ref=ref, partition=partition, instance_id=instance_id, producer=PRODUCER
             )
@@ -265,6 +296,8 @@ class LineageEmitter:
             facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
                 datasetVersion=instance_id, producer=PRODUCER
             )
+        if checks:
+            facets["dataQualityAssertions"] = assertions_facet(checks)
         return {"namespace": namespace, "name": name, "facets": facets}
 
     # Delivery ----------------------------------------------------------------------------------------

@@ -110,6 +110,11 @@ class _Families:
         )
         self.running = GaugeMetricFamily("databuild_pool_running", "Slots of the pool held", labels=["pool"])
         self.slots = GaugeMetricFamily("databuild_pool_slots", "Slots of the pool", labels=["pool"])
+        self.check_failures = GaugeMetricFamily(
+            "databuild_check_failures",
+            "Partition instances whose latest result of a check failed, by job, check and severity",
+            labels=["job_label", "check", "severity"],
+        )
 
     def all(self) -> list[Metric]:
         return [
@@ -123,6 +128,7 @@ class _Families:
             self.waiting,
             self.running,
             self.slots,
+            self.check_failures,
         ]
 
     def fill(self, counts: ClusterCounts, pools: Mapping[str, int]) -> None:
@@ -151,6 +157,10 @@ class _Families:
             size = pool.slots if pool and pool.slots else pools.get(name)
             if size is not None:
                 self.slots.add_metric([name], size)
+        for failed in counts.check_failures:
+            self.check_failures.add_metric(
+                [failed.job_label, failed.check, failed.severity.value], failed.instances
+            )
 
 
 def metrics_registry(bel: "BelQueries", pools: Mapping[str, int]) -> CollectorRegistry:

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from temporalio.common import SearchAttributeKey
 
 from databuild.config import Settings
@@ -24,6 +24,7 @@ from databuild.domain.decisions import (
 )
 from databuild.graph import Job
 from databuild.models import JobRunCause, JobRunState, Model, WantSpec, WantState
+from databuild.refs import validate_ref
 
 WANT_WORKFLOW = "Want"
 JOB_RUN_WORKFLOW = "JobRun"
@@ -32,6 +33,7 @@ SCHEDULED_WANT_WORKFLOW = "ScheduledWant"
 ALERT_WORKFLOW = "Alert"
 ALERT_CHANNEL_WORKFLOW = "AlertChannel"
 BACKFILL_WINDOW_WORKFLOW = "BackfillWindow"
+CHECK_WORKFLOW = "Check"
 SIGNAL_ALERT = "alert"  # an alert for a channel's queue
 
 SIGNAL_PARTITION_AVAILABLE = "partition_available"
@@ -428,3 +430,22 @@ class BackfillWindowInput(Model):
     tick: timedelta = timedelta(seconds=1)
     low: int = Field(default=0, description="where the last step began counting open wants")
     steps_per_run: int = Field(default=500, ge=1, description="steps before it continues as new")
+
+
+# `databuild check` -------------------------------------------------------------------------------------
+
+
+def check_workflow_id(ref: str) -> str:
+    """One re-run of a partition's checks at a time: a second request meanwhile attaches to it."""
+    return f"check:{ref}"
+
+
+class CheckInput(Model):
+    """Re-run the checks of ``ref`` on its live instance (on a worker: they need its Spark session)."""
+
+    ref: str
+
+    @field_validator("ref")
+    @classmethod
+    def _valid_ref(cls, ref: str) -> str:
+        return validate_ref(ref)

@@ -32,6 +32,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "continue-as-new": ("want-continue-as-new-1", "want-continue-as-new-2"),
     "alert": ("alert-queued", "alert-channel", "alert-channel-down"),
     "backfill-window": ("backfill-window",),
+    "check": ("check",),
 }
 
 

@@ -45,6 +45,7 @@ from databuild.temporal.protocol import (
     UpstreamInput,
     alert_channel_workflow_id,
     backfill_window_workflow_id,
+    check_workflow_id,
     upstream_workflow_id,
 )
 from databuild.temporal.schedules import backfill_want_schedule, create_want_schedule, delete_want_schedule
@@ -467,6 +468,21 @@ async def backfill_window(rec: Recorder) -> None:
         progress = stack.bel.backfill_progress(request.backfill_id)
         assert progress.by_state == {WantState.successful: 6}, progress
         await rec.save("backfill-window", stack.client, backfill_window_workflow_id(request.backfill_id))
+
+
+@scenario("check")
+async def check(rec: Recorder) -> None:
+    """`databuild check` re-runs a live partition's checks on the worker: one activity."""
+    graphs.CLEAN.add("7")
+    try:
+        async with rec.stack("dev", "tests.graphs:checked") as stack:
+            spec = await stack.db.want("events/7")
+            await settled(stack, spec)
+            recheck = await stack.db.check("events/7")
+            assert not recheck.fail_locked, recheck
+            await rec.save("check", stack.client, check_workflow_id("events/7"))
+    finally:
+        graphs.CLEAN.discard("7")
 
 
 async def record(names: list[str]) -> None:

@@ -2,7 +2,7 @@
 
 from datetime import datetime
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, delete, insert
 
 from databuild.bel import schema as s
 from databuild.bel.projections.common import (
@@ -114,7 +114,9 @@ def _partition_failed(conn: Connection, event: ev.PartitionFailed, at: datetime)
             at,
             status=PartitionStatus.failed.value,
             building_job_run_id=None,
-            reason=f"job run {event.job_run_id} failed: {event.reason}",
+            reason=event.reason
+            if event.job_run_id is None
+            else f"job run {event.job_run_id} failed: {event.reason}",
             found=current is not None,
         )
 
@@ -127,3 +129,31 @@ def _instance_pinned(conn: Connection, event: ev.InstancePinned, at: datetime) -
 @projects(ev.InstanceUnpinned)
 def _instance_unpinned(conn: Connection, event: ev.InstanceUnpinned, at: datetime) -> None:
     conn.execute(UPDATE_INSTANCE, {"pk": event.instance_id, "pinned": False})
+
+
+@projects(ev.InstanceChecked)
+def _instance_checked(conn: Connection, event: ev.InstanceChecked, at: datetime) -> None:
+    # The latest result of each check: a re-run replaces what the last one found (the log keeps both).
+    conn.execute(
+        delete(s.instance_checks).where(
+            s.instance_checks.c.instance_id == event.instance_id,
+            s.instance_checks.c.name.in_([r.name for r in event.results]),
+        )
+    )
+    conn.execute(
+        insert(s.instance_checks),
+        [
+            {
+                "instance_id": event.instance_id,
+                "name": r.name,
+                "ref": event.ref,
+                "job_run_id": event.job_run_id,
+                "severity": r.severity.value,
+                "passed": r.passed,
+                "message": r.message,
+                "metrics": r.metrics,
+                "checked_at": at,
+            }
+            for r in event.results
+        ],
+    )

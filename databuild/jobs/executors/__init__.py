@@ -3,7 +3,9 @@ cluster client), ``submit`` (its own application through spark-submit) and ``con
 all run the same job code; the settings choose one per graph and may override it per job."""
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from databuild.bel.queries import BelQueries
 from databuild.config import Settings
@@ -18,12 +20,16 @@ from databuild.jobs.spark import SparkRuntime
 from databuild.jobs.storage import Storage
 from databuild.models import ExecutorKind
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 __all__ = [
     "BodyResult",
     "Executor",
     "Executors",
     "JobAttempt",
     "Progress",
+    "check_session",
 ]
 
 
@@ -74,6 +80,13 @@ class Executors:
             {label: made[kind] for label, kind in chosen.items()},
             {job.label: job.spark_conf for job in graph.jobs if job.spark_conf},
         )
+
+
+def check_session(executors: Executors, spark: SparkRuntime) -> Callable[[], "SparkSession"]:
+    """The session `databuild check` runs checks in on this worker: its Spark Connect session when it
+    runs jobs there (pyspark then cannot have a classic session in the process too), else its own."""
+    connect = next((e for e in executors.used if isinstance(e, ConnectExecutor)), None)
+    return connect.live_session if connect is not None else spark.session
 
 
 def chosen_executors(settings: Settings, graph: Graph) -> dict[str, ExecutorKind]:

@@ -17,7 +17,7 @@ from databuild.graph import Graph
 from databuild.jobs.attempt_log import DEFAULT_MAX_BYTES, AttemptLog, capturing
 from databuild.jobs.context import SparkJobContext
 from databuild.jobs.storage import Storage
-from databuild.models import InstanceFacts, InstanceRef, Model, attempt_name
+from databuild.models import CheckResult, InstanceFacts, InstanceRef, Model, attempt_name
 from databuild.refs import validate_ref
 
 if TYPE_CHECKING:
@@ -68,6 +68,9 @@ class BodyResult(Model):
     locations: dict[str, str] = Field(
         default_factory=dict,
         description="outputs a partitioned write put in its folder: where, relative to the storage root",
+    )
+    checks: dict[str, list[CheckResult]] = Field(
+        default_factory=dict, description="the results of each written output's checks, by ref"
     )
 
     @field_validator("missing", "written")
@@ -150,4 +153,5 @@ class JobBodies:
             missing_for=job.inputs_by_output(batch, missing) if batch and missing else None,
             facts=ctx.facts,
             locations=ctx.locations,
+            checks=ctx.checks,
         )
