@@ -101,11 +101,16 @@ DAILY_USERS_CHECKS = [
 ]
 
 
+def reads_nothing(date: str) -> list[str]:
+    return []
+
+
 def demo_graph(name: str, *, declare_inputs: bool) -> Graph:
     demo = Graph(name)
     # raw_events reads nothing: declared so, a plan knows every input of the graph before a run.
-    raw_read = (lambda date: []) if declare_inputs else None
-    demo.job("raw_events/{date}", inputs=raw_read, checks=RAW_EVENTS_CHECKS)(raw_events)
+    demo.job("raw_events/{date}", inputs=reads_nothing if declare_inputs else None, checks=RAW_EVENTS_CHECKS)(
+        raw_events
+    )
     users_read = (lambda date: [f"raw_events/{date}"]) if declare_inputs else None
     demo.job("daily_users/{date}", inputs=users_read, checks=DAILY_USERS_CHECKS)(daily_users)
     rollup_reads = week_of if declare_inputs else None
