@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -257,21 +257,28 @@ async def cli(stack: Stack, *args: str, **env: str) -> subprocess.CompletedProce
 async def cli_batch(stack: Stack, *commands: list[str], **env: str) -> list[subprocess.CompletedProcess[str]]:
     """``cli`` for each command, each in a process of its own, all forked from one process that imported
     the CLI once (tests/cli_fork.py): a table of commands costs one interpreter start, not one each."""
-    done = await asyncio.to_thread(
-        subprocess.run,
+    return await asyncio.to_thread(forked_cli, list(commands), stack_env(stack, COLUMNS="200", **env), ROOT)
+
+
+def forked_cli(
+    commands: Sequence[list[str] | tuple[list[str], dict[str, str]]], env: dict[str, str], cwd: Path
+) -> list[subprocess.CompletedProcess[str]]:
+    """Each command (its arguments, or its arguments and variables of its own) as `python -m databuild.cli`
+    in ``cwd`` with ``env``, each in a process forked from one that imported the CLI once."""
+    requests = [{"args": c[0], "env": c[1]} if isinstance(c, tuple) else {"args": c} for c in commands]
+    done = subprocess.run(
         [sys.executable, "-m", "tests.cli_fork"],
-        input=json.dumps(commands),
-        cwd=ROOT,
-        env=stack_env(stack, COLUMNS="200", **env),
+        input=json.dumps(requests),
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=120 + 30 * len(commands),
     )
     assert done.returncode == 0, done.stderr
-    results = json.loads(done.stdout)
     return [
-        subprocess.CompletedProcess([sys.executable, "-m", "databuild.cli", *args], **result)
-        for args, result in zip(commands, results, strict=True)
+        subprocess.CompletedProcess([sys.executable, "-m", "databuild.cli", *request["args"]], **result)
+        for request, result in zip(requests, json.loads(done.stdout), strict=True)
     ]
 
 

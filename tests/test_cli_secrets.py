@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from sqlalchemy import make_url
 
 from databuild.testing import POSTGRES_URL, free_port
+from tests.conftest import forked_cli
 from tests.helpers import until_listening
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,24 +84,26 @@ def test_commands_never_print_the_bel_password(tmp_path: Path) -> None:
     assert SECRET not in log.read_text()
 
 
-@pytest.mark.parametrize(
-    "args",
-    [
-        ["worker"],
-        ["want", "daily_summary/2024-01-07"],
-        ["publish", "raw_events/2024-01-01"],
-        ["resolve", "daily_users/2024-01-01"],
-        ["upstream", "list"],
-        ["schedule", "list"],
-    ],
-    ids=lambda args: " ".join(args),
-)
-def test_an_unreachable_temporal_is_one_line_with_the_fix(tmp_path: Path, args: list[str]) -> None:
-    address = f"127.0.0.1:{free_port()}"
-    run = databuild(tmp_path, *args, DATABUILD_TEMPORAL_ADDRESS=address)
-    assert run.returncode == 1, run.stdout + run.stderr  # a dependency that is down
-    assert run.stderr == (
-        f"error: cannot reach Temporal at {address}: Connection refused; start the embedded stack with "
-        "`databuild dev`, or set DATABUILD_TEMPORAL_ADDRESS to your server\n"
-    )
-    assert "Traceback" not in run.stdout
+# Commands that need Temporal, each run where nothing listens (forked from one process that imported the CLI).
+NEED_TEMPORAL = [
+    ["worker"],
+    ["want", "daily_summary/2024-01-07"],
+    ["publish", "raw_events/2024-01-01"],
+    ["resolve", "daily_users/2024-01-01"],
+    ["upstream", "list"],
+    ["schedule", "list"],
+]
+
+
+def test_an_unreachable_temporal_is_one_line_with_the_fix(tmp_path: Path) -> None:
+    addresses = [f"127.0.0.1:{free_port()}" for _ in NEED_TEMPORAL]
+    commands = [
+        (args, {"DATABUILD_TEMPORAL_ADDRESS": a}) for args, a in zip(NEED_TEMPORAL, addresses, strict=True)
+    ]
+    for address, run in zip(addresses, forked_cli(commands, cli_env(), tmp_path), strict=True):
+        assert run.returncode == 1, (run.args, run.stdout + run.stderr)  # a dependency that is down
+        assert run.stderr == (
+            f"error: cannot reach Temporal at {address}: Connection refused; start the embedded stack with "
+            "`databuild dev`, or set DATABUILD_TEMPORAL_ADDRESS to your server\n"
+        ), run.args
+        assert "Traceback" not in run.stdout

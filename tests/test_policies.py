@@ -3,8 +3,6 @@ alert routing and channel URLs, on their own."""
 
 import dataclasses
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from databuild.errors import GraphDefinitionError, InvalidInputError
 from databuild.graph import Graph
 from databuild.limits import policy_problem
 from databuild.temporal.protocol import JobPolicy
+from tests.conftest import forked_cli
 from worker.run import check_policy
 
 pytestmark = pytest.mark.unit
@@ -88,31 +87,23 @@ def test_a_policy_out_of_range_is_named_and_a_worker_refuses_to_start_with_it() 
         check_policy(dataclasses.replace(job, retries=-1), settings)
 
 
-@pytest.mark.parametrize(
-    ("variable", "value", "valid"),
-    [
-        ("DATABUILD_JOB_ATTEMPTS", "0", "1 to 1000"),
-        ("DATABUILD_JOB_ATTEMPTS", "-1", "1 to 1000"),
-        ("DATABUILD_MAX_CONCURRENT_JOBS", "0", "1 or more"),
-        ("DATABUILD_JOB_TIMEOUT", "0", "1s to 36500d"),
-        ("DATABUILD_JOB_HEARTBEAT_TIMEOUT", "0", "4s to 36500d"),
-        ("DATABUILD_JOB_LEASE", "0s", "1s to 36500d"),
-    ],
-)
-def test_a_worker_refuses_to_start_naming_the_setting(
-    tmp_path: Path, variable: str, value: str, valid: str
-) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
-    worker = subprocess.run(
-        [sys.executable, "-m", "databuild.cli", "worker"],
-        cwd=tmp_path,
-        env={**env, "PYTHONPATH": str(ROOT), "COLUMNS": "500", variable: value},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert worker.returncode == 2, worker.stderr
-    assert worker.stderr == f"error: bad setting {variable}: out of range; give {valid}\n"
+# Each a worker started with one variable out of range, all forked from one process that imported the CLI.
+OUT_OF_RANGE = [
+    ("DATABUILD_JOB_ATTEMPTS", "0", "1 to 1000"),
+    ("DATABUILD_JOB_ATTEMPTS", "-1", "1 to 1000"),
+    ("DATABUILD_MAX_CONCURRENT_JOBS", "0", "1 or more"),
+    ("DATABUILD_JOB_TIMEOUT", "0", "1s to 36500d"),
+    ("DATABUILD_JOB_HEARTBEAT_TIMEOUT", "0", "4s to 36500d"),
+    ("DATABUILD_JOB_LEASE", "0s", "1s to 36500d"),
+]
+
+
+def test_a_worker_refuses_to_start_naming_the_setting(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")} | {"COLUMNS": "500"}
+    commands = [(["worker"], {variable: value}) for variable, value, _ in OUT_OF_RANGE]
+    for (variable, _, valid), worker in zip(OUT_OF_RANGE, forked_cli(commands, env, tmp_path), strict=True):
+        assert worker.returncode == 2, (variable, worker.stderr)
+        assert worker.stderr == f"error: bad setting {variable}: out of range; give {valid}\n"
 
 
 def test_the_estimate_adds_a_job_to_its_slowest_input_and_counts_what_a_running_run_has_left() -> None:

@@ -20,7 +20,8 @@ from databuild.config import (
     setting_range,
 )
 from databuild.errors import InvalidInputError
-from tests.test_cli_secrets import BEL_URL, databuild
+from tests.conftest import forked_cli
+from tests.test_cli_secrets import BEL_URL, cli_env
 
 pytestmark = pytest.mark.unit
 
@@ -263,19 +264,19 @@ SECRET_SETTINGS = {
 }
 
 
-@pytest.mark.parametrize(
-    ("root", "problem"),
-    [
-        ("ftp://files.example/lake", "scheme 'ftp' is not supported; use a path, or a URI with one of"),
-        ("s3a:///lake", "the URI names no bucket or host; write s3a://bucket/path"),
-    ],
-)
-@pytest.mark.parametrize("args", [["wants", "list"], ["worker"]], ids=" ".join)
-def test_a_bad_storage_root_is_one_line_without_a_secret(
-    tmp_path: Path, args: list[str], root: str, problem: str
-) -> None:
-    run = databuild(tmp_path, *args, DATABUILD_STORAGE_ROOT=root, **SECRET_SETTINGS)
-    assert run.returncode == 2, run.stdout + run.stderr
-    assert run.stdout == "" and run.stderr.startswith(f"error: bad setting DATABUILD_STORAGE_ROOT: {problem}")
-    assert run.stderr.count("\n") == 1
-    assert "s3cret" not in run.stderr and root not in run.stderr  # every secret above has "s3cret" in it
+BAD_ROOTS = [
+    ("ftp://files.example/lake", "scheme 'ftp' is not supported; use a path, or a URI with one of"),
+    ("s3a:///lake", "the URI names no bucket or host; write s3a://bucket/path"),
+]
+
+
+def test_a_bad_storage_root_is_one_line_without_a_secret(tmp_path: Path) -> None:
+    cases = [(args, root, problem) for root, problem in BAD_ROOTS for args in (["wants", "list"], ["worker"])]
+    commands = [(args, {"DATABUILD_STORAGE_ROOT": root, **SECRET_SETTINGS}) for args, root, _ in cases]
+    for (args, root, problem), run in zip(cases, forked_cli(commands, cli_env(), tmp_path), strict=True):
+        assert run.returncode == 2, (args, run.stdout + run.stderr)
+        assert run.stdout == "" and run.stderr.startswith(
+            f"error: bad setting DATABUILD_STORAGE_ROOT: {problem}"
+        )
+        assert run.stderr.count("\n") == 1
+        assert "s3cret" not in run.stderr and root not in run.stderr  # every secret above has "s3cret" in it
