@@ -144,3 +144,22 @@ def test_a_tainted_partition_is_built_again() -> None:
     )
     found = plan([Root(ref="report/x")], nodes, TIMED, NOW)
     assert [(r.job_label, r.outputs) for r in found.runs] == [("report", ["report/x", "report_top/x"])]
+
+
+def test_a_chain_of_any_length_is_planned_and_a_declaration_that_loops_back_ends() -> None:
+    # A cumulative job reads its own previous day: 5,000 days back to the first that is live.
+    days = 5_000
+    nodes = {
+        f"total/{d}": Node(ref=f"total/{d}", job_label="total", inputs=[f"total/{d - 1}"])
+        for d in range(1, days)
+    }
+    nodes["total/0"] = Node(ref="total/0", job_label="total", status=PartitionStatus.live)
+    found = plan([Root(ref=f"total/{days - 1}")], nodes, {"total": durations_of([1.0] * 5)}, NOW)
+    assert found.count(Action.build) == days - 1 and found.partitions[0].ref == "total/0"
+    assert found.eta_p50 == NOW + timedelta(seconds=days - 1)
+
+    looping = {
+        "a/x": Node(ref="a/x", job_label="a", inputs=["b/x"]),
+        "b/x": Node(ref="b/x", job_label="b", inputs=["a/x"]),
+    }
+    assert [p.ref for p in plan([Root(ref="a/x")], looping, {}, NOW).partitions] == ["b/x", "a/x"]

@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from databuild.domain.estimates import Confidence, Durations, Step, estimate
+from databuild.domain.estimates import CONFIDENT_SAMPLES, Confidence, Durations
 from databuild.models import Model, PartitionStatus
 
 
@@ -124,47 +124,14 @@ def plan(
     """The plan for ``roots`` over what the loader found (``nodes``: every ref the roots reach through
     the inputs of what would be built, their ``requires`` included)."""
     order = _reached(roots, nodes)
-    steps: dict[str, Step | None] = {}
-
-    def step(ref: str) -> Step | None:
-        """What is left of ``ref`` (None: nothing, it is live or announced), for the estimate."""
-        if ref not in steps:
-            node = nodes[ref]
-            action = action_of(node)
-            if action in (Action.live, Action.available, Action.fail_locked, Action.skipped):
-                steps[ref] = None  # fail-locked and skipped are blocked, named in the plan, not timed
-            elif action is Action.awaited:
-                steps[ref] = Step(ref=ref, job_label=None)
-            else:
-                inputs = [s for i in inputs_to_follow(node) if (s := step(i)) is not None]
-                steps[ref] = Step(
-                    ref=ref, job_label=node.job_label, running_since=node.running_since, inputs=inputs
-                )
-        return steps[ref]
-
-    eta50: datetime | None = None
-    eta90: datetime | None = None
-    confidence = Confidence.high
-    misses = []
-    for root in roots:
-        found = step(root.ref)
-        extra = [s for r in root.requires if (s := step(r)) is not None]
-        if found is not None and extra:
-            found = found.model_copy(update={"inputs": [*found.inputs, *extra]})
-        if found is None:
-            continue
-        times = estimate(found, durations, now)
-        eta50 = max(eta50 or times.eta_p50, times.eta_p50)
-        eta90 = max(eta90 or times.eta_p90, times.eta_p90)
-        confidence = min(confidence, times.confidence, key=_CONFIDENCE.index)
-        if root.deadline is not None and times.at_risk(root.deadline):
-            misses.append(SlaMiss(ref=root.ref, deadline=root.deadline, eta_p90=times.eta_p90))
-    if any(action_of(nodes[ref]) in (Action.fail_locked, Action.skipped) for ref in order):
-        confidence = Confidence.none
+    left = _time_left(order, nodes, durations, now)
+    etas = [(root, _after([root.ref, *root.requires], left)) for root in roots]
+    ends = [at for _, at in etas if at is not None]
     runs = _runs(nodes[ref] for ref in order if action_of(nodes[ref]) is Action.build)
-    timed = [
-        durations[r.job_label] for r in runs if r.job_label in durations and durations[r.job_label].samples
-    ]
+    timed = {label: d for label, d in durations.items() if d.samples}
+    waited = {nodes[ref].job_label for ref in order if action_of(nodes[ref]) is Action.building}
+    labels = {run.job_label for run in runs} | {label for label in waited if label}
+    untimed = sorted(label for label in labels if label not in timed)
     return Plan(
         wanted=len(roots),
         partitions=[
@@ -177,41 +144,87 @@ def plan(
             for ref in order
         ],
         runs=runs,
-        eta_p50=eta50,
-        eta_p90=eta90,
-        work_p50=sum((d.p50 for d in timed), timedelta(0)),
-        work_p90=sum((d.p90 for d in timed), timedelta(0)),
-        confidence=confidence,
-        untimed=sorted({r.job_label for r in runs} - {label for label, d in durations.items() if d.samples}),
-        sla_misses=misses,
+        eta_p50=now + max(p50 for p50, _ in ends) if ends else None,
+        eta_p90=now + max(p90 for _, p90 in ends) if ends else None,
+        work_p50=sum((timed[r.job_label].p50 for r in runs if r.job_label in timed), timedelta(0)),
+        work_p90=sum((timed[r.job_label].p90 for r in runs if r.job_label in timed), timedelta(0)),
+        confidence=_confidence(order, nodes, labels, timed),
+        untimed=untimed,
+        sla_misses=[
+            SlaMiss(ref=root.ref, deadline=root.deadline, eta_p90=now + at[1])
+            for root, at in etas
+            if root.deadline is not None and at is not None and now + at[1] >= root.deadline
+        ],
         discovered_at_run_time=[
             ref for ref in order if action_of(nodes[ref]) is Action.build and nodes[ref].inputs is None
         ],
     )
 
 
-_CONFIDENCE = [Confidence.none, Confidence.low, Confidence.high]
+Left = tuple[timedelta, timedelta]  # what is left until a partition is live, at p50 and at p90
+
+
+def _time_left(
+    order: Sequence[str], nodes: dict[str, Node], durations: dict[str, Durations], now: datetime
+) -> dict[str, Left | None]:
+    """For each ref (``order``: inputs first), how long until it is live, as ``domain.estimates`` counts
+    it: its own job's usual time (what is left of it for a run that is going) after its slowest input's.
+    None: nothing to wait for (live, announced), or something no time can be given to (blocked); a job
+    never timed counts as no time. A pass in order, not a recursion: chains of any length are planned."""
+    left: dict[str, Left | None] = {}
+    for ref in order:
+        node = nodes[ref]
+        action = action_of(node)
+        if action in (Action.live, Action.available, Action.fail_locked, Action.skipped):
+            left[ref] = None
+            continue
+        after = _after(inputs_to_follow(node), left) or (timedelta(0), timedelta(0))
+        stats = durations.get(node.job_label or "")
+        if action is Action.awaited or stats is None or not stats.samples:
+            left[ref] = after
+            continue
+        gone = now - node.running_since if node.running_since is not None else timedelta(0)
+        own = (max(stats.p50 - gone, timedelta(0)), max(stats.p90 - gone, timedelta(0)))
+        left[ref] = (after[0] + own[0], after[1] + own[1])
+    return left
+
+
+def _after(refs: Iterable[str], left: dict[str, Left | None]) -> Left | None:
+    """The latest of ``refs`` (None if none has anything left)."""
+    found = [at for r in refs if (at := left.get(r)) is not None]
+    if not found:
+        return None
+    return max(at[0] for at in found), max(at[1] for at in found)
+
+
+def _confidence(
+    order: Sequence[str], nodes: dict[str, Node], labels: set[str], timed: dict[str, Durations]
+) -> Confidence:
+    """``high`` when every job the plan runs or waits for has enough succeeded runs; ``none`` when one
+    never succeeded, or something on the way is blocked or awaited; ``low`` otherwise."""
+    blocked = (Action.fail_locked, Action.skipped, Action.awaited)
+    if any(action_of(nodes[ref]) in blocked for ref in order) or any(label not in timed for label in labels):
+        return Confidence.none
+    few = any(timed[label].samples < CONFIDENT_SAMPLES for label in labels)
+    return Confidence.low if few else Confidence.high
 
 
 def _reached(roots: Sequence[Root], nodes: dict[str, Node]) -> list[str]:
     """Every ref the roots reach, each after the inputs it would wait for (depth first, in the roots'
-    order), once."""
+    order), once. With a stack of its own: chains of any length."""
     order: dict[str, None] = {}
-    visiting: set[str] = set()
-
-    def visit(ref: str) -> None:
-        if ref in order or ref in visiting:
-            return
-        visiting.add(ref)
-        for each in inputs_to_follow(nodes[ref]):
-            visit(each)
-        visiting.discard(ref)
-        order[ref] = None
-
-    for root in roots:
-        for required in root.requires:
-            visit(required)
-        visit(root.ref)
+    expanding: set[str] = set()  # on the current path: a declaration that loops back is not followed again
+    for start in (ref for root in roots for ref in (*root.requires, root.ref)):
+        stack = [(start, False)]
+        while stack:
+            ref, expanded = stack.pop()
+            if expanded:
+                expanding.discard(ref)
+                order[ref] = None
+            elif ref not in order and ref not in expanding:
+                expanding.add(ref)
+                stack.append((ref, True))
+                stack.extend((i, False) for i in reversed(inputs_to_follow(nodes[ref])))
     return list(order)
 
 
