@@ -107,19 +107,19 @@ def context(facts: InstanceFacts | None = FACTS) -> CheckContext:
 
 def test_a_schema_contract_and_a_row_count_read_the_recorded_facts_without_spark() -> None:
     frame = None  # neither touches the data: a Spark call on it would raise here
-    ok = schema({"user_id": "long", "amount": "DECIMAL(10, 2)"}, exact=True).result(context(), frame)  # type: ignore[arg-type]
+    ok = schema({"user_id": "long", "amount": "DECIMAL(10, 2)"}, exact=True).result(context(), lambda: frame)  # type: ignore[arg-type]
     assert ok.passed and ok.message == "2 columns as declared"
-    bad = schema({"user_id": "string", "country": "string"}, exact=True).result(context(), frame)  # type: ignore[arg-type]
+    bad = schema({"user_id": "string", "country": "string"}, exact=True).result(context(), lambda: frame)  # type: ignore[arg-type]
     assert not bad.passed and bad.severity is CheckSeverity.blocking
     assert (
         bad.message == "user_id is bigint, not string; no column country; columns not in the contract: amount"
     )
-    assert row_count(min=1, max=2).result(context(), frame).message == "3 rows (expected 1 to 2)"  # type: ignore[arg-type]
-    assert row_count(min=1).result(context(), frame).metrics == {"rows": 3}  # type: ignore[arg-type]
+    assert row_count(min=1, max=2).result(context(), lambda: frame).message == "3 rows (expected 1 to 2)"  # type: ignore[arg-type]
+    assert row_count(min=1).result(context(), lambda: frame).metrics == {"rows": 3}  # type: ignore[arg-type]
 
 
 def test_a_check_on_a_column_the_data_lacks_fails_saying_so() -> None:
-    result = not_null("country").result(context(), None)  # type: ignore[arg-type]
+    result = not_null("country").result(context(), lambda: None)  # type: ignore[arg-type]
     assert not result.passed
     assert result.message == "the written data has no column country (its columns: user_id, amount)"
 
@@ -128,15 +128,15 @@ def test_a_custom_check_returns_a_verdict_or_a_bool() -> None:
     def fine(ctx: CheckContext, frame: object) -> Verdict:
         return Verdict(passed=True, message=f"{ctx.params['n']} ok", metrics={"score": 0.5})
 
-    result = custom(fine, severity="warning").result(context(), None)  # type: ignore[arg-type]
+    result = custom(fine, severity="warning").result(context(), lambda: None)  # type: ignore[arg-type]
     assert (result.name, result.passed, result.message, result.metrics) == (
         "fine",
         True,
         "1 ok",
         {"score": 0.5},
     )
-    assert not custom(lambda c, f: False, name="never").result(context(), None).passed  # type: ignore[arg-type]
-    odd = custom(lambda c, f: "yes", name="odd").result(context(), None)  # type: ignore[arg-type]
+    assert not custom(lambda c, f: False, name="never").result(context(), lambda: None).passed  # type: ignore[arg-type]
+    odd = custom(lambda c, f: "yes", name="odd").result(context(), lambda: None)  # type: ignore[arg-type]
     assert not odd.passed and "returns a Verdict or a bool" in odd.message
 
 

@@ -41,6 +41,10 @@ class Verdict(Model):
     metrics: dict[str, CheckMetric] = Field(default={})
 
 
+# The instance's data, read back when first called (run_checks reads it once for all its checks).
+Data = Callable[[], "DataFrame"]
+
+
 @dataclass(frozen=True)
 class CheckContext:
     """What a check is given besides the data: the instance it checks."""
@@ -69,11 +73,13 @@ class Check:
         """What is wrong with its arguments, each with the fix."""
         return []
 
-    def evaluate(self, ctx: CheckContext, frame: "DataFrame") -> Verdict:
+    def evaluate(self, ctx: CheckContext, data: Data) -> Verdict:
         raise NotImplementedError
 
-    def result(self, ctx: CheckContext, frame: "DataFrame") -> CheckResult:
-        verdict = self.evaluate(ctx, frame)
+    def result(self, ctx: CheckContext, data: Data) -> CheckResult:
+        """The result on the instance ``data()`` reads back: called only by a check that looks at the
+        data, so a schema contract or a row count from the recorded facts costs no Spark work at all."""
+        verdict = self.evaluate(ctx, data)
         return CheckResult(
             name=self.name,
             ref=ctx.ref,
@@ -84,15 +90,15 @@ class Check:
         )
 
 
-def _written_columns(ctx: CheckContext, frame: "DataFrame") -> list[Column]:
+def _written_columns(ctx: CheckContext, data: Data) -> list[Column]:
     """The schema as written (recorded with the instance), else as read back: no Spark job either way."""
     if ctx.facts is not None and ctx.facts.columns:
         return list(ctx.facts.columns)
-    return [Column(name=f.name, type=f.dataType.simpleString(), nullable=f.nullable) for f in frame.schema]
+    return [Column(name=f.name, type=f.dataType.simpleString(), nullable=f.nullable) for f in data().schema]
 
 
-def _absent(columns: Sequence[str], ctx: CheckContext, frame: "DataFrame") -> Verdict | None:
-    have = [c.name for c in _written_columns(ctx, frame)]
+def _absent(columns: Sequence[str], ctx: CheckContext, data: Data) -> Verdict | None:
+    have = [c.name for c in _written_columns(ctx, data)]
     absent = [c for c in columns if c not in have]
     if not absent:
         return None
@@ -128,12 +134,12 @@ class RowCount(Check):
             return [f"min={self.min} is more than max={self.max}"]
         return []
 
-    def evaluate(self, ctx: CheckContext, frame: "DataFrame") -> Verdict:
+    def evaluate(self, ctx: CheckContext, data: Data) -> Verdict:
         from pyspark.sql import functions as F
 
         # The Parquet footers' count, recorded with the instance, needs no Spark job.
         known = ctx.facts.rows if ctx.facts is not None else None
-        rows = known if known is not None else int(frame.agg(F.count(F.lit(1))).first()[0])  # type: ignore[index]
+        rows = known if known is not None else int(data().agg(F.count(F.lit(1))).first()[0])  # type: ignore[index]
         low = self.min if self.min is not None else 0
         passed = low <= rows and (self.max is None or rows <= self.max)
         wanted = f"{low:,} to {self.max:,}" if self.max is not None else f"at least {low:,}"
@@ -151,12 +157,12 @@ class NotNull(Check):
     def problems(self) -> list[str]:
         return _columns_problems(self.names)
 
-    def evaluate(self, ctx: CheckContext, frame: "DataFrame") -> Verdict:
+    def evaluate(self, ctx: CheckContext, data: Data) -> Verdict:
         from pyspark.sql import functions as F
 
-        if (absent := _absent(self.names, ctx, frame)) is not None:
+        if (absent := _absent(self.names, ctx, data)) is not None:
             return absent
-        row = frame.agg(*(F.count_if(F.col(c).isNull()).alias(c) for c in self.names)).first()
+        row = data().agg(*(F.count_if(F.col(c).isNull()).alias(c) for c in self.names)).first()
         assert row is not None
         nulls = {c: int(row[c]) for c in self.names}
         found = [f"{n:,} null {c}" for c, n in nulls.items() if n]
@@ -175,13 +181,14 @@ class Unique(Check):
     def problems(self) -> list[str]:
         return _columns_problems(self.names)
 
-    def evaluate(self, ctx: CheckContext, frame: "DataFrame") -> Verdict:
+    def evaluate(self, ctx: CheckContext, data: Data) -> Verdict:
         from pyspark.sql import functions as F
 
-        if (absent := _absent(self.names, ctx, frame)) is not None:
+        if (absent := _absent(self.names, ctx, data)) is not None:
             return absent
         row = (
-            frame.groupBy(*self.names)
+            data()
+            .groupBy(*self.names)
             .count()
             .where(F.col("count") > 1)
             .agg(F.count(F.lit(1)).alias("keys"), F.sum("count").alias("rows"))
@@ -217,17 +224,21 @@ class AcceptedValues(Check):
             problems.append(f"values {list(self.values)!r}: give strings or numbers")
         return problems
 
-    def evaluate(self, ctx: CheckContext, frame: "DataFrame") -> Verdict:
+    def evaluate(self, ctx: CheckContext, data: Data) -> Verdict:
         from pyspark.sql import functions as F
 
-        if (absent := _absent([self.column], ctx, frame)) is not None:
+        if (absent := _absent([self.column], ctx, data)) is not None:
             return absent
         # Nulls are not judged here (not_null is): `NOT IN` of a null is null, which count_if skips.
         other = ~F.col(self.column).isin(list(self.values))
-        row = frame.agg(
-            F.count_if(other).alias("unexpected"),
-            F.min(F.when(other, F.col(self.column).cast("string"))).alias("example"),
-        ).first()
+        row = (
+            data()
+            .agg(
+                F.count_if(other).alias("unexpected"),
+                F.min(F.when(other, F.col(self.column).cast("string"))).alias("example"),
+            )
+            .first()
+        )
         assert row is not None
         unexpected = int(row["unexpected"])
         message = (
@@ -266,8 +277,8 @@ class SchemaContract(Check):
                 )
         return problems
 
-    def evaluate(self, ctx: CheckContext, frame: "DataFrame") -> Verdict:
-        written = {c.name: c.type for c in _written_columns(ctx, frame)}
+    def evaluate(self, ctx: CheckContext, data: Data) -> Verdict:
+        written = {c.name: c.type for c in _written_columns(ctx, data)}
         found = []
         for name, kind in self.expected:
             if name not in written:
@@ -291,9 +302,9 @@ class Custom(Check):
     def problems(self) -> list[str]:
         return [] if callable(self.fn) else [f"{self.fn!r} is not a function of (ctx, frame)"]
 
-    def evaluate(self, ctx: CheckContext, frame: "DataFrame") -> Verdict:
+    def evaluate(self, ctx: CheckContext, data: Data) -> Verdict:
         assert self.fn is not None
-        verdict = self.fn(ctx, frame)
+        verdict = self.fn(ctx, data())
         if isinstance(verdict, bool):
             return Verdict(passed=verdict)
         if not isinstance(verdict, Verdict):

@@ -1,6 +1,7 @@
 """Running an output's checks on one instance, read back from its location in the given Spark session:
 by the job context right after the instance is written, and by `databuild check` on a live instance."""
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,8 @@ def run_checks(
     attempt as any job error would, and the run's retry policy applies."""
     if not checks:
         return []
-    # Read back, not the DataFrame the job wrote: the checks test what readers will read.
-    frame = spark.read.parquet(location)
+    # Read back, not the DataFrame the job wrote: the checks test what readers will read. Only if one of
+    # them looks at the data (listing the files and reading their footers takes a Spark session ~60 ms).
+    data = functools.cache(lambda: spark.read.parquet(location))
     context = CheckContext(spark=spark, ref=ref, instance_id=instance_id, params=params, facts=facts)
-    return [check.result(context, frame) for check in checks]
+    return [check.result(context, data) for check in checks]
