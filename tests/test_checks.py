@@ -249,6 +249,9 @@ def test_results_show_with_the_instance_in_the_cli_the_api_and_the_dashboard(tmp
     text = console.export_text()
     assert "check passed not_null(id) (blocking) not_null(id)!" in text
     assert f"check FAILED small (warning) {HOSTILE}" in text
+    # Every line that names the instance (the want tree's, a job run's) says how its checks went.
+    console.print(render.instance_label("i1", "a/1", view.index, "wrote"))
+    assert "wrote a/1 uuid:i1 [live, check failed: small]" in console.export_text()
 
     app = create_app(web_context(settings, bel, "http://127.0.0.1:8233"))
     with TestClient(app, base_url="http://localhost:8000", client=("127.0.0.1", 50000)) as client:

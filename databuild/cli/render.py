@@ -111,7 +111,7 @@ def partition_label(p: Partition) -> Text:
 
 
 def instance_label(instance_id: str | None, ref: str, index: RelatedEntities, verb: str = "") -> Text:
-    """``verb ref uuid:abcd1234 [live, stale]``: an instance as the index knows it."""
+    """``verb ref uuid:abcd1234 [live, stale, 2 checks passed]``: an instance as the index knows it."""
     text = Text(f"{verb} " if verb else "", style="dim")
     text.append(ref, style="bold")
     text.append(f" uuid:{_short(instance_id)}", style="dim")
@@ -121,6 +121,13 @@ def instance_label(instance_id: str | None, ref: str, index: RelatedEntities, ve
         text.append(found.status.value, style=INSTANCE_STYLE[found.status])
         if found.stale:
             text.append(", stale", style="yellow")
+        failed = [c.name for c in found.checks if not c.passed]
+        if failed:
+            text.append(f", check failed: {', '.join(failed)}", style="red")
+        elif found.checks:
+            text.append(
+                f", {len(found.checks)} check{'s' if len(found.checks) != 1 else ''} passed", style="green"
+            )
         text.append("]")
     return text
 
