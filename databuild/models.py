@@ -424,6 +424,9 @@ class Instance(Model):
     checks: list[CheckResult] = Field(
         default=[], description="the latest result of each check of its output, as recorded"
     )
+    job_version: str | None = Field(
+        default=None, description="the code version of the job that built it; None: external, or unknown"
+    )
 
     @property
     def stale(self) -> bool:
