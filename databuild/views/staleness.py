@@ -1,0 +1,66 @@
+"""Stale partitions read from the BEL (``databuild.domain.staleness``): the live instances asked about,
+then the live instances they read, a level at a time, in bulk; one read transaction."""
+
+from collections.abc import Iterable
+
+from databuild.bel.queries import BelQueries
+from databuild.domain.staleness import Built, staleness
+from databuild.globs import compile_glob
+from databuild.graph import Graph
+from databuild.models import StalePartition, StaleReason
+
+
+def stale_partitions(bel: BelQueries, graph: Graph, pattern: str | None = None) -> list[StalePartition]:
+    """The stale live partitions whose refs match the glob ``pattern`` (all when None), by ref."""
+    if pattern is not None:
+        compile_glob(pattern)  # a malformed pattern is refused, naming the problem, before any read
+    with bel.snapshot():
+        built = bel.live_built(pattern)
+        targets = list(built)
+        _add_upstream(bel, built)
+    found = staleness(built, versions(graph), targets)
+    return [_stale(built[t], found[t]) for t in targets if t in found]
+
+
+def stale_of(bel: BelQueries, graph: Graph, instance_ids: list[str]) -> dict[str, StalePartition]:
+    """Which of these live instances are stale (the others are left out), by instance id."""
+    with bel.snapshot():
+        built = bel.built_by_id(instance_ids)
+        _add_upstream(bel, built)
+    found = staleness(built, versions(graph), [i for i in instance_ids if i in built])
+    return {i: _stale(built[i], reasons) for i, reasons in found.items()}
+
+
+def versions(graph: Graph) -> dict[str, str]:
+    return {job.label: job.version for job in graph.jobs}
+
+
+def _add_upstream(bel: BelQueries, built: dict[str, Built]) -> None:
+    """Adds the live instances ``built`` read, transitively: what an input's staleness is derived from."""
+    frontier = _unread(built, built.values())
+    while frontier:
+        more = bel.built_by_id(frontier)
+        built |= more
+        frontier = _unread(built, more.values())
+
+
+def _unread(built: dict[str, Built], instances: Iterable[Built]) -> list[str]:
+    return sorted(
+        {
+            r.instance_id
+            for b in instances
+            for r in b.reads
+            if r.live_instance_id == r.instance_id and r.instance_id not in built
+        }
+    )
+
+
+def _stale(instance: Built, reasons: list[StaleReason]) -> StalePartition:
+    return StalePartition(
+        ref=instance.ref,
+        instance_id=instance.instance_id,
+        job_label=instance.job_label,
+        job_run_id=instance.job_run_id,
+        job_version=instance.version,
+        reasons=reasons,
+    )
