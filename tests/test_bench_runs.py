@@ -133,3 +133,11 @@ def test_bench_big_backfill_keeps_its_window_and_cancels_within_seconds() -> Non
         "misses"
     ]
     assert f["verdict"] == ("PASS" if not f["misses"] else "FAIL")
+
+
+def test_bench_stale_finds_every_stale_partition_and_times_it_against_a_plain_read() -> None:
+    f = bench("bench.bench_stale", "--partitions", "2000", "--samples", "1")
+    assert f["live_partitions"] >= 1900 and f["stale_all"] == f["live_partitions"] - f["days"]
+    assert f["baseline_rows"] == f["live_partitions"] + f["consumer_rows"]  # the rows stale reads
+    assert 0 < f["stale_pattern_found"] < f["stale_all"]
+    assert f["ratio_all"] == pytest.approx(f["stale_all_s"] / f["baseline_s"], rel=0.05)

@@ -108,3 +108,18 @@ def test_a_newer_or_tainted_input_makes_its_readers_stale_transitively(bel: Buil
 def test_a_malformed_pattern_is_refused(bel: BuildEventLog) -> None:
     with pytest.raises(InvalidPatternError):
         stale_partitions(bel, before, "up/[1]")
+
+
+def test_an_upstream_deeper_than_the_levels_read_one_by_one_is_read_whole(bel: BuildEventLog) -> None:
+    g = Graph("cumulative")
+    g.external("ext/{n}")
+    g.job("sum/{n}", label="sum", version="1")(lambda ctx, n: None)
+    bel.publish_external("ext/0", instance_id="ext/0@1")
+    previous = build(bel, "sum/0", InstanceRef(ref="ext/0", instance_id="ext/0@1"), graph=g)
+    for n in range(1, 20):  # each day reads the day before: 20 levels deep
+        previous = build(bel, f"sum/{n}", previous, graph=g)
+    assert stale_partitions(bel, g, "sum/19") == []
+    bel.publish_external("ext/0", instance_id="ext/0@2")
+    (found,) = stale_partitions(bel, g, "sum/19")
+    assert [str(r) for r in found.reasons] == ["read sum/18 sum/18@1, which is stale"]
+    assert len(stale_partitions(bel, g)) == 20

@@ -9,6 +9,9 @@ from databuild.globs import compile_glob
 from databuild.graph import Graph
 from databuild.models import StalePartition, StaleReason
 
+# Levels of upstream read one by one before the rest is read in bulk (see _add_upstream).
+MAX_LEVELS = 8
+
 
 def stale_partitions(bel: BelQueries, graph: Graph, pattern: str | None = None) -> list[StalePartition]:
     """The stale live partitions whose refs match the glob ``pattern`` (all when None), by ref."""
@@ -36,12 +39,18 @@ def versions(graph: Graph) -> dict[str, str]:
 
 
 def _add_upstream(bel: BelQueries, built: dict[str, Built]) -> None:
-    """Adds the live instances ``built`` read, transitively: what an input's staleness is derived from."""
+    """Adds the live instances ``built`` read, transitively: what an input's staleness is derived from.
+    A level at a time for a few levels; an upstream deeper than that (a cumulative job reading its own
+    previous day reaches back to the first) is read whole instead, in two queries, not one per level."""
     frontier = _unread(built, built.values())
-    while frontier:
+    for _level in range(MAX_LEVELS):
+        if not frontier:
+            return
         more = bel.built_by_id(frontier)
         built |= more
         frontier = _unread(built, more.values())
+    if frontier:
+        built |= {i: b for i, b in bel.live_built().items() if i not in built}
 
 
 def _unread(built: dict[str, Built], instances: Iterable[Built]) -> list[str]:
