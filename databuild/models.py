@@ -376,6 +376,26 @@ class StalePartition(Model):
     reasons: list[StaleReason]
 
 
+class WhyFact(Model):
+    """One recorded fact in the explanation of a partition's state."""
+
+    ref: str
+    instance_id: str | None = None
+    job_run_id: str | None = None
+    at: datetime | None = Field(default=None, description="when it was recorded")
+    text: str
+
+
+class Why(Model):
+    """Why a partition is in its state: a chain of recorded facts, from its own state down to the root
+    cause (``databuild why REF``)."""
+
+    ref: str
+    status: PartitionStatus
+    stale: bool = Field(description="live, but built from what has changed since")
+    chain: list[WhyFact]
+
+
 class Column(Model):
     name: str
     type: str = Field(description="its Spark SQL type, e.g. `bigint`, `string`, `array<string>`")

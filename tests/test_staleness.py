@@ -2,17 +2,25 @@
 job version makes exactly its partitions and their readers stale, an unchanged one nothing; a newer or
 tainted input does too. (The rule itself: tests/test_domain_staleness.py.)"""
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from databuild.bel import BuildEventLog
+from databuild.config import Settings
 from databuild.errors import InvalidPatternError
 from databuild.graph import Graph
-from databuild.models import InstanceRef, WantSource, WantSpec
+from databuild.models import InstanceRef, PartitionStatus, StalePartition, WantSource, WantSpec, Why
 from databuild.views.staleness import stale_partitions
+from databuild.views.why import why
+from databuild.web import create_app, web_context
 
 pytestmark = pytest.mark.unit
 
@@ -123,3 +131,85 @@ def test_an_upstream_deeper_than_the_levels_read_one_by_one_is_read_whole(bel: B
     (found,) = stale_partitions(bel, g, "sum/19")
     assert [str(r) for r in found.reasons] == ["read sum/18 sum/18@1, which is stale"]
     assert len(stale_partitions(bel, g)) == 20
+
+
+def test_why_explains_each_state_as_a_chain_of_recorded_facts(bel: BuildEventLog) -> None:
+    layers(bel, 1)
+    layers(bel, 2)
+    fresh = why(bel, before, "down/1")
+    assert (fresh.status, fresh.stale, len(fresh.chain)) == (PartitionStatus.live, False, 1)
+    run = bel.instance("down/1@1").job_run_id
+    assert (
+        fresh.chain[0].text
+        == f"live: instance down/1@1, built by job run {run} (job down, version 1) from mid/1 mid/1@1"
+    )
+
+    # A new version of mid: down/1 is stale through mid/1, whose version changed.
+    changed = why(bel, after, "down/1")
+    assert changed.stale and [f.text for f in changed.chain[1:]] == [
+        "stale: read mid/1 instance mid/1@1, which is stale:",
+        "stale: job mid's version changed from 1 (which built it) to 2",
+    ]
+    # The upstream republished ext/1: the chain ends at the newer instance and who announced it.
+    bel.publish_external("ext/1", instance_id="ext/1@2")
+    chain = [(f.ref, f.text) for f in why(bel, before, "down/1").chain[1:]]
+    assert chain == [
+        ("down/1", "stale: read mid/1 instance mid/1@1, which is stale:"),
+        ("mid/1", "stale: read up/1 instance up/1@1, which is stale:"),
+        (
+            "up/1",
+            "stale: read ext/1 instance ext/1@1, which was superseded by instance ext/1@2 (announced externally)",
+        ),
+    ]
+    # A taint names its reason, in the reader's chain and in the tainted partition's own.
+    bel.taint("up/2", reason="bad feed")
+    assert [f.text for f in why(bel, before, "mid/2").chain[1:]] == [
+        "stale: read up/2 instance up/2@1, which was tainted: bad feed"
+    ]
+    assert [f.text for f in why(bel, before, "up/2").chain] == ["tainted: bad feed"]
+    assert why(bel, before, "up/9").status is PartitionStatus.missing
+
+
+def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'bel.sqlite'}"
+    bel = BuildEventLog.create(url)
+    layers(bel, 1)
+    bel.dispose()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
+    env |= {"PYTHONPATH": str(ROOT), "COLUMNS": "200", "DATABUILD_TEMPORAL_ADDRESS": "127.0.0.1:9"}
+    env |= {"DATABUILD_DATABASE_URL": url}
+
+    def databuild(graph: str, *args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "databuild.cli", *args]
+        env["DATABUILD_GRAPH"] = f"tests.test_staleness:{graph}"
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    unchanged = databuild("before", "stale")
+    assert unchanged.returncode == 0 and "nothing is stale" in unchanged.stdout, unchanged.stderr
+    listed = databuild("after", "stale", "--json")
+    assert listed.returncode == 0, listed.stderr
+    found = [StalePartition.model_validate(p) for p in json.loads(listed.stdout)]
+    assert [(p.ref, [r.kind.value for r in p.reasons]) for p in found] == [
+        ("down/1", ["input_stale"]),
+        ("mid/1", ["code_changed"]),
+    ]
+    table = databuild("after", "stale", "mid/*")
+    assert (
+        table.returncode == 0
+        and "job version changed 1 -> 2" in table.stdout
+        and "down/1" not in table.stdout
+    )
+    explained = databuild("after", "why", "down/1")
+    assert explained.returncode == 0, explained.stderr
+    assert "down/1 live (stale)" in explained.stdout and "version changed from 1" in explained.stdout
+    as_json = databuild("after", "why", "down/1", "--json")
+    assert Why.model_validate_json(as_json.stdout).chain[-1].ref == "mid/1"
+
+    bel = BuildEventLog.create(url)
+    app = create_app(web_context(Settings(home=tmp_path, graph="tests.test_staleness:after"), bel))
+    client = TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 50000))
+    api = client.get("/api/stale", params={"pattern": "down/*"})
+    assert api.status_code == 200 and [p["ref"] for p in api.json()] == ["down/1"], api.text
+    explained_api = client.get("/api/why/mid/1")
+    assert explained_api.status_code == 200 and Why.model_validate(explained_api.json()).stale
+    bel.dispose()

@@ -34,6 +34,17 @@ def stale_of(bel: BelQueries, graph: Graph, instance_ids: list[str]) -> dict[str
     return {i: _stale(built[i], reasons) for i, reasons in found.items()}
 
 
+def stale_upstream(
+    bel: BelQueries, graph: Graph, instance_id: str
+) -> tuple[dict[str, Built], dict[str, list[StaleReason]]]:
+    """A live instance and every live instance it read, transitively, with the reasons of each that is
+    stale: what `why` follows down to a root cause."""
+    with bel.snapshot():
+        built = bel.built_by_id([instance_id])
+        _add_upstream(bel, built)
+    return built, staleness(built, versions(graph), built)
+
+
 def versions(graph: Graph) -> dict[str, str]:
     return {job.label: job.version for job in graph.jobs}
 

@@ -20,10 +20,12 @@ from databuild.models import (
     Model,
     Partition,
     PartitionStatus,
+    StalePartition,
     TaintResult,
     Want,
     WantSource,
     WantState,
+    Why,
     validated,
 )
 from databuild.views.graph import GraphView, graph_view
@@ -285,6 +287,18 @@ def get_events(
 def get_partition(request: Request, ref: str, fan_out: FanOut = FAN_OUT, offset: Offset = 0) -> PartitionView:
     """Lineage of the ref's live (or latest) instance: builder and inputs upstream, consumers downstream."""
     return partition_view(context(request).bel, ref, fan_out=fan_out, offset=offset)
+
+
+@router.get("/stale", response_model=list[StalePartition])
+async def get_stale(request: Request, pattern: Pattern = None) -> list[StalePartition]:
+    """The stale live partitions (of refs matching ``pattern``), with their reasons, by ref."""
+    return await context(request).db.stale(pattern)
+
+
+@router.get("/why/{ref:path}", response_model=Why)
+async def get_why(request: Request, ref: str) -> Why:
+    """Why the ref is in its state: the chain of recorded facts."""
+    return await context(request).db.why(ref)
 
 
 @router.get("/job-runs", response_model=ListView[JobRun])
