@@ -18,6 +18,7 @@ from databuild.config import Settings
 from databuild.errors import InvalidPatternError
 from databuild.graph import Graph
 from databuild.models import InstanceRef, PartitionStatus, StalePartition, WantSource, WantSpec, Why
+from databuild.operations.stale_metrics import StaleCollector
 from databuild.views.staleness import stale_partitions
 from databuild.views.why import why
 from databuild.web import create_app, web_context
@@ -199,6 +200,9 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
         and "job version changed 1 -> 2" in table.stdout
         and "down/1" not in table.stdout
     )
+    shown = databuild("after", "partitions", "show", "mid/1")
+    assert shown.returncode == 0 and "stale: job version changed 1 -> 2" in shown.stdout, shown.stderr
+    assert "job version 1" in shown.stdout
     explained = databuild("after", "why", "down/1")
     assert explained.returncode == 0, explained.stderr
     assert "down/1 live (stale)" in explained.stdout and "version changed from 1" in explained.stdout
@@ -212,4 +216,32 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
     assert api.status_code == 200 and [p["ref"] for p in api.json()] == ["down/1"], api.text
     explained_api = client.get("/api/why/mid/1")
     assert explained_api.status_code == 200 and Why.model_validate(explained_api.json()).stale
+    view = client.get("/api/partitions/down/1").json()
+    assert [r["kind"] for r in view["stale"]] == ["input_stale"]
+    assert view["index"]["instances"]["down/1@1"]["job_version"] == "1"
+    assert client.get("/api/partitions/up/1").json()["stale"] == []
+    metrics = client.get("/metrics").text
+    assert 'databuild_stale_partitions{job_label="mid"} 1.0' in metrics
+    assert 'databuild_stale_partitions{job_label="down"} 1.0' in metrics
+    assert 'job_label="up"' not in metrics.split("databuild_stale_partitions", 1)[1]
     bel.dispose()
+
+
+def test_stale_metrics_are_computed_at_most_once_per_period_and_never_a_wrong_zero() -> None:
+    calls: list[int] = []
+
+    def count() -> dict[str, int]:
+        calls.append(1)
+        if len(calls) == 3:
+            raise InvalidPatternError("the BEL could not be read")
+        return {"mid": 2}
+
+    def figures(collector: StaleCollector) -> list[tuple[dict[str, str], float]]:
+        (family,) = collector.collect()
+        return [(sample.labels, sample.value) for sample in family.samples]
+
+    cached = StaleCollector(count, every=3600)
+    assert figures(cached) == figures(cached) == [({"job_label": "mid"}, 2)] and len(calls) == 1
+    eager = StaleCollector(count, every=0)
+    assert figures(eager) == [({"job_label": "mid"}, 2)]
+    assert figures(eager) == [] and len(calls) == 3  # not counted: nothing, rather than a zero

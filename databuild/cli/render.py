@@ -231,6 +231,10 @@ def lineage_view(view: PartitionView) -> RenderableType:
             focus.append(f"\n  schema {columns or '(no columns)'}")
         if shown.schema_changed:
             focus.append("  schema changed", style="bold yellow")
+        if shown.job_version is not None:
+            focus.append(f"\n  job version {shown.job_version}")
+        for reason in view.stale:
+            focus.append(f"\n  stale: {reason}", style="yellow")
         if shown.checks:
             for line in check_lines(shown.checks).split("\n"):
                 focus.append("\n  check ")

@@ -8,6 +8,7 @@ from databuild.domain.staleness import Built, staleness
 from databuild.globs import compile_glob
 from databuild.graph import Graph
 from databuild.models import StalePartition, StaleReason
+from databuild.views.lineage import PartitionView
 
 # Levels of upstream read one by one before the rest is read in bulk (see _add_upstream).
 MAX_LEVELS = 8
@@ -43,6 +44,24 @@ def stale_upstream(
         built = bel.built_by_id([instance_id])
         _add_upstream(bel, built)
     return built, staleness(built, versions(graph), built)
+
+
+def stale_counts(bel: BelQueries, graph: Graph) -> dict[str, int]:
+    """The stale live partitions per job that built them (``/metrics``)."""
+    counts: dict[str, int] = {}
+    for stale in stale_partitions(bel, graph):
+        label = stale.job_label or "external"
+        counts[label] = counts.get(label, 0) + 1
+    return counts
+
+
+def with_staleness(bel: BelQueries, graph: Graph, view: PartitionView) -> PartitionView:
+    """``view`` with the reasons its instance is stale, if it is the live one and stale."""
+    shown = view.data.instance_id
+    if shown is None or view.index.partitions[view.data.ref].instance_id != shown:
+        return view
+    found = stale_of(bel, graph, [shown]).get(shown)
+    return view if found is None else view.model_copy(update={"stale": found.reasons})
 
 
 def versions(graph: Graph) -> dict[str, str]:
