@@ -55,3 +55,16 @@ def test_each_instance_records_the_version_that_built_it(bel: BuildEventLog) -> 
     kept = projection_rows(bel)
     bel.rebuild_projections()
     assert projection_rows(bel) == kept  # the version is the event's, so a rebuild derives it again
+
+
+def test_a_callable_without_code_must_declare_its_version_and_the_error_names_the_job() -> None:
+    class Body:
+        def __call__(self, ctx: object, n: str) -> None:
+            pass
+
+    g = Graph("callables")
+    with pytest.raises(GraphDefinitionError, match=r"job 'daily': cannot derive a version .*declare one"):
+        g.job("daily/{n}", label="daily")(Body())
+    assert g.jobs == []
+    g.job("daily/{n}", label="daily", version="1")(Body())
+    assert g.job_by_label("daily").version == "1"

@@ -313,6 +313,10 @@ class Graph:
                 raise GraphDefinitionError(f"graph {self.name!r} already has a job labelled {name!r}")
             _check_version(name, version)
             declared = declare(name, outputs, checks)
+            try:
+                derived = code_version(fn) if version is None else version
+            except GraphDefinitionError as error:
+                raise GraphDefinitionError(f"job {name!r}: {error}") from None
             self._jobs[name] = Job(
                 label=name,
                 outputs=patterns,
@@ -326,7 +330,7 @@ class Graph:
                 executor=executor,
                 spark_conf=conf,
                 checks=declared,
-                version=code_version(fn) if version is None else version,
+                version=derived,
                 **limits,
             )
             return fn
