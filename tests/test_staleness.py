@@ -220,6 +220,9 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
     assert [r["kind"] for r in view["stale"]] == ["input_stale"]
     assert view["index"]["instances"]["down/1@1"]["job_version"] == "1"
     assert client.get("/api/partitions/up/1").json()["stale"] == []
+    page = client.get("/partitions/down/1")
+    assert page.status_code == 200 and "read mid/1 mid/1@1, which is stale" in page.text, page.text[-2000:]
+    assert 'id="job-version"' in page.text and 'id="stale-reasons"' not in client.get("/partitions/up/1").text
     metrics = client.get("/metrics").text
     assert 'databuild_stale_partitions{job_label="mid"} 1.0' in metrics
     assert 'databuild_stale_partitions{job_label="down"} 1.0' in metrics
