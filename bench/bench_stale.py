@@ -10,9 +10,11 @@ The graph's `clean` job has a new version since everything was built, and one ra
 instance: most partitions are stale, through chains of every length.
 
 Timed (best of ``--samples``): `stale` over everything (``views.staleness.stale_partitions``, what the
-CLI, SDK and API call), `stale` of one pattern (the last week, whose upstream reaches back to day one),
-and the baseline: a plain SELECT of the live instances and of their consumer rows, the rows `stale`
-reads, in the same run. The last line printed is JSON: the figures and the ratio to the baseline.
+CLI, SDK and API call), `stale` of one pattern (the last month, whose cumulative upstream reaches back to
+day one), one partition's staleness as its view shows it (``stale_of``: the first cumulative day, three
+instances upstream, and the last, the whole history upstream), and the baseline: a plain SELECT of the
+live instances and of their consumer rows, the rows `stale` reads, in the same run. The last line printed
+is JSON: the figures and the ratio to the baseline.
 """
 
 import argparse
@@ -29,7 +31,7 @@ from sqlalchemy import insert, select
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.graph import Graph
-from databuild.views.staleness import stale_partitions
+from databuild.views.staleness import stale_of, stale_partitions
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 PER_DAY = 4  # raw, clean, daily, cumulative (+ a weekly every seventh day)
@@ -135,6 +137,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         bel = BuildEventLog.create(f"sqlite:///{Path(scratch) / 'bel.sqlite'}")
         log, days, pattern = history(args.partitions)
+        first_day = "2000-01-01"
+        last_day = (date(2000, 1, 1) + timedelta(days=days - 1)).isoformat()
         started = time.perf_counter()
         log.write(bel)
         written_s = time.perf_counter() - started
@@ -149,6 +153,10 @@ def main() -> int:
         base_s, base_rows = best(args.samples, baseline)
         all_s, found = best(args.samples, lambda: stale_partitions(bel, g))
         pattern_s, narrowed = best(args.samples, lambda: stale_partitions(bel, g, pattern))
+        # One partition's view (partitions show, the dashboard): the first and the last cumulative day,
+        # whose upstream is three instances and the whole history.
+        first_s, _ = best(args.samples, lambda: stale_of(bel, g, [f"cumulative/{first_day}@1"]))
+        last_s, _ = best(args.samples, lambda: stale_of(bel, g, [f"cumulative/{last_day}@1"]))
         bel.dispose()
     assert isinstance(found, list) and isinstance(narrowed, list)
     stale = len(found)
@@ -168,6 +176,8 @@ def main() -> int:
         "stale_pattern_s": round(pattern_s, 4),
         "stale_pattern_found": len(narrowed),
         "per_1000_live_ms": round(all_s / live * 1000 * 1000, 3),
+        "one_shallow_s": round(first_s, 4),
+        "one_deepest_s": round(last_s, 4),
     }
     print(
         f"{live:,} live partitions ({days:,} days, {len(log.consumers):,} reads), written in {written_s:.1f}s"
@@ -177,6 +187,9 @@ def main() -> int:
         f"stale, everything: {all_s * 1000:.0f} ms for {stale:,} stale ({all_s / base_s:.1f}x the baseline)"
     )
     print(f"stale {pattern}: {pattern_s * 1000:.0f} ms for {len(narrowed):,} stale")
+    print(
+        f"one partition's staleness: {first_s * 1000:.1f} ms (3 upstream), {last_s * 1000:.0f} ms (all days)"
+    )
     print(json.dumps(figures))
     return 0
 
