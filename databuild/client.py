@@ -32,12 +32,14 @@ from databuild.models import (
     Partition,
     PartitionStatus,
     Recheck,
+    StalePartition,
     TaintImpact,
     TaintResult,
     Want,
     WantSource,
     WantSpec,
     WantState,
+    Why,
     default_data_timestamp,
     first_error,
 )
@@ -69,6 +71,8 @@ from databuild.temporal.wants import (
 )
 from databuild.views.lineage import FamilyProgress, WantView, family_progress, want_view
 from databuild.views.plans import plan_wants
+from databuild.views.staleness import stale_partitions
+from databuild.views.why import why as why_view
 
 T = TypeVar("T")
 
@@ -270,6 +274,17 @@ class DataBuild:
             )
         roots = [Root(ref=ref, deadline=at + request.sla if request.sla else None) for ref, at in partitions]
         return await self.bel.call(plan_wants, self.bel, graph, roots, datetime.now(UTC))
+
+    async def stale(self, pattern: str | None = None) -> list[StalePartition]:
+        """The stale live partitions (of refs matching the glob ``pattern``), with their reasons
+        (``databuild.domain.staleness``). Reads only."""
+        graph = await self.loaded_graph()
+        return await self.bel.call(stale_partitions, self.bel, graph, pattern)
+
+    async def why(self, ref: str) -> Why:
+        """Why ``ref`` is in its state: the chain of recorded facts (``databuild.views.why``). Reads only."""
+        graph = await self.loaded_graph()
+        return await self.bel.call(why_view, self.bel, graph, ref)
 
     async def _run_window(self, backfill_id: str) -> None:
         """Start the backfill's window, or wake it (it then steps at once)."""

@@ -389,3 +389,11 @@ def checked_events(ctx: JobContext, n: str) -> None:
 @checked.job("tally/{n}")
 def tally(ctx: JobContext, n: str) -> None:
     ctx.write(f"tally/{n}", ctx.read(f"events/{n}").groupBy("kind").count())
+
+
+# chain_v2: the chain graph with a new version of base (the same functions): what a deploy that changed
+# base's code looks like to the BEL.
+chain_v2 = Graph("chain")
+chain_v2.external("gate/{n}")
+chain_v2.job("base/{n}", version="2")(base)
+chain_v2.job("derived/{n}", checks=[row_count(min=1, name="rows")])(derived)

@@ -133,6 +133,18 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     live = [str(e.data["instance_id"]) for e in upgraded.events(types=["PartitionLive"], limit=1000)]
     assert live and upgraded.checks_of(live) == {}
     checks_kept_published_and_rechecked(upgraded)
+    # 0004: instances of 0.1.0 have no recorded job version (unknown: never stale by code); a run recorded
+    # from now on keeps the version that built it, and a rebuild of the projections derives it again.
+    assert {i.job_version for i in upgraded.instances_by_id(live)} == {None}
+    versioned = decide(upgraded, spec("a/21"))
+    upgraded.start_job_run(versioned.job_run_id, 1, "w")
+    upgraded.succeed_job_run(
+        versioned.job_run_id,
+        [],
+        [InstanceRef(ref=o, instance_id=f"{o}-v2") for o in versioned.outputs],
+        job_version="2",
+    )
+    assert upgraded.instance("a/21-v2").job_version == "2"
     kept = projection_rows(upgraded)
     upgraded.rebuild_projections()
     assert projection_rows(upgraded) == kept

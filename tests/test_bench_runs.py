@@ -148,3 +148,12 @@ def test_bench_checks_times_the_demos_checks_against_its_jobs() -> None:
     )
     # Only the ratio, which a busy machine moves, is a target.
     assert f["verdict"] == ("PASS" if f["ratio"] <= f["target"] else "FAIL")
+
+
+def test_bench_stale_finds_every_stale_partition_and_times_it_against_a_plain_read() -> None:
+    f = bench("bench.bench_stale", "--partitions", "2000", "--samples", "1")
+    assert f["live_partitions"] >= 1900 and f["stale_all"] == f["live_partitions"] - f["days"]
+    assert f["baseline_rows"] == f["live_partitions"] + f["consumer_rows"]  # the rows stale reads
+    assert 0 < f["stale_pattern_found"] < f["stale_all"]
+    assert f["one_shallow_s"] > 0 and f["one_deepest_s"] > 0
+    assert f["ratio_all"] == pytest.approx(f["stale_all_s"] / f["baseline_s"], rel=0.05)

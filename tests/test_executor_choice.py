@@ -35,6 +35,8 @@ def test_settings_choose_executors_per_graph_and_per_job(tmp_path: Path) -> None
     assert isinstance(mixed.for_job("weekly_rollup"), SubmitExecutor)
     assert mixed.for_job("daily_users") is mixed.for_job("weekly_rollup")  # one executor per kind
     assert isinstance(mixed.for_job("raw_events"), SessionExecutor)
+    # Whichever executor runs a body, what it builds records the version of the worker's graph.
+    assert mixed.versions == {job.label: job.version for job in graph.jobs} and all(mixed.versions.values())
     remote = executors(
         executor="connect", spark_connect_url="sc://spark:15002", job_executors="raw_events=submit"
     )

@@ -221,13 +221,16 @@ class JobRunCommands(JobRunReads, WriteBase):
         inputs_of: dict[str, list[str]] | None = None,
         facts: Mapping[str, InstanceFacts] | None = None,
         checks: Mapping[str, Sequence[CheckResult]] | None = None,
+        job_version: str | None = None,
     ) -> JobRun:
         """Publish: the commit makes each written instance live (at ``locations``, by ref, with
-        ``facts`` and the results of its ``checks``). ``inputs_of``: of a batch, the reads each output
-        was built from."""
+        ``facts``, the results of its ``checks`` and the ``job_version`` that built it). ``inputs_of``: of
+        a batch, the reads each output was built from."""
         with self._write_run(job_run_id) as tx:
             if (run := self._open(tx.conn, job_run_id, attempt)) is not None:
-                tx.extend(decisions.succeeded(run, reads, writes, locations, inputs_of, facts, checks))
+                tx.extend(
+                    decisions.succeeded(run, reads, writes, locations, inputs_of, facts, checks, job_version)
+                )
         return self.job_run(job_run_id)
 
     def record_checks(

@@ -5,9 +5,10 @@
 from databuild.bel.backfills import BackfillReads
 from databuild.bel.events import EventReads
 from databuild.bel.job_runs import JobRunReads
+from databuild.bel.lineage_facts import LineageFactReads
 from databuild.bel.partitions import PartitionReads
 from databuild.bel.wants import WantReads
 
 
-class BelQueries(WantReads, JobRunReads, PartitionReads, BackfillReads, EventReads):
+class BelQueries(WantReads, JobRunReads, PartitionReads, LineageFactReads, BackfillReads, EventReads):
     """Every read of the log."""

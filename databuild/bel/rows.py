@@ -77,6 +77,7 @@ def instance_from_row(row: Any, checks: Sequence[CheckResult] = ()) -> Instance:
         location=row["location"],
         facts=row["facts"],
         schema_changed=bool(row["schema_changed"]),
+        job_version=row["job_version"],
         checks=list(checks),
     )
 

@@ -124,6 +124,7 @@ partition_instances = Table(
     Column("location", Text),  # where its data is (a URI); None when none was recorded
     Column("facts", JSON),  # row count, size, schema (InstanceFacts); None when the job recorded none
     Column("schema_changed", Boolean, nullable=False, server_default=false()),  # versus the previous instance
+    Column("job_version", String(64)),  # of the job that built it; None: external, or not recorded
 )
 
 # The latest result of each check of each instance (InstanceChecked): of live instances, and of those a

@@ -19,10 +19,13 @@ from databuild.cli.app import (
     emit,
     page_note,
     run,
+    settings,
     with_client,
 )
+from databuild.graph import load_graph
 from databuild.models import MAX_INDEX, PartitionStatus, parse_choice
 from databuild.views.lineage import FAN_OUT, instance_view, list_partitions, partition_view
+from databuild.views.staleness import with_staleness
 
 partitions_app = typer.Typer(help="Inspect partitions.", no_args_is_help=True)
 app.add_typer(partitions_app, name="partitions")
@@ -94,4 +97,5 @@ def partitions_show(
     else:
         assert ref is not None
         view = partition_view(log, ref, fan_out=fan_out, offset=offset)
+    view = with_staleness(log, load_graph(settings().graph), view)
     emit(as_json, view, lambda: render.lineage_view(view))

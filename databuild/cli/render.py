@@ -23,9 +23,11 @@ from databuild.models import (
     Partition,
     PartitionStatus,
     Recheck,
+    StalePartition,
     TaintImpact,
     Want,
     WantState,
+    Why,
 )
 from databuild.views.lineage import FamilyProgress, JobRunView, PartitionView, RelatedEntities, WantView
 
@@ -236,6 +238,10 @@ def lineage_view(view: PartitionView) -> RenderableType:
             focus.append(f"\n  schema {columns or '(no columns)'}")
         if shown.schema_changed:
             focus.append("  schema changed", style="bold yellow")
+        if shown.job_version is not None:
+            focus.append(f"\n  job version {shown.job_version}")
+        for reason in view.stale:
+            focus.append(f"\n  stale: {reason}", style="yellow")
         if shown.checks:
             for line in check_lines(shown.checks).split("\n"):
                 focus.append("\n  check ")
@@ -383,6 +389,26 @@ def partitions_table(parts: list[Partition]) -> Table:
             f"{p.updated_at:%Y-%m-%d %H:%M:%S}",
         )
     return table
+
+
+def stale_table(stale: list[StalePartition]) -> RenderableType:
+    if not stale:
+        return Text("nothing is stale")
+    table = Table("ref", "instance", "job (version)", "why stale")
+    table.columns[0].no_wrap = True
+    for p in stale:
+        job = "external" if p.job_label is None else f"{p.job_label} ({p.job_version or 'not recorded'})"
+        table.add_row(p.ref, p.instance_id, job, "\n".join(str(r) for r in p.reasons))
+    return Group(table, Text(f"{len(stale)} stale; `databuild why REF` explains one", style="dim"))
+
+
+def why_view(found: Why) -> RenderableType:
+    stale = Text(" (stale)", style="yellow") if found.stale else Text("")
+    tree = Tree(Text.assemble(Text(found.ref, style="bold"), " ", state(found.status), stale))
+    for fact in found.chain:
+        at = f"{fact.at:%Y-%m-%d %H:%M:%S} " if fact.at is not None else ""
+        tree.add(Text.assemble(Text(at, style="dim"), fact.text))
+    return tree
 
 
 def job_runs_table(runs: list[JobRun]) -> Table:

@@ -371,11 +371,12 @@ def succeeded(
     inputs_of: dict[str, list[str]] | None = None,
     facts: Mapping[str, InstanceFacts] | None = None,
     checks: Mapping[str, Sequence[CheckResult]] | None = None,
+    job_version: str | None = None,
 ) -> list[ev.Event]:
     """Publishing is this commit: each written instance becomes its partition's live instance, at its
     location (by ref), with the facts the job recorded of it and the results of its checks (``checks``,
-    by ref: none of them blocking failures). ``inputs_of``: of a batch, which reads each output was built
-    from."""
+    by ref: none of them blocking failures), built by ``job_version`` of its job. ``inputs_of``: of a
+    batch, which reads each output was built from."""
     if blocking := check_rules.blocking_failures(checks or {}):
         raise InvalidInputError(
             f"job run {run.job_run_id} cannot publish: {check_rules.failure_reason(blocking)}"
@@ -394,6 +395,7 @@ def succeeded(
                 job_run_id=run.job_run_id,
                 location=location,
                 facts=(facts or {}).get(out.ref),
+                job_version=job_version,
             )
         )
     return events + check_rules.checked(run.job_run_id, writes, checks or {})

@@ -225,6 +225,9 @@ class PartitionLive(Model):
     facts: InstanceFacts | None = Field(
         default=None, description="row count, size and schema, as the job wrote it (None: not recorded)"
     )
+    job_version: str | None = Field(
+        default=None, description="the code version of the job that built it (None: external, or unknown)"
+    )
 
 
 class PartitionReleased(Model):

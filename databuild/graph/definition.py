@@ -11,6 +11,7 @@ from databuild.durations import MAX_DURATION, parse_setting_duration
 from databuild.errors import GraphDefinitionError, UnknownJobError
 from databuild.graph.checks import Check, declare
 from databuild.graph.context import JobContext
+from databuild.graph.versions import code_version
 from databuild.limits import MAX_ATTEMPTS, MIN_HEARTBEAT_TIMEOUT, MIN_TIMEOUT, shown
 from databuild.models import ExecutorKind
 from databuild.refs import validate_ref
@@ -103,6 +104,24 @@ def _check_run_limits(
         raise GraphDefinitionError(f"retries={retries!r}: give a whole number from 0 to {MAX_ATTEMPTS - 1}")
 
 
+# Shown in views next to a 12-character derived hash; longer is a mistake (a whole file, say), not a version.
+MAX_VERSION_LENGTH = 64
+
+
+def _check_version(label: str, version: object) -> None:
+    if version is not None and (
+        not isinstance(version, str)
+        or not version.strip()
+        or len(version) > MAX_VERSION_LENGTH
+        or version != version.strip()
+    ):
+        raise GraphDefinitionError(
+            f"job {label!r}: version={version!r}: give a short non-empty string of at most "
+            f"{MAX_VERSION_LENGTH} characters without surrounding spaces, e.g. version='2' "
+            "(or leave it out to derive it from the job's code)"
+        )
+
+
 def _check_executor(executor: ExecutorKind | None) -> None:
     if executor is not None and executor not in get_args(ExecutorKind):
         kinds = ", ".join(repr(k) for k in get_args(ExecutorKind))
@@ -160,6 +179,9 @@ class Job:
     spark_conf: dict[str, str] = field(default_factory=dict, compare=False)
     # Each bound to one of its output patterns (databuild.graph.checks).
     checks: tuple[Check, ...] = field(default=(), compare=False)
+    # Its code version (declared, or derived from its body): recorded on every instance it builds, and
+    # what makes them stale when it changes (databuild.domain.staleness).
+    version: str = ""
 
     def checks_of(self, ref: str) -> list[Check]:
         """The checks of the output pattern ``ref`` matches."""
@@ -247,6 +269,7 @@ class Graph:
         executor: ExecutorKind | None = None,
         spark_conf: dict[str, str] | None = None,
         checks: Sequence[Check] | None = None,
+        version: str | None = None,
     ) -> Callable[[JobFn], JobFn]:
         """Declare a job: ``@graph.job("daily_summary/{date}", "top_spenders/{date}")``.
 
@@ -288,7 +311,12 @@ class Graph:
             name = label or fn.__name__
             if name in self._jobs:
                 raise GraphDefinitionError(f"graph {self.name!r} already has a job labelled {name!r}")
+            _check_version(name, version)
             declared = declare(name, outputs, checks)
+            try:
+                derived = code_version(fn) if version is None else version
+            except GraphDefinitionError as error:
+                raise GraphDefinitionError(f"job {name!r}: {error}") from None
             self._jobs[name] = Job(
                 label=name,
                 outputs=patterns,
@@ -302,6 +330,7 @@ class Graph:
                 executor=executor,
                 spark_conf=conf,
                 checks=declared,
+                version=derived,
                 **limits,
             )
             return fn

@@ -121,6 +121,7 @@ class JobExecutor:
                 body.inputs_of,
                 body.facts,
                 body.checks,
+                self.executors.versions.get(run.job_label),
             )
             self._catalog(succeeded)
             return outcome_of(self._finished(succeeded, JobRunState.succeeded))

@@ -10,7 +10,7 @@ knows (how long its BEL writes take, its CPU, memory and garbage collections) co
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
@@ -21,6 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from databuild.bel.measures import WRITE_SECONDS, ClusterCounts, read_counts
 from databuild.errors import PortInUseError
+from databuild.operations.stale_metrics import StaleCollector
 
 if TYPE_CHECKING:
     from databuild.bel.queries import BelQueries
@@ -163,11 +164,16 @@ class _Families:
             )
 
 
-def metrics_registry(bel: "BelQueries", pools: Mapping[str, int]) -> CollectorRegistry:
+def metrics_registry(
+    bel: "BelQueries", pools: Mapping[str, int], stale: Callable[[], Mapping[str, int]] | None = None
+) -> CollectorRegistry:
     """A registry of its own per app, so several apps in one process (tests, `databuild dev`) never clash:
-    the BEL's counts, this process's BEL write latency, and its process and Python runtime figures."""
+    the BEL's counts, this process's BEL write latency, and its process and Python runtime figures; with
+    ``stale`` (the stale partitions per job), those too."""
     registry = CollectorRegistry()
     registry.register(BelCollector(bel, pools))
+    if stale is not None:
+        registry.register(StaleCollector(stale))
     registry.register(WRITE_SECONDS)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)

@@ -25,6 +25,7 @@ from databuild.models import (
     Model,
     Partition,
     PartitionStatus,
+    StaleReason,
     Want,
     WantState,
 )
@@ -279,6 +280,9 @@ class PartitionLineage(Model):
 class PartitionView(Model):
     data: PartitionLineage
     index: RelatedEntities
+    stale: list[StaleReason] = Field(
+        default=[], description="why the shown instance is stale, if it is live and stale (views.staleness)"
+    )
 
 
 @consistent

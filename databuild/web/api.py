@@ -20,10 +20,12 @@ from databuild.models import (
     Model,
     Partition,
     PartitionStatus,
+    StalePartition,
     TaintResult,
     Want,
     WantSource,
     WantState,
+    Why,
     validated,
 )
 from databuild.views.graph import GraphView, graph_view
@@ -42,6 +44,7 @@ from databuild.views.lineage import (
     want_view,
 )
 from databuild.views.logs import AttemptLogView, attempt_log
+from databuild.views.staleness import with_staleness
 from databuild.web.auth import GuardedRoute, caller, guard
 from databuild.web.context import context
 from databuild.web.requests import Offset, WantRequest, plan_want, register_want
@@ -152,7 +155,10 @@ def get_instance(
     request: Request, instance_id: str, fan_out: FanOut = FAN_OUT, offset: Offset = 0
 ) -> PartitionView:
     """Lineage of one partition instance by UUID, whether it is live, superseded or tainted."""
-    return instance_view(context(request).bel, instance_id, fan_out=fan_out, offset=offset)
+    ctx = context(request)
+    return with_staleness(
+        ctx.bel, ctx.db.graph, instance_view(ctx.bel, instance_id, fan_out=fan_out, offset=offset)
+    )
 
 
 @router.post("/backfills", response_model=BackfillProgress)
@@ -284,7 +290,20 @@ def get_events(
 @router.get("/partitions/{ref:path}", response_model=PartitionView)
 def get_partition(request: Request, ref: str, fan_out: FanOut = FAN_OUT, offset: Offset = 0) -> PartitionView:
     """Lineage of the ref's live (or latest) instance: builder and inputs upstream, consumers downstream."""
-    return partition_view(context(request).bel, ref, fan_out=fan_out, offset=offset)
+    ctx = context(request)
+    return with_staleness(ctx.bel, ctx.db.graph, partition_view(ctx.bel, ref, fan_out=fan_out, offset=offset))
+
+
+@router.get("/stale", response_model=list[StalePartition])
+async def get_stale(request: Request, pattern: Pattern = None) -> list[StalePartition]:
+    """The stale live partitions (of refs matching ``pattern``), with their reasons, by ref."""
+    return await context(request).db.stale(pattern)
+
+
+@router.get("/why/{ref:path}", response_model=Why)
+async def get_why(request: Request, ref: str) -> Why:
+    """Why the ref is in its state: the chain of recorded facts."""
+    return await context(request).db.why(ref)
 
 
 @router.get("/job-runs", response_model=ListView[JobRun])

@@ -23,6 +23,7 @@ from databuild.errors import (
 )
 from databuild.failures import FOREIGN, UNEXPECTED_STATUS, understood, unexpected
 from databuild.operations.metrics import exposition, metrics_registry
+from databuild.views.staleness import stale_counts
 from databuild.web import actions, api, pages
 from databuild.web.context import WebContext
 from databuild.web.guards import BodyLimit, HostCheck
@@ -57,7 +58,9 @@ def create_app(context: WebContext) -> FastAPI:
 
 
 def _add_metrics(app: FastAPI, context: WebContext) -> None:
-    registry = metrics_registry(context.bel, context.settings.pools)
+    registry = metrics_registry(
+        context.bel, context.settings.pools, lambda: stale_counts(context.bel, context.db.graph)
+    )
 
     @app.get("/metrics", include_in_schema=False)
     async def _metrics(request: Request) -> Response:

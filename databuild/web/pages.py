@@ -27,6 +27,7 @@ from databuild.views.lineage import (
     want_view,
 )
 from databuild.views.logs import AttemptLogView, attempt_log
+from databuild.views.staleness import with_staleness
 from databuild.web.auth import GuardedRoute
 from databuild.web.context import context
 from databuild.web.graph_layout import draw
@@ -154,7 +155,8 @@ def partitions_page(
 
 @router.get("/partitions/{ref:path}", response_class=HTMLResponse)
 def partition_page(request: Request, ref: str, fan_out: Limit = FAN_OUT, offset: Offset = 0) -> HTMLResponse:
-    view = partition_view(context(request).bel, ref, fan_out=fan_out, offset=offset)
+    ctx = context(request)
+    view = with_staleness(ctx.bel, ctx.db.graph, partition_view(ctx.bel, ref, fan_out=fan_out, offset=offset))
     return _page(request, "partition.html", view=view, fan_out=fan_out)
 
 
@@ -162,7 +164,10 @@ def partition_page(request: Request, ref: str, fan_out: Limit = FAN_OUT, offset:
 def instance_page(
     request: Request, instance_id: str, fan_out: Limit = FAN_OUT, offset: Offset = 0
 ) -> HTMLResponse:
-    view = instance_view(context(request).bel, instance_id, fan_out=fan_out, offset=offset)
+    ctx = context(request)
+    view = with_staleness(
+        ctx.bel, ctx.db.graph, instance_view(ctx.bel, instance_id, fan_out=fan_out, offset=offset)
+    )
     return _page(request, "partition.html", view=view, fan_out=fan_out)
 
 

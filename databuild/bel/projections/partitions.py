@@ -53,6 +53,7 @@ def _partition_live(conn: Connection, event: ev.PartitionLive, at: datetime) -> 
             "location": event.location,
             "facts": None if event.facts is None else event.facts.model_dump(mode="json"),
             "schema_changed": schema_changed(before, event.facts),
+            "job_version": event.job_version,
         },
     )
     upsert_partition(

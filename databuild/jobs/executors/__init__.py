@@ -41,10 +41,14 @@ class Executors:
         default: Executor,
         by_job: dict[str, Executor] | None = None,
         spark_conf: dict[str, dict[str, str]] | None = None,
+        versions: dict[str, str] | None = None,
     ) -> None:
         self.default = default
         self.by_job = dict(by_job or {})
         self.spark_conf = dict(spark_conf or {})  # job label -> the Spark properties it declares
+        # job label -> the code version of this worker's graph: recorded on what it builds, whichever
+        # executor ran the body (a submitted application's code is the worker's graph too)
+        self.versions = dict(versions or {})
 
     def for_job(self, label: str) -> Executor:
         return self.by_job.get(label, self.default)
@@ -79,6 +83,7 @@ class Executors:
             made[settings.executor],
             {label: made[kind] for label, kind in chosen.items()},
             {job.label: job.spark_conf for job in graph.jobs if job.spark_conf},
+            {job.label: job.version for job in graph.jobs},
         )
 
 

@@ -1,0 +1,82 @@
+"""What staleness is derived from (databuild.domain.staleness): live instances with the job and version
+that built them, and the instances each was built from as they stand now, in bulk."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.sql import Select
+
+from databuild.bel import schema as s
+from databuild.bel.base import ReadBase
+from databuild.bel.rows import chunks, ref_conditions
+from databuild.domain.staleness import Built, Read
+from databuild.models import InstanceStatus, PartitionStatus
+
+_LIVE = PartitionStatus.live.value
+_OUT = s.partitions.alias("output_partition")
+_IN = s.partition_instances.alias("input_instance")
+_IN_REF = s.partitions.alias("input_partition")
+
+
+class LineageFactReads(ReadBase):
+    def live_built(self, ref_glob: str | None = None) -> dict[str, Built]:
+        """Every live instance (of refs matching ``ref_glob``), by id: two queries, whatever their number."""
+        where = [_OUT.c.status == _LIVE, *ref_conditions(_OUT.c.ref, None, ref_glob)]
+        return self._built(where, where)
+
+    def built_by_id(self, instance_ids: Sequence[str]) -> dict[str, Built]:
+        """Those of these instances that are live, by id (as ``live_built``): two queries per chunk."""
+        found: dict[str, Built] = {}
+        for chunk in chunks(instance_ids):
+            where = [_OUT.c.status == _LIVE, _OUT.c.instance_id.in_(chunk)]
+            found |= self._built(where, where)
+        return found
+
+    def _built(self, instances_where: list[Any], reads_where: list[Any]) -> dict[str, Built]:
+        reads: dict[str, list[Read]] = {}
+        for r in self._all(_reads().where(*reads_where)):
+            live = r["live_instance_id"] if r["input_ref_status"] == _LIVE else None
+            reads.setdefault(r["output_instance_id"], []).append(
+                Read(r["input_ref"], r["input_instance_id"], InstanceStatus(r["input_status"]), live)
+            )
+        return {
+            r["instance_id"]: Built(
+                r["instance_id"],
+                r["ref"],
+                r["job_label"],
+                r["job_run_id"],
+                r["job_version"],
+                tuple(dict.fromkeys(reads.get(r["instance_id"], []))),  # a read recorded twice counts once
+            )
+            for r in self._all(_instances().where(*instances_where))
+        }
+
+
+def _instances() -> Select[Any]:
+    i = s.partition_instances
+    return (
+        select(i.c.instance_id, i.c.ref, i.c.job_run_id, i.c.job_version, s.job_runs.c.job_label)
+        .select_from(
+            _OUT.join(i, i.c.instance_id == _OUT.c.instance_id).outerjoin(
+                s.job_runs, s.job_runs.c.job_run_id == i.c.job_run_id
+            )
+        )
+        .order_by(i.c.ref)
+    )
+
+
+def _reads() -> Select[Any]:
+    c = s.consumers
+    return select(
+        c.c.output_instance_id,
+        c.c.input_instance_id,
+        _IN.c.ref.label("input_ref"),
+        _IN.c.status.label("input_status"),
+        _IN_REF.c.instance_id.label("live_instance_id"),
+        _IN_REF.c.status.label("input_ref_status"),
+    ).select_from(
+        c.join(_OUT, _OUT.c.instance_id == c.c.output_instance_id)
+        .join(_IN, _IN.c.instance_id == c.c.input_instance_id)
+        .outerjoin(_IN_REF, _IN_REF.c.ref == _IN.c.ref)
+    )

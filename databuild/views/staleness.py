@@ -1,0 +1,105 @@
+"""Stale partitions read from the BEL (``databuild.domain.staleness``): the live instances asked about,
+then the live instances they read, a level at a time, in bulk; one read transaction."""
+
+from collections.abc import Iterable
+
+from databuild.bel.queries import BelQueries
+from databuild.domain.staleness import Built, staleness
+from databuild.globs import compile_glob
+from databuild.graph import Graph
+from databuild.models import StalePartition, StaleReason
+from databuild.views.lineage import PartitionView
+
+# Levels of upstream read one by one before the rest is read in bulk (see _add_upstream).
+MAX_LEVELS = 8
+
+
+def stale_partitions(bel: BelQueries, graph: Graph, pattern: str | None = None) -> list[StalePartition]:
+    """The stale live partitions whose refs match the glob ``pattern`` (all when None), by ref."""
+    if pattern is not None:
+        compile_glob(pattern)  # a malformed pattern is refused, naming the problem, before any read
+    with bel.snapshot():
+        built = bel.live_built(pattern)
+        targets = list(built)
+        _add_upstream(bel, built)
+    found = staleness(built, versions(graph), targets)
+    return [_stale(built[t], found[t]) for t in targets if t in found]
+
+
+def stale_of(bel: BelQueries, graph: Graph, instance_ids: list[str]) -> dict[str, StalePartition]:
+    """Which of these live instances are stale (the others are left out), by instance id."""
+    with bel.snapshot():
+        built = bel.built_by_id(instance_ids)
+        _add_upstream(bel, built)
+    found = staleness(built, versions(graph), [i for i in instance_ids if i in built])
+    return {i: _stale(built[i], reasons) for i, reasons in found.items()}
+
+
+def stale_upstream(
+    bel: BelQueries, graph: Graph, instance_id: str
+) -> tuple[dict[str, Built], dict[str, list[StaleReason]]]:
+    """A live instance and every live instance it read, transitively, with the reasons of each that is
+    stale: what `why` follows down to a root cause."""
+    with bel.snapshot():
+        built = bel.built_by_id([instance_id])
+        _add_upstream(bel, built)
+    return built, staleness(built, versions(graph), built)
+
+
+def stale_counts(bel: BelQueries, graph: Graph) -> dict[str, int]:
+    """The stale live partitions per job that built them (``/metrics``)."""
+    counts: dict[str, int] = {}
+    for stale in stale_partitions(bel, graph):
+        label = stale.job_label or "external"
+        counts[label] = counts.get(label, 0) + 1
+    return counts
+
+
+def with_staleness(bel: BelQueries, graph: Graph, view: PartitionView) -> PartitionView:
+    """``view`` with the reasons its instance is stale, if it is the live one and stale."""
+    shown = view.data.instance_id
+    if shown is None or view.index.partitions[view.data.ref].instance_id != shown:
+        return view
+    found = stale_of(bel, graph, [shown]).get(shown)
+    return view if found is None else view.model_copy(update={"stale": found.reasons})
+
+
+def versions(graph: Graph) -> dict[str, str]:
+    return {job.label: job.version for job in graph.jobs}
+
+
+def _add_upstream(bel: BelQueries, built: dict[str, Built]) -> None:
+    """Adds the live instances ``built`` read, transitively: what an input's staleness is derived from.
+    A level at a time for a few levels; an upstream deeper than that (a cumulative job reading its own
+    previous day reaches back to the first) is read whole instead, in two queries, not one per level."""
+    frontier = _unread(built, built.values())
+    for _level in range(MAX_LEVELS):
+        if not frontier:
+            return
+        more = bel.built_by_id(frontier)
+        built |= more
+        frontier = _unread(built, more.values())
+    if frontier:
+        built |= {i: b for i, b in bel.live_built().items() if i not in built}
+
+
+def _unread(built: dict[str, Built], instances: Iterable[Built]) -> list[str]:
+    return sorted(
+        {
+            r.instance_id
+            for b in instances
+            for r in b.reads
+            if r.live_instance_id == r.instance_id and r.instance_id not in built
+        }
+    )
+
+
+def _stale(instance: Built, reasons: list[StaleReason]) -> StalePartition:
+    return StalePartition(
+        ref=instance.ref,
+        instance_id=instance.instance_id,
+        job_label=instance.job_label,
+        job_run_id=instance.job_run_id,
+        job_version=instance.version,
+        reasons=reasons,
+    )

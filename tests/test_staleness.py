@@ -1,0 +1,250 @@
+"""Stale partitions read from the BEL (views.staleness) and through the CLI, without Temporal: a changed
+job version makes exactly its partitions and their readers stale, an unchanged one nothing; a newer or
+tainted input does too. (The rule itself: tests/test_domain_staleness.py.)"""
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from databuild.bel import BuildEventLog
+from databuild.config import Settings
+from databuild.errors import InvalidPatternError
+from databuild.graph import Graph
+from databuild.models import InstanceRef, PartitionStatus, StalePartition, WantSource, WantSpec, Why
+from databuild.operations.stale_metrics import StaleCollector
+from databuild.views.staleness import stale_partitions
+from databuild.views.why import why
+from databuild.web import create_app, web_context
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[1]
+AT = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def layered(mid_version: str) -> Graph:
+    """ext/{n} -> up/{n} -> mid/{n} -> down/{n}; side/{n} reads up/{n} too."""
+    g = Graph("layered")
+    g.external("ext/{n}")
+    for label in ("up", "down", "side"):
+        g.job(f"{label}/{{n}}", label=label, version="1")(lambda ctx, n: None)
+    g.job("mid/{n}", label="mid", version=mid_version)(lambda ctx, n: None)
+    return g
+
+
+before = layered("1")
+after = layered("2")  # the same graph but mid's code
+
+
+@pytest.fixture
+def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
+    log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
+    yield log
+    log.dispose()
+
+
+def build(bel: BuildEventLog, ref: str, *reads: InstanceRef, graph: Graph = before) -> InstanceRef:
+    """A want for ``ref`` whose run reads ``reads`` and writes a new instance, recording the version of
+    ``graph``'s job as a worker running it would."""
+    built = len(bel.instances(ref))
+    spec = WantSpec(ref=ref, data_timestamp=AT + timedelta(days=built), source=WantSource.cli)
+    bel.register_want(spec)
+    target = graph.resolve(ref).target
+    assert target is not None
+    verdict = bel.decide(spec.want_id, 1, graph.resolve(ref))
+    assert verdict.kind == "execute", verdict
+    bel.start_job_run(verdict.job_run_id, 1, "w")
+    written = InstanceRef(ref=ref, instance_id=f"{ref}@{built + 1}")
+    bel.succeed_job_run(verdict.job_run_id, list(reads), [written], job_version=target.job.version)
+    return written
+
+
+def layers(bel: BuildEventLog, n: int) -> dict[str, InstanceRef]:
+    bel.publish_external(f"ext/{n}", instance_id=f"ext/{n}@1")
+    ext = InstanceRef(ref=f"ext/{n}", instance_id=f"ext/{n}@1")
+    up = build(bel, f"up/{n}", ext)
+    mid = build(bel, f"mid/{n}", up)
+    return {"up": up, "mid": mid, "down": build(bel, f"down/{n}", mid), "side": build(bel, f"side/{n}", up)}
+
+
+def reasons(bel: BuildEventLog, graph: Graph, pattern: str | None = None) -> dict[str, list[str]]:
+    return {p.ref: [str(r) for r in p.reasons] for p in stale_partitions(bel, graph, pattern)}
+
+
+def test_a_changed_version_makes_exactly_its_partitions_and_their_readers_stale(bel: BuildEventLog) -> None:
+    first = layers(bel, 1)
+    layers(bel, 2)
+    assert reasons(bel, before) == {}  # an unchanged version: nothing is stale
+    assert reasons(bel, after) == {
+        "down/1": ["read mid/1 mid/1@1, which is stale"],
+        "down/2": ["read mid/2 mid/2@1, which is stale"],
+        "mid/1": ["job version changed 1 -> 2"],
+        "mid/2": ["job version changed 1 -> 2"],
+    }
+    # A pattern narrows what is listed, not what is read: down/1's input is loaded to judge it.
+    assert list(reasons(bel, after, "down/*")) == ["down/1", "down/2"]
+    assert list(reasons(bel, after, "**/1")) == ["down/1", "mid/1"]
+    # Tainted and rebuilt by the new version, mid/1 is fresh; down/1 read the tainted instance.
+    bel.taint("mid/1", reason="new code")
+    build(bel, "mid/1", first["up"], graph=after)
+    assert reasons(bel, after, "**/1") == {"down/1": ["read mid/1 mid/1@1, since tainted"]}
+
+
+def test_a_newer_or_tainted_input_makes_its_readers_stale_transitively(bel: BuildEventLog) -> None:
+    layers(bel, 1)
+    layers(bel, 2)
+    bel.publish_external("ext/1", instance_id="ext/1@2")  # the upstream rebuilt it
+    bel.taint("up/2", reason="bad feed")
+    found = reasons(bel, before)
+    assert found == {
+        "up/1": ["read ext/1 ext/1@1, since superseded by ext/1@2"],
+        "mid/1": ["read up/1 up/1@1, which is stale"],
+        "side/1": ["read up/1 up/1@1, which is stale"],
+        "down/1": ["read mid/1 mid/1@1, which is stale"],
+        "mid/2": ["read up/2 up/2@1, since tainted"],
+        "side/2": ["read up/2 up/2@1, since tainted"],
+        "down/2": ["read mid/2 mid/2@1, which is stale"],
+    }
+
+
+def test_a_malformed_pattern_is_refused(bel: BuildEventLog) -> None:
+    with pytest.raises(InvalidPatternError):
+        stale_partitions(bel, before, "up/[1]")
+
+
+def test_an_upstream_deeper_than_the_levels_read_one_by_one_is_read_whole(bel: BuildEventLog) -> None:
+    g = Graph("cumulative")
+    g.external("ext/{n}")
+    g.job("sum/{n}", label="sum", version="1")(lambda ctx, n: None)
+    bel.publish_external("ext/0", instance_id="ext/0@1")
+    previous = build(bel, "sum/0", InstanceRef(ref="ext/0", instance_id="ext/0@1"), graph=g)
+    for n in range(1, 20):  # each day reads the day before: 20 levels deep
+        previous = build(bel, f"sum/{n}", previous, graph=g)
+    assert stale_partitions(bel, g, "sum/19") == []
+    bel.publish_external("ext/0", instance_id="ext/0@2")
+    (found,) = stale_partitions(bel, g, "sum/19")
+    assert [str(r) for r in found.reasons] == ["read sum/18 sum/18@1, which is stale"]
+    assert len(stale_partitions(bel, g)) == 20
+
+
+def test_why_explains_each_state_as_a_chain_of_recorded_facts(bel: BuildEventLog) -> None:
+    layers(bel, 1)
+    layers(bel, 2)
+    fresh = why(bel, before, "down/1")
+    assert (fresh.status, fresh.stale, len(fresh.chain)) == (PartitionStatus.live, False, 1)
+    run = bel.instance("down/1@1").job_run_id
+    assert (
+        fresh.chain[0].text
+        == f"live: instance down/1@1, built by job run {run} (job down, version 1) from mid/1 mid/1@1"
+    )
+
+    # A new version of mid: down/1 is stale through mid/1, whose version changed.
+    changed = why(bel, after, "down/1")
+    assert changed.stale and [f.text for f in changed.chain[1:]] == [
+        "stale: read mid/1 instance mid/1@1, which is stale:",
+        "stale: job mid's version changed from 1 (which built it) to 2",
+    ]
+    # The upstream republished ext/1: the chain ends at the newer instance and who announced it.
+    bel.publish_external("ext/1", instance_id="ext/1@2")
+    chain = [(f.ref, f.text) for f in why(bel, before, "down/1").chain[1:]]
+    assert chain == [
+        ("down/1", "stale: read mid/1 instance mid/1@1, which is stale:"),
+        ("mid/1", "stale: read up/1 instance up/1@1, which is stale:"),
+        (
+            "up/1",
+            "stale: read ext/1 instance ext/1@1, which was superseded by instance ext/1@2 (announced externally)",
+        ),
+    ]
+    # A taint names its reason, in the reader's chain and in the tainted partition's own.
+    bel.taint("up/2", reason="bad feed")
+    assert [f.text for f in why(bel, before, "mid/2").chain[1:]] == [
+        "stale: read up/2 instance up/2@1, which was tainted: bad feed"
+    ]
+    assert [f.text for f in why(bel, before, "up/2").chain] == ["tainted: bad feed"]
+    assert why(bel, before, "up/9").status is PartitionStatus.missing
+
+
+def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'bel.sqlite'}"
+    bel = BuildEventLog.create(url)
+    layers(bel, 1)
+    bel.dispose()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
+    env |= {"PYTHONPATH": str(ROOT), "COLUMNS": "200", "DATABUILD_TEMPORAL_ADDRESS": "127.0.0.1:9"}
+    env |= {"DATABUILD_DATABASE_URL": url}
+
+    def databuild(graph: str, *args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "databuild.cli", *args]
+        env["DATABUILD_GRAPH"] = f"tests.test_staleness:{graph}"
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+    unchanged = databuild("before", "stale")
+    assert unchanged.returncode == 0 and "nothing is stale" in unchanged.stdout, unchanged.stderr
+    listed = databuild("after", "stale", "--json")
+    assert listed.returncode == 0, listed.stderr
+    found = [StalePartition.model_validate(p) for p in json.loads(listed.stdout)]
+    assert [(p.ref, [r.kind.value for r in p.reasons]) for p in found] == [
+        ("down/1", ["input_stale"]),
+        ("mid/1", ["code_changed"]),
+    ]
+    table = databuild("after", "stale", "mid/*")
+    assert (
+        table.returncode == 0
+        and "job version changed 1 -> 2" in table.stdout
+        and "down/1" not in table.stdout
+    )
+    shown = databuild("after", "partitions", "show", "mid/1")
+    assert shown.returncode == 0 and "stale: job version changed 1 -> 2" in shown.stdout, shown.stderr
+    assert "job version 1" in shown.stdout
+    explained = databuild("after", "why", "down/1")
+    assert explained.returncode == 0, explained.stderr
+    assert "down/1 live (stale)" in explained.stdout and "version changed from 1" in explained.stdout
+    as_json = databuild("after", "why", "down/1", "--json")
+    assert Why.model_validate_json(as_json.stdout).chain[-1].ref == "mid/1"
+
+    bel = BuildEventLog.create(url)
+    app = create_app(web_context(Settings(home=tmp_path, graph="tests.test_staleness:after"), bel))
+    client = TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 50000))
+    api = client.get("/api/stale", params={"pattern": "down/*"})
+    assert api.status_code == 200 and [p["ref"] for p in api.json()] == ["down/1"], api.text
+    explained_api = client.get("/api/why/mid/1")
+    assert explained_api.status_code == 200 and Why.model_validate(explained_api.json()).stale
+    view = client.get("/api/partitions/down/1").json()
+    assert [r["kind"] for r in view["stale"]] == ["input_stale"]
+    assert view["index"]["instances"]["down/1@1"]["job_version"] == "1"
+    assert client.get("/api/partitions/up/1").json()["stale"] == []
+    page = client.get("/partitions/down/1")
+    assert page.status_code == 200 and "read mid/1 mid/1@1, which is stale" in page.text, page.text[-2000:]
+    assert 'id="job-version"' in page.text and 'id="stale-reasons"' not in client.get("/partitions/up/1").text
+    metrics = client.get("/metrics").text
+    assert 'databuild_stale_partitions{job_label="mid"} 1.0' in metrics
+    assert 'databuild_stale_partitions{job_label="down"} 1.0' in metrics
+    assert 'job_label="up"' not in metrics.split("databuild_stale_partitions", 1)[1]
+    bel.dispose()
+
+
+def test_stale_metrics_are_computed_at_most_once_per_period_and_never_a_wrong_zero() -> None:
+    calls: list[int] = []
+
+    def count() -> dict[str, int]:
+        calls.append(1)
+        if len(calls) == 3:
+            raise InvalidPatternError("the BEL could not be read")
+        return {"mid": 2}
+
+    def figures(collector: StaleCollector) -> list[tuple[dict[str, str], float]]:
+        (family,) = collector.collect()
+        return [(sample.labels, sample.value) for sample in family.samples]
+
+    cached = StaleCollector(count, every=3600)
+    assert figures(cached) == figures(cached) == [({"job_label": "mid"}, 2)] and len(calls) == 1
+    eager = StaleCollector(count, every=0)
+    assert figures(eager) == [({"job_label": "mid"}, 2)]
+    assert figures(eager) == [] and len(calls) == 3  # not counted: nothing, rather than a zero
