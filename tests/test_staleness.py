@@ -203,6 +203,10 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
     shown = databuild("after", "partitions", "show", "mid/1")
     assert shown.returncode == 0 and "stale: job version changed 1 -> 2" in shown.stdout, shown.stderr
     assert "job version 1" in shown.stdout
+    # The lineage is the BEL's alone: a graph that does not load leaves out only whether it is stale.
+    unloaded = databuild("nowhere", "partitions", "show", "mid/1")
+    assert unloaded.returncode == 0 and "job version 1" in unloaded.stdout, unloaded.stderr
+    assert "whether it is stale is not shown" in unloaded.stderr and "nowhere" in unloaded.stderr
     explained = databuild("after", "why", "down/1")
     assert explained.returncode == 0, explained.stderr
     assert "down/1 live (stale)" in explained.stdout and "version changed from 1" in explained.stdout

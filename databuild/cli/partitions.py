@@ -17,11 +17,13 @@ from databuild.cli.app import (
     app,
     bel,
     emit,
+    err,
     page_note,
     run,
     settings,
     with_client,
 )
+from databuild.errors import GraphDefinitionError
 from databuild.graph import load_graph
 from databuild.models import MAX_INDEX, PartitionStatus, parse_choice
 from databuild.views.lineage import FAN_OUT, instance_view, list_partitions, partition_view
@@ -97,5 +99,10 @@ def partitions_show(
     else:
         assert ref is not None
         view = partition_view(log, ref, fan_out=fan_out, offset=offset)
-    view = with_staleness(log, load_graph(settings().graph), view)
+    try:
+        graph = load_graph(settings().graph)
+    except GraphDefinitionError as error:  # the lineage is the BEL's alone: shown without staleness
+        err.print(f"[yellow]note:[/] whether it is stale is not shown: {error}")
+    else:
+        view = with_staleness(log, graph, view)
     emit(as_json, view, lambda: render.lineage_view(view))
