@@ -15,11 +15,11 @@ from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.domain import alerts
 from databuild.domain import checks as check_rules
+from databuild.domain.checks import Recheck
 from databuild.errors import InvalidInputError
 from databuild.graph import Graph
 from databuild.jobs.checks import run_checks
 from databuild.jobs.storage import Storage
-from databuild.models import Recheck
 from databuild.temporal import protocol as p
 
 if TYPE_CHECKING:

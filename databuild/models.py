@@ -334,68 +334,6 @@ class InstanceStatus(StrEnum):
     tainted = "tainted"  # an operator invalidated it with `databuild taint`
 
 
-class StaleKind(StrEnum):
-    """Why a live instance is stale (databuild.domain.staleness)."""
-
-    code_changed = "code_changed"  # its job's version changed since it was built
-    input_superseded = "input_superseded"  # an input it read has a newer live instance
-    input_tainted = "input_tainted"  # an input it read was tainted
-    input_stale = "input_stale"  # an input it read is itself stale
-
-
-class StaleReason(Model):
-    kind: StaleKind
-    input_ref: str | None = Field(default=None, description="of an input reason: the input")
-    input_instance_id: str | None = Field(default=None, description="the input's instance it read")
-    live_instance_id: str | None = Field(
-        default=None, description="input_superseded: the input's live instance now"
-    )
-    built_version: str | None = Field(default=None, description="code_changed: the version that built it")
-    current_version: str | None = Field(default=None, description="code_changed: its job's version now")
-
-    def __str__(self) -> str:
-        match self.kind:
-            case StaleKind.code_changed:
-                return f"job version changed {self.built_version} -> {self.current_version}"
-            case StaleKind.input_superseded:
-                return f"read {self.input_ref} {self.input_instance_id}, since superseded by {self.live_instance_id}"
-            case StaleKind.input_tainted:
-                return f"read {self.input_ref} {self.input_instance_id}, since tainted"
-            case StaleKind.input_stale:
-                return f"read {self.input_ref} {self.input_instance_id}, which is stale"
-
-
-class StalePartition(Model):
-    """A live partition whose data is stale, and why."""
-
-    ref: str
-    instance_id: str
-    job_label: str | None = Field(description="the job that built it; None: external")
-    job_run_id: str | None
-    job_version: str | None = Field(description="the version that built it; None: unknown")
-    reasons: list[StaleReason]
-
-
-class WhyFact(Model):
-    """One recorded fact in the explanation of a partition's state."""
-
-    ref: str
-    instance_id: str | None = None
-    job_run_id: str | None = None
-    at: datetime | None = Field(default=None, description="when it was recorded")
-    text: str
-
-
-class Why(Model):
-    """Why a partition is in its state: a chain of recorded facts, from its own state down to the root
-    cause (``databuild why REF``)."""
-
-    ref: str
-    status: PartitionStatus
-    stale: bool = Field(description="live, but built from what has changed since")
-    chain: list[WhyFact]
-
-
 class Column(Model):
     name: str
     type: str = Field(description="its Spark SQL type, e.g. `bigint`, `string`, `array<string>`")
@@ -493,20 +431,6 @@ class Instance(Model):
     @property
     def stale(self) -> bool:
         return self.stale_cause is not None
-
-
-class Recheck(Model):
-    """What `databuild check` found: the results of re-running a partition's checks on its live instance,
-    recorded; a blocking failure took the instance out of service and fail-locked the partition."""
-
-    ref: str
-    instance_id: str = Field(description="the instance checked")
-    results: list[CheckResult]
-    partition: Partition = Field(description="the partition after the results were recorded")
-
-    @property
-    def fail_locked(self) -> bool:
-        return any(r.blocks for r in self.results)
 
 
 class InstanceRef(Model):

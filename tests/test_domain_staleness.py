@@ -3,8 +3,8 @@ transitive case, what never counts, and a chain longer than Python's stack."""
 
 import pytest
 
-from databuild.domain.staleness import Built, Read, staleness
-from databuild.models import InstanceStatus, StaleReason
+from databuild.domain.staleness import Built, Read, StaleReason, staleness
+from databuild.models import InstanceStatus
 
 pytestmark = pytest.mark.unit
 

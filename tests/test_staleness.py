@@ -15,12 +15,13 @@ from fastapi.testclient import TestClient
 
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
+from databuild.domain.staleness import StalePartition
 from databuild.errors import InvalidPatternError
 from databuild.graph import Graph
-from databuild.models import InstanceRef, PartitionStatus, StalePartition, WantSource, WantSpec, Why
+from databuild.models import InstanceRef, PartitionStatus, WantSource, WantSpec
 from databuild.operations.stale_metrics import StaleCollector
 from databuild.views.staleness import stale_partitions
-from databuild.views.why import why
+from databuild.views.why import Why, why
 from databuild.web import create_app, web_context
 
 pytestmark = pytest.mark.unit

@@ -5,8 +5,9 @@ nothing)."""
 import asyncio
 
 from databuild.client import DataBuild
+from databuild.domain.staleness import StaleKind
 from databuild.graph import load_graph
-from databuild.models import StaleKind, WantState
+from databuild.models import WantState
 
 CHAIN = "tests.graphs:chain"
 

@@ -9,7 +9,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.checks import CheckActivities
-    from databuild.models import Recheck
+    from databuild.domain.checks import Recheck
     from databuild.temporal import protocol as p
 
 # A check that cannot run is retried a little (a worker lost, Spark restarting), then reported; what the

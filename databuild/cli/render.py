@@ -11,8 +11,10 @@ from rich.text import Text
 from rich.tree import Tree
 
 from databuild.backfill import BackfillProgress
+from databuild.domain.checks import Recheck
 from databuild.domain.estimates import Estimate
 from databuild.domain.plans import Action, Plan, PlannedRun
+from databuild.domain.staleness import StalePartition
 from databuild.durations import format_duration
 from databuild.models import (
     BuildStats,
@@ -22,14 +24,12 @@ from databuild.models import (
     JobRunState,
     Partition,
     PartitionStatus,
-    Recheck,
-    StalePartition,
     TaintImpact,
     Want,
     WantState,
-    Why,
 )
 from databuild.views.lineage import FamilyProgress, JobRunView, PartitionView, RelatedEntities, WantView
+from databuild.views.why import Why
 
 STATE_STYLE = {
     WantState.successful: "green",

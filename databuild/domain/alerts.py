@@ -15,8 +15,9 @@ from urllib.parse import urlencode
 from pydantic import Field
 
 from databuild.backfill import BackfillProgress
+from databuild.domain.checks import Recheck
 from databuild.domain.estimates import Confidence, Estimate
-from databuild.models import CheckResult, JobRun, Model, Recheck, Want
+from databuild.models import CheckResult, JobRun, Model, Want
 
 
 class AlertKind(StrEnum):

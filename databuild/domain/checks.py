@@ -4,9 +4,11 @@ partition, as a failed build would have)."""
 
 from collections.abc import Mapping, Sequence
 
+from pydantic import Field
+
 from databuild.domain import events as ev
 from databuild.errors import InvalidInputError, InvalidTransitionError, NotFoundError
-from databuild.models import CheckResult, InstanceRef, Partition, PartitionStatus, TaintImpact
+from databuild.models import CheckResult, InstanceRef, Model, Partition, PartitionStatus, TaintImpact
 
 
 def blocking_failures(results: Mapping[str, Sequence[CheckResult]]) -> list[CheckResult]:
@@ -77,3 +79,17 @@ def rechecked(
             ev.PartitionFailed(ref=impact.ref, job_run_id=None, reason=reason),
         ]
     return events
+
+
+class Recheck(Model):
+    """What `databuild check` found: the results of re-running a partition's checks on its live instance,
+    recorded; a blocking failure took the instance out of service and fail-locked the partition."""
+
+    ref: str
+    instance_id: str = Field(description="the instance checked")
+    results: list[CheckResult]
+    partition: Partition = Field(description="the partition after the results were recorded")
+
+    @property
+    def fail_locked(self) -> bool:
+        return any(r.blocks for r in self.results)

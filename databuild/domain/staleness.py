@@ -7,8 +7,53 @@ input it read is itself stale (transitively)."""
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
-from databuild.models import InstanceStatus, StaleKind, StaleReason
+from pydantic import Field
+
+from databuild.models import InstanceStatus, Model
+
+
+class StaleKind(StrEnum):
+    """Why a live instance is stale (databuild.domain.staleness)."""
+
+    code_changed = "code_changed"  # its job's version changed since it was built
+    input_superseded = "input_superseded"  # an input it read has a newer live instance
+    input_tainted = "input_tainted"  # an input it read was tainted
+    input_stale = "input_stale"  # an input it read is itself stale
+
+
+class StaleReason(Model):
+    kind: StaleKind
+    input_ref: str | None = Field(default=None, description="of an input reason: the input")
+    input_instance_id: str | None = Field(default=None, description="the input's instance it read")
+    live_instance_id: str | None = Field(
+        default=None, description="input_superseded: the input's live instance now"
+    )
+    built_version: str | None = Field(default=None, description="code_changed: the version that built it")
+    current_version: str | None = Field(default=None, description="code_changed: its job's version now")
+
+    def __str__(self) -> str:
+        match self.kind:
+            case StaleKind.code_changed:
+                return f"job version changed {self.built_version} -> {self.current_version}"
+            case StaleKind.input_superseded:
+                return f"read {self.input_ref} {self.input_instance_id}, since superseded by {self.live_instance_id}"
+            case StaleKind.input_tainted:
+                return f"read {self.input_ref} {self.input_instance_id}, since tainted"
+            case StaleKind.input_stale:
+                return f"read {self.input_ref} {self.input_instance_id}, which is stale"
+
+
+class StalePartition(Model):
+    """A live partition whose data is stale, and why."""
+
+    ref: str
+    instance_id: str
+    job_label: str | None = Field(description="the job that built it; None: external")
+    job_run_id: str | None
+    job_version: str | None = Field(description="the version that built it; None: unknown")
+    reasons: list[StaleReason]
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pydantic import Field
 from databuild.bel.queries import BelQueries
 from databuild.domain.estimates import Estimate
 from databuild.domain.events import JobRunFailed
+from databuild.domain.staleness import StaleReason
 from databuild.graph import Graph
 from databuild.models import (
     EventFilter,
@@ -25,7 +26,6 @@ from databuild.models import (
     Model,
     Partition,
     PartitionStatus,
-    StaleReason,
     Want,
     WantState,
 )

@@ -4,10 +4,9 @@ then the live instances they read, a level at a time, in bulk; one read transact
 from collections.abc import Iterable
 
 from databuild.bel.queries import BelQueries
-from databuild.domain.staleness import Built, staleness
+from databuild.domain.staleness import Built, StalePartition, StaleReason, staleness
 from databuild.globs import compile_glob
 from databuild.graph import Graph
-from databuild.models import StalePartition, StaleReason
 from databuild.views.lineage import PartitionView
 
 # Levels of upstream read one by one before the rest is read in bulk (see _add_upstream).

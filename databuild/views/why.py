@@ -3,13 +3,38 @@ build (run, time, version, inputs); if it is stale, each reason, following a sta
 root cause: the version change, the taint and its reason, or the newer instance, the run that built it
 and the want it was built for."""
 
+from datetime import datetime
+
+from pydantic import Field
+
 from databuild.bel.queries import BelQueries
-from databuild.domain.staleness import Built
+from databuild.domain.staleness import Built, StaleKind, StaleReason
 from databuild.errors import NotFoundError
 from databuild.graph import Graph
-from databuild.models import Instance, PartitionStatus, StaleKind, StaleReason, Why, WhyFact
+from databuild.models import Instance, Model, PartitionStatus
 from databuild.refs import validate_ref
 from databuild.views.staleness import stale_upstream
+
+
+class WhyFact(Model):
+    """One recorded fact in the explanation of a partition's state."""
+
+    ref: str
+    instance_id: str | None = None
+    job_run_id: str | None = None
+    at: datetime | None = Field(default=None, description="when it was recorded")
+    text: str
+
+
+class Why(Model):
+    """Why a partition is in its state: a chain of recorded facts, from its own state down to the root
+    cause (``databuild why REF``)."""
+
+    ref: str
+    status: PartitionStatus
+    stale: bool = Field(description="live, but built from what has changed since")
+    chain: list[WhyFact]
+
 
 # How many stale inputs `why` follows down before it stops: each level is one more fact of the chain.
 MAX_DEPTH = 50

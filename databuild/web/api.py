@@ -9,6 +9,7 @@ from pydantic import Field
 
 from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry
 from databuild.domain.plans import Plan
+from databuild.domain.staleness import StalePartition
 from databuild.models import (
     MAX_INDEX,
     BuildStats,
@@ -20,12 +21,10 @@ from databuild.models import (
     Model,
     Partition,
     PartitionStatus,
-    StalePartition,
     TaintResult,
     Want,
     WantSource,
     WantState,
-    Why,
     validated,
 )
 from databuild.views.graph import GraphView, graph_view
@@ -45,6 +44,7 @@ from databuild.views.lineage import (
 )
 from databuild.views.logs import AttemptLogView, attempt_log
 from databuild.views.staleness import with_staleness
+from databuild.views.why import Why
 from databuild.web.auth import GuardedRoute, caller, guard
 from databuild.web.context import context
 from databuild.web.requests import Offset, WantRequest, plan_want, register_want

@@ -4,26 +4,24 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence, Set
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
 
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry, cancel_reason
 from databuild.bel import BuildEventLog
+from databuild.client.calls import called, cancel_workflow, gathered, signal_workflow, worker_error
+from databuild.client.specs import build_spec
 from databuild.config import Settings
 from databuild.domain import checks as check_rules
 from databuild.domain.backfills import backfill_partitions
+from databuild.domain.checks import Recheck
 from databuild.domain.plans import Plan, Root
+from databuild.domain.staleness import StalePartition
 from databuild.errors import (
-    AnnouncementRefusedError,
-    DataBuildError,
     InvalidTransitionError,
-    InvalidWantError,
     TemporalUnavailableError,
-    error_class,
 )
 from databuild.failures import MISSING_SEARCH_ATTRIBUTE
 from databuild.graph import Graph, load_graph
@@ -31,17 +29,12 @@ from databuild.models import (
     Instance,
     Partition,
     PartitionStatus,
-    Recheck,
-    StalePartition,
     TaintImpact,
     TaintResult,
     Want,
     WantSource,
     WantSpec,
     WantState,
-    Why,
-    default_data_timestamp,
-    first_error,
 )
 from databuild.refs import ref_uri, validate_ref
 from databuild.temporal.connection import connect, ensure_search_attributes
@@ -72,9 +65,10 @@ from databuild.temporal.wants import (
 from databuild.views.lineage import FamilyProgress, WantView, family_progress, want_view
 from databuild.views.plans import plan_wants
 from databuild.views.staleness import stale_partitions
+from databuild.views.why import Why
 from databuild.views.why import why as why_view
 
-T = TypeVar("T")
+__all__ = ["BACKFILL_CHUNK", "DataBuild", "build_spec"]
 
 
 BACKFILL_CHUNK = 500  # wants recorded in one transaction (and between two reports of progress)
@@ -242,7 +236,7 @@ class DataBuild:
             if first == 0:
                 await self._run_window(request.backfill_id)
             if on_registered is not None:
-                await _called(on_registered, first + len(chunk))
+                await called(on_registered, first + len(chunk))
         await self._run_window(request.backfill_id)  # it steps at once: every want is there
         return await self.backfill_progress(request.backfill_id)
 
@@ -407,9 +401,9 @@ class DataBuild:
             cancelled += wants
             runs += ended
         client = await self.temporal_client()
-        await _gathered(
-            [_cancel_workflow(client, w.workflow_id) for w in cancelled]
-            + [_signal_workflow(client, workflow_id, SIGNAL_ABANDON) for workflow_id in runs]
+        await gathered(
+            [cancel_workflow(client, w.workflow_id) for w in cancelled]
+            + [signal_workflow(client, workflow_id, SIGNAL_ABANDON) for workflow_id in runs]
         )
         return unstarted + len(cancelled)
 
@@ -424,8 +418,8 @@ class DataBuild:
         unstarted = await self.bel.call(self.bel.backfill_unstarted, backfill_id)
         client = await self.temporal_client()
         signal = SIGNAL_PAUSE if paused else SIGNAL_RESUME
-        await _gathered(
-            [_signal_workflow(client, w.workflow_id, signal) for w in wants if w.want_id not in unstarted]
+        await gathered(
+            [signal_workflow(client, w.workflow_id, signal) for w in wants if w.want_id not in unstarted]
         )
         if not paused:
             await self._run_window(backfill_id)
@@ -458,7 +452,7 @@ class DataBuild:
             result.cancel()
         final = await self._final(spec.want_id)
         if on_progress is not None:
-            await _called(on_progress, await self.progress(spec))
+            await called(on_progress, await self.progress(spec))
         return final
 
     async def progress(self, spec: WantSpec) -> FamilyProgress:
@@ -474,14 +468,14 @@ class DataBuild:
     ) -> None:
         if on_progress is not None:
             progress = await self.progress(spec)
-            await _called(on_progress, progress)
+            await called(on_progress, progress)
             current = progress.want
         elif on_update is not None:
             current = await self.bel.call(self.bel.find_want, spec.want_id)
         else:
             return
         if on_update is not None:
-            await _called(on_update, current)
+            await called(on_update, current)
 
     async def _final(self, want_id: str) -> Want:
         # The workflow records the final state before it completes; read it from the log.
@@ -582,98 +576,3 @@ class DataBuild:
             refs,
             lambda sub: (SIGNAL_REDECIDE, RedecideNotice(ref=sub.ref, reason=reason)),
         )
-
-
-def worker_error(failure: WorkflowFailureError) -> DataBuildError:
-    """What the worker's activity raised, as the DataBuild error it was (its class is the failure's type,
-    activities.errors), so the CLI and the API answer it as they would have in process."""
-    cause: BaseException = failure
-    while cause.__cause__ is not None and not isinstance(cause, ApplicationError):
-        cause = cause.__cause__
-    if isinstance(cause, ApplicationError) and cause.type:
-        kind = error_class(cause.type)
-        if kind is not None:
-            with contextlib.suppress(TypeError):  # a class that takes more than a message
-                return kind(cause.message)
-        return DataBuildError(f"{cause.type}: {cause.message}")
-    return DataBuildError(f"the worker could not run it: {cause}")
-
-
-async def _called(callback: Callable[[T], Awaitable[None] | None], value: T) -> None:
-    done = callback(value)
-    if done is not None:
-        await done
-
-
-def build_spec(
-    graph: Graph,
-    ref: str,
-    *,
-    data_timestamp: datetime | None = None,
-    sla: timedelta | None = None,
-    ttl: timedelta | None = None,
-    source: WantSource = WantSource.cli,
-    now: datetime | None = None,
-    generation: int = 0,
-    requires: Sequence[str] = (),
-) -> WantSpec:
-    """Build and check a want without recording anything; raises a clear error on bad input."""
-    validate_ref(ref)
-    if source is WantSource.derivative:
-        raise InvalidWantError("derivative wants are created by DataBuild itself, not by clients")
-    now = now or datetime.now(UTC)
-    try:
-        spec = WantSpec(
-            ref=ref,
-            data_timestamp=data_timestamp or default_data_timestamp(ref, now),
-            sla=sla,
-            ttl=ttl,
-            source=source,
-            generation=generation,
-            requires=list(requires),
-        )
-    except ValueError as error:
-        raise InvalidWantError(first_error(error)) from None
-    graph.resolve(spec.ref)  # unknown job -> UnknownJobError
-    for required in spec.requires:
-        try:
-            check_announcement(graph, required)
-        except AnnouncementRefusedError as error:  # nothing could ever make it available
-            raise InvalidWantError(f"the want cannot require {required}: {error}") from None
-    if spec.ttl_deadline is not None and spec.ttl_deadline <= now:
-        raise InvalidWantError(
-            f"the TTL of this want ended at {spec.ttl_deadline:%Y-%m-%d %H:%M}Z, before now "
-            f"({now:%Y-%m-%d %H:%M}Z); the TTL counts from the data timestamp "
-            f"{spec.data_timestamp:%Y-%m-%d %H:%M}Z, so give a longer --ttl or none"
-        )
-    return spec
-
-
-async def _cancel_workflow(client: Client, workflow_id: str) -> None:
-    """Ask the workflow of a want the BEL has recorded cancelled to stop; one that has not started yet
-    (it then finds the want ended at its first decision) or has ended needs nothing more."""
-    try:
-        await client.get_workflow_handle(workflow_id).cancel()
-    except RPCError as error:
-        if error.status is not RPCStatusCode.NOT_FOUND:
-            raise
-
-
-async def _gathered(calls: Sequence[Awaitable[None]], at_once: int = 32) -> None:
-    """Await ``calls``, ``at_once`` at a time: a backfill's thousands of wants do not all call at once."""
-    gate = asyncio.Semaphore(at_once)
-
-    async def one(call: Awaitable[None]) -> None:
-        async with gate:
-            await call
-
-    await asyncio.gather(*(one(call) for call in calls))
-
-
-async def _signal_workflow(client: Client, workflow_id: str, signal: str) -> None:
-    """Signal a workflow; one that has just ended (or not started yet) needs nothing more."""
-    try:
-        await client.get_workflow_handle(workflow_id).signal(signal)
-    except RPCError as error:
-        if error.status is not RPCStatusCode.NOT_FOUND:
-            raise
