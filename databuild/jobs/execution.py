@@ -13,7 +13,7 @@ from databuild.domain import checks as check_rules
 from databuild.errors import CheckFailedError, DataBuildError, JobContractError
 from databuild.jobs.attempt_log import line
 from databuild.jobs.catalog import Catalog
-from databuild.jobs.executors import Executors, JobAttempt, Progress
+from databuild.jobs.executors import BodyResult, Executors, JobAttempt, Progress
 from databuild.jobs.openlineage import LineageEmitter
 from databuild.jobs.storage import INSTANCE_PREFIX, Storage
 from databuild.models import CheckResult, InstanceRef, JobRun, JobRunCause, JobRunState
@@ -88,27 +88,7 @@ class JobExecutor:
                     job_run_id, body.missing, body.reads, attempt, body.missing_for
                 )
                 return outcome_of(self._finished(missed, JobRunState.dep_miss))
-            # JobContext refuses stray writes already; a result read back from a submitted application
-            # is checked again here, where it crosses into the BEL.
-            strays = sorted(set(body.written) - set(run.outputs))
-            if strays:
-                self._refuse(job, f"job {run.job_label} wrote {', '.join(strays)}, not among its outputs")
-            unwritten = sorted(set(run.outputs) - set(body.written))
-            if unwritten:
-                self._refuse(job, f"job {run.job_label} finished without writing {', '.join(unwritten)}")
-            strays = sorted(
-                {ref for ref, results in body.checks.items() if results and ref not in body.written}
-                | {r.ref for ref, results in body.checks.items() for r in results if r.ref != ref}
-            )
-            if strays:
-                self._refuse(
-                    job, f"job {run.job_label} reports checks of {', '.join(strays)}, not its outputs"
-                )
-            if failures := check_rules.blocking_failures(body.checks):
-                # Not published, and not retried: the same code on the same inputs writes the same data.
-                # The results stay in the log with the instances they kept from going live.
-                self.bel.record_checks(job_run_id, attempt, instances, body.checks)
-                self._refuse(job, check_rules.failure_reason(failures), CheckFailedError)
+            self._verify(job, run, body, instances)
             # The commit is the publish: a superseded attempt is refused inside it.
             locations = {ref: self.storage.location(ref, i) for ref, i in planned.items()}
             locations |= {ref: self._written_at(job, key) for ref, key in body.locations.items()}
@@ -127,6 +107,28 @@ class JobExecutor:
             return outcome_of(self._finished(succeeded, JobRunState.succeeded))
         finally:
             self._running.pop(job.group, None)
+
+    def _verify(self, job: JobAttempt, run: JobRun, body: BodyResult, instances: list[InstanceRef]) -> None:
+        """Refuse a body's result that breaks the job's contract, or whose blocking checks failed (their
+        results recorded with the instances they kept from going live)."""
+        # JobContext refuses stray writes already; a result read back from a submitted application is
+        # checked again here, where it crosses into the BEL.
+        strays = sorted(set(body.written) - set(run.outputs))
+        if strays:
+            self._refuse(job, f"job {run.job_label} wrote {', '.join(strays)}, not among its outputs")
+        unwritten = sorted(set(run.outputs) - set(body.written))
+        if unwritten:
+            self._refuse(job, f"job {run.job_label} finished without writing {', '.join(unwritten)}")
+        strays = sorted(
+            {ref for ref, results in body.checks.items() if results and ref not in body.written}
+            | {r.ref for ref, results in body.checks.items() for r in results if r.ref != ref}
+        )
+        if strays:
+            self._refuse(job, f"job {run.job_label} reports checks of {', '.join(strays)}, not its outputs")
+        if failures := check_rules.blocking_failures(body.checks):
+            # Not published, and not retried: the same code on the same inputs writes the same data.
+            self.bel.record_checks(job.job_run_id, job.attempt, instances, body.checks)
+            self._refuse(job, check_rules.failure_reason(failures), CheckFailedError)
 
     def _written_at(self, job: JobAttempt, key: str) -> str:
         """The location of an output a partitioned write put in this attempt's folder; a result read back
