@@ -5,8 +5,6 @@ tests/test_plans_stack.py.)"""
 import json
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,6 +19,7 @@ from databuild.domain.plans import Action, Plan, Root
 from databuild.graph import Graph
 from databuild.models import InstanceRef, PartitionStatus, WantSource, WantSpec
 from databuild.views.plans import plan_wants
+from tests.conftest import forked_cli
 
 pytestmark = pytest.mark.unit
 
@@ -95,24 +94,24 @@ def test_the_cli_plans_without_temporal_and_records_nothing(tmp_path: Path) -> N
     env = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
     env |= {"PYTHONPATH": str(ROOT), "COLUMNS": "200", "DATABUILD_TEMPORAL_ADDRESS": "127.0.0.1:9"}
 
-    def databuild(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "databuild.cli", *args]
-        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-
-    want = databuild("want", "daily_summary/2024-01-07", "--sla", "9h", "--plan", "--json")
+    want, shown, bad, events = forked_cli(
+        [
+            ["want", "daily_summary/2024-01-07", "--sla", "9h", "--plan", "--json"],
+            ["backfill", "daily_users/{date}", "--from", "2024-01-01", "--to", "2024-01-31", "--plan"],
+            ["want", "nowhere/x", "--plan"],
+            ["events", "--json"],  # after the others: a plan records nothing
+        ],
+        env,
+        tmp_path,
+    )
     assert want.returncode == 0, want.stderr
     found = Plan.model_validate_json(want.stdout)
     assert found.count(Action.build) == 15 and len(found.runs) == 15  # the rollup's two outputs: one run
     assert [m.ref for m in found.sla_misses] == ["daily_summary/2024-01-07"]  # due in 2024
 
-    shown = databuild(
-        "backfill", "daily_users/{date}", "--from", "2024-01-01", "--to", "2024-01-31", "--plan"
-    )
     assert shown.returncode == 0, shown.stderr
     assert "plan for daily_users/{date} from 2024-01-01 to 2024-01-31: nothing was recorded" in shown.stdout
     assert "62 job runs" in shown.stdout and re.search(r"raw_events +31 ", shown.stdout), shown.stdout
 
-    bad = databuild("want", "nowhere/x", "--plan")
     assert bad.returncode == 2 and "no job in graph 'demo' produces 'nowhere/x'" in bad.stderr, bad.stderr
-    events = databuild("events", "--json")
     assert events.returncode == 0 and json.loads(events.stdout)["events"] == [], events.stdout

@@ -4,8 +4,6 @@ tainted input does too. (The rule itself: tests/test_domain_staleness.py.)"""
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,6 +21,7 @@ from databuild.operations.stale_metrics import StaleCollector
 from databuild.views.staleness import stale_partitions
 from databuild.views.why import Why, why
 from databuild.web import create_app, web_context
+from tests.conftest import forked_cli
 
 pytestmark = pytest.mark.unit
 
@@ -181,37 +180,39 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
     env |= {"PYTHONPATH": str(ROOT), "COLUMNS": "200", "DATABUILD_TEMPORAL_ADDRESS": "127.0.0.1:9"}
     env |= {"DATABUILD_DATABASE_URL": url}
 
-    def databuild(graph: str, *args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "databuild.cli", *args]
-        env["DATABUILD_GRAPH"] = f"tests.test_staleness:{graph}"
-        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-
-    unchanged = databuild("before", "stale")
+    # Each command in a process of its own, forked from one that imported the CLI once.
+    commands = [
+        ("before", "stale"),
+        ("after", "stale", "--json"),
+        ("after", "stale", "mid/*"),
+        ("after", "partitions", "show", "mid/1"),
+        ("nowhere", "partitions", "show", "mid/1"),
+        ("after", "why", "down/1"),
+        ("after", "why", "down/1", "--json"),
+    ]
+    ran = forked_cli(
+        [(list(c[1:]), {"DATABUILD_GRAPH": f"tests.test_staleness:{c[0]}"}) for c in commands], env, tmp_path
+    )
+    unchanged, listed, table, shown, unloaded, explained, as_json = ran
     assert unchanged.returncode == 0 and "nothing is stale" in unchanged.stdout, unchanged.stderr
-    listed = databuild("after", "stale", "--json")
     assert listed.returncode == 0, listed.stderr
     found = [StalePartition.model_validate(p) for p in json.loads(listed.stdout)]
     assert [(p.ref, [r.kind.value for r in p.reasons]) for p in found] == [
         ("down/1", ["input_stale"]),
         ("mid/1", ["code_changed"]),
     ]
-    table = databuild("after", "stale", "mid/*")
     assert (
         table.returncode == 0
         and "job version changed 1 -> 2" in table.stdout
         and "down/1" not in table.stdout
     )
-    shown = databuild("after", "partitions", "show", "mid/1")
     assert shown.returncode == 0 and "stale: job version changed 1 -> 2" in shown.stdout, shown.stderr
     assert "job version 1" in shown.stdout
     # The lineage is the BEL's alone: a graph that does not load leaves out only whether it is stale.
-    unloaded = databuild("nowhere", "partitions", "show", "mid/1")
     assert unloaded.returncode == 0 and "job version 1" in unloaded.stdout, unloaded.stderr
     assert "whether it is stale is not shown" in unloaded.stderr and "nowhere" in unloaded.stderr
-    explained = databuild("after", "why", "down/1")
     assert explained.returncode == 0, explained.stderr
     assert "down/1 live (stale)" in explained.stdout and "version changed from 1" in explained.stdout
-    as_json = databuild("after", "why", "down/1", "--json")
     assert Why.model_validate_json(as_json.stdout).chain[-1].ref == "mid/1"
 
     bel = BuildEventLog.create(url)
