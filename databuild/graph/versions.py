@@ -26,7 +26,9 @@ def code_version(fn: Callable[..., Any]) -> str:
         tree = ast.parse(source)
     except (OSError, TypeError, SyntaxError):
         return _digest(_compiled(fn))
-    return _digest(ast.dump(_without_docs(tree), annotate_fields=False, include_attributes=False))
+    # Unparsed, not dumped: the tree's dump changes between Python versions (3.12 added fields), and a
+    # worker and a CLI on two Pythons must derive one version from one code.
+    return _digest(ast.unparse(_without_docs(tree)))
 
 
 def _without_docs(tree: ast.Module) -> ast.Module:
