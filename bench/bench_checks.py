@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from bench.common import run_and_exit
 from databuild.jobs.checks import run_checks
 from databuild.jobs.spark import SparkRuntime
+from databuild.jobs.storage import Storage
 from databuild.models import Column, InstanceFacts
 from examples import demo
 
@@ -40,7 +41,7 @@ class Writing:
 
     def __init__(self, spark: "SparkSession", lake: Path) -> None:
         self.spark = spark
-        self.lake = lake
+        self.storage = Storage(lake.as_uri())
         self.written: dict[str, tuple[str, InstanceFacts]] = {}
 
     def read(self, ref: str) -> "DataFrame":
@@ -50,15 +51,16 @@ class Writing:
         pass
 
     def write(self, ref: str, frame: "DataFrame") -> None:
-        import pyarrow.parquet as pq
-
-        location = str(self.lake / ref / f"~{uuid.uuid4()}")
-        frame.write.mode("error").parquet(location)
-        rows = sum(pq.read_metadata(f).num_rows for f in Path(location).glob("*.parquet"))
+        key = f"{ref}/~{uuid.uuid4()}"
+        frame.write.mode("error").parquet(self.storage.uri_of(key))
+        rows, size, files = self.storage.parquet_summary(key)  # as ctx.write records them: the footers
         columns = [
             Column(name=f.name, type=f.dataType.simpleString(), nullable=f.nullable) for f in frame.schema
         ]
-        self.written[ref] = (location, InstanceFacts(rows=rows, bytes=None, columns=columns))
+        self.written[ref] = (
+            self.storage.uri_of(key),
+            InstanceFacts(rows=rows, bytes=size, files=files, columns=columns),
+        )
 
 
 def measure(days: int) -> dict[str, Any]:

@@ -8,16 +8,14 @@ import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import select
 
 from databuild.bel import BuildEventLog
-from databuild.bel import schema as s
 from databuild.domain.plans import Action, Plan, Root
 from databuild.graph import Graph
 from databuild.models import InstanceRef, PartitionStatus, WantSource, WantSpec
+from databuild.testing import projection_rows
 from databuild.views.plans import plan_wants
 from tests.conftest import forked_cli
 
@@ -52,9 +50,9 @@ def start(bel: BuildEventLog, ref: str) -> str:
     return verdict.job_run_id
 
 
-def everything(bel: BuildEventLog) -> dict[str, list[Any]]:
-    """Every row of every table: the log and its projections."""
-    return {table.name: [tuple(row) for row in bel._all(select(table))] for table in s.metadata.sorted_tables}
+def everything(bel: BuildEventLog) -> tuple[int, dict[str, list[tuple[str, ...]]]]:
+    """The log's last index and every row of every projection."""
+    return bel.last_idx(), projection_rows(bel)
 
 
 def test_a_plan_reads_the_partitions_it_reaches_and_records_nothing(bel: BuildEventLog) -> None:

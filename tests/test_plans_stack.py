@@ -3,16 +3,14 @@ and not a thing recorded by the plan itself; then a plan on top of what was buil
 
 import asyncio
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from fastapi.testclient import TestClient
-from sqlalchemy import select
 
-from databuild.bel import schema as s
-from databuild.bel.queries import BelQueries
+from databuild.bel import BuildEventLog
 from databuild.domain.estimates import Confidence
 from databuild.domain.plans import Action, Plan
 from databuild.models import JobRunState, WantState
+from databuild.testing import projection_rows
 from databuild.web.app import create_app
 from databuild.web.context import web_context
 
@@ -20,9 +18,9 @@ DECLARED = "examples.demo:graph"
 DAY = "daily_users/2024-01-07"
 
 
-def everything(bel: BelQueries) -> dict[str, list[Any]]:
-    """Every row of every table: the log and its projections."""
-    return {table.name: [tuple(row) for row in bel._all(select(table))] for table in s.metadata.sorted_tables}
+def everything(bel: BuildEventLog) -> tuple[int, dict[str, list[tuple[str, ...]]]]:
+    """The log's last index and every row of every projection."""
+    return bel.last_idx(), projection_rows(bel)
 
 
 async def test_a_plan_is_what_the_build_then_does_and_records_nothing(make_stack) -> None:

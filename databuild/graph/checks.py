@@ -147,7 +147,9 @@ class RowCount(Check):
 
 
 @dataclass(frozen=True)
-class NotNull(Check):
+class OverColumns(Check):
+    """A check over some columns of the data, each of which it needs."""
+
     names: tuple[str, ...] = ()
 
     @property
@@ -157,6 +159,9 @@ class NotNull(Check):
     def problems(self) -> list[str]:
         return _columns_problems(self.names)
 
+
+@dataclass(frozen=True)
+class NotNull(OverColumns):
     def evaluate(self, ctx: CheckContext, data: Data) -> Verdict:
         from pyspark.sql import functions as F
 
@@ -171,16 +176,7 @@ class NotNull(Check):
 
 
 @dataclass(frozen=True)
-class Unique(Check):
-    names: tuple[str, ...] = ()
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return self.names
-
-    def problems(self) -> list[str]:
-        return _columns_problems(self.names)
-
+class Unique(OverColumns):
     def evaluate(self, ctx: CheckContext, data: Data) -> Verdict:
         from pyspark.sql import functions as F
 
