@@ -2,17 +2,23 @@
 derivative want, and serving a stack's HTTP API. Tests import these, never each other."""
 
 import asyncio
+import logging
 import socket
 import time
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import urlsplit
+
+from moto.server import ThreadedMotoServer
+from pyarrow import fs
 
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.jobs.storage import Storage
 from databuild.models import WantSource, WantState
+from databuild.testing import free_port
 from databuild.web import create_app, serving, web_context
 from tests.conftest import Stack
 
@@ -25,6 +31,35 @@ def lake(settings: Settings) -> Path:
 def instance_dir(settings: Settings, ref: str, instance_id: str | None) -> Path:
     """Where one instance of ``ref`` is on a test stack's local storage."""
     return lake(settings) / Storage.instance_key(ref, instance_id or "")
+
+
+class S3Server(NamedTuple):
+    endpoint: str
+    server: ThreadedMotoServer
+
+
+@contextmanager
+def s3_server(bucket: str) -> Iterator[S3Server]:
+    """An S3-compatible server (moto) on loopback holding an empty ``bucket``, stopped on exit. The bucket
+    is made with generous timeouts: moto loads its backends on the first request, which takes seconds on
+    a loaded machine, past the AWS SDK's default 3 s."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
+    server.start()
+    endpoint = "http://{}:{}".format(*server.get_host_and_port())
+    try:
+        fs.S3FileSystem(
+            endpoint_override=endpoint,
+            access_key="k",
+            secret_key="s",
+            region="us-east-1",
+            allow_bucket_creation=True,
+            connect_timeout=30,
+            request_timeout=60,
+        ).create_dir(bucket)
+        yield S3Server(endpoint, server)
+    finally:
+        server.stop()
 
 
 # The token a downstream graph presents to its upstream in the cross-graph tests.

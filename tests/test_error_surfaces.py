@@ -6,7 +6,6 @@ tests/test_error_lines.py). And no browser page of another site can change anyth
 
 import asyncio
 import json
-import logging
 import os
 import re
 import subprocess
@@ -22,8 +21,6 @@ import httpx
 import pytest
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
-from moto.server import ThreadedMotoServer
-from pyarrow import fs
 from starlette.routing import BaseRoute
 from temporalio.service import RPCError
 
@@ -40,6 +37,7 @@ from databuild.temporal.connection import temporal_binary
 from databuild.testing import free_port
 from databuild.web import create_app, web_context
 from tests.conftest import cli_batch
+from tests.helpers import s3_server
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "s3cret-in-a-setting"
@@ -328,59 +326,47 @@ LOGGED.job("p/{n}")(lambda ctx, n: None)
 
 
 def test_storage_that_stops_answering(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = free_port()
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    moto.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    aws = {
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "k",
-        "AWS_SECRET_ACCESS_KEY": "s",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    for name, value in aws.items():
-        monkeypatch.setenv(name, value)
-    fs.S3FileSystem(
-        endpoint_override=endpoint,
-        access_key="k",
-        secret_key="s",
-        region="us-east-1",
-        allow_bucket_creation=True,
-    ).create_dir("lake")
-    root = "s3a://lake/graph"
-    url = f"sqlite:///{tmp_path / 'bel.sqlite'}"
-    bel = BuildEventLog.create(url)
-    try:
-        spec = WantSpec(ref="p/1", data_timestamp=datetime(2024, 1, 1, tzinfo=UTC))
-        bel.register_want(spec)
-        decision = bel.decide(spec.want_id, 1, LOGGED.resolve("p/1"))
-        job_run_id = decision.job_run_id
-        assert job_run_id is not None
-        bel.start_job_run(job_run_id, 1, "w")
-        storage = Storage(root)
-        storage.write_text(storage.log_key(job_run_id, 1), "hello from the job\n")
-        settings = Settings(home=tmp_path, storage_root=root)
-        app = create_app(web_context(settings, bel))
-        env = {**aws, "DATABUILD_STORAGE_ROOT": root, "DATABUILD_DATABASE_URL": url}
-        with TestClient(app, base_url=BASE, client=LOOPBACK) as client, ThreadPoolExecutor(1) as cli:
-            up = client.get(f"/api/job-runs/{job_run_id}/log", params={"format": "text"})
-            assert up.status_code == 200 and up.text == "hello from the job\n"
-            moto.stop()
-            # Each call to a store that is down takes pyarrow's retries (seconds): the CLI meanwhile.
-            commands = (["job-runs", "show", job_run_id, "--log"], env), (["gc", "--dry-run"], env)
-            by_cli = cli.submit(forked, tmp_path, *commands)
-            log = client.get(f"/api/job-runs/{job_run_id}/log")
-            assert log.status_code == 503, log.text
-            assert log.json()["error"].startswith(f"cannot reach the storage at {root}: "), log.text
-            page = client.get(f"/job-runs/{job_run_id}")  # the run, with why its log cannot be shown
-            assert page.status_code == 200 and "cannot reach the storage at s3a://lake/graph" in page.text
-            shown, collected = by_cli.result()
-        one_line(shown, 1, f"cannot reach the storage at {root}: ")
-        one_line(collected, 1, f"cannot reach the storage at {root}: ")
-    finally:
-        moto.stop()
-        bel.dispose()
+    with s3_server("lake") as s3:
+        aws = {
+            "AWS_ENDPOINT_URL": s3.endpoint,
+            "AWS_ACCESS_KEY_ID": "k",
+            "AWS_SECRET_ACCESS_KEY": "s",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+        for name, value in aws.items():
+            monkeypatch.setenv(name, value)
+        root = "s3a://lake/graph"
+        url = f"sqlite:///{tmp_path / 'bel.sqlite'}"
+        bel = BuildEventLog.create(url)
+        try:
+            spec = WantSpec(ref="p/1", data_timestamp=datetime(2024, 1, 1, tzinfo=UTC))
+            bel.register_want(spec)
+            decision = bel.decide(spec.want_id, 1, LOGGED.resolve("p/1"))
+            job_run_id = decision.job_run_id
+            assert job_run_id is not None
+            bel.start_job_run(job_run_id, 1, "w")
+            storage = Storage(root)
+            storage.write_text(storage.log_key(job_run_id, 1), "hello from the job\n")
+            settings = Settings(home=tmp_path, storage_root=root)
+            app = create_app(web_context(settings, bel))
+            env = {**aws, "DATABUILD_STORAGE_ROOT": root, "DATABUILD_DATABASE_URL": url}
+            with TestClient(app, base_url=BASE, client=LOOPBACK) as client, ThreadPoolExecutor(1) as cli:
+                up = client.get(f"/api/job-runs/{job_run_id}/log", params={"format": "text"})
+                assert up.status_code == 200 and up.text == "hello from the job\n"
+                s3.server.stop()
+                # Each call to a store that is down takes pyarrow's retries (seconds): the CLI meanwhile.
+                commands = (["job-runs", "show", job_run_id, "--log"], env), (["gc", "--dry-run"], env)
+                by_cli = cli.submit(forked, tmp_path, *commands)
+                log = client.get(f"/api/job-runs/{job_run_id}/log")
+                assert log.status_code == 503, log.text
+                assert log.json()["error"].startswith(f"cannot reach the storage at {root}: "), log.text
+                page = client.get(f"/job-runs/{job_run_id}")  # the run, with why its log cannot be shown
+                assert page.status_code == 200 and "cannot reach the storage at s3a://lake/graph" in page.text
+                shown, collected = by_cli.result()
+            one_line(shown, 1, f"cannot reach the storage at {root}: ")
+            one_line(collected, 1, f"cannot reach the storage at {root}: ")
+        finally:
+            bel.dispose()
 
 
 # What a live display leaves behind -----------------------------------------------------------------------

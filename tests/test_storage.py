@@ -1,15 +1,12 @@
 """The storage interface and garbage collection, on the local file system and on a real S3-compatible
 server on loopback (moto's): write, list, read back, delete, and which instance locations gc removes."""
 
-import logging
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from moto.server import ThreadedMotoServer
-from pyarrow import fs
 
 from databuild.bel import BuildEventLog
 from databuild.domain.decisions import Execute
@@ -19,7 +16,7 @@ from databuild.jobs.storage import Storage
 from databuild.models import InstanceRef, WantSpec
 from databuild.operations.garbage import collect_garbage
 from databuild.refs import storage_uri
-from databuild.testing import free_port
+from tests.helpers import s3_server
 
 pytestmark = pytest.mark.unit
 
@@ -32,21 +29,8 @@ BUCKET = "lake"
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    s3 = fs.S3FileSystem(
-        endpoint_override=endpoint,
-        access_key="k",
-        secret_key="s",
-        region="us-east-1",
-        allow_bucket_creation=True,
-    )
-    s3.create_dir(BUCKET)
-    yield endpoint
-    server.stop()
+    with s3_server(BUCKET) as s3:
+        yield s3.endpoint
 
 
 @pytest.fixture(params=["local", "s3"])
