@@ -18,6 +18,7 @@ from databuild.errors import InvalidPatternError
 from databuild.graph import Graph
 from databuild.models import InstanceRef, PartitionStatus, WantSource, WantSpec
 from databuild.operations.stale_metrics import StaleCollector
+from databuild.views.lineage import PartitionList
 from databuild.views.staleness import stale_partitions
 from databuild.views.why import Why, why
 from databuild.web import create_app, web_context
@@ -189,11 +190,13 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
         ("nowhere", "partitions", "show", "mid/1"),
         ("after", "why", "down/1"),
         ("after", "why", "down/1", "--json"),
+        ("after", "partitions", "list"),
+        ("after", "partitions", "list", "--json"),
     ]
     ran = forked_cli(
         [(list(c[1:]), {"DATABUILD_GRAPH": f"tests.test_staleness:{c[0]}"}) for c in commands], env, tmp_path
     )
-    unchanged, listed, table, shown, unloaded, explained, as_json = ran
+    unchanged, listed, table, shown, unloaded, explained, as_json, parts, parts_json = ran
     assert unchanged.returncode == 0 and "nothing is stale" in unchanged.stdout, unchanged.stderr
     assert listed.returncode == 0, listed.stderr
     found = [StalePartition.model_validate(p) for p in json.loads(listed.stdout)]
@@ -214,6 +217,13 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
     assert explained.returncode == 0, explained.stderr
     assert "down/1 live (stale)" in explained.stdout and "version changed from 1" in explained.stdout
     assert Why.model_validate_json(as_json.stdout).chain[-1].ref == "mid/1"
+    # Lists say which live partitions are stale, and why (the first reason).
+    rows = {
+        cells[1].strip(): cells[2] for line in parts.stdout.splitlines() if len(cells := line.split("│")) > 2
+    }
+    assert parts.returncode == 0 and "stale: job version changed 1 -> 2" in rows["mid/1"], parts.stdout
+    assert "stale: read mid/1" in rows["down/1"] and "stale" not in rows["up/1"], parts.stdout
+    assert PartitionList.model_validate_json(parts_json.stdout).stale.keys() == {"mid/1", "down/1"}
 
     bel = BuildEventLog.create(url)
     app = create_app(web_context(Settings(home=tmp_path, graph="tests.test_staleness:after"), bel))
@@ -226,6 +236,11 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
     assert [r["kind"] for r in view["stale"]] == ["input_stale"]
     assert view["index"]["instances"]["down/1@1"]["job_version"] == "1"
     assert client.get("/api/partitions/up/1").json()["stale"] == []
+    listed_api = PartitionList.model_validate(client.get("/api/partitions").json())
+    assert [r.kind.value for r in listed_api.stale["down/1"]] == [
+        "input_stale"
+    ] and "up/1" not in listed_api.stale
+    assert client.get("/partitions").text.count('class="state state-stale"') == 2
     page = client.get("/partitions/down/1")
     assert page.status_code == 200 and "read mid/1 mid/1@1, which is stale" in page.text, page.text[-2000:]
     assert 'id="job-version"' in page.text and 'id="stale-reasons"' not in client.get("/partitions/up/1").text

@@ -24,10 +24,10 @@ from databuild.cli.app import (
     with_client,
 )
 from databuild.errors import GraphDefinitionError
-from databuild.graph import load_graph
+from databuild.graph import Graph, load_graph
 from databuild.models import MAX_INDEX, PartitionStatus, parse_choice
 from databuild.views.lineage import FAN_OUT, instance_view, list_partitions, partition_view
-from databuild.views.staleness import with_staleness
+from databuild.views.staleness import with_list_staleness, with_staleness
 
 partitions_app = typer.Typer(help="Inspect partitions.", no_args_is_help=True)
 app.add_typer(partitions_app, name="partitions")
@@ -42,16 +42,19 @@ def partitions_list(
     offset: Offset = 0,
     as_json: JsonFlag = False,
 ) -> None:
-    """List partitions by ref."""
+    """List partitions by ref; a live one that is stale says so (`databuild why REF` explains it)."""
+    log = bel()
     view = list_partitions(
-        bel(),
+        log,
         status=parse_choice(PartitionStatus, status, "status"),
         ref_prefix=prefix,
         ref_glob=pattern,
         limit=limit,
         offset=offset,
     )
-    emit(as_json, view, lambda: Group(render.partitions_table(view.data), page_note(view.page)))
+    if (graph := _graph_or_note()) is not None:
+        view = with_list_staleness(log, graph, view)
+    emit(as_json, view, lambda: Group(render.partitions_table(view.data, view.stale), page_note(view.page)))
 
 
 @partitions_app.command("pin")
@@ -99,10 +102,16 @@ def partitions_show(
     else:
         assert ref is not None
         view = partition_view(log, ref, fan_out=fan_out, offset=offset)
-    try:
-        graph = load_graph(settings().graph)
-    except GraphDefinitionError as error:  # the lineage is the BEL's alone: shown without staleness
-        err.print(f"[yellow]note:[/] whether it is stale is not shown: {error}")
-    else:
+    if (graph := _graph_or_note()) is not None:
         view = with_staleness(log, graph, view)
     emit(as_json, view, lambda: render.lineage_view(view))
+
+
+def _graph_or_note() -> Graph | None:
+    """The graph, for which partitions are stale; without it (it does not load here) the partitions are
+    the BEL's alone and still shown, with a note that whether they are stale is not."""
+    try:
+        return load_graph(settings().graph)
+    except GraphDefinitionError as error:
+        err.print(f"[yellow]note:[/] whether it is stale is not shown: {error}")
+        return None

@@ -2,7 +2,7 @@
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
@@ -14,7 +14,7 @@ from databuild.backfill import BackfillProgress
 from databuild.domain.checks import Recheck
 from databuild.domain.estimates import Estimate
 from databuild.domain.plans import Action, Plan, PlannedRun
-from databuild.domain.staleness import StalePartition
+from databuild.domain.staleness import StalePartition, StaleReason
 from databuild.durations import format_duration
 from databuild.models import (
     BuildStats,
@@ -377,13 +377,17 @@ def wants_table(wants: list[Want]) -> Table:
     return table
 
 
-def partitions_table(parts: list[Partition]) -> Table:
+def partitions_table(parts: list[Partition], stale: Mapping[str, list[StaleReason]]) -> Table:
     table = Table("ref", "status", "instance", "built by", "updated")
     table.columns[0].no_wrap = True
     for p in parts:
+        why = stale.get(p.ref)
         table.add_row(
             p.ref,
-            state(p.status) + (Text(f" ({p.reason})", style="dim") if p.reason else Text("")),
+            state(p.status)
+            + (Text(f" ({p.reason})", style="dim") if p.reason else Text(""))
+            + (Text(f" · stale: {why[0]}", style="yellow") if why else Text(""))
+            + (Text(f" (+{len(why) - 1} more)", style="dim") if why and len(why) > 1 else Text("")),
             p.instance_id or "-",
             p.built_by or ("external" if p.external else "-"),
             f"{p.updated_at:%Y-%m-%d %H:%M:%S}",

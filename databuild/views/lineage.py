@@ -472,6 +472,13 @@ class ListView(Model, Generic[T]):
     page: Page
 
 
+class PartitionList(ListView[Partition]):
+    stale: dict[str, list[StaleReason]] = Field(
+        default={},
+        description="the listed live partitions that are stale, by ref, with why (views.staleness)",
+    )
+
+
 def _page(rows: list[T], limit: int, offset: int) -> tuple[list[T], Page]:
     """Rows were fetched with ``limit + 1`` so the last page is known without a count."""
     more = len(rows) > limit
@@ -504,14 +511,14 @@ def list_partitions(
     ref_glob: str | None = None,
     limit: int = 50,
     offset: int = 0,
-) -> ListView[Partition]:
+) -> PartitionList:
     rows = bel.partitions(
         status=status, ref_prefix=ref_prefix, ref_glob=ref_glob, limit=limit + 1, offset=offset
     )
     data, page = _page(rows, limit, offset)
     index = IndexBuilder()
     index.add_partitions(data)
-    return ListView[Partition](data=data, index=index.build(bel), page=page)
+    return PartitionList(data=data, index=index.build(bel), page=page)
 
 
 @consistent

@@ -7,7 +7,7 @@ from databuild.bel.queries import BelQueries
 from databuild.domain.staleness import Built, StalePartition, StaleReason, staleness
 from databuild.globs import compile_glob
 from databuild.graph import Graph
-from databuild.views.lineage import PartitionView
+from databuild.views.lineage import PartitionList, PartitionView
 
 # Levels of upstream read one by one before the rest is read in bulk (see _add_upstream).
 MAX_LEVELS = 8
@@ -61,6 +61,12 @@ def with_staleness(bel: BelQueries, graph: Graph, view: PartitionView) -> Partit
         return view
     found = stale_of(bel, graph, [shown]).get(shown)
     return view if found is None else view.model_copy(update={"stale": found.reasons})
+
+
+def with_list_staleness(bel: BelQueries, graph: Graph, view: PartitionList) -> PartitionList:
+    """``view`` with the reasons each listed live partition is stale, for those that are."""
+    found = stale_of(bel, graph, [p.instance_id for p in view.data if p.instance_id is not None])
+    return view.model_copy(update={"stale": {s.ref: s.reasons for s in found.values()}})
 
 
 def versions(graph: Graph) -> dict[str, str]:

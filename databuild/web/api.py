@@ -32,6 +32,7 @@ from databuild.views.lineage import (
     FAN_OUT,
     JobRunView,
     ListView,
+    PartitionList,
     PartitionView,
     WantView,
     instance_view,
@@ -43,7 +44,7 @@ from databuild.views.lineage import (
     want_view,
 )
 from databuild.views.logs import AttemptLogView, attempt_log
-from databuild.views.staleness import with_staleness
+from databuild.views.staleness import with_list_staleness, with_staleness
 from databuild.views.why import Why
 from databuild.web.auth import GuardedRoute, caller, guard
 from databuild.web.context import context
@@ -136,7 +137,7 @@ async def get_want(request: Request, want_id: str) -> WantView:
     return await asyncio.to_thread(want_view, ctx.bel, want_id, await ctx.db.loaded_graph())
 
 
-@router.get("/partitions", response_model=ListView[Partition])
+@router.get("/partitions", response_model=PartitionList)
 def get_partitions(
     request: Request,
     status: PartitionStatus | None = None,
@@ -144,10 +145,13 @@ def get_partitions(
     pattern: Pattern = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> ListView[Partition]:
-    return list_partitions(
-        context(request).bel, status=status, ref_prefix=prefix, ref_glob=pattern, limit=limit, offset=offset
+) -> PartitionList:
+    """Partitions by ref; the live ones that are stale are listed under ``stale`` with why."""
+    ctx = context(request)
+    view = list_partitions(
+        ctx.bel, status=status, ref_prefix=prefix, ref_glob=pattern, limit=limit, offset=offset
     )
+    return with_list_staleness(ctx.bel, ctx.db.graph, view)
 
 
 @router.get("/instances/{instance_id}", response_model=PartitionView)

@@ -27,7 +27,7 @@ from databuild.views.lineage import (
     want_view,
 )
 from databuild.views.logs import AttemptLogView, attempt_log
-from databuild.views.staleness import with_staleness
+from databuild.views.staleness import with_list_staleness, with_staleness
 from databuild.web.auth import GuardedRoute
 from databuild.web.context import context
 from databuild.web.graph_layout import draw
@@ -142,14 +142,16 @@ def partitions_page(
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> HTMLResponse:
+    ctx = context(request)
     view = list_partitions(
-        context(request).bel,
+        ctx.bel,
         status=parse_choice(PartitionStatus, status, "status"),
         ref_prefix=prefix or None,
         ref_glob=pattern or None,
         limit=limit,
         offset=offset,
     )
+    view = with_list_staleness(ctx.bel, ctx.db.graph, view)
     return _page(request, "partitions.html", view=view, states=list(PartitionStatus))
 
 
