@@ -82,8 +82,7 @@ def estimate(step: Step, durations: dict[str, Durations], now: datetime) -> Esti
             if p90:
                 unknown.append(node.ref)
             return after
-        usual = stats.p90 if p90 else stats.p50
-        left = usual if node.running_since is None else max(usual - (now - node.running_since), timedelta(0))
+        left = time_left(stats, node.running_since, now)[1 if p90 else 0]
         if p90:
             timed.append((left, f"{node.job_label} ({node.ref})"))
         return after + left
@@ -101,6 +100,13 @@ def estimate(step: Step, durations: dict[str, Durations], now: datetime) -> Esti
         unknown=unknown,
         external=external,
     )
+
+
+def time_left(stats: Durations, running_since: datetime | None, now: datetime) -> tuple[timedelta, timedelta]:
+    """How long a job takes before its partition is live, at p50 and p90: its usual time, or what is left
+    of it for a run going since ``running_since`` (none once it has run longer than usual)."""
+    gone = timedelta(0) if running_since is None else now - running_since
+    return max(stats.p50 - gone, timedelta(0)), max(stats.p90 - gone, timedelta(0))
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:

@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from databuild.domain.estimates import CONFIDENT_SAMPLES, Confidence, Durations
+from databuild.domain.estimates import CONFIDENT_SAMPLES, Confidence, Durations, time_left
 from databuild.models import Model, PartitionStatus
 
 
@@ -183,8 +183,7 @@ def _time_left(
         if action is Action.awaited or stats is None or not stats.samples:
             left[ref] = after
             continue
-        gone = now - node.running_since if node.running_since is not None else timedelta(0)
-        own = (max(stats.p50 - gone, timedelta(0)), max(stats.p90 - gone, timedelta(0)))
+        own = time_left(stats, node.running_since, now)
         left[ref] = (after[0] + own[0], after[1] + own[1])
     return left
 
