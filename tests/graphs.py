@@ -397,3 +397,17 @@ chain_v2 = Graph("chain")
 chain_v2.external("gate/{n}")
 chain_v2.job("base/{n}", version="2")(base)
 chain_v2.job("derived/{n}", checks=[row_count(min=1, name="rows")])(derived)
+
+
+def layered(mid_version: str) -> Graph:
+    """ext/{n} -> up/{n} -> mid/{n} -> down/{n}; side/{n} reads up/{n} too (tests/test_staleness.py)."""
+    g = Graph("layered")
+    g.external("ext/{n}")
+    for label in ("up", "down", "side"):
+        g.job(f"{label}/{{n}}", label=label, version="1")(lambda ctx, n: None)
+    g.job("mid/{n}", label="mid", version=mid_version)(lambda ctx, n: None)
+    return g
+
+
+layered_v1 = layered("1")
+layered_v2 = layered("2")  # the same graph but mid's code

@@ -23,6 +23,7 @@ from databuild.views.staleness import stale_partitions
 from databuild.views.why import Why, why
 from databuild.web import create_app, web_context
 from tests.conftest import forked_cli
+from tests.graphs import layered_v1, layered_v2
 
 pytestmark = pytest.mark.unit
 
@@ -30,18 +31,14 @@ ROOT = Path(__file__).resolve().parents[1]
 AT = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-def layered(mid_version: str) -> Graph:
-    """ext/{n} -> up/{n} -> mid/{n} -> down/{n}; side/{n} reads up/{n} too."""
-    g = Graph("layered")
-    g.external("ext/{n}")
-    for label in ("up", "down", "side"):
-        g.job(f"{label}/{{n}}", label=label, version="1")(lambda ctx, n: None)
-    g.job("mid/{n}", label="mid", version=mid_version)(lambda ctx, n: None)
-    return g
-
-
-before = layered("1")
-after = layered("2")  # the same graph but mid's code
+# ext/{n} -> up/{n} -> mid/{n} -> down/{n}, side/{n} reads up/{n} too; then the same graph but mid's code.
+# In tests/graphs.py: the CLI's commands load them without importing this module's heavier imports.
+before, after = layered_v1, layered_v2
+GRAPHS = {
+    "before": "tests.graphs:layered_v1",
+    "after": "tests.graphs:layered_v2",
+    "nowhere": "tests.graphs:nowhere",
+}
 
 
 @pytest.fixture
@@ -193,9 +190,7 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
         ("after", "partitions", "list"),
         ("after", "partitions", "list", "--json"),
     ]
-    ran = forked_cli(
-        [(list(c[1:]), {"DATABUILD_GRAPH": f"tests.test_staleness:{c[0]}"}) for c in commands], env, tmp_path
-    )
+    ran = forked_cli([(list(c[1:]), {"DATABUILD_GRAPH": GRAPHS[c[0]]}) for c in commands], env, tmp_path)
     unchanged, listed, table, shown, unloaded, explained, as_json, parts, parts_json = ran
     assert unchanged.returncode == 0 and "nothing is stale" in unchanged.stdout, unchanged.stderr
     assert listed.returncode == 0, listed.stderr
@@ -226,7 +221,7 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
     assert PartitionList.model_validate_json(parts_json.stdout).stale.keys() == {"mid/1", "down/1"}
 
     bel = BuildEventLog.create(url)
-    app = create_app(web_context(Settings(home=tmp_path, graph="tests.test_staleness:after"), bel))
+    app = create_app(web_context(Settings(home=tmp_path, graph=GRAPHS["after"]), bel))
     client = TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 50000))
     api = client.get("/api/stale", params={"pattern": "down/*"})
     assert api.status_code == 200 and [p["ref"] for p in api.json()] == ["down/1"], api.text
