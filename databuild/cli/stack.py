@@ -71,10 +71,10 @@ def web(
 @app.command()
 def worker() -> None:
     """Run a worker against the configured Temporal, BEL and storage."""
+    configured = settings()  # a bad setting is refused before the worker's imports (seconds)
     from databuild.process import log_to_stderr
     from worker.run import serve
 
-    configured = settings()
     log_to_stderr()  # the Spark driver's own output goes to <home>/logs/spark.log (it logs where, once)
     console.print(
         f"worker on task queue [bold]{configured.task_queue}[/] at {configured.temporal_address} "
