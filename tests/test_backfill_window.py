@@ -77,8 +77,9 @@ async def test_cancelling_a_big_backfill_stops_new_work_within_seconds_and_leave
     assert cancel_s < 30 and cancelled >= 4_980, (cancel_s, cancelled)
     progress = stack.bel.backfill_progress(request.backfill_id)
     assert progress.canceled and progress.finished and progress.started <= 3 + 10 + 10
-    # The window has stopped, no workflow of its wants is open, and most never had one.
-    deadline = time.monotonic() + 20
+    # The window has stopped, no workflow of its wants is open, and most never had one. (Each cancelled want
+    # still records its ending in a few activities, which a loaded machine queues behind the others.)
+    deadline = time.monotonic() + 60
     while (
         await want_workflows(stack, "Running")
         or await window_status(stack, request.backfill_id) is WorkflowExecutionStatus.RUNNING
@@ -88,7 +89,7 @@ async def test_cancelling_a_big_backfill_stops_new_work_within_seconds_and_leave
             window = await window_status(stack, request.backfill_id)
             pending = stack.bel.backfill_progress(request.backfill_id).by_state
             raise AssertionError(
-                f"20 s after the cancel: {running} want workflows running, window {window}, {pending}"
+                f"60 s after the cancel: {running} want workflows running, window {window}, {pending}"
             )
         await asyncio.sleep(0.2)
     assert await want_workflows(stack) <= progress.started
