@@ -16,9 +16,9 @@ from databuild.config import Settings
 from databuild.domain.staleness import StalePartition
 from databuild.errors import InvalidPatternError
 from databuild.graph import Graph
-from databuild.models import InstanceRef, PartitionStatus, WantSource, WantSpec
+from databuild.models import InstanceRef, Partition, PartitionStatus, WantSource, WantSpec
 from databuild.operations.stale_metrics import StaleCollector
-from databuild.views.lineage import PartitionList
+from databuild.views.lineage import JobRunView, ListView, WantView
 from databuild.views.staleness import stale_partitions
 from databuild.views.why import Why, why
 from databuild.web import create_app, web_context
@@ -173,6 +173,8 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
     url = f"sqlite:///{tmp_path / 'bel.sqlite'}"
     bel = BuildEventLog.create(url)
     layers(bel, 1)
+    down_run = bel.partition("down/1").built_by
+    assert down_run is not None
     bel.dispose()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
     env |= {"PYTHONPATH": str(ROOT), "COLUMNS": "200", "DATABUILD_TEMPORAL_ADDRESS": "127.0.0.1:9"}
@@ -189,9 +191,11 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
         ("after", "why", "down/1", "--json"),
         ("after", "partitions", "list"),
         ("after", "partitions", "list", "--json"),
+        ("after", "job-runs", "show", down_run),
+        ("before", "job-runs", "show", down_run),
     ]
     ran = forked_cli([(list(c[1:]), {"DATABUILD_GRAPH": GRAPHS[c[0]]}) for c in commands], env, tmp_path)
-    unchanged, listed, table, shown, unloaded, explained, as_json, parts, parts_json = ran
+    unchanged, listed, table, shown, unloaded, explained, as_json, parts, parts_json, run, run_before = ran
     assert unchanged.returncode == 0 and "nothing is stale" in unchanged.stdout, unchanged.stderr
     assert listed.returncode == 0, listed.stderr
     found = [StalePartition.model_validate(p) for p in json.loads(listed.stdout)]
@@ -218,7 +222,12 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
     }
     assert parts.returncode == 0 and "stale: job version changed 1 -> 2" in rows["mid/1"], parts.stdout
     assert "stale: read mid/1" in rows["down/1"] and "stale" not in rows["up/1"], parts.stdout
-    assert PartitionList.model_validate_json(parts_json.stdout).stale.keys() == {"mid/1", "down/1"}
+    listed_cli = ListView[Partition].model_validate_json(parts_json.stdout)
+    assert listed_cli.index.stale.keys() == {"mid/1@1", "down/1@1"}
+    # A job run's view marks what it wrote and read that is stale (by the graph the command loads).
+    wrote = [line for line in run.stdout.splitlines() if "down/1" in line and "uuid:" in line]
+    assert run.returncode == 0 and wrote and all(", stale" in line for line in wrote), run.stdout
+    assert run_before.returncode == 0 and ", stale" not in run_before.stdout, run_before.stdout
 
     bel = BuildEventLog.create(url)
     app = create_app(web_context(Settings(home=tmp_path, graph=GRAPHS["after"]), bel))
@@ -231,11 +240,18 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
     assert [r["kind"] for r in view["stale"]] == ["input_stale"]
     assert view["index"]["instances"]["down/1@1"]["job_version"] == "1"
     assert client.get("/api/partitions/up/1").json()["stale"] == []
-    listed_api = PartitionList.model_validate(client.get("/api/partitions").json())
-    assert [r.kind.value for r in listed_api.stale["down/1"]] == [
-        "input_stale"
-    ] and "up/1" not in listed_api.stale
+    # Every view with an index says which of its live instances are stale: lists, want trees, job runs.
+    listed_api = ListView[Partition].model_validate(client.get("/api/partitions").json()).index.stale
+    assert [r.kind.value for r in listed_api["down/1@1"]] == ["input_stale"] and "up/1@1" not in listed_api
     assert client.get("/partitions").text.count('class="state state-stale"') == 2
+    down = bel.partition("down/1")
+    assert down.built_by is not None
+    run = JobRunView.model_validate(client.get(f"/api/job-runs/{down.built_by}").json())
+    assert run.index.stale.keys() == {"down/1@1", "mid/1@1"}  # what it wrote, and what it read
+    assert client.get(f"/job-runs/{down.built_by}").text.count('class="state state-stale"') >= 2
+    (want,) = bel.wants(ref_glob="down/1")
+    tree = WantView.model_validate(client.get(f"/api/wants/{want.want_id}").json())
+    assert "down/1@1" in tree.index.stale and "stale" in client.get(f"/wants/{want.want_id}").text
     page = client.get("/partitions/down/1")
     assert page.status_code == 200 and "read mid/1 mid/1@1, which is stale" in page.text, page.text[-2000:]
     assert 'id="job-version"' in page.text and 'id="stale-reasons"' not in client.get("/partitions/up/1").text

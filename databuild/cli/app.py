@@ -17,8 +17,9 @@ from rich.markup import escape
 from databuild.client import DataBuild
 from databuild.config import DEFAULT_HOME, Settings
 from databuild.durations import format_duration
-from databuild.errors import InvalidInputError
+from databuild.errors import GraphDefinitionError, InvalidInputError
 from databuild.failures import exit_code, understood, unexpected
+from databuild.graph import Graph, load_graph
 from databuild.models import MAX_INDEX
 from databuild.process import keep_traceback, log_quietly
 from databuild.views.lineage import Page
@@ -65,6 +66,16 @@ async def with_client(call: Callable[[DataBuild], Coroutine[Any, Any, T]], *, la
     db = await client(lazy=lazy)
     async with db:
         return await call(db)
+
+
+def graph_or_note() -> Graph | None:
+    """The graph, for which instances are stale; without it (it does not load here) a view is the BEL's
+    alone and still shown, with a note that whether its instances are stale is not."""
+    try:
+        return load_graph(settings().graph)
+    except GraphDefinitionError as error:
+        err.print(f"[yellow]note:[/] whether it is stale is not shown: {error}")
+        return None
 
 
 def bel() -> Any:

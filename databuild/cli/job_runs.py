@@ -16,11 +16,13 @@ from databuild.cli.app import (
     app,
     bel,
     emit,
+    graph_or_note,
     page_note,
     settings,
 )
 from databuild.models import JobRunState, parse_choice
 from databuild.views.lineage import job_run_view, list_job_runs
+from databuild.views.staleness import with_staleness
 
 job_runs_app = typer.Typer(help="Inspect job runs.", no_args_is_help=True)
 app.add_typer(job_runs_app, name="job-runs")
@@ -71,5 +73,8 @@ def job_runs_show(
         else:
             print(found.text, end="")  # as it is, without markup: a log is for reading and for grep
         return
-    view = job_run_view(bel(), job_run_id)
+    events = bel()
+    view = job_run_view(events, job_run_id)
+    if (graph := graph_or_note()) is not None:
+        view = with_staleness(events, graph, view)
     emit(as_json, view, lambda: render.job_run_detail(view))

@@ -17,17 +17,14 @@ from databuild.cli.app import (
     app,
     bel,
     emit,
-    err,
+    graph_or_note,
     page_note,
     run,
-    settings,
     with_client,
 )
-from databuild.errors import GraphDefinitionError
-from databuild.graph import Graph, load_graph
 from databuild.models import MAX_INDEX, PartitionStatus, parse_choice
 from databuild.views.lineage import FAN_OUT, instance_view, list_partitions, partition_view
-from databuild.views.staleness import with_list_staleness, with_staleness
+from databuild.views.staleness import with_staleness
 
 partitions_app = typer.Typer(help="Inspect partitions.", no_args_is_help=True)
 app.add_typer(partitions_app, name="partitions")
@@ -52,9 +49,13 @@ def partitions_list(
         limit=limit,
         offset=offset,
     )
-    if (graph := _graph_or_note()) is not None:
-        view = with_list_staleness(log, graph, view)
-    emit(as_json, view, lambda: Group(render.partitions_table(view.data, view.stale), page_note(view.page)))
+    if (graph := graph_or_note()) is not None:
+        view = with_staleness(log, graph, view)
+    emit(
+        as_json,
+        view,
+        lambda: Group(render.partitions_table(view.data, view.index.stale), page_note(view.page)),
+    )
 
 
 @partitions_app.command("pin")
@@ -102,16 +103,6 @@ def partitions_show(
     else:
         assert ref is not None
         view = partition_view(log, ref, fan_out=fan_out, offset=offset)
-    if (graph := _graph_or_note()) is not None:
+    if (graph := graph_or_note()) is not None:
         view = with_staleness(log, graph, view)
     emit(as_json, view, lambda: render.lineage_view(view))
-
-
-def _graph_or_note() -> Graph | None:
-    """The graph, for which partitions are stale; without it (it does not load here) the partitions are
-    the BEL's alone and still shown, with a note that whether they are stale is not."""
-    try:
-        return load_graph(settings().graph)
-    except GraphDefinitionError as error:
-        err.print(f"[yellow]note:[/] whether it is stale is not shown: {error}")
-        return None

@@ -121,7 +121,7 @@ def instance_label(instance_id: str | None, ref: str, index: RelatedEntities, ve
     if found is not None:
         text.append(" [")
         text.append(found.status.value, style=INSTANCE_STYLE[found.status])
-        if found.stale:
+        if found.stale or instance_id in index.stale:
             text.append(", stale", style="yellow")
         failed = [c.name for c in found.checks if not c.passed]
         if failed:
@@ -378,10 +378,11 @@ def wants_table(wants: list[Want]) -> Table:
 
 
 def partitions_table(parts: list[Partition], stale: Mapping[str, list[StaleReason]]) -> Table:
+    """``stale``: the reasons of the stale live instances, by UUID."""
     table = Table("ref", "status", "instance", "built by", "updated")
     table.columns[0].no_wrap = True
     for p in parts:
-        why = stale.get(p.ref)
+        why = stale.get(p.instance_id or "")
         table.add_row(
             p.ref,
             state(p.status)

@@ -35,6 +35,7 @@ from databuild.durations import parse_duration, parse_timestamp
 from databuild.graph import load_graph
 from databuild.models import Want, WantSource, WantSpec, WantState, parse_choice
 from databuild.views.lineage import list_wants, want_view
+from databuild.views.staleness import with_staleness
 
 wants_app = typer.Typer(help="Inspect wants.", no_args_is_help=True)
 app.add_typer(wants_app, name="wants")
@@ -138,7 +139,10 @@ async def _wait_and_show(db: DataBuild, spec: WantSpec, *, as_json: bool) -> Wan
         live_display = Live(render.progress(None), console=console, refresh_per_second=4)
         with render.live_block(console), live_display as live:
             result = await db.wait(spec, on_progress=lambda progress: live.update(render.progress(progress)))
-    tree = await asyncio.to_thread(want_view, db.bel, spec.want_id, await db.loaded_graph())
+    graph = await db.loaded_graph()
+    tree = await asyncio.to_thread(
+        lambda: with_staleness(db.bel, graph, want_view(db.bel, spec.want_id, graph))
+    )
     if as_json:
         print(json.dumps(jsonable(tree), indent=2))
     else:
@@ -174,5 +178,6 @@ def wants_show(
     as_json: JsonFlag = False,
 ) -> None:
     """The fulfillment tree of a want: job runs, partition instances, derivative wants."""
-    view = want_view(bel(), want_id, load_graph(settings().graph))
+    log, graph = bel(), load_graph(settings().graph)
+    view = with_staleness(log, graph, want_view(log, want_id, graph))
     emit(as_json, view, lambda: render.fulfillment_tree(view, expand=expand))

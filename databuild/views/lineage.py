@@ -53,6 +53,11 @@ class RelatedEntities(Model):
     job_runs: dict[str, JobRun] = {}
     partitions: dict[str, Partition] = Field(default={}, description="current state, by ref")
     instances: dict[str, Instance] = Field(default={}, description="partition instances, by UUID")
+    stale: dict[str, list[StaleReason]] = Field(
+        default={},
+        description="the live instances above that are stale, by UUID, with why (views.staleness.with_staleness; "
+        "empty where the graph was not at hand)",
+    )
 
 
 class IndexBuilder:
@@ -511,14 +516,14 @@ def list_partitions(
     ref_glob: str | None = None,
     limit: int = 50,
     offset: int = 0,
-) -> PartitionList:
+) -> ListView[Partition]:
     rows = bel.partitions(
         status=status, ref_prefix=ref_prefix, ref_glob=ref_glob, limit=limit + 1, offset=offset
     )
     data, page = _page(rows, limit, offset)
     index = IndexBuilder()
     index.add_partitions(data)
-    return PartitionList(data=data, index=index.build(bel), page=page)
+    return ListView[Partition](data=data, index=index.build(bel), page=page)
 
 
 @consistent

@@ -2,12 +2,14 @@
 then the live instances they read, a level at a time, in bulk; one read transaction."""
 
 from collections.abc import Iterable
+from typing import TypeVar
 
 from databuild.bel.queries import BelQueries
 from databuild.domain.staleness import Built, StalePartition, StaleReason, staleness
 from databuild.globs import compile_glob
 from databuild.graph import Graph
-from databuild.views.lineage import PartitionList, PartitionView
+from databuild.models import InstanceStatus, Partition, PartitionStatus
+from databuild.views.lineage import JobRunView, ListView, PartitionView, WantView
 
 # Levels of upstream read one by one before the rest is read in bulk (see _add_upstream).
 MAX_LEVELS = 8
@@ -54,19 +56,24 @@ def stale_counts(bel: BelQueries, graph: Graph) -> dict[str, int]:
     return counts
 
 
-def with_staleness(bel: BelQueries, graph: Graph, view: PartitionView) -> PartitionView:
-    """``view`` with the reasons its instance is stale, if it is the live one and stale."""
-    shown = view.data.instance_id
-    if shown is None or view.index.partitions[view.data.ref].instance_id != shown:
-        return view
-    found = stale_of(bel, graph, [shown]).get(shown)
-    return view if found is None else view.model_copy(update={"stale": found.reasons})
+# The views whose index can say which of its instances are stale.
+Indexed = TypeVar("Indexed", PartitionView, WantView, JobRunView, ListView[Partition])
 
 
-def with_list_staleness(bel: BelQueries, graph: Graph, view: PartitionList) -> PartitionList:
-    """``view`` with the reasons each listed live partition is stale, for those that are."""
-    found = stale_of(bel, graph, [p.instance_id for p in view.data if p.instance_id is not None])
-    return view.model_copy(update={"stale": {s.ref: s.reasons for s in found.values()}})
+def with_staleness(bel: BelQueries, graph: Graph, view: Indexed) -> Indexed:
+    """``view`` with the live instances of its index that are stale, and why (``index.stale``); a
+    partition view also with the reasons of the instance it shows (``stale``), if that is live and stale."""
+    index = view.index
+    live = {i.instance_id for i in index.instances.values() if i.status is InstanceStatus.live}
+    live |= {
+        p.instance_id for p in index.partitions.values() if p.instance_id and p.status is PartitionStatus.live
+    }
+    found = {i: s.reasons for i, s in stale_of(bel, graph, sorted(live)).items()}
+    update: dict[str, object] = {"index": index.model_copy(update={"stale": found})}
+    shown = view.data.instance_id if isinstance(view, PartitionView) else None
+    if isinstance(view, PartitionView) and shown and index.partitions[view.data.ref].instance_id == shown:
+        update["stale"] = found.get(shown, [])
+    return view.model_copy(update=update)
 
 
 def versions(graph: Graph) -> dict[str, str]:

@@ -32,7 +32,6 @@ from databuild.views.lineage import (
     FAN_OUT,
     JobRunView,
     ListView,
-    PartitionList,
     PartitionView,
     WantView,
     instance_view,
@@ -44,7 +43,7 @@ from databuild.views.lineage import (
     want_view,
 )
 from databuild.views.logs import AttemptLogView, attempt_log
-from databuild.views.staleness import with_list_staleness, with_staleness
+from databuild.views.staleness import with_staleness
 from databuild.views.why import Why
 from databuild.web.auth import GuardedRoute, caller, guard
 from databuild.web.context import context
@@ -118,7 +117,10 @@ async def post_want(request: Request, _caller: Caller, body: WantRequest) -> Wan
     """Register a want (source `api`). Asking again for the same want returns the same want."""
     ctx = context(request)
     want = await register_want(ctx, body, WantSource.api)
-    return await asyncio.to_thread(want_view, ctx.bel, want.want_id, await ctx.db.loaded_graph())
+    graph = await ctx.db.loaded_graph()
+    return await asyncio.to_thread(
+        lambda: with_staleness(ctx.bel, graph, want_view(ctx.bel, want.want_id, graph))
+    )
 
 
 @router.post("/wants/plan", response_model=Plan)
@@ -134,10 +136,11 @@ async def get_want(request: Request, want_id: str) -> WantView:
     """Want fulfillment: job runs (retries grouped), instances, derivative wants and their triggers, and
     for a want with an SLA that has not ended, when its partition is estimated live."""
     ctx = context(request)
-    return await asyncio.to_thread(want_view, ctx.bel, want_id, await ctx.db.loaded_graph())
+    graph = await ctx.db.loaded_graph()
+    return await asyncio.to_thread(lambda: with_staleness(ctx.bel, graph, want_view(ctx.bel, want_id, graph)))
 
 
-@router.get("/partitions", response_model=PartitionList)
+@router.get("/partitions", response_model=ListView[Partition])
 def get_partitions(
     request: Request,
     status: PartitionStatus | None = None,
@@ -145,13 +148,13 @@ def get_partitions(
     pattern: Pattern = None,
     limit: Limit = 50,
     offset: Offset = 0,
-) -> PartitionList:
-    """Partitions by ref; the live ones that are stale are listed under ``stale`` with why."""
+) -> ListView[Partition]:
+    """Partitions by ref; the stale live instances are in ``index.stale``, with why."""
     ctx = context(request)
     view = list_partitions(
         ctx.bel, status=status, ref_prefix=prefix, ref_glob=pattern, limit=limit, offset=offset
     )
-    return with_list_staleness(ctx.bel, ctx.db.graph, view)
+    return with_staleness(ctx.bel, ctx.db.graph, view)
 
 
 @router.get("/instances/{instance_id}", response_model=PartitionView)
@@ -333,7 +336,8 @@ def get_job_runs(
 
 @router.get("/job-runs/{job_run_id}", response_model=JobRunView)
 def get_job_run(request: Request, job_run_id: str) -> JobRunView:
-    return job_run_view(context(request).bel, job_run_id)
+    ctx = context(request)
+    return with_staleness(ctx.bel, ctx.db.graph, job_run_view(ctx.bel, job_run_id))
 
 
 @router.get(

@@ -27,7 +27,7 @@ from databuild.views.lineage import (
     want_view,
 )
 from databuild.views.logs import AttemptLogView, attempt_log
-from databuild.views.staleness import with_list_staleness, with_staleness
+from databuild.views.staleness import with_staleness
 from databuild.web.auth import GuardedRoute
 from databuild.web.context import context
 from databuild.web.graph_layout import draw
@@ -124,7 +124,8 @@ async def want_form(
 @router.get("/wants/{want_id}", response_class=HTMLResponse)
 async def want_page(request: Request, want_id: str) -> HTMLResponse:
     ctx = context(request)
-    view = await asyncio.to_thread(want_view, ctx.bel, want_id, await ctx.db.loaded_graph())
+    graph = await ctx.db.loaded_graph()
+    view = await asyncio.to_thread(lambda: with_staleness(ctx.bel, graph, want_view(ctx.bel, want_id, graph)))
     return _page(request, "want.html", view=view, timeline=want_timeline(view, datetime.now(UTC)))
 
 
@@ -151,7 +152,7 @@ def partitions_page(
         limit=limit,
         offset=offset,
     )
-    view = with_list_staleness(ctx.bel, ctx.db.graph, view)
+    view = with_staleness(ctx.bel, ctx.db.graph, view)
     return _page(request, "partitions.html", view=view, states=list(PartitionStatus))
 
 
@@ -200,7 +201,7 @@ def job_run_page(
     request: Request, job_run_id: str, attempt: Annotated[int | None, Query(ge=1)] = None
 ) -> HTMLResponse:
     ctx = context(request)
-    view = job_run_view(ctx.bel, job_run_id)
+    view = with_staleness(ctx.bel, ctx.db.graph, job_run_view(ctx.bel, job_run_id))
     try:
         log: AttemptLogView | str = attempt_log(ctx.bel, ctx.storage, job_run_id, attempt)
     except DataBuildError as missing:  # the page still shows the run, and why there is no log (storage down)
