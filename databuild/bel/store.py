@@ -6,6 +6,7 @@ commands and reads of its aggregate; which events a command appends is decided i
 
 from databuild.bel import migrate
 from databuild.bel.backfills import BackfillCommands
+from databuild.bel.costs import CostCommands
 from databuild.bel.base import (
     backfill_key,
     new_instance_id,
@@ -44,6 +45,7 @@ class BuildEventLog(
     PoolCommands,
     BackfillCommands,
     EventCommands,
+    CostCommands,
     BelQueries,
 ):
     def __init__(self, url: str) -> None:

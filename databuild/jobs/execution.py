@@ -10,6 +10,7 @@ from typing import NoReturn
 
 from databuild.bel.store import BuildEventLog, new_instance_id
 from databuild.domain import checks as check_rules
+from databuild.domain import events as ev
 from databuild.errors import CheckFailedError, DataBuildError, JobContractError
 from databuild.jobs.attempt_log import line
 from databuild.jobs.catalog import Catalog
@@ -83,6 +84,7 @@ class JobExecutor:
         self._running[job.group] = job
         try:
             body = executor.run(job, cancelled=cancelled, report=report)
+            self._record_cost(job, executor.kind, body)
             if body.missing:
                 missed = self.bel.dep_miss_job_run(
                     job_run_id, body.missing, body.reads, attempt, body.missing_for
@@ -107,6 +109,20 @@ class JobExecutor:
             return outcome_of(self._finished(succeeded, JobRunState.succeeded))
         finally:
             self._running.pop(job.group, None)
+
+    def _record_cost(self, job: JobAttempt, executor: str, body: BodyResult) -> None:
+        """What the attempt cost, recorded before its outcome: the work was done even if the outcome is
+        then refused (a superseded attempt, a broken contract, a failed blocking check)."""
+        self.bel.record_cost(
+            ev.JobRunCostRecorded(
+                job_run_id=job.job_run_id,
+                attempt=job.attempt,
+                job_label=job.job_label,
+                executor=executor,
+                cost=body.cost,
+                unknown_reason=None if body.cost is not None else body.cost_unknown or "not reported",
+            )
+        )
 
     def _verify(self, job: JobAttempt, run: JobRun, body: BodyResult, instances: list[InstanceRef]) -> None:
         """Refuse a body's result that breaks the job's contract, or whose blocking checks failed (their

@@ -13,6 +13,7 @@ from typing import Concatenate, Generic, ParamSpec, TypeVar
 from pydantic import Field
 
 from databuild.bel.queries import BelQueries
+from databuild.domain.cost import RunCost, run_cost
 from databuild.domain.estimates import Estimate
 from databuild.domain.events import JobRunFailed
 from databuild.domain.staleness import StaleReason
@@ -391,6 +392,7 @@ class JobRunDetail(Model):
     derivatives: list[DerivativeLink] = Field(description="wants started for missing inputs (dep-miss)")
     delegations: list[DelegationLink] = Field(description="partitions other wants delegated to this run")
     delegations_total: int
+    cost: RunCost | None = Field(default=None, description="its attempts' cost, from Spark's accounting")
 
 
 class JobRunView(Model):
@@ -431,6 +433,7 @@ def job_run_view(bel: BelQueries, job_run_id: str, *, fan_out: int = FAN_OUT) ->
             for d in delegations
         ],
         delegations_total=delegations_total,
+        cost=run_cost(bel.attempt_costs_of([job_run_id]), run.outputs),
     )
     return JobRunView(data=detail, index=index.build(bel))
 

@@ -9,6 +9,8 @@ Progress = dict[str, int | str]
 
 
 class Executor(Protocol):
+    kind: str  # session, submit or connect: recorded with each attempt's cost
+
     def warm(self) -> None:
         """Start what the first job would otherwise wait for (a session, a connection)."""
 

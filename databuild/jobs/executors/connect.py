@@ -14,11 +14,19 @@ if TYPE_CHECKING:
     from pyspark.sql.connect.shell.progress import ProgressHandler
 
 
+# Said wherever an attempt's cost shows (unknown, not zero).
+CONNECT_COST_UNKNOWN = (
+    "Spark Connect does not give its clients Spark's accounting (task metrics) of their operations"
+)
+
+
 def operation_tag(attempt: JobAttempt) -> str:
     return f"databuild-{attempt.group}"
 
 
 class ConnectExecutor:
+    kind = "connect"
+
     def __init__(self, url: str, bodies: JobBodies) -> None:
         self.url = url
         self._bodies = bodies
@@ -69,11 +77,12 @@ class ConnectExecutor:
         self._running.group = attempt.group
         session.addTag(tag)  # thread-local: only this thread's operations carry it
         try:
-            return self._bodies.run(session, attempt, cancelled=cancelled, report=report)
+            result = self._bodies.run(session, attempt, cancelled=cancelled, report=report)
         finally:
             session.removeTag(tag)
             self._running.group = None
             self._stages.pop(attempt.group, None)
+        return result.model_copy(update={"cost": None, "cost_unknown": CONNECT_COST_UNKNOWN})
 
     def _on_progress(self, stages: Any, inflight_tasks: int, operation_id: str | None, done: bool) -> None:
         group = getattr(self._running, "group", None)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from databuild.errors import JobContractError
 from databuild.jobs.executors.base import Progress
-from databuild.jobs.executors.body import BodyResult, JobAttempt, JobBodies, Report
+from databuild.jobs.executors.body import BodyResult, JobAttempt, JobBodies, Report, with_spark_cost
 from databuild.jobs.spark import SparkRuntime
 
 if TYPE_CHECKING:
@@ -14,9 +14,13 @@ if TYPE_CHECKING:
 
 
 class SessionExecutor:
-    def __init__(self, runtime: SparkRuntime, bodies: JobBodies) -> None:
+    kind = "session"
+
+    def __init__(self, runtime: SparkRuntime, bodies: JobBodies, *, accounting: bool = True) -> None:
         self.runtime = runtime
         self._bodies = bodies
+        # Read Spark's accounting of each attempt (off only to measure what reading it costs).
+        self.accounting = accounting
 
     def warm(self) -> None:
         self.runtime.session()
@@ -29,10 +33,13 @@ class SessionExecutor:
         # Job groups are thread-local and, unlike classic interruptTag, cancellable from another thread.
         context.setJobGroup(attempt.group, attempt.description, True)
         try:
-            return self._bodies.run(session, attempt, cancelled=cancelled, report=report)
+            result = self._bodies.run(session, attempt, cancelled=cancelled, report=report)
         finally:
             context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
             context.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+        if not self.accounting:
+            return result.model_copy(update={"cost_unknown": "accounting turned off"})
+        return with_spark_cost(result, context, attempt.group)
 
     def progress(self, attempt: JobAttempt) -> Progress:
         return dict(self.runtime.progress(attempt.group))

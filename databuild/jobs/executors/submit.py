@@ -57,6 +57,8 @@ class SubmitOptions:
 
 
 class SubmitExecutor:
+    kind = "submit"
+
     def __init__(self, options: SubmitOptions, *, storage: Storage) -> None:
         self.options = options
         self._storage = storage
