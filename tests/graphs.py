@@ -397,3 +397,13 @@ chain_v2 = Graph("chain")
 chain_v2.external("gate/{n}")
 chain_v2.job("base/{n}", version="2")(base)
 chain_v2.job("derived/{n}", checks=[row_count(min=1, name="rows")])(derived)
+
+
+# costs: a job with real Spark work (a scan, a shuffle, a write), whose cost Spark's accounting shows.
+costs = Graph("costs")
+
+
+@costs.job("sums/{n}")
+def sums(ctx: JobContext, n: str) -> None:
+    rows = ctx.spark.range(0, 2_000_000, numPartitions=4).selectExpr("id % 1000 AS k", "id AS v")
+    ctx.write(f"sums/{n}", rows.groupBy("k").sum("v"))

@@ -6,7 +6,6 @@ commands and reads of its aggregate; which events a command appends is decided i
 
 from databuild.bel import migrate
 from databuild.bel.backfills import BackfillCommands
-from databuild.bel.costs import CostCommands
 from databuild.bel.base import (
     backfill_key,
     new_instance_id,
@@ -16,6 +15,7 @@ from databuild.bel.base import (
     run_key,
     want_key,
 )
+from databuild.bel.costs import CostCommands
 from databuild.bel.decisions import DecisionCommands
 from databuild.bel.events import EventCommands
 from databuild.bel.job_runs import JobRunCommands
