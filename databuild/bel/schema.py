@@ -165,6 +165,7 @@ job_run_costs = Table(
     Column("job_label", String(256), nullable=False),
     Column("executor", String(16), nullable=False),
     Column("recorded_at", UTCDateTime, nullable=False),
+    Column("task_seconds", Float),  # of ``cost``, for /metrics to sum in SQL; None: unknown
     Column("cost", JSON),  # SparkCost; None: unknown
     Column("unknown_reason", Text),
     Index("ix_job_run_costs_recorded", "recorded_at"),

@@ -165,6 +165,7 @@ def _job_run_cost_recorded(conn: Connection, event: ev.JobRunCostRecorded, at: d
             "job_label": event.job_label,
             "executor": event.executor,
             "recorded_at": at,
+            "task_seconds": None if event.cost is None else event.cost.task_seconds,
             "cost": None if event.cost is None else event.cost.model_dump(mode="json"),
             "unknown_reason": event.unknown_reason,
         },

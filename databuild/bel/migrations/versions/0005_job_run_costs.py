@@ -24,6 +24,7 @@ def upgrade() -> None:
         sa.Column("job_label", sa.String(256), nullable=False),
         sa.Column("executor", sa.String(16), nullable=False),
         sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),  # as schema.UTCDateTime stores
+        sa.Column("task_seconds", sa.Float()),
         sa.Column("cost", sa.JSON()),
         sa.Column("unknown_reason", sa.Text()),
     )
