@@ -407,3 +407,9 @@ costs = Graph("costs")
 def sums(ctx: JobContext, n: str) -> None:
     rows = ctx.spark.range(0, 2_000_000, numPartitions=4).selectExpr("id % 1000 AS k", "id AS v")
     ctx.write(f"sums/{n}", rows.groupBy("k").sum("v"))
+
+
+@costs.job("broken/{n}")
+def broken(ctx: JobContext, n: str) -> None:
+    ctx.spark.range(0, 1_000_000, numPartitions=2).selectExpr("sum(id)").collect()  # work, then a failure
+    raise RuntimeError(f"broken {n}")

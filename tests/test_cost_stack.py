@@ -73,7 +73,7 @@ async def built(stack: Any, ref: str, day: int = 1) -> None:
 async def test_recorded_task_seconds_are_sparks_and_a_second_want_avoids_a_build(
     make_stack, spark_runtime: SparkRuntime
 ) -> None:
-    stack = await make_stack(graph=COSTS)
+    stack = await make_stack(graph=COSTS, job_attempts=2)
     await built(stack, "sums/1")
     (run,) = stack.bel.job_runs(job_label="sums")
     (attempt,) = stack.bel.attempt_costs_of([run.job_run_id])
@@ -97,6 +97,18 @@ async def test_recorded_task_seconds_are_sparks_and_a_second_want_avoids_a_build
     assert after.task_seconds_saved == pytest.approx(attempt.cost.task_seconds)
     (partition,) = (await stack.db.cost("sums/*", by="partition")).rows
     assert (partition.key, partition.builds_avoided) == ("sums/1", 1)
+    # A failed attempt's work cost too: each of the two attempts is recorded with what it ran.
+    spec = await stack.db.want("broken/1")
+    assert (await asyncio.wait_for(stack.db.wait(spec), timeout=300)).state is WantState.failed
+    (failed,) = stack.bel.job_runs(job_label="broken")
+    attempts = stack.bel.attempt_costs_of([failed.job_run_id])
+    assert [a.attempt for a in attempts] == [1, 2]
+    for a in attempts:
+        assert a.cost is not None and a.cost.tasks >= 2 and a.cost.task_seconds > 0
+        assert a.cost.task_seconds == pytest.approx(
+            task_seconds_of_tasks(spark_runtime, attempt_name(failed.job_run_id, a.attempt)), rel=0.05
+        )
+
     shown = job_run_view(stack.bel, run.job_run_id).data.cost  # the job run's own view carries it
     assert (
         shown is not None and shown.total == attempt.cost and shown.per_partition == {"sums/1": attempt.cost}

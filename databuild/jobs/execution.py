@@ -11,10 +11,11 @@ from typing import NoReturn
 from databuild.bel.store import BuildEventLog, new_instance_id
 from databuild.domain import checks as check_rules
 from databuild.domain import events as ev
+from databuild.domain.cost import SparkCost
 from databuild.errors import CheckFailedError, DataBuildError, JobContractError
 from databuild.jobs.attempt_log import line
 from databuild.jobs.catalog import Catalog
-from databuild.jobs.executors import BodyResult, Executors, JobAttempt, Progress
+from databuild.jobs.executors import BodyResult, Executor, Executors, JobAttempt, Progress
 from databuild.jobs.openlineage import LineageEmitter
 from databuild.jobs.storage import INSTANCE_PREFIX, Storage
 from databuild.models import CheckResult, InstanceRef, JobRun, JobRunCause, JobRunState
@@ -83,8 +84,12 @@ class JobExecutor:
         )
         self._running[job.group] = job
         try:
-            body = executor.run(job, cancelled=cancelled, report=report)
-            self._record_cost(job, executor.kind, body)
+            try:
+                body = executor.run(job, cancelled=cancelled, report=report)
+            except Exception:
+                self._record_failed_cost(job, executor)
+                raise
+            self._record_cost(job, executor.kind, body.cost, body.cost_unknown)
             if body.missing:
                 missed = self.bel.dep_miss_job_run(
                     job_run_id, body.missing, body.reads, attempt, body.missing_for
@@ -110,19 +115,28 @@ class JobExecutor:
         finally:
             self._running.pop(job.group, None)
 
-    def _record_cost(self, job: JobAttempt, executor: str, body: BodyResult) -> None:
-        """What the attempt cost, recorded before its outcome: the work was done even if the outcome is
-        then refused (a superseded attempt, a broken contract, a failed blocking check)."""
+    def _record_cost(
+        self, job: JobAttempt, executor: str, cost: SparkCost | None, unknown: str | None
+    ) -> None:
+        """What the attempt cost, recorded before its outcome: the work was done even if the attempt
+        failed, or its outcome is then refused (superseded, a broken contract, a failed blocking check)."""
         self.bel.record_cost(
             ev.JobRunCostRecorded(
                 job_run_id=job.job_run_id,
                 attempt=job.attempt,
                 job_label=job.job_label,
                 executor=executor,
-                cost=body.cost,
-                unknown_reason=None if body.cost is not None else body.cost_unknown or "not reported",
+                cost=cost,
+                unknown_reason=None if cost is not None else unknown or "not reported",
             )
         )
+
+    def _record_failed_cost(self, job: JobAttempt, executor: Executor) -> None:
+        """A failed or cancelled attempt's work cost too; recording it must not hide why it failed."""
+        try:
+            self._record_cost(job, executor.kind, *executor.spent(job))
+        except Exception as error:
+            log.warning("could not record the cost of failed attempt %s: %s", job.group, error)
 
     def _verify(self, job: JobAttempt, run: JobRun, body: BodyResult, instances: list[InstanceRef]) -> None:
         """Refuse a body's result that breaks the job's contract, or whose blocking checks failed (their

@@ -3,6 +3,7 @@
 import threading
 from typing import Protocol
 
+from databuild.domain.cost import SparkCost
 from databuild.jobs.executors.body import BodyResult, JobAttempt, Report
 
 Progress = dict[str, int | str]
@@ -17,6 +18,10 @@ class Executor(Protocol):
     def run(self, attempt: JobAttempt, *, cancelled: threading.Event, report: Report) -> BodyResult:
         """Blocking: run the job body of ``attempt`` and return what it did. Raises what the job
         raised (``JobCancelledError`` once ``cancelled`` is set and the work has stopped)."""
+        ...
+
+    def spent(self, attempt: JobAttempt) -> tuple[SparkCost | None, str | None]:
+        """After ``run`` raised: what the attempt's Spark work cost until it stopped, or None and why not."""
         ...
 
     def progress(self, attempt: JobAttempt) -> Progress:

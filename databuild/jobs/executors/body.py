@@ -86,15 +86,20 @@ class BodyResult(Model):
         return sorted(set(refs))
 
 
-def with_spark_cost(result: BodyResult, context: "SparkContext", group: str) -> BodyResult:
-    """``result`` with what Spark accounted for the job group ``group``; a store that cannot be read
-    leaves the cost unknown (and says why), never zero, and never fails the attempt."""
+def spark_cost(context: "SparkContext", group: str) -> tuple[SparkCost | None, str | None]:
+    """What Spark accounted for the job group ``group``; a store that cannot be read leaves the cost
+    unknown (and says why), never zero, and never fails the attempt."""
     try:
-        cost = group_cost(context, group)
+        return group_cost(context, group), None
     except Exception as error:
         log.warning("could not read Spark's accounting of %s: %s", group, error)
-        return result.model_copy(update={"cost_unknown": f"Spark's accounting could not be read: {error}"})
-    return result.model_copy(update={"cost": cost})
+        return None, f"Spark's accounting could not be read: {error}"
+
+
+def with_spark_cost(result: BodyResult, context: "SparkContext", group: str) -> BodyResult:
+    """``result`` with what Spark accounted for the job group ``group`` (see ``spark_cost``)."""
+    cost, unknown = spark_cost(context, group)
+    return result.model_copy(update={"cost": cost, "cost_unknown": unknown})
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ session; each attempt tags its operations, and cancellation interrupts the tag o
 import threading
 from typing import TYPE_CHECKING, Any, cast
 
+from databuild.domain.cost import SparkCost
 from databuild.jobs.executors.base import Progress
 from databuild.jobs.executors.body import BodyResult, JobAttempt, JobBodies, Report
 from databuild.jobs.spark import JOB_SQL_CONF
@@ -91,6 +92,9 @@ class ConnectExecutor:
         seen = self._stages[group]
         for stage in stages or ():
             seen[(operation_id, stage.stage_id)] = (stage.num_completed_tasks, stage.num_tasks)
+
+    def spent(self, attempt: JobAttempt) -> tuple[SparkCost | None, str | None]:
+        return None, CONNECT_COST_UNKNOWN
 
     def progress(self, attempt: JobAttempt) -> Progress:
         seen = dict(self._stages.get(attempt.group, {}))

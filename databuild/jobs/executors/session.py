@@ -4,9 +4,17 @@
 import threading
 from typing import TYPE_CHECKING
 
+from databuild.domain.cost import SparkCost
 from databuild.errors import JobContractError
 from databuild.jobs.executors.base import Progress
-from databuild.jobs.executors.body import BodyResult, JobAttempt, JobBodies, Report, with_spark_cost
+from databuild.jobs.executors.body import (
+    BodyResult,
+    JobAttempt,
+    JobBodies,
+    Report,
+    spark_cost,
+    with_spark_cost,
+)
 from databuild.jobs.spark import SparkRuntime
 
 if TYPE_CHECKING:
@@ -40,6 +48,12 @@ class SessionExecutor:
         if not self.accounting:
             return result.model_copy(update={"cost_unknown": "accounting turned off"})
         return with_spark_cost(result, context, attempt.group)
+
+    def spent(self, attempt: JobAttempt) -> tuple[SparkCost | None, str | None]:
+        """The Spark work of a failed or cancelled attempt stays in the status store, under its group."""
+        if not self.accounting:
+            return None, "accounting turned off"
+        return spark_cost(self.runtime.session().sparkContext, attempt.group)
 
     def progress(self, attempt: JobAttempt) -> Progress:
         return dict(self.runtime.progress(attempt.group))

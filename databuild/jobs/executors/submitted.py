@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from databuild.bel.queries import BelQueries
 from databuild.bel.transaction import make_engines
 from databuild.graph import load_graph
-from databuild.jobs.executors.body import JobBodies, with_spark_cost
+from databuild.jobs.executors.body import JobBodies, spark_cost, with_spark_cost
 from databuild.jobs.executors.submission import (
     DATABASE_URL_VARIABLE,
     JobFailure,
@@ -111,7 +111,8 @@ def main(argv: list[str]) -> int:
         kind = "JobCancelledError" if watchdog.cancelled.is_set() else type(error).__name__
         message = watchdog.reason if watchdog.cancelled.is_set() else str(error)
         result = SubmitResult(
-            failure=JobFailure(type=kind, message=message, traceback=traceback.format_exc())
+            failure=JobFailure(type=kind, message=message, traceback=traceback.format_exc()),
+            cost=spark_cost(context, attempt.group)[0],
         )
     finally:
         watchdog.stopped.set()
