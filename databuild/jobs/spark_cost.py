@@ -17,6 +17,9 @@ from databuild.domain.cost import SparkCost
 if TYPE_CHECKING:
     from pyspark import SparkContext
 
+# Read each attempt's cost (the session executor). Turned off only by bench/bench_orchestration.py, which
+# times jobs with and without it in one run to measure what reading it costs.
+ACCOUNTING = True
 # How long to wait for Spark's listener queue to drain before reading what it has (milliseconds).
 DRAIN_TIMEOUT_MS = 10_000
 

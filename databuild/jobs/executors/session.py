@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from databuild.domain.cost import SparkCost
 from databuild.errors import JobContractError
+from databuild.jobs import spark_cost as spark_cost_module
 from databuild.jobs.executors.base import Progress
 from databuild.jobs.executors.body import (
     BodyResult,
@@ -24,11 +25,9 @@ if TYPE_CHECKING:
 class SessionExecutor:
     kind = "session"
 
-    def __init__(self, runtime: SparkRuntime, bodies: JobBodies, *, accounting: bool = True) -> None:
+    def __init__(self, runtime: SparkRuntime, bodies: JobBodies) -> None:
         self.runtime = runtime
         self._bodies = bodies
-        # Read Spark's accounting of each attempt (off only to measure what reading it costs).
-        self.accounting = accounting
 
     def warm(self) -> None:
         self.runtime.session()
@@ -45,13 +44,13 @@ class SessionExecutor:
         finally:
             context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
             context.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
-        if not self.accounting:
+        if not spark_cost_module.ACCOUNTING:
             return result.model_copy(update={"cost_unknown": "accounting turned off"})
         return with_spark_cost(result, context, attempt.group)
 
     def spent(self, attempt: JobAttempt) -> tuple[SparkCost | None, str | None]:
         """The Spark work of a failed or cancelled attempt stays in the status store, under its group."""
-        if not self.accounting:
+        if not spark_cost_module.ACCOUNTING:
             return None, "accounting turned off"
         return spark_cost(self.runtime.session().sparkContext, attempt.group)
 
