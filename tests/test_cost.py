@@ -147,6 +147,15 @@ def test_cost_through_the_cli_without_temporal_the_api_and_metrics(tmp_path: Pat
     assert [(r["key"], r["task_seconds"]) for r in api.json()["rows"]] == [("right/1", 4.0)]
     assert client.get("/api/cost", params={"by": "week"}).status_code == 400
     assert client.get(f"/api/job-runs/{run}").json()["data"]["cost"]["total"]["task_seconds"] == 8.0
+    page = client.get("/cost")
+    assert page.status_code == 200 and 'id="cost-plots"' in page.text, page.text[-2000:]
+    assert page.text.count('class="cost-plot"') == 2 and 'class="bar saved"' in page.text  # pair, remote
+    assert "+1 unknown" in page.text and "+1 unvalued" in page.text
+    by_ref = client.get("/cost", params={"by": "partition", "pattern": "left/*"})
+    assert by_ref.status_code == 200 and 'href="/partitions/left/1"' in by_ref.text
+    assert client.get("/cost", params={"by": "week"}).status_code == 400
+    run_page = client.get(f"/job-runs/{run}").text
+    assert 'id="cost"' in run_page and "each of its 2 outputs: 4.00 task-s" in run_page
     metrics = client.get("/metrics").text
     assert 'databuild_task_seconds_total{job_label="pair"} 8.0' in metrics
     assert 'databuild_task_seconds_total{job_label="remote"} 0.0' in metrics

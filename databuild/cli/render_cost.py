@@ -6,15 +6,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from databuild.domain.cost import CostReport, CostRow, RunCost, SparkCost
-
-
-def size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"  # not reached
+from databuild.domain.cost import format_bytes as size
 
 
 def seconds(value: float) -> str:

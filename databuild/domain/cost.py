@@ -126,6 +126,16 @@ def run_cost(attempts: list[AttemptCost], outputs: list[str]) -> RunCost:
     return RunCost(attempts=attempts, total=total, unknown_reason=unknown, per_partition=per_partition)
 
 
+def format_bytes(n: int) -> str:
+    """Bytes for people: 512 B, 1.5 KiB, 2.0 GiB."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
 def share(cost: SparkCost, parts: int) -> SparkCost:
     """One output's share of a run's cost (the even split)."""
     n = max(parts, 1)
@@ -225,6 +235,29 @@ def cost_rows(
         else:
             row.saved += share(cost, len(run.outputs)).task_seconds
     return [rows[key].row(key) for key in sorted(rows)]
+
+
+def days_by_job(
+    attempts: list[AttemptCost],
+    delegations: list[DelegationFact],
+    runs: dict[str, RunOutputs],
+    run_costs: dict[str, SparkCost | None],
+) -> dict[str, list[CostRow]]:
+    """Each job's rows by day (the dashboard's plot over time): ``cost_rows`` of its runs alone."""
+    labels = sorted(
+        {a.job_label for a in attempts}
+        | {runs[d.delegated_to].job_label for d in delegations if d.delegated_to in runs}
+    )
+    return {
+        label: cost_rows(
+            "day",
+            [a for a in attempts if a.job_label == label],
+            [d for d in delegations if d.delegated_to in runs and runs[d.delegated_to].job_label == label],
+            runs,
+            run_costs,
+        )
+        for label in labels
+    }
 
 
 def total(rows: Iterable[CostRow], key: str = "total") -> CostRow:
