@@ -11,7 +11,7 @@ from typing import NoReturn
 from databuild.bel.store import BuildEventLog, new_instance_id
 from databuild.domain import checks as check_rules
 from databuild.domain import events as ev
-from databuild.domain.cost import SparkCost
+from databuild.domain.cost import SparkCost, run_cost
 from databuild.errors import CheckFailedError, DataBuildError, JobContractError
 from databuild.jobs.attempt_log import line
 from databuild.jobs.catalog import Catalog
@@ -221,5 +221,6 @@ class JobExecutor:
         """Emit the final lineage event of a run, if the BEL call just made recorded ``recorded``: the
         BEL returns a run that had already ended unchanged, and its end was reported then."""
         if self.lineage is not None and run.state is recorded:
-            self.lineage.finished(run, self._checks_of(run))
+            cost = run_cost(self.bel.attempt_costs_of([run.job_run_id]), run.outputs)
+            self.lineage.finished(run, self._checks_of(run), cost)
         return run
