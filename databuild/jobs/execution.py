@@ -84,12 +84,7 @@ class JobExecutor:
         )
         self._running[job.group] = job
         try:
-            try:
-                body = executor.run(job, cancelled=cancelled, report=report)
-            except Exception:
-                self._record_failed_cost(job, executor)
-                raise
-            self._record_cost(job, executor.kind, body.cost, body.cost_unknown)
+            body = self._run(executor, job, cancelled, report)
             if body.missing:
                 missed = self.bel.dep_miss_job_run(
                     job_run_id, body.missing, body.reads, attempt, body.missing_for
@@ -130,6 +125,18 @@ class JobExecutor:
                 unknown_reason=None if cost is not None else unknown or "not reported",
             )
         )
+
+    def _run(
+        self, executor: Executor, job: JobAttempt, cancelled: threading.Event, report: Callable[[str], None]
+    ) -> BodyResult:
+        """Run the body on its executor and record what the attempt cost, however it ended."""
+        try:
+            body = executor.run(job, cancelled=cancelled, report=report)
+        except Exception:
+            self._record_failed_cost(job, executor)
+            raise
+        self._record_cost(job, executor.kind, body.cost, body.cost_unknown)
+        return body
 
     def _record_failed_cost(self, job: JobAttempt, executor: Executor) -> None:
         """A failed or cancelled attempt's work cost too; recording it must not hide why it failed."""
