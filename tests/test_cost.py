@@ -123,11 +123,12 @@ def test_cost_through_the_cli_without_temporal_the_api_and_metrics(tmp_path: Pat
             ["cost", "--by", "week"],
             ["cost", "--since", "yesterday"],
             ["job-runs", "show", run],
+            ["partitions", "show", "right/1"],
         ],
         env,
         tmp_path,
     )
-    table, as_json, daily, bad_by, bad_since, shown = ran
+    table, as_json, daily, bad_by, bad_since, shown, partition_shown = ran
     assert table.returncode == 0, table.stderr
     assert "pair" in table.stdout and "2 (1/1)" in table.stdout and "16.0" in table.stdout, table.stdout
     assert "1 (+1 unvalued)" not in table.stdout and "0.0 (+1 unknown)" in table.stdout
@@ -138,6 +139,9 @@ def test_cost_through_the_cli_without_temporal_the_api_and_metrics(tmp_path: Pat
     assert bad_since.returncode != 0 and "cannot read timestamp 'yesterday'" in bad_since.stderr
     assert shown.returncode == 0 and "attempt 1 (session): 8.0 task-s" in shown.stdout, shown.stderr
     assert "each of its 2 outputs: 4.0 task-s" in shown.stdout
+    assert partition_shown.returncode == 0, partition_shown.stderr
+    assert "cost: 4.0 task-s, 2.0 CPU s, 2 tasks in 0 Spark jobs" in partition_shown.stdout
+    assert f"(its share of run {run})" in partition_shown.stdout
 
     bel = BuildEventLog.create(url)
     app = create_app(web_context(Settings(home=tmp_path, graph="tests.test_cost:priced"), bel))
@@ -154,6 +158,10 @@ def test_cost_through_the_cli_without_temporal_the_api_and_metrics(tmp_path: Pat
     by_ref = client.get("/cost", params={"by": "partition", "pattern": "left/*"})
     assert by_ref.status_code == 200 and 'href="/partitions/left/1"' in by_ref.text
     assert client.get("/cost", params={"by": "week"}).status_code == 400
+    partition = client.get("/api/partitions/left/1").json()
+    assert partition["cost"]["task_seconds"] == 4.0  # its half of the run
+    assert client.get("/api/partitions/far/1").json()["cost"] is None  # unknown: not a zero
+    assert 'id="cost"' in client.get("/partitions/left/1").text
     run_page = client.get(f"/job-runs/{run}").text
     assert 'id="cost"' in run_page and "each of its 2 outputs: 4.00 task-s" in run_page
     metrics = client.get("/metrics").text

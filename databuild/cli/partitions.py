@@ -23,6 +23,7 @@ from databuild.cli.app import (
     settings,
     with_client,
 )
+from databuild.cli.render_cost import instance_cost
 from databuild.errors import GraphDefinitionError
 from databuild.graph import load_graph
 from databuild.models import MAX_INDEX, PartitionStatus, parse_choice
@@ -105,4 +106,4 @@ def partitions_show(
         err.print(f"[yellow]note:[/] whether it is stale is not shown: {error}")
     else:
         view = with_staleness(log, graph, view)
-    emit(as_json, view, lambda: render.lineage_view(view))
+    emit(as_json, view, lambda: Group(render.lineage_view(view), *instance_cost(view)))

@@ -7,6 +7,7 @@ from rich.tree import Tree
 
 from databuild.domain.cost import CostReport, CostRow, RunCost, SparkCost
 from databuild.domain.cost import format_bytes as size
+from databuild.views.lineage import PartitionView
 
 
 def seconds(value: float) -> str:
@@ -61,6 +62,13 @@ def cost_line(cost: SparkCost) -> str:
         f"{cost.spark_jobs} Spark jobs; in {size(cost.input_bytes)}, out {size(cost.output_bytes)}, "
         f"shuffle {size(cost.shuffle_bytes)}"
     )
+
+
+def instance_cost(view: PartitionView) -> list[RenderableType]:
+    """Under a partition's lineage: its share of the run that built it, if that is known."""
+    if view.cost is None:
+        return []
+    return [Text(f"cost: {cost_line(view.cost)} (its share of run {view.data.built_by})", style="dim")]
 
 
 def add_cost(tree: Tree, cost: RunCost | None) -> None:

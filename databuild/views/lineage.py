@@ -13,7 +13,7 @@ from typing import Concatenate, Generic, ParamSpec, TypeVar
 from pydantic import Field
 
 from databuild.bel.queries import BelQueries
-from databuild.domain.cost import RunCost, run_cost
+from databuild.domain.cost import RunCost, SparkCost, run_cost
 from databuild.domain.estimates import Estimate
 from databuild.domain.events import JobRunFailed
 from databuild.domain.staleness import StaleReason
@@ -284,6 +284,9 @@ class PartitionView(Model):
     stale: list[StaleReason] = Field(
         default=[], description="why the shown instance is stale, if it is live and stale (views.staleness)"
     )
+    cost: SparkCost | None = Field(
+        default=None, description="the shown instance's share of its run's cost (None: unknown, or external)"
+    )
 
 
 @consistent
@@ -337,7 +340,9 @@ def _lineage(
         history=[i.instance_id for i in history],
         history_total=history_total,
     )
-    return PartitionView(data=lineage, index=index.build(bel))
+    cost = run_cost(bel.attempt_costs_of([builder[0].job_run_id]), builder[0].outputs) if builder else None
+    share = cost.per_partition.get(partition.ref) if cost is not None else None
+    return PartitionView(data=lineage, index=index.build(bel), cost=share)
 
 
 # Job run detail ------------------------------------------------------------------------------------
