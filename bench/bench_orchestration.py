@@ -6,8 +6,8 @@
     and awaited, against N bare workflows that each run one no-op activity (same dev server).
 (b) Per-job overhead: ``--jobs`` wants run one after another, each executing one trivial Spark job,
     against the same Spark work done directly on the same warm session. As many again run with cost
-    accounting turned off (alternating), and reading a job group's cost is timed alone on a direct write:
-    what recording each run's cost adds per job.
+    accounting turned off (alternating: nothing read from Spark, nothing recorded), and reading a job
+    group's cost is timed alone on a direct write: what recording each run's cost adds per job.
 
 One Temporal dev server (random ports) is started for the run. The last line printed is JSON.
 """
