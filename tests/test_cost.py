@@ -12,18 +12,18 @@ import pytest
 from fastapi.testclient import TestClient
 
 from databuild.bel import BuildEventLog
+from databuild.bel.measures import read_counts
 from databuild.config import Settings
 from databuild.domain import events as ev
 from databuild.domain.cost import CostReport, SparkCost
 from databuild.errors import InvalidPatternError
 from databuild.graph import Graph
 from databuild.models import InstanceRef, WantSource, WantSpec
+from databuild.testing import POSTGRES_ADMIN_URL, postgres_database
 from databuild.views.cost import cost_report
 from databuild.views.lineage import job_run_view
 from databuild.web import create_app, web_context
-from tests.conftest import forked_cli
-
-pytestmark = pytest.mark.unit
+from tests.conftest import forked_cli, require_postgres
 
 ROOT = Path(__file__).resolve().parents[1]
 AT = datetime(2024, 1, 1, tzinfo=UTC)
@@ -33,11 +33,19 @@ priced.job("left/{n}", "right/{n}", label="pair")(lambda ctx, n: None)
 priced.job("far/{n}", label="remote")(lambda ctx, n: None)
 
 
-@pytest.fixture
-def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
-    log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
-    yield log
-    log.dispose()
+# SQLite is the unit tier's; PostgreSQL in a throwaway database of its own (a server).
+@pytest.fixture(params=[pytest.param("sqlite", marks=pytest.mark.unit), "postgresql"])
+def bel(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BuildEventLog]:
+    if request.param == "sqlite":
+        log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
+        yield log
+        log.dispose()
+        return
+    require_postgres()
+    with postgres_database(POSTGRES_ADMIN_URL, "cost") as url:
+        log = BuildEventLog.create(url)
+        yield log
+        log.dispose()
 
 
 def want(bel: BuildEventLog, ref: str, day: int = 0) -> tuple[str, str]:
@@ -105,8 +113,18 @@ def test_spent_and_saved_per_job_and_partition_and_a_run_shows_its_cost(bel: Bui
     before = bel.attempt_costs()
     bel.rebuild_projections()
     assert bel.attempt_costs() == before
+    # What /metrics reads, summed in SQL.
+    with bel.reader.connect() as conn:
+        counts = read_counts(conn, recent=10, upper_bounds=[1.0])
+    assert [(t.job_label, t.task_seconds) for t in counts.task_seconds] == [("pair", 8.0), ("remote", 0.0)]
+    assert [(a.job_label, a.kind, a.builds) for a in counts.avoided] == [
+        ("pair", "active", 1),
+        ("pair", "historical", 1),
+        ("remote", "historical", 1),
+    ]
 
 
+@pytest.mark.unit
 def test_cost_through_the_cli_without_temporal_the_api_and_metrics(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'bel.sqlite'}"
     bel = BuildEventLog.create(url)
