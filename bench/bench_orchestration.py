@@ -5,7 +5,9 @@
 (a) Registration throughput: N wants for partitions that are already live, registered concurrently
     and awaited, against N bare workflows that each run one no-op activity (same dev server).
 (b) Per-job overhead: ``--jobs`` wants run one after another, each executing one trivial Spark job,
-    against the same Spark work done directly on the same warm session.
+    against the same Spark work done directly on the same warm session. As many again run with cost
+    accounting turned off (alternating: nothing read from Spark, nothing recorded), and reading a job
+    group's cost is timed alone on a direct write: what recording each run's cost adds per job.
 
 One Temporal dev server (random ports) is started for the run. The last line printed is JSON.
 """
@@ -35,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from databuild.bel import BuildEventLog
     from databuild.client import DataBuild
     from databuild.graph import load_graph
+    from databuild.jobs import spark_cost
     from databuild.jobs.spark import SparkRuntime
     from databuild.models import Want, WantState
     from databuild.process import forward_core_logs
@@ -170,19 +173,48 @@ async def timed_want(rig: Rig, ref: str) -> tuple[float, float]:
     return elapsed, (run.updated_at - run.created_at).total_seconds()
 
 
+def accounting_read(rig: Rig, name: str) -> float:
+    """Seconds to read the cost of a job group that did one direct write (as the executor does)."""
+    context = rig.spark.session().sparkContext
+    group = f"bench-accounting-{name}"
+    context.setJobGroup(group, "bench", True)
+    try:
+        direct_write(rig, f"accounted-{name}")
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    start = time.perf_counter()
+    spark_cost.group_cost(context, group)
+    return time.perf_counter() - start
+
+
+async def without_accounting(rig: Rig, ref: str) -> float:
+    spark_cost.ACCOUNTING = False
+    try:
+        return (await timed_want(rig, ref))[0]
+    finally:
+        spark_cost.ACCOUNTING = True
+
+
 async def per_job(rig: Rig, jobs: int) -> dict[str, float]:
     # One untimed round of each, so neither side pays first-use costs (code paths, JIT, files).
     await asyncio.to_thread(direct_write, rig, "warm")
     await timed_want(rig, "trivial/warm")
+    await without_accounting(rig, "trivial/warm-off")
 
     want_s: list[float] = []
+    off_s: list[float] = []
     run_span_s: list[float] = []
-    for i in range(jobs):
+    for i in range(jobs):  # alternating, so machine noise hits both alike
         elapsed, span = await timed_want(rig, f"trivial/{i}")
         want_s.append(elapsed)
         run_span_s.append(span)
+        off_s.append(await without_accounting(rig, f"trivial/off{i}"))
     direct_s = [await asyncio.to_thread(direct_write, rig, str(i)) for i in range(jobs)]
+    read_s = [await asyncio.to_thread(accounting_read, rig, str(i)) for i in range(jobs)]
     return {
+        "want_no_accounting_median_s": statistics.median(off_s),
+        "accounting_per_job_s": statistics.median(want_s) - statistics.median(off_s),
+        "accounting_read_median_s": statistics.median(read_s),
         "jobs": jobs,
         "want_mean_s": statistics.fmean(want_s),
         "want_median_s": statistics.median(want_s),
@@ -286,6 +318,9 @@ def report(figures: dict[str, Any]) -> None:
             f"{job['overhead_per_job_s']:8.3f} s",
             f"target <= {OVERHEAD_TARGET_S} s: {ok_job}",
         ),
+        ("  want, cost accounting off", "", f"median {job['want_no_accounting_median_s']:.3f} s"),
+        ("  cost accounting per job", f"{job['accounting_per_job_s']:8.3f} s", "median on - median off"),
+        ("  reading a group's cost", f"{job['accounting_read_median_s']:8.4f} s", "median, alone"),
     ]
     print()
     print(f"{'measure':<32}{'rate / mean':>14}   notes")

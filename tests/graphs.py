@@ -411,3 +411,19 @@ def layered(mid_version: str) -> Graph:
 
 layered_v1 = layered("1")
 layered_v2 = layered("2")  # the same graph but mid's code
+
+
+# costs: a job with real Spark work (a scan, a shuffle, a write), whose cost Spark's accounting shows.
+costs = Graph("costs")
+
+
+@costs.job("sums/{n}")
+def sums(ctx: JobContext, n: str) -> None:
+    rows = ctx.spark.range(0, 2_000_000, numPartitions=4).selectExpr("id % 1000 AS k", "id AS v")
+    ctx.write(f"sums/{n}", rows.groupBy("k").sum("v"))
+
+
+@costs.job("broken/{n}")
+def broken(ctx: JobContext, n: str) -> None:
+    ctx.spark.range(0, 1_000_000, numPartitions=2).selectExpr("sum(id)").collect()  # work, then a failure
+    raise RuntimeError(f"broken {n}")

@@ -18,6 +18,7 @@ from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.domain import events as ev
+from databuild.domain.cost import SparkCost
 from databuild.domain.decisions import Verdict
 from databuild.domain.endings import Finished
 from databuild.errors import InvalidInputError, InvalidPatternError, InvalidTransitionError, NotFoundError
@@ -145,6 +146,21 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
         job_version="2",
     )
     assert upgraded.instance("a/21-v2").job_version == "2"
+    # 0005: runs of 0.1.0 recorded no cost (their delegations count as builds avoided, unvalued); a cost
+    # recorded from now on is kept, and a rebuild of the projections derives it again.
+    assert upgraded.attempt_costs() == []
+    assert upgraded.record_cost(
+        ev.JobRunCostRecorded(
+            job_run_id=versioned.job_run_id,
+            attempt=1,
+            job_label="abc",
+            executor="session",
+            cost=SparkCost(task_seconds=1.5, cpu_seconds=1.0, tasks=3),
+        )
+    )
+    (recorded,) = upgraded.attempt_costs()
+    assert recorded.cost is not None and recorded.cost.task_seconds == 1.5
+    assert upgraded.delegation_facts()  # the history's delegations, to value once their runs are priced
     kept = projection_rows(upgraded)
     upgraded.rebuild_projections()
     assert projection_rows(upgraded) == kept

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from databuild.jobs.attempt_log import APPLICATION_OUTPUT
+from databuild.jobs.executors.connect import CONNECT_COST_UNKNOWN
 from databuild.jobs.spark import SparkRuntime
 from databuild.jobs.storage import Storage
 from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantState
@@ -272,6 +273,11 @@ async def test_connect_executor_matches_local_mode(
     assert len({t.rsplit("_Tag_", 1)[1] for t in tagged}) >= 2
     day = {ref: local_checksums[ref] for ref in DAY_BUILT}
     assert await asyncio.to_thread(checksums, spark_runtime, stack, DAY_BUILT) == day
+    # Connect cannot read Spark's accounting: each attempt's cost is recorded unknown (with why), not zero.
+    costs = stack.bel.attempt_costs()
+    assert costs and {(c.executor, c.cost) for c in costs} == {("connect", None)}
+    assert {c.unknown_reason for c in costs} == {CONNECT_COST_UNKNOWN}
+    assert all(r.task_seconds == 0 and r.unknown_attempts > 0 for r in (await stack.db.cost()).rows)
 
 
 async def test_cancelling_a_want_interrupts_its_spark_connect_operations(

@@ -6,7 +6,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from datetime import datetime
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from databuild.config import Settings
+from databuild.domain.cost import AttemptCost, SparkCost, run_cost
 from databuild.errors import InvalidInputError
 from databuild.graph import Graph, load_graph
 from databuild.jobs.openlineage import DatasetNaming, LineageEmitter, run_id, transport_from_settings
@@ -253,3 +254,33 @@ def test_check_results_are_the_outputs_data_quality_assertions(tmp_path: Path) -
         "not_null(id)"
     ]
     assert "dataQualityAssertions" not in plain["outputs"][0]["facets"]
+
+
+def test_a_runs_cost_is_its_databuild_cost_run_facet(tmp_path: Path) -> None:
+    path = tmp_path / "ol.ndjson"
+    emitter = LineageEmitter.from_settings(Settings(home=tmp_path, openlineage_url=f"file://{path}"))
+    assert emitter is not None
+    run = fake_run(1, width=1)
+    at = datetime(2024, 1, 1, tzinfo=UTC)
+
+    def attempt(n: int, cost: SparkCost | None) -> AttemptCost:
+        executor, reason = ("session", None) if cost else ("connect", "Spark Connect cannot say")
+        return AttemptCost(
+            job_run_id=run.job_run_id, attempt=n, job_label="j", executor=executor, cost=cost,
+            unknown_reason=reason, at=at,
+        )  # fmt: skip
+
+    spent = SparkCost(task_seconds=2.5, cpu_seconds=1.0, input_bytes=10, output_bytes=20, tasks=4)
+    emitter.finished(run, cost=run_cost([attempt(1, spent), attempt(2, spent)], ["out/1"]))
+    unknown = run.model_copy(update={"job_run_id": "jr-2"})
+    emitter.finished(unknown, cost=run_cost([attempt(1, None)], ["out/1"]))
+    emitter.finished(run.model_copy(update={"job_run_id": "jr-3"}))  # no cost recorded: no facet
+    emitter.close()
+
+    known, unknown_event, plain = read_events(path)
+    facet = known["run"]["facets"]["databuildCost"]
+    assert (facet["known"], facet["attempts"], facet["task_seconds"], facet["tasks"]) == (True, 2, 5.0, 8)
+    assert facet["output_bytes"] == 40 and facet["_schemaURL"].endswith("DataBuildCostRunFacet")
+    assert unknown_event["run"]["facets"]["databuildCost"]["known"] is False
+    assert unknown_event["run"]["facets"]["databuildCost"]["unknown_reason"] == "Spark Connect cannot say"
+    assert "databuildCost" not in plain["run"]["facets"]

@@ -75,6 +75,13 @@ async def test_job_runs_emit_start_and_a_final_event_with_instance_versions(
                 "attempt": 1,
                 "want_id": run.want_id,
             }
+        # The final event carries what the run cost, as recorded (Spark's accounting of its attempts).
+        recorded = [a.cost for a in stack.bel.attempt_costs_of([job_run_id]) if a.cost is not None]
+        cost = end["run"]["facets"]["databuildCost"]
+        assert cost["known"] and cost["attempts"] == 1 and "databuildCost" not in start["run"]["facets"]
+        assert cost["task_seconds"] == sum(c.task_seconds for c in recorded)
+        # A dep-miss found its input missing before any Spark work: it ran nothing (known, not unknown).
+        assert cost["tasks"] > 0 if run.state is JobRunState.succeeded else cost["tasks"] == 0
         # START: nothing read yet, the refs it will write, without a version.
         assert start["inputs"] == []
         assert versions(start["outputs"]) == {ref: None for ref in run.outputs}

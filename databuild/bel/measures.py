@@ -74,12 +74,25 @@ class CheckFailureCount(Model):
     instances: int = Field(description="instances whose latest result of the check failed")
 
 
+class TaskSeconds(Model):
+    job_label: str
+    task_seconds: float = Field(description="Spark executor run time of every attempt whose cost is known")
+
+
+class AvoidedCount(Model):
+    job_label: str
+    kind: str
+    builds: int = Field(description="wants served by a run of the job they did not start (delegations)")
+
+
 class ClusterCounts(Model):
     wants: list[WantCount]
     job_runs: list[JobRunCount]
     durations: list[Durations]
     pools: list[PoolCount]
     check_failures: list[CheckFailureCount] = []
+    task_seconds: list[TaskSeconds] = []
+    avoided: list[AvoidedCount] = []
 
 
 def read_counts(conn: Connection, *, recent: int, upper_bounds: Sequence[float]) -> ClusterCounts:
@@ -92,7 +105,32 @@ def read_counts(conn: Connection, *, recent: int, upper_bounds: Sequence[float])
         durations=_durations(conn, timed, recent, list(upper_bounds)),
         pools=_pool_counts(conn),
         check_failures=_check_failures(conn),
+        task_seconds=_task_seconds(conn),
+        avoided=_avoided(conn),
     )
+
+
+def _task_seconds(conn: Connection) -> list[TaskSeconds]:
+    """Task-seconds spent per job: a scan of the attempts' costs (one row an attempt)."""
+    c = s.job_run_costs.c
+    rows = conn.execute(
+        select(c.job_label, func.sum(c.task_seconds)).group_by(c.job_label).order_by(c.job_label)
+    )
+    return [TaskSeconds(job_label=label, task_seconds=float(total or 0)) for label, total in rows]
+
+
+def _avoided(conn: Connection) -> list[AvoidedCount]:
+    """Builds avoided per job and kind: one per want and run it delegated to (``databuild.domain.cost``),
+    a scan of the delegations."""
+    d, r = s.delegations.c, s.job_runs.c
+    pairs = select(d.want_id, d.delegated_to, d.kind).distinct().subquery()
+    rows = conn.execute(
+        select(r.job_label, pairs.c.kind, func.count())
+        .select_from(pairs.join(s.job_runs, r.job_run_id == pairs.c.delegated_to))
+        .group_by(r.job_label, pairs.c.kind)
+        .order_by(r.job_label, pairs.c.kind)
+    )
+    return [AvoidedCount(job_label=label, kind=kind, builds=int(n)) for label, kind, n in rows]
 
 
 def _check_failures(conn: Connection) -> list[CheckFailureCount]:

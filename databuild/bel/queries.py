@@ -3,6 +3,7 @@
 ``BelQueries`` is the read-only view of the log that job contexts, views and operations are given."""
 
 from databuild.bel.backfills import BackfillReads
+from databuild.bel.costs import CostReads
 from databuild.bel.events import EventReads
 from databuild.bel.job_runs import JobRunReads
 from databuild.bel.lineage_facts import LineageFactReads
@@ -10,5 +11,7 @@ from databuild.bel.partitions import PartitionReads
 from databuild.bel.wants import WantReads
 
 
-class BelQueries(WantReads, JobRunReads, PartitionReads, LineageFactReads, BackfillReads, EventReads):
+class BelQueries(
+    WantReads, JobRunReads, PartitionReads, LineageFactReads, BackfillReads, EventReads, CostReads
+):
     """Every read of the log."""

@@ -155,6 +155,22 @@ attempt_outputs = Table(
     Column("attempt", Integer, nullable=False),
 )
 
+# What each attempt of a job run cost (JobRunCostRecorded): Spark's accounting of its job group; the
+# figures are null when its executor could not read them (unknown, never zero).
+job_run_costs = Table(
+    "job_run_costs",
+    metadata,
+    Column("job_run_id", ID, primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("job_label", String(256), nullable=False),
+    Column("executor", String(16), nullable=False),
+    Column("recorded_at", UTCDateTime, nullable=False),
+    Column("task_seconds", Float),  # of ``cost``, for /metrics to sum in SQL; None: unknown
+    Column("cost", JSON),  # SparkCost; None: unknown
+    Column("unknown_reason", Text),
+    Index("ix_job_run_costs_recorded", "recorded_at"),
+)
+
 job_runs = Table(
     "job_runs",
     metadata,
@@ -315,6 +331,7 @@ PROJECTIONS = [
     partition_instances,
     instance_checks,
     attempt_outputs,
+    job_run_costs,
     job_runs,
     run_pools,
     job_run_outputs,

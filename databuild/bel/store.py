@@ -15,6 +15,7 @@ from databuild.bel.base import (
     run_key,
     want_key,
 )
+from databuild.bel.costs import CostCommands
 from databuild.bel.decisions import DecisionCommands
 from databuild.bel.events import EventCommands
 from databuild.bel.job_runs import JobRunCommands
@@ -44,6 +45,7 @@ class BuildEventLog(
     PoolCommands,
     BackfillCommands,
     EventCommands,
+    CostCommands,
     BelQueries,
 ):
     def __init__(self, url: str) -> None:

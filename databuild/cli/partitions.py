@@ -22,6 +22,7 @@ from databuild.cli.app import (
     run,
     with_client,
 )
+from databuild.cli.render_cost import instance_cost
 from databuild.models import MAX_INDEX, PartitionStatus, parse_choice
 from databuild.views.lineage import FAN_OUT, instance_view, list_partitions, partition_view
 from databuild.views.staleness import with_staleness
@@ -105,4 +106,4 @@ def partitions_show(
         view = partition_view(log, ref, fan_out=fan_out, offset=offset)
     if (graph := graph_or_note()) is not None:
         view = with_staleness(log, graph, view)
-    emit(as_json, view, lambda: render.lineage_view(view))
+    emit(as_json, view, lambda: Group(render.lineage_view(view), *instance_cost(view)))

@@ -11,6 +11,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from databuild.backfill import BackfillProgress
+from databuild.cli.render_cost import add_cost
 from databuild.domain.checks import Recheck
 from databuild.domain.estimates import Estimate
 from databuild.domain.plans import Action, Plan, PlannedRun
@@ -336,6 +337,7 @@ def job_run_detail(view: JobRunView) -> Tree:
             missed.add(Text.assemble(out, (": " + (", ".join(refs) or "none: decides again at once"), "dim")))
     if run.reason:
         tree.add(Text(f"reason: {run.reason}", style="red" if run.state is JobRunState.failed else "dim"))
+    add_cost(tree, data.cost)
     if run.attempts:
         tree.add(Text(f"log: databuild job-runs show {run.job_run_id} --log [--attempt N]", style="dim"))
     return tree

@@ -17,6 +17,7 @@ from databuild.config import Settings
 from databuild.domain import checks as check_rules
 from databuild.domain.backfills import backfill_partitions
 from databuild.domain.checks import Recheck
+from databuild.domain.cost import CostBy, CostReport
 from databuild.domain.plans import Plan, Root
 from databuild.domain.staleness import StalePartition
 from databuild.errors import (
@@ -62,6 +63,7 @@ from databuild.temporal.wants import (
     start_want,
     start_wants,
 )
+from databuild.views.cost import cost_report
 from databuild.views.lineage import FamilyProgress, WantView, family_progress, want_view
 from databuild.views.plans import plan_wants
 from databuild.views.staleness import stale_partitions
@@ -274,6 +276,13 @@ class DataBuild:
         (``databuild.domain.staleness``). Reads only."""
         graph = await self.loaded_graph()
         return await self.bel.call(stale_partitions, self.bel, graph, pattern)
+
+    async def cost(
+        self, pattern: str | None = None, *, since: datetime | None = None, by: CostBy = "job"
+    ) -> CostReport:
+        """Builds run and avoided, task-seconds spent and saved, per job, day or partition (of refs
+        matching the glob ``pattern``, from ``since`` on); see ``databuild.domain.cost``. Reads only."""
+        return await self.bel.call(cost_report, self.bel, by, pattern, since)
 
     async def why(self, ref: str) -> Why:
         """Why ``ref`` is in its state: the chain of recorded facts (``databuild.views.why``). Reads only."""

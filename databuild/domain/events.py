@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter, model_validator
 
 from databuild.backfill import BackfillRequest
+from databuild.domain.cost import SparkCost
 from databuild.models import (
     CheckResult,
     InstanceFacts,
@@ -371,6 +372,19 @@ class InstanceChecked(Model):
     results: list[CheckResult]
 
 
+class JobRunCostRecorded(Model):
+    """What one attempt of a job run cost, from Spark's accounting of its job group, recorded as the
+    attempt ended (with its outcome, when it had one to record)."""
+
+    type: Literal["JobRunCostRecorded"] = "JobRunCostRecorded"
+    job_run_id: str
+    attempt: int
+    job_label: str
+    executor: str
+    cost: SparkCost | None = Field(description="None: the executor cannot read Spark's accounting")
+    unknown_reason: str | None = None
+
+
 Event = Annotated[
     WantCreated
     | WantBuilding
@@ -397,6 +411,7 @@ Event = Annotated[
     | PartitionReleased
     | PartitionFailed
     | InstanceChecked
+    | JobRunCostRecorded
     | PartitionResolved
     | PartitionSkipped
     | PartitionTainted

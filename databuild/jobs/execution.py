@@ -10,10 +10,13 @@ from typing import NoReturn
 
 from databuild.bel.store import BuildEventLog, new_instance_id
 from databuild.domain import checks as check_rules
+from databuild.domain import events as ev
+from databuild.domain.cost import SparkCost, run_cost
 from databuild.errors import CheckFailedError, DataBuildError, JobContractError
+from databuild.jobs import spark_cost
 from databuild.jobs.attempt_log import line
 from databuild.jobs.catalog import Catalog
-from databuild.jobs.executors import BodyResult, Executors, JobAttempt, Progress
+from databuild.jobs.executors import BodyResult, Executor, Executors, JobAttempt, Progress
 from databuild.jobs.openlineage import LineageEmitter
 from databuild.jobs.storage import INSTANCE_PREFIX, Storage
 from databuild.models import CheckResult, InstanceRef, JobRun, JobRunCause, JobRunState
@@ -82,7 +85,7 @@ class JobExecutor:
         )
         self._running[job.group] = job
         try:
-            body = executor.run(job, cancelled=cancelled, report=report)
+            body = self._run(executor, job, cancelled, report)
             if body.missing:
                 missed = self.bel.dep_miss_job_run(
                     job_run_id, body.missing, body.reads, attempt, body.missing_for
@@ -107,6 +110,44 @@ class JobExecutor:
             return outcome_of(self._finished(succeeded, JobRunState.succeeded))
         finally:
             self._running.pop(job.group, None)
+
+    def _record_cost(
+        self, job: JobAttempt, executor: str, cost: SparkCost | None, unknown: str | None
+    ) -> None:
+        """What the attempt cost, recorded before its outcome: the work was done even if the attempt
+        failed, or its outcome is then refused (superseded, a broken contract, a failed blocking check)."""
+        self.bel.record_cost(
+            ev.JobRunCostRecorded(
+                job_run_id=job.job_run_id,
+                attempt=job.attempt,
+                job_label=job.job_label,
+                executor=executor,
+                cost=cost,
+                unknown_reason=None if cost is not None else unknown or "not reported",
+            )
+        )
+
+    def _run(
+        self, executor: Executor, job: JobAttempt, cancelled: threading.Event, report: Callable[[str], None]
+    ) -> BodyResult:
+        """Run the body on its executor and record what the attempt cost, however it ended (unless the
+        accounting is turned off, as bench_orchestration does to measure it: then nothing is recorded)."""
+        try:
+            body = executor.run(job, cancelled=cancelled, report=report)
+        except Exception:
+            if spark_cost.ACCOUNTING:
+                self._record_failed_cost(job, executor)
+            raise
+        if spark_cost.ACCOUNTING:
+            self._record_cost(job, executor.kind, body.cost, body.cost_unknown)
+        return body
+
+    def _record_failed_cost(self, job: JobAttempt, executor: Executor) -> None:
+        """A failed or cancelled attempt's work cost too; recording it must not hide why it failed."""
+        try:
+            self._record_cost(job, executor.kind, *executor.spent(job))
+        except Exception as error:
+            log.warning("could not record the cost of failed attempt %s: %s", job.group, error)
 
     def _verify(self, job: JobAttempt, run: JobRun, body: BodyResult, instances: list[InstanceRef]) -> None:
         """Refuse a body's result that breaks the job's contract, or whose blocking checks failed (their
@@ -191,5 +232,6 @@ class JobExecutor:
         """Emit the final lineage event of a run, if the BEL call just made recorded ``recorded``: the
         BEL returns a run that had already ended unchanged, and its end was reported then."""
         if self.lineage is not None and run.state is recorded:
-            self.lineage.finished(run, self._checks_of(run))
+            cost = run_cost(self.bel.attempt_costs_of([run.job_run_id]), run.outputs)
+            self.lineage.finished(run, self._checks_of(run), cost)
         return run

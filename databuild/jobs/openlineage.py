@@ -61,6 +61,7 @@ from openlineage.client.transport.transport import Transport
 
 from databuild import __version__
 from databuild.config import Settings
+from databuild.domain.cost import NO_COST, RunCost
 from databuild.errors import InvalidInputError
 from databuild.graph import Graph
 from databuild.jobs.catalog import TableSpec, graph_tables
@@ -72,6 +73,7 @@ log = logging.getLogger(__name__)
 # URIs naming DataBuild as the producer of events and facets, and the schema of its custom facet.
 PRODUCER = f"urn:databuild:{__version__}"
 FACET_SCHEMA_URL = "urn:databuild:openlineage:facets:1-0-0:DataBuildRunFacet"
+COST_FACET_SCHEMA_URL = "urn:databuild:openlineage:facets:1-0-0:DataBuildCostRunFacet"
 DATASET_FACET_SCHEMA_URL = "urn:databuild:openlineage:facets:1-0-0:DataBuildDatasetFacet"
 RUN_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "urn:databuild:job-run")
 HTTP_ENDPOINT = "api/v1/lineage"
@@ -141,6 +143,47 @@ class DataBuildRunFacet(RunFacet):
     @staticmethod
     def _get_schema() -> str:
         return FACET_SCHEMA_URL
+
+
+@attr.define
+class DataBuildCostRunFacet(RunFacet):
+    """Custom run facet ``databuildCost``: what the run's attempts cost, from Spark's accounting of their
+    job groups (docs/cost.md). ``known`` false: an executor could not report it (Spark Connect), and the
+    figures count only the attempts that could."""
+
+    known: bool
+    attempts: int
+    task_seconds: float
+    cpu_seconds: float
+    input_bytes: int
+    output_bytes: int
+    shuffle_read_bytes: int
+    shuffle_write_bytes: int
+    tasks: int
+    unknown_reason: str | None = None
+
+    @staticmethod
+    def _get_schema() -> str:
+        return COST_FACET_SCHEMA_URL
+
+    @classmethod
+    def of(cls, cost: RunCost) -> "DataBuildCostRunFacet":
+        total = NO_COST  # of the attempts whose cost is known (all of them when ``known``)
+        for a in cost.attempts:
+            total = total if a.cost is None else total.plus(a.cost)
+        return cls(
+            known=cost.total is not None,
+            attempts=len(cost.attempts),
+            task_seconds=total.task_seconds,
+            cpu_seconds=total.cpu_seconds,
+            input_bytes=total.input_bytes,
+            output_bytes=total.output_bytes,
+            shuffle_read_bytes=total.shuffle_read_bytes,
+            shuffle_write_bytes=total.shuffle_write_bytes,
+            tasks=total.tasks,
+            unknown_reason=cost.unknown_reason,
+            producer=PRODUCER,
+        )
 
 
 def assertions_facet(checks: Sequence[CheckResult]) -> DatasetFacet:
@@ -225,10 +268,16 @@ class LineageEmitter:
         """START for an attempt that is now running. Inputs are not known yet; outputs have no version."""
         self._submit(lambda: self._event(RunState.START, run, attempt, inputs=[], outputs=run.outputs))
 
-    def finished(self, run: JobRun, checks: Mapping[str, Sequence[CheckResult]] | None = None) -> None:
+    def finished(
+        self,
+        run: JobRun,
+        checks: Mapping[str, Sequence[CheckResult]] | None = None,
+        cost: RunCost | None = None,
+    ) -> None:
         """The final event of a run that ended: COMPLETE (succeeded), ABORT (dep-miss or cancelled) or
         FAIL (failed). ``checks``: the results of each output's checks (by ref), reported as the output's
         ``dataQualityAssertions`` facet (of a run whose blocking check failed, too: why it failed).
+        ``cost``: what its attempts cost, the ``databuildCost`` run facet (when an attempt recorded one).
 
         A dep-miss is reported as ABORT: a normal result (inputs were missing, nothing was written),
         not an error. Runs in any other state emit nothing.
@@ -241,7 +290,7 @@ class LineageEmitter:
         found = dict(checks or {})
         self._submit(
             lambda: self._event(
-                event_type, run, run.attempts, inputs=run.reads, outputs=outputs, checks=found
+                event_type, run, run.attempts, inputs=run.reads, outputs=outputs, checks=found, cost=cost
             )
         )
 
@@ -253,12 +302,15 @@ class LineageEmitter:
         inputs: list[InstanceRef],
         outputs: list[InstanceRef] | list[str],
         checks: Mapping[str, Sequence[CheckResult]] | None = None,
+        cost: RunCost | None = None,
     ) -> RunEvent:
         run_facets: dict[str, RunFacet] = {
             "databuild": DataBuildRunFacet(
                 job_run_id=run.job_run_id, attempt=attempt, want_id=run.want_id, producer=PRODUCER
             )
         }
+        if cost is not None and cost.attempts:
+            run_facets["databuildCost"] = DataBuildCostRunFacet.of(cost)
         if event_type is RunState.FAIL:
             run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
                 message=run.reason or "failed", programmingLanguage="python", producer=PRODUCER

@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.exposition import choose_encoder, start_http_server
-from prometheus_client.metrics_core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeHistogramMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from sqlalchemy.exc import DBAPIError
 
@@ -111,6 +116,17 @@ class _Families:
         )
         self.running = GaugeMetricFamily("databuild_pool_running", "Slots of the pool held", labels=["pool"])
         self.slots = GaugeMetricFamily("databuild_pool_slots", "Slots of the pool", labels=["pool"])
+        # Counters: read whole from the BEL at each scrape, they only grow (a rate() is spend per second).
+        self.task_seconds = CounterMetricFamily(
+            "databuild_task_seconds",
+            "Spark executor run time of the job runs' attempts whose cost is known (Spark's accounting)",
+            labels=["job_label"],
+        )
+        self.avoided = CounterMetricFamily(
+            "databuild_builds_avoided",
+            "Builds avoided by delegation (a want served by a run it did not start), by job and kind",
+            labels=["job_label", "kind"],
+        )
         self.check_failures = GaugeMetricFamily(
             "databuild_check_failures",
             "Partition instances whose latest result of a check failed, by job, check and severity",
@@ -130,6 +146,8 @@ class _Families:
             self.running,
             self.slots,
             self.check_failures,
+            self.task_seconds,
+            self.avoided,
         ]
 
     def fill(self, counts: ClusterCounts, pools: Mapping[str, int]) -> None:
@@ -158,6 +176,10 @@ class _Families:
             size = pool.slots if pool and pool.slots else pools.get(name)
             if size is not None:
                 self.slots.add_metric([name], size)
+        for spent in counts.task_seconds:
+            self.task_seconds.add_metric([spent.job_label], spent.task_seconds)
+        for avoided in counts.avoided:
+            self.avoided.add_metric([avoided.job_label, avoided.kind], avoided.builds)
         for failed in counts.check_failures:
             self.check_failures.add_metric(
                 [failed.job_label, failed.check, failed.severity.value], failed.instances

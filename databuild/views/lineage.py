@@ -13,6 +13,7 @@ from typing import Concatenate, Generic, ParamSpec, TypeVar
 from pydantic import Field
 
 from databuild.bel.queries import BelQueries
+from databuild.domain.cost import RunCost, SparkCost, run_cost
 from databuild.domain.estimates import Estimate
 from databuild.domain.events import JobRunFailed
 from databuild.domain.staleness import StaleReason
@@ -288,6 +289,9 @@ class PartitionView(Model):
     stale: list[StaleReason] = Field(
         default=[], description="why the shown instance is stale, if it is live and stale (views.staleness)"
     )
+    cost: SparkCost | None = Field(
+        default=None, description="the shown instance's share of its run's cost (None: unknown, or external)"
+    )
 
 
 @consistent
@@ -341,7 +345,9 @@ def _lineage(
         history=[i.instance_id for i in history],
         history_total=history_total,
     )
-    return PartitionView(data=lineage, index=index.build(bel))
+    cost = run_cost(bel.attempt_costs_of([builder[0].job_run_id]), builder[0].outputs) if builder else None
+    share = cost.per_partition.get(partition.ref) if cost is not None else None
+    return PartitionView(data=lineage, index=index.build(bel), cost=share)
 
 
 # Job run detail ------------------------------------------------------------------------------------
@@ -396,6 +402,7 @@ class JobRunDetail(Model):
     derivatives: list[DerivativeLink] = Field(description="wants started for missing inputs (dep-miss)")
     delegations: list[DelegationLink] = Field(description="partitions other wants delegated to this run")
     delegations_total: int
+    cost: RunCost | None = Field(default=None, description="its attempts' cost, from Spark's accounting")
 
 
 class JobRunView(Model):
@@ -436,6 +443,7 @@ def job_run_view(bel: BelQueries, job_run_id: str, *, fan_out: int = FAN_OUT) ->
             for d in delegations
         ],
         delegations_total=delegations_total,
+        cost=run_cost(bel.attempt_costs_of([job_run_id]), run.outputs),
     )
     return JobRunView(data=detail, index=index.build(bel))
 

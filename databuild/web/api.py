@@ -1,6 +1,7 @@
 """The HTTP JSON API. Detail and list responses are ``{data, index}`` (databuild.views.lineage)."""
 
 import asyncio
+from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -8,8 +9,10 @@ from fastapi.responses import PlainTextResponse
 from pydantic import Field
 
 from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry
+from databuild.domain.cost import CostBy, CostReport
 from databuild.domain.plans import Plan
 from databuild.domain.staleness import StalePartition
+from databuild.durations import to_utc
 from databuild.models import (
     MAX_INDEX,
     BuildStats,
@@ -305,6 +308,17 @@ def get_partition(request: Request, ref: str, fan_out: FanOut = FAN_OUT, offset:
 async def get_stale(request: Request, pattern: Pattern = None) -> list[StalePartition]:
     """The stale live partitions (of refs matching ``pattern``), with their reasons, by ref."""
     return await context(request).db.stale(pattern)
+
+
+@router.get("/cost", response_model=CostReport)
+async def get_cost(
+    request: Request,
+    pattern: Pattern = None,
+    since: Annotated[datetime | None, Query(description="only what ran or was avoided from then on")] = None,
+    by: Annotated[CostBy, Query(description="one row per job, day or partition")] = "job",
+) -> CostReport:
+    """Builds run and avoided, task-seconds spent (Spark's accounting) and saved (by delegation)."""
+    return await context(request).db.cost(pattern, since=None if since is None else to_utc(since), by=by)
 
 
 @router.get("/why/{ref:path}", response_model=Why)

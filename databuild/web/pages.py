@@ -12,9 +12,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from databuild import __version__
-from databuild.durations import format_duration
+from databuild.domain.cost import format_bytes
+from databuild.durations import format_duration, parse_timestamp
 from databuild.errors import DataBuildError, InvalidInputError
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantState, parse_choice
+from databuild.views.cost import cost_over_time, cost_report
 from databuild.views.graph import graph_view
 from databuild.views.lineage import (
     FAN_OUT,
@@ -30,6 +32,7 @@ from databuild.views.logs import AttemptLogView, attempt_log
 from databuild.views.staleness import with_staleness
 from databuild.web.auth import GuardedRoute
 from databuild.web.context import context
+from databuild.web.cost_plot import charts
 from databuild.web.graph_layout import draw
 from databuild.web.paths import TEMPLATES
 from databuild.web.requests import Offset, WantRequest, register_want
@@ -46,6 +49,7 @@ _env.filters["short"] = lambda uuid: (uuid or "-")[:8]
 _env.filters["path"] = lambda value: quote(value or "", safe="/")
 _env.filters["q"] = lambda value: quote(value or "", safe="")
 _env.filters["duration"] = format_duration
+_env.filters["size"] = format_bytes
 templates = Jinja2Templates(env=_env)
 
 
@@ -207,6 +211,17 @@ def job_run_page(
     except DataBuildError as missing:  # the page still shows the run, and why there is no log (storage down)
         log = str(missing)
     return _page(request, "job_run.html", view=view, log=log)
+
+
+@router.get("/cost", response_class=HTMLResponse)
+def cost_page(request: Request, pattern: Text = None, since: Text = None, by: Text = None) -> HTMLResponse:
+    ctx = context(request)
+    chosen = by or "job"
+    if chosen not in ("job", "day", "partition"):
+        raise InvalidInputError(f"by {chosen!r}: use job, day or partition")
+    start = parse_timestamp(since) if since else None
+    report = cost_report(ctx.bel, chosen, pattern or None, start)  # type: ignore[arg-type]
+    return _page(request, "cost.html", report=report, charts=charts(cost_over_time(ctx.bel, start)))
 
 
 @router.get("/graph", response_class=HTMLResponse)

@@ -153,3 +153,20 @@ def _delegation(conn: Connection, event: ev.Delegation, at: datetime) -> None:
             "at": at,
         },
     )
+
+
+@projects(ev.JobRunCostRecorded)
+def _job_run_cost_recorded(conn: Connection, event: ev.JobRunCostRecorded, at: datetime) -> None:
+    conn.execute(
+        insert(s.job_run_costs),
+        {
+            "job_run_id": event.job_run_id,
+            "attempt": event.attempt,
+            "job_label": event.job_label,
+            "executor": event.executor,
+            "recorded_at": at,
+            "task_seconds": None if event.cost is None else event.cost.task_seconds,
+            "cost": None if event.cost is None else event.cost.model_dump(mode="json"),
+            "unknown_reason": event.unknown_reason,
+        },
+    )

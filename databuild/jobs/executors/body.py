@@ -12,15 +12,18 @@ from typing import TYPE_CHECKING
 from pydantic import Field, field_validator
 
 from databuild.bel.queries import BelQueries
+from databuild.domain.cost import SparkCost
 from databuild.errors import MissingInputsError
 from databuild.graph import Graph
 from databuild.jobs.attempt_log import DEFAULT_MAX_BYTES, AttemptLog, capturing
 from databuild.jobs.context import SparkJobContext
+from databuild.jobs.spark_cost import group_cost
 from databuild.jobs.storage import Storage
 from databuild.models import CheckResult, InstanceFacts, InstanceRef, Model, attempt_name
 from databuild.refs import validate_ref
 
 if TYPE_CHECKING:
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
 Report = Callable[[str], None]
@@ -72,6 +75,8 @@ class BodyResult(Model):
     checks: dict[str, list[CheckResult]] = Field(
         default_factory=dict, description="the results of each written output's checks, by ref"
     )
+    cost: SparkCost | None = Field(default=None, description="Spark's accounting of the attempt's job group")
+    cost_unknown: str | None = Field(default=None, description="why ``cost`` is None")
 
     @field_validator("missing", "written")
     @classmethod
@@ -79,6 +84,22 @@ class BodyResult(Model):
         for ref in refs:
             validate_ref(ref)
         return sorted(set(refs))
+
+
+def spark_cost(context: "SparkContext", group: str) -> tuple[SparkCost | None, str | None]:
+    """What Spark accounted for the job group ``group``; a store that cannot be read leaves the cost
+    unknown (and says why), never zero, and never fails the attempt."""
+    try:
+        return group_cost(context, group), None
+    except Exception as error:
+        log.warning("could not read Spark's accounting of %s: %s", group, error)
+        return None, f"Spark's accounting could not be read: {error}"
+
+
+def with_spark_cost(result: BodyResult, context: "SparkContext", group: str) -> BodyResult:
+    """``result`` with what Spark accounted for the job group ``group`` (see ``spark_cost``)."""
+    cost, unknown = spark_cost(context, group)
+    return result.model_copy(update={"cost": cost, "cost_unknown": unknown})
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ session; each attempt tags its operations, and cancellation interrupts the tag o
 import threading
 from typing import TYPE_CHECKING, Any, cast
 
+from databuild.domain.cost import SparkCost
 from databuild.jobs.executors.base import Progress
 from databuild.jobs.executors.body import BodyResult, JobAttempt, JobBodies, Report
 from databuild.jobs.spark import JOB_SQL_CONF
@@ -14,11 +15,19 @@ if TYPE_CHECKING:
     from pyspark.sql.connect.shell.progress import ProgressHandler
 
 
+# Said wherever an attempt's cost shows (unknown, not zero).
+CONNECT_COST_UNKNOWN = (
+    "Spark Connect does not give its clients Spark's accounting (task metrics) of their operations"
+)
+
+
 def operation_tag(attempt: JobAttempt) -> str:
     return f"databuild-{attempt.group}"
 
 
 class ConnectExecutor:
+    kind = "connect"
+
     def __init__(self, url: str, bodies: JobBodies) -> None:
         self.url = url
         self._bodies = bodies
@@ -69,11 +78,12 @@ class ConnectExecutor:
         self._running.group = attempt.group
         session.addTag(tag)  # thread-local: only this thread's operations carry it
         try:
-            return self._bodies.run(session, attempt, cancelled=cancelled, report=report)
+            result = self._bodies.run(session, attempt, cancelled=cancelled, report=report)
         finally:
             session.removeTag(tag)
             self._running.group = None
             self._stages.pop(attempt.group, None)
+        return result.model_copy(update={"cost": None, "cost_unknown": CONNECT_COST_UNKNOWN})
 
     def _on_progress(self, stages: Any, inflight_tasks: int, operation_id: str | None, done: bool) -> None:
         group = getattr(self._running, "group", None)
@@ -82,6 +92,9 @@ class ConnectExecutor:
         seen = self._stages[group]
         for stage in stages or ():
             seen[(operation_id, stage.stage_id)] = (stage.num_completed_tasks, stage.num_tasks)
+
+    def spent(self, attempt: JobAttempt) -> tuple[SparkCost | None, str | None]:
+        return None, CONNECT_COST_UNKNOWN
 
     def progress(self, attempt: JobAttempt) -> Progress:
         seen = dict(self._stages.get(attempt.group, {}))

@@ -4,9 +4,18 @@
 import threading
 from typing import TYPE_CHECKING
 
+from databuild.domain.cost import SparkCost
 from databuild.errors import JobContractError
+from databuild.jobs import spark_cost as spark_cost_module
 from databuild.jobs.executors.base import Progress
-from databuild.jobs.executors.body import BodyResult, JobAttempt, JobBodies, Report
+from databuild.jobs.executors.body import (
+    BodyResult,
+    JobAttempt,
+    JobBodies,
+    Report,
+    spark_cost,
+    with_spark_cost,
+)
 from databuild.jobs.spark import SparkRuntime
 
 if TYPE_CHECKING:
@@ -14,6 +23,8 @@ if TYPE_CHECKING:
 
 
 class SessionExecutor:
+    kind = "session"
+
     def __init__(self, runtime: SparkRuntime, bodies: JobBodies) -> None:
         self.runtime = runtime
         self._bodies = bodies
@@ -29,10 +40,19 @@ class SessionExecutor:
         # Job groups are thread-local and, unlike classic interruptTag, cancellable from another thread.
         context.setJobGroup(attempt.group, attempt.description, True)
         try:
-            return self._bodies.run(session, attempt, cancelled=cancelled, report=report)
+            result = self._bodies.run(session, attempt, cancelled=cancelled, report=report)
         finally:
             context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
             context.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+        if not spark_cost_module.ACCOUNTING:
+            return result.model_copy(update={"cost_unknown": "accounting turned off"})
+        return with_spark_cost(result, context, attempt.group)
+
+    def spent(self, attempt: JobAttempt) -> tuple[SparkCost | None, str | None]:
+        """The Spark work of a failed or cancelled attempt stays in the status store, under its group."""
+        if not spark_cost_module.ACCOUNTING:
+            return None, "accounting turned off"
+        return spark_cost(self.runtime.session().sparkContext, attempt.group)
 
     def progress(self, attempt: JobAttempt) -> Progress:
         return dict(self.runtime.progress(attempt.group))

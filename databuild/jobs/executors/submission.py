@@ -2,6 +2,7 @@
 folder per attempt on the storage (a request, progress, the result, and the worker's heartbeat
 and cancel marker), so it holds wherever the driver runs and never depends on reading logs."""
 
+from databuild.domain.cost import SparkCost
 from databuild.jobs.attempt_log import DEFAULT_MAX_BYTES
 from databuild.jobs.executors.body import BodyResult, JobAttempt
 from databuild.jobs.storage import Storage
@@ -36,6 +37,8 @@ class SubmitResult(Model):
 
     body: BodyResult | None = None
     failure: JobFailure | None = None
+    # Of a failure: what its Spark work cost until then (the body's result carries it otherwise).
+    cost: SparkCost | None = None
 
 
 class SubmitProgress(Model):

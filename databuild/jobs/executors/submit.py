@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from databuild.domain.cost import SparkCost
 from databuild.errors import JobCancelledError, JobContractError, SubmittedJobError
 from databuild.jobs.attempt_log import DEFAULT_MAX_BYTES, with_application_output
 from databuild.jobs.executors.base import Progress
@@ -57,10 +58,13 @@ class SubmitOptions:
 
 
 class SubmitExecutor:
+    kind = "submit"
+
     def __init__(self, options: SubmitOptions, *, storage: Storage) -> None:
         self.options = options
         self._storage = storage
         self._files: dict[str, SubmitFiles] = {}
+        self._spent: dict[str, SparkCost] = {}  # of attempts whose application reported a failure
 
     def warm(self) -> None:
         ensure_java()
@@ -200,6 +204,8 @@ class SubmitExecutor:
                 f"the Spark application wrote an unreadable {files.location(SubmitFiles.RESULT)}: {error}"
             ) from None
         if result.failure is not None:
+            if result.cost is not None:
+                self._spent[files.key] = result.cost
             failure = result.failure
             if failure.type == "JobContractError":
                 raise JobContractError(failure.message)
@@ -211,6 +217,10 @@ class SubmitExecutor:
                 f"{files.location(SubmitFiles.RESULT)} holds neither an outcome nor an error"
             )
         return result.body
+
+    def spent(self, attempt: JobAttempt) -> tuple[SparkCost | None, str | None]:
+        cost = self._spent.pop(self._storage.submission_key(attempt.job_run_id, attempt.attempt), None)
+        return cost, None if cost is not None else "the application ended without reporting its cost"
 
     def progress(self, attempt: JobAttempt) -> Progress:
         files = self._files.get(attempt.group)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from databuild.bel.queries import BelQueries
 from databuild.bel.transaction import make_engines
 from databuild.graph import load_graph
-from databuild.jobs.executors.body import JobBodies
+from databuild.jobs.executors.body import JobBodies, spark_cost, with_spark_cost
 from databuild.jobs.executors.submission import (
     DATABASE_URL_VARIABLE,
     JobFailure,
@@ -103,14 +103,16 @@ def main(argv: list[str]) -> int:
         storage = Storage(job.storage_root)
         bodies = JobBodies(BelQueries(reader), load_graph(job.graph), storage, job.log_max_bytes)
         body = bodies.run(session, attempt, cancelled=watchdog.cancelled, report=report)
-        result = SubmitResult(body=body)
+        # Read here, in the application that did the work: its accounting ends with it.
+        result = SubmitResult(body=with_spark_cost(body, context, attempt.group))
     except Exception as error:
         if bodies is None:  # before the body, whose log would have it: the application's output keeps it
             traceback.print_exc()
         kind = "JobCancelledError" if watchdog.cancelled.is_set() else type(error).__name__
         message = watchdog.reason if watchdog.cancelled.is_set() else str(error)
         result = SubmitResult(
-            failure=JobFailure(type=kind, message=message, traceback=traceback.format_exc())
+            failure=JobFailure(type=kind, message=message, traceback=traceback.format_exc()),
+            cost=spark_cost(context, attempt.group)[0],
         )
     finally:
         watchdog.stopped.set()

@@ -1,0 +1,191 @@
+"""Cost read from the BEL (views.cost) and shown by the CLI (without Temporal), the API, the job run's view
+and /metrics: a run's recorded attempts, builds avoided by active and historical delegation, unknown
+never shown as zero. (The rules themselves: tests/test_domain_cost.py; Spark's figures: the stack test.)"""
+
+import json
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from databuild.bel import BuildEventLog
+from databuild.bel.measures import read_counts
+from databuild.config import Settings
+from databuild.domain import events as ev
+from databuild.domain.cost import CostReport, SparkCost
+from databuild.errors import InvalidPatternError
+from databuild.graph import Graph
+from databuild.models import InstanceRef, WantSource, WantSpec
+from databuild.testing import POSTGRES_ADMIN_URL, postgres_database
+from databuild.views.cost import cost_report
+from databuild.views.lineage import job_run_view
+from databuild.web import create_app, web_context
+from tests.conftest import forked_cli, require_postgres
+
+ROOT = Path(__file__).resolve().parents[1]
+AT = datetime(2024, 1, 1, tzinfo=UTC)
+
+priced = Graph("priced")
+priced.job("left/{n}", "right/{n}", label="pair")(lambda ctx, n: None)
+priced.job("far/{n}", label="remote")(lambda ctx, n: None)
+
+
+# SQLite is the unit tier's; PostgreSQL in a throwaway database of its own (a server).
+@pytest.fixture(params=[pytest.param("sqlite", marks=pytest.mark.unit), "postgresql"])
+def bel(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BuildEventLog]:
+    if request.param == "sqlite":
+        log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
+        yield log
+        log.dispose()
+        return
+    require_postgres()
+    with postgres_database(POSTGRES_ADMIN_URL, "cost") as url:
+        log = BuildEventLog.create(url)
+        yield log
+        log.dispose()
+
+
+def want(bel: BuildEventLog, ref: str, day: int = 0) -> tuple[str, str]:
+    """Register and decide a want; (its verdict's kind, the run)."""
+    spec = WantSpec(ref=ref, data_timestamp=AT + timedelta(days=day), source=WantSource.cli)
+    bel.register_want(spec)
+    verdict = bel.decide(spec.want_id, 1, priced.resolve(ref))
+    return verdict.kind, verdict.job_run_id or ""
+
+
+def costed(run: str, attempt: int, label: str, seconds: float | None) -> ev.JobRunCostRecorded:
+    cost = None if seconds is None else SparkCost(task_seconds=seconds, cpu_seconds=seconds / 2, tasks=4)
+    executor = "session" if seconds is not None else "connect"
+    reason = None if seconds is not None else "Spark Connect does not give its clients Spark's accounting"
+    return ev.JobRunCostRecorded(
+        job_run_id=run, attempt=attempt, job_label=label, executor=executor, cost=cost, unknown_reason=reason
+    )
+
+
+def history(bel: BuildEventLog) -> str:
+    """pair: built in one attempt of 8 task-seconds, one want joined it while it ran (active), one came
+    after (historical); remote: built on Connect (unknown), one want after it (avoided, unvalued)."""
+    kind, run = want(bel, "left/1")
+    assert kind == "execute"
+    assert want(bel, "right/1", day=1) == ("delegate", run)
+    bel.start_job_run(run, 1, "w")
+    assert bel.record_cost(costed(run, 1, "pair", 8.0))
+    assert not bel.record_cost(costed(run, 1, "pair", 99.0))  # once per attempt
+    writes = [InstanceRef(ref=r, instance_id=f"{r}@1") for r in ("left/1", "right/1")]
+    bel.succeed_job_run(run, [], writes)
+    assert want(bel, "left/1", day=2)[0] == "live"
+    _kind, far = want(bel, "far/1")
+    bel.start_job_run(far, 1, "w")
+    bel.record_cost(costed(far, 1, "remote", None))
+    bel.succeed_job_run(far, [], [InstanceRef(ref="far/1", instance_id="far/1@1")])
+    assert want(bel, "far/1", day=2)[0] == "live"
+    return run
+
+
+def test_spent_and_saved_per_job_and_partition_and_a_run_shows_its_cost(bel: BuildEventLog) -> None:
+    run = history(bel)
+    by_job = {r.key: r for r in cost_report(bel).rows}
+    pair = by_job["pair"]
+    assert (pair.builds_run, pair.builds_avoided, pair.avoided_active, pair.avoided_historical) == (
+        1,
+        2,
+        1,
+        1,
+    )
+    # Each want delegated both outputs (a job of two outputs is one build): each avoided the whole run.
+    assert (pair.task_seconds, pair.task_seconds_saved) == (8.0, 16.0)
+    remote = by_job["remote"]
+    assert (remote.builds_run, remote.unknown_attempts, remote.task_seconds) == (1, 1, 0.0)
+    assert (remote.builds_avoided, remote.unvalued_avoided, remote.task_seconds_saved) == (1, 1, 0.0)
+    by_ref = {r.key: r for r in cost_report(bel, "partition", "left/*").rows}
+    assert list(by_ref) == ["left/1"] and by_ref["left/1"].task_seconds == 4.0
+    assert by_ref["left/1"].task_seconds_saved == 8.0  # left/1's half, avoided by each of the two wants
+    assert cost_report(bel, since=datetime.now(UTC) + timedelta(hours=1)).rows == []
+    with pytest.raises(InvalidPatternError):
+        cost_report(bel, pattern="a/***")
+    shown = job_run_view(bel, run).data.cost
+    assert shown is not None and shown.total is not None and shown.total.task_seconds == 8.0
+    assert {r: c.task_seconds for r, c in shown.per_partition.items()} == {"left/1": 4.0, "right/1": 4.0}
+    # A log rebuilt from its events alone holds the same costs.
+    before = bel.attempt_costs()
+    bel.rebuild_projections()
+    assert bel.attempt_costs() == before
+    # What /metrics reads, summed in SQL.
+    with bel.reader.connect() as conn:
+        counts = read_counts(conn, recent=10, upper_bounds=[1.0])
+    assert [(t.job_label, t.task_seconds) for t in counts.task_seconds] == [("pair", 8.0), ("remote", 0.0)]
+    assert [(a.job_label, a.kind, a.builds) for a in counts.avoided] == [
+        ("pair", "active", 1),
+        ("pair", "historical", 1),
+        ("remote", "historical", 1),
+    ]
+
+
+@pytest.mark.unit
+def test_cost_through_the_cli_without_temporal_the_api_and_metrics(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'bel.sqlite'}"
+    bel = BuildEventLog.create(url)
+    run = history(bel)
+    bel.dispose()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
+    env |= {"PYTHONPATH": str(ROOT), "COLUMNS": "200", "DATABUILD_TEMPORAL_ADDRESS": "127.0.0.1:9"}
+    env |= {"DATABUILD_DATABASE_URL": url, "DATABUILD_GRAPH": "tests.test_cost:priced"}
+    ran = forked_cli(
+        [
+            ["cost"],
+            ["cost", "--json", "--by", "partition"],
+            ["cost", "left/*", "--by", "day", "--since", "7d"],
+            ["cost", "--by", "week"],
+            ["cost", "--since", "yesterday"],
+            ["job-runs", "show", run],
+            ["partitions", "show", "right/1"],
+        ],
+        env,
+        tmp_path,
+    )
+    table, as_json, daily, bad_by, bad_since, shown, partition_shown = ran
+    assert table.returncode == 0, table.stderr
+    assert "pair" in table.stdout and "2 (1/1)" in table.stdout and "16.0" in table.stdout, table.stdout
+    assert "1 (+1 unvalued)" not in table.stdout and "0.0 (+1 unknown)" in table.stdout
+    report = CostReport.model_validate(json.loads(as_json.stdout))
+    assert [r.key for r in report.rows] == ["far/1", "left/1", "right/1"]
+    assert daily.returncode == 0 and datetime.now(UTC).strftime("%Y-%m-%d") in daily.stdout, daily.stderr
+    assert bad_by.returncode != 0 and "--by 'week': use job, day or partition" in bad_by.stderr
+    assert bad_since.returncode != 0 and "cannot read timestamp 'yesterday'" in bad_since.stderr
+    assert shown.returncode == 0 and "attempt 1 (session): 8.0 task-s" in shown.stdout, shown.stderr
+    assert "each of its 2 outputs: 4.0 task-s" in shown.stdout
+    assert partition_shown.returncode == 0, partition_shown.stderr
+    assert "cost: 4.0 task-s, 2.0 CPU s, 2 tasks in 0 Spark jobs" in partition_shown.stdout
+    assert f"(its share of run {run})" in partition_shown.stdout
+
+    bel = BuildEventLog.create(url)
+    app = create_app(web_context(Settings(home=tmp_path, graph="tests.test_cost:priced"), bel))
+    client = TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 50000))
+    api = client.get("/api/cost", params={"by": "partition", "pattern": "right/*"})
+    assert api.status_code == 200, api.text
+    assert [(r["key"], r["task_seconds"]) for r in api.json()["rows"]] == [("right/1", 4.0)]
+    assert client.get("/api/cost", params={"by": "week"}).status_code == 400
+    assert client.get(f"/api/job-runs/{run}").json()["data"]["cost"]["total"]["task_seconds"] == 8.0
+    page = client.get("/cost")
+    assert page.status_code == 200 and 'id="cost-plots"' in page.text, page.text[-2000:]
+    assert page.text.count('class="cost-plot"') == 2 and 'class="bar saved"' in page.text  # pair, remote
+    assert "+1 unknown" in page.text and "+1 unvalued" in page.text
+    by_ref = client.get("/cost", params={"by": "partition", "pattern": "left/*"})
+    assert by_ref.status_code == 200 and 'href="/partitions/left/1"' in by_ref.text
+    assert client.get("/cost", params={"by": "week"}).status_code == 400
+    partition = client.get("/api/partitions/left/1").json()
+    assert partition["cost"]["task_seconds"] == 4.0  # its half of the run
+    assert client.get("/api/partitions/far/1").json()["cost"] is None  # unknown: not a zero
+    assert 'id="cost"' in client.get("/partitions/left/1").text
+    run_page = client.get(f"/job-runs/{run}").text
+    assert 'id="cost"' in run_page and "each of its 2 outputs: 4.00 task-s" in run_page
+    metrics = client.get("/metrics").text
+    assert 'databuild_task_seconds_total{job_label="pair"} 8.0' in metrics
+    assert 'databuild_task_seconds_total{job_label="remote"} 0.0' in metrics
+    assert 'databuild_builds_avoided_total{job_label="pair",kind="active"} 1.0' in metrics
+    assert 'databuild_builds_avoided_total{job_label="pair",kind="historical"} 1.0' in metrics
+    assert 'databuild_builds_avoided_total{job_label="remote",kind="historical"} 1.0' in metrics
+    bel.dispose()
