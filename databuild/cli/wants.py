@@ -29,6 +29,7 @@ from databuild.cli.app import (
     settings,
     with_client,
 )
+from databuild.cli.plan_render import plan_view
 from databuild.client import DataBuild, build_spec
 from databuild.domain.plans import Plan
 from databuild.durations import parse_duration, parse_timestamp
@@ -58,6 +59,14 @@ def want(
         bool,
         typer.Option("--plan", help="Show what it would build, how long, and SLA misses; record nothing."),
     ] = False,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="If REF is live but stale (`databuild stale`), rebuild it and the stale inputs it needs; "
+            "by default a want accepts any live partition.",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Declare that a partition must exist (with --plan: show what that would do, and record nothing)."""
@@ -79,17 +88,25 @@ def want(
     if plan:
 
         async def planned(db: DataBuild) -> Plan:
-            return await db.plan(ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, requires=needs)
+            return await db.plan(
+                ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, requires=needs, fresh=fresh
+            )
 
         found = run(with_client(planned, lazy=True))  # a plan reads the BEL alone
-        emit(as_json, found, lambda: render.plan_view(found, ref))
+        emit(as_json, found, lambda: plan_view(found, ref))
         return
 
     async def go() -> Want | None:
         db = await client()
         async with db:
             spec = await db.want(
-                ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source, requires=needs
+                ref,
+                data_timestamp=timestamp,
+                sla=sla_d,
+                ttl=ttl_d,
+                source=source,
+                requires=needs,
+                fresh=fresh,
             )
             await _announce(db, spec, ref, as_json=as_json)
             if not wait:
@@ -105,8 +122,9 @@ async def _announce(db: DataBuild, spec: WantSpec, ref: str, *, as_json: bool) -
     """Say the want is registered, and warn when it already existed with other deadlines."""
     existing = await asyncio.to_thread(db.bel.find_want, spec.want_id)
     if not as_json:
+        fresh = " (fresh: rebuilt if stale)" if spec.fresh else ""
         console.print(
-            f"want [bold]{spec.want_id}[/] for [bold]{ref}[/] registered (workflow {spec.workflow_id})"
+            f"want [bold]{spec.want_id}[/] for [bold]{ref}[/] registered{fresh} (workflow {spec.workflow_id})"
         )
     if existing is not None and (existing.sla, existing.ttl) != (spec.sla, spec.ttl):
         err.print(
@@ -123,7 +141,12 @@ async def _registered(db: DataBuild, spec: WantSpec, *, as_json: bool) -> Want |
     if as_json:
         print(
             json.dumps(
-                {"want_id": spec.want_id, "workflow_id": spec.workflow_id, "want": jsonable(found)},
+                {
+                    "want_id": spec.want_id,
+                    "workflow_id": spec.workflow_id,
+                    "fresh": spec.fresh,
+                    "want": jsonable(found),
+                },
                 indent=2,
             )
         )

@@ -1,12 +1,15 @@
 """Stale partitions read from the BEL (``databuild.domain.staleness``): the live instances asked about,
 then the live instances they read, a level at a time, in bulk; one read transaction."""
 
-from collections.abc import Iterable
+import hashlib
+from collections.abc import Iterable, Sequence
 
 from databuild.bel.queries import BelQueries
+from databuild.domain.freshness import Freshness
 from databuild.domain.staleness import Built, StalePartition, StaleReason, staleness
 from databuild.globs import compile_glob
 from databuild.graph import Graph
+from databuild.models import Partition, PartitionStatus
 from databuild.views.lineage import PartitionView
 
 # Levels of upstream read one by one before the rest is read in bulk (see _add_upstream).
@@ -61,6 +64,50 @@ def with_staleness(bel: BelQueries, graph: Graph, view: PartitionView) -> Partit
         return view
     found = stale_of(bel, graph, [shown]).get(shown)
     return view if found is None else view.model_copy(update={"stale": found.reasons})
+
+
+def freshness(bel: BelQueries, graph: Graph, want_id: str) -> Freshness | None:
+    """What a fresh want's decision reads (``databuild.domain.freshness``): its partition's live instance,
+    why that is stale under ``graph``'s versions (the worker's), and the inputs the want already waited
+    for. None for a want that is not fresh, or whose partition is not live (then it is a usual want)."""
+    want = bel.want(want_id)
+    live = _live(bel, want.ref) if want.fresh else None
+    if live is None or live.instance_id is None:
+        return None
+    stale = stale_of(bel, graph, [live.instance_id]).get(live.instance_id)
+    return Freshness(
+        instance_id=live.instance_id,
+        reasons=tuple(stale.reasons) if stale is not None else (),
+        awaited=frozenset(ref for _want, _run, ref, _derivative in bel.derivatives_of([want_id])),
+    )
+
+
+def fresh_basis(bel: BelQueries, graph: Graph, ref: str) -> str | None:
+    """What a fresh want for ``ref`` is asked against (``WantSpec.fresh_of``): its live instance and why
+    that is stale now (None: nothing is live). Asking again while both are the same is the same want;
+    after a rebuild, or once the instance is stale for another reason, it is a new one."""
+    live = _live(bel, ref)
+    if live is None or live.instance_id is None:
+        return None
+    return basis_of(live.instance_id, stale_of(bel, graph, [live.instance_id]).get(live.instance_id))
+
+
+def basis_of(instance_id: str, stale: StalePartition | None) -> str:
+    reasons = "\n".join(str(r) for r in stale.reasons) if stale is not None else ""
+    return f"{instance_id}:{hashlib.sha256(reasons.encode()).hexdigest()[:16]}"
+
+
+def stale_among(bel: BelQueries, graph: Graph, refs: Sequence[str]) -> dict[str, StalePartition]:
+    """Of ``refs``, the live ones that are stale now, by ref (``backfill --stale-only``)."""
+    with bel.snapshot():
+        live = [p.instance_id for p in bel.partitions_by_ref(refs) if p.status is PartitionStatus.live]
+        found = stale_of(bel, graph, [i for i in live if i is not None])
+    return {stale.ref: stale for stale in found.values()}
+
+
+def _live(bel: BelQueries, ref: str) -> Partition | None:
+    found = bel.partitions_by_ref([ref])
+    return found[0] if found and found[0].status is PartitionStatus.live else None
 
 
 def versions(graph: Graph) -> dict[str, str]:

@@ -15,9 +15,10 @@ from databuild.bel.queries import BelQueries
 from databuild.errors import MissingInputsError
 from databuild.graph import Graph
 from databuild.jobs.attempt_log import DEFAULT_MAX_BYTES, AttemptLog, capturing
+from databuild.jobs.attempts import attempt_name
 from databuild.jobs.context import SparkJobContext
 from databuild.jobs.storage import Storage
-from databuild.models import CheckResult, InstanceFacts, InstanceRef, Model, attempt_name
+from databuild.models import CheckResult, InstanceFacts, InstanceRef, Model
 from databuild.refs import validate_ref
 
 if TYPE_CHECKING:
