@@ -80,7 +80,7 @@ def backfill(
         return
 
     async def go() -> BackfillProgress:
-        db = await client()
+        db = await client(lazy=stale_only)  # with nothing stale, Temporal is not needed
         async with db:
             if as_json or stale_only:  # a stale-only backfill says what was stale before any bar
                 result = await db.backfill(request)
