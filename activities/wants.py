@@ -93,7 +93,7 @@ class WantActivities:
         want = self.bel.want(input.want_id)
         resolution = self.graph.resolve(want.ref)  # the graph may no longer produce it: not retryable
         # A fresh want's partition is judged stale or not with this worker's job versions.
-        fresh = None if want.state.is_final else freshness(self.bel, self.graph, input.want_id)
+        fresh = None if want.state.is_final else freshness(self.bel, self.graph, want)
         return self.bel.decide(input.want_id, input.seq, resolution, lease, fresh)
 
     @activity.defn

@@ -44,7 +44,9 @@ def fresh_want(bel: BuildEventLog, ref: str, source: WantSource = WantSource.cli
 
 def decide(bel: BuildEventLog, spec: WantSpec, seq: int, graph: Graph) -> Verdict:
     """A decision step as the worker's decide activity takes it: staleness judged with ``graph``."""
-    return bel.decide(spec.want_id, seq, graph.resolve(spec.ref), fresh=freshness(bel, graph, spec.want_id))
+    return bel.decide(
+        spec.want_id, seq, graph.resolve(spec.ref), fresh=freshness(bel, graph, bel.want(spec.want_id))
+    )
 
 
 def rebuild(bel: BuildEventLog, verdict: Verdict, reads: list[InstanceRef], graph: Graph) -> InstanceRef:
@@ -108,7 +110,7 @@ def test_an_unchanged_version_rebuilds_nothing(bel: BuildEventLog) -> None:
 def test_a_fresh_want_for_a_missing_partition_is_a_usual_want(bel: BuildEventLog) -> None:
     layers(bel, 1)
     want = fresh_want(bel, "mid/2")
-    assert freshness(bel, after, want.want_id) is None
+    assert freshness(bel, after, bel.want(want.want_id)) is None
     assert isinstance(decide(bel, want, 1, after), (Execute, NeedsInputs))
 
 

@@ -9,7 +9,7 @@ from databuild.domain.freshness import Freshness
 from databuild.domain.staleness import Built, StalePartition, StaleReason, staleness
 from databuild.globs import compile_glob
 from databuild.graph import Graph
-from databuild.models import Partition, PartitionStatus
+from databuild.models import Partition, PartitionStatus, Want
 from databuild.views.lineage import PartitionView
 
 # Levels of upstream read one by one before the rest is read in bulk (see _add_upstream).
@@ -66,11 +66,10 @@ def with_staleness(bel: BelQueries, graph: Graph, view: PartitionView) -> Partit
     return view if found is None else view.model_copy(update={"stale": found.reasons})
 
 
-def freshness(bel: BelQueries, graph: Graph, want_id: str) -> Freshness | None:
+def freshness(bel: BelQueries, graph: Graph, want: Want) -> Freshness | None:
     """What a fresh want's decision reads (``databuild.domain.freshness``): its partition's live instance,
     why that is stale under ``graph``'s versions (the worker's), and the inputs the want already waited
     for. None for a want that is not fresh, or whose partition is not live (then it is a usual want)."""
-    want = bel.want(want_id)
     live = _live(bel, want.ref) if want.fresh else None
     if live is None or live.instance_id is None:
         return None
@@ -78,7 +77,7 @@ def freshness(bel: BelQueries, graph: Graph, want_id: str) -> Freshness | None:
     return Freshness(
         instance_id=live.instance_id,
         reasons=tuple(stale.reasons) if stale is not None else (),
-        awaited=frozenset(ref for _want, _run, ref, _derivative in bel.derivatives_of([want_id])),
+        awaited=frozenset(ref for _want, _run, ref, _derivative in bel.derivatives_of([want.want_id])),
     )
 
 
