@@ -10,15 +10,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from databuild.backfill import BackfillProgress
 from databuild.bel import BuildEventLog
+from databuild.config import Settings
 from databuild.domain.decisions import Delegate, Execute, Live, NeedsInputs, Verdict
 from databuild.domain.plans import Action, Plan
 from databuild.graph import Graph
 from databuild.models import InstanceRef, WantSource, WantSpec, WantState
 from databuild.testing import projection_rows
 from databuild.views.staleness import freshness
+from databuild.web import create_app, web_context
 from tests.conftest import forked_cli
 from tests.test_staleness import after, before, layers
 
@@ -162,5 +165,14 @@ def test_fresh_plans_and_stale_only_backfills_through_the_cli(tmp_path: Path) ->
     assert BackfillProgress.model_validate_json(nothing_json.stdout).partitions == 0
     assert "--fresh" in helped.stdout and "stale" in helped.stdout
     bel = BuildEventLog.create(url)
+    app = create_app(web_context(Settings(home=tmp_path, graph="tests.test_staleness:after"), bel))
+    api = TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 50000))
+    body = {"ref": f"down/{DAYS[0]}", "fresh": True}
+    answer = api.post("/api/wants/plan", json=body)
+    assert answer.status_code == 200, answer.text
+    assert Plan.model_validate(answer.json()).count(Action.build) == 2
+    ranged = {"pattern": "mid/{n}", "start": DAYS[0], "end": DAYS[1], "stale_only": True}
+    answer = api.post("/api/backfills/plan", json=ranged)
+    assert answer.status_code == 200 and Plan.model_validate(answer.json()).wanted == 2, answer.text
     assert (bel.last_idx(), projection_rows(bel)) == recorded  # plans and an empty backfill record nothing
     bel.dispose()
