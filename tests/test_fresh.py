@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from databuild.backfill import BackfillProgress
 from databuild.bel import BuildEventLog
+from databuild.cli.render import want_label
 from databuild.config import Settings
 from databuild.domain.decisions import Delegate, Execute, Live, NeedsInputs, Verdict
 from databuild.domain.plans import Action, Plan
@@ -85,6 +86,8 @@ def test_a_fresh_want_rebuilds_its_stale_inputs_first_then_itself_once(bel: Buil
     recorded = bel.want(down.want_id)
     assert recorded.state is WantState.successful and recorded.fresh
     assert recorded.reason is not None and "rebuilds once" in recorded.reason
+    shown = want_label(recorded).plain  # as `wants show` heads its tree
+    assert "fresh" in shown and "rebuilds once" in shown
     # side/1 and up/1 were not stale, and keep their instances.
     assert bel.partition("up/1").instance_id == built["up"].instance_id
     assert bel.partition("side/1").instance_id == built["side"].instance_id

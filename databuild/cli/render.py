@@ -80,10 +80,12 @@ def want_label(want: Want) -> Text:
     text = Text.assemble(
         ("want ", "dim"), (want.ref, "bold"), " [", state(want.state), "] ", (want.want_id, "dim")
     )
+    if want.fresh:
+        text.append("  fresh", style="cyan")
     if want.sla_missed:
         text.append("  SLA missed", style="bold red")
-    if want.reason and want.state is not WantState.successful:
-        text.append(f"  {want.reason}", style="red")
+    if want.reason:  # a successful want's reason: a fresh want that accepted a stale instance, and why
+        text.append(f"  {want.reason}", style="red" if want.state is not WantState.successful else "dim")
     return text
 
 
