@@ -92,8 +92,10 @@ def fresh_basis(bel: BelQueries, graph: Graph, ref: str) -> str | None:
 
 
 def basis_of(instance_id: str, stale: StalePartition | None) -> str:
-    reasons = "\n".join(str(r) for r in stale.reasons) if stale is not None else ""
-    return f"{instance_id}:{hashlib.sha256(reasons.encode()).hexdigest()[:16]}"
+    """The instance (its id cut short: an announced one's may be long) and a digest of it and its reasons."""
+    reasons = [str(r) for r in stale.reasons] if stale is not None else []
+    digest = hashlib.sha256("\n".join([instance_id, *reasons]).encode()).hexdigest()[:16]
+    return f"{instance_id[:64]}:{digest}"
 
 
 def stale_among(bel: BelQueries, graph: Graph, refs: Sequence[str]) -> dict[str, StalePartition]:
