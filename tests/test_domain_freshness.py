@@ -7,12 +7,14 @@ from datetime import UTC, datetime
 
 import pytest
 
+from databuild.client.specs import build_spec
 from databuild.domain import decisions as d
 from databuild.domain import events as ev
 from databuild.domain import wants as wants_rules
 from databuild.domain.freshness import Freshness, accepted, rebuilds, stale_inputs
 from databuild.domain.plans import Action, Node, Root, plan
 from databuild.domain.staleness import StaleKind, StaleReason
+from databuild.errors import InvalidWantError
 from databuild.graph import Graph, JobTarget
 from databuild.models import Partition, PartitionStatus, WantSource, WantSpec, WantState
 
@@ -233,3 +235,11 @@ def test_a_plan_shows_a_stale_partition_live_and_with_fresh_built_with_its_stale
         ("report/1", Action.build),
     ]
     assert [r.job_label for r in fresh.runs] == ["users", "report"]
+
+
+def test_a_fresh_want_for_an_external_partition_is_refused_naming_why() -> None:
+    g = Graph("outside")
+    g.external("ext/{n}")
+    with pytest.raises(InvalidWantError, match=r"ext/1 is external .* want it without --fresh"):
+        build_spec(g, "ext/1", fresh=True)
+    assert not build_spec(g, "ext/1").fresh

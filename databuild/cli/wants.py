@@ -84,6 +84,7 @@ def want(
         ttl=ttl_d,
         source=source,
         requires=needs,
+        fresh=fresh,
     )
     if plan:
 

@@ -266,7 +266,9 @@ class DataBuild:
         (``fresh``: stale ones too), the runs, how long, and whether it would miss its SLA. Records
         nothing; bad input raises as ``want`` does."""
         graph = await self.loaded_graph()
-        spec = build_spec(graph, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, requires=requires)
+        spec = build_spec(
+            graph, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, requires=requires, fresh=fresh
+        )
         root = Root(ref=spec.ref, deadline=spec.sla_deadline, requires=spec.requires)
         return await self.bel.call(plan_wants, self.bel, graph, [root], datetime.now(UTC), fresh=fresh)
 

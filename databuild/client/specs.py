@@ -47,7 +47,12 @@ def build_spec(
         )
     except ValueError as error:
         raise InvalidWantError(first_error(error)) from None
-    graph.resolve(spec.ref)  # unknown job -> UnknownJobError
+    resolved = graph.resolve(spec.ref)  # unknown job -> UnknownJobError
+    if fresh and resolved.target is None:
+        raise InvalidWantError(
+            f"{ref} is external (made outside graph {graph.name!r}): DataBuild cannot rebuild it, so a fresh "
+            "want has nothing to do; want it without --fresh, or have its owner publish a new instance"
+        )
     for required in spec.requires:
         try:
             check_announcement(graph, required)
