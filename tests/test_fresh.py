@@ -17,14 +17,15 @@ from databuild.bel import BuildEventLog
 from databuild.cli.render import want_label
 from databuild.config import Settings
 from databuild.domain.decisions import Delegate, Execute, Live, NeedsInputs, Verdict
-from databuild.domain.plans import Action, Plan
+from databuild.domain.plans import Action, Plan, Root
 from databuild.graph import Graph
 from databuild.models import InstanceRef, WantSource, WantSpec, WantState
 from databuild.testing import projection_rows
+from databuild.views.plans import plan_wants
 from databuild.views.staleness import freshness
 from databuild.web import create_app, web_context
 from tests.conftest import forked_cli
-from tests.test_staleness import after, before, layers
+from tests.test_staleness import after, before, build, layers
 
 pytestmark = pytest.mark.unit
 
@@ -179,3 +180,30 @@ def test_fresh_plans_and_stale_only_backfills_through_the_cli(tmp_path: Path) ->
     assert answer.status_code == 200 and Plan.model_validate(answer.json()).wanted == 2, answer.text
     assert (bel.last_idx(), projection_rows(bel)) == recorded  # plans and an empty backfill record nothing
     bel.dispose()
+
+
+def declared(up_version: str) -> Graph:
+    """up/{n} -> mid/{n} -> top/{n}, each declaring what it reads."""
+    g = Graph("declared")
+    g.job("up/{n}", label="up", version=up_version, inputs=lambda n: [])(lambda ctx, n: None)
+    g.job("mid/{n}", label="mid", version="1", inputs=lambda n: [f"up/{n}"])(lambda ctx, n: None)
+    g.job("top/{n}", label="top", version="1", inputs=lambda n: [f"mid/{n}"])(lambda ctx, n: None)
+    return g
+
+
+def test_a_fresh_plan_rebuilds_as_the_want_would_and_no_further(bel: BuildEventLog) -> None:
+    old, new = declared("1"), declared("2")
+    up = build(bel, "up/1", graph=old)
+    build(bel, "mid/1", up, graph=old)
+    build(bel, "up/2", graph=old)
+
+    def actions(ref: str) -> dict[str, Action]:
+        found = plan_wants(bel, new, [Root(ref=ref)], datetime.now(UTC), fresh=True)
+        return {p.ref: p.action for p in found.partitions}
+
+    # mid/1 is live and stale through up/1 (a new version of up): both are rebuilt.
+    assert actions("mid/1") == {"up/1": Action.build, "mid/1": Action.build}
+    # top/1 is missing: a fresh want for it is a usual want, its live inputs used as they are, stale or not.
+    assert actions("top/1") == {"mid/1": Action.live, "top/1": Action.build}
+    # mid/2 is missing too; its declared input up/2 is live and stale, and is read as it is.
+    assert actions("mid/2") == {"up/2": Action.live, "mid/2": Action.build}
