@@ -240,10 +240,10 @@ class WantActivities:
         await notify_subscribers(self.client, self.bel, [want.ref], signal)
 
     async def _tell_fresh_dependents(self, want: Want, instance_id: str) -> None:
-        """A fresh derivative that accepted its live partition (not stale, or rebuilt once) built nothing
-        that would announce it: the wants waiting on it hear that it is available from here. (Its
-        partition was live when they subscribed, so unlike a usual input they do not count it live until
-        the fresh derivative ends.)"""
+        """The wants waiting on a fresh derivative that succeeded hear that its partition is available.
+        Its partition was live when they subscribed, so unlike a usual input they count it live only once
+        the derivative ends; one that accepted its partition (not stale, or rebuilt once) built nothing
+        that would tell them. (One that built it tells them twice: a second notice changes nothing.)"""
         notice = p.PartitionAvailable(ref=want.ref, instance_id=instance_id)
 
         def signal(subscription: Subscription) -> tuple[str, object] | None:
