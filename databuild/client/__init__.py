@@ -216,7 +216,8 @@ class DataBuild:
         InvalidInputError). The wants are recorded in bulk; the backfill's window (a workflow, started
         with the first of them) starts their workflows in the order of the range, never more than
         ``DATABUILD_BACKFILL_WINDOW`` open at once. ``on_registered(done)`` follows the registration
-        (of ``partitions`` wants)."""
+        (of ``partitions`` wants). ``request.stale_only``: only the partitions stale now, as fresh wants;
+        with none, nothing is recorded and the progress returned has 0 partitions."""
         graph = await self.loaded_graph()
         partitions = backfill_partitions(request, graph)
         fresh_of: dict[str, str] | None = None
@@ -273,8 +274,8 @@ class DataBuild:
         return await self.bel.call(plan_wants, self.bel, graph, [root], datetime.now(UTC), fresh=fresh)
 
     async def plan_backfill(self, request: BackfillRequest) -> Plan:
-        """What the backfill ``request`` would do now (as ``plan`` for each of its partitions). Records
-        nothing; bad input raises as ``backfill`` does."""
+        """What the backfill ``request`` would do now (as ``plan`` for each of its partitions; stale-only:
+        for the stale ones, fresh). Records nothing; bad input raises as ``backfill`` does."""
         graph = await self.loaded_graph()
         partitions = backfill_partitions(request, graph)
         for ref, at in (partitions[0], partitions[-1]):  # as `backfill` checks them (see there)
