@@ -9,9 +9,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.heartbeats import heartbeating
+from databuild.jobs.attempts import attempt_name
 from databuild.jobs.execution import JobExecutor
 from databuild.limits import JOB_HEARTBEAT_EVERY
-from databuild.models import JobRunState, attempt_name
+from databuild.models import JobRunState
 from databuild.temporal import protocol as p
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only

@@ -31,6 +31,7 @@ from databuild.models import (
 from databuild.operations.sla import sla_estimate
 from databuild.temporal import protocol as p
 from databuild.temporal.wants import notify_subscribers, settle_closing_run, signal_for_run, start_want
+from databuild.views.staleness import freshness
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
 
@@ -91,7 +92,9 @@ class WantActivities:
     def _decide(self, input: p.DecideInput, lease: timedelta) -> Verdict:
         want = self.bel.want(input.want_id)
         resolution = self.graph.resolve(want.ref)  # the graph may no longer produce it: not retryable
-        return self.bel.decide(input.want_id, input.seq, resolution, lease)
+        # A fresh want's partition is judged stale or not with this worker's job versions.
+        fresh = None if want.state.is_final else freshness(self.bel, self.graph, want)
+        return self.bel.decide(input.want_id, input.seq, resolution, lease, fresh)
 
     @activity.defn
     @heartbeating
@@ -209,6 +212,8 @@ class WantActivities:
             return
         if want.state is not WantState.successful and want.source is WantSource.derivative:
             await self._tell_dependents(want)
+        elif want.source is WantSource.derivative and want.fresh and want.instance_id is not None:
+            await self._tell_fresh_dependents(want, want.instance_id)
         at = datetime.now(UTC)
         # A derivative want's failure shows in its root's alert (and its job's fail-lock alert).
         if want.state is WantState.failed and want.source is not WantSource.derivative:
@@ -230,6 +235,21 @@ class WantActivities:
             depends = subscription.want_ref != want.ref
             if depends and subscription.data_timestamp == want.data_timestamp:
                 return p.SIGNAL_PARTITION_FAILED, notice
+            return None
+
+        await notify_subscribers(self.client, self.bel, [want.ref], signal)
+
+    async def _tell_fresh_dependents(self, want: Want, instance_id: str) -> None:
+        """The wants waiting on a fresh derivative that succeeded hear that its partition is available.
+        Its partition was live when they subscribed, so unlike a usual input they count it live only once
+        the derivative ends; one that accepted its partition (not stale, or rebuilt once) built nothing
+        that would tell them. (One that built it tells them twice: a second notice changes nothing.)"""
+        notice = p.PartitionAvailable(ref=want.ref, instance_id=instance_id)
+
+        def signal(subscription: Subscription) -> tuple[str, object] | None:
+            depends = subscription.want_ref != want.ref
+            if depends and subscription.data_timestamp == want.data_timestamp:
+                return p.SIGNAL_PARTITION_AVAILABLE, notice
             return None
 
         await notify_subscribers(self.client, self.bel, [want.ref], signal)

@@ -29,6 +29,14 @@ class BackfillRequest(Model):
     step: Duration = DAY
     sla: Duration | None = None
     ttl: Duration | None = None
+    stale_only: bool = Field(
+        default=False, description="want only the partitions of the range that are stale, as fresh wants"
+    )
+    stale_set: str | None = Field(
+        default=None,
+        max_length=64,
+        description="set by DataBuild: which stale instances a stale-only backfill wants (part of its id)",
+    )
 
     @field_validator("start", "end")
     @classmethod
@@ -51,6 +59,8 @@ class BackfillRequest(Model):
     @property
     def backfill_id(self) -> str:
         key = f"{self.pattern}\n{self.start.isoformat()}\n{self.end.isoformat()}\n{self.step.total_seconds()}"
+        if self.stale_only:  # only then: every other backfill keeps the id it always had
+            key += f"\nstale-only\n{self.stale_set or ''}"
         return "bf-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

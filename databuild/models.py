@@ -132,10 +132,8 @@ _DATE_IN_REF = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
 
 
 def default_data_timestamp(ref: str, now: datetime) -> datetime:
-    """The business time a ref stands for: the first ISO date in it, else the start of today (UTC).
-
-    Deterministic for a given ref and day, so repeating a CLI request is idempotent.
-    """
+    """The business time a ref stands for: the first ISO date in it, else the start of today (UTC); one
+    per ref and day, so repeating a CLI request is idempotent."""
     match = _DATE_IN_REF.search(ref)
     if match:
         try:
@@ -167,6 +165,9 @@ class WantSpec(Model):
         description="how many times the ref had been tainted when the want was made: a want after a "
         "taint is a new want, so it rebuilds",
     )
+    fresh: bool = Field(default=False, description="rebuild the partition and its stale inputs if stale")
+    # Of a fresh want: what it was asked against, so asking again after a rebuild or a change is a new want.
+    fresh_of: str | None = Field(default=None, max_length=128)
 
     @field_validator("ref")
     @classmethod
@@ -205,7 +206,8 @@ class WantSpec(Model):
 
     @property
     def want_id(self) -> str:
-        return want_id_of(self.ref, self.data_timestamp, self.source, self.generation)
+        fresh = (self.fresh_of or "") if self.fresh else None
+        return want_id_of(self.ref, self.data_timestamp, self.source, self.generation, fresh)
 
     @property
     def workflow_id(self) -> str:
@@ -231,15 +233,21 @@ class WantSpec(Model):
             parent_want_id=parent_want_id,
             root_want_id=self.root_want_id or parent_want_id,
             generation=generation,
+            fresh=self.fresh,  # a fresh want's inputs are wanted fresh too, once per root
+            fresh_of=(self.root_want_id or parent_want_id) if self.fresh else None,
         )
 
 
 # A backfill's registration asks each of its 100,000 specs for its id several times.
 @functools.lru_cache(maxsize=1 << 17)
-def want_id_of(ref: str, data_timestamp: datetime, source: "WantSource", generation: int) -> str:
-    key = f"{ref}\n{data_timestamp.isoformat()}\n{source.value}"
+def want_id_of(
+    ref: str, at: datetime, source: "WantSource", generation: int, fresh: str | None = None
+) -> str:
+    key = f"{ref}\n{at.isoformat()}\n{source.value}"
     if generation:
         key += f"\n{generation}"
+    if fresh is not None:  # a fresh want's fresh_of; every other want keeps the id it always had
+        key += f"\nfresh\n{fresh}"
     return "w-" + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
@@ -253,16 +261,6 @@ def want_id_of_workflow(workflow_id: str) -> str:
 
 def job_run_workflow_id(job_label: str, job_run_id: str) -> str:
     return f"job-run:{job_label}:{job_run_id}"
-
-
-def attempt_name(job_run_id: str, attempt: int) -> str:
-    """One attempt of a job run: its Spark job group (or Connect tag) and its folders on the storage."""
-    return f"{job_run_id}-{attempt}"
-
-
-def parse_attempt_name(name: str) -> tuple[str, int] | None:
-    job_run_id, sep, attempt = name.rpartition("-")
-    return (job_run_id, int(attempt)) if sep and attempt.isdigit() else None
 
 
 class Want(Model):
@@ -284,6 +282,8 @@ class Want(Model):
     updated_at: datetime
     generation: int = 0
     instance_id: str | None = Field(default=None, description="the partition instance that fulfilled it")
+    fresh: bool = Field(default=False, description="rebuilds its partition (and stale inputs) if stale")
+    fresh_of: str | None = None
 
     @property
     def sla_deadline(self) -> datetime | None:
@@ -301,6 +301,8 @@ class Want(Model):
             parent_want_id=self.parent_want_id if derivative else None,
             root_want_id=self.root_want_id if derivative else None,
             generation=self.generation,
+            fresh=self.fresh,
+            fresh_of=self.fresh_of,
         )
 
 

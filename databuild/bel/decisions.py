@@ -1,5 +1,6 @@
 """A want's decision step: the state ``decisions.decide`` reads, loaded under the want's and its outputs' locks."""
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +23,7 @@ from databuild.bel.rows import (
 from databuild.domain import decisions, reach
 from databuild.domain import events as ev
 from databuild.domain.decisions import Verdict
+from databuild.domain.freshness import Freshness
 from databuild.graph import JobTarget, Resolution
 from databuild.models import (
     JobRunState,
@@ -37,16 +39,22 @@ class DecisionCommands(WriteBase):
     """Steps of wants."""
 
     def decide(
-        self, want_id: str, seq: int, resolution: Resolution, lease: timedelta = DEFAULT_LEASE
+        self,
+        want_id: str,
+        seq: int,
+        resolution: Resolution,
+        lease: timedelta = DEFAULT_LEASE,
+        fresh: Freshness | None = None,
     ) -> Verdict:
         """Step ``seq`` of a want, in one transaction: the rules of ``decisions.decide`` over the state
-        of the want and its job's outputs. A newly queued run gets its build lease."""
+        of the want and its job's outputs. A newly queued run gets its build lease. ``fresh``: of a fresh
+        want, its live partition's staleness, judged by the caller with the worker's job versions."""
         target = resolution.target
         outputs = target.outputs if target else [resolution.ref]
         # Wants of one batch job decide one at a time, so that each sees the batch the one before opened.
         batch = [f"batch:{target.job.label}"] if target is not None and target.job.batch else []
         with self._write(want_key(want_id), *map(ref_key, outputs), *batch) as tx:
-            state = self._decision_state(tx.conn, want_id, resolution.target, outputs)
+            state = replace(self._decision_state(tx.conn, want_id, resolution.target, outputs), fresh=fresh)
             decided = decisions.decide(state, seq, new_job_run_id())
             for event in decided.events:
                 tx.append(event)

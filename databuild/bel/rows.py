@@ -48,6 +48,8 @@ def want_from_row(row: Any) -> Want:
         updated_at=row["updated_at"],
         generation=row["generation"],
         instance_id=row["instance_id"],
+        fresh=bool(row["fresh"]),
+        fresh_of=row["fresh_of"],
     )
 
 

@@ -92,6 +92,8 @@ wants = Table(
     Column("generation", Integer, nullable=False, default=0, server_default="0"),
     Column("instance_id", ID),  # the instance that fulfilled it
     Column("sla_at_risk", Boolean, nullable=False, server_default=false()),  # predicted to miss its SLA
+    Column("fresh", Boolean, nullable=False, server_default=false()),  # rebuilds its partition if stale
+    Column("fresh_of", String(128)),  # what a fresh want was asked against (part of its identity)
 )
 
 partitions = Table(

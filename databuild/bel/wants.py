@@ -272,7 +272,7 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
         ended (to start), and those of them it reopened (cancelled with a backfill: see the rule). A
         derivative's id includes its ref's taint count, read under the ref's lock, so
         an input tainted since an earlier build is wanted anew."""
-        parent = self.want(want_id).spec
+        parent = self.want(want_id).spec  # a fresh want's inputs are wanted fresh
         generations = self.generations(missing)
         derivatives = [parent.derive(ref, want_id, generations[ref]) for ref in missing]
         keys = [want_key(want_id), *map(ref_key, missing), *(want_key(d.want_id) for d in derivatives)]

@@ -35,6 +35,9 @@ err = Console(stderr=True)
 T = TypeVar("T")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+PlanFlag = Annotated[
+    bool, typer.Option("--plan", help="Show what it would build, how long, and SLA misses; record nothing.")
+]
 Limit = Annotated[int, typer.Option(min=1, max=MAX_INDEX, help="Rows to show.")]
 State = Annotated[str | None, typer.Option(help="Only this state.")]
 Prefix = Annotated[str | None, typer.Option(help="Only refs starting with this.")]

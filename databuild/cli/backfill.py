@@ -17,13 +17,24 @@ from rich.progress import (
 
 from databuild.backfill import BackfillProgress, BackfillRequest
 from databuild.cli import render
-from databuild.cli.app import CliError, JsonFlag, app, client, console, emit, run, with_client
+from databuild.cli.app import CliError, JsonFlag, PlanFlag, app, client, console, emit, run, with_client
+from databuild.cli.plan_render import plan_view
 from databuild.client import DataBuild
 from databuild.domain.plans import Plan
 from databuild.durations import parse_duration, parse_timestamp
 from databuild.models import first_error
 
 POLL_SECONDS = 1.0
+
+
+StaleOnlyFlag = Annotated[
+    bool,
+    typer.Option(
+        "--stale-only",
+        help="Want only the partitions of the range that are stale (`databuild stale`), as fresh wants "
+        "that rebuild them; with nothing stale, register nothing.",
+    ),
+]
 
 
 @app.command()
@@ -39,15 +50,13 @@ def backfill(
     wait: Annotated[
         bool, typer.Option("--wait", help="Wait until every want has ended, showing progress.")
     ] = False,
-    plan: Annotated[
-        bool,
-        typer.Option("--plan", help="Show what it would build, how long, and SLA misses; record nothing."),
-    ] = False,
+    plan: PlanFlag = False,
+    stale_only: StaleOnlyFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Want every partition of PATTERN from --from to --to: one want each (source `backfill`). Asking
     again registers nothing new and shows the backfill's progress. With --plan: show what it would do,
-    and record nothing."""
+    and record nothing. With --stale-only: only the stale ones, rebuilt."""
     try:
         request = BackfillRequest(
             pattern=pattern,
@@ -56,6 +65,7 @@ def backfill(
             step=parse_duration(step),
             sla=parse_duration(sla) if sla else None,
             ttl=parse_duration(ttl) if ttl else None,
+            stale_only=stale_only,
         )
     except ValidationError as error:
         raise CliError(first_error(error)) from None
@@ -65,45 +75,66 @@ def backfill(
             return await db.plan_backfill(request)
 
         found = run(with_client(planned, lazy=True))  # a plan reads the BEL alone
-        emit(as_json, found, lambda: render.plan_view(found, f"{pattern} from {start} to {end}"))
+        what = f"{pattern} from {start} to {end}" + (" (stale only)" if stale_only else "")
+        emit(as_json, found, lambda: plan_view(found, what))
         return
-
-    async def go() -> BackfillProgress:
-        db = await client()
-        async with db:
-            if as_json:
-                result = await db.backfill(request)
-                while wait and not result.finished:
-                    await asyncio.sleep(POLL_SECONDS)
-                    result = await db.backfill_progress(request.backfill_id)
-                return result
-            columns = (
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-            )
-            with render.live_block(console), Progress(*columns, console=console, transient=False) as bars:
-                registering = bars.add_task("registering wants", total=None)
-
-                def registered(done: int) -> None:
-                    bars.update(registering, completed=done)
-
-                result = await db.backfill(request, on_registered=registered)
-                bars.update(registering, total=result.partitions, completed=result.registered)
-                if wait:
-                    ended = bars.add_task(render.backfill_states(result), total=result.partitions)
-                    while True:
-                        bars.update(ended, completed=result.done, description=render.backfill_states(result))
-                        if result.finished:
-                            break
-                        await asyncio.sleep(POLL_SECONDS)
-                        result = await db.backfill_progress(request.backfill_id)
-            return result
-
-    progress = run(go())
+    progress = run(_backfill(request, wait=wait, as_json=as_json))
+    if stale_only and not progress.partitions and not as_json:
+        return  # nothing was stale, and it said so
     emit(as_json, progress, lambda: render.backfill_summary(progress))
+
+
+async def _backfill(request: BackfillRequest, *, wait: bool, as_json: bool) -> BackfillProgress:
+    db = await client(lazy=request.stale_only)  # with nothing stale, Temporal is not needed
+    async with db:
+        if not as_json and not request.stale_only:
+            return await _with_bars(db, request, wait=wait)
+        # A stale-only backfill says what was stale, with no bars (it may register nothing).
+        result = await db.backfill(request)
+        if request.stale_only and not as_json:
+            console.print(_stale_note(request, result))
+        while wait and not result.finished:
+            await asyncio.sleep(POLL_SECONDS)
+            result = await db.backfill_progress(result.backfill_id)
+        return result
+
+
+async def _with_bars(db: DataBuild, request: BackfillRequest, *, wait: bool) -> BackfillProgress:
+    """Register the backfill's wants, and with ``wait`` follow them to the end, with progress bars."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+    )
+    with render.live_block(console), Progress(*columns, console=console, transient=False) as bars:
+        registering = bars.add_task("registering wants", total=None)
+
+        def registered(done: int) -> None:
+            bars.update(registering, completed=done)
+
+        result = await db.backfill(request, on_registered=registered)
+        bars.update(registering, total=result.partitions, completed=result.registered)
+        if wait:
+            ended = bars.add_task(render.backfill_states(result), total=result.partitions)
+            while True:
+                bars.update(ended, completed=result.done, description=render.backfill_states(result))
+                if result.finished:
+                    break
+                await asyncio.sleep(POLL_SECONDS)
+                result = await db.backfill_progress(request.backfill_id)
+    return result
+
+
+def _stale_note(request: BackfillRequest, result: BackfillProgress) -> str:
+    in_range = (request.end - request.start) // request.step + 1
+    if not result.partitions:
+        return f"nothing stale among the {in_range:,} partitions of the range: nothing was registered"
+    return (
+        f"{result.partitions:,} of the {in_range:,} partitions of the range are stale: "
+        f"{result.partitions:,} fresh wants rebuild them"
+    )
 
 
 @app.command()

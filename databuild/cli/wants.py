@@ -2,6 +2,8 @@
 
 import asyncio
 import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Annotated
 
 import typer
@@ -14,6 +16,7 @@ from databuild.cli.app import (
     Limit,
     Offset,
     Pattern,
+    PlanFlag,
     Prefix,
     State,
     app,
@@ -29,6 +32,7 @@ from databuild.cli.app import (
     settings,
     with_client,
 )
+from databuild.cli.plan_render import plan_view
 from databuild.client import DataBuild, build_spec
 from databuild.domain.plans import Plan
 from databuild.durations import parse_duration, parse_timestamp
@@ -41,6 +45,20 @@ wants_app = typer.Typer(help="Inspect wants.", no_args_is_help=True)
 app.add_typer(wants_app, name="wants")
 
 
+FreshFlag = Annotated[
+    bool,
+    typer.Option(
+        "--fresh",
+        help="If REF is live but stale (`databuild stale`), rebuild it and the stale inputs it needs; "
+        "by default a want accepts any live partition.",
+    ),
+]
+Requires = Annotated[
+    list[str] | None,
+    typer.Option(help="An external partition that must be available before the job runs; repeatable."),
+]
+
+
 @app.command()
 def want(
     ref: Annotated[str, typer.Argument(help="Partition ref, e.g. daily_summary/2024-01-07")],
@@ -51,63 +69,95 @@ def want(
     ttl: Annotated[str | None, typer.Option(help="Give up this long after the data time, e.g. 30d.")] = None,
     source: Annotated[WantSource, typer.Option(help="Who asks.")] = WantSource.cli,
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the want, showing live progress.")] = False,
-    requires: Annotated[
-        list[str] | None,
-        typer.Option(help="An external partition that must be available before the job runs; repeatable."),
-    ] = None,
-    plan: Annotated[
-        bool,
-        typer.Option("--plan", help="Show what it would build, how long, and SLA misses; record nothing."),
-    ] = False,
+    requires: Requires = None,
+    plan: PlanFlag = False,
+    fresh: FreshFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Declare that a partition must exist (with --plan: show what that would do, and record nothing)."""
-    timestamp = parse_timestamp(data_timestamp) if data_timestamp else None
-    sla_d = parse_duration(sla) if sla else None
-    ttl_d = parse_duration(ttl) if ttl else None
-    needs = requires or ()
-
-    # Check everything before touching Temporal or the BEL: bad input records nothing.
-    build_spec(
-        load_graph(settings().graph),
-        ref,
-        data_timestamp=timestamp,
-        sla=sla_d,
-        ttl=ttl_d,
+    """Declare that a partition must exist (with --plan: show what that would do, and record nothing;
+    with --fresh: rebuild it if it is stale)."""
+    asked = _Asked(
+        ref=ref,
+        data_timestamp=parse_timestamp(data_timestamp) if data_timestamp else None,
+        sla=parse_duration(sla) if sla else None,
+        ttl=parse_duration(ttl) if ttl else None,
         source=source,
-        requires=needs,
+        requires=tuple(requires or ()),
+        fresh=fresh,
     )
+    asked.check()  # before touching Temporal or the BEL: bad input records nothing
     if plan:
-
-        async def planned(db: DataBuild) -> Plan:
-            return await db.plan(ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, requires=needs)
-
-        found = run(with_client(planned, lazy=True))  # a plan reads the BEL alone
-        emit(as_json, found, lambda: render.plan_view(found, ref))
+        found = run(with_client(asked.plan, lazy=True))  # a plan reads the BEL alone
+        emit(as_json, found, lambda: plan_view(found, ref))
         return
-
-    async def go() -> Want | None:
-        db = await client()
-        async with db:
-            spec = await db.want(
-                ref, data_timestamp=timestamp, sla=sla_d, ttl=ttl_d, source=source, requires=needs
-            )
-            await _announce(db, spec, ref, as_json=as_json)
-            if not wait:
-                return await _registered(db, spec, as_json=as_json)
-            return await _wait_and_show(db, spec, as_json=as_json)
-
-    result = run(go())
+    result = run(_want(asked, wait=wait, as_json=as_json))
     if wait and result is not None and result.state is not WantState.successful:
         raise typer.Exit(1)
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """A want as the command line asks for it, parsed."""
+
+    ref: str
+    data_timestamp: datetime | None
+    sla: timedelta | None
+    ttl: timedelta | None
+    source: WantSource
+    requires: tuple[str, ...]
+    fresh: bool
+
+    def check(self) -> None:
+        build_spec(
+            load_graph(settings().graph),
+            self.ref,
+            data_timestamp=self.data_timestamp,
+            sla=self.sla,
+            ttl=self.ttl,
+            source=self.source,
+            requires=self.requires,
+            fresh=self.fresh,
+        )
+
+    async def plan(self, db: DataBuild) -> Plan:
+        return await db.plan(
+            self.ref,
+            data_timestamp=self.data_timestamp,
+            sla=self.sla,
+            ttl=self.ttl,
+            requires=self.requires,
+            fresh=self.fresh,
+        )
+
+    async def register(self, db: DataBuild) -> WantSpec:
+        return await db.want(
+            self.ref,
+            data_timestamp=self.data_timestamp,
+            sla=self.sla,
+            ttl=self.ttl,
+            source=self.source,
+            requires=self.requires,
+            fresh=self.fresh,
+        )
+
+
+async def _want(asked: _Asked, *, wait: bool, as_json: bool) -> Want | None:
+    db = await client()
+    async with db:
+        spec = await asked.register(db)
+        await _announce(db, spec, asked.ref, as_json=as_json)
+        if not wait:
+            return await _registered(db, spec, as_json=as_json)
+        return await _wait_and_show(db, spec, as_json=as_json)
 
 
 async def _announce(db: DataBuild, spec: WantSpec, ref: str, *, as_json: bool) -> None:
     """Say the want is registered, and warn when it already existed with other deadlines."""
     existing = await asyncio.to_thread(db.bel.find_want, spec.want_id)
     if not as_json:
+        fresh = " (fresh: rebuilt if stale)" if spec.fresh else ""
         console.print(
-            f"want [bold]{spec.want_id}[/] for [bold]{ref}[/] registered (workflow {spec.workflow_id})"
+            f"want [bold]{spec.want_id}[/] for [bold]{ref}[/] registered{fresh} (workflow {spec.workflow_id})"
         )
     if existing is not None and (existing.sla, existing.ttl) != (spec.sla, spec.ttl):
         err.print(
@@ -124,7 +174,12 @@ async def _registered(db: DataBuild, spec: WantSpec, *, as_json: bool) -> Want |
     if as_json:
         print(
             json.dumps(
-                {"want_id": spec.want_id, "workflow_id": spec.workflow_id, "want": jsonable(found)},
+                {
+                    "want_id": spec.want_id,
+                    "workflow_id": spec.workflow_id,
+                    "fresh": spec.fresh,
+                    "want": jsonable(found),
+                },
                 indent=2,
             )
         )

@@ -12,7 +12,7 @@ from temporalio.service import RPCError
 from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry, cancel_reason
 from databuild.bel import BuildEventLog
 from databuild.client.calls import called, cancel_workflow, gathered, signal_workflow, worker_error
-from databuild.client.specs import build_spec
+from databuild.client.specs import backfill_specs, build_spec, stale_only
 from databuild.config import Settings
 from databuild.domain import checks as check_rules
 from databuild.domain.backfills import backfill_partitions
@@ -66,7 +66,7 @@ from databuild.temporal.wants import (
 from databuild.views.cost import cost_report
 from databuild.views.lineage import FamilyProgress, WantView, family_progress, want_view
 from databuild.views.plans import plan_wants
-from databuild.views.staleness import stale_partitions
+from databuild.views.staleness import fresh_basis, stale_partitions
 from databuild.views.why import Why
 from databuild.views.why import why as why_view
 
@@ -146,6 +146,7 @@ class DataBuild:
         ttl: timedelta | None = None,
         source: WantSource = WantSource.cli,
         requires: Sequence[str] = (),
+        fresh: bool = False,
     ) -> WantSpec:
         validate_ref(ref)
         # After a taint the same request is a new want (a new generation), so it rebuilds.
@@ -159,6 +160,9 @@ class DataBuild:
             source=source,
             generation=generation,
             requires=requires,
+            fresh=fresh,
+            # A fresh want asked again once its partition was rebuilt, or is stale for another reason, is new.
+            fresh_of=fresh_basis(self.bel, self.graph, ref) if fresh else None,
         )
 
     async def want(
@@ -170,11 +174,21 @@ class DataBuild:
         ttl: timedelta | None = None,
         source: WantSource = WantSource.cli,
         requires: Sequence[str] = (),
+        fresh: bool = False,
     ) -> WantSpec:
         """Register a want. Asking again for the same want attaches to the same workflow. ``requires``:
-        external partitions that must be available before its job is dispatched."""
+        external partitions that must be available before its job is dispatched. ``fresh``: if the
+        partition is live but stale, rebuild it and the stale inputs it needs (by default a want accepts
+        any live partition)."""
         spec = await self.bel.call(
-            self.spec, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, source=source, requires=requires
+            self.spec,
+            ref,
+            data_timestamp=data_timestamp,
+            sla=sla,
+            ttl=ttl,
+            source=source,
+            requires=requires,
+            fresh=fresh,
         )
         await self._register(spec)
         return spec
@@ -204,37 +218,36 @@ class DataBuild:
         InvalidInputError). The wants are recorded in bulk; the backfill's window (a workflow, started
         with the first of them) starts their workflows in the order of the range, never more than
         ``DATABUILD_BACKFILL_WINDOW`` open at once. ``on_registered(done)`` follows the registration
-        (of ``partitions`` wants)."""
+        (of ``partitions`` wants). ``request.stale_only``: only the partitions stale now, as fresh wants;
+        with none, nothing is recorded and the progress returned has 0 partitions."""
         graph = await self.loaded_graph()
         partitions = backfill_partitions(request, graph)
-
-        def specs_of(chunk: Sequence[tuple[str, datetime]], generations: dict[str, int]) -> list[WantSpec]:
-            return [
-                build_spec(
-                    graph,
-                    ref,
-                    data_timestamp=at,
-                    sla=request.sla,
-                    ttl=request.ttl,
-                    source=WantSource.backfill,
-                    generation=generations.get(ref, 0),
+        fresh_of: dict[str, str] | None = None
+        if request.stale_only:  # exactly the stale partitions of the range, as fresh wants
+            request, partitions, fresh_of = await self.bel.call(
+                stale_only, self.bel, graph, request, partitions
+            )
+            if not partitions:  # nothing is stale: nothing is recorded
+                return BackfillProgress(
+                    backfill_id=request.backfill_id,
+                    request=request,
+                    partitions=0,
+                    registered=0,
+                    by_state={},
+                    created_at=datetime.now(UTC),
                 )
-                for ref, at in chunk
-            ]
-
         # The wants are built a chunk at a time, so the first are recorded (and shown) at once. What could
         # make one invalid (a TTL already past, a deadline past the calendar) moves with the data time,
         # so checking the first and the last checks them all before anything is recorded.
-        specs_of([partitions[0], partitions[-1]], {})
+        backfill_specs(graph, request, [partitions[0], partitions[-1]], {}, fresh_of)
         await self.bel.call(self.bel.record_backfill, request, len(partitions), [])
         for first in range(0, len(partitions), BACKFILL_CHUNK):
             chunk = partitions[first : first + BACKFILL_CHUNK]
             generations = await self.bel.call(self.bel.generations, [ref for ref, _ in chunk])
             # Recorded in the transaction that reads whether the backfill was cancelled meanwhile (then
             # they are recorded cancelled, and none starts).
-            await self.bel.call(
-                self.bel.record_backfill, request, len(partitions), specs_of(chunk, generations), first
-            )
+            specs = backfill_specs(graph, request, chunk, generations, fresh_of)
+            await self.bel.call(self.bel.record_backfill, request, len(partitions), specs, first)
             if first == 0:
                 await self._run_window(request.backfill_id)
             if on_registered is not None:
@@ -250,26 +263,32 @@ class DataBuild:
         sla: timedelta | None = None,
         ttl: timedelta | None = None,
         requires: Sequence[str] = (),
+        fresh: bool = False,
     ) -> Plan:
-        """What wanting ``ref`` would do now (``databuild.domain.plans``): the partitions it would build,
-        the runs, how long, and whether it would miss its SLA. Records nothing; bad input raises as
-        ``want`` does."""
+        """What wanting ``ref`` would do now (``databuild.domain.plans``): the partitions it would build
+        (``fresh``: stale ones too), the runs, how long, and whether it would miss its SLA. Records
+        nothing; bad input raises as ``want`` does."""
         graph = await self.loaded_graph()
-        spec = build_spec(graph, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, requires=requires)
+        spec = build_spec(
+            graph, ref, data_timestamp=data_timestamp, sla=sla, ttl=ttl, requires=requires, fresh=fresh
+        )
         root = Root(ref=spec.ref, deadline=spec.sla_deadline, requires=spec.requires)
-        return await self.bel.call(plan_wants, self.bel, graph, [root], datetime.now(UTC))
+        return await self.bel.call(plan_wants, self.bel, graph, [root], datetime.now(UTC), fresh=fresh)
 
     async def plan_backfill(self, request: BackfillRequest) -> Plan:
-        """What the backfill ``request`` would do now (as ``plan`` for each of its partitions). Records
-        nothing; bad input raises as ``backfill`` does."""
+        """What the backfill ``request`` would do now (as ``plan`` for each of its partitions; stale-only:
+        for the stale ones, fresh). Records nothing; bad input raises as ``backfill`` does."""
         graph = await self.loaded_graph()
         partitions = backfill_partitions(request, graph)
         for ref, at in (partitions[0], partitions[-1]):  # as `backfill` checks them (see there)
             build_spec(
                 graph, ref, data_timestamp=at, sla=request.sla, ttl=request.ttl, source=WantSource.backfill
             )
+        if request.stale_only:
+            _, partitions, _ = await self.bel.call(stale_only, self.bel, graph, request, partitions)
         roots = [Root(ref=ref, deadline=at + request.sla if request.sla else None) for ref, at in partitions]
-        return await self.bel.call(plan_wants, self.bel, graph, roots, datetime.now(UTC))
+        fresh = request.stale_only
+        return await self.bel.call(plan_wants, self.bel, graph, roots, datetime.now(UTC), fresh=fresh)
 
     async def stale(self, pattern: str | None = None) -> list[StalePartition]:
         """The stale live partitions (of refs matching the glob ``pattern``), with their reasons

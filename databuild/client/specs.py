@@ -1,13 +1,17 @@
 """A want as a client asks for it, built and checked before anything is recorded."""
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
+from databuild.backfill import BackfillRequest
+from databuild.bel.queries import BelQueries
 from databuild.errors import AnnouncementRefusedError, InvalidWantError
 from databuild.graph import Graph
 from databuild.models import WantSource, WantSpec, default_data_timestamp, first_error
 from databuild.refs import validate_ref
 from databuild.temporal.upstream import check_announcement
+from databuild.views.staleness import basis_of, stale_among
 
 
 def build_spec(
@@ -21,6 +25,8 @@ def build_spec(
     now: datetime | None = None,
     generation: int = 0,
     requires: Sequence[str] = (),
+    fresh: bool = False,
+    fresh_of: str | None = None,
 ) -> WantSpec:
     """Build and check a want without recording anything; raises a clear error on bad input."""
     validate_ref(ref)
@@ -36,10 +42,17 @@ def build_spec(
             source=source,
             generation=generation,
             requires=list(requires),
+            fresh=fresh,
+            fresh_of=fresh_of if fresh else None,
         )
     except ValueError as error:
         raise InvalidWantError(first_error(error)) from None
-    graph.resolve(spec.ref)  # unknown job -> UnknownJobError
+    resolved = graph.resolve(spec.ref)  # unknown job -> UnknownJobError
+    if fresh and resolved.target is None:
+        raise InvalidWantError(
+            f"{ref} is external (made outside graph {graph.name!r}): DataBuild cannot rebuild it, so a fresh "
+            "want has nothing to do; want it without --fresh, or have its owner publish a new instance"
+        )
     for required in spec.requires:
         try:
             check_announcement(graph, required)
@@ -52,3 +65,41 @@ def build_spec(
             f"{spec.data_timestamp:%Y-%m-%d %H:%M}Z, so give a longer --ttl or none"
         )
     return spec
+
+
+def backfill_specs(
+    graph: Graph,
+    request: BackfillRequest,
+    partitions: Sequence[tuple[str, datetime]],
+    generations: Mapping[str, int],
+    fresh_of: Mapping[str, str] | None = None,
+) -> list[WantSpec]:
+    """The wants of a backfill for ``partitions`` (ref, data time); ``fresh_of``: of a stale-only
+    backfill, what each fresh want is asked against (``WantSpec.fresh_of``)."""
+    return [
+        build_spec(
+            graph,
+            ref,
+            data_timestamp=at,
+            sla=request.sla,
+            ttl=request.ttl,
+            source=WantSource.backfill,
+            generation=generations.get(ref, 0),
+            fresh=fresh_of is not None,
+            fresh_of=fresh_of.get(ref) if fresh_of is not None else None,
+        )
+        for ref, at in partitions
+    ]
+
+
+def stale_only(
+    bel: BelQueries, graph: Graph, request: BackfillRequest, partitions: Sequence[tuple[str, datetime]]
+) -> tuple[BackfillRequest, list[tuple[str, datetime]], dict[str, str]]:
+    """Of a stale-only backfill: the request named by the stale instances it wants (so asking again once
+    they are rebuilt, or others are stale, is a new backfill), those partitions of the range, and what
+    the fresh want of each is asked against. Reads only."""
+    stale = stale_among(bel, graph, [ref for ref, _ in partitions])
+    fresh_of = {ref: basis_of(found.instance_id, found) for ref, found in stale.items()}
+    named = hashlib.sha256("\n".join(sorted(fresh_of.values())).encode()).hexdigest()[:16]
+    request = request.model_copy(update={"stale_set": named})
+    return request, [(ref, at) for ref, at in partitions if ref in stale], fresh_of

@@ -14,6 +14,8 @@ from pydantic import ConfigDict
 
 from databuild.domain import checks as check_rules
 from databuild.domain import events as ev
+from databuild.domain import freshness
+from databuild.domain.freshness import Freshness
 from databuild.errors import ConcurrentChangeError, InvalidInputError, InvalidTransitionError
 from databuild.graph import JobTarget
 from databuild.models import (
@@ -152,6 +154,7 @@ class DecisionState:
     declared: Mapping[str, Partition | None] = field(default_factory=dict)  # the job's declared inputs
     batch: RunPlan | None = None  # a queued run of the batch job that the partition may join
     paused: bool = False  # a paused backfill reaches the want (``databuild.domain.reach``)
+    fresh: Freshness | None = None  # of a fresh want whose partition is live (``databuild.domain.freshness``)
 
     @property
     def outputs(self) -> list[str]:
@@ -184,10 +187,9 @@ def decide(state: DecisionState, seq: int, new_job_run_id: str) -> Decided:
     if want.decision_seq >= seq:
         return Decided(_decided_before(state))
     own = state.partitions.get(want.ref)
-    if own is not None and own.status is PartitionStatus.live and own.instance_id is not None:
-        events = _historical(state, new_job_run_id)
-        events.append(_finished(want.want_id, WantState.successful, instance_id=own.instance_id))
-        return Decided(Live(instance_id=own.instance_id, job_run_id=own.built_by), events)
+    live = own if own is not None and own.status is PartitionStatus.live and own.instance_id else None
+    if live is not None and not freshness.rebuilds(state.fresh, live, want.runs):
+        return _accept(state, live, new_job_run_id)
     if state.paused and not _follows_its_run(state):
         return Decided(Paused())  # a run it follows still goes on: it keeps following that
     retired = state.with_status(PartitionStatus.skipped)
@@ -213,11 +215,23 @@ def decide(state: DecisionState, seq: int, new_job_run_id: str) -> Decided:
     missing = [
         ref for ref, row in state.declared.items() if row is None or row.status is not PartitionStatus.live
     ]
+    if live is not None:  # a fresh want rebuilds its stale partition: its stale inputs first
+        missing += freshness.stale_inputs(state.fresh, live)
     if missing:
-        return Decided(NeedsInputs(missing=sorted(missing)))
+        return Decided(NeedsInputs(missing=sorted(set(missing))))
     if state.batch is not None:
         return _join(state, target, state.batch, seq)
     return _execute(state, target, new_job_run_id, seq)
+
+
+def _accept(state: DecisionState, own: Partition, skipped_run_id: str) -> Decided:
+    """Historical delegation: the want is fulfilled by the live instance (a fresh want's reason says why
+    it accepts one that is stale)."""
+    assert own.instance_id is not None
+    reason = freshness.accepted(state.fresh, own, state.want.runs)
+    events = _historical(state, skipped_run_id)
+    events.append(_finished(state.want.want_id, WantState.successful, reason, own.instance_id))
+    return Decided(Live(instance_id=own.instance_id, job_run_id=own.built_by), events)
 
 
 def _follows_its_run(state: DecisionState) -> bool:

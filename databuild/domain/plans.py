@@ -30,10 +30,13 @@ class Node(Model):
         default=None, description="what its job declares it reads; None: found when it runs"
     )
     batch: int | None = Field(default=None, description="the most partitions one run of its job builds")
+    stale: list[str] = Field(default=[], description="why its live instance is stale (empty: it is not)")
+    stale_inputs: list[str] = Field(default=[], description="inputs it read that are themselves stale")
+    fresh: bool = Field(default=False, description="wanted fresh: a stale live instance is rebuilt")
 
 
 class Action(StrEnum):
-    build = "build"  # missing or tainted: a run builds it
+    build = "build"  # missing or tainted (or, wanted fresh, stale): a run builds it
     live = "live"  # used as it is
     building = "building"  # another run is building it: waited for
     fail_locked = "fail_locked"  # a failed build holds it until `databuild resolve`
@@ -46,6 +49,8 @@ def action_of(node: Node) -> Action:
     """What a want does about ``node``'s partition."""
     if node.job_label is None:
         return Action.available if node.status is PartitionStatus.live else Action.awaited
+    if node.status is PartitionStatus.live and node.fresh and node.stale:
+        return Action.build  # a fresh want rebuilds a stale partition (``domain.freshness``)
     return {
         PartitionStatus.live: Action.live,
         PartitionStatus.building: Action.building,
@@ -55,8 +60,11 @@ def action_of(node: Node) -> Action:
 
 
 def inputs_to_follow(node: Node) -> list[str]:
-    """The inputs whose state matters to a plan: those of a partition it would build."""
-    return list(node.inputs or []) if action_of(node) is Action.build else []
+    """The inputs whose state matters to a plan: those of a partition it would build (of a stale one
+    rebuilt, also the stale inputs it read: a fresh want rebuilds those first)."""
+    if action_of(node) is not Action.build:
+        return []
+    return list(dict.fromkeys([*(node.inputs or []), *node.stale_inputs]))
 
 
 class Root(Model):
@@ -72,6 +80,7 @@ class PlannedPartition(Model):
     job_label: str | None
     status: PartitionStatus = Field(description="its state in the BEL now")
     action: Action
+    stale: list[str] = Field(default=[], description="live and stale: why (rebuilt only when wanted fresh)")
 
 
 class PlannedRun(Model):
@@ -140,6 +149,7 @@ def plan(
                 job_label=nodes[ref].job_label,
                 status=nodes[ref].status,
                 action=action_of(nodes[ref]),
+                stale=nodes[ref].stale,
             )
             for ref in order
         ],

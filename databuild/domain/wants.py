@@ -90,6 +90,21 @@ class Awaited:
     reopened: list[WantSpec] = field(default_factory=list)  # of those, the ones reopened here
 
 
+def _available(deps: Dependencies) -> list[str]:
+    """The inputs the want need not wait for: live ones; of a fresh want, those whose fresh derivative
+    ended successful too (a stale live input is what it waits to have rebuilt)."""
+    fresh = {d.ref: d.want_id for d in deps.derivatives if d.fresh}
+
+    def available(ref: str) -> bool:
+        partition = deps.partitions.get(ref)
+        if partition is None or partition.status is not PartitionStatus.live:
+            return False
+        row = deps.known.get(fresh[ref]) if ref in fresh else None
+        return ref not in fresh or (row is not None and row.state is WantState.successful)
+
+    return [ref for ref in deps.missing if available(ref)]
+
+
 def await_dependencies(deps: Dependencies) -> Awaited:
     """The want waits for its missing inputs (``WantUpstreamBuilding``, once per run that missed them),
     with a derivative want for each input not live. Reports which inputs are live and which derivatives
@@ -102,16 +117,12 @@ def await_dependencies(deps: Dependencies) -> Awaited:
         partition = deps.partitions.get(ref)
         if (partition.generation if partition is not None else 0) != deps.generations[ref]:
             raise ConcurrentChangeError(f"{ref} was tainted while its want was being derived")
-    live = [
-        ref
-        for ref in deps.missing
-        if (p := deps.partitions.get(ref)) is not None and p.status is PartitionStatus.live
-    ]
+    live = _available(deps)
     events: list[ev.Event] = []
     rows = dict(deps.known)
     for spec in deps.derivatives:
-        # An input that went live since the dep-miss needs no new derivative.
-        if spec.ref not in live and spec.want_id not in rows:
+        # An input that went live since the dep-miss needs no new derivative (a fresh one judges it).
+        if (spec.fresh or spec.ref not in live) and spec.want_id not in rows:
             events += created(spec, known=False)
             rows[spec.want_id] = WantRow(WantState.new)
     recorded = [d for d in deps.derivatives if d.want_id in rows]

@@ -24,7 +24,8 @@ from urllib.parse import urlsplit, urlunsplit
 from pyarrow import fs
 
 from databuild.errors import InvalidInputError, StorageSetupError, StorageUnavailableError
-from databuild.models import Instance, attempt_name, parse_attempt_name
+from databuild.jobs.attempts import attempt_name, parse_attempt_name
+from databuild.models import Instance
 from databuild.refs import ARROW_SCHEMES, RESERVED_SEGMENT, ref_uri, storage_uri, validate_ref
 
 INSTANCE_PREFIX = "~"

@@ -1,14 +1,16 @@
 """Stale partitions read from the BEL (``databuild.domain.staleness``): the live instances asked about,
 then the live instances they read, a level at a time, in bulk; one read transaction."""
 
-from collections.abc import Iterable
+import hashlib
+from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
 from databuild.bel.queries import BelQueries
+from databuild.domain.freshness import Freshness
 from databuild.domain.staleness import Built, StalePartition, StaleReason, staleness
 from databuild.globs import compile_glob
 from databuild.graph import Graph
-from databuild.models import InstanceStatus, Partition, PartitionStatus
+from databuild.models import InstanceStatus, Partition, PartitionStatus, Want
 from databuild.views.lineage import JobRunView, ListView, PartitionView, WantView
 
 # Levels of upstream read one by one before the rest is read in bulk (see _add_upstream).
@@ -74,6 +76,51 @@ def with_staleness(bel: BelQueries, graph: Graph, view: Indexed) -> Indexed:
     if isinstance(view, PartitionView) and shown and index.partitions[view.data.ref].instance_id == shown:
         update["stale"] = found.get(shown, [])
     return view.model_copy(update=update)
+
+
+def freshness(bel: BelQueries, graph: Graph, want: Want) -> Freshness | None:
+    """What a fresh want's decision reads (``databuild.domain.freshness``): its partition's live instance,
+    why that is stale under ``graph``'s versions (the worker's), and the inputs the want already waited
+    for. None for a want that is not fresh, or whose partition is not live (then it is a usual want)."""
+    live = _live(bel, want.ref) if want.fresh else None
+    if live is None or live.instance_id is None:
+        return None
+    stale = stale_of(bel, graph, [live.instance_id]).get(live.instance_id)
+    return Freshness(
+        instance_id=live.instance_id,
+        reasons=tuple(stale.reasons) if stale is not None else (),
+        awaited=frozenset(ref for _want, _run, ref, _derivative in bel.derivatives_of([want.want_id])),
+    )
+
+
+def fresh_basis(bel: BelQueries, graph: Graph, ref: str) -> str | None:
+    """What a fresh want for ``ref`` is asked against (``WantSpec.fresh_of``): its live instance and why
+    that is stale now (None: nothing is live). Asking again while both are the same is the same want;
+    after a rebuild, or once the instance is stale for another reason, it is a new one."""
+    live = _live(bel, ref)
+    if live is None or live.instance_id is None:
+        return None
+    return basis_of(live.instance_id, stale_of(bel, graph, [live.instance_id]).get(live.instance_id))
+
+
+def basis_of(instance_id: str, stale: StalePartition | None) -> str:
+    """The instance (its id cut short: an announced one's may be long) and a digest of it and its reasons."""
+    reasons = [str(r) for r in stale.reasons] if stale is not None else []
+    digest = hashlib.sha256("\n".join([instance_id, *reasons]).encode()).hexdigest()[:16]
+    return f"{instance_id[:64]}:{digest}"
+
+
+def stale_among(bel: BelQueries, graph: Graph, refs: Sequence[str]) -> dict[str, StalePartition]:
+    """Of ``refs``, the live ones that are stale now, by ref (``backfill --stale-only``)."""
+    with bel.snapshot():
+        live = [p.instance_id for p in bel.partitions_by_ref(refs) if p.status is PartitionStatus.live]
+        found = stale_of(bel, graph, [i for i in live if i is not None])
+    return {stale.ref: stale for stale in found.values()}
+
+
+def _live(bel: BelQueries, ref: str) -> Partition | None:
+    found = bel.partitions_by_ref([ref])
+    return found[0] if found and found[0].status is PartitionStatus.live else None
 
 
 def versions(graph: Graph) -> dict[str, str]:

@@ -27,6 +27,9 @@ class WantRequest(Model):
         max_length=100,
         description="external partitions that must be available before the job runs",
     )
+    fresh: bool = Field(
+        default=False, description="if the partition is live but stale, rebuild it and its stale inputs"
+    )
 
 
 async def plan_want(ctx: WebContext, request: WantRequest) -> Plan:
@@ -37,6 +40,7 @@ async def plan_want(ctx: WebContext, request: WantRequest) -> Plan:
         sla=parse_duration(request.sla) if request.sla else None,
         ttl=parse_duration(request.ttl) if request.ttl else None,
         requires=request.requires,
+        fresh=request.fresh,
     )
 
 
@@ -51,5 +55,6 @@ async def register_want(ctx: WebContext, request: WantRequest, source: WantSourc
         ttl=ttl,
         source=source,
         requires=request.requires,
+        fresh=request.fresh,
     )
     return await asyncio.to_thread(ctx.bel.want, spec.want_id)

@@ -48,6 +48,8 @@ def _want_row(event: ev.WantCreated, at: datetime) -> dict[str, Any]:
         "parent_want_id": spec.parent_want_id,
         "root_want_id": spec.root_want_id or event.want_id,
         "generation": spec.generation,
+        "fresh": spec.fresh,
+        "fresh_of": spec.fresh_of if spec.fresh else None,
         "instance_id": None,
         "state": WantState.new.value,
         "sla_missed": False,

@@ -16,10 +16,11 @@ from databuild.domain.cost import SparkCost
 from databuild.errors import MissingInputsError
 from databuild.graph import Graph
 from databuild.jobs.attempt_log import DEFAULT_MAX_BYTES, AttemptLog, capturing
+from databuild.jobs.attempts import attempt_name
 from databuild.jobs.context import SparkJobContext
 from databuild.jobs.spark_cost import group_cost
 from databuild.jobs.storage import Storage
-from databuild.models import CheckResult, InstanceFacts, InstanceRef, Model, attempt_name
+from databuild.models import CheckResult, InstanceFacts, InstanceRef, Model
 from databuild.refs import validate_ref
 
 if TYPE_CHECKING:
