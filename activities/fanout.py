@@ -11,19 +11,27 @@ from activities.alerts import raise_alert
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.domain import alerts
+from databuild.graph import Graph
 from databuild.models import JobRunState
 from databuild.temporal import protocol as p
+from databuild.temporal.late_data import rebuild_late_readers
 from databuild.temporal.wants import notify_subscribers, signal_for_run
 
 
 class FanOutActivities:
     def __init__(
-        self, bel: BuildEventLog, client: Client, settings: Settings | None = None, page_size: int = 200
+        self,
+        bel: BuildEventLog,
+        client: Client,
+        settings: Settings | None = None,
+        page_size: int = 200,
+        graph: Graph | None = None,
     ) -> None:
         self.bel = bel
         self.client = client
         self.settings = settings  # None: no alerts (tests of the fan-out alone)
         self.page_size = page_size
+        self.graph = graph  # None: no late-data rebuilds (tests of the fan-out alone)
 
     @activity.defn
     async def fan_out(self, input: p.FanOutInput) -> int:
@@ -40,6 +48,10 @@ class FanOutActivities:
             on_page=activity.heartbeat,
         )
         await self._wake_admitted()
+        if self.graph is not None and self.settings is not None and run.state is JobRunState.succeeded:
+            # Its outputs' newer instances are late data for the readers of the older ones.
+            refs = [w.ref for w in run.writes]
+            await rebuild_late_readers(self.client, self.bel, self.graph, self.settings.task_queue, refs)
         fail_locked = run.cause is not None and not run.cause.releases_outputs
         if self.settings is not None and fail_locked:
             at = run.ended_at or datetime.now(UTC)

@@ -16,6 +16,8 @@ JOB_HEARTBEAT_EVERY = timedelta(seconds=2)
 MIN_HEARTBEAT_TIMEOUT = 2 * JOB_HEARTBEAT_EVERY
 MIN_TIMEOUT = timedelta(seconds=1)
 MIN_LEASE = timedelta(seconds=1)
+# The shortest late-data window a job may declare (rebuild_on_new_inputs).
+MIN_LOOKBACK = timedelta(minutes=1)
 
 
 def shown(value: object) -> str:

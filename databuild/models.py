@@ -28,6 +28,7 @@ class WantSource(StrEnum):
     schedule = "schedule"
     derivative = "derivative"
     backfill = "backfill"
+    rebuild = "rebuild"  # made by the system: late data (a job's rebuild_on_new_inputs)
 
 
 class WantState(StrEnum):
@@ -168,6 +169,9 @@ class WantSpec(Model):
     fresh: bool = Field(default=False, description="rebuild the partition and its stale inputs if stale")
     # Of a fresh want: what it was asked against, so asking again after a rebuild or a change is a new want.
     fresh_of: str | None = Field(default=None, max_length=128)
+    cause: str | None = Field(
+        default=None, max_length=2000, description="why the system made it (a rebuild: the late data)"
+    )
 
     @field_validator("ref")
     @classmethod
@@ -284,6 +288,7 @@ class Want(Model):
     instance_id: str | None = Field(default=None, description="the partition instance that fulfilled it")
     fresh: bool = Field(default=False, description="rebuilds its partition (and stale inputs) if stale")
     fresh_of: str | None = None
+    cause: str | None = Field(default=None, description="why the system made it (a rebuild: the late data)")
 
     @property
     def sla_deadline(self) -> datetime | None:
@@ -303,6 +308,7 @@ class Want(Model):
             generation=self.generation,
             fresh=self.fresh,
             fresh_of=self.fresh_of,
+            cause=self.cause,
         )
 
 

@@ -5,6 +5,7 @@ import os
 import threading
 import time
 import warnings
+from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -427,3 +428,19 @@ def sums(ctx: JobContext, n: str) -> None:
 def broken(ctx: JobContext, n: str) -> None:
     ctx.spark.range(0, 1_000_000, numPartitions=2).selectExpr("sum(id)").collect()  # work, then a failure
     raise RuntimeError(f"broken {n}")
+
+
+# lookback: late data. feed/{date} arrives from outside, and may arrive again (a newer instance); mid and
+# top rebuild the partitions of the last two days that read an older instance, once each.
+lookback = Graph("lookback")
+lookback.external("feed/{date}")
+
+
+@lookback.job("mid/{date}", rebuild_on_new_inputs="2d")
+def lookback_mid(ctx: JobContext, date: str) -> None:
+    ctx.write(f"mid/{date}", ctx.read(f"feed/{date}"))
+
+
+@lookback.job("top/{date}", rebuild_on_new_inputs=timedelta(days=2))
+def lookback_top(ctx: JobContext, date: str) -> None:
+    ctx.write(f"top/{date}", ctx.read(f"mid/{date}"))

@@ -149,7 +149,7 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
         executor, max_concurrent=settings.max_concurrent_jobs, attempts=settings.job_attempts
     )
     wants = WantActivities(parts.bel, parts.graph, parts.client, settings)
-    fan_out = FanOutActivities(parts.bel, parts.client, settings)
+    fan_out = FanOutActivities(parts.bel, parts.client, settings, graph=parts.graph)
     alerting = AlertActivities(settings, parts.client)
     upstream = UpstreamActivities(wants.db)
     backfills = BackfillActivities(parts.bel, parts.client, settings)

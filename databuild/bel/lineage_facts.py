@@ -2,6 +2,7 @@
 that built them, and the instances each was built from as they stand now, in bulk."""
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -10,6 +11,7 @@ from sqlalchemy.sql import Select
 from databuild.bel import schema as s
 from databuild.bel.base import ReadBase
 from databuild.bel.rows import chunks, ref_conditions
+from databuild.domain.late_data import LateReader
 from databuild.domain.staleness import Built, Read
 from databuild.models import InstanceStatus, PartitionStatus
 
@@ -32,6 +34,47 @@ class LineageFactReads(ReadBase):
             where = [_OUT.c.status == _LIVE, _OUT.c.instance_id.in_(chunk)]
             found |= self._built(where, where)
         return found
+
+    def late_readers(self, refs: Sequence[str]) -> list[LateReader]:
+        """The live instances that read an older instance of one of these refs than its live one, with
+        the job that built each and its data time (of the wants its run built that ref for, the earliest;
+        else of any want of the run). Three queries per chunk of refs."""
+        found: list[LateReader] = []
+        for chunk in chunks(refs):
+            rows = self._all(_late_reads().where(_IN.c.ref.in_(chunk)))
+            times = self._data_times({r["job_run_id"] for r in rows})
+            for r in rows:
+                of_run = times.get(r["job_run_id"], {})
+                at = of_run.get(r["ref"]) or min(of_run.values(), default=None)
+                if at is None:  # a run no want is linked to (none is, yet): nothing to place it in time
+                    continue
+                found.append(
+                    LateReader(
+                        r["ref"],
+                        r["output_instance_id"],
+                        r["job_label"],
+                        at,
+                        r["input_ref"],
+                        r["input_instance_id"],
+                        r["live_instance_id"],
+                    )
+                )
+        return found
+
+    def _data_times(self, job_run_ids: set[str]) -> dict[str, dict[str, datetime]]:
+        """Per job run, per ref: the earliest data time of the wants linked to the run for that ref."""
+        times: dict[str, dict[str, datetime]] = {}
+        for chunk in chunks(sorted(job_run_ids)):
+            query = (
+                select(s.want_job_runs.c.job_run_id, s.wants.c.ref, s.wants.c.data_timestamp)
+                .select_from(s.want_job_runs.join(s.wants, s.wants.c.want_id == s.want_job_runs.c.want_id))
+                .where(s.want_job_runs.c.job_run_id.in_(chunk))
+            )
+            for r in self._all(query):
+                of_run = times.setdefault(r["job_run_id"], {})
+                at = r["data_timestamp"]
+                of_run[r["ref"]] = min(at, of_run.get(r["ref"], at))
+        return times
 
     def _built(self, instances_where: list[Any], reads_where: list[Any]) -> dict[str, Built]:
         reads: dict[str, list[Read]] = {}
@@ -63,6 +106,35 @@ def _instances() -> Select[Any]:
             )
         )
         .order_by(i.c.ref)
+    )
+
+
+def _late_reads() -> Select[Any]:
+    """Reads of an instance that is no longer its ref's live one, by a live instance (a reader that
+    was itself superseded is no one's concern)."""
+    c = s.consumers
+    return (
+        select(
+            _OUT.c.ref,
+            c.c.output_instance_id,
+            c.c.job_run_id,
+            s.job_runs.c.job_label,
+            _IN.c.ref.label("input_ref"),
+            c.c.input_instance_id,
+            _IN_REF.c.instance_id.label("live_instance_id"),
+        )
+        .select_from(
+            c.join(_OUT, _OUT.c.instance_id == c.c.output_instance_id)
+            .join(_IN, _IN.c.instance_id == c.c.input_instance_id)
+            .join(_IN_REF, _IN_REF.c.ref == _IN.c.ref)
+            .join(s.job_runs, s.job_runs.c.job_run_id == c.c.job_run_id)
+        )
+        .where(
+            _OUT.c.status == _LIVE,
+            _IN_REF.c.status == _LIVE,
+            _IN_REF.c.instance_id != c.c.input_instance_id,
+        )
+        .order_by(_OUT.c.ref, _IN.c.ref)
     )
 
 

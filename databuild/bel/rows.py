@@ -50,6 +50,7 @@ def want_from_row(row: Any) -> Want:
         instance_id=row["instance_id"],
         fresh=bool(row["fresh"]),
         fresh_of=row["fresh_of"],
+        cause=row["cause"],
     )
 
 

@@ -94,6 +94,7 @@ wants = Table(
     Column("sla_at_risk", Boolean, nullable=False, server_default=false()),  # predicted to miss its SLA
     Column("fresh", Boolean, nullable=False, server_default=false()),  # rebuilds its partition if stale
     Column("fresh_of", String(128)),  # what a fresh want was asked against (part of its identity)
+    Column("cause", Text),  # why the system made it (a late-data rebuild)
 )
 
 partitions = Table(

@@ -39,6 +39,7 @@ from databuild.models import (
 )
 from databuild.refs import ref_uri, validate_ref
 from databuild.temporal.connection import connect, ensure_search_attributes
+from databuild.temporal.late_data import rebuild_late_readers
 from databuild.temporal.protocol import (
     BACKFILL_WINDOW_WORKFLOW,
     CHECK_WORKFLOW,
@@ -534,9 +535,13 @@ class DataBuild:
         partition, created = await self.bel.call(self.bel.publish_external, ref, instance_id, source, where)
         assert partition.instance_id is not None
         notice = PartitionAvailable(ref=ref, instance_id=partition.instance_id, job_run_id=partition.built_by)
+        client = await self.temporal_client()
         signalled = await notify_subscribers(
-            await self.temporal_client(), self.bel, [ref], lambda _sub: (SIGNAL_PARTITION_AVAILABLE, notice)
+            client, self.bel, [ref], lambda _sub: (SIGNAL_PARTITION_AVAILABLE, notice)
         )
+        if created:  # a newer instance: late data, for the readers of the older one within their window
+            graph = await self.loaded_graph()
+            await rebuild_late_readers(client, self.bel, graph, self.settings.task_queue, [ref])
         return partition, created, signalled
 
     async def pin(self, instance_id: str, *, pinned: bool = True, reason: str | None = None) -> Instance:

@@ -12,7 +12,7 @@ from databuild.errors import GraphDefinitionError, UnknownJobError
 from databuild.graph.checks import Check, declare
 from databuild.graph.context import JobContext
 from databuild.graph.versions import code_version
-from databuild.limits import MAX_ATTEMPTS, MIN_HEARTBEAT_TIMEOUT, MIN_TIMEOUT, shown
+from databuild.limits import MAX_ATTEMPTS, MIN_HEARTBEAT_TIMEOUT, MIN_LOOKBACK, MIN_TIMEOUT, shown
 from databuild.models import ExecutorKind
 from databuild.refs import validate_ref
 
@@ -182,6 +182,9 @@ class Job:
     # Its code version (declared, or derived from its body): recorded on every instance it builds, and
     # what makes them stale when it changes (databuild.domain.staleness).
     version: str = ""
+    # Late data: when a newer instance of an input it read goes live, its live partitions whose data time
+    # is within this of now are rebuilt, once (databuild.domain.late_data). None: they only show stale.
+    rebuild_on_new_inputs: timedelta | None = None
 
     def checks_of(self, ref: str) -> list[Check]:
         """The checks of the output pattern ``ref`` matches."""
@@ -270,6 +273,7 @@ class Graph:
         spark_conf: dict[str, str] | None = None,
         checks: Sequence[Check] | None = None,
         version: str | None = None,
+        rebuild_on_new_inputs: timedelta | str | None = None,
     ) -> Callable[[JobFn], JobFn]:
         """Declare a job: ``@graph.job("daily_summary/{date}", "top_spenders/{date}")``.
 
@@ -295,6 +299,12 @@ class Graph:
         ``checks`` test each new instance of an output before it goes live (databuild.graph.checks):
         ``checks=[not_null("user_id"), row_count(min=1, severity="warning")]``; in a job with several
         outputs each names its output pattern with ``output=``.
+
+        ``version`` is the job's code version (default: derived from its body, so comments and
+        formatting do not count); a change makes the partitions it built stale. With
+        ``rebuild_on_new_inputs=timedelta(days=2)`` (or ``"2d"``), a newer instance of an input that goes
+        live (late data) rebuilds the job's partitions that read the older one and whose data time is
+        within two days of now, once each; older ones show stale (``databuild stale``).
         """
         if not outputs:
             raise GraphDefinitionError("a job needs at least one output pattern")
@@ -302,6 +312,7 @@ class Graph:
         limits = {
             "timeout": _duration("timeout", timeout, MIN_TIMEOUT),
             "heartbeat_timeout": _duration("heartbeat_timeout", heartbeat_timeout, MIN_HEARTBEAT_TIMEOUT),
+            "rebuild_on_new_inputs": _duration("rebuild_on_new_inputs", rebuild_on_new_inputs, MIN_LOOKBACK),
         }
         _check_executor(executor)
         conf = _spark_conf(spark_conf)

@@ -50,6 +50,7 @@ def _want_row(event: ev.WantCreated, at: datetime) -> dict[str, Any]:
         "generation": spec.generation,
         "fresh": spec.fresh,
         "fresh_of": spec.fresh_of if spec.fresh else None,
+        "cause": spec.cause,
         "instance_id": None,
         "state": WantState.new.value,
         "sla_missed": False,

@@ -1,0 +1,79 @@
+"""Late data on the real stack (a job's ``rebuild_on_new_inputs``): a newer instance of an external feed
+rebuilds, by itself, the partitions of the last two days that read the older one, and what was built from
+those in turn, once each and with the reason on the want; an older day only shows stale, and hearing the
+same news again starts nothing."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from databuild.domain.staleness import StaleKind
+from databuild.models import Want, WantSource, WantState
+from tests.conftest import Stack
+from tests.helpers import lake, until
+
+GRAPH = "tests.graphs:lookback"
+
+
+async def arrives(stack: Stack, day: str, version: int) -> None:
+    """Version ``version`` of the feed of ``day`` arrives: its data, written by another tool, in a folder
+    of its own, then its announcement as a new instance."""
+    folder = lake(stack.settings) / "incoming" / day / f"v{version}"
+    folder.mkdir(parents=True)
+    pq.write_table(pa.table({"id": pa.array(range(version), pa.int64())}), folder / "part-0.parquet")
+    await stack.db.publish(f"feed/{day}", instance_id=f"feed-{day}-v{version}", location=folder.as_uri())
+
+
+def rebuilds(stack: Stack) -> list[Want]:
+    return [w for w in stack.bel.wants(limit=1000) if w.source is WantSource.rebuild]
+
+
+async def test_a_newer_input_rebuilds_its_readers_inside_the_window_once(make_stack) -> None:
+    stack = await make_stack(graph=GRAPH)
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    recent, old = f"{today:%Y-%m-%d}", f"{today - timedelta(days=30):%Y-%m-%d}"
+    for day in (recent, old):
+        await arrives(stack, day, 1)
+    for day, at in ((recent, today), (old, today - timedelta(days=30))):
+        want = await stack.db.want(f"top/{day}", data_timestamp=at)
+        done = await asyncio.wait_for(stack.db.wait(want), timeout=300)
+        assert done.state is WantState.successful, done.reason
+    before = {p.ref: p.instance_id for p in stack.bel.partitions(limit=100)}
+
+    await arrives(stack, recent, 2)  # late data for today: mid, then top (from mid's run), rebuilt
+    await until(
+        lambda: len(rebuilds(stack)) == 2 and all(w.state.is_final for w in rebuilds(stack)), seconds=240
+    )
+    mid_want, top_want = sorted(rebuilds(stack), key=lambda w: w.ref)
+    assert (mid_want.ref, top_want.ref) == (f"mid/{recent}", f"top/{recent}")
+    assert mid_want.state is top_want.state is WantState.successful, (mid_want.reason, top_want.reason)
+    assert mid_want.fresh and mid_want.data_timestamp == today
+    assert (
+        mid_want.cause is not None
+        and f"feed/{recent} has a newer instance feed-{recent}-v2" in mid_want.cause
+    )
+    assert top_want.cause is not None and f"mid/{recent} has a newer instance" in top_want.cause
+    after = {p.ref: p.instance_id for p in stack.bel.partitions(limit=100)}
+    assert {ref for ref in after if after[ref] != before[ref]} == {
+        f"feed/{recent}",
+        f"mid/{recent}",
+        f"top/{recent}",
+    }
+    assert await stack.db.stale(f"*/{recent}") == []  # the rebuilds read the newer feed
+
+    # The older day is outside the window: its readers stay as they were, and show stale.
+    await arrives(stack, old, 2)
+    stale = await stack.db.stale(f"*/{old}")
+    assert [(p.ref, p.reasons[0].kind) for p in stale] == [
+        (f"mid/{old}", StaleKind.input_superseded),
+        (f"top/{old}", StaleKind.input_stale),
+    ]
+    # The same news again (a repeated announcement, a retried fan-out) starts nothing new.
+    await stack.db.publish(f"feed/{recent}", instance_id=f"feed-{recent}-v2")
+    await asyncio.sleep(2)
+    assert len(rebuilds(stack)) == 2
+    assert {p.ref: p.instance_id for p in stack.bel.partitions(limit=100)}[f"mid/{recent}"] == after[
+        f"mid/{recent}"
+    ]
