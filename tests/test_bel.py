@@ -36,6 +36,7 @@ from databuild.models import (
     JobRunCause,
     JobRunState,
     PartitionStatus,
+    WantSource,
     WantSpec,
     WantState,
 )
@@ -168,6 +169,11 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     fresh = WantSpec(ref="a/22", data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), fresh=True, fresh_of="i:x")
     upgraded.register_want(fresh)
     assert upgraded.want(fresh.want_id).spec == fresh
+    # 0007: no want of 0.1.0 has a cause (someone asked for each); a late-data rebuild keeps its own.
+    assert {w.cause for w in upgraded.wants(limit=1000) if w.want_id != fresh.want_id} == {None}
+    late = fresh.model_copy(update={"ref": "a/23", "source": WantSource.rebuild, "cause": "late data: a/1"})
+    upgraded.register_want(late)
+    assert upgraded.want(late.want_id).cause == "late data: a/1"
     kept = projection_rows(upgraded)
     upgraded.rebuild_projections()
     assert projection_rows(upgraded) == kept
