@@ -83,6 +83,8 @@ def want_label(want: Want) -> Text:
     )
     if want.fresh:
         text.append("  fresh", style="cyan")
+    if want.cause:  # made by the system (late data): why
+        text.append(f"  {want.cause}", style="cyan")
     if want.sla_missed:
         text.append("  SLA missed", style="bold red")
     if want.reason:  # a successful want's reason: a fresh want that accepted a stale instance, and why
