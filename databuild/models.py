@@ -169,9 +169,7 @@ class WantSpec(Model):
     fresh: bool = Field(default=False, description="rebuild the partition and its stale inputs if stale")
     # Of a fresh want: what it was asked against, so asking again after a rebuild or a change is a new want.
     fresh_of: str | None = Field(default=None, max_length=128)
-    cause: str | None = Field(
-        default=None, max_length=2000, description="why the system made it (a rebuild: the late data)"
-    )
+    cause: str | None = Field(default=None, max_length=2000, description="why the system made it (late data)")
 
     @field_validator("ref")
     @classmethod
@@ -288,7 +286,7 @@ class Want(Model):
     instance_id: str | None = Field(default=None, description="the partition instance that fulfilled it")
     fresh: bool = Field(default=False, description="rebuilds its partition (and stale inputs) if stale")
     fresh_of: str | None = None
-    cause: str | None = Field(default=None, description="why the system made it (a rebuild: the late data)")
+    cause: str | None = Field(default=None, description="why the system made it (late data)")
 
     @property
     def sla_deadline(self) -> datetime | None:

@@ -155,3 +155,40 @@ def _top_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module.split(".")[0])
     return found
+
+
+# Small modules with one job each: past these a module or function is doing more than one thing.
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 60
+
+
+def sources() -> list[Path]:
+    return sorted(
+        p
+        for folder in ("databuild", "workflows", "activities", "worker")
+        for p in (ROOT / folder).rglob("*.py")
+    )
+
+
+def code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Its lines, its docstring aside."""
+    body = node.body
+    docstring = body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+    first = body[1].lineno if docstring and len(body) > 1 else node.lineno
+    return (node.end_lineno or node.lineno) - first + 1
+
+
+def test_no_module_is_over_600_lines_and_no_function_over_60() -> None:
+    long_modules = {
+        str(p.relative_to(ROOT)): n
+        for p in sources()
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    long_functions = {
+        f"{p.relative_to(ROOT)}:{node.name}": code_lines(node)
+        for p in sources()
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and code_lines(node) > MAX_FUNCTION_LINES
+    }
+    assert long_modules == {}, f"split these modules (lines): {long_modules}"
+    assert long_functions == {}, f"split these functions (lines of code): {long_functions}"

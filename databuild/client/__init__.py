@@ -11,7 +11,7 @@ from temporalio.service import RPCError
 
 from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry, cancel_reason
 from databuild.bel import BuildEventLog
-from databuild.client.calls import called, cancel_workflow, gathered, signal_workflow, worker_error
+from databuild.client.calls import called, cancel_workflow, gathered, recheck, signal_workflow
 from databuild.client.specs import backfill_specs, build_spec, stale_only
 from databuild.config import Settings
 from databuild.domain import checks as check_rules
@@ -42,7 +42,6 @@ from databuild.temporal.connection import connect, ensure_search_attributes
 from databuild.temporal.late_data import rebuild_late_readers
 from databuild.temporal.protocol import (
     BACKFILL_WINDOW_WORKFLOW,
-    CHECK_WORKFLOW,
     SIGNAL_ABANDON,
     SIGNAL_PARTITION_AVAILABLE,
     SIGNAL_PAUSE,
@@ -50,11 +49,9 @@ from databuild.temporal.protocol import (
     SIGNAL_RESUME,
     SIGNAL_WAKE,
     BackfillWindowInput,
-    CheckInput,
     PartitionAvailable,
     RedecideNotice,
     backfill_window_workflow_id,
-    check_workflow_id,
 )
 from databuild.temporal.upstream import check_announcement
 from databuild.temporal.wants import (
@@ -568,23 +565,9 @@ class DataBuild:
         meanwhile waits for the first's answer. A blocking failure takes the instance out of service
         and fail-locks ``ref`` (``Recheck.fail_locked``); the worker raises the `partition_fail_locked`
         alert."""
-        request = CheckInput(ref=validate_ref(ref))
+        validate_ref(ref)
         check_rules.checkable(await self.bel.call(self.bel.find_partition, ref), ref)  # before any worker
-        client = await self.temporal_client()
-        try:
-            recheck: Recheck = await client.execute_workflow(
-                CHECK_WORKFLOW,
-                request,
-                id=check_workflow_id(ref),
-                task_queue=self.settings.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                result_type=Recheck,
-                static_summary=f"databuild check {ref}",
-            )
-        except WorkflowFailureError as failure:
-            raise worker_error(failure) from None
-        return recheck
+        return await recheck(await self.temporal_client(), self.settings.task_queue, ref)
 
     async def taint_impact(self, ref: str) -> TaintImpact:
         """What tainting ``ref`` would affect (every instance built from its live one); records nothing."""

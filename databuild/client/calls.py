@@ -7,12 +7,34 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from temporalio.client import Client, WorkflowFailureError
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from databuild.domain.checks import Recheck
 from databuild.errors import DataBuildError, error_class
+from databuild.temporal.protocol import CHECK_WORKFLOW, CheckInput, check_workflow_id
 
 T = TypeVar("T")
+
+
+async def recheck(client: Client, task_queue: str, ref: str) -> Recheck:
+    """Run ``ref``'s checks again on a worker, as its ``Check`` workflow (a second request meanwhile
+    waits for the first's answer)."""
+    try:
+        found: Recheck = await client.execute_workflow(
+            CHECK_WORKFLOW,
+            CheckInput(ref=ref),
+            id=check_workflow_id(ref),
+            task_queue=task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            result_type=Recheck,
+            static_summary=f"databuild check {ref}",
+        )
+    except WorkflowFailureError as failure:
+        raise worker_error(failure) from None
+    return found
 
 
 def worker_error(failure: WorkflowFailureError) -> DataBuildError:
