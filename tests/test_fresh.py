@@ -25,7 +25,7 @@ from databuild.views.plans import plan_wants
 from databuild.views.staleness import freshness
 from databuild.web import create_app, web_context
 from tests.conftest import forked_cli
-from tests.test_staleness import after, before, build, layers
+from tests.test_staleness import GRAPHS, after, before, build, layers
 
 pytestmark = pytest.mark.unit
 
@@ -144,9 +144,7 @@ def test_fresh_plans_and_stale_only_backfills_through_the_cli(tmp_path: Path) ->
         ("before", [*backfill, "--json"]),
         ("after", [*down, "--fresh", "--help"]),
     ]
-    ran = forked_cli(
-        [(c[1], {"DATABUILD_GRAPH": f"tests.test_staleness:{c[0]}"}) for c in commands], env, tmp_path
-    )
+    ran = forked_cli([(c[1], {"DATABUILD_GRAPH": GRAPHS[c[0]]}) for c in commands], env, tmp_path)
     for done in ran:
         assert done.returncode == 0, (done.args, done.stdout, done.stderr)
     usual, fresh, shown, stale_plan, stale_shown, nothing_plan, nothing, nothing_json, helped = ran
@@ -169,7 +167,7 @@ def test_fresh_plans_and_stale_only_backfills_through_the_cli(tmp_path: Path) ->
     assert BackfillProgress.model_validate_json(nothing_json.stdout).partitions == 0
     assert "--fresh" in helped.stdout and "stale" in helped.stdout
     bel = BuildEventLog.create(url)
-    app = create_app(web_context(Settings(home=tmp_path, graph="tests.test_staleness:after"), bel))
+    app = create_app(web_context(Settings(home=tmp_path, graph=GRAPHS["after"]), bel))
     api = TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 50000))
     body = {"ref": f"down/{DAYS[0]}", "fresh": True}
     answer = api.post("/api/wants/plan", json=body)
