@@ -444,3 +444,9 @@ def lookback_mid(ctx: JobContext, date: str) -> None:
 @lookback.job("top/{date}", rebuild_on_new_inputs=timedelta(days=2))
 def lookback_top(ctx: JobContext, date: str) -> None:
     ctx.write(f"top/{date}", ctx.read(f"mid/{date}"))
+
+
+# priced: runs whose costs tests/test_cost.py records by hand.
+priced_graph = Graph("priced")
+priced_graph.job("left/{n}", "right/{n}", label="pair")(lambda ctx, n: None)
+priced_graph.job("far/{n}", label="remote")(lambda ctx, n: None)

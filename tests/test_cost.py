@@ -17,20 +17,20 @@ from databuild.config import Settings
 from databuild.domain import events as ev
 from databuild.domain.cost import CostReport, SparkCost
 from databuild.errors import InvalidPatternError
-from databuild.graph import Graph
 from databuild.models import InstanceRef, WantSource, WantSpec
 from databuild.testing import POSTGRES_ADMIN_URL, postgres_database
 from databuild.views.cost import cost_report
 from databuild.views.lineage import job_run_view
 from databuild.web import create_app, web_context
 from tests.conftest import forked_cli, require_postgres
+from tests.graphs import priced_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 AT = datetime(2024, 1, 1, tzinfo=UTC)
 
-priced = Graph("priced")
-priced.job("left/{n}", "right/{n}", label="pair")(lambda ctx, n: None)
-priced.job("far/{n}", label="remote")(lambda ctx, n: None)
+# left/{n} + right/{n} (one job), far/{n}; in tests/graphs.py, where the CLI's commands load it without
+# this module's heavier imports.
+priced = priced_graph
 
 
 # SQLite is the unit tier's; PostgreSQL in a throwaway database of its own (a server).
@@ -132,7 +132,7 @@ def test_cost_through_the_cli_without_temporal_the_api_and_metrics(tmp_path: Pat
     bel.dispose()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
     env |= {"PYTHONPATH": str(ROOT), "COLUMNS": "200", "DATABUILD_TEMPORAL_ADDRESS": "127.0.0.1:9"}
-    env |= {"DATABUILD_DATABASE_URL": url, "DATABUILD_GRAPH": "tests.test_cost:priced"}
+    env |= {"DATABUILD_DATABASE_URL": url, "DATABUILD_GRAPH": "tests.graphs:priced_graph"}
     ran = forked_cli(
         [
             ["cost"],
@@ -162,7 +162,7 @@ def test_cost_through_the_cli_without_temporal_the_api_and_metrics(tmp_path: Pat
     assert f"(its share of run {run})" in partition_shown.stdout
 
     bel = BuildEventLog.create(url)
-    app = create_app(web_context(Settings(home=tmp_path, graph="tests.test_cost:priced"), bel))
+    app = create_app(web_context(Settings(home=tmp_path, graph="tests.graphs:priced_graph"), bel))
     client = TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 50000))
     api = client.get("/api/cost", params={"by": "partition", "pattern": "right/*"})
     assert api.status_code == 200, api.text
