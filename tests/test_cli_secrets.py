@@ -32,19 +32,18 @@ def cli_env(**extra: str) -> dict[str, str]:
     }
 
 
-def databuild(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "databuild.cli", *args],
-        cwd=tmp_path,
-        env=cli_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_commands_never_print_the_bel_password(tmp_path: Path) -> None:
-    migrated = databuild(tmp_path, "migrate")
+    # Each command in a process of its own, forked from one that imported the CLI once.
+    migrated, worker, bad, follow = forked_cli(
+        [
+            ["migrate"],
+            ["worker"],  # prints its settings, then finds no Temporal
+            (["migrate"], {"DATABUILD_OPENLINEAGE_URL": f"ftp://ci:{SECRET}@lineage.example/x"}),
+            ["upstream", "add", f"http://ci:{SECRET}@up.example:8000", "--pattern", "a/*"],
+        ],
+        cli_env(),
+        tmp_path,
+    )
     assert migrated.returncode == 0, migrated.stderr
     assert "BEL schema at postgresql+psycopg://postgres:***@127.0.0.1" in migrated.stdout
 
@@ -66,19 +65,13 @@ def test_commands_never_print_the_bel_password(tmp_path: Path) -> None:
         web.wait(timeout=30)
     assert f"dashboard http://127.0.0.1:{port}/" in log.read_text()
 
-    worker = databuild(tmp_path, "worker")  # prints its settings, then finds no Temporal
     assert "BEL postgresql+psycopg://postgres:***@127.0.0.1" in worker.stdout
     assert "worker on task queue databuild-examples.demo-graph at" in worker.stdout  # the graph's own
-
-    bad = databuild(tmp_path, "migrate", DATABUILD_OPENLINEAGE_URL=f"ftp://ci:{SECRET}@lineage.example/x")
     assert (
         bad.returncode == 2
         and "bad setting DATABUILD_OPENLINEAGE_URL: unsupported scheme 'ftp'" in bad.stderr
     )
-
-    follow = databuild(tmp_path, "upstream", "add", f"http://ci:{SECRET}@up.example:8000", "--pattern", "a/*")
     assert follow.returncode == 2 and "carries credentials" in follow.stderr, follow.stderr
-
     for run in (migrated, worker, bad, follow):
         assert SECRET not in run.stdout + run.stderr
     assert SECRET not in log.read_text()
