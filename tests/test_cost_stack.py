@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from databuild.jobs.attempts import attempt_name
 from databuild.jobs.spark import SparkRuntime
-from databuild.models import WantState, attempt_name
+from databuild.models import WantState
 from databuild.views.lineage import job_run_view
 
 pytestmark = pytest.mark.slow
