@@ -57,6 +57,7 @@ from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog, projector
 from databuild.bel import schema as s
 from databuild.domain import events as ev
+from databuild.domain.cost import SparkCost
 from databuild.models import (
     CheckResult,
     CheckSeverity,
@@ -324,8 +325,10 @@ class History:
             instance_id = self.new_instance_id()
             planned = [InstanceRef(ref=spec.ref, instance_id=instance_id)]
             self.emit(ev.JobRunStarted(job_run_id=run_id, attempt=1, worker="worker-1", instances=planned))
+            attempt = 1
             if self.rng.random() < 0.03:  # a lost worker: the run is retried
                 self.tick()
+                attempt = 2
                 instance_id = self.new_instance_id()
                 planned = [InstanceRef(ref=spec.ref, instance_id=instance_id)]
                 self.emit(
@@ -359,6 +362,13 @@ class History:
                     if state is not None and not state.is_final:
                         self.fulfil(d)
                 continue
+            # What the attempt cost, from Spark's accounting, recorded with its outcome as a worker does.
+            spent = SparkCost(task_seconds=2.5, cpu_seconds=1.5, tasks=4, spark_jobs=1)
+            self.emit(
+                ev.JobRunCostRecorded(
+                    job_run_id=run_id, attempt=attempt, job_label=label, executor="session", cost=spent
+                )
+            )
             self.emit(ev.JobRunSucceeded(job_run_id=run_id, reads=reads, writes=planned))
             location = f"file:///lake/{spec.ref}/~{instance_id}"
             self.emit(
