@@ -1,10 +1,7 @@
-"""What the unit tests of the BEL's aggregates share: a log on a SQLite file, and a small graph."""
+"""What the unit tests of the BEL's aggregates share: a small graph and its wants (the `bel` fixture, a log on a
+SQLite file, is tests/conftest.py's)."""
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
-
-import pytest
 
 from databuild.bel import BuildEventLog
 from databuild.domain.decisions import Verdict
@@ -18,13 +15,6 @@ for layer in ("up", "mid", "down"):  # the BEL only sees the reads it is told
     graph.job(f"{layer}/{{n}}", label=layer)(lambda ctx, n: None)
 
 AT = datetime(2024, 1, 1, tzinfo=UTC)
-
-
-@pytest.fixture
-def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
-    log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
-    yield log
-    log.dispose()
 
 
 def spec(ref: str, source: WantSource = WantSource.cli) -> WantSpec:

@@ -118,6 +118,14 @@ async def running_stack(
 
 
 @pytest.fixture
+def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
+    """A build event log on a SQLite file of the test's own (a module may define its own ``bel``)."""
+    log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
+    yield log
+    log.dispose()
+
+
+@pytest.fixture
 async def make_stack(
     temporal_env: WorkflowEnvironment, spark_runtime: SparkRuntime, tmp_path: Path
 ) -> AsyncIterator[object]:

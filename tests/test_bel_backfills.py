@@ -9,10 +9,8 @@ from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.errors import NotFoundError
 from databuild.models import WantSource, WantSpec, WantState
-from tests.bel_sqlite import bel
 
 pytestmark = pytest.mark.unit
-__all__ = ["bel"]
 
 REQUEST = BackfillRequest(
     pattern="up/{n}", start=datetime(2024, 1, 1, tzinfo=UTC), end=datetime(2024, 1, 2, tzinfo=UTC)

@@ -8,10 +8,9 @@ import pytest
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.models import InstanceRef, WantSource, WantSpec
-from tests.bel_sqlite import bel, decide, graph, spec
+from tests.bel_sqlite import decide, graph, spec
 
 pytestmark = pytest.mark.unit
-__all__ = ["bel"]
 
 
 def test_execute_then_delegate_then_live(bel: BuildEventLog) -> None:

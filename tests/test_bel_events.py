@@ -6,10 +6,9 @@ import pytest
 from databuild.bel import BuildEventLog
 from databuild.models import EventFilter, WantSource
 from databuild.testing import projection_rows
-from tests.bel_sqlite import bel, build, decide, spec
+from tests.bel_sqlite import build, decide, spec
 
 pytestmark = pytest.mark.unit
-__all__ = ["bel"]
 
 
 def test_pages_of_events_follow_the_cursor(bel: BuildEventLog) -> None:

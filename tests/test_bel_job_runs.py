@@ -6,10 +6,9 @@ import pytest
 from databuild.bel import BuildEventLog
 from databuild.errors import ConcurrentChangeError, NotFoundError, StaleAttemptError
 from databuild.models import InstanceRef, JobRunCause, JobRunState, PartitionStatus
-from tests.bel_sqlite import bel, build, decide, spec
+from tests.bel_sqlite import build, decide, spec
 
 pytestmark = pytest.mark.unit
-__all__ = ["bel"]
 
 
 def test_a_run_starts_once_per_attempt_and_publishes_its_outputs(bel: BuildEventLog) -> None:

@@ -6,10 +6,9 @@ import pytest
 from databuild.bel import BuildEventLog
 from databuild.errors import InvalidTransitionError, NotFoundError
 from databuild.models import InstanceRef, InstanceStatus, PartitionStatus
-from tests.bel_sqlite import bel, build, decide, spec
+from tests.bel_sqlite import build, decide, spec
 
 pytestmark = pytest.mark.unit
-__all__ = ["bel"]
 
 
 def test_publishing_is_idempotent_per_instance(bel: BuildEventLog) -> None:

@@ -6,10 +6,9 @@ import pytest
 
 from databuild.bel import BuildEventLog
 from databuild.models import JobRunState, WantSpec
-from tests.bel_sqlite import AT, bel, decide, spec
+from tests.bel_sqlite import AT, decide, spec
 
 pytestmark = pytest.mark.unit
-__all__ = ["bel"]
 
 
 def test_a_pool_admits_as_many_runs_as_it_has_slots(bel: BuildEventLog) -> None:

@@ -9,10 +9,9 @@ from databuild.bel import BuildEventLog
 from databuild.domain.endings import Finished
 from databuild.errors import NotFoundError
 from databuild.models import InstanceRef, JobRunState, WantSource, WantState
-from tests.bel_sqlite import AT, bel, build, decide, spec
+from tests.bel_sqlite import AT, build, decide, spec
 
 pytestmark = pytest.mark.unit
-__all__ = ["bel"]
 
 
 def test_registering_is_idempotent_and_the_want_reads_back(bel: BuildEventLog) -> None:

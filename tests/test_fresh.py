@@ -5,7 +5,6 @@ its stale inputs, once; two build it once; an unchanged version rebuilds nothing
 stack: tests/test_fresh_stack.py.)"""
 
 import os
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,13 +31,6 @@ pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[1]
 AT = datetime(2024, 1, 1, tzinfo=UTC)
 DAYS = ["2024-01-01", "2024-01-02"]
-
-
-@pytest.fixture
-def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
-    log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
-    yield log
-    log.dispose()
 
 
 def fresh_want(bel: BuildEventLog, ref: str, source: WantSource = WantSource.cli) -> WantSpec:

@@ -9,10 +9,9 @@ from databuild.graph import Graph
 from databuild.graph.versions import code_version
 from databuild.models import InstanceRef
 from databuild.testing import projection_rows
-from tests.bel_sqlite import bel, decide, spec
+from tests.bel_sqlite import decide, spec
 
 pytestmark = pytest.mark.unit
-__all__ = ["bel"]
 
 
 def test_a_job_declares_its_version_or_has_its_body_s() -> None:

@@ -2,9 +2,7 @@
 (databuild.domain.late_data), the readers the BEL finds for it, and a window the graph refuses. (On the
 real stack: tests/test_late_data_stack.py.)"""
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -66,13 +64,6 @@ def test_a_window_too_short_or_malformed_is_refused_when_the_graph_loads(window:
     g = Graph("g")
     with pytest.raises(GraphDefinitionError, match=f"^rebuild_on_new_inputs=.*{why}"):
         g.job("a/{n}", rebuild_on_new_inputs=window)(lambda ctx, n: None)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
-    log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
-    yield log
-    log.dispose()
 
 
 def test_the_bel_finds_the_live_readers_of_an_older_instance_with_their_data_time(bel: BuildEventLog) -> None:

@@ -5,7 +5,6 @@ tests/test_plans_stack.py.)"""
 import json
 import os
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -31,13 +30,6 @@ graph.job("down/{n}", "down_top/{n}", label="down", inputs=lambda n: [f"mid/{n}"
     lambda ctx, n: None
 )
 graph.external("ext/{name}")
-
-
-@pytest.fixture
-def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
-    log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
-    yield log
-    log.dispose()
 
 
 def start(bel: BuildEventLog, ref: str) -> str:

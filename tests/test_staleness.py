@@ -4,7 +4,6 @@ tainted input does too. (The rule itself: tests/test_domain_staleness.py.)"""
 
 import json
 import os
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -39,13 +38,6 @@ GRAPHS = {
     "after": "tests.graphs:layered_v2",
     "nowhere": "tests.graphs:nowhere",
 }
-
-
-@pytest.fixture
-def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
-    log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
-    yield log
-    log.dispose()
 
 
 def build(bel: BuildEventLog, ref: str, *reads: InstanceRef, graph: Graph = before) -> InstanceRef:

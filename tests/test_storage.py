@@ -49,13 +49,6 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.
     return Storage(f"s3a://{BUCKET}/{uuid.uuid4().hex[:8]}")
 
 
-@pytest.fixture
-def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
-    log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
-    yield log
-    log.dispose()
-
-
 def test_files_are_written_listed_read_back_and_deleted(storage: Storage) -> None:
     storage.write_text("a/b.json", "one")
     storage.write_text("a/b.json", "two")  # replaced whole
