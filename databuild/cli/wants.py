@@ -4,7 +4,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Group
@@ -107,38 +107,24 @@ class _Asked:
     requires: tuple[str, ...]
     fresh: bool
 
+    def options(self) -> dict[str, Any]:
+        """What a plan, a spec and a registration all take (a registration and a spec: the source too)."""
+        return {
+            "data_timestamp": self.data_timestamp,
+            "sla": self.sla,
+            "ttl": self.ttl,
+            "requires": self.requires,
+            "fresh": self.fresh,
+        }
+
     def check(self) -> None:
-        build_spec(
-            load_graph(settings().graph),
-            self.ref,
-            data_timestamp=self.data_timestamp,
-            sla=self.sla,
-            ttl=self.ttl,
-            source=self.source,
-            requires=self.requires,
-            fresh=self.fresh,
-        )
+        build_spec(load_graph(settings().graph), self.ref, source=self.source, **self.options())
 
     async def plan(self, db: DataBuild) -> Plan:
-        return await db.plan(
-            self.ref,
-            data_timestamp=self.data_timestamp,
-            sla=self.sla,
-            ttl=self.ttl,
-            requires=self.requires,
-            fresh=self.fresh,
-        )
+        return await db.plan(self.ref, **self.options())
 
     async def register(self, db: DataBuild) -> WantSpec:
-        return await db.want(
-            self.ref,
-            data_timestamp=self.data_timestamp,
-            sla=self.sla,
-            ttl=self.ttl,
-            source=self.source,
-            requires=self.requires,
-            fresh=self.fresh,
-        )
+        return await db.want(self.ref, source=self.source, **self.options())
 
 
 async def _want(asked: _Asked, *, wait: bool, as_json: bool) -> Want | None:
