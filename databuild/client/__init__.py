@@ -527,7 +527,8 @@ class DataBuild:
         the data is (default: the ref's own folder under the storage root). Returns the
         partition, whether this call changed it, and how many wants were signalled. A ref the graph
         does not declare external, or outside ``patterns``, raises AnnouncementRefusedError."""
-        check_announcement(await self.loaded_graph(), ref, patterns)
+        graph = await self.loaded_graph()
+        check_announcement(graph, ref, patterns)
         where = location or ref_uri(self.settings.storage_root, ref)
         partition, created = await self.bel.call(self.bel.publish_external, ref, instance_id, source, where)
         assert partition.instance_id is not None
@@ -537,7 +538,6 @@ class DataBuild:
             client, self.bel, [ref], lambda _sub: (SIGNAL_PARTITION_AVAILABLE, notice)
         )
         if created:  # a newer instance: late data, for the readers of the older one within their window
-            graph = await self.loaded_graph()
             await rebuild_late_readers(client, self.bel, graph, self.settings.task_queue, [ref])
         return partition, created, signalled
 

@@ -119,8 +119,8 @@ def stale_among(bel: BelQueries, graph: Graph, refs: Sequence[str]) -> dict[str,
 
 
 def _live(bel: BelQueries, ref: str) -> Partition | None:
-    found = bel.partitions_by_ref([ref])
-    return found[0] if found and found[0].status is PartitionStatus.live else None
+    found = bel.find_partition(ref)
+    return found if found is not None and found.status is PartitionStatus.live else None
 
 
 def versions(graph: Graph) -> dict[str, str]:
