@@ -2,7 +2,6 @@
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -37,6 +36,7 @@ from databuild.testing import (
     start_dev_server,
 )
 from databuild.testing.cluster import QUICK_JVM
+from tests import cli_fork as fork_server
 from worker.run import WorkerParts, running_worker
 
 # The `unit` marker's guard (a unit test that starts or reaches a server fails), and pytester to test it.
@@ -250,21 +250,13 @@ def stack_env(stack: Stack, **extra: str) -> dict[str, str]:
 
 
 async def cli(stack: Stack, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run the CLI in a thread, so the in-process worker keeps serving while it runs."""
-    command = [sys.executable, "-m", "databuild.cli", *args]
-    return await asyncio.to_thread(
-        subprocess.run,
-        command,
-        env=stack_env(stack, COLUMNS="200", **env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """`databuild ARGS` against this test's stack, in a process of its own forked from one that imported the
+    CLI once (tests/cli_fork.py); in a thread, so the in-process worker keeps serving while it runs."""
+    return await asyncio.to_thread(fork_server.cli, args, stack_env(stack, COLUMNS="200", **env))
 
 
 async def cli_batch(stack: Stack, *commands: list[str], **env: str) -> list[subprocess.CompletedProcess[str]]:
-    """``cli`` for each command, each in a process of its own, all forked from one process that imported
-    the CLI once (tests/cli_fork.py): a table of commands costs one interpreter start, not one each."""
+    """``cli`` for each command, one after another."""
     return await asyncio.to_thread(forked_cli, list(commands), stack_env(stack, COLUMNS="200", **env), ROOT)
 
 
@@ -272,21 +264,10 @@ def forked_cli(
     commands: Sequence[list[str] | tuple[list[str], dict[str, str]]], env: dict[str, str], cwd: Path
 ) -> list[subprocess.CompletedProcess[str]]:
     """Each command (its arguments, or its arguments and variables of its own) as `python -m databuild.cli`
-    in ``cwd`` with ``env``, each in a process forked from one that imported the CLI once."""
-    requests = [{"args": c[0], "env": c[1]} if isinstance(c, tuple) else {"args": c} for c in commands]
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.cli_fork"],
-        input=json.dumps(requests),
-        cwd=cwd,
-        env={**env, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120 + 30 * len(commands),
-    )
-    assert done.returncode == 0, done.stderr
+    in ``cwd`` with ``env``, one after another, each in a process of its own (tests/cli_fork.py)."""
     return [
-        subprocess.CompletedProcess([sys.executable, "-m", "databuild.cli", *request["args"]], **result)
-        for request, result in zip(requests, json.loads(done.stdout), strict=True)
+        fork_server.cli(c[0], {**env, **c[1]}, cwd) if isinstance(c, tuple) else fork_server.cli(c, env, cwd)
+        for c in commands
     ]
 
 

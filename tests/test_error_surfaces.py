@@ -36,6 +36,7 @@ from databuild.operations.alerts import channels
 from databuild.temporal.connection import temporal_binary
 from databuild.testing import free_port
 from databuild.web import create_app, web_context
+from tests import cli_fork as fork_server
 from tests.conftest import cli_batch
 from tests.helpers import s3_server
 
@@ -45,31 +46,17 @@ BASE = "http://localhost:8000"
 LOOPBACK = ("127.0.0.1", 50000)
 
 
-class Ran:
-    def __init__(self, result: dict[str, object]) -> None:
-        self.returncode = int(str(result["returncode"]))
-        self.stdout = str(result["stdout"])
-        self.stderr = str(result["stderr"])
-
-
-def forked(home: Path, *commands: tuple[list[str], dict[str, str]]) -> list[Ran]:
-    """Each command (arguments, environment) in a process of its own, forked from one that imported the
-    CLI once (tests/cli_fork.py), with no DATABUILD_ setting but ``home`` unless the command sets it."""
+def forked(home: Path, *commands: tuple[list[str], dict[str, str]]) -> list[subprocess.CompletedProcess[str]]:
+    """Each command (arguments, environment) in a process of its own, all at once, forked from one that
+    imported the CLI once (tests/cli_fork.py), with no DATABUILD_ setting but ``home`` unless the command
+    sets it."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.cli_fork"],
-        input=json.dumps([{"args": args, "env": env} for args, env in commands]),
-        cwd=ROOT,
-        env={**clean, "COLUMNS": "500", "DATABUILD_HOME": str(home)},
-        capture_output=True,
-        text=True,
-        timeout=120 + 60 * len(commands),
-    )
-    assert done.returncode == 0, done.stderr
-    return [Ran(result) for result in json.loads(done.stdout)]
+    base = {**clean, "COLUMNS": "500", "DATABUILD_HOME": str(home)}
+    with ThreadPoolExecutor(len(commands)) as pool:
+        return list(pool.map(lambda c: fork_server.cli(c[0], {**base, **c[1]}, ROOT, 120 + 60), commands))
 
 
-def one_line(ran: Ran | subprocess.CompletedProcess[str], code: int, says: str) -> None:
+def one_line(ran: subprocess.CompletedProcess[str], code: int, says: str) -> None:
     """The rule's CLI half: exit ``code``, one line on stderr that says ``says``, no traceback or secret."""
     shown = ran.stdout + ran.stderr
     assert ran.returncode == code, shown
