@@ -8,7 +8,8 @@ import pytest
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.errors import NotFoundError
-from databuild.models import WantSource, WantSpec, WantState
+from databuild.models import JobRunCause, WantSource, WantSpec, WantState, job_run_workflow_id
+from tests.bel_sqlite import graph
 
 pytestmark = pytest.mark.unit
 
@@ -100,3 +101,25 @@ def test_a_cancel_ends_the_wants_its_window_never_started_in_bulk(bel: BuildEven
     # The started one, with its workflow, is the reach's (cancel_wants), and is cancelled so.
     assert [w.ref for w in bel.backfill_reach(REQUEST.backfill_id)] == ["up/1"]
     assert bel.cancel_unstarted(REQUEST.backfill_id) == 0
+
+
+def test_a_cancel_while_its_window_starts_wants_leaves_one_that_decided_to_the_reach(
+    bel: BuildEventLog,
+) -> None:
+    # The window records a step once its wants are started: a cancel meanwhile finds them at places not
+    # recorded started. The first's workflow decided (queued a run) before the cancel; ended in bulk, its
+    # run would start after the cancel returned, and its workflow would go on following it.
+    bel.record_backfill(REQUEST, 2, SPECS)
+    step = bel.plan_window_step(REQUEST.backfill_id, window=2)
+    assert [w.ref for w in step.to_start] == ["up/1", "up/2"]
+    run = bel.decide(SPECS[0].want_id, 1, graph.resolve("up/1"))
+    assert run.kind == "execute"
+    bel.cancel_backfill(REQUEST.backfill_id)
+    assert bel.cancel_unstarted(REQUEST.backfill_id) == 1  # up/2: it never decided
+    assert [w.ref for w in bel.backfill_reach(REQUEST.backfill_id)] == ["up/1"]
+    cancelled, ended = bel.cancel_wants([SPECS[0].want_id], "its backfill was cancelled")
+    assert [w.ref for w in cancelled] == ["up/1"]
+    assert ended == [job_run_workflow_id("up", run.job_run_id)]  # its run ends before it could start
+    assert bel.job_run(run.job_run_id).cause is JobRunCause.abandoned
+    bel.record_window_step(step)
+    assert {w.state for w in bel.wants()} == {WantState.canceled}

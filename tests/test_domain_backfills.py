@@ -117,3 +117,12 @@ def test_cancel_pause_and_resume_happen_once_and_retry_always() -> None:
     (legacy,) = rules.retry("b", windowed=False)
     assert isinstance(windowed, ev.BackfillRetried) and windowed.rewind
     assert isinstance(legacy, ev.BackfillRetried) and not legacy.rewind
+
+
+def test_a_cancel_ends_in_bulk_only_the_unstarted_wants_that_never_decided() -> None:
+    # A step is recorded once its wants are started: one at a place not recorded started may have a
+    # workflow that decided (a run queued for it), which the cancel's reach ends and tells instead.
+    states = {IDS[0]: WantState.new, IDS[1]: WantState.building, IDS[2]: WantState.successful}
+    (ended,) = rules.cancel_unstarted("b", states)
+    assert isinstance(ended, ev.WantFinished)
+    assert (ended.want_id, ended.state, ended.reason) == (IDS[0], WantState.canceled, cancel_reason("b"))

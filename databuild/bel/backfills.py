@@ -33,7 +33,9 @@ from databuild.models import (
 MEMBERS = s.backfill_wants.c
 MEMBER_WANTS = s.backfill_wants.join(s.wants, s.wants.c.want_id == MEMBERS.want_id)
 FINAL = [state.value for state in FINAL_WANT_STATES]
-UNSTARTED_CHUNK = 1000  # unstarted wants a cancel ends per transaction: short, so decisions interleave
+# Unstarted wants a cancel ends per transaction: short, so decisions interleave; each holds their locks, as
+# many as a chunk of the registration holds (PostgreSQL's lock table is finite).
+UNSTARTED_CHUNK = 500
 
 
 def ended_wants(backfill_id: str) -> Select[Any]:
@@ -335,29 +337,34 @@ class BackfillCommands(BackfillReads, WriteBase):
         return bool(events)
 
     def cancel_unstarted(self, backfill_id: str) -> int:
-        """End `canceled` the open wants of the cancelled backfill that its window has not started: they
-        have no workflow, and derived nothing. In bulk, a few thousand per transaction, each under the
-        backfill's lock (a window's step takes it too, and finds it cancelled). Returns how many."""
+        """End `canceled` the wants of the cancelled backfill that its window has not recorded started and
+        that never decided (``backfills.cancel_unstarted``): they queued nothing and derived nothing. A
+        step is recorded once its wants are started, so some may have workflows, which find them ended at
+        their first decision; those that decided meanwhile are left to ``cancel_wants``. In bulk, a few
+        hundred per transaction, each under the backfill's lock (a window's step takes it too, and finds
+        it cancelled) and its wants' (a decision comes before, and the want is left, or after, and finds it
+        ended). Returns how many."""
         with self.reader.connect() as conn:
             found = list(conn.execute(unstarted(backfill_id, open_only=True)).scalars())
         total = 0
         for first in range(0, len(found), UNSTARTED_CHUNK):
             chunk = found[first : first + UNSTARTED_CHUNK]
-            with self._write(backfill_key(backfill_id)) as tx:
+            with self._write(backfill_key(backfill_id), *map(want_key, chunk)) as tx:
                 if not backfill_row(tx.conn, backfill_id)["canceled"]:
                     break  # retried meanwhile: its window starts them again
-                still = set(
-                    tx.conn.execute(
-                        select(s.wants.c.want_id).where(
-                            s.wants.c.want_id.in_(bindparam("ids", expanding=True)),
-                            s.wants.c.state.not_in(FINAL),
+                read = {
+                    want_id: WantState(state)
+                    for want_id, state in tx.conn.execute(
+                        select(s.wants.c.want_id, s.wants.c.state).where(
+                            s.wants.c.want_id.in_(bindparam("ids", expanding=True))
                         ),
                         {"ids": chunk},
-                    ).scalars()
-                )
-                ids = [w for w in chunk if w in still]
-                tx.extend(backfill_rules.cancel_unstarted(backfill_id, ids))
-            total += len(ids)
+                    )
+                }
+                states = {want_id: read[want_id] for want_id in chunk if want_id in read}
+                events = backfill_rules.cancel_unstarted(backfill_id, states)
+                tx.extend(events)
+            total += len(events)
         return total
 
     def retry_backfill(self, backfill_id: str) -> list[Want]:

@@ -128,11 +128,17 @@ def cancel(backfill_id: str, canceled: bool) -> list[ev.Event]:
     return [] if canceled else [ev.BackfillCanceled(backfill_id=backfill_id)]
 
 
-def cancel_unstarted(backfill_id: str, want_ids: Sequence[str]) -> list[ev.Event]:
-    """The wants of a cancelled backfill that its window never started end `canceled` (they have no
-    workflow to tell, and derived nothing)."""
+def cancel_unstarted(backfill_id: str, wants: Mapping[str, WantState]) -> list[ev.Event]:
+    """The wants of a cancelled backfill at places its window has not recorded started (``wants``: their
+    states) end `canceled` in bulk, with no workflow told, if they never decided (``new``): they queued
+    no run and derived nothing, and a workflow of theirs (a step is recorded only once its wants are
+    started, so its window may be starting them) finds them ended at its first decision. One that decided
+    has a workflow following a run or derivative wants: it is left to ``wants.cancel`` (the cancel's
+    reach), which ends the run it queued and tells its workflow."""
     reason = cancel_reason(backfill_id)
-    return [want_rules.canceled(want_id, reason) for want_id in want_ids]
+    return [
+        want_rules.canceled(want_id, reason) for want_id, state in wants.items() if state is WantState.new
+    ]
 
 
 def pause(backfill_id: str, paused: bool, pausing: bool) -> list[ev.Event]:
