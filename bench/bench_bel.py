@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Column, Integer, MetaData, Table, create_engine, insert, text
+from sqlalchemy import Column, Integer, MetaData, Table, create_engine, event, insert, text
 
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
@@ -119,6 +119,37 @@ def decisions_per_second(url: str, clients: int, total: int, contended: bool) ->
     return clients * per_client / elapsed
 
 
+def statements_per_decision(url: str, decisions: int, contended: bool) -> dict[str, float]:
+    """What one decision sends the database, one client: statements (reads, locks, writes) and commits."""
+    reset(url)
+    bel = BuildEventLog.create(url)
+    specs = [
+        WantSpec(ref=f"x/{0 if contended else j}", data_timestamp=T0 + timedelta(minutes=j))
+        for j in range(decisions)
+    ]
+    for spec in specs:
+        bel.register_want(spec)
+    counts = {"statements": 0, "commits": 0}
+
+    def statement(*_: Any) -> None:
+        counts["statements"] += 1
+
+    def commit(*_: Any) -> None:
+        counts["commits"] += 1
+
+    engines = {bel.writer, bel.reader}
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", statement)
+        event.listen(engine, "commit", commit)
+    for spec in specs:
+        bel.decide(spec.want_id, 1, graph.resolve(spec.ref))
+    for engine in engines:
+        event.remove(engine, "before_cursor_execute", statement)
+        event.remove(engine, "commit", commit)
+    bel.dispose()
+    return {name: count / decisions for name, count in counts.items()}
+
+
 def raw_commits_per_second(url: str, clients: int, total: int) -> float:
     """Single-row INSERT + COMMIT per iteration, each client on its own connection."""
     reset(url)
@@ -189,9 +220,9 @@ def append_ratio(url: str, count: int) -> dict[str, float]:
         for i, w in enumerate(specs)
     ]
     start = time.perf_counter()
-    for event, want, subscription in rows:
+    for row, want, subscription in rows:
         with bel.writer.begin() as conn:
-            conn.execute(insert(s.events).values(**event))
+            conn.execute(insert(s.events).values(**row))
             conn.execute(insert(s.wants).values(**want))
             conn.execute(insert(s.subscriptions).values(**subscription))
     raw_s = time.perf_counter() - start
@@ -216,6 +247,10 @@ def measure(name: str, base: str, args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
     figures["append"] = append_ratio(url("append"), args.appends)
+    figures["per_decision"] = {
+        case: statements_per_decision(url(f"count-{case}"), min(args.decisions, 100), case == "contended")
+        for case in ("distinct", "contended")
+    }
     return figures
 
 
@@ -246,6 +281,10 @@ def table(results: dict[str, Any]) -> str:
     for name, figures in results.items():
         a = figures["append"]
         lines.append(f"{name:<12}{a['bel_per_s']:>15.0f}{a['raw_per_s']:>15.0f}{a['ratio']:>7.2f}x")
+    lines += ["", f"{'backend':<12}{'case':<12}{'statements/decision':>21}{'commits/decision':>18}", "-" * 63]
+    for name, figures in results.items():
+        for case, per in figures["per_decision"].items():
+            lines.append(f"{name:<12}{case:<12}{per['statements']:>21.1f}{per['commits']:>18.1f}")
     return "\n".join(lines)
 
 

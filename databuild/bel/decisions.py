@@ -17,7 +17,7 @@ from databuild.bel.rows import (
     derived_above,
     job_run_row,
     open_among,
-    partition_at,
+    partitions_at,
     want_row,
 )
 from databuild.domain import decisions, reach
@@ -76,16 +76,18 @@ class DecisionCommands(WriteBase):
                 )
             )
         }
-        partitions = {out: partition_at(conn, out) for out in outputs}
+        declared = target.job.declared_inputs(target.params) if target is not None else []
+        # The outputs and the declared inputs, in one statement.
+        read = partitions_at(conn, [*outputs, *declared])
+        partitions = {out: read[out] for out in outputs}
         followed = {p.building_job_run_id for p in partitions.values() if p and p.building_job_run_id}
         if want["job_run_id"]:
             followed.add(want["job_run_id"])
         failed = [out for out, p in partitions.items() if p and p.status is PartitionStatus.failed]
-        declared = target.job.declared_inputs(target.params) if target is not None else []
         batch = self._open_batch(conn, target) if target is not None and target.job.batch else None
         return decisions.DecisionState(
             batch=batch,
-            declared={ref: partition_at(conn, ref) for ref in declared if ref not in outputs},
+            declared={ref: read[ref] for ref in declared if ref not in outputs},
             want=decisions.WantStep(
                 want_id=want_id,
                 ref=want["ref"],

@@ -183,6 +183,15 @@ def partition_at(conn: Connection, ref: str) -> Partition | None:
     return partition_from_row(row) if row is not None else None
 
 
+def partitions_at(conn: Connection, refs: Iterable[str]) -> dict[str, Partition | None]:
+    """``partition_at`` of each ref, in one statement per chunk of refs."""
+    found: dict[str, Partition | None] = dict.fromkeys(refs)
+    for chunk in chunks(sorted(found)):
+        for row in conn.execute(select(s.partitions).where(s.partitions.c.ref.in_(chunk))).mappings():
+            found[row["ref"]] = partition_from_row(row)
+    return found
+
+
 def require_partition(conn: Connection, ref: str) -> RowMapping:
     row = partition_row(conn, ref)
     if row is None:

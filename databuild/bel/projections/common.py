@@ -3,11 +3,16 @@
 Statements are built once, with bound parameters: building one per call (``update(...).values(...)``)
 cost several times what executing it does, and a replay or a benchmark's fill runs millions."""
 
+import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, delete, insert, select, update
+from sqlalchemy.dialects.postgresql import Insert as PostgresInsert
+from sqlalchemy.dialects.postgresql import insert as postgres_insert
+from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from databuild.bel import schema as s
 from databuild.domain import events as ev
@@ -70,13 +75,6 @@ REFS_OF_WANTS = select(s.wants.c.ref, s.wants.c.want_id).where(
     s.wants.c.want_id.in_(bindparam("want_ids", expanding=True))
 )
 UNSUBSCRIBE = delete(s.subscriptions).where(s.subscriptions.c.want_id == bindparam("want_id"))
-SUBSCRIBED = select(s.subscriptions.c.ref).where(
-    s.subscriptions.c.want_id == bindparam("want_id"),
-    s.subscriptions.c.ref.in_(bindparam("refs", expanding=True)),
-)
-LINKED = select(s.want_job_runs.c.relation).where(
-    s.want_job_runs.c.want_id == bindparam("want_id"), s.want_job_runs.c.job_run_id == bindparam("job_run_id")
-)
 BATCH_OF = select(s.job_runs.c.outputs, s.job_runs.c.members).where(
     s.job_runs.c.job_run_id == bindparam("job_run_id")
 )
@@ -187,24 +185,32 @@ def set_job_run(conn: Connection, job_run_id: str, at: datetime, **values: objec
     conn.execute(UPDATE_JOB_RUN, {"pk": job_run_id, "updated_at": at, **values})
 
 
+@functools.cache
+def insert_or_skip(dialect: str, table: Table) -> SqliteInsert | PostgresInsert:
+    """INSERT that leaves a row that is already there (by any unique key) as it is: one statement where a
+    read and a write took two. Built once per database and table, so SQLAlchemy compiles it once."""
+    return (sqlite_insert if dialect == "sqlite" else postgres_insert)(table).on_conflict_do_nothing()
+
+
+@functools.cache
+def upsert_partition_setting(dialect: str, columns: tuple[str, ...]) -> SqliteInsert | PostgresInsert:
+    """INSERT of a partition row that, if the ref has one, sets ``columns`` on it instead."""
+    made = (sqlite_insert if dialect == "sqlite" else postgres_insert)(s.partitions)
+    changed = {column: made.excluded[column] for column in columns}
+    return made.on_conflict_do_update(index_elements=[s.partitions.c.ref], set_=changed)
+
+
 def link(conn: Connection, want_id: str, job_run_id: str, relation: str) -> None:
-    if conn.execute(LINKED, {"want_id": want_id, "job_run_id": job_run_id}).first() is None:
-        conn.execute(
-            insert(s.want_job_runs), {"want_id": want_id, "job_run_id": job_run_id, "relation": relation}
-        )
+    """Link the want to the run, unless it is already (its first relation stays)."""
+    row = {"want_id": want_id, "job_run_id": job_run_id, "relation": relation}
+    conn.execute(insert_or_skip(conn.dialect.name, s.want_job_runs), row)
 
 
 def subscribe(conn: Connection, want_id: str, refs: list[str], workflow_id: str) -> None:
     if not refs:
         return
-    have = set(conn.execute(SUBSCRIBED, {"want_id": want_id, "refs": refs}).scalars())
-    rows = [
-        {"ref": r, "want_id": want_id, "workflow_id": workflow_id}
-        for r in dict.fromkeys(refs)
-        if r not in have
-    ]
-    if rows:
-        conn.execute(insert(s.subscriptions), rows)
+    rows = [{"ref": r, "want_id": want_id, "workflow_id": workflow_id} for r in dict.fromkeys(refs)]
+    conn.execute(insert_or_skip(conn.dialect.name, s.subscriptions), rows)
 
 
 def record_reads(conn: Connection, job_run_id: str, reads: list[InstanceRef]) -> None:
@@ -226,9 +232,8 @@ def inherited_staleness(conn: Connection, job_run_id: str | None) -> str | None:
 def upsert_partition(
     conn: Connection, ref: str, at: datetime, found: bool | None = None, **values: object
 ) -> None:
-    """``found``: whether the partition has a row, when the caller has just read it."""
-    if found is None:
-        found = conn.execute(PARTITION, {"ref": ref}).first() is not None
+    """Set ``values`` on the partition's row, made if it has none. ``found``: whether it has one, when the
+    caller has just read it."""
     if found:
         conn.execute(UPDATE_PARTITION, {"pk": ref, "updated_at": at, **values})
         return
@@ -242,4 +247,7 @@ def upsert_partition(
         "updated_at": at,
     }
     row.update(values)
-    conn.execute(insert(s.partitions), row)
+    if found is False:
+        conn.execute(insert(s.partitions), row)
+        return
+    conn.execute(upsert_partition_setting(conn.dialect.name, ("updated_at", *sorted(values))), row)
