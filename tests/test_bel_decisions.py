@@ -4,6 +4,7 @@ loaded under the locks of the want and its job's outputs."""
 from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy import event
 
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
@@ -42,3 +43,20 @@ def test_a_want_of_a_paused_backfill_is_paused(bel: BuildEventLog) -> None:
     assert bel.decide(want.want_id, 1, graph.resolve("up/1")).kind == "paused"
     bel.pause_backfill(request.backfill_id, False)
     assert bel.decide(want.want_id, 2, graph.resolve("up/1")).kind == "execute"
+
+
+def test_a_decision_is_one_transaction_of_few_statements(bel: BuildEventLog) -> None:
+    """What one decision sends the database (``bench_bel`` prints it for both backends): the state read
+    in few statements, and the projections' upserts each one statement, not a read and a write."""
+    sent: list[str] = []
+
+    def count(conn: object, cursor: object, statement: str, *_: object) -> None:
+        sent.append(statement.split()[0].upper())
+
+    want = spec("a/7")
+    bel.register_want(want)
+    for engine in {bel.writer, bel.reader}:
+        event.listen(engine, "before_cursor_execute", count)
+    assert bel.decide(want.want_id, 1, graph.resolve(want.ref)).kind == "execute"  # a run of two outputs
+    assert sent.count("BEGIN") == 1
+    assert len(sent) <= 13, sent
