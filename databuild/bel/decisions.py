@@ -56,8 +56,8 @@ class DecisionCommands(WriteBase):
         with self._write(want_key(want_id), *map(ref_key, outputs), *batch) as tx:
             state = replace(self._decision_state(tx.conn, want_id, resolution.target, outputs), fresh=fresh)
             decided = decisions.decide(state, seq, new_job_run_id())
+            tx.extend(decided.events)  # a new run's outputs are projected building in one statement
             for event in decided.events:
-                tx.append(event)
                 if isinstance(event, ev.JobRunQueued):  # a new run: its lease is new too
                     tx.conn.execute(
                         insert(s.job_run_leases).values(job_run_id=event.job_run_id, expires_at=tx.at + lease)

@@ -229,14 +229,8 @@ def inherited_staleness(conn: Connection, job_run_id: str | None) -> str | None:
     return str(row.stale_cause or row.instance_id)
 
 
-def upsert_partition(
-    conn: Connection, ref: str, at: datetime, found: bool | None = None, **values: object
-) -> None:
-    """Set ``values`` on the partition's row, made if it has none. ``found``: whether it has one, when the
-    caller has just read it."""
-    if found:
-        conn.execute(UPDATE_PARTITION, {"pk": ref, "updated_at": at, **values})
-        return
+def new_partition_row(ref: str, at: datetime, **values: object) -> dict[str, object]:
+    """The row of a partition first heard of now, with ``values`` set."""
     row: dict[str, object] = {
         "ref": ref,
         "status": PartitionStatus.missing.value,
@@ -247,7 +241,18 @@ def upsert_partition(
         "updated_at": at,
     }
     row.update(values)
-    if found is False:
-        conn.execute(insert(s.partitions), row)
-        return
-    conn.execute(upsert_partition_setting(conn.dialect.name, ("updated_at", *sorted(values))), row)
+    return row
+
+
+def upsert_partition(
+    conn: Connection, ref: str, at: datetime, found: bool | None = None, **values: object
+) -> None:
+    """Set ``values`` on the partition's row, made if it has none. ``found``: whether it has one, when the
+    caller has just read it."""
+    if found:
+        conn.execute(UPDATE_PARTITION, {"pk": ref, "updated_at": at, **values})
+    elif found is False:
+        conn.execute(insert(s.partitions), new_partition_row(ref, at, **values))
+    else:
+        upsert = upsert_partition_setting(conn.dialect.name, ("updated_at", *sorted(values)))
+        conn.execute(upsert, new_partition_row(ref, at, **values))

@@ -1,5 +1,6 @@
 """Projections of the events of partitions and their instances."""
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import Connection, delete, insert
@@ -13,8 +14,11 @@ from databuild.bel.projections.common import (
     TAINT_PARTITION,
     UPDATE_INSTANCE,
     inherited_staleness,
+    new_partition_row,
     projects,
+    projects_together,
     upsert_partition,
+    upsert_partition_setting,
 )
 from databuild.domain import events as ev
 from databuild.domain.facts import schema_changed
@@ -25,9 +29,11 @@ from databuild.models import (
 )
 
 
-@projects(ev.PartitionBuilding)
-def _partition_building(conn: Connection, event: ev.PartitionBuilding, at: datetime) -> None:
-    upsert_partition(conn, event.ref, at, building_job_run_id=event.job_run_id)
+@projects_together(ev.PartitionBuilding)
+def _partitions_building(conn: Connection, events: Sequence[ev.PartitionBuilding], at: datetime) -> None:
+    """The outputs a run starts building, in one statement."""
+    rows = [new_partition_row(e.ref, at, building_job_run_id=e.job_run_id) for e in events]
+    conn.execute(upsert_partition_setting(conn.dialect.name, ("updated_at", "building_job_run_id")), rows)
 
 
 @projects(ev.PartitionLive)
