@@ -59,4 +59,4 @@ def test_a_decision_is_one_transaction_of_few_statements(bel: BuildEventLog) -> 
         event.listen(engine, "before_cursor_execute", count)
     assert bel.decide(want.want_id, 1, graph.resolve(want.ref)).kind == "execute"  # a run of two outputs
     assert sent.count("BEGIN") == 1
-    assert len(sent) <= 12, sent
+    assert len(sent) <= 11, sent
