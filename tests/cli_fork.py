@@ -80,7 +80,8 @@ def serve() -> None:
     pending = b""
     reading = True
     while reading or running:
-        ready, _, _ = select.select([0] if reading else [], [], [], 0.01)
+        # Idle, it sleeps until a request comes; while commands run, it looks for their ends every 10 ms.
+        ready, _, _ = select.select([0] if reading else [], [], [], 0.01 if running else None)
         if ready:
             chunk = os.read(0, 1 << 16)
             reading = bool(chunk)

@@ -53,7 +53,7 @@ def forked(home: Path, *commands: tuple[list[str], dict[str, str]]) -> list[subp
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
     base = {**clean, "COLUMNS": "500", "DATABUILD_HOME": str(home)}
     with ThreadPoolExecutor(len(commands)) as pool:
-        return list(pool.map(lambda c: fork_server.cli(c[0], {**base, **c[1]}, ROOT, 120 + 60), commands))
+        return list(pool.map(lambda c: fork_server.cli(c[0], {**base, **c[1]}, ROOT, timeout=180), commands))
 
 
 def one_line(ran: subprocess.CompletedProcess[str], code: int, says: str) -> None:

@@ -4,7 +4,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, bindparam, func, insert, select
+from sqlalchemy import Connection, func, insert, select
 
 from databuild.bel import schema as s
 from databuild.bel.base import (
@@ -18,12 +18,12 @@ from databuild.bel.rows import (
     job_run_row,
     open_among,
     partitions_at,
+    want_and_links,
 )
 from databuild.domain import decisions, reach
 from databuild.domain import events as ev
 from databuild.domain.decisions import Verdict
 from databuild.domain.freshness import Freshness
-from databuild.errors import NotFoundError
 from databuild.graph import JobTarget, Resolution
 from databuild.models import (
     JobRunState,
@@ -33,24 +33,6 @@ from databuild.models import (
 )
 
 DEFAULT_LEASE = timedelta(minutes=1)
-
-
-# The want's row, once per run it is linked to (with the relation), or once with no link: one statement.
-WANT_AND_LINKS = (
-    select(
-        s.wants, s.want_job_runs.c.job_run_id.label("linked_run"), s.want_job_runs.c.relation.label("linked")
-    )
-    .select_from(s.wants.outerjoin(s.want_job_runs, s.want_job_runs.c.want_id == s.wants.c.want_id))
-    .where(s.wants.c.want_id == bindparam("want_id"))
-)
-
-
-def want_and_links(conn: Connection, want_id: str) -> tuple[RowMapping, dict[str, str]]:
-    """The want's row, and the relation of each run it is linked to. NotFoundError if there is none."""
-    rows = conn.execute(WANT_AND_LINKS, {"want_id": want_id}).mappings().all()
-    if not rows:
-        raise NotFoundError(f"no want {want_id!r}")
-    return rows[0], {row["linked_run"]: row["linked"] for row in rows if row["linked_run"] is not None}
 
 
 class DecisionCommands(WriteBase):

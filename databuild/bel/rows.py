@@ -4,7 +4,7 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, Select, Table, func, select
+from sqlalchemy import Connection, RowMapping, Select, Table, bindparam, func, select
 
 from databuild.bel import schema as s
 from databuild.errors import NotFoundError
@@ -165,6 +165,24 @@ def want_row(conn: Connection, want_id: str, required: bool = True) -> Any:
     if row is None and required:
         raise NotFoundError(f"no want {want_id!r}")
     return row
+
+
+# The want's row, once per run it is linked to (with the relation), or once with no link: one statement.
+WANT_AND_LINKS = (
+    select(
+        s.wants, s.want_job_runs.c.job_run_id.label("linked_run"), s.want_job_runs.c.relation.label("linked")
+    )
+    .select_from(s.wants.outerjoin(s.want_job_runs, s.want_job_runs.c.want_id == s.wants.c.want_id))
+    .where(s.wants.c.want_id == bindparam("want_id"))
+)
+
+
+def want_and_links(conn: Connection, want_id: str) -> tuple[RowMapping, dict[str, str]]:
+    """The want's row, and the relation of each run it is linked to. NotFoundError if there is none."""
+    rows = conn.execute(WANT_AND_LINKS, {"want_id": want_id}).mappings().all()
+    if not rows:
+        raise NotFoundError(f"no want {want_id!r}")
+    return rows[0], {row["linked_run"]: row["linked"] for row in rows if row["linked_run"] is not None}
 
 
 def job_run_row(conn: Connection, job_run_id: str) -> RowMapping:
