@@ -24,6 +24,7 @@ the process (tens of ms here). The last line printed is JSON: the figures and bo
 """
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -53,6 +54,7 @@ from sqlalchemy import (
     update,
 )
 
+from bench.views_web import PAGE_TARGET_MS, PageResult, Pages, bench_graph, pages_of, time_pages
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog, projector
 from databuild.bel import schema as s
@@ -76,6 +78,10 @@ TARGET_MS = 50.0
 DIM = "dim/calendar"
 CHUNK = 10_000  # rows per executemany
 WARMUP = 5
+YEAR_OF_HOURS = 8_760
+HOURLY_BATCH = 24  # the hourly job's batch: a day of one sensor per run
+HOURLY_VERSION = "v1"  # the hourly job's declared code version, recorded on its instances
+HOUR = timedelta(hours=1)
 SURROGATE = {"read_deps", "consumers", "derivatives", "subscriptions", "delegations"}  # autoincrement ids
 
 Row = dict[str, Any]
@@ -88,6 +94,11 @@ class Shape:
     per_day: int  # partitions per day: 1 report + 3 per raw -> clean -> agg chain
     hub_readers: int  # runs that read one dim/calendar instance before it is republished
     joiners: int  # wants that delegate to one report run while it builds
+    hourly: int = 0  # partitions of the hourly estate: a year of hours per sensor, batched 24 a run
+
+    @property
+    def sensors(self) -> int:
+        return -(-self.hourly // YEAR_OF_HOURS)
 
     @property
     def chains(self) -> int:
@@ -113,6 +124,12 @@ class Targets:
     hub_readers: int = 0
     hub_closure: int = 0  # instances built from the live dim/calendar instance, transitively
     events: int = 0
+    # The hourly estate: a sample of its partitions (with their live instances), runs and wants
+    hourly_refs: list[str] = field(default_factory=list)
+    hourly_instances: list[str] = field(default_factory=list)
+    hourly_runs: list[str] = field(default_factory=list)
+    hourly_wants: list[str] = field(default_factory=list)
+    backfills: list[str] = field(default_factory=list)  # a year of hours each
 
 
 # What the generator reads back from the projections to decide, as the store reads them.
@@ -154,20 +171,25 @@ class History:
 
     # Events ----------------------------------------------------------------------------------------
     def emit(self, event: ev.Event) -> None:
-        self.idx += 1
-        want_id, job_run_id, ref = ev.event_keys(event)
-        self.pending.append(
-            {
-                "idx": self.idx,
-                "type": event.type,
-                "at": self.at,
-                "want_id": want_id,
-                "job_run_id": job_run_id,
-                "ref": ref,
-                "data": event.model_dump(mode="json"),
-            }
-        )
-        projector.apply(self.conn, event, self.at)
+        self.emit_all([event])
+
+    def emit_all(self, events: Sequence[ev.Event]) -> None:
+        """Events of one command, projected as the store projects them (a run of one type at once)."""
+        for one in events:
+            self.idx += 1
+            want_id, job_run_id, ref = ev.event_keys(one)
+            self.pending.append(
+                {
+                    "idx": self.idx,
+                    "type": one.type,
+                    "at": self.at,
+                    "want_id": want_id,
+                    "job_run_id": job_run_id,
+                    "ref": ref,
+                    "data": one.model_dump(mode="json"),
+                }
+            )
+        projector.apply_all(self.conn, events, self.at)
         if len(self.pending) >= CHUNK:
             self.flush()
 
@@ -527,6 +549,124 @@ class History:
         if self.register(spec):
             self.fulfil(spec)
 
+    def hourly_estate(self, progress: Callable[[int], None]) -> None:
+        """The bulk of a big estate: a year of hourly partitions per sensor (``hourly/s000/2024-01-01T00``),
+        each sensor's year one backfill whose wants a batched job builds, a day per run."""
+        remaining = self.shape.hourly
+        for sensor in range(self.shape.sensors):
+            hours = min(remaining, YEAR_OF_HOURS)
+            remaining -= hours
+            request = BackfillRequest(
+                pattern=f"hourly/s{sensor:03d}/{{hour}}", start=T0, end=T0 + (hours - 1) * HOUR, step=HOUR
+            )
+            self.tick()
+            self.emit(
+                ev.BackfillRegistered(
+                    backfill_id=request.backfill_id, request=request, partitions=hours, windowed=True
+                )
+            )
+            for first in range(0, hours, HOURLY_BATCH):
+                self.hourly_batch(request.backfill_id, sensor, first, min(HOURLY_BATCH, hours - first))
+            self.emit(ev.BackfillAdvanced(backfill_id=request.backfill_id, started=hours))
+            self.commit()
+            progress(sensor)
+
+    def hourly_batch(self, backfill_id: str, sensor: int, first: int, count: int) -> None:
+        """The wants of one day of a sensor, registered by its backfill and built by one batched run."""
+        stamps = [T0 + (first + k) * HOUR for k in range(count)]
+        specs = [
+            WantSpec(
+                ref=f"hourly/s{sensor:03d}/{at:%Y-%m-%dT%H}", data_timestamp=at, source=WantSource.backfill
+            )
+            for at in stamps
+        ]
+        self.tick()
+        self.emit_all([ev.WantCreated(want_id=w.want_id, spec=w, workflow_id=w.workflow_id) for w in specs])
+        self.emit(
+            ev.BackfillWantsAdded(
+                backfill_id=backfill_id,
+                want_ids=[w.want_id for w in specs],
+                seqs=list(range(first, first + count)),
+            )
+        )
+        run_id = self.new_run_id()
+        for k, (spec, at) in enumerate(zip(specs, stamps, strict=True)):
+            self.tick()
+            params = {"sensor": f"s{sensor:03d}", "hour": f"{at:%Y-%m-%dT%H}"}
+            if k == 0:
+                fields = self._run_fields(run_id, "hourly", spec.ref, params, spec.want_id)
+                self.emit(ev.JobRunQueued(**fields, batch=HOURLY_BATCH))
+            else:
+                self.emit(
+                    ev.JobRunJoined(
+                        job_run_id=run_id, want_id=spec.want_id, params=params, outputs=[spec.ref]
+                    )
+                )
+            relation = "executed" if k == 0 else "batched"
+            self.emit_all(
+                [
+                    ev.PartitionBuilding(ref=spec.ref, job_run_id=run_id),
+                    ev.WantBuilding(
+                        want_id=spec.want_id, job_run_id=run_id, relation=relation, decision_seq=1
+                    ),
+                ]
+            )
+        self.tick()
+        writes = [InstanceRef(ref=w.ref, instance_id=self.new_instance_id()) for w in specs]
+        self.emit(ev.JobRunStarted(job_run_id=run_id, attempt=1, worker="worker-1", instances=writes))
+        self.tick()
+        spent = SparkCost(task_seconds=12.0, cpu_seconds=9.0, tasks=8, spark_jobs=1)
+        self.emit_all(
+            [
+                ev.JobRunCostRecorded(
+                    job_run_id=run_id, attempt=1, job_label="hourly", executor="session", cost=spent
+                ),
+                ev.JobRunSucceeded(job_run_id=run_id, reads=[], writes=writes),
+                *(
+                    ev.PartitionLive(
+                        ref=w.ref,
+                        instance_id=w.instance_id,
+                        job_run_id=run_id,
+                        location=f"file:///lake/{w.ref}/~{w.instance_id}",
+                        job_version=HOURLY_VERSION,
+                    )
+                    for w in writes
+                ),
+                *(
+                    ev.WantFinished(
+                        type="WantSucceeded",
+                        want_id=spec.want_id,
+                        state=WantState.successful,
+                        instance_id=w.instance_id,
+                    )
+                    for spec, w in zip(specs, writes, strict=True)
+                ),
+            ]
+        )
+
+    def collect_hourly(self, t: Targets) -> None:
+        """A sample of the hourly estate's partitions, wants and runs, and its backfills."""
+        rows = self.conn.execute(
+            select(s.partitions.c.ref, s.partitions.c.instance_id, s.partitions.c.built_by)
+            .where(s.partitions.c.ref.like("hourly/%"))
+            .order_by(func.random())
+            .limit(2_000)
+        ).all()
+        t.hourly_refs = [r.ref for r in rows]
+        t.hourly_instances = [r.instance_id for r in rows]
+        t.hourly_runs = sorted({r.built_by for r in rows})
+        t.hourly_wants = list(
+            self.conn.execute(
+                select(s.wants.c.want_id).where(s.wants.c.ref.in_(t.hourly_refs[:500]))
+            ).scalars()
+        )
+        t.backfills = list(
+            self.conn.execute(
+                select(s.backfills.c.backfill_id).where(s.backfills.c.partitions == YEAR_OF_HOURS)
+            ).scalars()
+        )
+        t.events = self.idx
+
     def collect_targets(self) -> Targets:
         def keys(table: Table) -> list[str]:
             key = next(iter(table.primary_key.columns))
@@ -543,6 +683,7 @@ class History:
         t.instances = keys(s.partition_instances)
         t.job_runs = keys(s.job_runs)
         t.hub_closure = len(self.closure(self.live(DIM) or ""))
+        t.backfills = keys(s.backfills)
         t.events = self.idx
         return t
 
@@ -550,8 +691,8 @@ class History:
 # Fill ----------------------------------------------------------------------------------------------
 
 
-def scratch_log(path: Path) -> Engine:
-    """An empty log for the generator, without durability: it is thrown away."""
+def scratch_log(path: Path, *, fresh: bool = True) -> Engine:
+    """An empty log for the generator (``fresh``; else the one kept at ``path``), without durability."""
     engine = create_engine(f"sqlite:///{path}")
 
     @event.listens_for(engine, "connect")
@@ -562,9 +703,10 @@ def scratch_log(path: Path) -> Engine:
         cursor.execute("PRAGMA cache_size=-500000")  # 500 MB
         cursor.close()
 
-    s.metadata.create_all(engine)
-    with engine.begin() as conn:
-        conn.execute(insert(s.head).values(id=1, last_idx=0))
+    if fresh:
+        s.metadata.create_all(engine)
+        with engine.begin() as conn:
+            conn.execute(insert(s.head).values(id=1, last_idx=0))
     return engine
 
 
@@ -589,7 +731,19 @@ def generate(scratch: Engine, shape: Shape, seed: int) -> Generated:
                 )
 
         history.run(progress)
-        targets = history.collect_targets()
+        targets = history.collect_targets()  # the views below ask about the detailed history
+
+        def estate(sensor: int) -> None:
+            if (sensor + 1) % 10 == 0 or sensor + 1 == shape.sensors:
+                print(
+                    f"  hourly estate: sensor {sensor + 1}/{shape.sensors}: {history.idx:,} events, "
+                    f"{time.perf_counter() - start:.0f} s",
+                    flush=True,
+                )
+
+        if shape.hourly:
+            history.hourly_estate(estate)
+            history.collect_hourly(targets)
     return Generated(time.perf_counter() - start, targets)
 
 
@@ -642,6 +796,11 @@ def analyze(bel: BuildEventLog) -> None:
             raw.cursor().execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             raw.close()
+
+
+def last_idx(bel: BuildEventLog) -> int:
+    with bel.reader.connect() as conn:
+        return int(conn.execute(select(s.head.c.last_idx).where(s.head.c.id == 1)).scalar_one())
 
 
 def row_counts(bel: BuildEventLog) -> dict[str, int]:
@@ -845,8 +1004,54 @@ def cases(bel: BuildEventLog, t: Targets) -> list[Case]:
             [DIM],
             gated=False,
         ),
+        *hourly_cases(bel, t),
         # Not a view: the events API a downstream graph tails (SPEC 3.6), listed for its ref-prefix filter.
         Case("events (pattern, since 0)", lambda g: bel.events(pattern=g), globs, s.events, idx, gated=False),
+    ]
+
+
+def hourly_cases(bel: BuildEventLog, t: Targets) -> list[Case]:
+    """The views of the hourly estate (none without one)."""
+    if not t.hourly_refs:
+        return []
+    prefixes = [ref.rsplit("-", 1)[0] for ref in t.hourly_refs[:50]]  # a sensor's month: 720 partitions
+    return [
+        Case(
+            "partition_view (hourly)",
+            lambda r: views.partition_view(bel, r),
+            t.hourly_refs,
+            s.partitions,
+            t.refs,
+        ),
+        Case(
+            "instance_view (hourly)",
+            lambda i: views.instance_view(bel, i),
+            t.hourly_instances,
+            s.partitions,
+            t.refs,
+        ),
+        Case(
+            f"job_run_view (batch of {HOURLY_BATCH})",
+            lambda j: views.job_run_view(bel, j),
+            t.hourly_runs,
+            s.job_runs,
+            t.job_runs,
+        ),
+        Case("want_view (backfill's)", lambda w: views.want_view(bel, w), t.hourly_wants, s.wants, t.wants),
+        Case(
+            "list_partitions (a sensor's month)",
+            lambda p: views.list_partitions(bel, ref_prefix=p),
+            prefixes,
+            s.partitions,
+            t.refs,
+        ),
+        Case(
+            f"backfill_progress ({YEAR_OF_HOURS:,} wants)",
+            bel.backfill_progress,
+            t.backfills,
+            s.wants,
+            t.wants,
+        ),
     ]
 
 
@@ -895,12 +1100,23 @@ def time_case(bel: BuildEventLog, case: Case, samples: int, rng: random.Random) 
 
 
 def bench_backend(
-    name: str, url: str, scratch: Engine, targets: Targets, samples: int, seed: int, check: bool
-) -> tuple[Fill, list[Result]]:
-    print(f"\n[{name}] copying the history into a fresh BEL", flush=True)
+    name: str,
+    url: str,
+    scratch: Engine,
+    targets: Targets,
+    samples: int,
+    seed: int,
+    check: bool,
+    page_samples: int,
+) -> tuple[Fill, list[Result], list[PageResult]]:
     bel = BuildEventLog.create(url)
     try:
-        filled = fill(bel, scratch)
+        if last_idx(bel) == targets.events:  # a log kept by an earlier run (--into) with this history
+            print(f"\n[{name}] the log already holds this history: timing it", flush=True)
+            filled = Fill(0.0, 0.0, row_counts(bel))
+        else:
+            print(f"\n[{name}] copying the history into a fresh BEL", flush=True)
+            filled = fill(bel, scratch)
         print(
             f"[{name}] copied in {filled.seconds:.1f} s, ANALYZE {filled.analyze_seconds:.1f} s", flush=True
         )
@@ -923,10 +1139,27 @@ def bench_backend(
             p50, p95, b50, b95, cpu95, full_gcs = time_case(bel, case, samples, rng)
             results.append(Result(name, case.name, p50, p95, b50, b95, cpu95, int(full_gcs), case.gated))
             print(f"  [{name}] {case.name}: p50 {p50:.2f} ms, p95 {p95:.2f} ms", flush=True)
+        pages = (
+            time_pages(
+                bel, url, bench_graph(HOURLY_VERSION, HOURLY_BATCH), web_pages(targets), page_samples, rng
+            )
+            if page_samples
+            else []
+        )
         filled.load_after = os.getloadavg()[0]
-        return filled, results
+        return filled, results, pages
     finally:
         bel.dispose()
+
+
+def web_pages(t: Targets) -> Pages:
+    return pages_of(
+        wants=t.day_roots + t.wants[:100] + t.hourly_wants[:50],
+        refs=t.reports + t.mid_chain[:100] + t.hourly_refs[:50],
+        instances=t.instances[:150] + t.hourly_instances[:50],
+        job_runs=t.job_runs[:150] + t.hourly_runs[:50],
+        backfills=t.backfills,
+    )
 
 
 def default_shape(args: argparse.Namespace) -> Shape:
@@ -939,10 +1172,13 @@ def default_shape(args: argparse.Namespace) -> Shape:
         per_day=max(per_day, 4),
         hub_readers=min(2_000, max(events // 500, 10)),
         joiners=min(5_000, max(events // 200, 10)),
+        hourly=args.hourly,
     )
 
 
-def report(generated: Generated, fills: dict[str, Fill], results: list[Result]) -> None:
+def report(
+    generated: Generated, fills: dict[str, Fill], results: list[Result], pages: dict[str, list[PageResult]]
+) -> None:
     print(f"\nhistory: {generated.targets.events:,} events projected in {generated.seconds:.1f} s")
     for name, filled in fills.items():
         counts = ", ".join(f"{table} {n:,}" for table, n in filled.counts.items())
@@ -969,6 +1205,38 @@ def report(generated: Generated, fills: dict[str, Fill], results: list[Result]) 
             f"every view under {TARGET_MS:.0f} ms p95{label}: "
             + ("PASS" if not failed else "FAIL (" + ", ".join(f"{r.backend} {r.view}" for r in failed) + ")")
         )
+    if any(pages.values()):
+        header = f"{'backend':<11}{'page':<40}{'p50 ms':>8}{'p95 ms':>8}{'first ms':>10}  target"
+        print("\n" + header)
+        print("-" * len(header))
+        for name, shown in pages.items():
+            for p in shown:
+                print(f"{name:<11}{p.page:<40}{p.p50:>8.0f}{p.p95:>8.0f}{p.first:>10.0f}  {p.verdict}")
+        slow = [f"{name} {p.page}" for name, shown in pages.items() for p in shown if p.verdict == "FAIL"]
+        print(
+            f"every page and /metrics under {PAGE_TARGET_MS:.0f} ms p95: "
+            + ("PASS" if not slow else f"FAIL ({', '.join(slow)})")
+        )
+
+
+def history_in(home: Path, shape: Shape, seed: int) -> tuple[Engine, Generated]:
+    """The scratch log and what to ask of it: generated into ``home``, or read back from there when an
+    earlier run with the same shape and seed kept it (``--keep``)."""
+    saved = home / "targets.json"
+    key = {"shape": shape.__dict__, "seed": seed}
+    if saved.exists() and (kept := json.loads(saved.read_text()))["key"] == key:
+        print(f"the history kept in {home}: {kept['targets']['events']:,} events", flush=True)
+        return scratch_log(home / "history.sqlite", fresh=False), Generated(
+            kept["seconds"], Targets(**kept["targets"])
+        )
+    (home / "history.sqlite").unlink(missing_ok=True)
+    print(f"generating the history: {shape}", flush=True)
+    scratch = scratch_log(home / "history.sqlite")
+    generated = generate(scratch, shape, seed)
+    print(f"history: {generated.targets.events:,} events in {generated.seconds:.1f} s", flush=True)
+    kept = {"key": key, "seconds": generated.seconds, "targets": generated.targets.__dict__}
+    saved.write_text(json.dumps(kept))
+    return scratch, generated
 
 
 def main() -> None:
@@ -979,8 +1247,21 @@ def main() -> None:
         "--days", type=int, default=0, help="days of history (default: events / 10,000, max 100)"
     )
     parser.add_argument("--partitions", type=int, default=0, help="partitions in all (default: 100 a day)")
+    parser.add_argument(
+        "--hourly",
+        type=int,
+        default=0,
+        help="partitions of an hourly estate beside the history (a year of hours per sensor, each built "
+        "once by a batched backfill: about 6 events each), e.g. 960000 for 1M instances and 6M events",
+    )
     parser.add_argument("--backend", choices=("sqlite", "postgres", "both"), default="both")
     parser.add_argument("--samples", type=int, default=200, help="timed calls per view")
+    parser.add_argument(
+        "--page-samples",
+        type=int,
+        default=20,
+        help="timed requests per dashboard page and /metrics (0: none)",
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--verify",
@@ -992,6 +1273,18 @@ def main() -> None:
         "--sqlite-path", help="keep the SQLite log at this (new) path, e.g. to EXPLAIN its queries"
     )
     parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="keep the generated history (and what the views are asked) in DIR; a later run with the same "
+        "shape and seed reads it from there instead of generating it again",
+    )
+    parser.add_argument(
+        "--into",
+        metavar="URL",
+        help="a PostgreSQL database to fill and keep (instead of a throwaway one); if it already holds "
+        "this history (kept with --keep), it is timed as it is",
+    )
+    parser.add_argument(
         "--postgres",
         default=POSTGRES_URL,
         help="PostgreSQL URL of an existing database; a throwaway database is created beside it",
@@ -1001,29 +1294,48 @@ def main() -> None:
     check = args.verify if args.verify is not None else shape.events <= 50_000
     fills: dict[str, Fill] = {}
     results: list[Result] = []
+    pages: dict[str, list[PageResult]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        print(f"generating the history: {shape}", flush=True)
-        scratch = scratch_log(Path(tmp) / "history.sqlite")
+        home = Path(args.keep or tmp)
+        home.mkdir(parents=True, exist_ok=True)
+        scratch, generated = history_in(home, shape, args.seed)
         try:
-            generated = generate(scratch, shape, args.seed)
-            print(f"history: {generated.targets.events:,} events in {generated.seconds:.1f} s", flush=True)
             if args.backend in ("sqlite", "both"):
                 path = Path(args.sqlite_path) if args.sqlite_path else Path(tmp) / "views.sqlite"
                 if path.exists():
                     raise SystemExit(f"{path} exists; the bench fills a fresh log")
-                fills["sqlite"], found = bench_backend(
-                    "sqlite", f"sqlite:///{path}", scratch, generated.targets, args.samples, args.seed, check
+                fills["sqlite"], found, shown = bench_backend(
+                    "sqlite",
+                    f"sqlite:///{path}",
+                    scratch,
+                    generated.targets,
+                    args.samples,
+                    args.seed,
+                    check,
+                    args.page_samples,
                 )
                 results += found
+                pages["sqlite"] = shown
             if args.backend in ("postgres", "both"):
-                with postgres_database(args.postgres, prefix="bench_views") as url:
-                    fills["postgresql"], found = bench_backend(
-                        "postgresql", url, scratch, generated.targets, args.samples, args.seed, check
+                with contextlib.ExitStack() as stack:
+                    url = args.into or stack.enter_context(
+                        postgres_database(args.postgres, prefix="bench_views")
+                    )
+                    fills["postgresql"], found, shown = bench_backend(
+                        "postgresql",
+                        url,
+                        scratch,
+                        generated.targets,
+                        args.samples,
+                        args.seed,
+                        check,
+                        args.page_samples,
                     )
                     results += found
+                    pages["postgresql"] = shown
         finally:
             scratch.dispose()
-    report(generated, fills, results)
+    report(generated, fills, results, pages)
     print(
         json.dumps(
             {
@@ -1037,6 +1349,12 @@ def main() -> None:
                 "cpus": os.cpu_count(),
                 "target_ms": TARGET_MS,
                 "verdict": overall(r.verdict for r in results),
+                "page_target_ms": PAGE_TARGET_MS,
+                "page_verdict": overall(p.verdict for shown in pages.values() for p in shown),
+                "pages": {
+                    name: [{**p.__dict__, "verdict": p.verdict} for p in shown]
+                    for name, shown in pages.items()
+                },
                 "cpu_verdict": overall(r.cpu_verdict for r in results),
                 "views": [
                     {
