@@ -4,6 +4,8 @@ tainted input does too. (The rule itself: tests/test_domain_staleness.py.)"""
 
 import json
 import os
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -267,8 +269,34 @@ def test_stale_metrics_are_computed_at_most_once_per_period_and_never_a_wrong_ze
         (family,) = collector.collect()
         return [(sample.labels, sample.value) for sample in family.samples]
 
-    cached = StaleCollector(count, every=3600)
+    cached = StaleCollector(count, every=3600, patience=30)
     assert figures(cached) == figures(cached) == [({"job_label": "mid"}, 2)] and len(calls) == 1
-    eager = StaleCollector(count, every=0)
+    eager = StaleCollector(count, every=0, patience=30)
     assert figures(eager) == [({"job_label": "mid"}, 2)]
     assert figures(eager) == [] and len(calls) == 3  # not counted: nothing, rather than a zero
+
+
+def test_a_slow_stale_count_never_holds_up_a_scrape() -> None:
+    """Counting a big estate's stale partitions takes a while: scrapes go on with the last figures (none
+    at first) while it runs on its own thread, and only one count runs however many scrapes come."""
+    release = threading.Event()
+    calls: list[int] = []
+
+    def count() -> dict[str, int]:
+        calls.append(1)
+        release.wait(30)
+        return {"mid": len(calls)}
+
+    def figures(collector: StaleCollector) -> list[tuple[dict[str, str], float]]:
+        (family,) = collector.collect()
+        return [(sample.labels, sample.value) for sample in family.samples]
+
+    collector = StaleCollector(count, every=0, patience=0.05)
+    started = time.monotonic()
+    assert figures(collector) == [] and figures(collector) == []
+    assert time.monotonic() - started < 5 and len(calls) == 1
+    release.set()
+    deadline = time.monotonic() + 10
+    while not (found := figures(collector)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [labels for labels, _ in found] == [{"job_label": "mid"}]
