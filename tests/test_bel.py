@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, inspect, text
 
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
@@ -174,6 +174,14 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     late = fresh.model_copy(update={"ref": "a/23", "source": WantSource.rebuild, "cause": "late data: a/1"})
     upgraded.register_want(late)
     assert upgraded.want(late.want_id).cause == "late data: a/1"
+    # 0008: wants' states by id, for a backfill's progress.
+    with upgraded.reader.connect() as conn:
+        assert {"want_id", "state"} == {
+            c
+            for ix in inspect(conn).get_indexes("wants")
+            if ix["name"] == "ix_wants_state_of"
+            for c in ix["column_names"]
+        }
     kept = projection_rows(upgraded)
     upgraded.rebuild_projections()
     assert projection_rows(upgraded) == kept

@@ -25,7 +25,11 @@ PATIENCE = 0.5  # seconds a scrape waits for a computation it started
 
 class StaleCollector(Collector):
     def __init__(
-        self, count: Callable[[], Mapping[str, int]], *, every: float = STALE_EVERY, patience: float = PATIENCE
+        self,
+        count: Callable[[], Mapping[str, int]],
+        *,
+        every: float = STALE_EVERY,
+        patience: float = PATIENCE,
     ) -> None:
         self.count = count
         self.every = every
