@@ -169,15 +169,45 @@ def _key(by: CostBy, job_label: str, at: datetime, ref: str) -> str:
 
 
 @dataclass
+class _Sum:
+    """Shares of runs' costs being summed: plain numbers, as a report sums one share per output (a
+    million outputs make a million additions, not a million models)."""
+
+    task_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    input_bytes: int = 0
+    output_bytes: int = 0
+    shuffle_bytes: int = 0
+    tasks: int = 0
+
+    def add_shares(self, cost: SparkCost, parts: int, count: int = 1) -> None:
+        """``count`` outputs' shares of a run of ``parts`` outputs: ``share`` of each, summed."""
+        n = max(parts, 1)
+        self.task_seconds += cost.task_seconds / n * count
+        self.cpu_seconds += cost.cpu_seconds / n * count
+        self.input_bytes += cost.input_bytes // n * count
+        self.output_bytes += cost.output_bytes // n * count
+        self.shuffle_bytes += (cost.shuffle_read_bytes // n + cost.shuffle_write_bytes // n) * count
+        self.tasks += cost.tasks // n * count
+
+
+@dataclass
 class _Row:
     """A row being summed (rows are frozen models)."""
 
-    spent: SparkCost = NO_COST
+    spent: _Sum = field(default_factory=_Sum)
     runs: set[str] = field(default_factory=set)
     unknown: set[tuple[str, int]] = field(default_factory=set)
     avoided: dict[tuple[str, str], DelegationKind] = field(default_factory=dict)  # (want, run) -> kind
     unvalued: set[tuple[str, str]] = field(default_factory=set)
     saved: float = 0.0
+
+    def add_attempt(self, attempt: AttemptCost, parts: int, count: int) -> None:
+        self.runs.add(attempt.job_run_id)
+        if attempt.cost is None:
+            self.unknown.add((attempt.job_run_id, attempt.attempt))
+        else:
+            self.spent.add_shares(attempt.cost, parts, count)
 
     def row(self, key: str) -> CostRow:
         kinds = list(self.avoided.values())
@@ -214,13 +244,11 @@ def cost_rows(
     rows: dict[str, _Row] = {}
     for a in attempts:
         run = runs[a.job_run_id]
-        for ref in filter(matches, run.outputs):
-            row = rows.setdefault(_key(by, a.job_label, a.at, ref), _Row())
-            row.runs.add(a.job_run_id)
-            if a.cost is None:
-                row.unknown.add((a.job_run_id, a.attempt))
-            else:
-                row.spent = row.spent.plus(share(a.cost, len(run.outputs)))
+        if by == "partition":
+            for ref in filter(matches, run.outputs):
+                rows.setdefault(ref, _Row()).add_attempt(a, len(run.outputs), 1)
+        elif count := sum(map(matches, run.outputs)):  # every output of an attempt falls in one row
+            rows.setdefault(_key(by, a.job_label, a.at, ""), _Row()).add_attempt(a, len(run.outputs), count)
     # One want delegating to one run avoided one build (whatever number of outputs it delegated), worth
     # the shares of those outputs.
     for d in delegations:
@@ -233,7 +261,7 @@ def cost_rows(
         if cost is None:
             row.unvalued.add((d.want_id, d.delegated_to))
         else:
-            row.saved += share(cost, len(run.outputs)).task_seconds
+            row.saved += cost.task_seconds / max(len(run.outputs), 1)  # its share (``share``)
     return [rows[key].row(key) for key in sorted(rows)]
 
 
@@ -262,8 +290,9 @@ def days_by_job(
 
 def total(rows: Iterable[CostRow], key: str = "total") -> CostRow:
     """The rows summed (a build counted in two rows, e.g. two days of its attempts, counts in both)."""
-    sums: dict[str, float] = {}
+    names = [name for name in CostRow.model_fields if name != "key"]
+    sums: dict[str, float] = dict.fromkeys(names, 0)
     for r in rows:
-        for name, value in r.model_dump(exclude={"key"}).items():
-            sums[name] = sums.get(name, 0) + value
+        for name in names:
+            sums[name] += getattr(r, name)
     return CostRow.model_validate({"key": key, **sums})

@@ -40,14 +40,22 @@ def cost_report(
     """Builds run and avoided, task-seconds spent and saved, per job, day or partition, of the partitions
     whose refs match the glob ``pattern`` (all when None), from ``since`` on (all when None). A build
     avoided is valued at its run's cost whenever that run ran, before ``since`` or not."""
+    return _report(_facts(bel, since), by, pattern, since)
+
+
+def _report(facts: Facts, by: CostBy, pattern: str | None, since: datetime | None) -> CostReport:
     matches = compile_glob(pattern).matches if pattern is not None else (lambda _ref: True)
-    rows = cost_rows(by, *_facts(bel, since), matches)
+    rows = cost_rows(by, *facts, matches)
     return CostReport(by=by, pattern=pattern, since=since, rows=rows, total=total(rows))
 
 
-def cost_over_time(bel: BelQueries, since: datetime | None = None) -> dict[str, list[CostRow]]:
-    """Each job's builds and task-seconds spent and saved, by day (the dashboard's plot)."""
-    return days_by_job(*_facts(bel, since))
+def cost_and_days(
+    bel: BelQueries, by: CostBy = "job", pattern: str | None = None, since: datetime | None = None
+) -> tuple[CostReport, dict[str, list[CostRow]]]:
+    """The dashboard's cost page: the report (``cost_report``) and each job's rows by day for its plot
+    (``days_by_job``), from one read of the facts."""
+    facts = _facts(bel, since)
+    return _report(facts, by, pattern, since), days_by_job(*facts)
 
 
 def cost_totals(bel: BelQueries) -> list[CostRow]:

@@ -16,7 +16,7 @@ from databuild.domain.cost import format_bytes
 from databuild.durations import format_duration, parse_timestamp
 from databuild.errors import DataBuildError, InvalidInputError
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantState, parse_choice
-from databuild.views.cost import cost_over_time, cost_report
+from databuild.views.cost import cost_and_days
 from databuild.views.graph import graph_view
 from databuild.views.lineage import (
     FAN_OUT,
@@ -40,6 +40,7 @@ from databuild.web.timeline import want_timeline
 from databuild.web.writer import dashboard_writer, flash_of, forget_flash, signed_in
 
 router = APIRouter(include_in_schema=False, route_class=GuardedRoute)
+COST_ROWS = 200  # rows of the cost page by partition: the costliest
 
 # Every template is autoescaped: refs, labels, reasons and errors are user-supplied.
 _env = jinja2.Environment(
@@ -220,8 +221,14 @@ def cost_page(request: Request, pattern: Text = None, since: Text = None, by: Te
     if chosen not in ("job", "day", "partition"):
         raise InvalidInputError(f"by {chosen!r}: use job, day or partition")
     start = parse_timestamp(since) if since else None
-    report = cost_report(ctx.bel, chosen, pattern or None, start)  # type: ignore[arg-type]
-    return _page(request, "cost.html", report=report, charts=charts(cost_over_time(ctx.bel, start)))
+    report, by_day = cost_and_days(ctx.bel, chosen, pattern or None, start)  # type: ignore[arg-type]
+    # A row per partition of a big estate is too many for a page: the costliest are shown, the total is all.
+    shown = (
+        sorted(report.rows, key=lambda r: -r.task_seconds)[:COST_ROWS]
+        if len(report.rows) > COST_ROWS
+        else report.rows
+    )
+    return _page(request, "cost.html", report=report, rows=shown, charts=charts(by_day))
 
 
 @router.get("/graph", response_class=HTMLResponse)
