@@ -11,11 +11,13 @@ A job's inputs come from two sources, both mapped to patterns with ``Graph.patte
   inputs at run time have edges too, and a declaration that went stale shows as a difference.
 
 Both are a handful of indexed lookups: the latest run of each job is one statement, whatever the size of
-the log; the counts are one GROUP BY over the partitions.
+the log. The counts are one GROUP BY over the partitions, a pass over all of them: the web server counts in
+the background (``partition_counter``), so its page and API answer at once on a big estate with counts a
+few seconds old, and say when they were counted.
 """
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from pydantic import Field
@@ -25,10 +27,14 @@ from databuild.config import Settings
 from databuild.errors import GraphDefinitionError
 from databuild.graph import Graph, Job
 from databuild.models import ExecutorKind, JobRun, Model, PartitionStatus
+from databuild.refreshed import Figure, Refreshed
 from databuild.temporal.protocol import JobPolicy
 from databuild.views.lineage import consistent
 
 ExecutorSource = Literal["DATABUILD_JOB_EXECUTORS", "graph", "DATABUILD_EXECUTOR"]
+PartitionCounts = dict[str | None, dict[PartitionStatus, int]]  # by glob (None: no pattern), then status
+COUNT_EVERY = 2.0  # seconds between two counts of a web server's partitions
+COUNT_PATIENCE = 0.5  # seconds a request waits for a count it started before it shows the last one
 
 
 class PatternNode(Model):
@@ -83,12 +89,35 @@ class GraphView(Model):
     unmatched: dict[PartitionStatus, int] = Field(
         description="partitions no pattern of the graph matches (built by a job since renamed or removed)"
     )
+    counted_at: datetime | None = Field(
+        default=None, description="when the partitions were counted; None: the first count is still running"
+    )
+
+
+def partition_counter(bel: BelQueries, graph: Graph) -> Refreshed[PartitionCounts]:
+    """The graph's partitions counted by pattern and status in the background, at most every
+    ``COUNT_EVERY`` seconds (one pass over every partition: seconds on a million)."""
+    globs = [p.glob for p in graph.patterns]
+    return Refreshed(
+        lambda: bel.partition_counts(globs),
+        name="partition counts",
+        every=COUNT_EVERY,
+        patience=COUNT_PATIENCE,
+    )
 
 
 @consistent
-def graph_view(bel: BelQueries, graph: Graph, settings: Settings) -> GraphView:
+def graph_view(
+    bel: BelQueries, graph: Graph, settings: Settings, counter: Refreshed[PartitionCounts] | None = None
+) -> GraphView:
+    """The graph with its partitions counted now, or as ``counter`` last counted them."""
     patterns = graph.patterns
-    counts = bel.partition_counts([p.glob for p in patterns])
+    counted = (
+        counter.get()
+        if counter is not None
+        else Figure(bel.partition_counts([p.glob for p in patterns]), datetime.now(UTC))
+    )
+    counts = counted.value if counted is not None else {}
     builders = {p.text: job.label for job in graph.jobs for p in job.outputs}
     latest = {run.job_label: run for run in bel.latest_succeeded_runs([j.label for j in graph.jobs])}
     jobs = []
@@ -117,6 +146,7 @@ def graph_view(bel: BelQueries, graph: Graph, settings: Settings) -> GraphView:
             for p in patterns
         ],
         unmatched=counts.get(None, {}),
+        counted_at=counted.at if counted is not None else None,
     )
 
 

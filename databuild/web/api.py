@@ -394,4 +394,5 @@ async def get_graph(request: Request) -> GraphView:
     and writes, its policies (declared, and in effect with this server's settings), and each pattern's
     partitions by status. The dashboard's `/graph` page draws it."""
     ctx = context(request)
-    return await asyncio.to_thread(graph_view, ctx.bel, await ctx.db.loaded_graph(), ctx.settings)
+    graph = await ctx.db.loaded_graph()
+    return await asyncio.to_thread(graph_view, ctx.bel, graph, ctx.settings, ctx.partition_counter(graph))

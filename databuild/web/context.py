@@ -10,7 +10,10 @@ from fastapi import Request
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
+from databuild.graph import Graph
 from databuild.jobs.storage import Storage
+from databuild.refreshed import Refreshed
+from databuild.views.graph import PartitionCounts, partition_counter
 from databuild.web.auth import ApiTokens
 from databuild.web.guards import AllowedHosts
 
@@ -26,6 +29,13 @@ class WebContext:
     temporal_ui: str
     db: DataBuild
     tokens: ApiTokens = field(default_factory=lambda: ApiTokens({}))
+    _counters: dict[str, Refreshed[PartitionCounts]] = field(default_factory=dict)
+
+    def partition_counter(self, graph: Graph) -> Refreshed[PartitionCounts]:
+        """The graph's partitions counted in the background, shared by the page and the API."""
+        if graph.name not in self._counters:
+            self._counters[graph.name] = partition_counter(self.bel, graph)
+        return self._counters[graph.name]
 
     @functools.cached_property
     def storage(self) -> Storage:

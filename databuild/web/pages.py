@@ -234,5 +234,6 @@ def cost_page(request: Request, pattern: Text = None, since: Text = None, by: Te
 @router.get("/graph", response_class=HTMLResponse)
 async def graph_page(request: Request) -> HTMLResponse:
     ctx = context(request)
-    view = await asyncio.to_thread(graph_view, ctx.bel, await ctx.db.loaded_graph(), ctx.settings)
+    graph = await ctx.db.loaded_graph()
+    view = await asyncio.to_thread(graph_view, ctx.bel, graph, ctx.settings, ctx.partition_counter(graph))
     return _page(request, "graph.html", view=view, drawing=draw(view), states=list(PartitionStatus))
