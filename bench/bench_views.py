@@ -130,6 +130,7 @@ class Targets:
     hourly_runs: list[str] = field(default_factory=list)
     hourly_wants: list[str] = field(default_factory=list)
     backfills: list[str] = field(default_factory=list)  # a year of hours each
+    hourly_total: int = 0  # partitions of the hourly estate
 
 
 # What the generator reads back from the projections to decide, as the store reads them.
@@ -168,6 +169,7 @@ class History:
         self.idx = 0
         self.at = T0
         self.targets = Targets()
+        self.estate_backfills: list[str] = []  # of the hourly estate, a sensor's year each
 
     # Events ----------------------------------------------------------------------------------------
     def emit(self, event: ev.Event) -> None:
@@ -565,6 +567,7 @@ class History:
                     backfill_id=request.backfill_id, request=request, partitions=hours, windowed=True
                 )
             )
+            self.estate_backfills.append(request.backfill_id)
             for first in range(0, hours, HOURLY_BATCH):
                 self.hourly_batch(request.backfill_id, sensor, first, min(HOURLY_BATCH, hours - first))
             self.emit(ev.BackfillAdvanced(backfill_id=request.backfill_id, started=hours))
@@ -660,11 +663,8 @@ class History:
                 select(s.wants.c.want_id).where(s.wants.c.ref.in_(t.hourly_refs[:500]))
             ).scalars()
         )
-        t.backfills = list(
-            self.conn.execute(
-                select(s.backfills.c.backfill_id).where(s.backfills.c.partitions == YEAR_OF_HOURS)
-            ).scalars()
-        )
+        t.backfills = list(self.estate_backfills)
+        t.hourly_total = self.shape.hourly
         t.events = self.idx
 
     def collect_targets(self) -> Targets:
@@ -1046,7 +1046,7 @@ def hourly_cases(bel: BuildEventLog, t: Targets) -> list[Case]:
             t.refs,
         ),
         Case(
-            f"backfill_progress ({YEAR_OF_HOURS:,} wants)",
+            f"backfill_progress ({min(t.hourly_total, YEAR_OF_HOURS):,} wants)",
             bel.backfill_progress,
             t.backfills,
             s.wants,
