@@ -235,24 +235,25 @@ def cost_rows(
     delegations: Iterable[DelegationFact],
     runs: dict[str, RunOutputs],
     run_costs: dict[str, SparkCost | None],
-    matches: Callable[[str], bool] = lambda _ref: True,
+    matches: Callable[[str], bool] | None = None,
 ) -> list[CostRow]:
     """The rows of a report, by key. ``runs`` holds the outputs of every run named (attempted or delegated
     to), ``run_costs`` the total cost of every run delegated to (``run_totals``; a run missing from it has
-    recorded no cost yet). Only the partitions ``matches`` accepts count, each with its share: a build is
-    counted once per row however many of its outputs fall in it."""
+    recorded no cost yet). Only the partitions ``matches`` accepts (all when None) count, each with its
+    share: a build is counted once per row however many of its outputs fall in it."""
     rows: dict[str, _Row] = {}
     for a in attempts:
         run = runs[a.job_run_id]
         if by == "partition":
-            for ref in filter(matches, run.outputs):
+            for ref in run.outputs if matches is None else filter(matches, run.outputs):
                 rows.setdefault(ref, _Row()).add_attempt(a, len(run.outputs), 1)
-        elif count := sum(map(matches, run.outputs)):  # every output of an attempt falls in one row
+        elif count := len(run.outputs) if matches is None else sum(map(matches, run.outputs)):
+            # Every output of an attempt falls in one row.
             rows.setdefault(_key(by, a.job_label, a.at, ""), _Row()).add_attempt(a, len(run.outputs), count)
     # One want delegating to one run avoided one build (whatever number of outputs it delegated), worth
     # the shares of those outputs.
     for d in delegations:
-        if not matches(d.ref) or d.delegated_to not in runs:
+        if (matches is not None and not matches(d.ref)) or d.delegated_to not in runs:
             continue
         run = runs[d.delegated_to]
         row = rows.setdefault(_key(by, run.job_label, d.at, d.ref), _Row())

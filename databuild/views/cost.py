@@ -44,8 +44,7 @@ def cost_report(
 
 
 def _report(facts: Facts, by: CostBy, pattern: str | None, since: datetime | None) -> CostReport:
-    matches = compile_glob(pattern).matches if pattern is not None else (lambda _ref: True)
-    rows = cost_rows(by, *facts, matches)
+    rows = cost_rows(by, *facts, compile_glob(pattern).matches if pattern is not None else None)
     return CostReport(by=by, pattern=pattern, since=since, rows=rows, total=total(rows))
 
 
