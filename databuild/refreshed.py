@@ -1,8 +1,9 @@
 """A figure that is costly to compute over a big estate (every stale partition, every partition counted by
-pattern) and served often (each scrape, each page view): computed on a thread of its own, at most once
-per ``every``, one computation at a time. A reader waits for a computation at most ``patience`` (a small
-estate's figure is ready by then, so it always reads a fresh one) and otherwise gets the last figure, so a
-million partitions never hold up a page or a scrape."""
+pattern) and served often (each scrape, each page view): computed on a thread of its own, one computation
+at a time, at most once per ``every`` and never more than a tenth of the time (a computation that took a
+minute waits ten before the next). The reader that starts a computation waits for it at most ``patience``
+(a small estate's figure is ready by then, so it reads a fresh one); every other reader gets the last
+figure at once, so a million partitions never hold up a page or a scrape."""
 
 import logging
 import threading
@@ -19,6 +20,7 @@ from databuild.errors import DataBuildError
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+DUTY = 10  # a computation that took d seconds is not started again within DUTY * d seconds
 
 
 @dataclass(frozen=True)
@@ -35,25 +37,24 @@ class Refreshed(Generic[T]):
         self.patience = patience
         self._lock = threading.Lock()
         self._figure: Figure[T] | None = None  # None: not computed yet, or the last computation failed
-        self._done_at: float | None = None
+        self._due_at = 0.0  # time.monotonic() from which a reader starts the next computation
         self._running: threading.Thread | None = None
 
     def get(self) -> Figure[T] | None:
         """The latest figure (None: none yet, or the BEL or graph was unavailable when last computed)."""
+        started: threading.Thread | None = None
         with self._lock:
-            due = self._done_at is None or time.monotonic() - self._done_at >= self.every
-            if due and self._running is None:
-                self._running = threading.Thread(target=self._refresh, name=self.name, daemon=True)
-                self._running.start()
-            running = self._running
-        if running is not None:
-            running.join(self.patience)
+            if self._running is None and time.monotonic() >= self._due_at:
+                started = self._running = threading.Thread(target=self._refresh, name=self.name, daemon=True)
+                started.start()
+        if started is not None:
+            started.join(self.patience)
         with self._lock:
             return self._figure
 
     def _refresh(self) -> None:
         figure: Figure[T] | None = None
-        started = datetime.now(UTC)
+        started, began = datetime.now(UTC), time.monotonic()
         try:
             figure = Figure(self.compute(), started)
         except (DBAPIError, DataBuildError) as error:
@@ -62,4 +63,6 @@ class Refreshed(Generic[T]):
         except Exception:  # a bug: logged with its traceback; the next period tries again
             log.exception("%s: not computed", self.name)
         with self._lock:
-            self._figure, self._done_at, self._running = figure, time.monotonic(), None
+            done = time.monotonic()
+            self._figure, self._running = figure, None
+            self._due_at = done + max(self.every, DUTY * (done - began))
