@@ -11,6 +11,7 @@ from databuild.domain.cost import (
     RunOutputs,
     SparkCost,
     cost_rows,
+    costliest_rows,
     run_cost,
     run_totals,
     share,
@@ -124,4 +125,21 @@ def test_a_run_whose_cost_is_not_recorded_yet_leaves_its_avoided_builds_unvalued
         1,
         0.0,
         0,
+    )
+
+
+def test_a_page_of_the_costliest_rows_keeps_the_total_of_them_all() -> None:
+    delegations = [delegated("w1", "left/1", "r1"), delegated("w3", "far/1", "r3")]
+    costs = run_totals(ATTEMPTS)
+    every = cost_rows("partition", ATTEMPTS, delegations, RUNS, costs)
+    assert len(every) > 2
+    shown, summed, count = costliest_rows(2, "partition", ATTEMPTS, delegations, RUNS, costs)
+    assert count == len(every) and summed == total(every)
+    costliest = sorted(every, key=lambda r: (-r.task_seconds, r.key))[:2]
+    assert shown == costliest and shown[0].task_seconds >= shown[1].task_seconds
+    # No more rows than a page: all of them, by key, as the report has them.
+    assert costliest_rows(len(every), "partition", ATTEMPTS, delegations, RUNS, costs) == (
+        every,
+        total(every),
+        len(every),
     )

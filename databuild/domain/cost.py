@@ -241,6 +241,59 @@ def cost_rows(
     to), ``run_costs`` the total cost of every run delegated to (``run_totals``; a run missing from it has
     recorded no cost yet). Only the partitions ``matches`` accepts (all when None) count, each with its
     share: a build is counted once per row however many of its outputs fall in it."""
+    rows = _summed(by, attempts, delegations, runs, run_costs, matches)
+    return [rows[key].row(key) for key in sorted(rows)]
+
+
+def costliest_rows(
+    count: int,
+    by: CostBy,
+    attempts: Iterable[AttemptCost],
+    delegations: Iterable[DelegationFact],
+    runs: dict[str, RunOutputs],
+    run_costs: dict[str, SparkCost | None],
+    matches: Callable[[str], bool] | None = None,
+) -> tuple[list[CostRow], CostRow, int]:
+    """The rows of ``cost_rows`` (by key) or, when there are more than ``count``, the ``count`` that spent
+    most (most first); the total of every row; and how many rows there are: a page's share of a report of
+    a million partitions, without a model per row."""
+    rows = _summed(by, attempts, delegations, runs, run_costs, matches)
+    top = (
+        sorted(rows, key=lambda key: (-rows[key].spent.task_seconds, key))[:count]
+        if len(rows) > count
+        else sorted(rows)
+    )
+    return [rows[key].row(key) for key in top], _total_of(rows.values()), len(rows)
+
+
+def _total_of(rows: Iterable[_Row]) -> CostRow:
+    """``total`` of the rows these sums make, summed as they stand."""
+    sums = _Row()
+    counts = {"builds_run": 0, "builds_avoided": 0, "avoided_active": 0, "avoided_historical": 0}
+    unknown = unvalued = 0
+    for r in rows:
+        kinds = list(r.avoided.values())
+        counts["builds_run"] += len(r.runs)
+        counts["builds_avoided"] += len(kinds)
+        counts["avoided_active"] += kinds.count("active")
+        counts["avoided_historical"] += kinds.count("historical")
+        unknown, unvalued = unknown + len(r.unknown), unvalued + len(r.unvalued)
+        for name in ("task_seconds", "cpu_seconds", "input_bytes", "output_bytes", "shuffle_bytes", "tasks"):
+            setattr(sums.spent, name, getattr(sums.spent, name) + getattr(r.spent, name))
+        sums.saved += r.saved
+    return sums.row("total").model_copy(
+        update={**counts, "unknown_attempts": unknown, "unvalued_avoided": unvalued}
+    )
+
+
+def _summed(
+    by: CostBy,
+    attempts: Iterable[AttemptCost],
+    delegations: Iterable[DelegationFact],
+    runs: dict[str, RunOutputs],
+    run_costs: dict[str, SparkCost | None],
+    matches: Callable[[str], bool] | None,
+) -> dict[str, _Row]:
     rows: dict[str, _Row] = {}
     for a in attempts:
         run = runs[a.job_run_id]
@@ -263,7 +316,7 @@ def cost_rows(
             row.unvalued.add((d.want_id, d.delegated_to))
         else:
             row.saved += cost.task_seconds / max(len(run.outputs), 1)  # its share (``share``)
-    return [rows[key].row(key) for key in sorted(rows)]
+    return rows
 
 
 def days_by_job(

@@ -1,6 +1,7 @@
 """What builds cost and what delegation saved, read from the BEL (``databuild.domain.cost`` totals it):
 the attempts' recorded costs and the delegations, in one snapshot."""
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from databuild.bel.queries import BelQueries
@@ -13,6 +14,7 @@ from databuild.domain.cost import (
     RunOutputs,
     SparkCost,
     cost_rows,
+    costliest_rows,
     days_by_job,
     run_totals,
     total,
@@ -48,13 +50,27 @@ def _report(facts: Facts, by: CostBy, pattern: str | None, since: datetime | Non
     return CostReport(by=by, pattern=pattern, since=since, rows=rows, total=total(rows))
 
 
-def cost_and_days(
-    bel: BelQueries, by: CostBy = "job", pattern: str | None = None, since: datetime | None = None
-) -> tuple[CostReport, dict[str, list[CostRow]]]:
-    """The dashboard's cost page: the report (``cost_report``) and each job's rows by day for its plot
-    (``days_by_job``), from one read of the facts."""
+@dataclass(frozen=True)
+class CostOverview:
+    """The dashboard's cost page: the report with its costliest rows only, how many rows it has in all,
+    and each job's rows by day for the plot."""
+
+    report: CostReport
+    rows_in_all: int
+    by_day: dict[str, list[CostRow]]
+
+
+def cost_overview(
+    bel: BelQueries, by: CostBy, pattern: str | None, since: datetime | None, rows: int
+) -> CostOverview:
+    """``cost_report`` with its ``rows`` costliest rows (and the total of all), and ``days_by_job`` for the
+    plot, from one read of the facts."""
     facts = _facts(bel, since)
-    return _report(facts, by, pattern, since), days_by_job(*facts)
+    shown, summed, count = costliest_rows(
+        rows, by, *facts, compile_glob(pattern).matches if pattern is not None else None
+    )
+    report = CostReport(by=by, pattern=pattern, since=since, rows=shown, total=summed)
+    return CostOverview(report, count, days_by_job(*facts))
 
 
 def cost_totals(bel: BelQueries) -> list[CostRow]:

@@ -16,7 +16,7 @@ from databuild.domain.cost import format_bytes
 from databuild.durations import format_duration, parse_timestamp
 from databuild.errors import DataBuildError, InvalidInputError
 from databuild.models import JobRunState, PartitionStatus, WantSource, WantState, parse_choice
-from databuild.views.cost import cost_and_days
+from databuild.views.cost import cost_overview
 from databuild.views.graph import graph_view
 from databuild.views.lineage import (
     FAN_OUT,
@@ -221,14 +221,10 @@ def cost_page(request: Request, pattern: Text = None, since: Text = None, by: Te
     if chosen not in ("job", "day", "partition"):
         raise InvalidInputError(f"by {chosen!r}: use job, day or partition")
     start = parse_timestamp(since) if since else None
-    report, by_day = cost_and_days(ctx.bel, chosen, pattern or None, start)  # type: ignore[arg-type]
-    # A row per partition of a big estate is too many for a page: the costliest are shown, the total is all.
-    shown = (
-        sorted(report.rows, key=lambda r: -r.task_seconds)[:COST_ROWS]
-        if len(report.rows) > COST_ROWS
-        else report.rows
+    page = cost_overview(ctx.bel, chosen, pattern or None, start, COST_ROWS)  # type: ignore[arg-type]
+    return _page(
+        request, "cost.html", report=page.report, rows_in_all=page.rows_in_all, charts=charts(page.by_day)
     )
-    return _page(request, "cost.html", report=report, rows=shown, charts=charts(by_day))
 
 
 @router.get("/graph", response_class=HTMLResponse)
