@@ -89,6 +89,22 @@ def test_a_changed_version_makes_exactly_its_partitions_and_their_readers_stale(
     assert reasons(bel, after, "**/1") == {"down/1": ["read mid/1 mid/1@1, since tainted"]}
 
 
+def test_only_instances_that_can_be_stale_are_read_to_count_the_stale(bel: BuildEventLog) -> None:
+    """What read nothing and was built by its job's current version cannot be stale (most of a big
+    estate): counting the stale leaves it out, and finds the same as reading everything."""
+    first = layers(bel, 1)
+    alone = build(bel, "mid/9")  # read nothing, built by the version `after` changes
+    now = {job.label: job.version for job in after.jobs}
+    candidates = set(bel.live_built(stale_under=now))
+    every = set(bel.live_built())
+    assert "ext/1@1" in every and "ext/1@1" not in candidates  # external: read nothing
+    assert {first[k].instance_id for k in ("up", "mid", "down", "side")} <= candidates  # each read something
+    assert alone.instance_id in candidates
+    assert set(reasons(bel, after)) == {"mid/1", "down/1", "mid/9"}
+    unchanged = set(bel.live_built(stale_under={job.label: job.version for job in before.jobs}))
+    assert unchanged == candidates - {alone.instance_id}
+
+
 def test_a_newer_or_tainted_input_makes_its_readers_stale_transitively(bel: BuildEventLog) -> None:
     layers(bel, 1)
     layers(bel, 2)

@@ -1,11 +1,11 @@
 """What staleness is derived from (databuild.domain.staleness): live instances with the job and version
 that built them, and the instances each was built from as they stand now, in bulk."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.sql import Select
 
 from databuild.bel import schema as s
@@ -28,10 +28,24 @@ _OUT_OF_READ = (_OUT.c.instance_id == s.consumers.c.output_instance_id) & (
 
 
 class LineageFactReads(ReadBase):
-    def live_built(self, ref_glob: str | None = None) -> dict[str, Built]:
-        """Every live instance (of refs matching ``ref_glob``), by id: two queries, whatever their number."""
+    def live_built(
+        self, ref_glob: str | None = None, *, stale_under: Mapping[str, str] | None = None
+    ) -> dict[str, Built]:
+        """Every live instance (of refs matching ``ref_glob``), by id: two queries, whatever their number.
+        ``stale_under`` (the graph's job versions, by label): only those that can be stale under them, that
+        read an input or were built by another version of their job. The others cannot be (most of a big
+        estate: its sources and what reads nothing), and reading them made a count over a million
+        instances take 17 s."""
         where = [_OUT.c.status == _LIVE, *ref_conditions(_OUT.c.ref, None, ref_glob)]
-        return self._built(where, where)
+        if stale_under is None:
+            return self._built(where, where)
+        i, c = s.partition_instances.c, s.consumers.c
+        read_any = select(c.id).where(c.output_instance_id == i.instance_id).exists()
+        other_version = [
+            (s.job_runs.c.job_label == label) & i.job_version.is_not(None) & (i.job_version != version)
+            for label, version in stale_under.items()
+        ]
+        return self._built([*where, or_(read_any, *other_version)], where)
 
     def built_by_id(self, instance_ids: Sequence[str]) -> dict[str, Built]:
         """Those of these instances that are live, by id (as ``live_built``): two queries per chunk."""

@@ -21,11 +21,12 @@ def stale_partitions(bel: BelQueries, graph: Graph, pattern: str | None = None) 
     """The stale live partitions whose refs match the glob ``pattern`` (all when None), by ref."""
     if pattern is not None:
         compile_glob(pattern)  # a malformed pattern is refused, naming the problem, before any read
+    now = versions(graph)
     with bel.snapshot():
-        built = bel.live_built(pattern)
+        built = bel.live_built(pattern, stale_under=now)
         targets = list(built)
         _add_upstream(bel, built)
-    found = staleness(built, versions(graph), targets)
+    found = staleness(built, now, targets)
     return [_stale(built[t], found[t]) for t in targets if t in found]
 
 
