@@ -21,6 +21,10 @@ STEP_RETRY = RetryPolicy(
 )
 STEP_TIMEOUT = timedelta(minutes=5)
 PAUSED_LOOK = timedelta(minutes=1)  # a resume wakes it; this only bounds a missed wake
+# A wake (a retry's) that came during a step which found nothing left to start (the backfill was
+# cancelled) takes another step: the window used to end anyway, and the wake was lost, so the wants the
+# retry reopened for it were never started (seen in the chaos soak).
+WAKE_AFTER_DONE = "window-wake-after-done"
 
 
 @workflow.defn(name=p.BACKFILL_WINDOW_WORKFLOW)
@@ -46,7 +50,7 @@ class BackfillWindowWorkflow:
             )
             low = step.low
             workflow.set_current_details(_details(step))
-            if step.done:
+            if step.done and not (self._woken and workflow.patched(WAKE_AFTER_DONE)):
                 return
             if workflow.info().is_continue_as_new_suggested():
                 break
