@@ -1270,6 +1270,21 @@ def report(
         )
 
 
+def log_urls(args: argparse.Namespace, tmp: Path) -> list[tuple[str, contextlib.AbstractContextManager[str]]]:
+    """The logs to fill and time, by backend: each a context that gives its URL (a throwaway PostgreSQL
+    database is dropped on leaving it)."""
+    found: list[tuple[str, contextlib.AbstractContextManager[str]]] = []
+    if args.backend in ("sqlite", "both"):
+        path = Path(args.sqlite_path) if args.sqlite_path else tmp / "views.sqlite"
+        if path.exists():
+            raise SystemExit(f"{path} exists; the bench fills a fresh log")
+        found.append(("sqlite", contextlib.nullcontext(f"sqlite:///{path}")))
+    if args.backend in ("postgres", "both"):
+        kept = contextlib.nullcontext(args.into) if args.into else None
+        found.append(("postgresql", kept or postgres_database(args.postgres, prefix="bench_views")))
+    return found
+
+
 def history_in(home: Path, shape: Shape, seed: int) -> tuple[Engine, Generated]:
     """The scratch log and what to ask of it: generated into ``home``, or read back from there when an
     earlier run with the same shape and seed kept it (``--keep``)."""
@@ -1351,30 +1366,11 @@ def main() -> None:
         home.mkdir(parents=True, exist_ok=True)
         scratch, generated = history_in(home, shape, args.seed)
         try:
-            if args.backend in ("sqlite", "both"):
-                path = Path(args.sqlite_path) if args.sqlite_path else Path(tmp) / "views.sqlite"
-                if path.exists():
-                    raise SystemExit(f"{path} exists; the bench fills a fresh log")
-                fills["sqlite"], found, shown = bench_backend(
-                    "sqlite",
-                    f"sqlite:///{path}",
-                    scratch,
-                    generated.targets,
-                    args.samples,
-                    args.seed,
-                    check,
-                    args.page_samples,
-                )
-                results += found
-                pages["sqlite"] = shown
-            if args.backend in ("postgres", "both"):
-                with contextlib.ExitStack() as stack:
-                    url = args.into or stack.enter_context(
-                        postgres_database(args.postgres, prefix="bench_views")
-                    )
-                    fills["postgresql"], found, shown = bench_backend(
-                        "postgresql",
-                        url,
+            for name, url in log_urls(args, Path(tmp)):
+                with url as opened:
+                    fills[name], found, pages[name] = bench_backend(
+                        name,
+                        opened,
                         scratch,
                         generated.targets,
                         args.samples,
@@ -1382,8 +1378,7 @@ def main() -> None:
                         check,
                         args.page_samples,
                     )
-                    results += found
-                    pages["postgresql"] = shown
+                results += found
         finally:
             scratch.dispose()
     report(generated, fills, results, pages)
