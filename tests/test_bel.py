@@ -161,7 +161,8 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     )
     (recorded,) = upgraded.attempt_costs()
     assert recorded.cost is not None and recorded.cost.task_seconds == 1.5
-    assert upgraded.delegation_facts()  # the history's delegations, to value once their runs are priced
+    # The history's delegations, to value once their runs are priced.
+    assert sum(row.unvalued_avoided for row in upgraded.cost_rows("job")) > 0
     # 0006: every want of 0.1.0 is a usual one (not fresh), its id unchanged; a fresh want recorded from
     # now on keeps what makes it fresh, also through a rebuild of the projections (below).
     assert {(w.fresh, w.fresh_of) for w in upgraded.wants(limit=1000)} == {(False, None)}

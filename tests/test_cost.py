@@ -1,6 +1,7 @@
 """Cost read from the BEL (views.cost) and shown by the CLI (without Temporal), the API, the job run's view
 and /metrics: a run's recorded attempts, builds avoided by active and historical delegation, unknown
-never shown as zero. (The rules themselves: tests/test_domain_cost.py; Spark's figures: the stack test.)"""
+never shown as zero; reports summed by the database (bel.cost_sums) on both backends. (A run's own
+rules: tests/test_domain_cost.py; Spark's figures: the stack test.)"""
 
 import json
 import os
@@ -11,11 +12,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from databuild.bel import BuildEventLog
+from databuild.bel import BuildEventLog, projector
 from databuild.bel.measures import read_counts
 from databuild.config import Settings
 from databuild.domain import events as ev
-from databuild.domain.cost import CostReport, SparkCost
+from databuild.domain.cost import CostReport, SparkCost, run_cost, total
 from databuild.errors import InvalidPatternError
 from databuild.models import InstanceRef, WantSource, WantSpec
 from databuild.testing import POSTGRES_ADMIN_URL, postgres_database
@@ -24,6 +25,7 @@ from databuild.views.lineage import job_run_view
 from databuild.web import create_app, web_context
 from tests.conftest import forked_cli, require_postgres
 from tests.graphs import priced_graph
+from tests.test_domain_cost import ATTEMPTS, DAY1, DAY2, RUNS, spark
 
 ROOT = Path(__file__).resolve().parents[1]
 AT = datetime(2024, 1, 1, tzinfo=UTC)
@@ -83,6 +85,125 @@ def history(bel: BuildEventLog) -> str:
     bel.succeed_job_run(far, [], [InstanceRef(ref="far/1", instance_id="far/1@1")])
     assert want(bel, "far/1", day=2)[0] == "live"
     return run
+
+
+def logged(bel: BuildEventLog, delegations: list[tuple[str, str, str, str, datetime]]) -> None:
+    """The runs of ``RUNS`` and their ``ATTEMPTS`` (r1's second with an odd task count, as integer shares
+    round down), and delegations (want, ref, run, kind, at), projected at their times."""
+    attempts = [
+        a.model_copy(update={"cost": spark(10.0, tasks=5)}) if a.attempt == 2 else a for a in ATTEMPTS
+    ]
+    with bel.writer.begin() as conn:
+        for run, (label, outputs) in RUNS.items():
+            queued = ev.JobRunQueued(
+                job_run_id=run,
+                job_label=label,
+                outputs=outputs,
+                params={},
+                want_id=f"w-{run}",
+                workflow_id=run,
+            )
+            projector.apply_all(conn, [queued], DAY1)
+        for a in attempts:
+            recorded = ev.JobRunCostRecorded(
+                job_run_id=a.job_run_id,
+                attempt=a.attempt,
+                job_label=a.job_label,
+                executor=a.executor,
+                cost=a.cost,
+                unknown_reason=a.unknown_reason,
+            )
+            projector.apply_all(conn, [recorded], a.at)
+        for want_id, ref, run, kind, at in delegations:
+            made = ev.Delegation(want_id=want_id, ref=ref, delegated_to=run, kind=kind, message="")  # type: ignore[arg-type]
+            projector.apply_all(conn, [made], at)
+
+
+def test_spent_per_job_day_and_partition_counts_each_build_once_per_row(bel: BuildEventLog) -> None:
+    logged(bel, [])
+    by_job = {r.key: r for r in bel.cost_rows("job")}
+    assert by_job["pair"].builds_run == 1 and by_job["pair"].task_seconds == 12.0
+    assert by_job["pair"].tasks == 8 and by_job["pair"].output_bytes == 2000  # 5 tasks: 2 a partition
+    assert by_job["pair"].cpu_seconds == 6.0
+    assert by_job["remote"].builds_run == 1 and by_job["remote"].task_seconds == 0.0
+    assert by_job["remote"].unknown_attempts == 1  # unknown, not zero: said so
+    by_day = {r.key: r for r in bel.cost_rows("day")}
+    assert by_day["2024-01-01"].task_seconds == 5.0 and by_day["2024-01-02"].task_seconds == 10.0
+    assert by_day["2024-01-01"].builds_run == 3 and by_day["2024-01-02"].builds_run == 1
+    by_ref = {r.key: r for r in bel.cost_rows("partition")}
+    assert by_ref["left/1"].task_seconds == 6.0 and by_ref["right/1"].task_seconds == 6.0
+    assert by_ref["left/1"].builds_run == 1 and by_ref["far/1"].unknown_attempts == 1
+    assert total(by_ref.values()).task_seconds == 15.0
+    # Each partition's row is its share of the run, as the run's own view splits it.
+    split = run_cost(bel.attempt_costs_of(["r1"]), RUNS["r1"][1]).per_partition
+    assert {(ref, c.task_seconds, c.tasks) for ref, c in split.items()} == {
+        (ref, by_ref[ref].task_seconds, by_ref[ref].tasks) for ref in ("left/1", "right/1")
+    }
+    assert [r.key for r in bel.cost_rows("job", since=DAY2)] == ["pair"]
+
+
+def test_a_want_delegating_to_a_run_avoided_one_build_worth_its_share_of_what_it_delegated(
+    bel: BuildEventLog,
+) -> None:
+    logged(
+        bel,
+        [
+            # one want, both outputs of the pair: one build avoided, worth the whole run
+            ("w1", "left/1", "r1", "historical", DAY2),
+            ("w1", "right/1", "r1", "historical", DAY2),
+            ("w2", "one/1", "r2", "active", DAY1),
+            ("w2", "one/1", "r2", "historical", DAY2),  # the same want again, once it was built: one build
+            ("w3", "far/1", "r3", "historical", DAY2),  # a run of unknown cost: avoided, unvalued
+            ("w4", "one/1", "r-gone", "historical", DAY2),  # a run no longer known: left out
+        ],
+    )
+    by_job = {r.key: r for r in bel.cost_rows("job")}
+    assert (by_job["pair"].builds_avoided, by_job["pair"].task_seconds_saved) == (1, 12.0)
+    assert (by_job["single"].builds_avoided, by_job["single"].avoided_active) == (1, 1)
+    assert by_job["single"].avoided_historical == 0 and by_job["single"].task_seconds_saved == 6.0
+    assert (by_job["remote"].builds_avoided, by_job["remote"].unvalued_avoided) == (1, 1)
+    assert by_job["remote"].task_seconds_saved == 0.0
+    by_day = {r.key: r for r in bel.cost_rows("day")}
+    assert by_day["2024-01-02"].builds_avoided == 3 and by_day["2024-01-01"].builds_avoided == 1
+    # per partition: the pair's want avoided a build of each of its outputs, each worth its half
+    by_ref = {r.key: r for r in bel.cost_rows("partition")}
+    assert by_ref["left/1"].task_seconds_saved == 6.0 and by_ref["left/1"].builds_avoided == 1
+    # a pattern keeps only its partitions' shares
+    only_left = bel.cost_rows("job", "left/*")
+    assert [(r.key, r.task_seconds, r.task_seconds_saved) for r in only_left] == [("pair", 6.0, 6.0)]
+    # the plot's rows: each job by day
+    plot = bel.cost_days_by_job()
+    assert [r.key for r in plot["pair"]] == ["2024-01-01", "2024-01-02"]
+    assert plot["pair"][1].task_seconds == 10.0 and plot["pair"][1].builds_avoided == 1
+
+
+def test_a_run_whose_cost_is_not_recorded_yet_leaves_its_avoided_builds_unvalued(bel: BuildEventLog) -> None:
+    with bel.writer.begin() as conn:
+        queued = ev.JobRunQueued(
+            job_run_id="r9", job_label="single", outputs=["one/1"], params={}, want_id="w", workflow_id="r9"
+        )
+        made = ev.Delegation(want_id="w1", ref="one/1", delegated_to="r9", kind="active", message="")
+        projector.apply_all(conn, [queued, made], DAY1)
+    (row,) = bel.cost_rows("job")
+    assert (row.builds_avoided, row.unvalued_avoided, row.task_seconds_saved, row.builds_run) == (
+        1,
+        1,
+        0.0,
+        0,
+    )
+
+
+def test_a_page_of_the_costliest_rows_keeps_the_total_of_them_all(bel: BuildEventLog) -> None:
+    logged(bel, [("w1", "left/1", "r1", "historical", DAY2), ("w3", "far/1", "r3", "historical", DAY2)])
+    every = bel.cost_rows("partition")
+    assert len(every) > 2
+    shown, summed, count = bel.costliest_cost_rows(2, "partition")
+    assert count == len(every) and summed == total(every)
+    costliest = sorted(every, key=lambda r: (-r.task_seconds, r.key))[:2]
+    assert shown == costliest and shown[0].task_seconds >= shown[1].task_seconds
+    # No more rows than a page: all of them, by key, as the report has them.
+    assert bel.costliest_cost_rows(len(every), "partition") == (every, total(every), len(every))
+    assert bel.costliest_cost_rows(2, "partition", "nothing/*") == ([], total([]), 0)
 
 
 def test_spent_and_saved_per_job_and_partition_and_a_run_shows_its_cost(bel: BuildEventLog) -> None:

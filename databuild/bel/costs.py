@@ -1,5 +1,5 @@
-"""Job run costs (``job_run_costs``) and the delegations they value (``delegations``), in bulk: what the
-cost views (``databuild.views.cost``) and ``/metrics`` total."""
+"""Job run costs (``job_run_costs``) and the delegations they value (``delegations``): each run's attempts,
+and the reports the cost views (``databuild.views.cost``) show, summed by the database (``cost_sums``)."""
 
 from collections.abc import Sequence
 from datetime import datetime
@@ -10,14 +10,13 @@ from sqlalchemy import select
 
 from databuild.bel import schema as s
 from databuild.bel.base import ReadBase, WriteBase, run_key
+from databuild.bel.cost_sums import FIGURES, ZERO, cost_sums, costliest_sums
 from databuild.bel.rows import chunks
 from databuild.domain import events as ev
-from databuild.domain.cost import AttemptCost, DelegationFact, RunOutputs
+from databuild.domain.cost import AttemptCost, CostBy, CostRow
 
-# Reports read every cost and delegation in their range: validated a list at a time (one call into
-# pydantic's core for tens of thousands of rows, not one each).
+# Attempts validated a list at a time (one call into pydantic's core for many rows, not one each).
 _ATTEMPTS = TypeAdapter(list[AttemptCost])
-_DELEGATIONS = TypeAdapter(list[DelegationFact])
 
 
 def _attempts(rows: Sequence[Any]) -> list[AttemptCost]:
@@ -53,23 +52,43 @@ class CostReads(ReadBase):
             found += _attempts(self._all(query))
         return sorted(found, key=lambda a: (a.job_run_id, a.attempt))
 
-    def delegation_facts(self, since: datetime | None = None) -> list[DelegationFact]:
-        """Every delegation (made at or after ``since``), oldest first."""
-        d = s.delegations.c
-        query = select(d.want_id, d.ref, d.delegated_to, d.kind, d.at).order_by(d.id)
-        if since is not None:
-            query = query.where(d.at >= since)
-        return _DELEGATIONS.validate_python(self._all(query))
+    def cost_rows(
+        self, by: CostBy, pattern: str | None = None, since: datetime | None = None
+    ) -> list[CostRow]:
+        """Builds run and avoided, task-seconds spent and saved, per job, day or partition (by key), of
+        the partitions whose refs match the glob ``pattern`` (all when None), from ``since`` on."""
+        rows = [_row(row, row[f"key_{by}"]) for row in self._all(cost_sums([by], pattern, since))]
+        return sorted(rows, key=lambda row: row.key)
 
-    def run_outputs(self, job_run_ids: Sequence[str]) -> dict[str, RunOutputs]:
-        """The job and outputs of each of these runs that exists, by id."""
-        found: dict[str, RunOutputs] = {}
-        r = s.job_runs.c
-        for chunk in chunks(job_run_ids):
-            query = select(r.job_run_id, r.job_label, r.outputs).where(r.job_run_id.in_(chunk))
-            for row in self._all(query):
-                found[row["job_run_id"]] = RunOutputs(job_label=row["job_label"], outputs=row["outputs"])
-        return found
+    def costliest_cost_rows(
+        self, count: int, by: CostBy, pattern: str | None = None, since: datetime | None = None
+    ) -> tuple[list[CostRow], CostRow, int]:
+        """The rows of ``cost_rows`` (by key) or, when there are more than ``count``, the ``count`` that
+        spent most (most first); the total of every row; and how many rows there are."""
+        found = self._all(costliest_sums(by, pattern, since, count))
+        if not found:
+            return [], _row({}, "total"), 0
+        rows = [_row(row, row[f"key_{by}"]) for row in found]
+        in_all: int = found[0]["rows_in_all"]
+        totals = {name: found[0][f"total_{name}"] for name in FIGURES}
+        return (
+            (sorted(rows, key=lambda row: row.key) if in_all <= count else rows),
+            _row(totals, "total"),
+            in_all,
+        )
+
+    def cost_days_by_job(self, since: datetime | None = None) -> dict[str, list[CostRow]]:
+        """Each job's rows by day (the dashboard's plot over time)."""
+        by_job: dict[str, list[CostRow]] = {}
+        for row in self._all(cost_sums(["job", "day"], None, since)):
+            by_job.setdefault(row["key_job"], []).append(_row(row, row["key_day"]))
+        return {job: sorted(rows, key=lambda row: row.key) for job, rows in sorted(by_job.items())}
+
+
+def _row(figures: Any, key: str) -> CostRow:
+    # Typed by the statement (``cost_sums``): rows are made without validating a million of them again.
+    values: dict[str, Any] = {name: figures.get(name) or ZERO[name] for name in FIGURES}
+    return CostRow.model_construct(key=key, **values)
 
 
 class CostCommands(CostReads, WriteBase):

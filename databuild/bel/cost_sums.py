@@ -1,0 +1,182 @@
+"""Cost reports summed by the database: what each job, day or partition spent, and what delegation saved
+(``databuild.domain.cost`` names the figures), without reading every attempt and delegation into Python.
+A million partitions' report is one grouped statement, and a page of it is its costliest rows.
+
+The rules of ``databuild.domain.cost``, in SQL:
+- a run's cost is split evenly among its outputs (``share``: integer figures by integer division), and a
+  row takes the shares of the outputs that fall in it;
+- a build is counted once per row, however many of its outputs fall in it;
+- a want that delegated to a run avoided one build, counted by the kind of its first delegation to it, and
+  worth the shares of the outputs it delegated;
+- an attempt whose cost is unknown is counted as unknown, never as zero; a build avoided from a run whose
+  cost is unknown, or not recorded yet, is unvalued."""
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Float, Select, String, and_, case, cast, func, literal, select, union_all
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
+
+from databuild.bel import schema as s
+from databuild.domain.cost import CostBy
+from databuild.globs import ref_filter
+
+SPENT = ("task_seconds", "cpu_seconds", "input_bytes", "output_bytes", "shuffle_bytes", "tasks")
+COUNTS = ("builds_run", "unknown_attempts", "builds_avoided", "avoided_active", "avoided_historical")
+FIGURES = (*COUNTS, "unvalued_avoided", *SPENT, "task_seconds_saved")
+_FLOATS = {"task_seconds", "cpu_seconds", "task_seconds_saved"}
+ZERO: dict[str, float | int] = {name: 0.0 if name in _FLOATS else 0 for name in FIGURES}
+
+
+class _UtcDay(FunctionElement[str]):
+    """The UTC day (YYYY-MM-DD) of a timestamp column."""
+
+    type = String()
+    inherit_cache = True
+
+
+@compiles(_UtcDay)
+def _sqlite_day(element: _UtcDay, compiler: SQLCompiler, **kw: Any) -> str:
+    # SQLite holds UTC timestamps as ISO text (UTCDateTime).
+    return f"substr({compiler.process(element.clauses, **kw)}, 1, 10)"
+
+
+@compiles(_UtcDay, "postgresql")
+def _postgresql_day(element: _UtcDay, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"to_char({compiler.process(element.clauses, **kw)} AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+
+
+def _key_columns(keys: Sequence[CostBy], job_label: Any, at: Any, ref: Any) -> list[Any]:
+    column = {"job": job_label, "day": _UtcDay(at), "partition": ref}
+    return [column[key].label(f"key_{key}") for key in keys]
+
+
+def _outputs(run: Any) -> Any:
+    """How many outputs a run has (the parts of its even split; never zero, which a run cannot have)."""
+    return func.nullif(func.json_array_length(run.outputs, type_=BigInteger), 0)
+
+
+def _over(figure: Any, parts: Any, kind: Any) -> Any:
+    """``figure / parts`` as both backends divide: integers by integer division, like ``share``."""
+    return figure.op("/", return_type=kind)(parts)
+
+
+def _spent(keys: Sequence[CostBy], pattern: str | None, since: datetime | None) -> Select[Any]:
+    """Per key: the attempts' shares of their runs, builds run and unknown attempts."""
+    c, r, o = s.job_run_costs.c, s.job_runs.c, s.job_run_outputs.c
+    parts = _outputs(r)
+    source = s.job_run_costs.join(s.job_runs, r.job_run_id == c.job_run_id)
+    conditions = [] if since is None else [c.recorded_at >= since]
+    if "partition" in keys or pattern is not None:
+        # A row per output of each attempt (that the pattern keeps): each adds its share.
+        source = source.join(s.job_run_outputs, o.job_run_id == c.job_run_id)
+        conditions += [] if pattern is None else [ref_filter(o.ref, pattern)]
+        outputs: Any = literal(1)
+        ref: Any = o.ref
+    else:
+        outputs, ref = parts, literal("")  # every output of an attempt falls in its job's or day's row
+
+    def shares(name: str) -> Any:
+        return _over(func.coalesce(cast(c.cost[name].as_string(), BigInteger), 0), parts, BigInteger)
+
+    attempt = c.job_run_id + literal(":") + cast(c.attempt, String)
+    figures = {
+        "builds_run": func.count(c.job_run_id.distinct()),
+        "unknown_attempts": func.count(case((c.task_seconds.is_(None), attempt)).distinct()),
+        "task_seconds": func.sum(_over(c.task_seconds, parts, Float) * outputs),
+        "cpu_seconds": func.sum(
+            _over(cast(c.cost["cpu_seconds"].as_string(), Float), parts, Float) * outputs
+        ),
+        "input_bytes": func.sum(shares("input_bytes") * outputs),
+        "output_bytes": func.sum(shares("output_bytes") * outputs),
+        "shuffle_bytes": func.sum((shares("shuffle_read_bytes") + shares("shuffle_write_bytes")) * outputs),
+        "tasks": func.sum(shares("tasks") * outputs),
+    }
+    columns = _key_columns(keys, c.job_label, c.recorded_at, ref)
+    return select(*columns, *_all_figures(figures)).select_from(source).where(*conditions).group_by(*columns)
+
+
+def _avoided(keys: Sequence[CostBy], pattern: str | None, since: datetime | None) -> Select[Any]:
+    """Per key: the builds avoided, by kind, and what they saved (or that they are unvalued)."""
+    d, r, c = s.delegations.c, s.job_runs.c, s.job_run_costs.c
+    priced = (
+        select(
+            c.job_run_id,
+            func.sum(c.task_seconds).label("task_seconds"),
+            func.count().label("attempts"),
+            func.count(c.task_seconds).label("known"),
+        )
+        .group_by(c.job_run_id)
+        .subquery("priced")
+    )
+    valued = and_(priced.c.attempts.is_not(None), priced.c.known == priced.c.attempts)
+    conditions = ([] if since is None else [d.at >= since]) + (
+        [] if pattern is None else [ref_filter(d.ref, pattern)]
+    )
+    columns = _key_columns(keys, r.job_label, d.at, d.ref)
+    # A run no longer in the log is left out (inner join): there is nothing to value it at.
+    pairs = (
+        select(
+            *columns,
+            func.min(d.kind).label("kind"),  # "active" < "historical": a want delegates actively first
+            func.sum(case((valued, _over(priced.c.task_seconds, _outputs(r), Float)), else_=0.0)).label(
+                "saved"
+            ),
+            func.max(case((valued, 0), else_=1)).label("unvalued"),
+        )
+        .select_from(
+            s.delegations.join(s.job_runs, r.job_run_id == d.delegated_to).outerjoin(
+                priced, priced.c.job_run_id == d.delegated_to
+            )
+        )
+        .where(*conditions)
+        .group_by(*columns, d.want_id, d.delegated_to)
+        .subquery("pairs")
+    )
+    p = pairs.c
+    key_columns = [p[f"key_{key}"] for key in keys]
+    figures = {
+        "builds_avoided": func.count(),
+        "avoided_active": func.sum(case((p.kind == "active", 1), else_=0)),
+        "avoided_historical": func.sum(case((p.kind == "historical", 1), else_=0)),
+        "unvalued_avoided": func.sum(p.unvalued),
+        "task_seconds_saved": func.sum(p.saved),
+    }
+    return select(*key_columns, *_all_figures(figures)).group_by(*key_columns)
+
+
+def _all_figures(given: dict[str, Any]) -> list[Any]:
+    """Every figure, in ``FIGURES`` order: those given, zero for the rest (the two halves are unioned)."""
+    return [given.get(name, literal(ZERO[name])).label(name) for name in FIGURES]
+
+
+def _typed(name: str, summed: Any) -> Any:
+    # PostgreSQL sums integers as numeric: back to the figure's type.
+    return cast(func.coalesce(summed, 0), Float if name in _FLOATS else BigInteger)
+
+
+def cost_sums(keys: Sequence[CostBy], pattern: str | None, since: datetime | None) -> Select[Any]:
+    """A row per key (``key_job``, ``key_day``, ``key_partition``, those asked for) with every figure."""
+    both = union_all(_spent(keys, pattern, since), _avoided(keys, pattern, since)).subquery("halves")
+    key_columns = [both.c[f"key_{key}"] for key in keys]
+    return select(
+        *key_columns, *[_typed(name, func.sum(both.c[name])).label(name) for name in FIGURES]
+    ).group_by(*key_columns)
+
+
+def costliest_sums(key: CostBy, pattern: str | None, since: datetime | None, count: int) -> Select[Any]:
+    """The ``count`` rows of ``cost_sums`` that spent most (most first), each carrying how many rows there
+    are in all (``rows_in_all``) and the totals of every row (``total_<figure>``)."""
+    rows = cost_sums([key], pattern, since).subquery("summed")
+    return (
+        select(
+            rows,
+            func.count().over().label("rows_in_all"),
+            *[_typed(name, func.sum(rows.c[name]).over()).label(f"total_{name}") for name in FIGURES],
+        )
+        .order_by(rows.c.task_seconds.desc(), rows.c[f"key_{key}"])
+        .limit(count)
+    )
