@@ -101,9 +101,10 @@ class WantActivities:
     async def watch(self, input: p.WatchInput) -> None:
         """Completes once the waiting want should decide again: the run it follows ended (perhaps
         unheard) or was lost, or the refs it is blocked on are no longer fail-locked. Until then each
-        attempt fails benignly (logged at debug level) and Temporal retries it. The first attempt only
-        schedules the first look, a lease later: a run that just ended has its signal on the way."""
-        if activity.info().attempt == 1:
+        attempt fails benignly (logged at debug level) and Temporal retries it. A want waits a lease on a
+        timer before it starts the watch, which then looks at once (``look_at_once``); for a want started
+        before that, the first attempt only schedules the first look, a lease later."""
+        if activity.info().attempt == 1 and not input.look_at_once:
             raise ApplicationError("first look after a lease", type="StillWaiting", category=BENIGN)
         if input.job_run_id is not None:
             if await self._build_health(input.job_run_id) is not p.BuildHealth.alive:

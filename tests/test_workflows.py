@@ -33,6 +33,7 @@ from tests.conftest import binary
 from tests.workflow_doubles import (
     JOB_LABEL,
     WAIT,
+    WATCHDOG,
     Held,
     Script,
     available,
@@ -250,7 +251,6 @@ async def test_delegated_want_succeeds_when_the_run_signals(h: Harness, script: 
     script.then("decide", delegate_decision(run_id, [spec.ref]))
     handle = await h.start_want(spec)
 
-    assert await script.called("watch") == p.WatchInput(job_run_id=run_id)
     progress = await until_progress(handle, lambda progress: progress.state is WantState.building)
     assert progress.job_run_id == run_id
     await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "i-2", run_id))
@@ -258,6 +258,7 @@ async def test_delegated_want_succeeds_when_the_run_signals(h: Harness, script: 
     result = await handle.result()
     assert (result.state, result.instance_id) == (WantState.successful, "i-2")
     assert "run_job" not in script.names()  # nothing started: another run builds it
+    assert "watch" not in script.names()  # the signal came within a lease: no watch was dispatched
 
 
 @pytest.mark.parametrize("when", ["with the start", "while deciding"])
@@ -293,7 +294,7 @@ async def test_watch_seeing_the_run_ended_makes_the_want_decide_again(h: Harness
 
     assert (result.state, result.instance_id) == (WantState.successful, "i-4")
     assert [i.seq for i in script.inputs("decide")] == [1, 2]
-    assert script.inputs("watch") == [p.WatchInput(job_run_id=run_id)] * 2
+    assert script.inputs("watch") == [p.WatchInput(job_run_id=run_id, look_at_once=True)] * 2
 
 
 async def test_time_skips_again_after_a_want_ends_while_its_watch_looks(h: Harness, script: Script) -> None:
@@ -311,6 +312,7 @@ async def test_time_skips_again_after_a_want_ends_while_its_watch_looks(h: Harne
 
     script.always("watch", slow_look)
     handle = await h.start_want(spec)
+    await h.env.sleep(WATCHDOG)  # the watch starts once a lease passed without news
     async with asyncio.timeout(WAIT):
         await looking.wait()
     await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "i-2", run_id))
@@ -406,9 +408,10 @@ async def test_blocked_want_decides_again_on_redecide(h: Harness, script: Script
     script.then("decide", blocked_decision([spec.ref]), live_decision("i-6"))
     handle = await h.start_want(spec)
 
-    assert await script.called("watch") == p.WatchInput(blocked_refs=[spec.ref])
     progress = await until_progress(handle, lambda progress: progress.state is WantState.upstream_building)
     assert progress.waiting_for == [spec.ref]
+    await h.env.sleep(WATCHDOG)  # a lease without news: the watch looks at the fail-locks
+    assert await script.called("watch") == p.WatchInput(blocked_refs=[spec.ref], look_at_once=True)
     await handle.signal(p.SIGNAL_REDECIDE, redecide_notice(spec.ref, "resolved"))
 
     result = await handle.result()
@@ -662,6 +665,7 @@ async def test_long_history_continues_as_new_carrying_its_state(
     script.then("decide", blocked_decision([spec.ref]), live_decision("i-9"))
     async with harnessed(env, script, runner) as h:
         handle = await h.start_want(spec)
+        await h.env.sleep(WATCHDOG)
         await script.called("watch")
         await until_progress(handle, lambda progress: progress.sla_missed)
         await handle.signal(p.SIGNAL_REDECIDE, redecide_notice(spec.ref))

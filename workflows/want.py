@@ -25,6 +25,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.calls import BEL_RETRY, BEL_TIMEOUT, bel, failure_message, remote, watch
     from workflows.job_run import JobRunWorkflow  # its module keeps no state: one copy serves every run
 
+# Patch: a waiting want starts its watch activity only once a lease has passed without the signal.
+WATCH_AFTER_TIMER = "watch-after-timer"
+
 Following = p.ExecuteOrder | p.DelegateOrder
 Outcome = tuple[WantState, str | None, str | None]  # state, reason, instance id
 
@@ -192,6 +195,12 @@ class WantWorkflow:
     ) -> bool:
         """Wait until ``condition`` holds or the want is stopping, with the watch activity looking out
         for what no signal reports; False if the watch saw it first (then the want decides again)."""
+        if workflow.patched(WATCH_AFTER_TIMER):
+            # Most waits end with their signal well within a lease: a timer waits that long first, so
+            # such a want never has the watch dispatched to a worker (its first attempt only waited).
+            if await self._wait(condition, within=every):
+                return True
+            what = what.model_copy(update={"look_at_once": True})
         watching = watch(WantActivities.watch, what, every)
         await self._wait(lambda: condition() or watching.done())
         if not watching.done():

@@ -222,6 +222,7 @@ class WatchInput(Model):
 
     job_run_id: str | None = None
     blocked_refs: list[str] = []
+    look_at_once: bool = False  # False: the first attempt only waits a lease (wants before the timer)
 
 
 class BuildHealth(StrEnum):

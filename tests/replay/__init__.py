@@ -17,6 +17,7 @@ HISTORY_DIR = Path(__file__).parent.parent / "histories"
 SCENARIOS: dict[str, tuple[str, ...]] = {
     "execute": ("want-execute", "job-run-success"),
     "delegate": ("want-delegate",),
+    "watch-after-timer": ("want-watch-after-timer",),
     "dep-miss-chain": ("want-dep-miss-chain", "want-derivative", "job-run-dep-miss"),
     "declared-inputs": ("want-declared-inputs",),
     "fail-lock": ("want-failed", "job-run-failed", "want-fail-lock-resolve"),

@@ -181,6 +181,17 @@ async def delegate(rec: Recorder) -> None:
             await rec.save("want-delegate", stack.client, second.workflow_id)
 
 
+@scenario("watch-after-timer")
+async def watch_after_timer(rec: Recorder) -> None:
+    """A want whose run takes longer than a lease: it waits the lease on a timer, then starts its watch
+    (patch ``watch-after-timer``), and the run's signal ends it."""
+    with slow_jobs(8):
+        async with rec.stack("dev", "tests.graphs:slow", job_lease=timedelta(seconds=2)) as stack:
+            spec = await stack.db.want("slow/watched")
+            await settled(stack, spec)
+            await rec.save("want-watch-after-timer", stack.client, spec.workflow_id)
+
+
 @scenario("dep-miss-chain")
 async def dep_miss_chain(rec: Recorder) -> None:
     """The demo discovering its inputs: daily_summary dep-misses seven daily_users, each of which
