@@ -1,6 +1,7 @@
 """Fan-out: when a job run ends, signal every want subscribed to its outputs. Pages through the
 subscriptions and heartbeats its cursor, so a retry resumes where the last attempt stopped."""
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from temporalio import activity
@@ -12,10 +13,13 @@ from databuild.bel import BuildEventLog
 from databuild.config import Settings
 from databuild.domain import alerts
 from databuild.graph import Graph
-from databuild.models import JobRunState
+from databuild.models import JobRun, JobRunState
 from databuild.temporal import protocol as p
 from databuild.temporal.late_data import rebuild_late_readers
-from databuild.temporal.wants import notify_subscribers, signal_for_run
+from databuild.temporal.wants import notify_pages, signal_for_run
+
+# Pages of subscribers the local first step of a fan-out signals (``fan_out_first``).
+FIRST_PAGES = 1
 
 
 class FanOutActivities:
@@ -33,20 +37,44 @@ class FanOutActivities:
         self.page_size = page_size
         self.graph = graph  # None: no late-data rebuilds (tests of the fan-out alone)
 
+    def activities(self) -> list[Callable[..., Awaitable[object]]]:
+        """Both steps, for a worker to run (the workflows call the first as a local activity)."""
+        return [self.fan_out, self.fan_out_first]
+
     @activity.defn
     async def fan_out(self, input: p.FanOutInput) -> int:
-        run = await self.bel.call(self.bel.job_run, input.job_run_id)
+        """Every subscriber (after ``input.after_id``), then what follows a run's end."""
         details = activity.info().heartbeat_details
-        cursor = int(details[0]) if details else 0
-        told = await notify_subscribers(
+        cursor = int(details[0]) if details else input.after_id
+        return (await self._fan_out(input.job_run_id, cursor, None, activity.heartbeat)).heard
+
+    @activity.defn
+    async def fan_out_first(self, input: p.FanOutInput) -> p.FanOutResult:
+        """The first page of subscribers, and what follows a run's end if that was all of them: run as a
+        local activity, since most runs have a few subscribers. The rest is ``fan_out``'s, from the
+        cursor (a local activity cannot heartbeat one)."""
+        return await self._fan_out(input.job_run_id, input.after_id, FIRST_PAGES, lambda _cursor: None)
+
+    async def _fan_out(
+        self, job_run_id: str, cursor: int, pages: int | None, on_page: Callable[[int], None]
+    ) -> p.FanOutResult:
+        run = await self.bel.call(self.bel.job_run, job_run_id)
+        notified = await notify_pages(
             self.client,
             self.bel,
             run.outputs,
             signal_for_run(run),
             after_id=cursor,
             page_size=self.page_size,
-            on_page=activity.heartbeat,
+            on_page=on_page,
+            max_pages=pages,
         )
+        if notified.done:
+            await self._ended(run)
+        return p.FanOutResult(heard=notified.heard, after_id=notified.cursor, done=notified.done)
+
+    async def _ended(self, run: JobRun) -> None:
+        """What follows a run's end once its wants heard: waiting runs woken, late data rebuilt, alerts."""
         await self._wake_admitted()
         if self.graph is not None and self.settings is not None and run.state is JobRunState.succeeded:
             # Its outputs' newer instances are late data for the readers of the older ones.
@@ -63,7 +91,6 @@ class FanOutActivities:
             if failed := [r for results in checks.values() for r in results if not r.passed]:
                 at = run.ended_at or datetime.now(UTC)
                 await raise_alert(self.client, self.settings, alerts.check_warnings(run, failed, at))
-        return told
 
     async def _wake_admitted(self) -> None:
         """The pool slots the run held went to waiting runs when it ended (in its BEL commit): wake them.

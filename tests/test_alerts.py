@@ -179,7 +179,7 @@ async def alerting(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncItera
             *want_steps(wants),
             TimedBuilds(bel, pause=PAUSE).build,
             Failures(bel).fail_job_run,
-            FanOutActivities(bel, env.client, settings).fan_out,
+            *FanOutActivities(bel, env.client, settings).activities(),
             alerts.route_alert,
             alerts.queue_alert,
             alerts.deliver_alert,

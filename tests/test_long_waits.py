@@ -53,7 +53,7 @@ async def timed_stack(tmp_path: Path) -> AsyncIterator[tuple[WorkflowEnvironment
             *want_steps(wants),
             TimedBuilds(bel).build,
             Failures(bel).fail_job_run,
-            FanOutActivities(bel, env.client).fan_out,
+            *FanOutActivities(bel, env.client).activities(),
         ],
     )
     async with worker:

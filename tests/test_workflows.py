@@ -695,7 +695,36 @@ async def test_job_run_succeeds_and_tells_the_wants(h: Harness, script: Script) 
     outcome = await (await h.start_job_run(job_run_input(run_id, ["out/a"]))).result()
 
     assert outcome == p.JobOutcome(job_run_id=run_id, state=JobRunState.succeeded)
-    assert script.names() == ["run_job", "fan_out"]
+    assert script.names() == ["run_job", "fan_out_first", "fan_out"]
+
+
+@pytest.mark.parametrize("first", ["all", "a page of more"])
+async def test_a_run_tells_its_first_page_of_wants_locally_and_the_rest_from_the_cursor(
+    h: Harness, script: Script, first: str
+) -> None:
+    run_id = new_run_id()
+    done = first == "all"
+    script.then("fan_out_first", p.FanOutResult(heard=200, after_id=7, done=done))
+
+    outcome = await (await h.start_job_run(job_run_input(run_id, ["out/a"]))).result()
+
+    assert outcome.state is JobRunState.succeeded
+    assert script.inputs("fan_out_first") == [p.FanOutInput(job_run_id=run_id)]
+    # A run with few wants tells them without a second activity; a longer fan-out goes on after the page.
+    assert script.inputs("fan_out") == ([] if done else [p.FanOutInput(job_run_id=run_id, after_id=7)])
+
+
+async def test_a_failing_first_page_leaves_the_whole_fan_out_to_the_activity(
+    h: Harness, script: Script
+) -> None:
+    run_id = new_run_id()
+    script.always("fan_out_first", fails("database down", "OperationalError"))
+
+    outcome = await (await h.start_job_run(job_run_input(run_id, ["out/a"]))).result()
+
+    assert outcome.state is JobRunState.succeeded
+    assert len(script.inputs("fan_out_first")) == 3  # its attempts
+    assert script.inputs("fan_out") == [p.FanOutInput(job_run_id=run_id)]
 
 
 @pytest.mark.parametrize(
@@ -737,7 +766,7 @@ async def test_a_batch_run_waits_its_window_then_for_a_pool_slot(h: Harness, scr
     request = p.AdmissionInput(job_run_id=run_id, pools={"etl": 2})
     assert script.inputs("batch_is_full") == [request]
     assert script.inputs("request_admission") == [request, request]
-    assert script.names()[-2:] == ["run_job", "fan_out"]
+    assert script.names()[-3:] == ["run_job", "fan_out_first", "fan_out"]
 
 
 async def test_a_run_abandoned_while_it_waits_for_a_slot_never_runs(h: Harness, script: Script) -> None:
@@ -761,7 +790,7 @@ async def test_job_run_dep_miss_is_an_outcome_not_a_failure(h: Harness, script: 
     outcome = await (await h.start_job_run(job_run_input(run_id, ["out/a"]))).result()
 
     assert (outcome.state, outcome.missing) == (JobRunState.dep_miss, ["in/a"])
-    assert script.names() == ["run_job", "fan_out"]
+    assert script.names() == ["run_job", "fan_out_first", "fan_out"]
 
 
 async def test_canceled_job_run_stops_its_job_and_tells_the_wants(h: Harness, script: Script) -> None:

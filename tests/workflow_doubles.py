@@ -151,6 +151,11 @@ class Script:
         result: int = await self.answer("fan_out", input)
         return result
 
+    @activity.defn
+    async def fan_out_first(self, input: p.FanOutInput) -> p.FanOutResult:
+        result: p.FanOutResult = await self.answer("fan_out_first", input)
+        return result
+
     def activities(self) -> list[Callable[..., Any]]:
         return [
             self.register_want,
@@ -168,6 +173,7 @@ class Script:
             self.await_admission,
             self.fail_job_run,
             self.fan_out,
+            self.fan_out_first,
         ]
 
 
@@ -334,4 +340,6 @@ DEFAULTS: dict[str, Answer] = {
     "await_admission": still_waiting,
     "fail_job_run": None,
     "fan_out": 0,
+    # The first page left the rest to ``fan_out`` (scripted above): a run's wants hear from it.
+    "fan_out_first": p.FanOutResult(heard=0, after_id=0, done=False),
 }

@@ -224,7 +224,7 @@ def activities_of(
         jobs.batch_is_full,
         jobs.await_admission,
         jobs.fail_job_run,
-        fan_out.fan_out,
+        *fan_out.activities(),
         alerting.route_alert,
         alerting.queue_alert,
         alerting.deliver_alert,

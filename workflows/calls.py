@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ActivityHandle
 
 with workflow.unsafe.imports_passed_through():
@@ -17,6 +17,9 @@ with workflow.unsafe.imports_passed_through():
 A = TypeVar("A")
 R = TypeVar("R")
 Method = Callable[[Any, A], Awaitable[R]]
+
+# Patch: a finished run signals its first page of subscribers from a local activity (``fan_out``).
+FAN_OUT_FIRST_LOCAL = "fan-out-first-local"
 
 # BEL steps are single short transactions and idempotent: run them as local activities (no task
 # queue round trip) and retry them until the database answers.
@@ -61,11 +64,29 @@ def watch(activity: Method[A, None], what: A, every: timedelta) -> ActivityHandl
 
 
 async def fan_out(job_run_id: str) -> None:
-    """Signal the subscribers of a finished run. It resumes from its heartbeated cursor, so it may
-    retry for as long as it takes."""
+    """Signal the subscribers of a finished run: the first page as a local activity (no task queue round
+    trip; most runs have few subscribers), the rest, if any, by an activity that resumes from its
+    heartbeated cursor, so it may retry for as long as it takes."""
+    after_id = 0
+    if workflow.patched(FAN_OUT_FIRST_LOCAL):
+        try:
+            first = await workflow.execute_local_activity_method(
+                FanOutActivities.fan_out_first,
+                p.FanOutInput(job_run_id=job_run_id),
+                start_to_close_timeout=BEL_TIMEOUT,
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+        except (ActivityError, ApplicationError) as error:  # a local activity's failure can come unwrapped
+            workflow.logger.warning(
+                "fan-out of %s: first page failed (%s); the activity does it", job_run_id, error
+            )
+        else:
+            if first.done:
+                return
+            after_id = first.after_id
     await workflow.execute_activity_method(
         FanOutActivities.fan_out,
-        p.FanOutInput(job_run_id=job_run_id),
+        p.FanOutInput(job_run_id=job_run_id, after_id=after_id),
         start_to_close_timeout=timedelta(minutes=30),
         heartbeat_timeout=timedelta(seconds=60),
         retry_policy=RetryPolicy(

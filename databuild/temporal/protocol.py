@@ -300,6 +300,15 @@ class AbandonBuildResult(Model):
 
 class FanOutInput(Model):
     job_run_id: str
+    after_id: int = 0  # the subscription it resumes after (the first pages were signalled already)
+
+
+class FanOutResult(Model):
+    """How far the first pages of a fan-out got: ``done``, or the cursor the rest resumes after."""
+
+    heard: int
+    after_id: int
+    done: bool
 
 
 # Cross-graph coordination ------------------------------------------------------------------------

@@ -4,6 +4,7 @@ them, and signalling the wants subscribed to a job run's outputs."""
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -314,18 +315,46 @@ async def notify_subscribers(
     the cursor after each page so a retried caller resumes where it stopped. Returns how many wants
     heard: running workflows signalled, and wants repaired (see ``_signal``); finished ones do not count.
     """
+    notified = await notify_pages(
+        client, bel, refs, signal_for, after_id=after_id, page_size=page_size, on_page=on_page
+    )
+    return notified.heard
+
+
+@dataclass(frozen=True)
+class Notified:
+    heard: int  # wants that heard (see ``notify_subscribers``)
+    cursor: int  # the last subscription signalled
+    done: bool  # no subscription is left after the cursor
+
+
+async def notify_pages(
+    client: Client,
+    bel: BelQueries,
+    refs: list[str],
+    signal_for: SignalFor,
+    *,
+    after_id: int = 0,
+    page_size: int = 200,
+    on_page: Callable[[int], None] = lambda _cursor: None,
+    max_pages: int | None = None,
+) -> Notified:
+    """``notify_subscribers``, stopping after ``max_pages`` pages (all when None): how far it got."""
     heard: set[str] = set()
-    while True:
+    pages = 0
+    while max_pages is None or pages < max_pages:
         page = await bel.call(bel.subscriptions, refs, after_id, page_size)
-        if not page:
-            return len(heard)
         targets = [
             (sub.want_id, sub.workflow_id, sig) for sub in page if (sig := signal_for(sub)) is not None
         ]
         delivered = await asyncio.gather(*(_signal(client, bel, w, wf, sig) for w, wf, sig in targets))
         heard.update(want_id for (want_id, _, _), ok in zip(targets, delivered, strict=True) if ok)
+        if len(page) < page_size:  # the last page: nothing after it
+            return Notified(len(heard), after_id if not page else page[-1].id, done=True)
         after_id = page[-1].id
         on_page(after_id)
+        pages += 1
+    return Notified(len(heard), after_id, done=False)
 
 
 async def _signal(

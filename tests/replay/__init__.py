@@ -18,6 +18,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "execute": ("want-execute", "job-run-success"),
     "delegate": ("want-delegate",),
     "watch-after-timer": ("want-watch-after-timer",),
+    "fan-out-first-local": ("job-run-fan-out-first-local",),
     "dep-miss-chain": ("want-dep-miss-chain", "want-derivative", "job-run-dep-miss"),
     "declared-inputs": ("want-declared-inputs",),
     "fail-lock": ("want-failed", "job-run-failed", "want-fail-lock-resolve"),

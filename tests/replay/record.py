@@ -192,6 +192,17 @@ async def watch_after_timer(rec: Recorder) -> None:
             await rec.save("want-watch-after-timer", stack.client, spec.workflow_id)
 
 
+@scenario("fan-out-first-local")
+async def fan_out_first_local(rec: Recorder) -> None:
+    """A run that tells its one want from the local first page of its fan-out (patch
+    ``fan-out-first-local``): no fan-out activity."""
+    async with rec.stack("dev", "tests.graphs:chain") as stack:
+        spec = await stack.db.want("base/2")
+        await settled(stack, spec)
+        [run] = stack.bel.job_runs()
+        await rec.save("job-run-fan-out-first-local", stack.client, run.workflow_id)
+
+
 @scenario("dep-miss-chain")
 async def dep_miss_chain(rec: Recorder) -> None:
     """The demo discovering its inputs: daily_summary dep-misses seven daily_users, each of which
