@@ -64,38 +64,77 @@ def _over(figure: Any, parts: Any, kind: Any) -> Any:
     return figure.op("/", return_type=kind)(parts)
 
 
-def _spent(keys: Sequence[CostBy], pattern: str | None, since: datetime | None) -> Select[Any]:
-    """Per key: the attempts' shares of their runs, builds run and unknown attempts."""
-    c, r, o = s.job_run_costs.c, s.job_runs.c, s.job_run_outputs.c
-    parts = _outputs(r)
-    source = s.job_run_costs.join(s.job_runs, r.job_run_id == c.job_run_id)
-    conditions = [] if since is None else [c.recorded_at >= since]
-    if "partition" in keys or pattern is not None:
-        # A row per output of each attempt (that the pattern keeps): each adds its share.
-        source = source.join(s.job_run_outputs, o.job_run_id == c.job_run_id)
-        conditions += [] if pattern is None else [ref_filter(o.ref, pattern)]
-        outputs: Any = literal(1)
-        ref: Any = o.ref
-    else:
-        outputs, ref = parts, literal("")  # every output of an attempt falls in its job's or day's row
+def _attempts(since: datetime | None) -> Any:
+    """Each attempt (recorded from ``since`` on) with its share of each of its run's outputs, worked out
+    once per attempt, not once per output; and whether it is the first attempt of its run in the range
+    (``first_of_run``) and on its day (``first_of_day``), so a build is counted once per row."""
+    costs, r = s.job_run_costs.c, s.job_runs.c
+    # Materialized: each run's outputs are counted once per attempt, not once per figure (a count reads
+    # the run's list of outputs, and the database would inline it into every figure).
+    counted = (
+        select(costs.job_run_id, costs.attempt, costs.job_label, costs.recorded_at, costs.task_seconds)
+        .add_columns(costs.cost, _outputs(r).label("parts"))
+        .select_from(s.job_run_costs.join(s.job_runs, r.job_run_id == costs.job_run_id))
+        .where(*([] if since is None else [costs.recorded_at >= since]))
+        .cte("counted")
+        .prefix_with("MATERIALIZED")
+    )
+    c, parts = counted.c, counted.c.parts
 
     def shares(name: str) -> Any:
         return _over(func.coalesce(cast(c.cost[name].as_string(), BigInteger), 0), parts, BigInteger)
 
-    attempt = c.job_run_id + literal(":") + cast(c.attempt, String)
-    figures = {
-        "builds_run": func.count(c.job_run_id.distinct()),
-        "unknown_attempts": func.count(case((c.task_seconds.is_(None), attempt)).distinct()),
-        "task_seconds": func.sum(_over(c.task_seconds, parts, Float) * outputs),
-        "cpu_seconds": func.sum(
-            _over(cast(c.cost["cpu_seconds"].as_string(), Float), parts, Float) * outputs
+    day = _UtcDay(c.recorded_at)
+    return select(
+        c.job_run_id,
+        c.job_label,
+        c.recorded_at,
+        parts,
+        case((c.task_seconds.is_(None), 1), else_=0).label("unknown"),
+        case((c.attempt == func.min(c.attempt).over(partition_by=c.job_run_id), 1), else_=0).label(
+            "first_of_run"
         ),
-        "input_bytes": func.sum(shares("input_bytes") * outputs),
-        "output_bytes": func.sum(shares("output_bytes") * outputs),
-        "shuffle_bytes": func.sum((shares("shuffle_read_bytes") + shares("shuffle_write_bytes")) * outputs),
-        "tasks": func.sum(shares("tasks") * outputs),
+        case((c.attempt == func.min(c.attempt).over(partition_by=[c.job_run_id, day]), 1), else_=0).label(
+            "first_of_day"
+        ),
+        _over(c.task_seconds, parts, Float).label("task_seconds"),
+        _over(cast(c.cost["cpu_seconds"].as_string(), Float), parts, Float).label("cpu_seconds"),
+        shares("input_bytes").label("input_bytes"),
+        shares("output_bytes").label("output_bytes"),
+        (shares("shuffle_read_bytes") + shares("shuffle_write_bytes")).label("shuffle_bytes"),
+        shares("tasks").label("tasks"),
+    ).subquery("attempts")
+
+
+def _spent(keys: Sequence[CostBy], pattern: str | None, since: datetime | None) -> Select[Any]:
+    """Per key: the attempts' shares of their runs, builds run and unknown attempts."""
+    a, o = _attempts(since), s.job_run_outputs.c
+    source: Any = a
+    if "partition" in keys:
+        # A row per output of each attempt (that the pattern keeps): each adds its share.
+        source = a.join(s.job_run_outputs, o.job_run_id == a.c.job_run_id)
+        outputs: Any = literal(1)
+        ref: Any = o.ref
+        conditions = [] if pattern is None else [ref_filter(o.ref, pattern)]
+    elif pattern is not None:
+        # The outputs of each attempt's run that the pattern keeps, all in the attempt's job's or day's row.
+        matching = (
+            select(o.job_run_id, func.count().label("outputs"))
+            .where(ref_filter(o.ref, pattern))
+            .group_by(o.job_run_id)
+            .subquery("matching")
+        )
+        source = a.join(matching, matching.c.job_run_id == a.c.job_run_id)
+        outputs, ref, conditions = matching.c.outputs, literal(""), []
+    else:
+        outputs, ref, conditions = a.c.parts, literal(""), []  # every output in its job's or day's row
+    first = a.c.first_of_day if "day" in keys else a.c.first_of_run
+    figures = {
+        "builds_run": func.sum(first),
+        "unknown_attempts": func.sum(a.c.unknown),
+        **{name: func.sum(a.c[name] * outputs) for name in SPENT},
     }
-    columns = _key_columns(keys, c.job_label, c.recorded_at, ref)
+    columns = _key_columns(keys, a.c.job_label, a.c.recorded_at, ref)
     return select(*columns, *_all_figures(figures)).select_from(source).where(*conditions).group_by(*columns)
 
 
