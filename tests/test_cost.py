@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from fastapi.testclient import TestClient
@@ -27,6 +28,7 @@ from tests.conftest import forked_cli, require_postgres
 from tests.graphs import priced_graph
 from tests.test_domain_cost import ATTEMPTS, DAY1, DAY2, RUNS, spark
 
+DelegationKind = Literal["active", "historical"]
 ROOT = Path(__file__).resolve().parents[1]
 AT = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -87,7 +89,7 @@ def history(bel: BuildEventLog) -> str:
     return run
 
 
-def logged(bel: BuildEventLog, delegations: list[tuple[str, str, str, str, datetime]]) -> None:
+def logged(bel: BuildEventLog, delegations: list[tuple[str, str, str, DelegationKind, datetime]]) -> None:
     """The runs of ``RUNS`` and their ``ATTEMPTS`` (r1's second with an odd task count, as integer shares
     round down), and delegations (want, ref, run, kind, at), projected at their times."""
     attempts = [
@@ -115,7 +117,7 @@ def logged(bel: BuildEventLog, delegations: list[tuple[str, str, str, str, datet
             )
             projector.apply_all(conn, [recorded], a.at)
         for want_id, ref, run, kind, at in delegations:
-            made = ev.Delegation(want_id=want_id, ref=ref, delegated_to=run, kind=kind, message="")  # type: ignore[arg-type]
+            made = ev.Delegation(want_id=want_id, ref=ref, delegated_to=run, kind=kind, message="")
             projector.apply_all(conn, [made], at)
 
 
