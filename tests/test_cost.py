@@ -173,10 +173,13 @@ def test_a_want_delegating_to_a_run_avoided_one_build_worth_its_share_of_what_it
     # a pattern keeps only its partitions' shares
     only_left = bel.cost_rows("job", "left/*")
     assert [(r.key, r.task_seconds, r.task_seconds_saved) for r in only_left] == [("pair", 6.0, 6.0)]
-    # the plot's rows: each job by day
-    plot = bel.cost_days_by_job()
-    assert [r.key for r in plot["pair"]] == ["2024-01-01", "2024-01-02"]
-    assert plot["pair"][1].task_seconds == 10.0 and plot["pair"][1].builds_avoided == 1
+    # the plot's rows: each job by day; from the same statement, the rows by job and by day, each build
+    # counted once per job (r1's attempts and w2's delegations fall on two days)
+    days = bel.cost_days()
+    assert [r.key for r in days.by_job_day["pair"]] == ["2024-01-01", "2024-01-02"]
+    assert days.by_job_day["pair"][1].task_seconds == 10.0 and days.by_job_day["pair"][1].builds_avoided == 1
+    assert (days.by_job, days.by_day) == (bel.cost_rows("job"), bel.cost_rows("day"))
+    assert bel.cost_days(since=DAY2).by_job == bel.cost_rows("job", since=DAY2)
 
 
 def test_a_run_whose_cost_is_not_recorded_yet_leaves_its_avoided_builds_unvalued(bel: BuildEventLog) -> None:

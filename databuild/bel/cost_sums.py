@@ -29,6 +29,9 @@ COUNTS = ("builds_run", "unknown_attempts", "builds_avoided", "avoided_active", 
 FIGURES = (*COUNTS, "unvalued_avoided", *SPENT, "task_seconds_saved")
 _FLOATS = {"task_seconds", "cpu_seconds", "task_seconds_saved"}
 ZERO: dict[str, float | int] = {name: 0.0 if name in _FLOATS else 0 for name in FIGURES}
+# Rows by job and day also count each build once per job (``<count>_of_job``): a run's attempts, or a want's
+# delegations to a run, on two days count in both days' rows, and once in their job's.
+ONCE_PER_JOB = ("builds_run", "builds_avoided", "avoided_active", "avoided_historical", "unvalued_avoided")
 
 
 class _UtcDay(FunctionElement[str]):
@@ -131,11 +134,13 @@ def _spent(keys: Sequence[CostBy], pattern: str | None, since: datetime | None) 
     first = a.c.first_of_day if "day" in keys else a.c.first_of_run
     figures = {
         "builds_run": func.sum(first),
+        "builds_run_of_job": func.sum(a.c.first_of_run),
         "unknown_attempts": func.sum(a.c.unknown),
         **{name: func.sum(a.c[name] * outputs) for name in SPENT},
     }
     columns = _key_columns(keys, a.c.job_label, a.c.recorded_at, ref)
-    return select(*columns, *_all_figures(figures)).select_from(source).where(*conditions).group_by(*columns)
+    selected = _all_figures(figures, _by_job_and_day(keys))
+    return select(*columns, *selected).select_from(source).where(*conditions).group_by(*columns)
 
 
 def _avoided(keys: Sequence[CostBy], pattern: str | None, since: datetime | None) -> Select[Any]:
@@ -156,10 +161,18 @@ def _avoided(keys: Sequence[CostBy], pattern: str | None, since: datetime | None
         [] if pattern is None else [ref_filter(d.ref, pattern)]
     )
     columns = _key_columns(keys, r.job_label, d.at, d.ref)
+    day = _UtcDay(d.at)
+    # Whether a want's delegations to a run on this day are its first day's (rows by day and job only).
+    first_day = (
+        case((day == func.min(day).over(partition_by=[d.want_id, d.delegated_to]), 1), else_=0)
+        if "day" in keys
+        else literal(1)
+    )
     # A run no longer in the log is left out (inner join): there is nothing to value it at.
     pairs = (
         select(
             *columns,
+            first_day.label("first_day"),
             func.min(d.kind).label("kind"),  # "active" < "historical": a want delegates actively first
             func.sum(case((valued, _over(priced.c.task_seconds, _outputs(r), Float)), else_=0.0)).label(
                 "saved"
@@ -177,19 +190,36 @@ def _avoided(keys: Sequence[CostBy], pattern: str | None, since: datetime | None
     )
     p = pairs.c
     key_columns = [p[f"key_{key}"] for key in keys]
+    active, historical = case((p.kind == "active", 1), else_=0), case((p.kind == "historical", 1), else_=0)
     figures = {
         "builds_avoided": func.count(),
-        "avoided_active": func.sum(case((p.kind == "active", 1), else_=0)),
-        "avoided_historical": func.sum(case((p.kind == "historical", 1), else_=0)),
+        "builds_avoided_of_job": func.sum(p.first_day),
+        "avoided_active": func.sum(active),
+        "avoided_active_of_job": func.sum(active * p.first_day),
+        "avoided_historical": func.sum(historical),
+        "avoided_historical_of_job": func.sum(historical * p.first_day),
         "unvalued_avoided": func.sum(p.unvalued),
+        "unvalued_avoided_of_job": func.sum(p.unvalued * p.first_day),
         "task_seconds_saved": func.sum(p.saved),
     }
-    return select(*key_columns, *_all_figures(figures)).group_by(*key_columns)
+    return select(*key_columns, *_all_figures(figures, _by_job_and_day(keys))).group_by(*key_columns)
 
 
-def _all_figures(given: dict[str, Any]) -> list[Any]:
-    """Every figure, in ``FIGURES`` order: those given, zero for the rest (the two halves are unioned)."""
-    return [given.get(name, literal(ZERO[name])).label(name) for name in FIGURES]
+def _by_job_and_day(keys: Sequence[CostBy]) -> bool:
+    return "job" in keys and "day" in keys
+
+
+def _names(once_per_job: bool) -> list[str]:
+    return [*FIGURES, *(f"{name}_of_job" for name in ONCE_PER_JOB if once_per_job)]
+
+
+def _all_figures(given: dict[str, Any], once_per_job: bool = False) -> list[Any]:
+    """Every figure, in ``FIGURES`` order (and the counts once per job, for rows by job and day): those
+    given, zero for the rest (the two halves are unioned)."""
+    return [
+        given.get(name, literal(ZERO[name.removesuffix("_of_job")])).label(name)
+        for name in _names(once_per_job)
+    ]
 
 
 def _typed(name: str, summed: Any) -> Any:
@@ -201,9 +231,9 @@ def cost_sums(keys: Sequence[CostBy], pattern: str | None, since: datetime | Non
     """A row per key (``key_job``, ``key_day``, ``key_partition``, those asked for) with every figure."""
     both = union_all(_spent(keys, pattern, since), _avoided(keys, pattern, since)).subquery("halves")
     key_columns = [both.c[f"key_{key}"] for key in keys]
-    return select(
-        *key_columns, *[_typed(name, func.sum(both.c[name])).label(name) for name in FIGURES]
-    ).group_by(*key_columns)
+    names = _names(_by_job_and_day(keys))
+    typed = [_typed(name.removesuffix("_of_job"), func.sum(both.c[name])).label(name) for name in names]
+    return select(*key_columns, *typed).group_by(*key_columns)
 
 
 def costliest_sums(key: CostBy, pattern: str | None, since: datetime | None, count: int) -> Select[Any]:

@@ -2,6 +2,7 @@
 and the reports the cost views (``databuild.views.cost``) show, summed by the database (``cost_sums``)."""
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -10,10 +11,10 @@ from sqlalchemy import select
 
 from databuild.bel import schema as s
 from databuild.bel.base import ReadBase, WriteBase, run_key
-from databuild.bel.cost_sums import FIGURES, ZERO, cost_sums, costliest_sums
+from databuild.bel.cost_sums import FIGURES, ONCE_PER_JOB, ZERO, cost_sums, costliest_sums
 from databuild.bel.rows import chunks
 from databuild.domain import events as ev
-from databuild.domain.cost import AttemptCost, CostBy, CostRow
+from databuild.domain.cost import AttemptCost, CostBy, CostRow, total
 
 # Attempts validated a list at a time (one call into pydantic's core for many rows, not one each).
 _ATTEMPTS = TypeAdapter(list[AttemptCost])
@@ -77,12 +78,33 @@ class CostReads(ReadBase):
             in_all,
         )
 
-    def cost_days_by_job(self, since: datetime | None = None) -> dict[str, list[CostRow]]:
-        """Each job's rows by day (the dashboard's plot over time)."""
-        by_job: dict[str, list[CostRow]] = {}
+    def cost_days(self, since: datetime | None = None) -> "CostDays":
+        """Each job's rows by day (the dashboard's plot over time), and from the same statement the rows
+        of ``cost_rows`` by job and by day (of every partition, from ``since`` on)."""
+        by_job_day: dict[str, list[CostRow]] = {}
+        jobs: dict[str, list[CostRow]] = {}
+        days: dict[str, list[CostRow]] = {}
         for row in self._all(cost_sums(["job", "day"], None, since)):
-            by_job.setdefault(row["key_job"], []).append(_row(row, row["key_day"]))
-        return {job: sorted(rows, key=lambda row: row.key) for job, rows in sorted(by_job.items())}
+            job, day = row["key_job"], row["key_day"]
+            by_job_day.setdefault(job, []).append(_row(row, day))
+            # Counted once per job: a build on two days counts in both days' rows.
+            once = {name: row[f"{name}_of_job"] for name in ONCE_PER_JOB}
+            jobs.setdefault(job, []).append(_row({**row, **once}, job))
+            days.setdefault(day, []).append(_row(row, day))
+        return CostDays(
+            by_job_day={
+                job: sorted(rows, key=lambda row: row.key) for job, rows in sorted(by_job_day.items())
+            },
+            by_job=[total(rows, job) for job, rows in sorted(jobs.items())],
+            by_day=[total(rows, day) for day, rows in sorted(days.items())],
+        )
+
+
+@dataclass(frozen=True)
+class CostDays:
+    by_job_day: dict[str, list[CostRow]]
+    by_job: list[CostRow]
+    by_day: list[CostRow]
 
 
 def _row(figures: Any, key: str) -> CostRow:

@@ -32,9 +32,17 @@ def cost_overview(
     bel: BelQueries, by: CostBy, pattern: str | None, since: datetime | None, rows: int
 ) -> CostOverview:
     """``cost_report`` with its ``rows`` costliest rows (and the total of all), and each job's rows by day
-    for the plot, in one snapshot of the log."""
+    for the plot, in one snapshot of the log (one statement, unless a pattern or rows by partition ask for
+    a second)."""
     with bel.snapshot():
-        shown, summed, count = bel.costliest_cost_rows(rows, by, pattern, since)
-        by_day = bel.cost_days_by_job(since)
+        days = bel.cost_days(since)
+        if pattern is None and by != "partition":
+            # Every partition by job or by day: the plot's statement has those rows already.
+            every = days.by_job if by == "job" else days.by_day
+            costliest = sorted(every, key=lambda row: (-row.task_seconds, row.key))[:rows]
+            shown = every if len(every) <= rows else costliest
+            summed, count = total(every), len(every)
+        else:
+            shown, summed, count = bel.costliest_cost_rows(rows, by, pattern, since)
     report = CostReport(by=by, pattern=pattern, since=since, rows=shown, total=summed)
-    return CostOverview(report, count, by_day)
+    return CostOverview(report, count, days.by_job_day)
