@@ -16,7 +16,7 @@ from databuild.graph import Graph
 from databuild.models import JobRun, JobRunState
 from databuild.temporal import protocol as p
 from databuild.temporal.late_data import rebuild_late_readers
-from databuild.temporal.wants import notify_pages, signal_for_run
+from databuild.temporal.wants import notify_subscribers, signal_for_run
 
 # Pages of subscribers the local first step of a fan-out signals (``fan_out_first``).
 FIRST_PAGES = 1
@@ -59,7 +59,7 @@ class FanOutActivities:
         self, job_run_id: str, cursor: int, pages: int | None, on_page: Callable[[int], None]
     ) -> p.FanOutResult:
         run = await self.bel.call(self.bel.job_run, job_run_id)
-        notified = await notify_pages(
+        notified = await notify_subscribers(
             self.client,
             self.bel,
             run.outputs,

@@ -123,6 +123,6 @@ async def test_fan_out_pages_and_resumes_from_its_cursor(make_stack) -> None:
     resumed = await notify_subscribers(
         stack.client, stack.bel, ["feed/fan"], signal, after_id=cursors[0], page_size=2
     )
-    assert resumed == 2
+    assert (resumed.heard, resumed.done) == (2, True)
     states = await asyncio.gather(*(stack.db.wait(s) for s in specs))
     assert {s.state for s in states} == {WantState.successful}

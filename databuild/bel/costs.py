@@ -37,6 +37,15 @@ def _attempts(rows: Sequence[Any]) -> list[AttemptCost]:
     )
 
 
+@dataclass(frozen=True)
+class CostDays:
+    """Each job's rows by day, and the rows by job and by day they sum to (``CostReads.cost_days``)."""
+
+    by_job_day: dict[str, list[CostRow]]
+    by_job: list[CostRow]
+    by_day: list[CostRow]
+
+
 class CostReads(ReadBase):
     def attempt_costs(self, since: datetime | None = None) -> list[AttemptCost]:
         """Every attempt's recorded cost (recorded at or after ``since``), oldest first."""
@@ -78,7 +87,7 @@ class CostReads(ReadBase):
             in_all,
         )
 
-    def cost_days(self, since: datetime | None = None) -> "CostDays":
+    def cost_days(self, since: datetime | None = None) -> CostDays:
         """Each job's rows by day (the dashboard's plot over time), and from the same statement the rows
         of ``cost_rows`` by job and by day (of every partition, from ``since`` on)."""
         by_job_day: dict[str, list[CostRow]] = {}
@@ -86,11 +95,12 @@ class CostReads(ReadBase):
         days: dict[str, list[CostRow]] = {}
         for row in self._all(cost_sums(["job", "day"], None, since)):
             job, day = row["key_job"], row["key_day"]
-            by_job_day.setdefault(job, []).append(_row(row, day))
+            of_day = _row(row, day)
+            by_job_day.setdefault(job, []).append(of_day)
+            days.setdefault(day, []).append(of_day)
             # Counted once per job: a build on two days counts in both days' rows.
             once = {name: row[f"{name}_of_job"] for name in ONCE_PER_JOB}
             jobs.setdefault(job, []).append(_row({**row, **once}, job))
-            days.setdefault(day, []).append(_row(row, day))
         return CostDays(
             by_job_day={
                 job: sorted(rows, key=lambda row: row.key) for job, rows in sorted(by_job_day.items())
@@ -98,13 +108,6 @@ class CostReads(ReadBase):
             by_job=[total(rows, job) for job, rows in sorted(jobs.items())],
             by_day=[total(rows, day) for day, rows in sorted(days.items())],
         )
-
-
-@dataclass(frozen=True)
-class CostDays:
-    by_job_day: dict[str, list[CostRow]]
-    by_job: list[CostRow]
-    by_day: list[CostRow]
 
 
 def _row(figures: Any, key: str) -> CostRow:

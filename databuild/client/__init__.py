@@ -534,9 +534,11 @@ class DataBuild:
         assert partition.instance_id is not None
         notice = PartitionAvailable(ref=ref, instance_id=partition.instance_id, job_run_id=partition.built_by)
         client = await self.temporal_client()
-        signalled = await notify_subscribers(
-            client, self.bel, [ref], lambda _sub: (SIGNAL_PARTITION_AVAILABLE, notice)
-        )
+        signalled = (
+            await notify_subscribers(
+                client, self.bel, [ref], lambda _sub: (SIGNAL_PARTITION_AVAILABLE, notice)
+            )
+        ).heard
         if created:  # a newer instance: late data, for the readers of the older one within their window
             await rebuild_late_readers(client, self.bel, graph, self.settings.task_queue, [ref])
         return partition, created, signalled
@@ -586,9 +588,10 @@ class DataBuild:
 
     async def _redecide(self, refs: list[str], reason: str) -> int:
         """Tell the wants subscribed to ``refs`` to decide again; returns how many will."""
-        return await notify_subscribers(
+        notified = await notify_subscribers(
             await self.temporal_client(),
             self.bel,
             refs,
             lambda sub: (SIGNAL_REDECIDE, RedecideNotice(ref=sub.ref, reason=reason)),
         )
+        return notified.heard

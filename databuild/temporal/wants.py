@@ -299,36 +299,14 @@ async def _start_unstarted(client: Client, bel: BelQueries, task_queue: str, qui
 SignalFor = Callable[[Subscription], tuple[str, object] | None]
 
 
-async def notify_subscribers(
-    client: Client,
-    bel: BelQueries,
-    refs: list[str],
-    signal_for: SignalFor,
-    *,
-    after_id: int = 0,
-    page_size: int = 200,
-    on_page: Callable[[int], None] = lambda _cursor: None,
-) -> int:
-    """Signal every want subscribed to any of ``refs``, a page at a time, starting after ``after_id``.
-
-    ``signal_for(subscription)`` returns (signal name, payload) or None to skip. ``on_page`` receives
-    the cursor after each page so a retried caller resumes where it stopped. Returns how many wants
-    heard: running workflows signalled, and wants repaired (see ``_signal``); finished ones do not count.
-    """
-    notified = await notify_pages(
-        client, bel, refs, signal_for, after_id=after_id, page_size=page_size, on_page=on_page
-    )
-    return notified.heard
-
-
 @dataclass(frozen=True)
 class Notified:
-    heard: int  # wants that heard (see ``notify_subscribers``)
+    heard: int  # wants that heard
     cursor: int  # the last subscription signalled
     done: bool  # no subscription is left after the cursor
 
 
-async def notify_pages(
+async def notify_subscribers(
     client: Client,
     bel: BelQueries,
     refs: list[str],
@@ -339,7 +317,13 @@ async def notify_pages(
     on_page: Callable[[int], None] = lambda _cursor: None,
     max_pages: int | None = None,
 ) -> Notified:
-    """``notify_subscribers``, stopping after ``max_pages`` pages (all when None): how far it got."""
+    """Signal every want subscribed to any of ``refs``, a page at a time, starting after ``after_id``, for
+    at most ``max_pages`` pages (all when None).
+
+    ``signal_for(subscription)`` returns (signal name, payload) or None to skip. ``on_page`` receives
+    the cursor after each full page so a retried caller resumes where it stopped. Returns how far it got:
+    how many wants heard (running workflows signalled, and wants repaired, see ``_signal``; finished ones
+    do not count), the cursor, and whether any subscription is left after it."""
     heard: set[str] = set()
     pages = 0
     while max_pages is None or pages < max_pages:
