@@ -35,8 +35,8 @@ from typing import Any
 
 from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, Text, insert
 
-from bench.bench_scale import PATTERN, WORKER_SETTINGS, launch, python_env, wait_ready
-from bench.common import run_and_exit, stalled_workflow_tasks
+from bench.bench_scale import PATTERN, WORKER_SETTINGS, launch, python_env
+from bench.common import run_and_exit, stalled_workflow_tasks, wait_ready
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild

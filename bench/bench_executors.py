@@ -38,7 +38,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from bench.common import run_and_exit, stalled_workflow_tasks
+from bench.common import run_and_exit, stalled_workflow_tasks, wait_ready, while_running
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.graph import load_graph
@@ -97,7 +97,7 @@ def attempt_spans(bel: BuildEventLog) -> list[float]:
 
 
 async def run_variant(
-    client: Client, home: Path, variant: str, env: dict[str, str], ref: str
+    client: Client, home: Path, variant: str, env: dict[str, str], ref: str, limit_s: float
 ) -> dict[str, Any]:
     settings = make_settings(home / variant, client, GRAPH)
     bel = BuildEventLog.create(settings.database_url.get_secret_value())
@@ -111,11 +111,21 @@ async def run_variant(
 
     async def fulfil(ref: str, data_time: datetime) -> float:
         started = time.perf_counter()
-        want = await asyncio.wait_for(db.wait(await db.want(ref, data_timestamp=data_time + offset)), TIMEOUT)
+        handle = await db.want(ref, data_timestamp=data_time + offset)
+        try:
+            want = await while_running(
+                worker, log, db.wait(handle), limit_s, f"{variant}: the want for {ref}"
+            )
+        except RuntimeError as error:
+            progress = await db.progress(handle)
+            raise RuntimeError(
+                f"{error}\n--- where the want got to ---\n{progress.model_dump_json()}"
+            ) from None
         assert want.state is WantState.successful, want.reason
         return time.perf_counter() - started
 
     try:
+        await wait_ready(worker, log, "worker on task queue")
         warmup_s = await fulfil(WARMUP_REF, datetime(2023, 12, 1, tzinfo=UTC))
         warm_spans = attempt_spans(bel)
         demo_s = await fulfil(ref, datetime(2024, 1, 7, tzinfo=UTC))
@@ -140,7 +150,7 @@ async def run_variant(
     }
 
 
-async def run(variants: list[str], ref: str) -> dict[str, Any]:
+async def run(variants: list[str], ref: str, limit_s: float) -> dict[str, Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     figures: dict[str, Any] = {}
     with ExitStack() as stack:
@@ -160,7 +170,7 @@ async def run(variants: list[str], ref: str) -> dict[str, Any]:
                     connect_url = server.url
                 print(f"{variant}: running the want for {ref} ...", flush=True)
                 figures[variant] = await run_variant(
-                    env.client, home, variant, variant_env(variant, master, connect_url), ref
+                    env.client, home, variant, variant_env(variant, master, connect_url), ref, limit_s
                 )
                 print(f"{variant}: {figures[variant]['demo_s']:.1f} s", flush=True)
         finally:
@@ -215,11 +225,14 @@ def main() -> None:
         "--skip", action="append", default=[], choices=VARIANTS[1:], help="leave out a variant"
     )
     parser.add_argument("--ref", default=DEMO_REF, help="the partition to want on each executor")
+    parser.add_argument(
+        "--timeout", type=float, default=TIMEOUT, help="seconds a want may take before the run fails"
+    )
     args = parser.parse_args()
     variants = [v for v in VARIANTS if v not in args.skip]
 
     def work() -> int:
-        figures = report(asyncio.run(run(variants, args.ref)), args.ref)
+        figures = report(asyncio.run(run(variants, args.ref, args.timeout)), args.ref)
         return 0 if figures["stalled_tasks"] == 0 else 1
 
     run_and_exit(work)

@@ -60,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.worker import Worker
 
-    from bench.common import run_and_exit, stalled_workflow_tasks
+    from bench.common import run_and_exit, stalled_workflow_tasks, wait_ready
     from databuild.backfill import BackfillProgress, BackfillRequest
     from databuild.bel import BuildEventLog
     from databuild.client import DataBuild
@@ -497,20 +497,6 @@ def scratch(home: str | None) -> Iterator[Path]:
     else:
         with tempfile.TemporaryDirectory(prefix="databuild-bench-scale-") as tmp:
             yield Path(tmp)
-
-
-async def wait_ready(proc: "subprocess.Popen[bytes]", log: Path, text: str, limit_s: float = 120) -> None:
-    deadline = time.perf_counter() + limit_s
-
-    def seen() -> bool:
-        return log.exists() and text in log.read_text(errors="replace")
-
-    while not await asyncio.to_thread(seen):
-        if proc.poll() is not None:
-            raise RuntimeError(f"{log.name}: the process exited (code {proc.returncode}); see {log}")
-        if time.perf_counter() > deadline:
-            raise RuntimeError(f"{log.name}: not ready after {limit_s:.0f} s; see {log}")
-        await asyncio.sleep(0.2)
 
 
 async def measure(stack: Stack, wants: int) -> dict[str, Any]:

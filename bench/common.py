@@ -1,12 +1,18 @@
 """What the benchmarks share: how they end, and what makes a run of the product fail whatever it measured."""
 
+import asyncio
 import contextlib
 import logging
 import os
+import subprocess
 import sys
+import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # What the Temporal SDK logs for a workflow task that took over 5 s (TMPRL1104), and for a completion that
 # came after the server had timed its task out: a benchmark fails on either, whatever else it measured.
@@ -19,6 +25,50 @@ def stalled_workflow_tasks(log: Path) -> int:
         return 0
     text = log.read_text(errors="replace")
     return sum(1 for line in text.splitlines() if any(marker in line for marker in STALLED_TASK_MARKERS))
+
+
+def log_tail(log: Path, lines: int = 40) -> str:
+    """The last lines of a process's log, to show with a failure (the benchmark's directory is gone after)."""
+    if not log.exists():
+        return f"({log.name}: no log)"
+    tail = log.read_text(errors="replace").splitlines()[-lines:]
+    return "\n".join([f"--- the last {len(tail)} lines of {log.name} ---", *tail])
+
+
+async def wait_ready(proc: "subprocess.Popen[bytes]", log: Path, text: str, limit_s: float = 120) -> None:
+    """Until ``text`` is in the process's log; fails with the log's tail if it exits or ``limit_s`` passes."""
+    deadline = time.perf_counter() + limit_s
+
+    def seen() -> bool:
+        return log.exists() and text in log.read_text(errors="replace")
+
+    while not await asyncio.to_thread(seen):
+        if proc.poll() is not None:
+            raise RuntimeError(f"the process exited (code {proc.returncode})\n{log_tail(log)}")
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"not ready after {limit_s:.0f} s\n{log_tail(log)}")
+        await asyncio.sleep(0.2)
+
+
+async def while_running(
+    proc: "subprocess.Popen[bytes]", log: Path, work: Awaitable[T], limit_s: float, what: str
+) -> T:
+    """``work``'s result, unless the process it depends on exits or ``limit_s`` passes first: then a
+    failure that says which, with the process's log tail (a benchmark never waits on a dead worker)."""
+    task = asyncio.ensure_future(work)
+    deadline = time.perf_counter() + limit_s
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=0.5)
+            if task.done():
+                break
+            if proc.poll() is not None:
+                raise RuntimeError(f"{what}: the worker exited (code {proc.returncode})\n{log_tail(log)}")
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"{what}: not done after {limit_s:.0f} s\n{log_tail(log)}")
+        return task.result()
+    finally:
+        task.cancel()
 
 
 class _StallCounter(logging.Handler):

@@ -121,7 +121,8 @@ def test_bench_executors_fulfils_a_want_without_a_stalled_workflow_task() -> Non
     # Local mode alone: tests/test_cluster.py builds on the cluster session, submit and Connect executors
     # (a cluster, an application per attempt, a Connect server: a minute or more each here).
     skip = [arg for variant in ("cluster", "submit", "connect") for arg in ("--skip", variant)]
-    f = bench("bench.bench_executors", "--ref", "raw_events/2024-01-07", *skip)
+    # Its own limit, under the test's: a want that hangs fails with the worker's log, not a bare timeout.
+    f = bench("bench.bench_executors", "--ref", "raw_events/2024-01-07", "--timeout", "180", *skip)
     assert f["local"]["job_runs"] == f["local"]["attempts"] == 1, f["local"]
     assert f["local"]["attempt_ratio"] == 1.0 and f["stalled_tasks"] == 0
     assert f["misses"] == [] and f["verdict"] == "PASS"
