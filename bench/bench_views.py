@@ -50,6 +50,7 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     select,
     text,
     update,
@@ -58,6 +59,7 @@ from sqlalchemy import (
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog, projector
 from databuild.bel import schema as s
+from databuild.bel.partition_costs import refresh_partition_costs
 from databuild.domain import events as ev
 from databuild.domain.cost import SparkCost
 from databuild.graph import Graph, JobContext
@@ -760,16 +762,20 @@ class Fill:
 
 
 def copy_log(scratch: Engine, bel: BuildEventLog) -> None:
-    """Every row of the events and the projections, surrogate ids and all, a chunk at a time."""
+    """Every row of the events and the projections, surrogate ids and all, a chunk at a time. A history
+    kept (``--keep``) from before the cost report by partition was kept has that table summed here."""
     with scratch.connect() as source, bel.writer.begin() as target:
         if target.dialect.name == "sqlite":
             target.exec_driver_sql("PRAGMA cache_size=-500000")  # 500 MB for this connection's bulk load
-        for table in [s.events, *s.PROJECTIONS]:
+        held = set(inspect(source).get_table_names())
+        for table in [s.events, *(t for t in s.PROJECTIONS if t.name in held)]:
             rows = source.execution_options(yield_per=CHUNK).execute(
                 select(table).order_by(*table.primary_key.columns)
             )
             for batch in rows.mappings().partitions():
                 target.execute(insert(table), [dict(row) for row in batch])
+        if s.partition_costs.name not in held:
+            refresh_partition_costs(target, None)
         last_idx = source.execute(select(s.head.c.last_idx).where(s.head.c.id == 1)).scalar_one()
         target.execute(update(s.head).where(s.head.c.id == 1).values(last_idx=last_idx))
         if target.dialect.name == "postgresql":  # explicit ids were inserted: move the sequences past them

@@ -211,6 +211,36 @@ def test_a_page_of_the_costliest_rows_keeps_the_total_of_them_all(bel: BuildEven
     assert bel.costliest_cost_rows(2, "partition", "nothing/*") == ([], total([]), 0)
 
 
+def test_the_report_by_partition_is_kept_as_costs_delegations_and_batch_members_are_recorded(
+    bel: BuildEventLog,
+) -> None:
+    """Rows by partition of all time are read from ``partition_costs``, which the projector keeps; they
+    stay what the statement sums (asked for here with a ``since`` before everything)."""
+    every = AT - timedelta(days=365)
+    logged(bel, [("w1", "left/1", "r1", "historical", DAY2), ("w2", "one/1", "r2", "active", DAY1)])
+    assert bel.cost_rows("partition") == bel.cost_rows("partition", since=every)
+    with bel.writer.begin() as conn:
+        queued = ev.JobRunQueued(
+            job_run_id="r8", job_label="pair", outputs=["left/8"], params={}, want_id="w8", workflow_id="r8"
+        )
+        active = ev.Delegation(want_id="w9", ref="left/8", delegated_to="r8", kind="active", message="")
+        projector.apply_all(conn, [queued.model_copy(update={"batch": 4}), active], DAY1)
+    (unvalued,) = [r for r in bel.cost_rows("partition") if r.key == "left/8"]
+    assert (unvalued.builds_avoided, unvalued.unvalued_avoided, unvalued.builds_run) == (1, 1, 0)
+    with bel.writer.begin() as conn:
+        projector.apply_all(conn, [costed("r8", 1, "pair", 8.0)], DAY2)
+        # A partition joins the costed run (a batch after a dep-miss): every share of it is now a half.
+        joined = ev.JobRunJoined(job_run_id="r8", want_id="w10", params={"n": "9"}, outputs=["left/9"])
+        projector.apply_all(conn, [joined], DAY2)
+    kept = {r.key: r for r in bel.cost_rows("partition")}
+    assert kept["left/8"].task_seconds == kept["left/9"].task_seconds == 4.0
+    assert (kept["left/8"].task_seconds_saved, kept["left/8"].unvalued_avoided) == (4.0, 0)
+    assert list(kept.values()) == bel.cost_rows("partition", since=every)
+    shown, summed, count = bel.costliest_cost_rows(3, "partition")
+    assert count == len(kept) and summed == total(kept.values())
+    assert shown == sorted(kept.values(), key=lambda r: (-r.task_seconds, r.key))[:3]
+
+
 def test_spent_and_saved_per_job_and_partition_and_a_run_shows_its_cost(bel: BuildEventLog) -> None:
     run = history(bel)
     by_job = {r.key: r for r in cost_report(bel).rows}

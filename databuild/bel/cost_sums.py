@@ -67,10 +67,11 @@ def _over(figure: Any, parts: Any, kind: Any) -> Any:
     return figure.op("/", return_type=kind)(parts)
 
 
-def _attempts(since: datetime | None) -> Any:
-    """Each attempt (recorded from ``since`` on) with its share of each of its run's outputs, worked out
-    once per attempt, not once per output; and whether it is the first attempt of its run in the range
-    (``first_of_run``) and on its day (``first_of_day``), so a build is counted once per row."""
+def _attempts(since: datetime | None, refs: Sequence[str] | None) -> Any:
+    """Each attempt (recorded from ``since`` on, of a run that wrote one of ``refs`` unless None) with its
+    share of each of its run's outputs, worked out once per attempt, not once per output; and whether it
+    is the first attempt of its run in the range (``first_of_run``) and on its day (``first_of_day``), so
+    a build is counted once per row."""
     costs, r = s.job_run_costs.c, s.job_runs.c
     # Materialized: each run's outputs are counted once per attempt, not once per figure (a count reads
     # the run's list of outputs, and the database would inline it into every figure).
@@ -78,7 +79,10 @@ def _attempts(since: datetime | None) -> Any:
         select(costs.job_run_id, costs.attempt, costs.job_label, costs.recorded_at, costs.task_seconds)
         .add_columns(costs.cost, _outputs(r).label("parts"))
         .select_from(s.job_run_costs.join(s.job_runs, r.job_run_id == costs.job_run_id))
-        .where(*([] if since is None else [costs.recorded_at >= since]))
+        .where(
+            *([] if since is None else [costs.recorded_at >= since]),
+            *_of_runs_writing(costs.job_run_id, refs),
+        )
         .cte("counted")
         .prefix_with("MATERIALIZED")
     )
@@ -109,16 +113,26 @@ def _attempts(since: datetime | None) -> Any:
     ).subquery("attempts")
 
 
-def _spent(keys: Sequence[CostBy], pattern: str | None, since: datetime | None) -> Select[Any]:
+def _of_runs_writing(job_run_id: Any, refs: Sequence[str] | None) -> list[Any]:
+    """No condition when ``refs`` is None; else: runs that wrote one of them (all of such a run's rows)."""
+    o = s.job_run_outputs.c
+    return [] if refs is None else [job_run_id.in_(select(o.job_run_id).where(o.ref.in_(refs)))]
+
+
+def _spent(
+    keys: Sequence[CostBy], pattern: str | None, since: datetime | None, refs: Sequence[str] | None
+) -> Select[Any]:
     """Per key: the attempts' shares of their runs, builds run and unknown attempts."""
-    a, o = _attempts(since), s.job_run_outputs.c
+    a, o = _attempts(since, refs), s.job_run_outputs.c
     source: Any = a
     if "partition" in keys:
         # A row per output of each attempt (that the pattern keeps): each adds its share.
         source = a.join(s.job_run_outputs, o.job_run_id == a.c.job_run_id)
         outputs: Any = literal(1)
         ref: Any = o.ref
-        conditions = [] if pattern is None else [ref_filter(o.ref, pattern)]
+        conditions = ([] if pattern is None else [ref_filter(o.ref, pattern)]) + (
+            [] if refs is None else [o.ref.in_(refs)]
+        )
     elif pattern is not None:
         # The outputs of each attempt's run that the pattern keeps, all in the attempt's job's or day's row.
         matching = (
@@ -143,22 +157,34 @@ def _spent(keys: Sequence[CostBy], pattern: str | None, since: datetime | None) 
     return select(*columns, *selected).select_from(source).where(*conditions).group_by(*columns)
 
 
-def _avoided(keys: Sequence[CostBy], pattern: str | None, since: datetime | None) -> Select[Any]:
-    """Per key: the builds avoided, by kind, and what they saved (or that they are unvalued)."""
-    d, r, c = s.delegations.c, s.job_runs.c, s.job_run_costs.c
-    priced = (
+def _priced(refs: Sequence[str] | None) -> Any:
+    """Per run (delegated to for one of ``refs``, unless None): its attempts' task-seconds, and how many
+    attempts it has and how many of them have a known cost."""
+    d, c = s.delegations.c, s.job_run_costs.c
+    return (
         select(
             c.job_run_id,
             func.sum(c.task_seconds).label("task_seconds"),
             func.count().label("attempts"),
             func.count(c.task_seconds).label("known"),
         )
+        .where(*([] if refs is None else [c.job_run_id.in_(select(d.delegated_to).where(d.ref.in_(refs)))]))
         .group_by(c.job_run_id)
         .subquery("priced")
     )
+
+
+def _avoided(
+    keys: Sequence[CostBy], pattern: str | None, since: datetime | None, refs: Sequence[str] | None
+) -> Select[Any]:
+    """Per key: the builds avoided, by kind, and what they saved (or that they are unvalued)."""
+    d, r = s.delegations.c, s.job_runs.c
+    priced = _priced(refs)
     valued = and_(priced.c.attempts.is_not(None), priced.c.known == priced.c.attempts)
-    conditions = ([] if since is None else [d.at >= since]) + (
-        [] if pattern is None else [ref_filter(d.ref, pattern)]
+    conditions = (
+        ([] if since is None else [d.at >= since])
+        + ([] if pattern is None else [ref_filter(d.ref, pattern)])
+        + ([] if refs is None else [d.ref.in_(refs)])
     )
     columns = _key_columns(keys, r.job_label, d.at, d.ref)
     day = _UtcDay(d.at)
@@ -222,18 +248,22 @@ def _all_figures(given: dict[str, Any], once_per_job: bool = False) -> list[Any]
     ]
 
 
-def _typed(name: str, summed: Any) -> Any:
+def typed(name: str, summed: Any) -> Any:
     # PostgreSQL sums integers as numeric: back to the figure's type.
     return cast(func.coalesce(summed, 0), Float if name in _FLOATS else BigInteger)
 
 
-def cost_sums(keys: Sequence[CostBy], pattern: str | None, since: datetime | None) -> Select[Any]:
-    """A row per key (``key_job``, ``key_day``, ``key_partition``, those asked for) with every figure."""
-    both = union_all(_spent(keys, pattern, since), _avoided(keys, pattern, since)).subquery("halves")
+def cost_sums(
+    keys: Sequence[CostBy], pattern: str | None, since: datetime | None, refs: Sequence[str] | None = None
+) -> Select[Any]:
+    """A row per key (``key_job``, ``key_day``, ``key_partition``, those asked for) with every figure; with
+    rows by partition, of the partitions ``refs`` only unless None (``databuild.bel.partition_costs``)."""
+    halves = _spent(keys, pattern, since, refs), _avoided(keys, pattern, since, refs)
+    both = union_all(*halves).subquery("halves")
     key_columns = [both.c[f"key_{key}"] for key in keys]
     names = _names(_by_job_and_day(keys))
-    typed = [_typed(name.removesuffix("_of_job"), func.sum(both.c[name])).label(name) for name in names]
-    return select(*key_columns, *typed).group_by(*key_columns)
+    figures = [typed(name.removesuffix("_of_job"), func.sum(both.c[name])).label(name) for name in names]
+    return select(*key_columns, *figures).group_by(*key_columns)
 
 
 def costliest_sums(key: CostBy, pattern: str | None, since: datetime | None, count: int) -> Select[Any]:
@@ -244,7 +274,7 @@ def costliest_sums(key: CostBy, pattern: str | None, since: datetime | None, cou
         select(
             rows,
             func.count().over().label("rows_in_all"),
-            *[_typed(name, func.sum(rows.c[name]).over()).label(f"total_{name}") for name in FIGURES],
+            *[typed(name, func.sum(rows.c[name]).over()).label(f"total_{name}") for name in FIGURES],
         )
         .order_by(rows.c.task_seconds.desc(), rows.c[f"key_{key}"])
         .limit(count)

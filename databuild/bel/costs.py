@@ -12,6 +12,7 @@ from sqlalchemy import select
 from databuild.bel import schema as s
 from databuild.bel.base import ReadBase, WriteBase, run_key
 from databuild.bel.cost_sums import FIGURES, ONCE_PER_JOB, ZERO, cost_sums, costliest_sums
+from databuild.bel.partition_costs import costliest_kept, kept_rows, kept_totals
 from databuild.bel.rows import chunks
 from databuild.domain import events as ev
 from databuild.domain.cost import AttemptCost, CostBy, CostRow, total
@@ -67,7 +68,9 @@ class CostReads(ReadBase):
     ) -> list[CostRow]:
         """Builds run and avoided, task-seconds spent and saved, per job, day or partition (by key), of
         the partitions whose refs match the glob ``pattern`` (all when None), from ``since`` on."""
-        rows = [_row(row, row[f"key_{by}"]) for row in self._all(cost_sums([by], pattern, since))]
+        kept = by == "partition" and pattern is None and since is None
+        summed = kept_rows() if kept else cost_sums([by], pattern, since)
+        rows = [_row(row, row[f"key_{by}"]) for row in self._all(summed)]
         return sorted(rows, key=lambda row: row.key)
 
     def costliest_cost_rows(
@@ -75,6 +78,8 @@ class CostReads(ReadBase):
     ) -> tuple[list[CostRow], CostRow, int]:
         """The rows of ``cost_rows`` (by key) or, when there are more than ``count``, the ``count`` that
         spent most (most first); the total of every row; and how many rows there are."""
+        if by == "partition" and pattern is None and since is None:
+            return self._costliest_kept(count)
         found = self._all(costliest_sums(by, pattern, since, count))
         if not found:
             return [], _row({}, "total"), 0
@@ -86,6 +91,14 @@ class CostReads(ReadBase):
             _row(totals, "total"),
             in_all,
         )
+
+    def _costliest_kept(self, count: int) -> tuple[list[CostRow], CostRow, int]:
+        with self.snapshot():
+            totals = self._all(kept_totals())[0]
+            rows = [_row(row, row["key_partition"]) for row in self._all(costliest_kept(count))]
+        in_all: int = totals["rows_in_all"]
+        summed = _row({name: totals[f"total_{name}"] for name in FIGURES}, "total")
+        return (sorted(rows, key=lambda row: row.key) if in_all <= count else rows), summed, in_all
 
     def cost_days(self, since: datetime | None = None) -> CostDays:
         """Each job's rows by day (the dashboard's plot over time), and from the same statement the rows

@@ -276,10 +276,37 @@ delegations = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("want_id", ID, nullable=False, index=True),
-    Column("ref", REF, nullable=False),
+    Column("ref", REF, nullable=False, index=True),
     Column("delegated_to", ID, nullable=False, index=True),
     Column("kind", String(16), nullable=False),
     Column("at", UTCDateTime, nullable=False),
+)
+
+# Each partition's cost report row of all time (``databuild.bel.cost_sums``), kept by the projector as
+# attempts' costs and delegations are recorded: the report by partition of a million partitions, and its
+# costliest page, are read, not summed. Rows by job or day, since a time or of a pattern are still summed.
+partition_costs = Table(
+    "partition_costs",
+    metadata,
+    Column("ref", REF, primary_key=True),
+    *(
+        Column(name, BigInteger, nullable=False)
+        for name in (
+            "builds_run",
+            "unknown_attempts",
+            "builds_avoided",
+            "avoided_active",
+            "avoided_historical",
+            "unvalued_avoided",
+            "input_bytes",
+            "output_bytes",
+            "shuffle_bytes",
+            "tasks",
+        )
+    ),
+    Column("task_seconds", Float, nullable=False, index=True),  # the costliest first, by index
+    Column("cpu_seconds", Float, nullable=False),
+    Column("task_seconds_saved", Float, nullable=False),
 )
 
 want_job_runs = Table(
@@ -346,6 +373,7 @@ PROJECTIONS = [
     derivatives,
     subscriptions,
     delegations,
+    partition_costs,
     want_job_runs,
     backfills,
     backfill_wants,

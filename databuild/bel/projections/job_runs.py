@@ -2,9 +2,10 @@
 
 from datetime import datetime
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, insert, select
 
 from databuild.bel import schema as s
+from databuild.bel.partition_costs import refresh_partition_costs, refresh_run_outputs
 from databuild.bel.projections.common import (
     BATCH_OF,
     GRANT,
@@ -38,6 +39,9 @@ def _job_run_joined(conn: Connection, event: ev.JobRunJoined, at: datetime) -> N
     conn.execute(
         insert(s.job_run_outputs), [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs]
     )
+    c = s.job_run_costs.c
+    if conn.execute(select(c.attempt).where(c.job_run_id == event.job_run_id).limit(1)).first():
+        refresh_run_outputs(conn, event.job_run_id)  # its cost is now shared among more outputs
 
 
 @projects(ev.JobRunWaiting)
@@ -153,6 +157,7 @@ def _delegation(conn: Connection, event: ev.Delegation, at: datetime) -> None:
             "at": at,
         },
     )
+    refresh_partition_costs(conn, [event.ref])
 
 
 @projects(ev.JobRunCostRecorded)
@@ -170,3 +175,4 @@ def _job_run_cost_recorded(conn: Connection, event: ev.JobRunCostRecorded, at: d
             "unknown_reason": event.unknown_reason,
         },
     )
+    refresh_run_outputs(conn, event.job_run_id)
