@@ -1,5 +1,6 @@
 """Projections of the events of job runs, delegations included."""
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import Connection, insert, select
@@ -13,6 +14,7 @@ from databuild.bel.projections.common import (
     declare_job_run,
     link,
     projects,
+    projects_together,
     record_reads,
     release_slots,
     set_job_run,
@@ -145,19 +147,15 @@ def _job_run_failed(conn: Connection, event: ev.JobRunFailed, at: datetime) -> N
     release_slots(conn, event.job_run_id)
 
 
-@projects(ev.Delegation)
-def _delegation(conn: Connection, event: ev.Delegation, at: datetime) -> None:
-    conn.execute(
-        insert(s.delegations),
-        {
-            "want_id": event.want_id,
-            "ref": event.ref,
-            "delegated_to": event.delegated_to,
-            "kind": event.kind,
-            "at": at,
-        },
-    )
-    refresh_partition_costs(conn, [event.ref])
+@projects_together(ev.Delegation)
+def _delegations(conn: Connection, events: Sequence[ev.Delegation], at: datetime) -> None:
+    # A want delegates every output of a run at once: their cost rows are worked out again together.
+    rows = [
+        {"want_id": e.want_id, "ref": e.ref, "delegated_to": e.delegated_to, "kind": e.kind, "at": at}
+        for e in events
+    ]
+    conn.execute(insert(s.delegations), rows)
+    refresh_partition_costs(conn, [e.ref for e in events])
 
 
 @projects(ev.JobRunCostRecorded)
