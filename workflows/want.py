@@ -4,6 +4,7 @@ import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import partial
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
@@ -27,6 +28,9 @@ with workflow.unsafe.imports_passed_through():
 
 # Patch: a waiting want starts its watch activity only once a lease has passed without the signal.
 WATCH_AFTER_TIMER = "watch-after-timer"
+# Patch: a want that ends as the run it started ends gives that run a moment to end first (``_let_run_end``).
+FINISH_AFTER_RUN = "finish-after-run"
+RUN_ENDING_GRACE = timedelta(seconds=1)
 
 Following = p.ExecuteOrder | p.DelegateOrder
 Outcome = tuple[WantState, str | None, str | None]  # state, reason, instance id
@@ -47,6 +51,7 @@ class WantWorkflow:
         self._spec = input.spec
         # Built before any signal of this run is handled, so signals land on what the last run knew.
         self._memory = input.carried or p.WantMemory()
+        self._children: dict[str, workflow.ChildWorkflowHandle[Any, Any]] = {}  # runs this run started
         if input.ending is not None:  # the run only records how the one before it ended, as it was then
             ending = input.ending
             self._memory = p.WantMemory(state=ending.was, job_run_id=ending.job_run_id, seq=ending.seq)
@@ -267,7 +272,7 @@ class WantWorkflow:
     async def _start_job_run(self, decision: p.ExecuteOrder) -> None:
         spec = self._spec
         try:
-            await workflow.start_child_workflow(
+            self._children[decision.job_run_id] = await workflow.start_child_workflow(
                 JobRunWorkflow.run,
                 p.JobRunInput(
                     job_run_id=decision.job_run_id,
@@ -343,6 +348,8 @@ class WantWorkflow:
         self._set(state, m.job_run_id, [], reason or "")
         if interrupted is not None:  # cancelled while recording another outcome: that one is shown too
             raise interrupted
+        if following and state in (WantState.successful, WantState.failed):
+            await self._let_run_end(following)
         if following and state in (WantState.canceled, WantState.expired):
             await self._abandon_build(following)
         result = p.WantResult(
@@ -353,6 +360,16 @@ class WantWorkflow:
                 f"want {spec.ref} failed: {reason}", result, type="WantFailed", non_retryable=True
             )
         return result
+
+    async def _let_run_end(self, job_run_id: str) -> None:
+        """A run this want started tells its wants it ended, then ends. Completing the want before the
+        run's end reaches it fails the workflow task (UnhandledCommand: an event came meanwhile), which
+        Temporal then retries: one failed task in every such want's history. So the want waits a moment
+        for the run to end (not for a long fan-out: at most ``RUN_ENDING_GRACE``)."""
+        child = self._children.get(job_run_id)
+        if child is None or child.done() or not workflow.patched(FINISH_AFTER_RUN):
+            return
+        await self._wait(child.done, within=RUN_ENDING_GRACE)
 
     async def _record_finish(self, finish: p.FinishInput) -> asyncio.CancelledError | None:
         """Record the outcome whatever ends this run. The write is shielded, so a cancellation of the

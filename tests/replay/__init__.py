@@ -19,6 +19,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "delegate": ("want-delegate",),
     "watch-after-timer": ("want-watch-after-timer",),
     "fan-out-first-local": ("job-run-fan-out-first-local",),
+    "finish-after-run": ("want-finish-after-run",),
     "dep-miss-chain": ("want-dep-miss-chain", "want-derivative", "job-run-dep-miss"),
     "declared-inputs": ("want-declared-inputs",),
     "fail-lock": ("want-failed", "job-run-failed", "want-fail-lock-resolve"),

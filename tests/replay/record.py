@@ -203,6 +203,16 @@ async def fan_out_first_local(rec: Recorder) -> None:
         await rec.save("job-run-fan-out-first-local", stack.client, run.workflow_id)
 
 
+@scenario("finish-after-run")
+async def finish_after_run(rec: Recorder) -> None:
+    """A want that built its partition ends after the run it started (patch ``finish-after-run``): no
+    failed workflow task in its history."""
+    async with rec.stack("dev", "tests.graphs:chain") as stack:
+        spec = await stack.db.want("base/3")
+        await settled(stack, spec)
+        await rec.save("want-finish-after-run", stack.client, spec.workflow_id)
+
+
 @scenario("dep-miss-chain")
 async def dep_miss_chain(rec: Recorder) -> None:
     """The demo discovering its inputs: daily_summary dep-misses seven daily_users, each of which
