@@ -116,12 +116,16 @@ class WriteBase(ReadBase):
         with write(self.writer, self._write_lock, *keys, alone=alone) as tx:
             yield tx
 
+    def _outputs_of(self, job_run_id: str) -> list[str]:
+        """The run's outputs (none if it is not recorded), to lock before a write about it."""
+        outputs = self._all(select(s.job_runs.c.outputs).where(s.job_runs.c.job_run_id == job_run_id))
+        return list(outputs[0]["outputs"]) if outputs else []
+
     @contextmanager
     def _write_run(self, job_run_id: str) -> Iterator[WriteTx]:
         """A write transaction about a job run, holding its lock and its outputs' locks, and the locks of
         the pools it holds a slot of: when the run ends in it, its slots go to the runs waiting for them."""
-        outputs = self._all(select(s.job_runs.c.outputs).where(s.job_runs.c.job_run_id == job_run_id))
-        refs = list(outputs[0]["outputs"]) if outputs else []
+        refs = self._outputs_of(job_run_id)
         held = self._all(select(s.run_pools.c.pool).where(s.run_pools.c.job_run_id == job_run_id))
         pools = self._pool_locks([row["pool"] for row in held])
         with self._write(run_key(job_run_id), *map(ref_key, refs), *map(pool_key, pools)) as tx:

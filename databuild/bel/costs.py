@@ -10,7 +10,7 @@ from pydantic import TypeAdapter
 from sqlalchemy import select
 
 from databuild.bel import schema as s
-from databuild.bel.base import ReadBase, WriteBase, run_key
+from databuild.bel.base import ReadBase, WriteBase, ref_key, run_key
 from databuild.bel.cost_sums import FIGURES, ONCE_PER_JOB, ZERO, cost_sums, costliest_sums
 from databuild.bel.partition_costs import costliest_kept, kept_rows, kept_totals
 from databuild.bel.rows import chunks
@@ -132,8 +132,10 @@ def _row(figures: Any, key: str) -> CostRow:
 class CostCommands(CostReads, WriteBase):
     def record_cost(self, cost: ev.JobRunCostRecorded) -> bool:
         """Record what an attempt cost, however it ended (once: a second record of it is ignored).
-        Returns whether this call recorded it."""
-        with self._write(run_key(cost.job_run_id)) as tx:
+        Returns whether this call recorded it. It holds the locks of the run's outputs too: their kept
+        report rows (``partition_costs``) are worked out again in it, as a delegation to them does."""
+        refs = self._outputs_of(cost.job_run_id)
+        with self._write(run_key(cost.job_run_id), *map(ref_key, refs)) as tx:
             c = s.job_run_costs.c
             exists = tx.conn.execute(
                 select(c.attempt).where(c.job_run_id == cost.job_run_id, c.attempt == cost.attempt)
