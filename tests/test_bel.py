@@ -183,6 +183,11 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
             if ix["name"] == "ix_wants_state_of"
             for c in ix["column_names"]
         }
+    # 0009: the report by partition is kept: the migration summed the history's rows, and the cost and
+    # the delegations recorded since are in them, as the statement sums them (asked with a ``since``).
+    by_partition = upgraded.cost_rows("partition")
+    assert any(row.unvalued_avoided for row in by_partition) and any(row.task_seconds for row in by_partition)
+    assert by_partition == upgraded.cost_rows("partition", since=datetime(2000, 1, 1, tzinfo=UTC))
     kept = projection_rows(upgraded)
     upgraded.rebuild_projections()
     assert projection_rows(upgraded) == kept
