@@ -217,8 +217,22 @@ def test_the_report_by_partition_is_kept_as_costs_delegations_and_batch_members_
     """Rows by partition of all time are read from ``partition_costs``, which the projector keeps; they
     stay what the statement sums (asked for here with a ``since`` before everything)."""
     every = AT - timedelta(days=365)
-    logged(bel, [("w1", "left/1", "r1", "historical", DAY2), ("w2", "one/1", "r2", "active", DAY1)])
-    assert bel.cost_rows("partition") == bel.cost_rows("partition", since=every)
+    logged(
+        bel,
+        [
+            ("w1", "left/1", "r1", "historical", DAY2),
+            ("w2", "one/1", "r2", "active", DAY1),
+            ("w2", "one/1", "r2", "historical", DAY2),  # the same pair again: saves again, avoids no more
+            ("w5", "one/1", "r2", "historical", DAY1),
+            ("w5", "one/1", "r2", "active", DAY2),  # recorded out of order: the pair is an active one
+            ("w3", "far/1", "r3", "historical", DAY2),  # unknown cost: unvalued
+            ("w4", "one/1", "r-gone", "historical", DAY2),  # a run no longer known: left out
+        ],
+    )
+    by_ref = {r.key: r for r in bel.cost_rows("partition")}
+    assert (by_ref["one/1"].builds_avoided, by_ref["one/1"].avoided_active) == (2, 2)
+    assert by_ref["far/1"].unvalued_avoided == 1
+    assert list(by_ref.values()) == bel.cost_rows("partition", since=every)
     with bel.writer.begin() as conn:
         queued = ev.JobRunQueued(
             job_run_id="r8", job_label="pair", outputs=["left/8"], params={}, want_id="w8", workflow_id="r8"

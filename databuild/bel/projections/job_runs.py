@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import Connection, insert, select
 
 from databuild.bel import schema as s
-from databuild.bel.partition_costs import refresh_partition_costs, refresh_run_outputs
+from databuild.bel.partition_costs import add_delegations, refresh_run_outputs
 from databuild.bel.projections.common import (
     BATCH_OF,
     GRANT,
@@ -149,13 +149,12 @@ def _job_run_failed(conn: Connection, event: ev.JobRunFailed, at: datetime) -> N
 
 @projects_together(ev.Delegation)
 def _delegations(conn: Connection, events: Sequence[ev.Delegation], at: datetime) -> None:
-    # A want delegates every output of a run at once: their cost rows are worked out again together.
+    add_delegations(conn, events)  # before they are recorded: it looks up the wants' earlier ones
     rows = [
         {"want_id": e.want_id, "ref": e.ref, "delegated_to": e.delegated_to, "kind": e.kind, "at": at}
         for e in events
     ]
     conn.execute(insert(s.delegations), rows)
-    refresh_partition_costs(conn, [e.ref for e in events])
 
 
 @projects(ev.JobRunCostRecorded)
