@@ -242,7 +242,8 @@ def test_the_report_by_partition_is_kept_as_costs_delegations_and_batch_members_
     (unvalued,) = [r for r in bel.cost_rows("partition") if r.key == "left/8"]
     assert (unvalued.builds_avoided, unvalued.unvalued_avoided, unvalued.builds_run) == (1, 1, 0)
     with bel.writer.begin() as conn:
-        projector.apply_all(conn, [costed("r8", 1, "pair", 8.0)], DAY2)
+        started = ev.JobRunStarted(job_run_id="r8", attempt=1, worker="w")
+        projector.apply_all(conn, [started, costed("r8", 1, "pair", 8.0)], DAY2)
         # A partition joins the costed run (a batch after a dep-miss): every share of it is now a half.
         joined = ev.JobRunJoined(job_run_id="r8", want_id="w10", params={"n": "9"}, outputs=["left/9"])
         projector.apply_all(conn, [joined], DAY2)

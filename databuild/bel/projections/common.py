@@ -75,7 +75,7 @@ REFS_OF_WANTS = select(s.wants.c.ref, s.wants.c.want_id).where(
     s.wants.c.want_id.in_(bindparam("want_ids", expanding=True))
 )
 UNSUBSCRIBE = delete(s.subscriptions).where(s.subscriptions.c.want_id == bindparam("want_id"))
-BATCH_OF = select(s.job_runs.c.outputs, s.job_runs.c.members).where(
+BATCH_OF = select(s.job_runs.c.outputs, s.job_runs.c.members, s.job_runs.c.attempts).where(
     s.job_runs.c.job_run_id == bindparam("job_run_id")
 )
 QUEUED_AT = select(s.job_runs.c.created_at).where(s.job_runs.c.job_run_id == bindparam("job_run_id"))

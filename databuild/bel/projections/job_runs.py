@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, insert
 
 from databuild.bel import schema as s
 from databuild.bel.partition_costs import add_delegations, refresh_run_outputs
@@ -41,9 +41,8 @@ def _job_run_joined(conn: Connection, event: ev.JobRunJoined, at: datetime) -> N
     conn.execute(
         insert(s.job_run_outputs), [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs]
     )
-    c = s.job_run_costs.c
-    if conn.execute(select(c.attempt).where(c.job_run_id == event.job_run_id).limit(1)).first():
-        refresh_run_outputs(conn, event.job_run_id)  # its cost is now shared among more outputs
+    if row.attempts:  # a run that has started may have costs: they are now shared among more outputs
+        refresh_run_outputs(conn, event.job_run_id)
 
 
 @projects(ev.JobRunWaiting)
