@@ -73,11 +73,24 @@ def _attempts(since: datetime | None, refs: Sequence[str] | None) -> Any:
     is the first attempt of its run in the range (``first_of_run``) and on its day (``first_of_day``), so
     a build is counted once per row."""
     costs, r = s.job_run_costs.c, s.job_runs.c
-    # Materialized: each run's outputs are counted once per attempt, not once per figure (a count reads
-    # the run's list of outputs, and the database would inline it into every figure).
+
+    def figure(name: str, kind: Any = BigInteger) -> Any:
+        return cast(costs.cost[name].as_string(), kind)
+
+    # Materialized: each run's outputs are counted, and its figures read from the attempt's cost, once per
+    # attempt (the database would inline them into every figure, and sort the cost's JSON by run and day).
     counted = (
         select(costs.job_run_id, costs.attempt, costs.job_label, costs.recorded_at, costs.task_seconds)
-        .add_columns(costs.cost, _outputs(r).label("parts"))
+        .add_columns(
+            _outputs(r).label("parts"),
+            figure("cpu_seconds", Float).label("cpu_seconds"),
+            *[
+                func.coalesce(figure(name), 0).label(name)
+                for name in ("input_bytes", "output_bytes", "tasks")
+            ],
+            func.coalesce(figure("shuffle_read_bytes"), 0).label("shuffle_read_bytes"),
+            func.coalesce(figure("shuffle_write_bytes"), 0).label("shuffle_write_bytes"),
+        )
         .select_from(s.job_run_costs.join(s.job_runs, r.job_run_id == costs.job_run_id))
         .where(
             *([] if since is None else [costs.recorded_at >= since]),
@@ -89,7 +102,7 @@ def _attempts(since: datetime | None, refs: Sequence[str] | None) -> Any:
     c, parts = counted.c, counted.c.parts
 
     def shares(name: str) -> Any:
-        return _over(func.coalesce(cast(c.cost[name].as_string(), BigInteger), 0), parts, BigInteger)
+        return _over(c[name], parts, BigInteger)
 
     day = _UtcDay(c.recorded_at)
     return select(
@@ -105,7 +118,7 @@ def _attempts(since: datetime | None, refs: Sequence[str] | None) -> Any:
             "first_of_day"
         ),
         _over(c.task_seconds, parts, Float).label("task_seconds"),
-        _over(cast(c.cost["cpu_seconds"].as_string(), Float), parts, Float).label("cpu_seconds"),
+        _over(c.cpu_seconds, parts, Float).label("cpu_seconds"),
         shares("input_bytes").label("input_bytes"),
         shares("output_bytes").label("output_bytes"),
         (shares("shuffle_read_bytes") + shares("shuffle_write_bytes")).label("shuffle_bytes"),
