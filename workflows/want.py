@@ -272,7 +272,7 @@ class WantWorkflow:
     async def _start_job_run(self, decision: p.ExecuteOrder) -> None:
         spec = self._spec
         try:
-            self._children[decision.job_run_id] = await workflow.start_child_workflow(
+            child = await workflow.start_child_workflow(
                 JobRunWorkflow.run,
                 p.JobRunInput(
                     job_run_id=decision.job_run_id,
@@ -295,6 +295,8 @@ class WantWorkflow:
                     ]
                 ),
             )
+            child.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved
+            self._children[decision.job_run_id] = child
         except WorkflowAlreadyStartedError:
             # Started by an earlier run of this want (one that died and was started again): follow it.
             workflow.logger.info("job run %s was started before; following it", decision.job_run_id)
