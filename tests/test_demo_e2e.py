@@ -90,3 +90,22 @@ async def test_demo_want_fulfilled_through_derivative_wants(demo_run: DemoRun) -
     )
     row = summary.collect()[0]
     assert row["events"] == 7 * 100_000
+
+
+async def test_every_want_of_the_demo_ends_after_its_run_without_a_failed_workflow_task(
+    demo_run: DemoRun,
+) -> None:
+    """Each want of the demo's tree executed runs. It completes only once its last run has ended (patch
+    ``finish-after-run``): completing first failed a workflow task in every such want (UnhandledCommand:
+    the run's completion arrived meanwhile), which Temporal retried."""
+    from temporalio.api.enums.v1 import EventType
+
+    stack, want = demo_run.stack, demo_run.want
+    family = stack.bel.wants(root_want_id=want.want_id, limit=1000)
+    assert len(family) == 15
+    for member in family:
+        history = await stack.client.get_workflow_handle(member.workflow_id).fetch_history()
+        types = [EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") for e in history.events]
+        assert "WORKFLOW_TASK_FAILED" not in types, (member.ref, types)
+        last_run_ended = len(types) - 1 - types[::-1].index("CHILD_WORKFLOW_EXECUTION_COMPLETED")
+        assert last_run_ended < types.index("WORKFLOW_EXECUTION_COMPLETED"), (member.ref, types)

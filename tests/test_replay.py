@@ -25,16 +25,3 @@ def test_every_recorded_history_is_present() -> None:
 @pytest.mark.parametrize("name", HISTORIES)
 async def test_history_replays(name: str) -> None:
     await replayer().replay_workflow(load_history(name))
-
-
-def test_a_want_that_built_its_partition_ends_after_its_run_without_a_failed_workflow_task() -> None:
-    from temporalio.api.enums.v1 import EventType
-
-    types = [
-        EventType.Name(e.event_type).removeprefix("EVENT_TYPE_")
-        for e in load_history("want-finish-after-run").events
-    ]
-    assert (
-        "WORKFLOW_TASK_FAILED" not in types
-    )  # completing before the run's end failed one (UnhandledCommand)
-    assert types.index("CHILD_WORKFLOW_EXECUTION_COMPLETED") < types.index("WORKFLOW_EXECUTION_COMPLETED")

@@ -30,7 +30,9 @@ with workflow.unsafe.imports_passed_through():
 WATCH_AFTER_TIMER = "watch-after-timer"
 # Patch: a want that ends as the run it started ends gives that run a moment to end first (``_let_run_end``).
 FINISH_AFTER_RUN = "finish-after-run"
-RUN_ENDING_GRACE = timedelta(seconds=1)
+# Its end follows its fan-out's first page within milliseconds, unless more wants wait on it than a page or the
+# machine is loaded; the want's outcome is recorded before this wait either way.
+RUN_ENDING_GRACE = timedelta(seconds=5)
 
 Following = p.ExecuteOrder | p.DelegateOrder
 Outcome = tuple[WantState, str | None, str | None]  # state, reason, instance id
