@@ -68,8 +68,7 @@ class CostReads(ReadBase):
     ) -> list[CostRow]:
         """Builds run and avoided, task-seconds spent and saved, per job, day or partition (by key), of
         the partitions whose refs match the glob ``pattern`` (all when None), from ``since`` on."""
-        kept = by == "partition" and pattern is None and since is None
-        summed = kept_rows() if kept else cost_sums([by], pattern, since)
+        summed = kept_rows() if _kept(by, pattern, since) else cost_sums([by], pattern, since)
         rows = [_row(row, row[f"key_{by}"]) for row in self._all(summed)]
         return sorted(rows, key=lambda row: row.key)
 
@@ -78,26 +77,16 @@ class CostReads(ReadBase):
     ) -> tuple[list[CostRow], CostRow, int]:
         """The rows of ``cost_rows`` (by key) or, when there are more than ``count``, the ``count`` that
         spent most (most first); the total of every row; and how many rows there are."""
-        if by == "partition" and pattern is None and since is None:
-            return self._costliest_kept(count)
-        found = self._all(costliest_sums(by, pattern, since, count))
-        if not found:
-            return [], _row({}, "total"), 0
-        rows = [_row(row, row[f"key_{by}"]) for row in found]
-        in_all: int = found[0]["rows_in_all"]
-        totals = {name: found[0][f"total_{name}"] for name in FIGURES}
-        return (
-            (sorted(rows, key=lambda row: row.key) if in_all <= count else rows),
-            _row(totals, "total"),
-            in_all,
-        )
-
-    def _costliest_kept(self, count: int) -> tuple[list[CostRow], CostRow, int]:
-        with self.snapshot():
-            totals = self._all(kept_totals())[0]
-            rows = [_row(row, row["key_partition"]) for row in self._all(costliest_kept(count))]
+        if _kept(by, pattern, since):  # the page by index, the totals in one pass
+            with self.snapshot():
+                totals: Any = self._all(kept_totals())[0]
+                found = self._all(costliest_kept(count))
+        else:  # every row carries the totals
+            found = self._all(costliest_sums(by, pattern, since, count))
+            totals = found[0] if found else {"rows_in_all": 0}
         in_all: int = totals["rows_in_all"]
-        summed = _row({name: totals[f"total_{name}"] for name in FIGURES}, "total")
+        rows = [_row(row, row[f"key_{by}"]) for row in found]
+        summed = _row({name: totals[f"total_{name}"] for name in FIGURES if in_all}, "total")
         return (sorted(rows, key=lambda row: row.key) if in_all <= count else rows), summed, in_all
 
     def cost_days(self, since: datetime | None = None) -> CostDays:
@@ -121,6 +110,11 @@ class CostReads(ReadBase):
             by_job=[total(rows, job) for job, rows in sorted(jobs.items())],
             by_day=[total(rows, day) for day, rows in sorted(days.items())],
         )
+
+
+def _kept(by: CostBy, pattern: str | None, since: datetime | None) -> bool:
+    """Whether the report is the one the log keeps (``partition_costs``): by partition, of all time."""
+    return by == "partition" and pattern is None and since is None
 
 
 def _row(figures: Any, key: str) -> CostRow:
