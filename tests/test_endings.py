@@ -73,13 +73,14 @@ async def test_a_derivative_whose_workflow_closed_unheard_is_reconciled_and_its_
 
     async with running_worker(stack.parts, warm_spark=False):
         task_queue = stack.settings.task_queue
-        reconciled = 0
+        # The worker repairs as it starts, so either it or this call records the close (the count
+        # of this call alone is a race); without the repair the feed would stay open for good.
         for _ in range(100):  # visibility follows the close within a moment
-            reconciled += await repair_wants(stack.client, stack.bel, task_queue)
+            await repair_wants(stack.client, stack.bel, task_queue)
             if stack.bel.want(feed.want_id).state.is_final:
                 break
             await asyncio.sleep(0.1)
-        assert reconciled >= 1
+        assert stack.bel.want(feed.want_id).state.is_final
         done = await asyncio.wait_for(stack.db.wait(spec), timeout=60)
         assert await repair_wants(stack.client, stack.bel, task_queue) == 0  # nothing left to do
     ended = stack.bel.want(feed.want_id)
