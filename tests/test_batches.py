@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from databuild.backfill import BackfillRequest
+from databuild.jobs.context import SparkJobContext
 from databuild.jobs.spark import SparkRuntime
 from databuild.jobs.storage import Storage
 from databuild.models import JobRun, JobRunState, PartitionStatus, WantState
@@ -222,6 +223,28 @@ async def test_a_batch_written_as_one_dataframe_gives_each_partition_its_own_ins
         assert [c.name for c in instance.facts.columns] == ["id", "doubled"]
         feed_instance = stack.bel.partition(f"feed/{day}").instance_id or ""
         assert {ref.ref for _, ref in stack.bel.consumers_of(feed_instance)[0]} == {f"partitioned/{day}"}
+
+    # Read back as one DataFrame, as a downstream batch would: the five built here in one scan, a
+    # published feed (any layout) on its own; every row with its day, every read recorded for lineage.
+    reader = SparkJobContext(
+        spark=session,
+        bel=stack.bel,
+        graph=stack.graph,
+        storage=storage,
+        job_run_id="jr-reader",
+        job_label="reader",
+        instances={},
+        params={},
+        cancelled=threading.Event(),
+    )
+    sixth = days(first, 6)[5]
+    refs = [f"partitioned/{day}" for day in days(first, 5)] + [f"feed/{sixth}"]
+    read = reader.read_partitioned(refs)
+    found = sorted((r.day, r.id, r.doubled) for r in read.collect())
+    assert found == sorted(
+        [(day, n, 2 * n) for day in days(first, 5) for n in range(3)] + [(sixth, n, None) for n in range(3)]
+    )
+    assert [r.ref for r in reader.reads] == refs
 
     # A day the DataFrame has no rows for, or rows for a day the run does not build: the run fails
     # naming it, and none of its partitions is published.

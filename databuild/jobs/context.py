@@ -27,9 +27,11 @@ from databuild.errors import (
 from databuild.graph import Graph, Pattern
 from databuild.jobs.checks import run_checks
 from databuild.jobs.storage import Storage
+from databuild.jobs.tagged_read import read_tagged
 from databuild.models import (
     CheckResult,
     Column,
+    Instance,
     InstanceFacts,
     InstanceRef,
     InstanceStatus,
@@ -97,6 +99,10 @@ class SparkJobContext:
     def read_all(self, refs: Sequence[str]) -> list["DataFrame"]:
         """Read several inputs at once, so that every missing one is reported in one dep-miss. Each is
         read from the instance live now, to the end of the job, whatever is built meanwhile."""
+        return [self.read_instance(instance_id) for instance_id in self._live(refs)]
+
+    def _live(self, refs: Sequence[str]) -> list[str]:
+        """The instance live now of each of ``refs``; every missing one is reported together."""
         self._check_cancelled()
         found: list[str] = []
         missing: list[str] = []
@@ -121,12 +127,13 @@ class SparkJobContext:
         if missing:
             self.missing.update(missing)
             raise MissingInputsError(missing)
-        return [self.read_instance(instance_id) for instance_id in found]
+        return found
 
     def read_partitioned(self, refs: Sequence[str]) -> "DataFrame":
         """Several inputs as one DataFrame (a batch's, say), each row with its partition's placeholder
         values as text columns (``date`` for ``raw_events/{date}``) where its data has none of that name
-        (a partitioned write keeps them in folder names). Spark reads them all in one job. Every missing
+        (a partitioned write keeps them in folder names). The instances DataBuild wrote are read as one
+        scan; each one from outside (a published feed: any layout) is read on its own. Every missing
         input is reported together, as ``read_all`` does."""
         from pyspark.sql import functions as F
 
@@ -134,18 +141,30 @@ class SparkJobContext:
             raise JobContractError(
                 f"job {self.job_label} reads no inputs with read_partitioned: give it refs"
             )
-        tagged = []
-        for ref, frame in zip(refs, self.read_all(refs), strict=True):
-            pattern = self._graph.pattern_for(ref)
-            values = (pattern.match(ref) if pattern else None) or {}
+        ours: dict[str, dict[str, str]] = {}
+        frames = []
+        for instance_id in dict.fromkeys(self._live(refs)):
+            instance, location = self._locate(instance_id)
+            pattern = self._graph.pattern_for(instance.ref)
+            values = (pattern.match(instance.ref) if pattern else None) or {}
+            if not instance.external:
+                ours[location] = values
+                continue
+            frame = self.spark.read.parquet(location)
             columns = {name: F.lit(value) for name, value in values.items() if name not in frame.columns}
-            tagged.append(frame.withColumns(columns) if columns else frame)
-        return functools.reduce(lambda all_, one: all_.unionByName(one, allowMissingColumns=True), tagged)
+            frames.append(frame.withColumns(columns) if columns else frame)
+        if ours:
+            frames.insert(0, read_tagged(self.spark, ours))
+        return functools.reduce(lambda all_, one: all_.unionByName(one, allowMissingColumns=True), frames)
 
     def read_instance(self, instance_id: str) -> "DataFrame":
         """The data of one instance, live or not (e.g. the one yesterday's run read), recorded as a read
         for lineage. Raises ``JobContractError`` if the BEL knows no such instance or its data was
         garbage-collected."""
+        return self.spark.read.parquet(self._locate(instance_id)[1])
+
+    def _locate(self, instance_id: str) -> tuple[Instance, str]:
+        """The instance and where its data is, its read recorded for lineage."""
         self._check_cancelled()
         try:
             instance = self._bel.instance(instance_id)
@@ -159,12 +178,10 @@ class SparkJobContext:
                 f"job {self.job_label} reads instance {instance_id} of {instance.ref}, whose data garbage "
                 "collection removed; pin instances you mean to read later (`databuild partitions pin`)"
             )
-        location = self._storage.instance_location(instance)
-        frame = self.spark.read.parquet(location)
         read = InstanceRef(ref=instance.ref, instance_id=instance.instance_id)
         if read not in self.reads:
             self.reads.append(read)
-        return frame
+        return instance, self._storage.instance_location(instance)
 
     def write(self, ref: str, frame: "DataFrame") -> None:
         """Write an output into its own new instance location. It becomes live when the run succeeds
