@@ -329,3 +329,26 @@ async def test_connect_executor_starts_a_new_session_when_the_server_restarts(
         if worker is not None:
             await asyncio.to_thread(stop_group, worker)
     assert [(r.state, r.attempts) for r in stack.bel.job_runs()] == [(JobRunState.succeeded, 1)] * 2
+
+
+def test_one_scan_of_a_batchs_inputs_reads_the_same_through_spark_connect(
+    connect: ConnectServer, spark_runtime: SparkRuntime, tmp_path: Path
+) -> None:
+    """``read_partitioned``'s one scan (``read_tagged``) uses only DataFrame functions a Connect session
+    has (`_metadata`, `url_decode`, `raise_error`): a job body on the Connect executor reads a batch's
+    inputs as in local mode."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    from databuild.jobs.tagged_read import read_tagged
+
+    written = tmp_path / "raw" / "~jr-1-1"
+    spark_runtime.session().range(4).selectExpr("id", "if(id < 2, 'a', 'b') as day").write.partitionBy(
+        "day"
+    ).parquet(f"file://{written}")
+    folders = {f"file://{written}/day={day}": {"day": day} for day in ("a", "b")}
+    remote = ConnectSession.builder.remote(connect.url).create()
+    try:
+        rows = sorted((r.id, r.day) for r in read_tagged(remote, folders).collect())
+    finally:
+        remote.stop()
+    assert rows == [(0, "a"), (1, "a"), (2, "b"), (3, "b")]
