@@ -224,8 +224,13 @@ async def test_a_batch_written_as_one_dataframe_gives_each_partition_its_own_ins
         feed_instance = stack.bel.partition(f"feed/{day}").instance_id or ""
         assert {ref.ref for _, ref in stack.bel.consumers_of(feed_instance)[0]} == {f"partitioned/{day}"}
 
-    # Read back as one DataFrame, as a downstream batch would: the five built here in one scan, a
-    # published feed (any layout) on its own; every row with its day, every read recorded for lineage.
+    # Read back as one DataFrame, as a downstream batch would: the five built here and a published feed
+    # in one scan; a feed published with its files in sub-folders (any layout) read on its own. Every
+    # row has its day, and every read is recorded for lineage.
+    nested = lake(stack.settings) / "feed" / "2024-12-01" / "part=1"
+    nested.mkdir(parents=True)
+    pq.write_table(FEED, nested / "part-00000.parquet")
+    await stack.db.publish("feed/2024-12-01")
     reader = SparkJobContext(
         spark=session,
         bel=stack.bel,
@@ -238,11 +243,13 @@ async def test_a_batch_written_as_one_dataframe_gives_each_partition_its_own_ins
         cancelled=threading.Event(),
     )
     sixth = days(first, 6)[5]
-    refs = [f"partitioned/{day}" for day in days(first, 5)] + [f"feed/{sixth}"]
+    refs = [f"partitioned/{day}" for day in days(first, 5)] + [f"feed/{sixth}", "feed/2024-12-01"]
     read = reader.read_partitioned(refs)
-    found = sorted((r.day, r.id, r.doubled) for r in read.collect())
+    found = sorted((r.day, r.id, r.doubled, r.part) for r in read.collect())
     assert found == sorted(
-        [(day, n, 2 * n) for day in days(first, 5) for n in range(3)] + [(sixth, n, None) for n in range(3)]
+        [(day, n, 2 * n, None) for day in days(first, 5) for n in range(3)]
+        + [(sixth, n, None, None) for n in range(3)]
+        + [("2024-12-01", n, None, 1) for n in range(3)]  # its sub-folder's column, as Spark reads it
     )
     assert [r.ref for r in reader.reads] == refs
 

@@ -41,9 +41,9 @@ class JobContext(Protocol):
     def read_partitioned(self, refs: Sequence[str]) -> "DataFrame":
         """Several inputs as one DataFrame (a batch's, say), each row with its partition's placeholder
         values as text columns (``date`` for ``raw_events/{date}``) where its data has none of that name
-        (a partitioned write keeps them in folder names). The instances DataBuild wrote are read as one
-        scan; each one from outside (a published feed: any layout) is read on its own. Every missing
-        input is reported together, as ``read_all`` does."""
+        (a partitioned write keeps them in folder names). The inputs are read as one scan, but for a
+        published one whose folder is not flat (its data in sub-folders, or outside the storage), which
+        is read on its own. Every missing input is reported together, as ``read_all`` does."""
 
     def write_partitioned(self, frame: "DataFrame", output: str | None = None) -> None:
         """Write one DataFrame into every partition of the run of the output pattern ``output`` (the

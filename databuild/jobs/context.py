@@ -132,9 +132,9 @@ class SparkJobContext:
     def read_partitioned(self, refs: Sequence[str]) -> "DataFrame":
         """Several inputs as one DataFrame (a batch's, say), each row with its partition's placeholder
         values as text columns (``date`` for ``raw_events/{date}``) where its data has none of that name
-        (a partitioned write keeps them in folder names). The instances DataBuild wrote are read as one
-        scan; each one from outside (a published feed: any layout) is read on its own. Every missing
-        input is reported together, as ``read_all`` does."""
+        (a partitioned write keeps them in folder names). The inputs are read as one scan, but for a
+        published one whose folder is not flat (its data in sub-folders, or outside the storage), which
+        is read on its own. Every missing input is reported together, as ``read_all`` does."""
         from pyspark.sql import functions as F
 
         if not refs:
@@ -147,7 +147,7 @@ class SparkJobContext:
             instance, location = self._locate(instance_id)
             pattern = self._graph.pattern_for(instance.ref)
             values = (pattern.match(instance.ref) if pattern else None) or {}
-            if not instance.external:
+            if self._one_folder(instance):
                 ours[location] = values
                 continue
             frame = self.spark.read.parquet(location)
@@ -156,6 +156,13 @@ class SparkJobContext:
         if ours:
             frames.insert(0, read_tagged(self.spark, ours))
         return functools.reduce(lambda all_, one: all_.unionByName(one, allowMissingColumns=True), frames)
+
+    def _one_folder(self, instance: Instance) -> bool:
+        """Whether the instance's data is one flat folder: always, if DataBuild wrote it."""
+        if not instance.external:
+            return True
+        key = self._storage.key_of(instance)
+        return key is not None and self._storage.is_flat(key)
 
     def read_instance(self, instance_id: str) -> "DataFrame":
         """The data of one instance, live or not (e.g. the one yesterday's run read), recorded as a read

@@ -332,6 +332,17 @@ class Storage:
         return found
 
     @_reached
+    def is_flat(self, key: str) -> bool:
+        """Whether the folder at ``key`` holds data files, all directly in it (as DataBuild writes an
+        instance), so that Spark reads nothing from a sub-folder of it."""
+        base = self._path(key)
+        try:
+            data = self._data_files(base)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return bool(data) and all("/" not in info.path[len(base) + 1 :] for info in data)
+
+    @_reached
     def summary_of(self, files: list[fs.FileInfo]) -> tuple[int, int, int]:
         """Rows, bytes and files of these Parquet files, from their footers."""
         import pyarrow.dataset as ds
