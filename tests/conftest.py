@@ -102,7 +102,8 @@ async def running_stack(
 ) -> AsyncIterator[Stack]:
     """A graph's BEL under ``home`` on its own task queue, with a worker serving it unless ``worker``
     is False."""
-    settings = make_settings(home, client, graph, **extra)
+    # The workflows run in the sandbox here, so that code changing them meets its guard on every path.
+    settings = make_settings(home, client, graph, **{"workflow_sandbox": True, **extra})
     bel = BuildEventLog.create(settings.database_url.get_secret_value())
     loaded = load_graph(graph)
     parts = WorkerParts(settings, client, bel, loaded, spark)

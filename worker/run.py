@@ -14,7 +14,8 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 import workflows
 import workflows.backfill
@@ -131,8 +132,9 @@ def check_policy(job: Job, settings: Settings) -> None:
 
 
 def build_worker(parts: WorkerParts) -> BuiltWorker:
-    compile_workflow_modules()
     settings = parts.settings
+    if settings.workflow_sandbox:
+        compile_workflow_modules()
     storage = Storage(settings.storage_root)
     storage.probe()  # a root it cannot use is refused now, in one line, not by each job's first output
     identity = f"{socket.gethostname()}:{threading.get_native_id()}"
@@ -166,6 +168,9 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
         max_cached_workflows=settings.workflow_cache,
         max_concurrent_workflow_tasks=settings.workflow_tasks,
         identity=identity,
+        workflow_runner=SandboxedWorkflowRunner()
+        if settings.workflow_sandbox
+        else UnsandboxedWorkflowRunner(),
     )
     return BuiltWorker(worker, jobs, upstream)
 
