@@ -228,13 +228,13 @@ class Settings(BaseSettings):
         "waits in the worker long enough to time out",
     )
     # The sandbox guards whoever changes workflow code (DataBuild's own: users write jobs, not workflows),
-    # at the price of importing the workflow modules afresh for every workflow run. DataBuild's tests and
-    # replays run the workflows in it.
+    # at the price of importing the workflow modules afresh for every workflow run. DataBuild's workflow
+    # tests and replays run the workflows in it.
     workflow_sandbox: bool = Field(
         default=False,
         description="run workflow code in Temporal's sandbox, which imports the workflow modules afresh "
         "for every workflow run (about a fifth of a worker's CPU in a backfill); for changing DataBuild's "
-        "workflows, whose tests run in it",
+        "workflows, whose workflow tests and replays run in it",
     )
     # Temporal's advice for batch work: a sliding window of open workflows, never all of them at once.
     backfill_window: int = Field(

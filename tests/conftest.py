@@ -102,8 +102,7 @@ async def running_stack(
 ) -> AsyncIterator[Stack]:
     """A graph's BEL under ``home`` on its own task queue, with a worker serving it unless ``worker``
     is False."""
-    # The workflows run in the sandbox here, so that code changing them meets its guard on every path.
-    settings = make_settings(home, client, graph, **{"workflow_sandbox": True, **extra})
+    settings = make_settings(home, client, graph, **extra)
     bel = BuildEventLog.create(settings.database_url.get_secret_value())
     loaded = load_graph(graph)
     parts = WorkerParts(settings, client, bel, loaded, spark)
