@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from databuild.jobs.spark import SparkRuntime
-from databuild.jobs.tagged_read import read_tagged
+from databuild.jobs.tagged_read import _bare, read_tagged
 
 pytestmark = pytest.mark.slow
 
@@ -58,3 +58,26 @@ def test_a_file_outside_the_folders_fails_the_job_naming_it(
     frame = read_tagged(spark, {f"file://{nested}": {"day": "2024-01-01"}})
     with pytest.raises(Exception, match=r"read_partitioned read .*/nested/k=[01]/part-.*outside the folders"):
         frame.collect()
+
+
+@pytest.mark.parametrize(
+    ("location", "as_spark_names_it", "path"),
+    [
+        (
+            "file:///data/raw/~jr-1-1/date=2024-01-01",
+            "file:/data/raw/~jr-1-1/date=2024-01-01",
+            "data/raw/~jr-1-1/date=2024-01-01",
+        ),
+        ("/data/raw/2024-01-01/~i", "file:/data/raw/2024-01-01/~i", "data/raw/2024-01-01/~i"),
+        (
+            "hdfs:///lake/raw/2024-01-01/~i",
+            "hdfs://namenode:8020/lake/raw/2024-01-01/~i",
+            "lake/raw/2024-01-01/~i",
+        ),
+        ("s3a://bucket/raw/2024-01-01/~i/", "s3a://bucket/raw/2024-01-01/~i", "raw/2024-01-01/~i"),
+    ],
+)
+def test_a_folder_is_known_by_its_path_however_its_uri_is_written(
+    location: str, as_spark_names_it: str, path: str
+) -> None:
+    assert _bare(location) == _bare(as_spark_names_it) == path

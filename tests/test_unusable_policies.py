@@ -3,8 +3,8 @@ the job run workflow's input) no longer hang. (A worker refuses to start with th
 tests/test_policies.py.)
 
 An older worker is reproduced by patches: the policy its settings gave (`JobPolicy.of`), and no check of
-it, neither in the job run workflow (`databuild.limits.policy_problem`, which the workflow's sandbox
-imports when a run starts) nor when the worker starts."""
+it, neither in the job run workflow (`policy_problem` as the workflow module has it; a sandboxed worker
+imports it again from `databuild.limits` for each run) nor when the worker starts."""
 
 import asyncio
 import contextlib
@@ -14,6 +14,7 @@ import pytest
 
 import databuild.limits
 import worker.run
+import workflows.job_run
 from databuild.models import JobRunCause, JobRunState, PartitionStatus, WantSource, WantState
 from databuild.temporal import protocol as p
 from tests.conftest import Stack
@@ -31,7 +32,8 @@ def older_worker(monkeypatch: pytest.MonkeyPatch, **policy: object) -> Iterator[
 
     with monkeypatch.context() as patch:
         patch.setattr(p.JobPolicy, "of", of)
-        for module in (databuild.limits, worker.run):  # the workflow's check, the worker's at start
+        # The workflow's check (unsandboxed, and as a sandbox imports it), the worker's at start.
+        for module in (workflows.job_run, databuild.limits, worker.run):
             patch.setattr(module, "policy_problem", lambda _policy: None)
         yield
 

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# A URI's scheme, if any, and the leading slashes: Spark names a local file `file:/tmp/…` where a
-# DataBuild location says `file:///tmp/…` (or `/tmp/…`), so folders are compared without them.
-_SCHEME = r"^([A-Za-z][A-Za-z0-9+.-]*:)?/*"
+# A URI's scheme and authority, if any, and the leading slashes: Spark names a local file `file:/tmp/…`
+# where a DataBuild location says `file:///tmp/…` (or `/tmp/…`), and qualifies `hdfs:///…` with its name
+# node. Folders are compared by their paths alone (an instance's path holds its run or instance id).
+_SCHEME = r"^([A-Za-z][A-Za-z0-9+.-]*:)?(//[^/]*)?/*"
 
 
 def read_tagged(spark: "SparkSession", folders: Mapping[str, Mapping[str, str]]) -> "DataFrame":
