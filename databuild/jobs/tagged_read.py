@@ -1,5 +1,5 @@
 """Many instance folders read as one Spark scan, each row tagged with its folder's values: what
-``ctx.read_partitioned`` does for the inputs DataBuild wrote (a batch's, say). One scan lists and
+``ctx.read_partitioned`` does for the inputs in flat folders (a batch's, say). One scan lists and
 packs all the files into a few tasks; a scan per folder, unioned, costs a listing, a schema read and at
 least one task per folder (for a batch of 31 days, 6 s against 1.5 s of the same work here)."""
 
