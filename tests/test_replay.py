@@ -22,6 +22,7 @@ def test_every_recorded_history_is_present() -> None:
     assert recorded == HISTORIES
 
 
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "unsandboxed"])
 @pytest.mark.parametrize("name", HISTORIES)
-async def test_history_replays(name: str) -> None:
-    await replayer().replay_workflow(load_history(name))
+async def test_history_replays(name: str, sandboxed: bool) -> None:
+    await replayer(sandboxed=sandboxed).replay_workflow(load_history(name))

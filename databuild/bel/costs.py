@@ -86,7 +86,7 @@ class CostReads(ReadBase):
             totals = found[0] if found else {"rows_in_all": 0}
         in_all: int = totals["rows_in_all"]
         rows = [_row(row, row[f"key_{by}"]) for row in found]
-        summed = _row({name: totals[f"total_{name}"] for name in FIGURES if in_all}, "total")
+        summed = _row({name: totals[f"total_{name}"] for name in FIGURES} if in_all else {}, "total")
         return (sorted(rows, key=lambda row: row.key) if in_all <= count else rows), summed, in_all
 
     def cost_days(self, since: datetime | None = None) -> CostDays:

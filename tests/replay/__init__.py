@@ -7,7 +7,8 @@ from pathlib import Path
 
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from worker.run import WORKFLOWS
 
@@ -49,9 +50,11 @@ def load_history(name: str) -> WorkflowHistory:
     return WorkflowHistory.from_json(recorded["workflow_id"], recorded["history"])
 
 
-def replayer() -> Replayer:
-    """Today's workflows, as the worker registers them (worker/run.py)."""
+def replayer(*, sandboxed: bool = True) -> Replayer:
+    """Today's workflows, as the worker registers them (worker/run.py): in Temporal's sandbox (its guard
+    on workflow code) or not (as workers run them unless DATABUILD_WORKFLOW_SANDBOX is set)."""
     return Replayer(
         workflows=WORKFLOWS,
         data_converter=pydantic_data_converter,
+        workflow_runner=SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner(),
     )
