@@ -30,6 +30,7 @@ from databuild.models import (
 )
 from databuild.operations.sla import sla_estimate
 from databuild.temporal import protocol as p
+from databuild.temporal.job_runs import start_job_run
 from databuild.temporal.wants import notify_subscribers, settle_closing_run, signal_for_run, start_want
 from databuild.views.staleness import freshness
 
@@ -62,9 +63,15 @@ class WantActivities:
         match verdict:  # what the worker's settings add to the BEL's verdict
             case Execute():
                 policy = p.JobPolicy.of(self.graph.job_by_label(verdict.job_label), self.settings)
-                return p.ExecuteOrder(
+                order = p.ExecuteOrder(
                     **verdict.model_dump(), policy=policy, watchdog=lease, admission=self._admission(verdict)
                 )
+                if not input.start_run:
+                    return order
+                # The run's workflow on the want's task queue (a local activity's is its workflow's).
+                root = input.root_want_id or input.want_id
+                await start_job_run(self.client, activity.info().task_queue, order, input.want_id, root)
+                return order.model_copy(update={"started": True})
             case Delegate():
                 if verdict.batch_full:  # the batch need not wait for more partitions
                     await self._signal_run(verdict, p.SIGNAL_BATCH_FULL)

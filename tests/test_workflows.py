@@ -117,6 +117,7 @@ async def harnessed(
     env: WorkflowEnvironment, script: Script, runner: WorkflowRunner | None = None
 ) -> AsyncIterator[Harness]:
     harness = Harness(env, script, f"wf-{uuid.uuid4().hex[:8]}")
+    script.client = env.client
     worker = Worker(
         env.client,
         task_queue=harness.task_queue,
@@ -192,7 +193,9 @@ async def test_live_partition_succeeds_at_once(h: Harness, script: Script) -> No
     assert (result.state, result.instance_id, result.sla_missed) == (WantState.successful, "i-1", False)
     assert script.names() == ["register_want", "decide", "finish_want"]
     assert script.inputs("register_want") == [p.WantInput(spec=spec)]
-    assert script.inputs("decide") == [p.DecideInput(want_id=spec.want_id, seq=1)]
+    assert script.inputs("decide") == [
+        p.DecideInput(want_id=spec.want_id, seq=1, start_run=True, root_want_id=spec.want_id)
+    ]
     assert finished(script) == p.FinishInput(
         want_id=spec.want_id, state=WantState.successful, instance_id="i-1", seq=1
     )
@@ -231,9 +234,14 @@ async def test_execute_starts_the_job_run_and_succeeds_on_its_fan_out(h: Harness
         signals(h.client, spec.workflow_id, p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "i-7", run_id)),
     )
 
-    result = await (await h.start_want(spec)).result()
+    handle = await h.start_want(spec)
+    result = await handle.result()
 
     assert (result.state, result.instance_id) == (WantState.successful, "i-7")
+    # The decision started the run: no child of the want, nor any task its start and end would wake.
+    events = [event.WhichOneof("attributes") for event in (await handle.fetch_history()).events]
+    assert not [event for event in events if "child" in event]
+    assert events.count("workflow_task_completed_event_attributes") == 2
     assert script.inputs("run_job") == [
         job_run_input(run_id, [spec.ref]).model_copy(update={"policy": decision.policy})
     ]
@@ -241,7 +249,9 @@ async def test_execute_starts_the_job_run_and_succeeds_on_its_fan_out(h: Harness
     assert "fail_job_run" not in script.names()
     job_run = h.job_run(run_id)
     assert (await job_run.result()).state is JobRunState.succeeded
-    attributes = (await job_run.describe()).typed_search_attributes
+    described = await job_run.describe()
+    assert described.parent_id is None
+    attributes = described.typed_search_attributes
     assert attributes.get(p.SA_JOB_LABEL) == JOB_LABEL
     assert attributes.get(p.SA_ROOT_WANT_ID) == spec.want_id
 

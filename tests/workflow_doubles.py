@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from databuild.domain.decisions import DependenciesStatus, Final, Live, Paused, WaitExternal
 from databuild.models import JobRunState, WantState
 from databuild.temporal import protocol as p
+from databuild.temporal.job_runs import start_job_run
 
 WAIT = 10.0  # seconds a test waits for a workflow to get somewhere: everything here takes well under one
 
@@ -44,6 +45,7 @@ class Script:
         self._queued: dict[str, deque[Answer]] = defaultdict(deque)
         self._defaults: dict[str, Answer] = dict(DEFAULTS)
         self._changed = asyncio.Condition()
+        self.client: Client | None = None  # given, ``decide`` starts the runs it is asked to, as the real one
 
     def then(self, name: str, *answers: Answer) -> "Script":
         """The answers to the next calls of ``name``, in order; after them the default answers."""
@@ -89,6 +91,10 @@ class Script:
     @activity.defn
     async def decide(self, input: p.DecideInput) -> p.Decision:
         result: p.Decision = await self.answer("decide", input)
+        if isinstance(result, p.ExecuteOrder) and input.start_run and self.client is not None:
+            root = input.root_want_id or input.want_id
+            await start_job_run(self.client, activity.info().task_queue, result, input.want_id, root)
+            return result.model_copy(update={"started": True})
         return result
 
     @activity.defn

@@ -30,6 +30,9 @@ with workflow.unsafe.imports_passed_through():
 WATCH_AFTER_TIMER = "watch-after-timer"
 # Patch: a want that ends as the run it started ends gives that run a moment to end first (``_let_run_end``).
 FINISH_AFTER_RUN = "finish-after-run"
+# Patch: the decision that queues a run starts its workflow too (``DecideInput.start_run``): the run is no
+# child of the want, so the want's history has no child events, nor the tasks they woke.
+RUN_STARTED_BY_DECISION = "run-started-by-decision"
 # Its end follows its fan-out's first page within milliseconds, unless more wants wait on it than a page or the
 # machine is loaded; the want's outcome is recorded before this wait either way.
 RUN_ENDING_GRACE = timedelta(seconds=5)
@@ -121,7 +124,7 @@ class WantWorkflow:
             redecides = m.redecides  # a redecide signal from now on means: decide again
             resumes = m.resumes
             try:
-                decision = await bel(WantActivities.decide, p.DecideInput(want_id=spec.want_id, seq=m.seq))
+                decision = await bel(WantActivities.decide, self._decide_input(m.seq))
             # e.g. the graph no longer produces this ref. A local activity's failure arrives as the bare
             # ApplicationError (a regular activity's as an ActivityError around it).
             except (ActivityError, ApplicationError) as error:
@@ -161,13 +164,21 @@ class WantWorkflow:
                 return WantState.successful, None, m.live[spec.ref]
         return WantState.canceled, f"stopped: {m.stopping}", None
 
+    def _decide_input(self, seq: int) -> p.DecideInput:
+        spec = self._spec
+        if not workflow.patched(RUN_STARTED_BY_DECISION):
+            return p.DecideInput(want_id=spec.want_id, seq=seq)
+        root = spec.root_want_id or spec.want_id
+        return p.DecideInput(want_id=spec.want_id, seq=seq, start_run=True, root_want_id=root)
+
     async def _follow_run(self, decision: Following, redecide: Callable[[], bool]) -> Outcome | None:
         """Wait for the job run the want executes or delegated to. None means: decide again."""
         ref, m = self._spec.ref, self._memory
         job_run_id = decision.job_run_id
         if isinstance(decision, p.ExecuteOrder) and job_run_id not in m.started:
             m.started.append(job_run_id)  # a decision can be given again (redecide): start it once
-            await self._start_job_run(decision)
+            if not decision.started:
+                await self._start_job_run(decision)
         verb = "building" if isinstance(decision, p.ExecuteOrder) else "delegated to active build"
         self._set(WantState.building, job_run_id, [ref], f"{verb} {job_run_id} for")
         settled = partial(self._run_settled, ref, job_run_id)

@@ -157,6 +157,11 @@ class WantProgress(Model):
 class DecideInput(Model):
     want_id: str
     seq: int
+    # Workflow change ``run-started-by-decision``: the activity starts the workflow of a run it queues (of
+    # the want's root ``root_want_id``), so the run is no child of the want (no child events, no task
+    # for the child's start and end in the want's history).
+    start_run: bool = False
+    root_want_id: str | None = None
 
 
 class JobPolicy(Model):
@@ -194,6 +199,17 @@ class ExecuteOrder(Execute):
     policy: JobPolicy
     watchdog: timedelta = timedelta(minutes=1)
     admission: Admission | None = None
+    started: bool = False  # its workflow is started (``DecideInput.start_run``)
+
+    def job_run_input(self) -> "JobRunInput":
+        return JobRunInput(
+            job_run_id=self.job_run_id,
+            job_label=self.job_label,
+            outputs=self.outputs,
+            params=self.params,
+            policy=self.policy,
+            admission=self.admission,
+        )
 
 
 class DelegateOrder(Delegate):

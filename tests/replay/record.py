@@ -213,6 +213,21 @@ async def finish_after_run(rec: Recorder) -> None:
         await rec.save("want-finish-after-run", stack.client, spec.workflow_id)
 
 
+@scenario("run-started-by-decision")
+async def run_started_by_decision(rec: Recorder) -> None:
+    """The demo discovering its inputs, with each run started by the decision that queued it (patch
+    ``run-started-by-decision``): the top want decides twice (a dep-miss, then the build), and starts no
+    child workflow."""
+    async with rec.stack("dev", "examples.demo:discovering") as stack:
+        spec = await stack.db.want(DEMO_REF)
+        await settled(stack, spec)
+        runs = [r for r in stack.bel.want_job_runs(spec.want_id)]
+        built = next(run for _, run in runs if run.state is JobRunState.succeeded)
+        assert any(run.state is JobRunState.dep_miss for _, run in runs), runs
+        await rec.save("want-run-started-by-decision", stack.client, spec.workflow_id)
+        await rec.save("job-run-started-by-decision", stack.client, built.workflow_id)
+
+
 @scenario("dep-miss-chain")
 async def dep_miss_chain(rec: Recorder) -> None:
     """The demo discovering its inputs: daily_summary dep-misses seven daily_users, each of which
