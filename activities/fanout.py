@@ -55,6 +55,21 @@ class FanOutActivities:
         cursor (a local activity cannot heartbeat one)."""
         return await self._fan_out(input.job_run_id, input.after_id, FIRST_PAGES, lambda _cursor: None)
 
+    async def tell(self, job_run_id: str) -> int:
+        """Signal the first page of an ended run's subscribers, from its job activity just after the commit
+        that recorded its outcome, so its wants need not wait for the run's workflow to hear of it: the
+        subscription the run's fan-out resumes after."""
+        run = await self.bel.call(self.bel.job_run, job_run_id)
+        notified = await notify_subscribers(
+            self.client,
+            self.bel,
+            run.outputs,
+            signal_for_run(run),
+            page_size=self.page_size,
+            max_pages=FIRST_PAGES,
+        )
+        return notified.cursor
+
     async def _fan_out(
         self, job_run_id: str, cursor: int, pages: int | None, on_page: Callable[[int], None]
     ) -> p.FanOutResult:

@@ -3,6 +3,7 @@ its Spark work when Temporal cancels the activity."""
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from temporalio import activity
@@ -25,8 +26,10 @@ class JobActivities:
         max_concurrent: int,
         attempts: int,
         heartbeat_every: float = JOB_HEARTBEAT_EVERY.total_seconds(),
+        tell: Callable[[str], Awaitable[int]] | None = None,
     ) -> None:
         self.executor = executor
+        self.tell = tell  # signals the first page of an ended run's wants (FanOutActivities.tell)
         self.attempts = attempts  # DATABUILD_JOB_ATTEMPTS: for a run whose policy set no limit
         self.heartbeat_every = heartbeat_every
         self._pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="databuild-job")
@@ -66,7 +69,7 @@ class JobActivities:
                     break
                 progress = await asyncio.to_thread(self.executor.progress, group)
                 activity.heartbeat({**progress, **last_message})
-            return future.result()
+            return await self._told(future.result())
         except asyncio.CancelledError:
             cancelled.set()
             # Until the body returns: Spark work it starts just after a cancel must be stopped too.
@@ -77,6 +80,18 @@ class JobActivities:
             if not future.cancelled() and future.exception() is None:
                 return future.result()  # it finished before it could be stopped: that is its outcome
             raise
+
+    async def _told(self, outcome: p.JobOutcome) -> p.JobOutcome:
+        """``outcome``, its wants told of it when the attempt recorded it (a success or a dep-miss): the
+        run's workflow tells the rest. If telling fails, the workflow tells them all."""
+        if self.tell is None or outcome.state not in (JobRunState.succeeded, JobRunState.dep_miss):
+            return outcome
+        try:
+            told = await self.tell(outcome.job_run_id)
+        except Exception as error:
+            activity.logger.warning("wants of %s not told by its job: %s", outcome.job_run_id, error)
+            return outcome
+        return outcome.model_copy(update={"told_after_id": told})
 
     async def _renew_lease(self, input: p.JobRunInput) -> None:
         # A missed renewal only risks an early liveness check, which the Temporal check then

@@ -53,6 +53,10 @@ async def test_hundred_wants_two_workers_one_execution(make_stack, tmp_path) -> 
     stats = stack.bel.stats()
     assert stats.builds_avoided == 99
     assert stats.jobs[0].success_rate == 1.0
+    # The run's job told the wants as it committed; the run's workflow, no child of a want, told nobody again.
+    run = stack.client.get_workflow_handle(executed[0].workflow_id)
+    assert (await run.describe()).parent_id is None
+    assert (await run.result())["told_after_id"] > 0  # a subscription's id: told up to it
 
 
 async def test_racing_wants_for_overlapping_outputs_execute_once(make_stack) -> None:

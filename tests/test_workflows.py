@@ -724,6 +724,26 @@ async def test_a_run_tells_its_first_page_of_wants_locally_and_the_rest_from_the
     assert script.inputs("fan_out") == ([] if done else [p.FanOutInput(job_run_id=run_id, after_id=7)])
 
 
+@pytest.mark.parametrize("failing", [False, True], ids=["first page", "its first page failing"])
+async def test_a_run_whose_job_told_its_wants_fans_out_after_them(
+    h: Harness, script: Script, failing: bool
+) -> None:
+    run_id = new_run_id()
+    told = p.JobOutcome(job_run_id=run_id, state=JobRunState.succeeded, told_after_id=12)
+    script.then("run_job", told)
+    if failing:
+        script.always("fan_out_first", fails("database down", "OperationalError"))
+    else:
+        script.then("fan_out_first", p.FanOutResult(heard=0, after_id=12, done=True))
+
+    outcome = await (await h.start_job_run(job_run_input(run_id, ["out/a"]))).result()
+
+    assert outcome == told
+    resumed = p.FanOutInput(job_run_id=run_id, after_id=12)  # nobody is told twice
+    assert set(script.inputs("fan_out_first")) == {resumed}
+    assert script.inputs("fan_out") == ([resumed] if failing else [])
+
+
 async def test_a_failing_first_page_leaves_the_whole_fan_out_to_the_activity(
     h: Harness, script: Script
 ) -> None:

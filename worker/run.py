@@ -147,11 +147,14 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     )
     catalog = worker_catalog(parts)
     executor = JobExecutor(parts.bel, storage, executors, worker=identity, lineage=lineage, catalog=catalog)
+    fan_out = FanOutActivities(parts.bel, parts.client, settings, graph=parts.graph)
     jobs = JobActivities(
-        executor, max_concurrent=settings.max_concurrent_jobs, attempts=settings.job_attempts
+        executor,
+        max_concurrent=settings.max_concurrent_jobs,
+        attempts=settings.job_attempts,
+        tell=fan_out.tell,
     )
     wants = WantActivities(parts.bel, parts.graph, parts.client, settings)
-    fan_out = FanOutActivities(parts.bel, parts.client, settings, graph=parts.graph)
     alerting = AlertActivities(settings, parts.client)
     upstream = UpstreamActivities(wants.db)
     backfills = BackfillActivities(parts.bel, parts.client, settings)

@@ -63,16 +63,16 @@ def watch(activity: Method[A, None], what: A, every: timedelta) -> ActivityHandl
     )
 
 
-async def fan_out(job_run_id: str) -> None:
-    """Signal the subscribers of a finished run: the first page as a local activity (no task queue round
-    trip; most runs have few subscribers), the rest, if any, by an activity that resumes from its
-    heartbeated cursor, so it may retry for as long as it takes."""
-    after_id = 0
+async def fan_out(job_run_id: str, after_id: int = 0) -> None:
+    """Signal the subscribers of a finished run after subscription ``after_id`` (those before it heard from
+    the job activity): the first page as a local activity (no task queue round trip; most runs have few
+    subscribers), the rest, if any, by an activity that resumes from its heartbeated cursor, so it may
+    retry for as long as it takes."""
     if workflow.patched(FAN_OUT_FIRST_LOCAL):
         try:
             first = await workflow.execute_local_activity_method(
                 FanOutActivities.fan_out_first,
-                p.FanOutInput(job_run_id=job_run_id),
+                p.FanOutInput(job_run_id=job_run_id, after_id=after_id),
                 start_to_close_timeout=BEL_TIMEOUT,
                 retry_policy=RetryPolicy(maximum_attempts=3),
             )

@@ -32,6 +32,8 @@ async def start_job_run(
             # One workflow per job run, ever: an ended one is never started again.
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             static_summary=job_run_summary(order),
+            # Its first task goes straight to this worker when it has room (no task queue round trip).
+            request_eager_start=True,
             static_details=f"queued by want `{want_id}`, root `{root_want_id}`",
             search_attributes=TypedSearchAttributes(
                 [

@@ -296,6 +296,9 @@ class JobOutcome(Model):
     missing: list[str] = []
     reason: str | None = None
     cause: JobRunCause | None = None  # of a failed or cancelled run
+    # The subscriptions up to this one heard of the run from its job activity, just after the commit that
+    # recorded its outcome, so the run's fan-out starts after it (0: it tells every subscriber).
+    told_after_id: int = 0
 
 
 class FailJobRunInput(Model):
