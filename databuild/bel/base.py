@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
-from sqlalchemy import Connection, Engine, RowMapping, Select, insert, select, update
+from sqlalchemy import Connection, Engine, RowMapping, Select, bindparam, select, update
 
 from databuild.bel import admission, rows
 from databuild.bel import schema as s
@@ -50,6 +50,9 @@ def new_job_run_id() -> str:
 
 def new_instance_id() -> str:
     return str(uuid.uuid4())
+
+
+SET_LEASE = update(s.job_run_leases).where(s.job_run_leases.c.job_run_id == bindparam("pk"))
 
 
 class ReadBase:
@@ -179,10 +182,6 @@ class WriteBase(ReadBase):
         ]
 
     def _set_lease(self, conn: Connection, job_run_id: str, until: datetime) -> None:
-        updated = conn.execute(
-            update(s.job_run_leases)
-            .where(s.job_run_leases.c.job_run_id == job_run_id)
-            .values(expires_at=until)
-        )
+        updated = conn.execute(SET_LEASE, {"pk": job_run_id, "expires_at": until})
         if updated.rowcount == 0:
-            conn.execute(insert(s.job_run_leases).values(job_run_id=job_run_id, expires_at=until))
+            conn.execute(s.inserting(s.job_run_leases), {"job_run_id": job_run_id, "expires_at": until})

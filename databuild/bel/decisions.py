@@ -4,7 +4,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, bindparam, func, select
 
 from databuild.bel import schema as s
 from databuild.bel.base import (
@@ -34,6 +34,23 @@ from databuild.models import (
 
 DEFAULT_LEASE = timedelta(minutes=1)
 
+# Built once (see bel.rows): they are on the path of many decisions.
+PAUSED_BACKFILLS = select(s.backfills.c.backfill_id).where(s.backfills.c.paused.is_(True))
+ANY_PAUSED = PAUSED_BACKFILLS.limit(1)
+OPEN_BATCH = (
+    select(s.job_runs.c.job_run_id)
+    .where(
+        s.job_runs.c.job_label == bindparam("job_label"),
+        s.job_runs.c.state == JobRunState.queued.value,
+        s.job_runs.c.admitted.is_(False),
+        s.job_runs.c.batch_limit.is_not(None),
+        func.json_array_length(s.job_runs.c.members) < s.job_runs.c.batch_limit,
+    )
+    .order_by(s.job_runs.c.created_at, s.job_runs.c.job_run_id)
+    .limit(1)
+    .with_for_update()
+)
+
 
 class DecisionCommands(WriteBase):
     """Steps of wants."""
@@ -59,9 +76,8 @@ class DecisionCommands(WriteBase):
             tx.extend(decided.events)  # a new run's outputs are projected building in one statement
             for event in decided.events:
                 if isinstance(event, ev.JobRunQueued):  # a new run: its lease is new too
-                    tx.conn.execute(
-                        insert(s.job_run_leases).values(job_run_id=event.job_run_id, expires_at=tx.at + lease)
-                    )
+                    row = {"job_run_id": event.job_run_id, "expires_at": tx.at + lease}
+                    tx.conn.execute(s.inserting(s.job_run_leases), row)
             return decided.verdict
 
     def _decision_state(
@@ -106,8 +122,7 @@ class DecisionCommands(WriteBase):
         backfill is paused."""
         if source not in (WantSource.backfill, WantSource.derivative):
             return False
-        paused = select(s.backfills.c.backfill_id).where(s.backfills.c.paused.is_(True))
-        if conn.execute(paused.limit(1)).first() is None:
+        if conn.execute(ANY_PAUSED).first() is None:
             return False
         parents = derived_above(conn, want_id) if source is WantSource.derivative else {}
         involved = {want_id} | {p for ps in parents.values() for p in ps}
@@ -115,7 +130,7 @@ class DecisionCommands(WriteBase):
             conn.execute(
                 select(s.backfill_wants.c.want_id).where(
                     s.backfill_wants.c.want_id.in_(sorted(involved)),
-                    s.backfill_wants.c.backfill_id.in_(paused),
+                    s.backfill_wants.c.backfill_id.in_(PAUSED_BACKFILLS),
                 )
             ).scalars()
         )
@@ -126,20 +141,7 @@ class DecisionCommands(WriteBase):
     def _open_batch(self, conn: Connection, target: JobTarget) -> decisions.RunPlan | None:
         """The oldest run of the target's batch job that has not started and has room, locked until this
         transaction ends; a run admitted meanwhile (it takes no more partitions) is passed over."""
-        query = (
-            select(s.job_runs.c.job_run_id)
-            .where(
-                s.job_runs.c.job_label == target.job.label,
-                s.job_runs.c.state == JobRunState.queued.value,
-                s.job_runs.c.admitted.is_(False),
-                s.job_runs.c.batch_limit.is_not(None),
-                func.json_array_length(s.job_runs.c.members) < s.job_runs.c.batch_limit,
-            )
-            .order_by(s.job_runs.c.created_at, s.job_runs.c.job_run_id)
-            .limit(1)
-            .with_for_update()
-        )
-        job_run_id = conn.execute(query).scalar()
+        job_run_id = conn.execute(OPEN_BATCH, {"job_label": target.job.label}).scalar()
         return None if job_run_id is None else self._run_plan(conn, job_run_id)
 
     def _failing_runs(self, conn: Connection, refs: list[str]) -> dict[str, dict[str, Any]]:

@@ -185,8 +185,14 @@ def want_and_links(conn: Connection, want_id: str) -> tuple[RowMapping, dict[str
     return rows[0], {row["linked_run"]: row["linked"] for row in rows if row["linked_run"] is not None}
 
 
+# Built once: SQLAlchemy builds and keys a statement made per call again each time, several times the cost
+# of running it on SQLite (these are on every decision's path).
+JOB_RUN_ROW = select(s.job_runs).where(s.job_runs.c.job_run_id == bindparam("job_run_id"))
+PARTITIONS_AT = select(s.partitions).where(s.partitions.c.ref.in_(bindparam("refs", expanding=True)))
+
+
 def job_run_row(conn: Connection, job_run_id: str) -> RowMapping:
-    row = conn.execute(select(s.job_runs).where(s.job_runs.c.job_run_id == job_run_id)).mappings().first()
+    row = conn.execute(JOB_RUN_ROW, {"job_run_id": job_run_id}).mappings().first()
     if row is None:
         raise NotFoundError(f"no job run {job_run_id!r}")
     return row
@@ -205,7 +211,7 @@ def partitions_at(conn: Connection, refs: Iterable[str]) -> dict[str, Partition 
     """``partition_at`` of each ref, in one statement per chunk of refs."""
     found: dict[str, Partition | None] = dict.fromkeys(refs)
     for chunk in chunks(sorted(found)):
-        for row in conn.execute(select(s.partitions).where(s.partitions.c.ref.in_(chunk))).mappings():
+        for row in conn.execute(PARTITIONS_AT, {"refs": chunk}).mappings():
             found[row["ref"]] = partition_from_row(row)
     return found
 

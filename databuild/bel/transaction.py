@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, insert, text, update
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -156,6 +156,13 @@ _LOCK_ALONE = text(
     "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM unnest(CAST(:keys AS text[])) AS k"
 )
 _RESERVE = text("SELECT bel_reserve(:n)")
+# SQLite: one statement takes ``n`` indexes after the head (built once: see bel.rows).
+_TAKE = (
+    update(s.head)
+    .where(s.head.c.id == 1)
+    .values(last_idx=s.head.c.last_idx + bindparam("n"))
+    .returning(s.head.c.last_idx)
+)
 _SEQUENCE = text("SELECT bel_sequence(:mine)")
 _SEQUENCE_PENDING = text("SELECT bel_sequence(NULL)")
 
@@ -211,12 +218,7 @@ class WriteTx:
             self.provisional = first if first >= PROVISIONAL else None
         else:
             # One statement takes the indexes: SQLite's write lock, held since BEGIN IMMEDIATE, orders it.
-            last = self.conn.execute(
-                update(s.head)
-                .where(s.head.c.id == 1)
-                .values(last_idx=s.head.c.last_idx + len(rows))
-                .returning(s.head.c.last_idx)
-            ).scalar()
+            last = self.conn.execute(_TAKE, {"n": len(rows)}).scalar()
             if last is None:
                 raise RuntimeError(
                     "the build event log is not initialised; open it with BuildEventLog.create()"
@@ -224,7 +226,7 @@ class WriteTx:
             first = last - len(rows) + 1
         for position, row in enumerate(rows):
             row["idx"] = first + position
-        self.conn.execute(insert(s.events), rows)
+        self.conn.execute(s.inserting(s.events), rows)
 
     def place(self) -> None:
         """After COMMIT: return once the events have their place in the log (PostgreSQL, when ``close``

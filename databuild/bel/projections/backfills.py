@@ -2,7 +2,7 @@
 
 from datetime import datetime
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection
 
 from databuild.bel import schema as s
 from databuild.bel.projections.common import (
@@ -15,7 +15,7 @@ from databuild.domain import events as ev
 @projects(ev.BackfillRegistered)
 def _backfill_registered(conn: Connection, event: ev.BackfillRegistered, at: datetime) -> None:
     conn.execute(
-        insert(s.backfills),
+        s.inserting(s.backfills),
         {
             "backfill_id": event.backfill_id,
             "request": event.request.model_dump(mode="json"),
@@ -31,7 +31,7 @@ def _backfill_wants_added(conn: Connection, event: ev.BackfillWantsAdded, at: da
     if event.want_ids:
         seqs: list[int | None] = list(event.seqs) if event.seqs else [None] * len(event.want_ids)
         conn.execute(
-            insert(s.backfill_wants),
+            s.inserting(s.backfill_wants),
             [
                 {"backfill_id": event.backfill_id, "want_id": w, "seq": seq}
                 for w, seq in zip(event.want_ids, seqs, strict=True)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Table, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, delete, select, update
 from sqlalchemy.dialects.postgresql import Insert as PostgresInsert
 from sqlalchemy.dialects.postgresql import insert as postgres_insert
 from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
@@ -153,7 +153,7 @@ def declare_job_run(
     reason: str | None,
 ) -> None:
     conn.execute(
-        insert(s.job_runs),
+        s.inserting(s.job_runs),
         {
             "job_run_id": event.job_run_id,
             "job_label": event.job_label,
@@ -171,7 +171,7 @@ def declare_job_run(
         },
     )
     conn.execute(
-        insert(s.job_run_outputs),
+        s.inserting(s.job_run_outputs),
         [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs],
     )
 
@@ -216,7 +216,7 @@ def subscribe(conn: Connection, want_id: str, refs: list[str], workflow_id: str)
 def record_reads(conn: Connection, job_run_id: str, reads: list[InstanceRef]) -> None:
     rows = [{"job_run_id": job_run_id, "ref": r.ref, "instance_id": r.instance_id} for r in reads]
     if rows:
-        conn.execute(insert(s.read_deps), rows)
+        conn.execute(s.inserting(s.read_deps), rows)
 
 
 def inherited_staleness(conn: Connection, job_run_id: str | None) -> str | None:
@@ -252,7 +252,7 @@ def upsert_partition(
     if found:
         conn.execute(UPDATE_PARTITION, {"pk": ref, "updated_at": at, **values})
     elif found is False:
-        conn.execute(insert(s.partitions), new_partition_row(ref, at, **values))
+        conn.execute(s.inserting(s.partitions), new_partition_row(ref, at, **values))
     else:
         upsert = upsert_partition_setting(conn.dialect.name, ("updated_at", *sorted(values)))
         conn.execute(upsert, new_partition_row(ref, at, **values))

@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection
 
 from databuild.bel import schema as s
 from databuild.bel.partition_costs import add_delegations, refresh_run_outputs
@@ -39,7 +39,8 @@ def _job_run_joined(conn: Connection, event: ev.JobRunJoined, at: datetime) -> N
     members = [*row.members, event.params]
     set_job_run(conn, event.job_run_id, at, outputs=[*row.outputs, *event.outputs], members=members)
     conn.execute(
-        insert(s.job_run_outputs), [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs]
+        s.inserting(s.job_run_outputs),
+        [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs],
     )
     if row.attempts:  # a run that has started may have costs: they are now shared among more outputs
         refresh_run_outputs(conn, event.job_run_id)
@@ -49,7 +50,7 @@ def _job_run_joined(conn: Connection, event: ev.JobRunJoined, at: datetime) -> N
 def _job_run_waiting(conn: Connection, event: ev.JobRunWaiting, at: datetime) -> None:
     queued_at = conn.execute(QUEUED_AT, {"job_run_id": event.job_run_id}).scalar_one()
     conn.execute(
-        insert(s.run_pools),
+        s.inserting(s.run_pools),
         [
             {
                 "job_run_id": event.job_run_id,
@@ -91,7 +92,7 @@ def _job_run_started(conn: Connection, event: ev.JobRunStarted, at: datetime) ->
             }
             for i in event.instances
         ]
-        conn.execute(insert(s.attempt_outputs), rows)
+        conn.execute(s.inserting(s.attempt_outputs), rows)
 
 
 @projects(ev.JobRunSucceeded)
@@ -113,7 +114,7 @@ def _job_run_succeeded(conn: Connection, event: ev.JobRunSucceeded, at: datetime
         if inputs_of is None or r.ref in inputs_of.get(w.ref, ())
     ]
     if edges:
-        conn.execute(insert(s.consumers), edges)
+        conn.execute(s.inserting(s.consumers), edges)
 
 
 @projects(ev.JobRunDepMiss)
@@ -153,13 +154,13 @@ def _delegations(conn: Connection, events: Sequence[ev.Delegation], at: datetime
         {"want_id": e.want_id, "ref": e.ref, "delegated_to": e.delegated_to, "kind": e.kind, "at": at}
         for e in events
     ]
-    conn.execute(insert(s.delegations), rows)
+    conn.execute(s.inserting(s.delegations), rows)
 
 
 @projects(ev.JobRunCostRecorded)
 def _job_run_cost_recorded(conn: Connection, event: ev.JobRunCostRecorded, at: datetime) -> None:
     conn.execute(
-        insert(s.job_run_costs),
+        s.inserting(s.job_run_costs),
         {
             "job_run_id": event.job_run_id,
             "attempt": event.attempt,

@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, delete, insert
+from sqlalchemy import Connection, delete
 
 from databuild.bel import schema as s
 from databuild.bel.projections.common import (
@@ -46,7 +46,7 @@ def _partition_live(conn: Connection, event: ev.PartitionLive, at: datetime) -> 
         before = None if recorded is None else InstanceFacts.model_validate(recorded)
         conn.execute(SUPERSEDE, {"previous": current.instance_id, "at": at})
     conn.execute(
-        insert(s.partition_instances),
+        s.inserting(s.partition_instances),
         {
             "instance_id": event.instance_id,
             "ref": event.ref,
@@ -148,7 +148,7 @@ def _instance_checked(conn: Connection, event: ev.InstanceChecked, at: datetime)
         )
     )
     conn.execute(
-        insert(s.instance_checks),
+        s.inserting(s.instance_checks),
         [
             {
                 "instance_id": event.instance_id,

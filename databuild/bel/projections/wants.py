@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, select, update
 
 from databuild.bel import schema as s
 from databuild.bel.projections.common import (
@@ -26,14 +26,14 @@ from databuild.models import (
 
 @projects_together(ev.WantCreated)
 def _wants_created(conn: Connection, events: Sequence[ev.WantCreated], at: datetime) -> None:
-    conn.execute(insert(s.wants), [_want_row(event, at) for event in events])
+    conn.execute(s.inserting(s.wants), [_want_row(event, at) for event in events])
     # A want is subscribed to from its creation on, so a new want has no subscription yet.
     subscriptions = [
         {"ref": ref, "want_id": event.want_id, "workflow_id": event.workflow_id}
         for event in events
         for ref in dict.fromkeys([event.spec.ref, *event.spec.requires])
     ]
-    conn.execute(insert(s.subscriptions), subscriptions)
+    conn.execute(s.inserting(s.subscriptions), subscriptions)
 
 
 def _want_row(event: ev.WantCreated, at: datetime) -> dict[str, Any]:
@@ -110,7 +110,7 @@ def _want_upstream_building(conn: Connection, event: ev.WantUpstreamBuilding, at
         # By ref, not by position: an input live by then has no derivative want.
         child_of = derivatives_by_ref(conn, event.derivative_want_ids)
         conn.execute(
-            insert(s.derivatives),
+            s.inserting(s.derivatives),
             [
                 {
                     "want_id": event.want_id,
