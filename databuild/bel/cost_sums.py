@@ -15,7 +15,20 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Float, Select, String, and_, case, cast, func, literal, select, union_all
+from sqlalchemy import (
+    BigInteger,
+    BindParameter,
+    Float,
+    Select,
+    String,
+    and_,
+    case,
+    cast,
+    func,
+    literal,
+    select,
+    union_all,
+)
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
@@ -27,6 +40,9 @@ from databuild.globs import ref_filter
 SPENT = ("task_seconds", "cpu_seconds", "input_bytes", "output_bytes", "shuffle_bytes", "tasks")
 COUNTS = ("builds_run", "unknown_attempts", "builds_avoided", "avoided_active", "avoided_historical")
 FIGURES = (*COUNTS, "unvalued_avoided", *SPENT, "task_seconds_saved")
+# The partitions rows are summed for: all (None), these, or an expanding parameter bound when the statement
+# runs (so that it is built once: ``databuild.bel.partition_costs``).
+Refs = Sequence[str] | BindParameter[Any] | None
 _FLOATS = {"task_seconds", "cpu_seconds", "task_seconds_saved"}
 ZERO: dict[str, float | int] = {name: 0.0 if name in _FLOATS else 0 for name in FIGURES}
 # Rows by job and day also count each build once per job (``<count>_of_job``): a run's attempts, or a want's
@@ -67,7 +83,7 @@ def _over(figure: Any, parts: Any, kind: Any) -> Any:
     return figure.op("/", return_type=kind)(parts)
 
 
-def _attempts(since: datetime | None, refs: Sequence[str] | None) -> Any:
+def _attempts(since: datetime | None, refs: Refs) -> Any:
     """Each attempt (recorded from ``since`` on, of a run that wrote one of ``refs`` unless None) with its
     share of each of its run's outputs, worked out once per attempt, not once per output; and whether it
     is the first attempt of its run in the range (``first_of_run``) and on its day (``first_of_day``), so
@@ -126,15 +142,13 @@ def _attempts(since: datetime | None, refs: Sequence[str] | None) -> Any:
     ).subquery("attempts")
 
 
-def _of_runs_writing(job_run_id: Any, refs: Sequence[str] | None) -> list[Any]:
+def _of_runs_writing(job_run_id: Any, refs: Refs) -> list[Any]:
     """No condition when ``refs`` is None; else: runs that wrote one of them (all of such a run's rows)."""
     o = s.job_run_outputs.c
     return [] if refs is None else [job_run_id.in_(select(o.job_run_id).where(o.ref.in_(refs)))]
 
 
-def _spent(
-    keys: Sequence[CostBy], pattern: str | None, since: datetime | None, refs: Sequence[str] | None
-) -> Select[Any]:
+def _spent(keys: Sequence[CostBy], pattern: str | None, since: datetime | None, refs: Refs) -> Select[Any]:
     """Per key: the attempts' shares of their runs, builds run and unknown attempts."""
     a, o = _attempts(since, refs), s.job_run_outputs.c
     source: Any = a
@@ -170,7 +184,7 @@ def _spent(
     return select(*columns, *selected).select_from(source).where(*conditions).group_by(*columns)
 
 
-def _priced(refs: Sequence[str] | None) -> Any:
+def _priced(refs: Refs) -> Any:
     """Per run (delegated to for one of ``refs``, unless None): its attempts' task-seconds, and how many
     attempts it has and how many of them have a known cost."""
     d, c = s.delegations.c, s.job_run_costs.c
@@ -187,9 +201,7 @@ def _priced(refs: Sequence[str] | None) -> Any:
     )
 
 
-def _avoided(
-    keys: Sequence[CostBy], pattern: str | None, since: datetime | None, refs: Sequence[str] | None
-) -> Select[Any]:
+def _avoided(keys: Sequence[CostBy], pattern: str | None, since: datetime | None, refs: Refs) -> Select[Any]:
     """Per key: the builds avoided, by kind, and what they saved (or that they are unvalued)."""
     d, r = s.delegations.c, s.job_runs.c
     priced = _priced(refs)
@@ -267,7 +279,7 @@ def typed(name: str, summed: Any) -> Any:
 
 
 def cost_sums(
-    keys: Sequence[CostBy], pattern: str | None, since: datetime | None, refs: Sequence[str] | None = None
+    keys: Sequence[CostBy], pattern: str | None, since: datetime | None, refs: Refs = None
 ) -> Select[Any]:
     """A row per key (``key_job``, ``key_day``, ``key_partition``, those asked for) with every figure; with
     rows by partition, of the partitions ``refs`` only unless None (``databuild.bel.partition_costs``)."""

@@ -11,36 +11,54 @@ report, or its costliest page, is then read from an index instead of summed (sec
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Select, bindparam, delete, func, insert, select, update
+from sqlalchemy import (
+    BindParameter,
+    Connection,
+    Insert,
+    Select,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
 
 from databuild.bel import schema as s
-from databuild.bel.cost_sums import FIGURES, ZERO, cost_sums, typed
+from databuild.bel.cost_sums import FIGURES, ZERO, Refs, cost_sums, typed
 from databuild.bel.rows import chunks
 from databuild.domain import events as ev
+
+
+def _summed_into_rows(refs: Refs) -> Insert:
+    summed = cost_sums(["partition"], None, None, refs).subquery("summed")
+    rows = select(summed.c.key_partition, *[summed.c[name] for name in FIGURES])
+    return insert(s.partition_costs).from_select(["ref", *FIGURES], rows)
+
+
+# Built once, with the refs bound when they run (building the sums took milliseconds, on every attempt).
+_REFS: BindParameter[Any] = bindparam("refs", expanding=True)
+_DELETE_ROWS = delete(s.partition_costs).where(s.partition_costs.c.ref.in_(_REFS))
+_INSERT_ROWS = _summed_into_rows(_REFS)
+_RUN_OUTPUTS = select(s.job_run_outputs.c.ref).where(
+    s.job_run_outputs.c.job_run_id == bindparam("job_run_id")
+)
 
 
 def refresh_partition_costs(conn: Connection, refs: Sequence[str] | None) -> None:
     """Work out the rows of ``refs`` again (all rows when None) from the attempts and delegations."""
     if refs is None:
         conn.execute(delete(s.partition_costs))
-        _insert(conn, None)
+        conn.execute(_summed_into_rows(None))
         return
     for chunk in chunks(sorted(set(refs))):
-        conn.execute(delete(s.partition_costs).where(s.partition_costs.c.ref.in_(chunk)))
-        _insert(conn, chunk)
-
-
-def _insert(conn: Connection, refs: Sequence[str] | None) -> None:
-    summed = cost_sums(["partition"], None, None, refs).subquery("summed")
-    rows = select(summed.c.key_partition, *[summed.c[name] for name in FIGURES])
-    conn.execute(insert(s.partition_costs).from_select(["ref", *FIGURES], rows))
+        conn.execute(_DELETE_ROWS, {"refs": chunk})
+        conn.execute(_INSERT_ROWS, {"refs": chunk})
 
 
 def refresh_run_outputs(conn: Connection, job_run_id: str) -> None:
     """Work out again the rows of a run's outputs (its cost is shared among them all)."""
-    o = s.job_run_outputs.c
-    refs = conn.execute(select(o.ref).where(o.job_run_id == job_run_id)).scalars().all()
-    refresh_partition_costs(conn, refs)
+    refresh_partition_costs(conn, conn.execute(_RUN_OUTPUTS, {"job_run_id": job_run_id}).scalars().all())
 
 
 def add_delegations(conn: Connection, delegations: Sequence[ev.Delegation]) -> None:
