@@ -52,6 +52,8 @@ def new_instance_id() -> str:
     return str(uuid.uuid4())
 
 
+RUN_OUTPUTS = select(s.job_runs.c.outputs).where(s.job_runs.c.job_run_id == bindparam("job_run_id"))
+POOLS_HELD = select(s.run_pools.c.pool).where(s.run_pools.c.job_run_id == bindparam("job_run_id"))
 SET_LEASE = update(s.job_run_leases).where(s.job_run_leases.c.job_run_id == bindparam("pk"))
 
 
@@ -91,12 +93,13 @@ class ReadBase:
                 finally:
                     self._pinned.conn = None
 
-    def _all(self, query: Select[Any]) -> list[Any]:
+    def _all(self, query: Select[Any], params: dict[str, Any] | None = None) -> list[Any]:
+        """The rows of ``query`` (with ``params`` bound: a statement built once takes its values so)."""
         pinned: Connection | None = getattr(self._pinned, "conn", None)
         if pinned is not None:
-            return list(pinned.execute(query).mappings())
+            return list(pinned.execute(query, params).mappings())
         with self.reader.connect() as conn:
-            return list(conn.execute(query).mappings())
+            return list(conn.execute(query, params).mappings())
 
     def _count(self, query: Select[Any]) -> int:
         pinned: Connection | None = getattr(self._pinned, "conn", None)
@@ -121,7 +124,7 @@ class WriteBase(ReadBase):
 
     def _outputs_of(self, job_run_id: str) -> list[str]:
         """The run's outputs (none if it is not recorded), to lock before a write about it."""
-        outputs = self._all(select(s.job_runs.c.outputs).where(s.job_runs.c.job_run_id == job_run_id))
+        outputs = self._all(RUN_OUTPUTS, {"job_run_id": job_run_id})
         return list(outputs[0]["outputs"]) if outputs else []
 
     @contextmanager
@@ -129,7 +132,7 @@ class WriteBase(ReadBase):
         """A write transaction about a job run, holding its lock and its outputs' locks, and the locks of
         the pools it holds a slot of: when the run ends in it, its slots go to the runs waiting for them."""
         refs = self._outputs_of(job_run_id)
-        held = self._all(select(s.run_pools.c.pool).where(s.run_pools.c.job_run_id == job_run_id))
+        held = self._all(POOLS_HELD, {"job_run_id": job_run_id})
         pools = self._pool_locks([row["pool"] for row in held])
         with self._write(run_key(job_run_id), *map(ref_key, refs), *map(pool_key, pools)) as tx:
             yield tx

@@ -4,7 +4,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import BindParameter, bindparam, func, select
 
 from databuild.bel import measures
 from databuild.bel import schema as s
@@ -35,6 +35,17 @@ from databuild.models import (
     JobRunState,
 )
 
+# A run's rows, built once (see bel.rows): every step of a job run reads its run.
+_IDS: BindParameter[Any] = bindparam("ids", expanding=True)
+_RUNS_BY_ID = select(s.job_runs).where(s.job_runs.c.job_run_id.in_(_IDS))
+_WAITING_FOR_POOLS = (
+    select(s.run_pools.c.job_run_id, s.run_pools.c.pool)
+    .where(s.run_pools.c.job_run_id.in_(_IDS), s.run_pools.c.granted.is_(False))
+    .order_by(s.run_pools.c.pool)
+)
+_READS_OF_RUNS = select(s.read_deps).where(s.read_deps.c.job_run_id.in_(_IDS)).order_by(s.read_deps.c.id)
+_WRITES_OF_RUNS = select(s.partition_instances).where(s.partition_instances.c.job_run_id.in_(_IDS))
+
 
 class JobRunReads(ReadBase):
     """Reads of job runs."""
@@ -48,9 +59,7 @@ class JobRunReads(ReadBase):
     def job_runs_by_id(self, ids: Sequence[str]) -> list[JobRun]:
         runs = []
         for chunk in chunks(ids):
-            runs += self._hydrate_runs(
-                self._all(select(s.job_runs).where(s.job_runs.c.job_run_id.in_(chunk)))
-            )
+            runs += self._hydrate_runs(self._all(_RUNS_BY_ID, {"ids": chunk}))
         return runs
 
     def job_runs(
@@ -82,20 +91,12 @@ class JobRunReads(ReadBase):
         waiting: dict[str, list[str]] = {i: [] for i in ids}
         queued = [r["job_run_id"] for r in rows if r["state"] == JobRunState.queued.value]
         if queued:
-            for r in self._all(
-                select(s.run_pools.c.job_run_id, s.run_pools.c.pool)
-                .where(s.run_pools.c.job_run_id.in_(queued), s.run_pools.c.granted.is_(False))
-                .order_by(s.run_pools.c.pool)
-            ):
+            for r in self._all(_WAITING_FOR_POOLS, {"ids": queued}):
                 waiting[r["job_run_id"]].append(r["pool"])
         if ids:
-            for r in self._all(
-                select(s.read_deps).where(s.read_deps.c.job_run_id.in_(ids)).order_by(s.read_deps.c.id)
-            ):
+            for r in self._all(_READS_OF_RUNS, {"ids": ids}):
                 reads[r["job_run_id"]].append(InstanceRef(ref=r["ref"], instance_id=r["instance_id"]))
-            for r in self._all(
-                select(s.partition_instances).where(s.partition_instances.c.job_run_id.in_(ids))
-            ):
+            for r in self._all(_WRITES_OF_RUNS, {"ids": ids}):
                 writes[r["job_run_id"]].append(InstanceRef(ref=r["ref"], instance_id=r["instance_id"]))
         return [
             JobRun(

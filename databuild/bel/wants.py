@@ -49,6 +49,19 @@ STATES_OF = select(s.wants.c.want_id, s.wants.c.state).where(
 WANTS_OF = select(s.wants).where(s.wants.c.want_id.in_(bindparam("ids", expanding=True)))
 
 
+# Built once (see bel.rows): every fan-out pages through it.
+_SUBSCRIPTIONS = (
+    select(s.subscriptions, s.wants.c.ref.label("want_ref"), s.wants.c.data_timestamp)
+    .join(s.wants, s.wants.c.want_id == s.subscriptions.c.want_id)
+    .where(
+        s.subscriptions.c.ref.in_(bindparam("refs", expanding=True)),
+        s.subscriptions.c.id > bindparam("after_id"),
+    )
+    .order_by(s.subscriptions.c.id)
+    .limit(bindparam("limit"))
+)
+
+
 class WantReads(ReadBase):
     """Reads of wants, the runs they link to and the refs they subscribe to."""
 
@@ -210,13 +223,7 @@ class WantReads(ReadBase):
 
     def subscriptions(self, refs: Sequence[str], after_id: int, limit: int) -> list[Subscription]:
         """A page of the subscriptions to any of ``refs``, in id order."""
-        rows = self._all(
-            select(s.subscriptions, s.wants.c.ref.label("want_ref"), s.wants.c.data_timestamp)
-            .join(s.wants, s.wants.c.want_id == s.subscriptions.c.want_id)
-            .where(s.subscriptions.c.ref.in_(list(refs)), s.subscriptions.c.id > after_id)
-            .order_by(s.subscriptions.c.id)
-            .limit(limit)
-        )
+        rows = self._all(_SUBSCRIPTIONS, {"refs": list(refs), "after_id": after_id, "limit": limit})
         return [Subscription.model_validate(dict(r)) for r in rows]
 
 
