@@ -28,6 +28,7 @@ from databuild.domain.events import CANCELLED_REASON as CANCELED
 from databuild.models import JobRunCause, JobRunState, WantSpec, WantState, job_run_workflow_id
 from databuild.temporal import protocol as p
 from databuild.temporal.connection import ensure_search_attributes
+from databuild.temporal.job_runs import start_job_run
 from databuild.testing import skip_time
 from tests.conftest import binary
 from tests.workflow_doubles import (
@@ -254,6 +255,29 @@ async def test_execute_starts_the_job_run_and_succeeds_on_its_fan_out(h: Harness
     attributes = described.typed_search_attributes
     assert attributes.get(p.SA_JOB_LABEL) == JOB_LABEL
     assert attributes.get(p.SA_ROOT_WANT_ID) == spec.want_id
+
+
+async def test_a_decision_retried_after_starting_its_run_starts_it_once(h: Harness, script: Script) -> None:
+    spec, run_id = new_spec(), new_run_id()
+    decision = execute_decision(run_id, [spec.ref])
+
+    async def started_then_lost(input: p.DecideInput) -> ApplicationError:
+        # The run's workflow started, then the activity died before it could answer: it is retried.
+        await start_job_run(h.client, h.task_queue, decision, input.want_id, spec.want_id)
+        return fails("worker lost after starting the run", "ConnectionError")
+
+    script.then("decide", started_then_lost, decision)
+    script.then(
+        "fan_out",
+        signals(h.client, spec.workflow_id, p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "i-8", run_id)),
+    )
+
+    result = await (await h.start_want(spec)).result()
+
+    assert (result.state, result.instance_id) == (WantState.successful, "i-8")
+    assert len(script.inputs("decide")) == 2
+    assert len(script.inputs("run_job")) == 1  # one workflow, one job
+    assert (await h.job_run(run_id).result()).state is JobRunState.succeeded
 
 
 async def test_delegated_want_succeeds_when_the_run_signals(h: Harness, script: Script) -> None:
