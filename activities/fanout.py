@@ -16,7 +16,7 @@ from databuild.graph import Graph
 from databuild.models import JobRun, JobRunState
 from databuild.temporal import protocol as p
 from databuild.temporal.late_data import rebuild_late_readers
-from databuild.temporal.wants import notify_subscribers, signal_for_run
+from databuild.temporal.wants import Notified, notify_subscribers, signal_for_run
 
 # Pages of subscribers the local first step of a fan-out signals (``fan_out_first``).
 FIRST_PAGES = 1
@@ -60,21 +60,22 @@ class FanOutActivities:
         that recorded its outcome, so its wants need not wait for the run's workflow to hear of it: the
         subscription the run's fan-out resumes after."""
         run = await self.bel.call(self.bel.job_run, job_run_id)
-        notified = await notify_subscribers(
-            self.client,
-            self.bel,
-            run.outputs,
-            signal_for_run(run),
-            page_size=self.page_size,
-            max_pages=FIRST_PAGES,
-        )
-        return notified.cursor
+        return (await self._notify(run, 0, FIRST_PAGES)).cursor
 
     async def _fan_out(
         self, job_run_id: str, cursor: int, pages: int | None, on_page: Callable[[int], None]
     ) -> p.FanOutResult:
         run = await self.bel.call(self.bel.job_run, job_run_id)
-        notified = await notify_subscribers(
+        notified = await self._notify(run, cursor, pages, on_page)
+        if notified.done:
+            await self._ended(run)
+        return p.FanOutResult(heard=notified.heard, after_id=notified.cursor, done=notified.done)
+
+    async def _notify(
+        self, run: JobRun, cursor: int, pages: int | None, on_page: Callable[[int], None] = lambda _c: None
+    ) -> Notified:
+        """Signal the run's subscribers after ``cursor``, up to ``pages`` pages (all when None)."""
+        return await notify_subscribers(
             self.client,
             self.bel,
             run.outputs,
@@ -84,9 +85,6 @@ class FanOutActivities:
             on_page=on_page,
             max_pages=pages,
         )
-        if notified.done:
-            await self._ended(run)
-        return p.FanOutResult(heard=notified.heard, after_id=notified.cursor, done=notified.done)
 
     async def _ended(self, run: JobRun) -> None:
         """What follows a run's end once its wants heard: waiting runs woken, late data rebuilt, alerts."""
