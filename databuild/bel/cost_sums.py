@@ -40,7 +40,7 @@ from databuild.globs import ref_filter
 SPENT = ("task_seconds", "cpu_seconds", "input_bytes", "output_bytes", "shuffle_bytes", "tasks")
 COUNTS = ("builds_run", "unknown_attempts", "builds_avoided", "avoided_active", "avoided_historical")
 FIGURES = (*COUNTS, "unvalued_avoided", *SPENT, "task_seconds_saved")
-# The partitions rows are summed for: all (None), these, or an expanding parameter bound when the statement
+# The partitions whose rows are summed: all (None), these, or an expanding parameter bound when the statement
 # runs (so that it is built once: ``databuild.bel.partition_costs``).
 Refs = Sequence[str] | BindParameter[Any] | None
 _FLOATS = {"task_seconds", "cpu_seconds", "task_seconds_saved"}
