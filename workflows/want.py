@@ -7,7 +7,7 @@ from functools import partial
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from databuild.domain.decisions import Final, Live, NeedsInputs, Paused, WaitExternal
     from databuild.models import WantSource, WantSpec, WantState, job_run_workflow_id
     from databuild.temporal import protocol as p
+    from databuild.temporal.job_runs import job_run_search_attributes, job_run_summary
     from workflows.calls import BEL_RETRY, BEL_TIMEOUT, bel, failure_message, remote, watch
     from workflows.job_run import JobRunWorkflow  # its module keeps no state: one copy serves every run
 
@@ -287,26 +288,14 @@ class WantWorkflow:
         try:
             child = await workflow.start_child_workflow(
                 JobRunWorkflow.run,
-                p.JobRunInput(
-                    job_run_id=decision.job_run_id,
-                    job_label=decision.job_label,
-                    outputs=decision.outputs,
-                    params=decision.params,
-                    policy=decision.policy,
-                    admission=decision.admission,
-                ),
+                decision.job_run_input(),
                 id=job_run_workflow_id(decision.job_label, decision.job_run_id),
                 # A job run serves every want delegated to it, so it outlives the want that queued it.
                 parent_close_policy=ParentClosePolicy.ABANDON,
                 # One workflow per job run, ever: an ended one is never started again.
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                static_summary=f"job {decision.job_label} -> {', '.join(decision.outputs)}",
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(p.SA_JOB_LABEL, decision.job_label),
-                        SearchAttributePair(p.SA_ROOT_WANT_ID, spec.root_want_id or spec.want_id),
-                    ]
-                ),
+                static_summary=job_run_summary(decision),
+                search_attributes=job_run_search_attributes(decision, spec.root_want_id or spec.want_id),
             )
             child.add_done_callback(lambda task: task.cancelled() or task.exception())  # retrieved
             self._children[decision.job_run_id] = child

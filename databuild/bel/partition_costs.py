@@ -40,7 +40,7 @@ def _summed_into_rows(refs: Refs) -> Insert:
 _REFS: BindParameter[Any] = bindparam("refs", expanding=True)
 _DELETE_ROWS = delete(s.partition_costs).where(s.partition_costs.c.ref.in_(_REFS))
 _INSERT_ROWS = _summed_into_rows(_REFS)
-_RUN_OUTPUTS = select(s.job_run_outputs.c.ref).where(
+_OUTPUT_REFS = select(s.job_run_outputs.c.ref).where(
     s.job_run_outputs.c.job_run_id == bindparam("job_run_id")
 )
 
@@ -58,7 +58,7 @@ def refresh_partition_costs(conn: Connection, refs: Sequence[str] | None) -> Non
 
 def refresh_run_outputs(conn: Connection, job_run_id: str) -> None:
     """Work out again the rows of a run's outputs (its cost is shared among them all)."""
-    refresh_partition_costs(conn, conn.execute(_RUN_OUTPUTS, {"job_run_id": job_run_id}).scalars().all())
+    refresh_partition_costs(conn, conn.execute(_OUTPUT_REFS, {"job_run_id": job_run_id}).scalars().all())
 
 
 def add_delegations(conn: Connection, delegations: Sequence[ev.Delegation]) -> None:

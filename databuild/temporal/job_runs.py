@@ -16,6 +16,15 @@ def job_run_summary(order: ExecuteOrder) -> str:
     return f"job {order.job_label} -> {', '.join(order.outputs)}"
 
 
+def job_run_search_attributes(order: ExecuteOrder, root_want_id: str) -> TypedSearchAttributes:
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(SA_JOB_LABEL, order.job_label),
+            SearchAttributePair(SA_ROOT_WANT_ID, root_want_id),
+        ]
+    )
+
+
 async def start_job_run(
     client: Client, task_queue: str, order: ExecuteOrder, want_id: str, root_want_id: str
 ) -> None:
@@ -35,12 +44,7 @@ async def start_job_run(
             # Its first task goes straight to this worker when it has room (no task queue round trip).
             request_eager_start=True,
             static_details=f"queued by want `{want_id}`, root `{root_want_id}`",
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(SA_JOB_LABEL, order.job_label),
-                    SearchAttributePair(SA_ROOT_WANT_ID, root_want_id),
-                ]
-            ),
+            search_attributes=job_run_search_attributes(order, root_want_id),
         )
     except WorkflowAlreadyStartedError:
         log.debug("job run %s was started before", order.job_run_id)
