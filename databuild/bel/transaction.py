@@ -8,17 +8,17 @@ How the index stays global, gap-free and in commit order:
 
 - SQLite admits one writer at a time (BEGIN IMMEDIATE, and a lock per process), so a transaction reads
   the head and writes its events at ``head + 1 ...`` before it commits.
-- PostgreSQL writers on different keys run and commit in parallel, and readers only see events up to
-  the head. A transaction's last statement writes its events at the indexes ``bel_reserve(n)``
-  (migration 0.1.0) gives them: those after the head if no other transaction is placing events (it
-  then holds the sequencer's lock until its COMMIT, so its events and the head become visible
-  together). Otherwise (under load) the events get provisional indexes above ``PROVISIONAL`` (one
-  step of a sequence per transaction), and after COMMIT the writer calls ``bel_sequence``: one transaction at a time moves every committed
-  provisional event, in provisional order, to the indexes after the head and advances the head. One
-  such call places the events of many writers; a writer whose events another call placed returns at
-  once (read-only). A writer returns only once its events are placed, so it reads its own writes; a
-  reader reads the head and the events up to it in one snapshot (``event_page``), so it sees every index
-  up to the head, and whatever commits later is placed after it.
+- PostgreSQL writers on different keys run and commit in parallel, and readers only see events up to the
+  head. A transaction's last statement writes its events at the indexes ``bel_reserve(n)`` (migration
+  0.1.0) gives them: those after the head if no other transaction is placing events (it then holds the
+  sequencer's lock until its COMMIT, so its events and the head become visible together). Otherwise
+  (under load) the events get provisional indexes above ``PROVISIONAL`` (one step of a sequence per
+  transaction), and after COMMIT the writer calls ``bel_sequence``: one transaction at a time moves
+  every committed provisional event, in provisional order, to the indexes after the head and advances
+  the head. One such call places the events of many writers; a writer whose events another call placed
+  returns at once (read-only). A writer returns only once its events are placed, so it reads its own
+  writes; a reader reads the head and the events up to it in one snapshot (``event_page``), so it sees
+  every index up to the head, and whatever commits later is placed after it.
   The order is the commit order as far as any transaction could tell: one that read or waited for
   another's writes did so after that one committed, so it reserved its indexes later. Key locks make a
   command's reads of its keys see the commits before it, and the projector's other reads are covered by
