@@ -61,6 +61,8 @@ def test_bench_orchestration_registers_and_builds_without_a_stalled_workflow_tas
     assert reg["n"] == 10 and len(reg["round_ratios"]) == reg["rounds"] == 3
     assert reg["ratio"] == pytest.approx(reg["databuild_s"] / reg["bare_s"])
     assert job["jobs"] == 2 and job["direct_median_s"] > 0 and job["want_median_s"] > 0
+    assert job["direct_back_to_back_median_s"] > 0
+    assert job["overhead_per_job_s"] == pytest.approx(job["want_median_s"] - job["direct_median_s"])
     # Cost accounting measured in the same run: jobs with it off, and reading a group's cost alone.
     assert job["want_no_accounting_median_s"] > 0 and job["accounting_read_median_s"] > 0
     assert job["accounting_per_job_s"] == pytest.approx(
