@@ -65,10 +65,11 @@ events = Table(
     Column("type", String(64), nullable=False),
     Column("at", UTCDateTime, nullable=False),
     Column("want_id", ID, index=True),
-    Column("job_run_id", ID, index=True),
+    Column("job_run_id", ID),
     Column("ref", REF, index=True),
     Column("data", JSON, nullable=False),
-    # A job run's status history without scanning the delegations that also name it.
+    # A job run's status history without scanning the delegations that also name it; and, by its first
+    # column, any lookup by job run.
     Index("ix_events_job_run_type", "job_run_id", "type"),
 )
 
@@ -184,7 +185,7 @@ job_runs = Table(
     "job_runs",
     metadata,
     Column("job_run_id", ID, primary_key=True),
-    Column("job_label", String(256), nullable=False, index=True),
+    Column("job_label", String(256), nullable=False),  # looked up by ix_job_runs_batch (below)
     Column("state", String(16), nullable=False, index=True),
     Column("outputs", JSON, nullable=False),
     Column("params", JSON, nullable=False),
