@@ -188,7 +188,7 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     by_partition = upgraded.cost_rows("partition")
     assert any(row.unvalued_avoided for row in by_partition) and any(row.task_seconds for row in by_partition)
     assert by_partition == upgraded.cost_rows("partition", since=datetime(2000, 1, 1, tzinfo=UTC))
-    # 0010: the indexes that wider ones cover are gone; lookups by job run and by job still answer.
+    # 0010: the indexes that wider ones cover are gone; a lookup by job run still answers (by the wider one).
     with upgraded.reader.connect() as conn:
         names = {ix["name"] for table in ("events", "job_runs") for ix in inspect(conn).get_indexes(table)}
     assert {"ix_events_job_run_type", "ix_job_runs_batch"} <= names
