@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SECRET = "s3cret-pw-of-the-bel"
 # What Spark's JVM (log4j, its console progress bar, its own start-up warnings), py4j, uvicorn and the
 # Temporal dev server print when they write to the terminal; `dev` sends all of it to .databuild/logs.
+# The progress line of a demo that built everything (alphabetical by state; see the race noted below).
+JOB_RUNS_SUCCEEDED = r"job runs: (\d+ skipped, )?\d+ succeeded"
 NOISE = ("WARN", "log4j", "NativeCodeLoader", "[Stage", "py4j", "uvicorn", "level=", "Traceback")
 
 
@@ -144,8 +146,10 @@ def test_dev_stack_runs_the_demo_and_serves_the_dashboard(tmp_path: Path) -> Non
     assert (tmp_path / ".databuild" / "bel.sqlite").exists()
     assert (tmp_path / ".databuild" / "data" / "top_spenders" / "2024-01-07").is_dir()
     # A quiet terminal: the live progress and the tree, the logs' folder named once, none of what the
-    # JVM, py4j and the servers print; that is in the logs.
-    assert re.search(r"job runs: \d+ succeeded", out), out
+    # JVM, py4j and the servers print; that is in the logs. (A want whose watch saw its run end before
+    # the run told it decides again, finds its partition live and records a skipped run: a race on a
+    # loaded machine when a run ends just as the watch's lease does.)
+    assert re.search(JOB_RUNS_SUCCEEDED, out), out
     assert out.count(".databuild/logs/") == 1, out
     assert_quiet(out)
     logs = tmp_path / ".databuild" / "logs"
@@ -185,7 +189,7 @@ def test_dev_takes_its_temporal_server_down_with_it_and_never_joins_another(
     )
     assert wanted.returncode == 0, wanted.stdout + wanted.stderr
     assert "want raw_events/2030-06-15 [successful]" in wanted.stdout
-    assert re.search(r"job runs: \d+ succeeded", wanted.stdout), wanted.stdout
+    assert re.search(JOB_RUNS_SUCCEEDED, wanted.stdout), wanted.stdout
     assert wanted.stderr == ""
     assert_quiet(wanted.stdout)
     assert "NativeCodeLoader" in (project / ".databuild" / "logs" / "spark.log").read_text()
