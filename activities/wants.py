@@ -27,6 +27,7 @@ from databuild.models import (
     WantSpec,
     WantState,
     job_run_workflow_id,
+    want_id_of_workflow,
 )
 from databuild.operations.sla import sla_estimate
 from databuild.temporal import protocol as p
@@ -114,7 +115,17 @@ class WantActivities:
         if activity.info().attempt == 1 and not input.look_at_once:
             raise ApplicationError("first look after a lease", type="StillWaiting", category=BENIGN)
         if input.job_run_id is not None:
-            if await self._build_health(input.job_run_id) is not p.BuildHealth.alive:
+            health = await self._build_health(input.job_run_id)
+            told = bool(activity.info().heartbeat_details)  # by an earlier attempt of this watch
+            if health is p.BuildHealth.ended and not told and await self._hear_ended(input.job_run_id):
+                # The want settles from the notice and cancels this watch (completing it now would race
+                # the want's own completion: a failed workflow task). Should the want not settle, the
+                # next look completes, and it decides again.
+                activity.heartbeat("told")
+                raise ApplicationError(
+                    f"told how job run {input.job_run_id} ended", type="StillWaiting", category=BENIGN
+                )
+            if health is not p.BuildHealth.alive:
                 return
             waiting = f"job run {input.job_run_id} is still building"
         else:
@@ -124,6 +135,24 @@ class WantActivities:
                 return
             waiting = f"{', '.join(input.blocked_refs)} still fail-locked"
         raise ApplicationError(waiting, type="StillWaiting", category=BENIGN)
+
+    async def _hear_ended(self, job_run_id: str) -> bool:
+        """Tell this want how the run it follows ended, as the run will; False if there is nothing to
+        tell it. The job tells its wants just after the commit that ends the run: without this, a watch
+        that looked in between had its want decide again (recording a skipped run) just before the notice
+        came, and fail a workflow task on it. Heard twice, a notice changes nothing."""
+        workflow_id = activity.info().workflow_id
+        if workflow_id is None:  # not a want's activity: nobody to tell
+            return False
+        run = await self.bel.call(self.bel.job_run, job_run_id)
+        signal_for = signal_for_run(run)
+        subscriptions = await self.bel.call(
+            self.bel.subscriptions_of, want_id_of_workflow(workflow_id), run.outputs
+        )
+        notices = [signal for sub in subscriptions if (signal := signal_for(sub)) is not None]
+        for name, notice in notices:
+            await self.client.get_workflow_handle(workflow_id).signal(name, notice)
+        return bool(notices)
 
     async def _build_health(self, job_run_id: str) -> p.BuildHealth:
         """Is the job run a want waits on still alive? A run whose lease lapsed and whose workflow is

@@ -13,25 +13,26 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.fanout import FanOutActivities
 from activities.wants import WantActivities
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
-from databuild.models import PartitionStatus, WantSource, WantState
+from databuild.models import JobRunState, PartitionStatus, WantSource, WantState
 from databuild.temporal.connection import ensure_search_attributes
 from databuild.testing import make_settings, skip_time
 from tests.helpers import until
-from tests.timed import BROKEN, Failures, TimedBuilds, TimedJobRun, timed, want_steps
+from tests.timed import BROKEN, UNHEARD, Failures, TimedBuilds, TimedJobRun, timed, want_steps
 from workflows.want import WantWorkflow
 
 
 @pytest.fixture(autouse=True)
 def no_broken_refs() -> Iterator[None]:
-    """The refs a test breaks (tests.timed.BROKEN) do not outlive it, even when it fails."""
+    """The refs a test breaks (tests.timed.BROKEN, UNHEARD) do not outlive it, even when it fails."""
     yield
     BROKEN.clear()
+    UNHEARD.clear()
 
 
 @pytest.fixture
@@ -49,6 +50,8 @@ async def timed_stack(tmp_path: Path) -> AsyncIterator[tuple[WorkflowEnvironment
         env.client,
         task_queue=settings.task_queue,
         workflows=[WantWorkflow, TimedJobRun],
+        # As workers run them (worker.run); and TimedJobRun reads tests.timed.UNHEARD, not a copy of it.
+        workflow_runner=UnsandboxedWorkflowRunner(),
         activities=[
             *want_steps(wants),
             TimedBuilds(bel).build,
@@ -122,3 +125,31 @@ async def test_want_delegated_to_a_ten_day_build_keeps_a_short_history(
         assert (await db.wait(spec)).state is WantState.successful
         lengths = await run_lengths(env.client, spec.workflow_id)
         assert max(lengths) < 5_000, lengths
+
+
+async def test_a_want_whose_run_ended_unheard_is_told_by_its_watch_and_decides_once(
+    timed_stack: tuple[WorkflowEnvironment, DataBuild],
+) -> None:
+    """The run ends without telling its want (as when its notice is still on its way): the want's watch
+    finds it ended and tells the want how, so the want settles with the one decision it made, and no
+    second run (a skipped one) is recorded for it."""
+    env, db = timed_stack
+    UNHEARD.add("timed/1")
+    spec = await db.want("timed/1", data_timestamp=await env.get_current_time(), source=WantSource.api)
+    await until_state(db, spec.want_id, WantState.building)
+
+    await skip_time(env, timedelta(days=2))
+    assert (await db.wait(spec)).state is WantState.successful
+    assert db.bel.partition("timed/1").status is PartitionStatus.live
+    runs = db.bel.want_job_runs(spec.want_id)
+    assert len(runs) == 1 and runs[0][1].state is JobRunState.succeeded, runs
+    # One decision: told by the watch, the want did not decide again; and no workflow task failed.
+    history = await env.client.get_workflow_handle(spec.workflow_id).fetch_history()
+    local = [
+        e.marker_recorded_event_attributes.details["data"].payloads[0].data
+        for e in history.events
+        if e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
+    decided = [data for data in local if b'"activity_type":"decide"' in data]
+    assert len(decided) == 1, decided
+    assert not [e for e in history.events if e.HasField("workflow_task_failed_event_attributes")]

@@ -331,6 +331,30 @@ async def test_watch_seeing_the_run_ended_makes_the_want_decide_again(h: Harness
     assert script.inputs("watch") == [p.WatchInput(job_run_id=run_id, look_at_once=True)] * 2
 
 
+async def test_a_watch_that_tells_its_want_how_the_run_ended_settles_it_without_deciding_again(
+    h: Harness, script: Script
+) -> None:
+    """The real watch tells its want how an ended run ended (the run's own notice may still be on its
+    way), and waits: the want settles from that notice and cancels the watch, with one decision and no
+    failed workflow task."""
+    spec, run_id = new_spec(), new_run_id()
+    script.then("decide", delegate_decision(run_id, [spec.ref]))
+
+    async def look(input: p.WatchInput) -> ApplicationError:  # then it waits to be cancelled
+        notice = available(spec.ref, "i-5", run_id)
+        await h.client.get_workflow_handle(spec.workflow_id).signal(p.SIGNAL_PARTITION_AVAILABLE, notice)
+        return still_waiting(input)
+
+    script.then("watch", look)
+    handle = await h.start_want(spec)
+    result = await handle.result()
+
+    assert (result.state, result.instance_id) == (WantState.successful, "i-5")
+    assert len(script.inputs("decide")) == 1
+    events = [event.WhichOneof("attributes") for event in (await handle.fetch_history()).events]
+    assert "workflow_task_failed_event_attributes" not in events
+
+
 async def test_time_skips_again_after_a_want_ends_while_its_watch_looks(h: Harness, script: Script) -> None:
     """The test server leaks the time-skipping lock of a watch still looking when its want ends
     (temporalio/sdk-java#1138); skip_time finds virtual time stuck at the wall clock's pace and releases

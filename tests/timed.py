@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
 
 timed = Graph("timed")
 BROKEN: set[str] = set()  # refs whose (double) build fails
+UNHEARD: set[str] = set()  # refs whose (double) run ends without telling its wants
 
 
 @timed.job("timed/{days}")
@@ -87,7 +88,8 @@ class TimedJobRun:
         if outcome.state is JobRunState.failed:
             failed = p.FailJobRunInput(job_run_id=input.job_run_id, reason=outcome.reason or "failed")
             await bel(Failures.fail_job_run, failed)
-        await fan_out(input.job_run_id)
+        if not any(ref in UNHEARD for ref in input.outputs):
+            await fan_out(input.job_run_id)
         return outcome
 
 

@@ -60,6 +60,15 @@ _SUBSCRIPTIONS = (
     .order_by(s.subscriptions.c.id)
     .limit(bindparam("limit"))
 )
+_SUBSCRIPTIONS_OF_WANT = (
+    select(s.subscriptions, s.wants.c.ref.label("want_ref"), s.wants.c.data_timestamp)
+    .join(s.wants, s.wants.c.want_id == s.subscriptions.c.want_id)
+    .where(
+        s.subscriptions.c.want_id == bindparam("want_id"),
+        s.subscriptions.c.ref.in_(bindparam("refs", expanding=True)),
+    )
+    .order_by(s.subscriptions.c.id)
+)
 
 
 class WantReads(ReadBase):
@@ -224,6 +233,11 @@ class WantReads(ReadBase):
     def subscriptions(self, refs: Sequence[str], after_id: int, limit: int) -> list[Subscription]:
         """A page of the subscriptions to any of ``refs``, in id order."""
         rows = self._all(_SUBSCRIPTIONS, {"refs": list(refs), "after_id": after_id, "limit": limit})
+        return [Subscription.model_validate(dict(r)) for r in rows]
+
+    def subscriptions_of(self, want_id: str, refs: Sequence[str]) -> list[Subscription]:
+        """The want's subscriptions to any of ``refs``."""
+        rows = self._all(_SUBSCRIPTIONS_OF_WANT, {"want_id": want_id, "refs": list(refs)})
         return [Subscription.model_validate(dict(r)) for r in rows]
 
 
