@@ -16,9 +16,10 @@ How the index stays global, gap-free and in commit order:
   transaction), and after COMMIT the writer calls ``bel_sequence``: one transaction at a time moves
   every committed provisional event, in provisional order, to the indexes after the head and advances
   the head. One such call places the events of many writers; a writer whose events another call placed
-  returns at once (read-only). A writer returns only once its events are placed, so it reads its own
-  writes; a reader reads the head and the events up to it in one snapshot (``event_page``), so it sees
-  every index up to the head, and whatever commits later is placed after it.
+  returns, writing nothing, once it has the sequencer's lock (it waits its turn for it). A writer
+  returns only once its events are placed, so it reads its own writes; a reader reads the head and the
+  events up to it in one snapshot (``event_page``), so it sees every index up to the head, and whatever
+  commits later is placed after it.
   The order is the commit order as far as any transaction could tell: one that read or waited for
   another's writes did so after that one committed, so it reserved its indexes later. Key locks make a
   command's reads of its keys see the commits before it, and the projector's other reads are covered by
