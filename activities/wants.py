@@ -19,6 +19,7 @@ from databuild.domain.endings import Finished
 from databuild.domain.pools import pools_of
 from databuild.graph import Graph
 from databuild.models import (
+    JobRun,
     JobRunCause,
     PartitionStatus,
     Subscription,
@@ -115,9 +116,10 @@ class WantActivities:
         if activity.info().attempt == 1 and not input.look_at_once:
             raise ApplicationError("first look after a lease", type="StillWaiting", category=BENIGN)
         if input.job_run_id is not None:
-            health = await self._build_health(input.job_run_id)
+            run = await self.bel.call(self.bel.job_run, input.job_run_id)
+            health = await self._build_health(run)
             told = bool(activity.info().heartbeat_details)  # by an earlier attempt of this watch
-            if health is p.BuildHealth.ended and not told and await self._hear_ended(input.job_run_id):
+            if health is p.BuildHealth.ended and not told and await self._hear_ended(run):
                 # The want settles from the notice and cancels this watch (completing it now would race
                 # the want's own completion: a failed workflow task). Should the want not settle, the
                 # next look completes, and it decides again.
@@ -136,7 +138,7 @@ class WantActivities:
             waiting = f"{', '.join(input.blocked_refs)} still fail-locked"
         raise ApplicationError(waiting, type="StillWaiting", category=BENIGN)
 
-    async def _hear_ended(self, job_run_id: str) -> bool:
+    async def _hear_ended(self, run: JobRun) -> bool:
         """Tell this want how the run it follows ended, as the run will; False if there is nothing to
         tell it. The job tells its wants just after the commit that ends the run: without this, a watch
         that looked in between had its want decide again (recording a skipped run) just before the notice
@@ -144,7 +146,6 @@ class WantActivities:
         workflow_id = activity.info().workflow_id
         if workflow_id is None:  # not a want's activity: nobody to tell
             return False
-        run = await self.bel.call(self.bel.job_run, job_run_id)
         signal_for = signal_for_run(run)
         subscriptions = await self.bel.call(
             self.bel.subscriptions_of, want_id_of_workflow(workflow_id), run.outputs
@@ -154,11 +155,10 @@ class WantActivities:
             await self.client.get_workflow_handle(workflow_id).signal(name, notice)
         return bool(notices)
 
-    async def _build_health(self, job_run_id: str) -> p.BuildHealth:
+    async def _build_health(self, run: JobRun) -> p.BuildHealth:
         """Is the job run a want waits on still alive? A run whose lease lapsed and whose workflow is
         closed or gone is abandoned: its outputs are released and every subscribed want is told to
         decide again."""
-        run = await self.bel.call(self.bel.job_run, job_run_id)
         if (
             run.cause is JobRunCause.lost
         ):  # released before (perhaps by an attempt of this activity): tell everyone again

@@ -49,26 +49,20 @@ STATES_OF = select(s.wants.c.want_id, s.wants.c.state).where(
 WANTS_OF = select(s.wants).where(s.wants.c.want_id.in_(bindparam("ids", expanding=True)))
 
 
-# Built once (see bel.rows): every fan-out pages through it.
+# Built once (see bel.rows): a fan-out pages through the subscriptions to a run's outputs, a watch reads
+# its want's. Each comes with what a notifier needs to know of its want.
+_SUBSCRIBED = select(s.subscriptions, s.wants.c.ref.label("want_ref"), s.wants.c.data_timestamp).join(
+    s.wants, s.wants.c.want_id == s.subscriptions.c.want_id
+)
+_TO_REFS = s.subscriptions.c.ref.in_(bindparam("refs", expanding=True))
 _SUBSCRIPTIONS = (
-    select(s.subscriptions, s.wants.c.ref.label("want_ref"), s.wants.c.data_timestamp)
-    .join(s.wants, s.wants.c.want_id == s.subscriptions.c.want_id)
-    .where(
-        s.subscriptions.c.ref.in_(bindparam("refs", expanding=True)),
-        s.subscriptions.c.id > bindparam("after_id"),
-    )
+    _SUBSCRIBED.where(_TO_REFS, s.subscriptions.c.id > bindparam("after_id"))
     .order_by(s.subscriptions.c.id)
     .limit(bindparam("limit"))
 )
-_SUBSCRIPTIONS_OF_WANT = (
-    select(s.subscriptions, s.wants.c.ref.label("want_ref"), s.wants.c.data_timestamp)
-    .join(s.wants, s.wants.c.want_id == s.subscriptions.c.want_id)
-    .where(
-        s.subscriptions.c.want_id == bindparam("want_id"),
-        s.subscriptions.c.ref.in_(bindparam("refs", expanding=True)),
-    )
-    .order_by(s.subscriptions.c.id)
-)
+_SUBSCRIPTIONS_OF_WANT = _SUBSCRIBED.where(
+    _TO_REFS, s.subscriptions.c.want_id == bindparam("want_id")
+).order_by(s.subscriptions.c.id)
 
 
 class WantReads(ReadBase):
