@@ -56,9 +56,11 @@ class JobActivities:
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(
             self._pool,
-            lambda: self.executor.execute(input.job_run_id, attempt, cancelled=cancelled, report=report),
+            lambda: self.executor.execute(
+                input.job_run_id, attempt, cancelled=cancelled, report=report, lease=input.policy.lease
+            ),
         )
-        renewed = -float("inf")
+        renewed = loop.time()  # the attempt's start renews the lease (``start_job_run``)
         try:
             while True:
                 if loop.time() - renewed > input.policy.lease.total_seconds() / 4:

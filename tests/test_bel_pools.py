@@ -46,6 +46,14 @@ def test_a_lease_lapses_unless_renewed(bel: BuildEventLog) -> None:
     bel.renew_lease(verdict.job_run_id, timedelta(minutes=5))
     assert not bel.lease_expired(verdict.job_run_id)
     assert bel.lease_expired("jr-unknown")
+    # An attempt that starts renews it in the same commit (it may start long after the run was queued).
+    bel.renew_lease(verdict.job_run_id, timedelta(seconds=-1))
+    bel.start_job_run(verdict.job_run_id, 1, "w", lease=timedelta(minutes=5))
+    assert not bel.lease_expired(verdict.job_run_id)
+    bel.fail_job_run(verdict.job_run_id, "boom")
+    bel.renew_lease(verdict.job_run_id, timedelta(seconds=-1))
+    bel.start_job_run(verdict.job_run_id, 2, "w", lease=timedelta(minutes=5))  # it ended: no attempt starts
+    assert bel.lease_expired(verdict.job_run_id)
 
 
 def test_the_line_of_a_full_pool_goes_by_sla_slack(bel: BuildEventLog) -> None:

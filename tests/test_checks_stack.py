@@ -27,6 +27,9 @@ async def test_a_failing_blocking_check_keeps_bad_data_from_readers_until_a_fix_
     # Not retried (3 attempts were allowed), nothing published, the partition fail-locked naming the check.
     (run,) = stack.bel.job_runs(job_label="checked_events")
     assert run.state is JobRunState.failed and run.attempts == 1
+    # Refused, its work cost all the same: recorded alone, as its outcome was never committed.
+    (cost,) = stack.bel.attempt_costs_of([run.job_run_id])
+    assert cost.attempt == 1 and cost.cost is not None and cost.cost.tasks > 0
     assert run.reason is not None and run.reason.startswith(
         "CheckFailedError: check not_null(user_id) of events/1 failed: 1 null user_id; "
         "check unique(id) of events/1 failed: 1 values of (id) appear more than once, in 2 rows; "

@@ -18,7 +18,7 @@ from databuild.bel.measures import read_counts
 from databuild.config import Settings
 from databuild.domain import events as ev
 from databuild.domain.cost import CostReport, SparkCost, run_cost, total
-from databuild.errors import InvalidPatternError
+from databuild.errors import InvalidPatternError, StaleAttemptError
 from databuild.models import InstanceRef, WantSource, WantSpec
 from databuild.testing import POSTGRES_ADMIN_URL, postgres_database
 from databuild.views.cost import cost_report
@@ -83,10 +83,29 @@ def history(bel: BuildEventLog) -> str:
     assert want(bel, "left/1", day=2)[0] == "live"
     _kind, far = want(bel, "far/1")
     bel.start_job_run(far, 1, "w")
-    bel.record_cost(costed(far, 1, "remote", None))
-    bel.succeed_job_run(far, [], [InstanceRef(ref="far/1", instance_id="far/1@1")])
+    # As a worker records it: in the commit of the attempt's outcome.
+    far_writes = [InstanceRef(ref="far/1", instance_id="far/1@1")]
+    bel.succeed_job_run(far, [], far_writes, attempt=1, cost=costed(far, 1, "remote", None))
     assert want(bel, "far/1", day=2)[0] == "live"
     return run
+
+
+def test_an_outcome_records_its_attempts_cost_in_its_commit_and_a_refused_one_records_none(
+    bel: BuildEventLog,
+) -> None:
+    _kind, run = want(bel, "far/2")
+    bel.start_job_run(run, 1, "w")
+    bel.start_job_run(run, 2, "w")  # attempt 1 lost its heartbeat and was retried
+    written = [InstanceRef(ref="far/2", instance_id="far/2@1")]
+    with pytest.raises(StaleAttemptError):
+        bel.succeed_job_run(run, [], written, attempt=1, cost=costed(run, 1, "remote", 2.0))
+    assert bel.attempt_costs_of([run]) == []  # refused whole: the worker records it alone then
+    missed = bel.dep_miss_job_run(run, ["far/0"], [], attempt=2, cost=costed(run, 2, "remote", 3.0))
+    assert missed.state.value == "dep_miss"
+    assert [(a.attempt, a.cost and a.cost.task_seconds) for a in bel.attempt_costs_of([run])] == [(2, 3.0)]
+    recorded = bel.events(types=["JobRunCostRecorded", "JobRunDepMiss"])
+    assert [e.type for e in recorded] == ["JobRunCostRecorded", "JobRunDepMiss"]  # the cost first
+    assert recorded[0].at == recorded[1].at and recorded[1].idx == recorded[0].idx + 1  # one commit
 
 
 def logged(bel: BuildEventLog, delegations: list[tuple[str, str, str, DelegationKind, datetime]]) -> None:

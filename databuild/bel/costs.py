@@ -14,6 +14,7 @@ from databuild.bel.base import ReadBase, WriteBase, ref_key, run_key
 from databuild.bel.cost_sums import FIGURES, ONCE_PER_JOB, ZERO, cost_sums, costliest_sums
 from databuild.bel.partition_costs import costliest_kept, kept_rows, kept_totals
 from databuild.bel.rows import chunks
+from databuild.bel.transaction import WriteTx
 from databuild.domain import events as ev
 from databuild.domain.cost import AttemptCost, CostBy, CostRow, total
 
@@ -130,11 +131,17 @@ class CostCommands(CostReads, WriteBase):
         report rows (``partition_costs``) are worked out again in it, as a delegation to them does."""
         refs = self._outputs_of(cost.job_run_id)
         with self._write(run_key(cost.job_run_id), *map(ref_key, refs)) as tx:
-            c = s.job_run_costs.c
-            exists = tx.conn.execute(
-                select(c.attempt).where(c.job_run_id == cost.job_run_id, c.attempt == cost.attempt)
-            ).first()
-            if exists is not None:
-                return False
-            tx.append(cost)
-            return True
+            return append_cost(tx, cost)
+
+
+def append_cost(tx: WriteTx, cost: ev.JobRunCostRecorded) -> bool:
+    """Append ``cost`` to a transaction holding its run's and outputs' locks, unless its attempt's cost
+    is recorded already. Returns whether it appended it."""
+    c = s.job_run_costs.c
+    exists = tx.conn.execute(
+        select(c.attempt).where(c.job_run_id == cost.job_run_id, c.attempt == cost.attempt)
+    ).first()
+    if exists is not None:
+        return False
+    tx.append(cost)
+    return True

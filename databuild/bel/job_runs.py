@@ -1,7 +1,7 @@
 """Job runs: their lifecycle from start to outcome, and reads of runs and their attempts."""
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import BindParameter, bindparam, func, select
@@ -12,6 +12,7 @@ from databuild.bel.base import (
     ReadBase,
     WriteBase,
 )
+from databuild.bel.costs import append_cost
 from databuild.bel.rows import (
     chunks,
     job_run_row,
@@ -20,6 +21,7 @@ from databuild.bel.rows import (
 )
 from databuild.domain import checks as check_rules
 from databuild.domain import decisions
+from databuild.domain import events as ev
 from databuild.domain.estimates import Durations
 from databuild.errors import (
     NotFoundError,
@@ -202,14 +204,23 @@ class JobRunCommands(JobRunReads, WriteBase):
                 raise StaleAttemptError(f"job run {job_run_id} has ended; attempt {attempt} may not publish")
 
     def start_job_run(
-        self, job_run_id: str, attempt: int, worker: str, instances: Sequence[InstanceRef] = ()
+        self,
+        job_run_id: str,
+        attempt: int,
+        worker: str,
+        instances: Sequence[InstanceRef] = (),
+        lease: timedelta | None = None,
     ) -> JobRun:
-        """Mark an attempt as running, with the instance each output will be written to. A run that
-        already ended is returned unchanged (retried activity)."""
+        """Mark an attempt as running, with the instance each output will be written to, and its build
+        lease renewed for ``lease`` (in the same commit: an attempt may start long after its run was
+        queued). A run that already ended is returned unchanged (retried activity)."""
         with self._write_run(job_run_id) as tx:
             row = job_run_row(tx.conn, job_run_id)
             state = JobRunState(row["state"])
-            tx.extend(decisions.started(job_run_id, state, row["outputs"], attempt, worker, instances))
+            started = decisions.started(job_run_id, state, row["outputs"], attempt, worker, instances)
+            tx.extend(started)
+            if started and lease is not None:
+                self._set_lease(tx.conn, job_run_id, tx.at + lease)
         return self.job_run(job_run_id)
 
     def succeed_job_run(
@@ -223,11 +234,15 @@ class JobRunCommands(JobRunReads, WriteBase):
         facts: Mapping[str, InstanceFacts] | None = None,
         checks: Mapping[str, Sequence[CheckResult]] | None = None,
         job_version: str | None = None,
+        cost: ev.JobRunCostRecorded | None = None,
     ) -> JobRun:
         """Publish: the commit makes each written instance live (at ``locations``, by ref, with
         ``facts``, the results of its ``checks`` and the ``job_version`` that built it). ``inputs_of``: of
-        a batch, the reads each output was built from."""
+        a batch, the reads each output was built from. ``cost``: what the attempt cost, recorded first in
+        the same commit (see ``record_cost``)."""
         with self._write_run(job_run_id) as tx:
+            if cost is not None:
+                append_cost(tx, cost)
             if (run := self._open(tx.conn, job_run_id, attempt)) is not None:
                 tx.extend(
                     decisions.succeeded(run, reads, writes, locations, inputs_of, facts, checks, job_version)
@@ -256,8 +271,12 @@ class JobRunCommands(JobRunReads, WriteBase):
         reads: list[InstanceRef],
         attempt: int | None = None,
         missing_for: dict[str, list[str]] | None = None,
+        cost: ev.JobRunCostRecorded | None = None,
     ) -> JobRun:
+        """The attempt found inputs ``missing``; ``cost`` as ``succeed_job_run`` takes it."""
         with self._write_run(job_run_id) as tx:
+            if cost is not None:
+                append_cost(tx, cost)
             if (run := self._open(tx.conn, job_run_id, attempt)) is not None:
                 tx.extend(decisions.dep_missed(run, missing, reads, missing_for))
         return self.job_run(job_run_id)

@@ -6,6 +6,7 @@ import logging
 import posixpath
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 from typing import NoReturn
 
 from databuild.bel.store import BuildEventLog, new_instance_id
@@ -57,14 +58,16 @@ class JobExecutor:
         *,
         cancelled: threading.Event,
         report: Callable[[str], None] = lambda _m: None,
+        lease: timedelta | None = None,
     ) -> JobOutcome:
-        """Blocking; run it in a thread. Raises on job failure so the caller's retry policy applies."""
+        """Blocking; run it in a thread. Raises on job failure so the caller's retry policy applies.
+        ``lease``: the run's build lease, renewed when the attempt starts."""
         run = self.bel.job_run(job_run_id)
         # Each output is written straight into a new instance location, recorded before a byte is
         # written, so garbage collection knows it is being written.
         planned = {ref: new_instance_id() for ref in run.outputs}
         instances = [InstanceRef(ref=ref, instance_id=i) for ref, i in planned.items()]
-        run = self.bel.start_job_run(job_run_id, attempt, self.worker, instances)
+        run = self.bel.start_job_run(job_run_id, attempt, self.worker, instances, lease)
         if run.state is not JobRunState.running:  # an earlier attempt already recorded the outcome ...
             if run.state is JobRunState.succeeded:
                 self._catalog(run)  # ... and may have died before telling the catalog
@@ -86,68 +89,96 @@ class JobExecutor:
         self._running[job.group] = job
         try:
             body = self._run(executor, job, cancelled, report)
-            if body.missing:
-                missed = self.bel.dep_miss_job_run(
-                    job_run_id, body.missing, body.reads, attempt, body.missing_for
-                )
-                return outcome_of(self._finished(missed, JobRunState.dep_miss))
-            self._verify(job, run, body, instances)
-            # The commit is the publish: a superseded attempt is refused inside it.
-            locations = {ref: self.storage.location(ref, i) for ref, i in planned.items()}
-            locations |= {ref: self._written_at(job, key) for ref, key in body.locations.items()}
-            succeeded = self.bel.succeed_job_run(
-                job_run_id,
-                body.reads,
-                instances,
-                attempt,
-                locations,
-                body.inputs_of,
-                body.facts,
-                body.checks,
-                self.executors.versions.get(run.job_label),
-            )
-            self._catalog(succeeded)
-            return outcome_of(self._finished(succeeded, JobRunState.succeeded))
+            # What the attempt cost goes in the commit of its outcome (one transaction less per run) ...
+            cost = self._cost(job, executor.kind, body.cost, body.cost_unknown)
+            try:
+                return self._conclude(job, run, body, instances, cost)
+            except Exception:
+                self._record_cost_alone(job, cost)  # ... or alone if that commit never came
+                raise
         finally:
             self._running.pop(job.group, None)
 
-    def _record_cost(
-        self, job: JobAttempt, executor: str, cost: SparkCost | None, unknown: str | None
-    ) -> None:
-        """What the attempt cost, recorded before its outcome: the work was done even if the attempt
-        failed, or its outcome is then refused (superseded, a broken contract, a failed blocking check)."""
-        self.bel.record_cost(
-            ev.JobRunCostRecorded(
-                job_run_id=job.job_run_id,
-                attempt=job.attempt,
-                job_label=job.job_label,
-                executor=executor,
-                cost=cost,
-                unknown_reason=None if cost is not None else unknown or "not reported",
+    def _conclude(
+        self,
+        job: JobAttempt,
+        run: JobRun,
+        body: BodyResult,
+        instances: list[InstanceRef],
+        cost: ev.JobRunCostRecorded | None,
+    ) -> JobOutcome:
+        """Record the attempt's outcome, ``cost`` in the same commit: a dep-miss, or the publish."""
+        if body.missing:
+            missed = self.bel.dep_miss_job_run(
+                job.job_run_id, body.missing, body.reads, job.attempt, body.missing_for, cost
             )
+            return outcome_of(self._finished(missed, JobRunState.dep_miss))
+        self._verify(job, run, body, instances)
+        locations = {ref: self.storage.location(ref, i) for ref, i in job.instances.items()}
+        locations |= {ref: self._written_at(job, key) for ref, key in body.locations.items()}
+        # The commit is the publish: a superseded attempt is refused inside it.
+        succeeded = self.bel.succeed_job_run(
+            job.job_run_id,
+            body.reads,
+            instances,
+            job.attempt,
+            locations,
+            body.inputs_of,
+            body.facts,
+            body.checks,
+            self.executors.versions.get(run.job_label),
+            cost,
+        )
+        self._catalog(succeeded)
+        return outcome_of(self._finished(succeeded, JobRunState.succeeded))
+
+    @staticmethod
+    def _cost(
+        job: JobAttempt, executor: str, cost: SparkCost | None, unknown: str | None
+    ) -> ev.JobRunCostRecorded | None:
+        """What the attempt cost, recorded however it ended: the work was done even if the attempt failed,
+        or its outcome is then refused (superseded, a broken contract, a failed blocking check). None while
+        the accounting is turned off (as bench_orchestration does to measure it): nothing is recorded."""
+        if not spark_cost.ACCOUNTING:
+            return None
+        return ev.JobRunCostRecorded(
+            job_run_id=job.job_run_id,
+            attempt=job.attempt,
+            job_label=job.job_label,
+            executor=executor,
+            cost=cost,
+            unknown_reason=None if cost is not None else unknown or "not reported",
         )
 
     def _run(
         self, executor: Executor, job: JobAttempt, cancelled: threading.Event, report: Callable[[str], None]
     ) -> BodyResult:
-        """Run the body on its executor and record what the attempt cost, however it ended (unless the
-        accounting is turned off, as bench_orchestration does to measure it: then nothing is recorded)."""
+        """Run the body on its executor; a body that fails has what it cost recorded before it is raised
+        (the caller records a body's cost with its outcome)."""
         try:
-            body = executor.run(job, cancelled=cancelled, report=report)
+            return executor.run(job, cancelled=cancelled, report=report)
         except Exception:
-            if spark_cost.ACCOUNTING:
-                self._record_failed_cost(job, executor)
+            self._record_failed_cost(job, executor)
             raise
-        if spark_cost.ACCOUNTING:
-            self._record_cost(job, executor.kind, body.cost, body.cost_unknown)
-        return body
 
     def _record_failed_cost(self, job: JobAttempt, executor: Executor) -> None:
-        """A failed or cancelled attempt's work cost too; recording it must not hide why it failed."""
+        """A failed or cancelled attempt's work cost too."""
         try:
-            self._record_cost(job, executor.kind, *executor.spent(job))
+            cost = self._cost(job, executor.kind, *executor.spent(job))
         except Exception as error:
-            log.warning("could not record the cost of failed attempt %s: %s", job.group, error)
+            log.warning("could not read the cost of failed attempt %s: %s", job.group, error)
+            return
+        self._record_cost_alone(job, cost)
+
+    def _record_cost_alone(self, job: JobAttempt, cost: ev.JobRunCostRecorded | None) -> None:
+        """Record ``cost`` in a commit of its own (once: a cost already recorded is left); recording it
+        must not hide why the attempt failed or was refused."""
+        if cost is None:
+            return
+        try:
+            self.bel.record_cost(cost)
+        except Exception as error:
+            log.warning("could not record the cost of attempt %s: %s", job.group, error)
 
     def _verify(self, job: JobAttempt, run: JobRun, body: BodyResult, instances: list[InstanceRef]) -> None:
         """Refuse a body's result that breaks the job's contract, or whose blocking checks failed (their
