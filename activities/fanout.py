@@ -55,11 +55,10 @@ class FanOutActivities:
         cursor (a local activity cannot heartbeat one)."""
         return await self._fan_out(input.job_run_id, input.after_id, FIRST_PAGES, lambda _cursor: None)
 
-    async def tell(self, job_run_id: str) -> int:
+    async def tell(self, run: JobRun) -> int:
         """Signal the first page of an ended run's subscribers, from its job activity just after the commit
-        that recorded its outcome, so its wants need not wait for the run's workflow to hear of it: the
-        subscription the run's fan-out resumes after."""
-        run = await self.bel.call(self.bel.job_run, job_run_id)
+        that recorded its outcome (``run`` as that commit left it), so its wants need not wait for the
+        run's workflow to hear of it: the subscription the run's fan-out resumes after."""
         return (await self._notify(run, 0, FIRST_PAGES)).cursor
 
     async def _fan_out(

@@ -11,9 +11,9 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.heartbeats import heartbeating
 from databuild.jobs.attempts import attempt_name
-from databuild.jobs.execution import JobExecutor
+from databuild.jobs.execution import JobExecutor, outcome_of
 from databuild.limits import JOB_HEARTBEAT_EVERY
-from databuild.models import JobRunState
+from databuild.models import JobRun, JobRunState
 from databuild.temporal import protocol as p
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
@@ -26,7 +26,7 @@ class JobActivities:
         max_concurrent: int,
         attempts: int,
         heartbeat_every: float = JOB_HEARTBEAT_EVERY.total_seconds(),
-        tell: Callable[[str], Awaitable[int]] | None = None,
+        tell: Callable[[JobRun], Awaitable[int]] | None = None,
     ) -> None:
         self.executor = executor
         self.tell = tell  # signals the first page of an ended run's wants (FanOutActivities.tell)
@@ -71,7 +71,7 @@ class JobActivities:
                     break
                 progress = await asyncio.to_thread(self.executor.progress, group)
                 activity.heartbeat({**progress, **last_message})
-            return await self._told(future.result())
+            return await self._told(outcome_of(future.result()), future.result())
         except asyncio.CancelledError:
             cancelled.set()
             # Until the body returns: Spark work it starts just after a cancel must be stopped too.
@@ -80,16 +80,17 @@ class JobActivities:
                 await asyncio.to_thread(self.executor.cancel, group)
                 await asyncio.wait({future}, timeout=1.0)
             if not future.cancelled() and future.exception() is None:
-                return future.result()  # it finished before it could be stopped: that is its outcome
+                return outcome_of(future.result())  # it finished before it could be stopped: its outcome
             raise
 
-    async def _told(self, outcome: p.JobOutcome) -> p.JobOutcome:
-        """``outcome``, its wants told of it when the attempt recorded it (a success or a dep-miss): the
-        run's workflow tells the rest. If telling fails, the workflow tells them all."""
+    async def _told(self, outcome: p.JobOutcome, run: JobRun) -> p.JobOutcome:
+        """``outcome`` (of ``run``, as the attempt left it), its wants told of it when the attempt recorded
+        it (a success or a dep-miss): the run's workflow tells the rest. If telling fails, the workflow
+        tells them all."""
         if self.tell is None or outcome.state not in (JobRunState.succeeded, JobRunState.dep_miss):
             return outcome
         try:
-            told = await self.tell(outcome.job_run_id)
+            told = await self.tell(run)
         except Exception as error:
             activity.logger.warning("wants of %s not told by its job: %s", outcome.job_run_id, error)
             return outcome

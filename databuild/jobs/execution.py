@@ -59,9 +59,10 @@ class JobExecutor:
         cancelled: threading.Event,
         report: Callable[[str], None] = lambda _m: None,
         lease: timedelta | None = None,
-    ) -> JobOutcome:
-        """Blocking; run it in a thread. Raises on job failure so the caller's retry policy applies.
-        ``lease``: the run's build lease, renewed when the attempt starts."""
+    ) -> JobRun:
+        """Blocking; run it in a thread. The run as the attempt left it (its outcome: ``outcome_of``).
+        Raises on job failure so the caller's retry policy applies. ``lease``: the run's build lease,
+        renewed when the attempt starts."""
         run = self.bel.job_run(job_run_id)
         # Each output is written straight into a new instance location, recorded before a byte is
         # written, so garbage collection knows it is being written.
@@ -71,7 +72,7 @@ class JobExecutor:
         if run.state is not JobRunState.running:  # an earlier attempt already recorded the outcome ...
             if run.state is JobRunState.succeeded:
                 self._catalog(run)  # ... and may have died before telling the catalog
-            return outcome_of(run)
+            return run
         if run.attempts != attempt:  # a newer attempt already started elsewhere
             self.bel.check_current_attempt(job_run_id, attempt)
         if self.lineage is not None:
@@ -106,13 +107,13 @@ class JobExecutor:
         body: BodyResult,
         instances: list[InstanceRef],
         cost: ev.JobRunCostRecorded | None,
-    ) -> JobOutcome:
+    ) -> JobRun:
         """Record the attempt's outcome, ``cost`` in the same commit: a dep-miss, or the publish."""
         if body.missing:
             missed = self.bel.dep_miss_job_run(
                 job.job_run_id, body.missing, body.reads, job.attempt, body.missing_for, cost
             )
-            return outcome_of(self._finished(missed, JobRunState.dep_miss))
+            return self._finished(missed, JobRunState.dep_miss)
         self._verify(job, run, body, instances)
         locations = {ref: self.storage.location(ref, i) for ref, i in job.instances.items()}
         locations |= {ref: self._written_at(job, key) for ref, key in body.locations.items()}
@@ -130,7 +131,7 @@ class JobExecutor:
             cost,
         )
         self._catalog(succeeded)
-        return outcome_of(self._finished(succeeded, JobRunState.succeeded))
+        return self._finished(succeeded, JobRunState.succeeded)
 
     @staticmethod
     def _cost(
