@@ -131,9 +131,10 @@ class WriteBase(ReadBase):
     def _write_run(self, job_run_id: str) -> Iterator[WriteTx]:
         """A write transaction about a job run, holding its lock and its outputs' locks, and the locks of
         the pools it holds a slot of: when the run ends in it, its slots go to the runs waiting for them."""
-        refs = self._outputs_of(job_run_id)
-        held = self._all(POOLS_HELD, {"job_run_id": job_run_id})
-        pools = self._pool_locks([row["pool"] for row in held])
+        with self.snapshot():  # one checkout for the reads that say which locks to take
+            refs = self._outputs_of(job_run_id)
+            held = self._all(POOLS_HELD, {"job_run_id": job_run_id})
+            pools = self._pool_locks([row["pool"] for row in held])
         with self._write(run_key(job_run_id), *map(ref_key, refs), *map(pool_key, pools)) as tx:
             yield tx
             if pools:

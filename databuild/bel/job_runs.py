@@ -60,8 +60,9 @@ class JobRunReads(ReadBase):
 
     def job_runs_by_id(self, ids: Sequence[str]) -> list[JobRun]:
         runs = []
-        for chunk in chunks(ids):
-            runs += self._hydrate_runs(self._all(_RUNS_BY_ID, {"ids": chunk}))
+        with self.snapshot():  # a run and what it read and wrote, as one state of the log (one checkout)
+            for chunk in chunks(ids):
+                runs += self._hydrate_runs(self._all(_RUNS_BY_ID, {"ids": chunk}))
         return runs
 
     def job_runs(
@@ -84,7 +85,8 @@ class JobRunReads(ReadBase):
         if job_label is not None:
             conditions.append(s.job_runs.c.job_label == job_label)
         query = newest_first(s.job_runs, conditions, "job_run_id", limit, offset, filter_first=bool(by_ref))
-        return self._hydrate_runs(self._all(query))
+        with self.snapshot():
+            return self._hydrate_runs(self._all(query))
 
     def _hydrate_runs(self, rows: list[Any]) -> list[JobRun]:
         ids = [r["job_run_id"] for r in rows]
