@@ -69,6 +69,7 @@ class ReadBase:
     def __init__(self, reader: Engine) -> None:
         self.reader = reader
         self._pinned = threading.local()  # this thread's snapshot connection, if any
+        self._autocommit_reads = reader.dialect.name == "postgresql"
         self._threads = ThreadPoolExecutor(self.THREADS, thread_name_prefix="databuild-bel")
 
     async def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -98,15 +99,24 @@ class ReadBase:
         pinned: Connection | None = getattr(self._pinned, "conn", None)
         if pinned is not None:
             return list(pinned.execute(query, params).mappings())
-        with self.reader.connect() as conn:
+        with self._read_alone() as conn:
             return list(conn.execute(query, params).mappings())
 
     def _count(self, query: Select[Any]) -> int:
         pinned: Connection | None = getattr(self._pinned, "conn", None)
         if pinned is not None:
             return int(pinned.execute(query).scalar_one())
-        with self.reader.connect() as conn:
+        with self._read_alone() as conn:
             return int(conn.execute(query).scalar_one())
+
+    @contextmanager
+    def _read_alone(self) -> Iterator[Connection]:
+        """A connection for one statement. On PostgreSQL it reads in autocommit: a single statement sees
+        one state of the log anyway, and BEGIN and ROLLBACK would be two round trips more than the read."""
+        with self.reader.connect() as conn:
+            if self._autocommit_reads:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+            yield conn
 
 
 class WriteBase(ReadBase):
