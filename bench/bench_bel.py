@@ -1,6 +1,6 @@
 """BEL write throughput on SQLite and PostgreSQL, against the database's own commit rate, in one run.
 
-    python -m bench.bench_bel [--decisions 400] [--commits 2000] [--appends 1000] [--postgres URL]
+    python -m bench.bench_bel [--decisions 400] [--commits 2000] [--appends 1000] [--reads 2000] [--postgres URL]
 
 (a) Claim decisions per second (``BuildEventLog.decide``: key locks, state read, events appended and
     projected, committed and visible to readers) with 1, 4 and 16 concurrent clients (threads released
@@ -14,6 +14,9 @@
     The table's ratio is decisions/s over raw commits/s at the same client count.
 (c) Append price: registering N wants through the BEL against raw SQLAlchemy inserts of the same rows,
     one transaction per want.
+(d) Read price: reading one want N times through the BEL against a raw SELECT of its row by primary key,
+    each on a connection checked out for it (on PostgreSQL the BEL reads a single statement in autocommit;
+    the raw SELECT pays for the BEGIN and ROLLBACK around it).
 
 Without ``--postgres`` the PostgreSQL figures use a database of their own next to
 ``DATABUILD_TEST_POSTGRES_URL``'s, dropped afterwards.
@@ -230,6 +233,29 @@ def append_ratio(url: str, count: int) -> dict[str, float]:
     return {"bel_per_s": count / bel_s, "raw_per_s": count / raw_s, "ratio": bel_s / raw_s}
 
 
+def read_ratio(url: str, count: int) -> dict[str, float]:
+    """Reading one want through the BEL (``want``: a row, made a model) against a raw SELECT of the same
+    row by primary key on a connection of the same engine checked out per read, as the BEL does."""
+    reset(url)
+    bel = BuildEventLog.create(url)
+    spec = WantSpec(ref="x/read", data_timestamp=T0)
+    bel.register_want(spec)
+    by_key = s.wants.select().where(s.wants.c.want_id == spec.want_id)
+    for _ in range(min(count, 50)):  # warm both paths (compiled statements, pooled connections)
+        bel.want(spec.want_id)
+    start = time.perf_counter()
+    for _ in range(count):
+        bel.want(spec.want_id)
+    bel_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for _ in range(count):
+        with bel.reader.connect() as conn:
+            conn.execute(by_key).one()
+    raw_s = time.perf_counter() - start
+    bel.dispose()
+    return {"bel_per_s": count / bel_s, "raw_per_s": count / raw_s, "ratio": bel_s / raw_s}
+
+
 def measure(name: str, base: str, args: argparse.Namespace) -> dict[str, Any]:
     def url(case: str) -> str:  # a fresh SQLite file per case; PostgreSQL's tables are reset instead
         return base if name == "postgresql" else base.replace(".sqlite", f"-{case}.sqlite")
@@ -247,6 +273,7 @@ def measure(name: str, base: str, args: argparse.Namespace) -> dict[str, Any]:
             flush=True,
         )
     figures["append"] = append_ratio(url("append"), args.appends)
+    figures["read"] = read_ratio(url("read"), args.reads)
     figures["per_decision"] = {
         case: statements_per_decision(url(f"count-{case}"), min(args.decisions, 100), case == "contended")
         for case in ("distinct", "contended")
@@ -281,6 +308,10 @@ def table(results: dict[str, Any]) -> str:
     for name, figures in results.items():
         a = figures["append"]
         lines.append(f"{name:<12}{a['bel_per_s']:>15.0f}{a['raw_per_s']:>15.0f}{a['ratio']:>7.2f}x")
+    lines += ["", f"{'backend':<12}{'BEL reads/s':>15}{'raw reads/s':>15}{'ratio':>8}", "-" * 50]
+    for name, figures in results.items():
+        r = figures["read"]
+        lines.append(f"{name:<12}{r['bel_per_s']:>15.0f}{r['raw_per_s']:>15.0f}{r['ratio']:>7.2f}x")
     lines += ["", f"{'backend':<12}{'case':<12}{'statements/decision':>21}{'commits/decision':>18}", "-" * 63]
     for name, figures in results.items():
         for case, per in figures["per_decision"].items():
@@ -293,6 +324,7 @@ def main() -> None:
     parser.add_argument("--decisions", type=int, default=400, help="decisions per case and client count")
     parser.add_argument("--commits", type=int, default=2000, help="raw commits per client count")
     parser.add_argument("--appends", type=int, default=1000, help="wants appended for (c)")
+    parser.add_argument("--reads", type=int, default=2000, help="reads of one want for (d)")
     parser.add_argument(
         "--postgres",
         default=None,
