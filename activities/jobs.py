@@ -71,7 +71,7 @@ class JobActivities:
                     break
                 progress = await asyncio.to_thread(self.executor.progress, group)
                 activity.heartbeat({**progress, **last_message})
-            return await self._told(outcome_of(future.result()), future.result())
+            return await self._told(future.result())
         except asyncio.CancelledError:
             cancelled.set()
             # Until the body returns: Spark work it starts just after a cancel must be stopped too.
@@ -83,10 +83,11 @@ class JobActivities:
                 return outcome_of(future.result())  # it finished before it could be stopped: its outcome
             raise
 
-    async def _told(self, outcome: p.JobOutcome, run: JobRun) -> p.JobOutcome:
-        """``outcome`` (of ``run``, as the attempt left it), its wants told of it when the attempt recorded
+    async def _told(self, run: JobRun) -> p.JobOutcome:
+        """The outcome of ``run`` (as the attempt left it), its wants told of it when the attempt recorded
         it (a success or a dep-miss): the run's workflow tells the rest. If telling fails, the workflow
         tells them all."""
+        outcome = outcome_of(run)
         if self.tell is None or outcome.state not in (JobRunState.succeeded, JobRunState.dep_miss):
             return outcome
         try:
