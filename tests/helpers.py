@@ -2,10 +2,11 @@
 derivative want, and serving a stack's HTTP API. Tests import these, never each other."""
 
 import asyncio
+import inspect
 import logging
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
 from typing import NamedTuple
@@ -66,11 +67,18 @@ def s3_server(bucket: str) -> Iterator[S3Server]:
 TOKEN = "token-that-down-presents-to-up"
 
 
-async def until(check: Callable[[], bool], what: str = "the condition", seconds: float = 60) -> None:
-    """Wait until ``check()`` holds, for ``seconds`` of wall time (not a count of polls: a starved machine
-    polls less often)."""
+async def until(
+    check: Callable[[], bool | Awaitable[bool]], what: str = "the condition", seconds: float = 60
+) -> None:
+    """Wait until ``check()`` holds (awaited, if it is a coroutine function), for ``seconds`` of wall time
+    (not a count of polls: a starved machine polls less often)."""
     deadline = time.monotonic() + seconds
-    while not check():
+
+    async def holds() -> bool:
+        found = check()
+        return await found if inspect.isawaitable(found) else found
+
+    while not await holds():
         if time.monotonic() > deadline:
             raise AssertionError(f"never happened within {seconds:g} s: {what}")
         await asyncio.sleep(0.1)
