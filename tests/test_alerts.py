@@ -339,8 +339,12 @@ async def test_a_backfill_of_an_always_failing_job_sends_a_few_messages_that_cou
         named = {ref for message in messages for ref in message["refs"].split(",")}
         assert named == refs
         assert all(m["job_label"] == "daily_job" for m in messages)
-    digest = by_kind(hook, "want_failed")[-1]
-    assert f"wants for {digest['count']} more partitions of job daily_job failed" in digest["message"]
+    # On a slow machine every failure can be queued before the channel sends the first: then one digest
+    # counts them all, and only a digest that follows a message of its group says "more".
+    sent = by_kind(hook, "want_failed")
+    digest = max(sent, key=lambda message: int(message["count"]))
+    more = "more " if digest is not sent[0] else ""
+    assert f"wants for {digest['count']} {more}partitions of job daily_job failed" in digest["message"]
     assert digest["link"] == "https://databuild.example.com/job-runs?job=daily_job"
     assert len(hook.received) <= 5  # not 57: one per failed want and one per failed run
     await until(lambda: len(mail.messages) == len(hook.received), "the same messages by mail")
