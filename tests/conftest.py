@@ -235,7 +235,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if POSTGRES_URL != POSTGRES_ADMIN_URL:
         # Unreachable PostgreSQL is reported by require_postgres, in the tests that need it.
         with contextlib.suppress(OperationalError):
-            ensure_database(POSTGRES_ADMIN_URL, POSTGRES_URL)
+            ensure_database(POSTGRES_ADMIN_URL, POSTGRES_URL, durable=False)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

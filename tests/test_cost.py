@@ -46,7 +46,7 @@ def bel(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BuildEventLo
         log.dispose()
         return
     require_postgres()
-    with postgres_database(POSTGRES_ADMIN_URL, "cost") as url:
+    with postgres_database(POSTGRES_ADMIN_URL, "cost", durable=False) as url:
         log = BuildEventLog.create(url)
         yield log
         log.dispose()

@@ -147,7 +147,7 @@ def test_the_graph_view_counts_partitions_by_pattern_and_shows_declared_and_effe
         url = f"sqlite:///{tmp_path / 'bel.sqlite'}"
         if backend == "postgresql":
             require_postgres()
-            url = cleanup.enter_context(postgres_database(POSTGRES_ADMIN_URL, "graphview"))
+            url = cleanup.enter_context(postgres_database(POSTGRES_ADMIN_URL, "graphview", durable=False))
         bel = BuildEventLog.create(url)
         cleanup.callback(bel.dispose)
         for day in ("2024-01-01", "2024-01-02", "2024-01-03"):
