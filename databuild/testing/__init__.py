@@ -110,8 +110,8 @@ def make_settings(
 @contextlib.contextmanager
 def postgres_database(admin_url: str, prefix: str, durable: bool = True) -> Iterator[str]:
     """A throwaway PostgreSQL database next to ``admin_url``'s (``<prefix>_<random>``), dropped
-    afterwards, connections and all. Not ``durable``: its commits do not wait for the disk (tests; the
-    benchmarks measure what production would see)."""
+    afterwards, connections and all. Not ``durable``: its commits do not wait for the disk (for tests and the
+    chaos run, which never crash the server; the benchmarks measure what production would see)."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     try:
