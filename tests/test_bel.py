@@ -17,6 +17,7 @@ from sqlalchemy import create_engine, inspect, text
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
+from databuild.bel.decisions import DEFAULT_LEASE, Step
 from databuild.domain import events as ev
 from databuild.domain.cost import SparkCost
 from databuild.domain.decisions import Verdict
@@ -602,6 +603,37 @@ def test_overlapping_multi_output_claims_execute_once(bel: BuildEventLog) -> Non
     decisions = released_together(len(refs), lambda i: decide(bel, distinct_want(refs[i], i)))
     assert sum(d.kind == "execute" for d in decisions) == 1
     assert len({d.job_run_id for d in decisions}) == 1
+
+
+def test_decisions_of_one_group_see_each_other_and_commit_together(bel: BuildEventLog) -> None:
+    """Group commit (bel.combining): steps decided in one transaction each read what the ones before
+    them wrote, their events take consecutive indexes, and replaying the log rebuilds their projections.
+    A step that fails takes its group's transaction with it; the combiner then runs each step alone."""
+    wants = [distinct_want("b/40", 0), distinct_want("a/40", 1), distinct_want("c/41", 2)]
+    for want in wants:
+        bel.register_want(want)
+    steps = [Step(w.want_id, 1, graph.resolve(w.ref), DEFAULT_LEASE, None) for w in wants]
+    before = bel.last_idx()
+    verdicts = bel._decide_group(steps)
+    assert [v.kind for v in verdicts] == ["execute", "delegate", "execute"]
+    assert verdicts[1].job_run_id == verdicts[0].job_run_id != verdicts[2].job_run_id
+    assert [e.idx for e in bel.events(since_idx=before, limit=100)] == list(
+        range(before + 1, bel.last_idx() + 1)
+    )
+    assert not bel.lease_expired(verdicts[0].job_run_id) and not bel.lease_expired(verdicts[2].job_run_id)
+    kept = projection_rows(bel)
+    bel.rebuild_projections()
+    assert projection_rows(bel) == kept
+
+    good = distinct_want("a/43", 0)
+    bel.register_want(good)
+    head = bel.last_idx()
+    group = [
+        Step(want_id, 1, graph.resolve("a/43"), DEFAULT_LEASE, None) for want_id in (good.want_id, "nope")
+    ]
+    with pytest.raises(NotFoundError):
+        bel._decide_group(group)
+    assert bel.last_idx() == head and bel.want(good.want_id).state is WantState.new  # nothing of it stays
 
 
 def test_claims_on_different_partitions_do_not_block_each_other(bel: BuildEventLog) -> None:
