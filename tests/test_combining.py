@@ -92,4 +92,14 @@ def test_a_failing_request_fails_alone_and_the_rest_of_its_group_still_runs() ->
     assert got[1] == 10 and got[2] == 20 and got[4] == 40
     assert isinstance(got[-3], ValueError) and str(got[-3]) == "negative: -3"
     # The group of 2, -3 and 4 failed as a whole and ran again one by one.
-    assert recorder.groups == [[1], [2], [4]] and combiner.groups == 0
+    assert recorder.groups[0] == [1] and sorted(recorder.groups[1:]) == [[2], [4]] and combiner.groups == 0
+
+
+def test_a_caller_that_runs_a_group_runs_its_own_request_in_it_however_many_wait() -> None:
+    recorder = Recorder()
+    combiner = Combiner(recorder.run_group, recorder.run_one, most=2)
+    got, join = submitted(combiner, [1, 2, 3, 4, 5, 6, 7])
+    recorder.release.set()
+    join()
+    assert got == {r: r * 10 for r in range(1, 8)}  # none returned before its request ran
+    assert all(len(group) <= 2 for group in recorder.groups)

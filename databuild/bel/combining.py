@@ -2,8 +2,8 @@
 
 A command's client cost on PostgreSQL is mostly per transaction (checkout and ping, BEGIN, key locks,
 reserving indexes, COMMIT: round trips the client's one Python process pays for under the GIL). A caller
-queues its request; when no group runs, one of the callers whose requests wait takes every request
-queued so far (up to ``most``) and runs them in one transaction, and the callers whose requests it ran
+queues its request; when no group runs, one of the callers whose requests wait takes its own and the
+others queued so far (up to ``most`` in all) and runs them in one transaction, and the callers whose requests it ran
 return when it ends. Nobody waits for a group to fill: a request that arrives while nothing runs goes at
 once, alone. The group's effect is that of its requests run one after another in one transaction (each reads
 what the ones before it wrote), committed together.
@@ -53,9 +53,10 @@ class Combiner(Generic[Request, Result]):
             # A caller whose request a group ran returns as soon as that group ends (not after the next).
             self._changed.wait_for(lambda: slot.done or not self._running)
             lead = not slot.done
-            if lead:
+            if lead:  # its own request and the longest waiting others
                 self._running = True
-                group, self._pending = self._pending[: self._most], self._pending[self._most :]
+                others = [waiting for waiting in self._pending if waiting is not slot]
+                group, self._pending = [slot, *others[: self._most - 1]], others[self._most - 1 :]
         if lead:
             try:
                 self._run(group)
