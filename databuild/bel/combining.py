@@ -30,21 +30,15 @@ class _Slot(Generic[Request, Result]):
 
 
 class Combiner(Generic[Request, Result]):
-    """Runs requests in groups: ``run_group`` (one transaction for all, results in order) for two or
-    more, ``run_one`` for one. A group that fails is run again one request at a time, so a request that
-    fails fails alone and the others still commit."""
+    """Runs requests in groups through ``run`` (one transaction for all, results in order). A group that
+    fails is run again one request at a time, so a request that fails fails alone and the others still
+    commit."""
 
-    def __init__(
-        self,
-        run_group: Callable[[list[Request]], list[Result]],
-        run_one: Callable[[Request], Result],
-        most: int,
-    ) -> None:
-        self._run_group, self._run_one, self._most = run_group, run_one, most
+    def __init__(self, run: Callable[[list[Request]], list[Result]], most: int) -> None:
+        self._run_requests, self._most = run, most
         self._pending: list[_Slot[Request, Result]] = []
         self._running = False  # a group runs (outside the condition's lock)
         self._changed = threading.Condition()  # guards the two above; notified when a group ends
-        self.groups = 0  # transactions run by groups of two or more (for tests and benchmarks)
 
     def submit(self, request: Request) -> Result:
         slot: _Slot[Request, Result] = _Slot(request)
@@ -71,16 +65,15 @@ class Combiner(Generic[Request, Result]):
     def _run(self, group: list[_Slot[Request, Result]]) -> None:
         if len(group) > 1:
             try:
-                results = self._run_group([slot.request for slot in group])
+                results = self._run_requests([slot.request for slot in group])
             except Exception:  # each alone below: only the failing one raises
                 pass
             else:
-                self.groups += 1
                 for slot, result in zip(group, results, strict=True):
                     slot.settle(result)
                 return
         for slot in group:
             try:
-                slot.settle(self._run_one(slot.request))
+                slot.settle(self._run_requests([slot.request])[0])
             except BaseException as error:  # re-raised in the thread that submitted it
                 slot.settle(error=error)

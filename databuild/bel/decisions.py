@@ -64,12 +64,16 @@ class Step:
     lease: timedelta
     fresh: Freshness | None
 
+    @property
+    def outputs(self) -> list[str]:
+        target = self.resolution.target
+        return target.outputs if target else [self.resolution.ref]
+
     def lock_keys(self) -> list[str]:
         target = self.resolution.target
-        outputs = target.outputs if target else [self.resolution.ref]
         # Wants of one batch job decide one at a time, so that each sees the batch the one before opened.
         batch = [f"batch:{target.job.label}"] if target is not None and target.job.batch else []
-        return [want_key(self.want_id), *map(ref_key, outputs), *batch]
+        return [want_key(self.want_id), *map(ref_key, self.outputs), *batch]
 
 
 class DecisionCommands(WriteBase):
@@ -81,9 +85,7 @@ class DecisionCommands(WriteBase):
 
     def __init__(self, reader: Engine) -> None:
         super().__init__(reader)
-        self._decisions: Combiner[Step, Verdict] = Combiner(
-            self._decide_group, self._decide_alone, self.GROUP
-        )
+        self._decisions: Combiner[Step, Verdict] = Combiner(self._decide_group, self.GROUP)
 
     def decide(
         self,
@@ -99,18 +101,13 @@ class DecisionCommands(WriteBase):
         transaction may hold other wants' steps, decided before or after this one (group commit)."""
         return self._decisions.submit(Step(want_id, seq, resolution, lease, fresh))
 
-    def _decide_alone(self, step: Step) -> Verdict:
-        with self._write(*step.lock_keys()) as tx:
-            return self._decide_in(tx, step)
-
     def _decide_group(self, steps: list[Step]) -> list[Verdict]:
         with self._write(*(key for step in steps for key in step.lock_keys())) as tx:
             return [self._decide_in(tx, step) for step in steps]
 
     def _decide_in(self, tx: WriteTx, step: Step) -> Verdict:
         target = step.resolution.target
-        outputs = target.outputs if target else [step.resolution.ref]
-        state = replace(self._decision_state(tx.conn, step.want_id, target, outputs), fresh=step.fresh)
+        state = replace(self._decision_state(tx.conn, step.want_id, target, step.outputs), fresh=step.fresh)
         decided = decisions.decide(state, step.seq, new_job_run_id())
         tx.extend(decided.events)  # a new run's outputs are projected building in one statement
         for event in decided.events:
