@@ -47,3 +47,24 @@ def test_an_event_type_without_a_handler_is_a_clear_error() -> None:
             projector.apply(conn, Unknown(), datetime.now(UTC))  # type: ignore[arg-type]
     finally:
         engine.dispose()
+
+
+def test_merged_keeps_each_commands_order_and_puts_types_together() -> None:
+    def queued(run: str) -> ev.JobRunQueued:
+        return ev.JobRunQueued(
+            job_run_id=run, job_label="j", outputs=[run], params={}, want_id="w" + run, workflow_id="wf"
+        )
+
+    def building(run: str) -> ev.PartitionBuilding:
+        return ev.PartitionBuilding(ref=run, job_run_id=run)
+
+    def external(want: str) -> ev.WantWaitingExternal:
+        return ev.WantWaitingExternal(want_id=want, decision_seq=1)
+
+    first = [queued("1"), building("1"), building("1b")]
+    waits = [external("w")]
+    second = [queued("2"), building("2")]
+    order = projector.merged([first, [], waits, second])
+    assert order == [queued("1"), queued("2"), building("1"), building("1b"), building("2"), external("w")]
+    for command in (first, waits, second):  # each command's own order is kept
+        assert [e for e in order if e in command] == command

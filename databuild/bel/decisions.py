@@ -1,10 +1,12 @@
 """A want's decision step: the state ``decisions.decide`` reads, loaded under the want's and its outputs' locks."""
 
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, func, select
+from sqlalchemy import Connection, Engine, RowMapping, bindparam, func, select
 
 from databuild.bel import schema as s
 from databuild.bel.base import (
@@ -19,7 +21,7 @@ from databuild.bel.rows import (
     job_run_row,
     open_among,
     partitions_at,
-    want_and_links,
+    wants_and_links,
 )
 from databuild.bel.transaction import WriteTx
 from databuild.domain import decisions, reach
@@ -29,6 +31,7 @@ from databuild.domain.freshness import Freshness
 from databuild.graph import JobTarget, Resolution
 from databuild.models import (
     JobRunState,
+    Partition,
     PartitionStatus,
     WantSource,
     WantState,
@@ -69,11 +72,29 @@ class Step:
         target = self.resolution.target
         return target.outputs if target else [self.resolution.ref]
 
+    @cached_property
+    def declared(self) -> list[str]:
+        target = self.resolution.target
+        return target.job.declared_inputs(target.params) if target is not None else []
+
     def lock_keys(self) -> list[str]:
         target = self.resolution.target
         # Wants of one batch job decide one at a time, so that each sees the batch the one before opened.
         batch = [f"batch:{target.job.label}"] if target is not None and target.job.batch else []
         return [want_key(self.want_id), *map(ref_key, self.outputs), *batch]
+
+    def touches(self) -> set[str]:
+        """The keys of what the step reads or writes: a step that shares none with another of its group
+        reads nothing the other writes, and writes nothing the other reads or writes."""
+        return {*self.lock_keys(), *map(ref_key, self.declared)}
+
+
+@dataclass(frozen=True)
+class Read:
+    """What steps read in a statement for all: each want's row with its links, and each partition."""
+
+    wants: dict[str, tuple[RowMapping, dict[str, str]]]
+    partitions: dict[str, Partition | None]
 
 
 class DecisionCommands(WriteBase):
@@ -102,28 +123,62 @@ class DecisionCommands(WriteBase):
         return self._decisions.submit(Step(want_id, seq, resolution, lease, fresh))
 
     def _decide_group(self, steps: list[Step]) -> list[Verdict]:
+        """The steps in order, in one transaction. What they read is read for all of them at once and
+        their events are projected together, while they are independent (``Step.touches``): a step that
+        touches what an earlier one did reads again, after the earlier one's events are projected. While a
+        backfill is paused every step reads alone (``_paused`` reads other wants)."""
         with self._write(*(key for step in steps for key in step.lock_keys())) as tx:
-            return [self._decide_in(tx, step) for step in steps]
+            read = self._read(tx.conn, steps)
+            paused = self._any_paused(tx.conn, steps, read)
+            verdicts: list[Verdict] = []
+            pending: list[tuple[Sequence[ev.Event], timedelta]] = []
+            pending_keys: set[str] = set()
+            seen: set[str] = set()
+            for step in steps:
+                touches = step.touches()
+                if paused or touches & pending_keys:
+                    self._project(tx, pending)
+                    pending, pending_keys = [], set()
+                known = self._read(tx.conn, [step]) if paused or touches & seen else read
+                decided = decisions.decide(
+                    self._decision_state(tx.conn, step, known, paused), step.seq, new_job_run_id()
+                )
+                pending.append((decided.events, step.lease))
+                pending_keys |= touches
+                seen |= touches
+                verdicts.append(decided.verdict)
+            self._project(tx, pending)
+            return verdicts
 
-    def _decide_in(self, tx: WriteTx, step: Step) -> Verdict:
-        target = step.resolution.target
-        state = replace(self._decision_state(tx.conn, step.want_id, target, step.outputs), fresh=step.fresh)
-        decided = decisions.decide(state, step.seq, new_job_run_id())
-        tx.extend(decided.events)  # a new run's outputs are projected building in one statement
-        for event in decided.events:
-            if isinstance(event, ev.JobRunQueued):  # a new run: its lease is new too
-                row = {"job_run_id": event.job_run_id, "expires_at": tx.at + step.lease}
-                tx.conn.execute(s.inserting(s.job_run_leases), row)
-        return decided.verdict
+    def _project(self, tx: WriteTx, pending: list[tuple[Sequence[ev.Event], timedelta]]) -> None:
+        """Append independent steps' events, with the build leases of the runs they queue."""
+        tx.extend_each([events for events, _ in pending])
+        leases = [
+            {"job_run_id": event.job_run_id, "expires_at": tx.at + lease}
+            for events, lease in pending
+            for event in events
+            if isinstance(event, ev.JobRunQueued)  # a new run: its lease is new too
+        ]
+        if leases:
+            tx.conn.execute(s.inserting(s.job_run_leases), leases)
+
+    def _read(self, conn: Connection, steps: list[Step]) -> Read:
+        refs = [ref for step in steps for ref in (*step.outputs, *step.declared)]
+        return Read(wants_and_links(conn, [step.want_id for step in steps]), partitions_at(conn, refs))
+
+    def _any_paused(self, conn: Connection, steps: list[Step], read: Read) -> bool:
+        """Whether some backfill is paused, if one of the steps' wants may be reached by one."""
+        reachable = (WantSource.backfill.value, WantSource.derivative.value)
+        if not any(read.wants[step.want_id][0]["source"] in reachable for step in steps):
+            return False
+        return conn.execute(ANY_PAUSED).first() is not None
 
     def _decision_state(
-        self, conn: Connection, want_id: str, target: JobTarget | None, outputs: list[str]
+        self, conn: Connection, step: Step, read: Read, paused: bool
     ) -> decisions.DecisionState:
-        want, links = want_and_links(conn, want_id)
-        declared = target.job.declared_inputs(target.params) if target is not None else []
-        # The outputs and the declared inputs, in one statement.
-        read = partitions_at(conn, [*outputs, *declared])
-        partitions = {out: read[out] for out in outputs}
+        want, links = read.wants[step.want_id]
+        target = step.resolution.target
+        partitions = {out: read.partitions[out] for out in step.outputs}
         followed = {p.building_job_run_id for p in partitions.values() if p and p.building_job_run_id}
         if want["job_run_id"]:
             followed.add(want["job_run_id"])
@@ -131,9 +186,9 @@ class DecisionCommands(WriteBase):
         batch = self._open_batch(conn, target) if target is not None and target.job.batch else None
         return decisions.DecisionState(
             batch=batch,
-            declared={ref: read[ref] for ref in declared if ref not in outputs},
+            declared={ref: read.partitions[ref] for ref in step.declared if ref not in step.outputs},
             want=decisions.WantStep(
-                want_id=want_id,
+                want_id=step.want_id,
                 ref=want["ref"],
                 state=WantState(want["state"]),
                 decision_seq=want["decision_seq"],
@@ -149,16 +204,14 @@ class DecisionCommands(WriteBase):
                 ref: decisions.FailLock(job_run_id=data["job_run_id"], reason=data["reason"])
                 for ref, data in self._failing_runs(conn, failed).items()
             },
-            paused=self._paused(conn, want_id, WantSource(want["source"])),
+            paused=paused and self._paused(conn, step.want_id, WantSource(want["source"])),
+            fresh=step.fresh,
         )
 
     def _paused(self, conn: Connection, want_id: str, source: WantSource) -> bool:
-        """Whether a paused backfill reaches the want: it is one of its wants, or a derivative that only
-        paused backfills need (``reach.reached``, over the wants it was derived from). One lookup while no
-        backfill is paused."""
+        """Whether a paused backfill reaches the want (some backfill is): it is one of its wants, or a
+        derivative that only paused backfills need (``reach.reached``, over the wants it was derived from)."""
         if source not in (WantSource.backfill, WantSource.derivative):
-            return False
-        if conn.execute(ANY_PAUSED).first() is None:
             return False
         parents = derived_above(conn, want_id) if source is WantSource.derivative else {}
         involved = {want_id} | {p for ps in parents.values() for p in ps}

@@ -167,22 +167,27 @@ def want_row(conn: Connection, want_id: str, required: bool = True) -> Any:
     return row
 
 
-# The want's row, once per run it is linked to (with the relation), or once with no link: one statement.
-WANT_AND_LINKS = (
+# Each want's row, once per run it is linked to (with the relation), or once with no link: one statement.
+WANTS_AND_LINKS = (
     select(
         s.wants, s.want_job_runs.c.job_run_id.label("linked_run"), s.want_job_runs.c.relation.label("linked")
     )
     .select_from(s.wants.outerjoin(s.want_job_runs, s.want_job_runs.c.want_id == s.wants.c.want_id))
-    .where(s.wants.c.want_id == bindparam("want_id"))
+    .where(s.wants.c.want_id.in_(bindparam("want_ids", expanding=True)))
 )
 
 
-def want_and_links(conn: Connection, want_id: str) -> tuple[RowMapping, dict[str, str]]:
-    """The want's row, and the relation of each run it is linked to. NotFoundError if there is none."""
-    rows = conn.execute(WANT_AND_LINKS, {"want_id": want_id}).mappings().all()
-    if not rows:
-        raise NotFoundError(f"no want {want_id!r}")
-    return rows[0], {row["linked_run"]: row["linked"] for row in rows if row["linked_run"] is not None}
+def wants_and_links(conn: Connection, want_ids: list[str]) -> dict[str, tuple[RowMapping, dict[str, str]]]:
+    """Each want's row, and the relation of each run it is linked to. NotFoundError if one has no row."""
+    found: dict[str, tuple[RowMapping, dict[str, str]]] = {}
+    for row in conn.execute(WANTS_AND_LINKS, {"want_ids": want_ids}).mappings():
+        _, links = found.setdefault(row["want_id"], (row, {}))
+        if row["linked_run"] is not None:
+            links[row["linked_run"]] = row["linked"]
+    for want_id in want_ids:
+        if want_id not in found:
+            raise NotFoundError(f"no want {want_id!r}")
+    return found
 
 
 # Built once: SQLAlchemy builds and keys a statement made per call again each time, several times the cost

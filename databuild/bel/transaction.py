@@ -216,6 +216,13 @@ class WriteTx:
         projector.apply_all(self.conn, events, self.at)
         self.events.extend(events)
 
+    def extend_each(self, commands: Sequence[Sequence[ev.Event]]) -> None:
+        """Append the events of commands that touch no row in common: to the log command after command,
+        to the projections together (``projector.merged``)."""
+        projector.apply_all(self.conn, projector.merged(commands), self.at)
+        for events in commands:
+            self.events.extend(events)
+
     def close(self) -> None:
         """Write the events (the transaction's last statements before COMMIT)."""
         if not self.events:

@@ -145,34 +145,38 @@ def set_want(conn: Connection, want_id: str, at: datetime, **values: object) -> 
     conn.execute(UPDATE_WANT, {"pk": want_id, "updated_at": at, **values})
 
 
-def declare_job_run(
+def declare_job_runs(
     conn: Connection,
-    event: ev.JobRunQueued | ev.JobRunSkipped,
+    events: Sequence[ev.JobRunQueued | ev.JobRunSkipped],
     at: datetime,
     state: JobRunState,
-    reason: str | None,
+    reasons: Sequence[str | None] | None = None,
 ) -> None:
+    """The runs' rows and their outputs' rows, in a statement per table for all of them."""
     conn.execute(
         s.inserting(s.job_runs),
-        {
-            "job_run_id": event.job_run_id,
-            "job_label": event.job_label,
-            "state": state.value,
-            "outputs": event.outputs,
-            "params": event.params,
-            "want_id": event.want_id,
-            "attempts": 0,
-            "lost": False,
-            "reason": reason,
-            "missing": [],
-            "workflow_id": event.workflow_id,
-            "created_at": at,
-            "updated_at": at,
-        },
+        [
+            {
+                "job_run_id": event.job_run_id,
+                "job_label": event.job_label,
+                "state": state.value,
+                "outputs": event.outputs,
+                "params": event.params,
+                "want_id": event.want_id,
+                "attempts": 0,
+                "lost": False,
+                "reason": reasons[n] if reasons else None,
+                "missing": [],
+                "workflow_id": event.workflow_id,
+                "created_at": at,
+                "updated_at": at,
+            }
+            for n, event in enumerate(events)
+        ],
     )
     conn.execute(
         s.inserting(s.job_run_outputs),
-        [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs],
+        [{"job_run_id": event.job_run_id, "ref": ref} for event in events for ref in event.outputs],
     )
 
 
@@ -200,10 +204,14 @@ def upsert_partition_setting(dialect: str, columns: tuple[str, ...]) -> SqliteIn
     return made.on_conflict_do_update(index_elements=[s.partitions.c.ref], set_=changed)
 
 
-def link(conn: Connection, want_id: str, job_run_id: str, relation: str) -> None:
-    """Link the want to the run, unless it is already (its first relation stays)."""
-    row = {"want_id": want_id, "job_run_id": job_run_id, "relation": relation}
-    conn.execute(insert_or_skip(conn.dialect.name, s.want_job_runs), row)
+def link(conn: Connection, links: Sequence[tuple[str, str, str]]) -> None:
+    """Link each (want, run, relation), unless the want is already linked to the run (its first relation
+    stays), in one statement."""
+    rows = [
+        {"want_id": want_id, "job_run_id": job_run_id, "relation": relation}
+        for want_id, job_run_id, relation in links
+    ]
+    conn.execute(insert_or_skip(conn.dialect.name, s.want_job_runs), rows)
 
 
 def subscribe(conn: Connection, want_id: str, refs: list[str], workflow_id: str) -> None:

@@ -11,7 +11,7 @@ from databuild.bel.projections.common import (
     BATCH_OF,
     GRANT,
     QUEUED_AT,
-    declare_job_run,
+    declare_job_runs,
     link,
     projects,
     projects_together,
@@ -26,11 +26,13 @@ from databuild.models import (
 )
 
 
-@projects(ev.JobRunQueued)
-def _job_run_queued(conn: Connection, event: ev.JobRunQueued, at: datetime) -> None:
-    declare_job_run(conn, event, at, JobRunState.queued, reason=None)
-    if event.batch is not None:
-        set_job_run(conn, event.job_run_id, at, batch_limit=event.batch, members=[event.params])
+@projects_together(ev.JobRunQueued)
+def _job_runs_queued(conn: Connection, events: Sequence[ev.JobRunQueued], at: datetime) -> None:
+    """The runs a group of decisions queues, in a statement per table."""
+    declare_job_runs(conn, events, at, JobRunState.queued)
+    for event in events:
+        if event.batch is not None:
+            set_job_run(conn, event.job_run_id, at, batch_limit=event.batch, members=[event.params])
 
 
 @projects(ev.JobRunJoined)
@@ -72,9 +74,9 @@ def _job_run_admitted(conn: Connection, event: ev.JobRunAdmitted, at: datetime) 
 
 @projects(ev.JobRunSkipped)
 def _job_run_skipped(conn: Connection, event: ev.JobRunSkipped, at: datetime) -> None:
-    declare_job_run(conn, event, at, JobRunState.skipped, reason=event.message)
+    declare_job_runs(conn, [event], at, JobRunState.skipped, [event.message])
     if event.want_id:
-        link(conn, event.want_id, event.job_run_id, "skipped")
+        link(conn, [(event.want_id, event.job_run_id, "skipped")])
 
 
 @projects(ev.JobRunStarted)
