@@ -8,6 +8,7 @@ from sqlalchemy import event
 
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
+from databuild.bel.decisions import DEFAULT_LEASE, Step
 from databuild.models import InstanceRef, WantSource, WantSpec
 from tests.bel_sqlite import decide, graph, spec
 
@@ -43,6 +44,19 @@ def test_a_want_of_a_paused_backfill_is_paused(bel: BuildEventLog) -> None:
     assert bel.decide(want.want_id, 1, graph.resolve("up/1")).kind == "paused"
     bel.pause_backfill(request.backfill_id, False)
     assert bel.decide(want.want_id, 2, graph.resolve("up/1")).kind == "execute"
+
+
+def test_in_a_group_a_paused_backfill_holds_only_its_own_wants(bel: BuildEventLog) -> None:
+    """While a backfill is paused the steps of a group read alone (``DecisionCommands._decide_group``)."""
+    at = datetime(2024, 1, 1, tzinfo=UTC)
+    request = BackfillRequest(pattern="up/{n}", start=at, end=at)
+    held = WantSpec(ref="up/1", data_timestamp=at, source=WantSource.backfill)
+    bel.record_backfill(request, 1, [held])
+    bel.pause_backfill(request.backfill_id, True)
+    free = spec("up/2")
+    bel.register_want(free)
+    steps = [Step(w.want_id, 1, graph.resolve(w.ref), DEFAULT_LEASE, None) for w in (held, free, held)]
+    assert [v.kind for v in bel._decide_group(steps)] == ["paused", "execute", "paused"]
 
 
 def test_a_decision_is_one_transaction_of_few_statements(bel: BuildEventLog) -> None:
