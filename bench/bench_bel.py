@@ -122,15 +122,21 @@ def decisions_per_second(url: str, clients: int, total: int, contended: bool) ->
     return clients * per_client / elapsed
 
 
-def statements_per_decision(url: str, decisions: int, contended: bool) -> dict[str, float]:
-    """What one decision sends the database, one client: statements (reads, locks, writes) and commits."""
+def statements_per_decision(url: str, decisions: int, contended: bool, clients: int = 1) -> dict[str, float]:
+    """What one decision sends the database: statements (reads, locks, writes) and commits. With many
+    clients released together, a process's decisions share transactions (group commit), and independent
+    ones their statements too."""
     reset(url)
     bel = BuildEventLog.create(url)
+    per_client = max(decisions // clients, 1)
     specs = [
-        WantSpec(ref=f"x/{0 if contended else j}", data_timestamp=T0 + timedelta(minutes=j))
-        for j in range(decisions)
+        [
+            WantSpec(ref=f"x/{0 if contended else f'{c}-{j}'}", data_timestamp=T0 + timedelta(minutes=j))
+            for j in range(per_client)
+        ]
+        for c in range(clients)
     ]
-    for spec in specs:
+    for spec in (spec for client_specs in specs for spec in client_specs):
         bel.register_want(spec)
     counts = {"statements": 0, "commits": 0}
 
@@ -144,13 +150,17 @@ def statements_per_decision(url: str, decisions: int, contended: bool) -> dict[s
     for engine in engines:
         event.listen(engine, "before_cursor_execute", statement)
         event.listen(engine, "commit", commit)
-    for spec in specs:
-        bel.decide(spec.want_id, 1, graph.resolve(spec.ref))
+
+    def client(c: int) -> None:
+        for spec in specs[c]:
+            bel.decide(spec.want_id, 1, graph.resolve(spec.ref))
+
+    released_together(clients, client)
     for engine in engines:
         event.remove(engine, "before_cursor_execute", statement)
         event.remove(engine, "commit", commit)
     bel.dispose()
-    return {name: count / decisions for name, count in counts.items()}
+    return {name: count / (clients * per_client) for name, count in counts.items()}
 
 
 def raw_commits_per_second(url: str, clients: int, total: int) -> float:
@@ -278,6 +288,8 @@ def measure(name: str, base: str, args: argparse.Namespace) -> dict[str, Any]:
         case: statements_per_decision(url(f"count-{case}"), min(args.decisions, 100), case == "contended")
         for case in ("distinct", "contended")
     }
+    # 16 clients at once: how much of a decision's statements its group shares.
+    figures["per_decision"]["distinct-16"] = statements_per_decision(url("count-16"), 320, False, clients=16)
     return figures
 
 
@@ -312,10 +324,10 @@ def table(results: dict[str, Any]) -> str:
     for name, figures in results.items():
         r = figures["read"]
         lines.append(f"{name:<12}{r['bel_per_s']:>15.0f}{r['raw_per_s']:>15.0f}{r['ratio']:>7.2f}x")
-    lines += ["", f"{'backend':<12}{'case':<12}{'statements/decision':>21}{'commits/decision':>18}", "-" * 63]
+    lines += ["", f"{'backend':<12}{'case':<13}{'statements/decision':>21}{'commits/decision':>18}", "-" * 64]
     for name, figures in results.items():
         for case, per in figures["per_decision"].items():
-            lines.append(f"{name:<12}{case:<12}{per['statements']:>21.1f}{per['commits']:>18.1f}")
+            lines.append(f"{name:<12}{case:<13}{per['statements']:>21.1f}{per['commits']:>18.2f}")
     return "\n".join(lines)
 
 

@@ -84,9 +84,12 @@ def test_bench_bel_measures_decisions_against_raw_commits_on_both_backends() -> 
         assert figures["read"]["ratio"] == pytest.approx(
             figures["read"]["raw_per_s"] / figures["read"]["bel_per_s"]
         )
-        # What one decision sends the database: statements and one commit.
-        for per in figures["per_decision"].values():
+        # What one decision sends the database: statements and one commit; decisions of 16 clients at
+        # once share their group's transaction and statements, never send more.
+        alone, together = figures["per_decision"]["distinct"], figures["per_decision"]["distinct-16"]
+        for per in (alone, figures["per_decision"]["contended"]):
             assert per["statements"] > 0 and per["commits"] == 1
+        assert 0 < together["commits"] <= 1 and 0 < together["statements"] <= alone["statements"]
     # PostgreSQL reserves a command's indexes and writes its events in one statement.
     assert f["postgresql"]["per_decision"]["distinct"]["statements"] <= 10
     assert f["sqlite"]["per_decision"]["distinct"]["statements"] <= 11
