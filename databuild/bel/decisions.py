@@ -85,7 +85,11 @@ class Step:
 
     def touches(self) -> set[str]:
         """The keys of what the step reads or writes: a step that shares none with another of its group
-        reads nothing the other writes, and writes nothing the other reads or writes."""
+        reads nothing the other writes, and writes nothing the other reads or writes. Runs are covered by
+        these keys too: a step reads a run that builds one of its outputs or that its want follows, and
+        writes a run it queues (new) or joins (its batch job's, under the ``batch:`` key). As a ref
+        resolves to one job only (``Graph.resolve`` refuses a ref that two jobs' patterns match), any step
+        that reads a batch run holds that run's batch key."""
         return {*self.lock_keys(), *map(ref_key, self.declared)}
 
 
