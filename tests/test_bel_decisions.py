@@ -35,24 +35,26 @@ def test_a_failed_output_blocks_and_an_external_ref_waits(bel: BuildEventLog) ->
     assert decide(bel, spec("ext/1")).kind == "wait_external"
 
 
-def test_a_want_of_a_paused_backfill_is_paused(bel: BuildEventLog) -> None:
+def paused_backfill_want(bel: BuildEventLog) -> tuple[str, WantSpec]:
+    """A backfill of up/1 alone, paused: its id and its want."""
     at = datetime(2024, 1, 1, tzinfo=UTC)
     request = BackfillRequest(pattern="up/{n}", start=at, end=at)
     want = WantSpec(ref="up/1", data_timestamp=at, source=WantSource.backfill)
     bel.record_backfill(request, 1, [want])
     bel.pause_backfill(request.backfill_id, True)
+    return request.backfill_id, want
+
+
+def test_a_want_of_a_paused_backfill_is_paused(bel: BuildEventLog) -> None:
+    backfill_id, want = paused_backfill_want(bel)
     assert bel.decide(want.want_id, 1, graph.resolve("up/1")).kind == "paused"
-    bel.pause_backfill(request.backfill_id, False)
+    bel.pause_backfill(backfill_id, False)
     assert bel.decide(want.want_id, 2, graph.resolve("up/1")).kind == "execute"
 
 
 def test_in_a_group_a_paused_backfill_holds_only_its_own_wants(bel: BuildEventLog) -> None:
     """While a backfill is paused the steps of a group read alone (``DecisionCommands._decide_group``)."""
-    at = datetime(2024, 1, 1, tzinfo=UTC)
-    request = BackfillRequest(pattern="up/{n}", start=at, end=at)
-    held = WantSpec(ref="up/1", data_timestamp=at, source=WantSource.backfill)
-    bel.record_backfill(request, 1, [held])
-    bel.pause_backfill(request.backfill_id, True)
+    _, held = paused_backfill_want(bel)
     free = spec("up/2")
     bel.register_want(free)
     steps = [Step(w.want_id, 1, graph.resolve(w.ref), DEFAULT_LEASE, None) for w in (held, free, held)]

@@ -129,27 +129,25 @@ class DecisionCommands(WriteBase):
     def _decide_group(self, steps: list[Step]) -> list[Verdict]:
         """The steps in order, in one transaction. What they read is read for all of them at once and
         their events are projected together, while they are independent (``Step.touches``): a step that
-        touches what an earlier one did reads again, after the earlier one's events are projected. While a
+        touches what an earlier one did has the events before it projected, then reads again. While a
         backfill is paused every step reads alone (``_paused`` reads other wants)."""
         with self._write(*(key for step in steps for key in step.lock_keys())) as tx:
             read = self._read(tx.conn, steps)
             paused = self._any_paused(tx.conn, steps, read)
             verdicts: list[Verdict] = []
             pending: list[tuple[Sequence[ev.Event], timedelta]] = []
-            pending_keys: set[str] = set()
-            seen: set[str] = set()
+            touched: set[str] = set()
             for step in steps:
                 touches = step.touches()
-                if paused or touches & pending_keys:
+                known = read
+                if paused or touches & touched:
                     self._project(tx, pending)
-                    pending, pending_keys = [], set()
-                known = self._read(tx.conn, [step]) if paused or touches & seen else read
+                    pending, known = [], self._read(tx.conn, [step])
                 decided = decisions.decide(
                     self._decision_state(tx.conn, step, known, paused), step.seq, new_job_run_id()
                 )
                 pending.append((decided.events, step.lease))
-                pending_keys |= touches
-                seen |= touches
+                touched |= touches
                 verdicts.append(decided.verdict)
             self._project(tx, pending)
             return verdicts
