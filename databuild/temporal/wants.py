@@ -138,6 +138,9 @@ async def _start_want_run(
         id_reuse_policy=reuse,
         search_attributes=want_search_attributes(spec),
         static_summary=want_summary(spec),
+        # Its first task goes straight to a worker of this client when there is one with room (a worker's
+        # own starts: derivative wants, a backfill's window), with no task queue round trip.
+        request_eager_start=True,
         static_details=(
             f"want id `{spec.want_id}`\n\nparent `{spec.parent_want_id or '-'}`, "
             f"root `{spec.root_want_id or spec.want_id}`"
