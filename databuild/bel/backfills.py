@@ -74,6 +74,12 @@ def unstarted(backfill_id: str, *, open_only: bool = False) -> Select[Any]:
     return query
 
 
+# On every want's path (its end), so built once.
+BACKFILLS_OF_WANT = select(s.backfill_wants.c.backfill_id).where(
+    s.backfill_wants.c.want_id == bindparam("want_id")
+)
+
+
 class BackfillReads(ReadBase):
     """Reads of backfills."""
 
@@ -103,7 +109,7 @@ class BackfillReads(ReadBase):
         """The progress of each backfill the want belongs to that has finished. Counting a backfill's
         wants is done only once none is open (the first open one found answers), so a backfill of N
         wants does not count N times N rows as they end."""
-        ids = self._all(select(s.backfill_wants.c.backfill_id).where(s.backfill_wants.c.want_id == want_id))
+        ids = self._all(BACKFILLS_OF_WANT, {"want_id": want_id})
         final = [state.value for state in FINAL_WANT_STATES]
         finished = []
         for row in ids:

@@ -160,8 +160,13 @@ def event_record(row: Any) -> EventRecord:
 
 
 # Rows read inside a transaction -----------------------------------------------------------------
+# Statements on every want's path are built once (building one costs more than running it on SQLite).
+WANT_ROW = select(s.wants).where(s.wants.c.want_id == bindparam("want_id"))
+PARTITION_ROW = select(s.partitions).where(s.partitions.c.ref == bindparam("ref"))
+
+
 def want_row(conn: Connection, want_id: str, required: bool = True) -> Any:
-    row = conn.execute(select(s.wants).where(s.wants.c.want_id == want_id)).mappings().first()
+    row = conn.execute(WANT_ROW, {"want_id": want_id}).mappings().first()
     if row is None and required:
         raise NotFoundError(f"no want {want_id!r}")
     return row
@@ -204,7 +209,7 @@ def job_run_row(conn: Connection, job_run_id: str) -> RowMapping:
 
 
 def partition_row(conn: Connection, ref: str) -> RowMapping | None:
-    return conn.execute(select(s.partitions).where(s.partitions.c.ref == ref)).mappings().first()
+    return conn.execute(PARTITION_ROW, {"ref": ref}).mappings().first()
 
 
 def partition_at(conn: Connection, ref: str) -> Partition | None:

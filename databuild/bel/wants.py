@@ -15,6 +15,7 @@ from databuild.bel.base import (
 )
 from databuild.bel.partitions import PartitionReads
 from databuild.bel.rows import (
+    WANT_ROW,
     chunks,
     job_run_row,
     newest_first,
@@ -60,6 +61,7 @@ _SUBSCRIPTIONS = (
     .order_by(s.subscriptions.c.id)
     .limit(bindparam("limit"))
 )
+DECISION_SEQ = select(s.wants.c.decision_seq).where(s.wants.c.want_id == bindparam("want_id"))
 _SUBSCRIPTIONS_OF_WANT = _SUBSCRIBED.where(
     _TO_REFS, s.subscriptions.c.want_id == bindparam("want_id")
 ).order_by(s.subscriptions.c.id)
@@ -69,18 +71,18 @@ class WantReads(ReadBase):
     """Reads of wants, the runs they link to and the refs they subscribe to."""
 
     def want(self, want_id: str) -> Want:
-        rows = self._all(select(s.wants).where(s.wants.c.want_id == want_id))
+        rows = self._all(WANT_ROW, {"want_id": want_id})
         if not rows:
             raise NotFoundError(f"no want {want_id!r}; list wants with `databuild wants list`")
         return want_from_row(rows[0])
 
     def find_want(self, want_id: str) -> Want | None:
-        rows = self._all(select(s.wants).where(s.wants.c.want_id == want_id))
+        rows = self._all(WANT_ROW, {"want_id": want_id})
         return want_from_row(rows[0]) if rows else None
 
     def decision_seq(self, want_id: str) -> int:
         """The want's last decision step: a new workflow run of the want decides from the next one."""
-        rows = self._all(select(s.wants.c.decision_seq).where(s.wants.c.want_id == want_id))
+        rows = self._all(DECISION_SEQ, {"want_id": want_id})
         return int(rows[0]["decision_seq"]) if rows else 0
 
     def wants(
@@ -346,7 +348,7 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
                 want_id, current, row["decision_seq"], state, reason=reason, instance_id=instance_id, seq=seq
             )
 
-        read = self._all(select(s.wants).where(s.wants.c.want_id == want_id))
+        read = self._all(WANT_ROW, {"want_id": want_id})
         if not read:
             raise NotFoundError(f"no want {want_id!r}; list wants with `databuild wants list`")
         if not (seen := ending(read[0])).events:  # a repeat, or stale: nothing to write

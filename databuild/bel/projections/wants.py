@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import BindParameter, Connection, bindparam, delete, select, update
 
 from databuild.bel import schema as s
 from databuild.bel.projections.common import (
@@ -128,6 +128,20 @@ def _want_upstream_building(conn: Connection, event: ev.WantUpstreamBuilding, at
     subscribe(conn, event.want_id, event.missing, workflow_of(conn, event.want_id))
 
 
+_ENDING: BindParameter[Any] = bindparam("ids", expanding=True)
+_END_WANTS = (
+    update(s.wants)
+    .where(s.wants.c.want_id.in_(_ENDING))
+    .values(
+        state=bindparam("end_state"),
+        reason=bindparam("end_reason"),
+        instance_id=bindparam("end_instance"),
+        updated_at=bindparam("at"),
+    )
+)
+_UNSUBSCRIBE = delete(s.subscriptions).where(s.subscriptions.c.want_id.in_(_ENDING))
+
+
 @projects_together(ev.WantFinished)
 def _wants_finished(conn: Connection, events: Sequence[ev.WantFinished], at: datetime) -> None:
     # Wants that end alike (a backfill's cancel ends thousands so) are one UPDATE per few hundred.
@@ -136,12 +150,9 @@ def _wants_finished(conn: Connection, events: Sequence[ev.WantFinished], at: dat
         alike.setdefault((w.state.value, w.reason, w.instance_id), []).append(w.want_id)
     for (state, reason, instance_id), want_ids in alike.items():
         for chunk in chunks(want_ids):
-            conn.execute(
-                update(s.wants)
-                .where(s.wants.c.want_id.in_(chunk))
-                .values(state=state, reason=reason, instance_id=instance_id, updated_at=at)
-            )
-            conn.execute(delete(s.subscriptions).where(s.subscriptions.c.want_id.in_(chunk)))
+            ending = {"end_state": state, "end_reason": reason, "end_instance": instance_id, "at": at}
+            conn.execute(_END_WANTS, {"ids": chunk, **ending})
+            conn.execute(_UNSUBSCRIBE, {"ids": chunk})
 
 
 @projects(ev.WantRetried)
