@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import TypeAdapter
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from databuild.bel import schema as s
 from databuild.bel.base import ReadBase, WriteBase, ref_key, run_key
@@ -37,6 +37,12 @@ def _attempts(rows: Sequence[Any]) -> list[AttemptCost]:
             for row in rows
         ]
     )
+
+
+# Asked in every run's commit, so built once.
+COST_RECORDED = select(s.job_run_costs.c.attempt).where(
+    s.job_run_costs.c.job_run_id == bindparam("job_run_id"), s.job_run_costs.c.attempt == bindparam("attempt")
+)
 
 
 @dataclass(frozen=True)
@@ -137,10 +143,7 @@ class CostCommands(CostReads, WriteBase):
 def append_cost(tx: WriteTx, cost: ev.JobRunCostRecorded) -> bool:
     """Append ``cost`` to a transaction holding its run's and outputs' locks, unless its attempt's cost
     is recorded already. Returns whether it appended it."""
-    c = s.job_run_costs.c
-    exists = tx.conn.execute(
-        select(c.attempt).where(c.job_run_id == cost.job_run_id, c.attempt == cost.attempt)
-    ).first()
+    exists = tx.conn.execute(COST_RECORDED, {"job_run_id": cost.job_run_id, "attempt": cost.attempt}).first()
     if exists is not None:
         return False
     tx.append(cost)

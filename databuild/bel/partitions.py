@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import case, func, literal, select
+from sqlalchemy import bindparam, case, func, literal, select
 
 from databuild.bel import schema as s
 from databuild.bel.base import (
@@ -13,6 +13,7 @@ from databuild.bel.base import (
     ref_key,
 )
 from databuild.bel.rows import (
+    PARTITIONS_AT,
     check_from_row,
     chunks,
     instance_from_row,
@@ -38,6 +39,13 @@ from databuild.models import (
     PartitionStatus,
     TaintImpact,
     TaintResult,
+)
+
+# Read for every run's outputs, so built once.
+CHECKS_OF = (
+    select(s.instance_checks)
+    .where(s.instance_checks.c.instance_id.in_(bindparam("ids", expanding=True)))
+    .order_by(s.instance_checks.c.instance_id, s.instance_checks.c.name)
 )
 
 
@@ -110,12 +118,7 @@ class PartitionReads(ReadBase):
         """The latest result of each check of these instances (live or kept from going live), by name."""
         found: dict[str, list[CheckResult]] = {}
         for chunk in chunks(instance_ids):
-            query = (
-                select(s.instance_checks)
-                .where(s.instance_checks.c.instance_id.in_(chunk))
-                .order_by(s.instance_checks.c.instance_id, s.instance_checks.c.name)
-            )
-            for r in self._all(query):
+            for r in self._all(CHECKS_OF, {"ids": chunk}):
                 found.setdefault(r["instance_id"], []).append(check_from_row(r))
         return found
 
@@ -134,7 +137,7 @@ class PartitionReads(ReadBase):
     def partitions_by_ref(self, refs: Sequence[str]) -> list[Partition]:
         rows = []
         for chunk in chunks(refs):
-            rows += self._all(select(s.partitions).where(s.partitions.c.ref.in_(chunk)))
+            rows += self._all(PARTITIONS_AT, {"refs": chunk})
         return [partition_from_row(r) for r in rows]
 
     def generations(self, refs: Sequence[str]) -> dict[str, int]:

@@ -21,6 +21,13 @@ from databuild.models import (
     JobRunState,
 )
 
+# Asked each time a run ends, so built once.
+ADMITTED_NOT_STARTED = select(s.job_runs.c.workflow_id).where(
+    s.job_runs.c.state == JobRunState.queued.value,
+    s.job_runs.c.admitted.is_(True),
+    s.job_runs.c.job_run_id.in_(select(s.run_pools.c.job_run_id).where(s.run_pools.c.granted.is_(True))),
+)
+
 
 class PoolCommands(WriteBase):
     """Admission and leases."""
@@ -61,14 +68,7 @@ class PoolCommands(WriteBase):
 
     def admitted_not_started(self) -> list[str]:
         """Workflow ids of the runs given a pool slot that have not started yet: the runs to wake."""
-        granted = select(s.run_pools.c.job_run_id).where(s.run_pools.c.granted.is_(True))
-        rows = self._all(
-            select(s.job_runs.c.workflow_id).where(
-                s.job_runs.c.state == JobRunState.queued.value,
-                s.job_runs.c.admitted.is_(True),
-                s.job_runs.c.job_run_id.in_(granted),
-            )
-        )
+        rows = self._all(ADMITTED_NOT_STARTED)
         return [row["workflow_id"] for row in rows]
 
     def renew_lease(self, job_run_id: str, lease: timedelta) -> None:
