@@ -4,12 +4,15 @@ flags, cancelling, finishing and reopening, and the reads of wants."""
 from datetime import timedelta
 
 import pytest
+from sqlalchemy import event as sql_event
 
 from databuild.bel import BuildEventLog
+from databuild.domain import events as ev
+from databuild.domain.cost import SparkCost
 from databuild.domain.endings import Finished
 from databuild.errors import NotFoundError
 from databuild.models import InstanceRef, JobRunState, WantSource, WantState
-from tests.bel_sqlite import AT, build, decide, spec
+from tests.bel_sqlite import AT, build, decide, graph, spec
 
 pytestmark = pytest.mark.unit
 
@@ -111,3 +114,51 @@ def test_links_of_wants_to_runs(bel: BuildEventLog) -> None:
     bel.start_job_run(verdict.job_run_id, 1, "w")
     bel.succeed_job_run(verdict.job_run_id, [], [InstanceRef(ref="up/1", instance_id="u")])
     assert [run.state for _, run in bel.want_job_runs(ids[0])] == [JobRunState.succeeded]
+
+
+def test_no_statement_of_a_wants_path_is_built_per_call(bel: BuildEventLog) -> None:
+    """Every statement a want's BEL calls run (register, decide, the run's start and success, the cost,
+    the finish and what the activities read around them) is built once: on SQLite, building a statement
+    costs more than running it. The second want runs only statement objects the first one ran."""
+    ran: list[object] = []  # kept, so no object's id is reused
+
+    def record(_conn: object, statement: object, *_: object) -> None:
+        if not isinstance(statement, str):
+            ran.append(statement)
+
+    def one_want(n: int) -> set[int]:
+        ran.clear()
+        want = spec(f"a/{n}")
+        bel.register_want(want)
+        bel.decision_seq(want.want_id)
+        verdict = bel.decide(want.want_id, 1, graph.resolve(want.ref))
+        bel.want(want.want_id)
+        bel.job_run(verdict.job_run_id)
+        written = [InstanceRef(ref=ref, instance_id=f"{ref}@1") for ref in (f"a/{n}", f"b/{n}")]
+        bel.start_job_run(verdict.job_run_id, 1, "w", written, timedelta(minutes=5))
+        cost = ev.JobRunCostRecorded(
+            job_run_id=verdict.job_run_id,
+            attempt=1,
+            job_label=verdict.job_label,
+            executor="session",
+            cost=SparkCost(task_seconds=1.0, cpu_seconds=0.5, tasks=2),
+        )
+        bel.succeed_job_run(verdict.job_run_id, [], written, 1, cost=cost)
+        bel.partitions_by_ref([w.ref for w in written])
+        bel.checks_of([w.instance_id for w in written])
+        bel.subscriptions_of(want.want_id, [w.ref for w in written])
+        bel.finish_want(want.want_id, WantState.successful, None, written[0].instance_id, seq=1)
+        bel.finished_backfills_of(want.want_id)
+        return {id(statement) for statement in ran}
+
+    engines = {bel.reader, bel.writer}
+    for engine in engines:
+        sql_event.listen(engine, "before_execute", record)
+    try:
+        first = one_want(1)
+        kept = list(ran)
+        second = one_want(2)
+    finally:
+        for engine in engines:
+            sql_event.remove(engine, "before_execute", record)
+    assert kept and second <= first, [str(s) for s in ran if id(s) not in first]
