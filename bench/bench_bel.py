@@ -35,6 +35,7 @@ from typing import Any
 
 from sqlalchemy import Column, Integer, MetaData, Table, create_engine, event, insert, text
 
+from bench.common import python_loop_ms
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.bel.transaction import make_engines, write_lock
@@ -352,10 +353,12 @@ def main() -> None:
         for name in names:
             results[name] = measure(name, backends[name], args)
     judged = verdict(results)
+    speed = {"python_loop_ms": python_loop_ms()}
     print()
     print(table(results))
+    print(f"this machine's Python: {speed['python_loop_ms']:.2f} ms for bench.common's loop (quick: ~1)")
     print(f"verdict {judged['verdict']}" + "".join(f"\n    {miss}" for miss in judged["misses"]))
-    print(json.dumps(results | judged))
+    print(json.dumps(results | judged | speed))
 
 
 # The targets (issue 23): decisions keep up with the database as clients grow.

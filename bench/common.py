@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+import timeit
 import traceback
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,14 @@ T = TypeVar("T")
 # What the Temporal SDK logs for a workflow task that took over 5 s (TMPRL1104), and for a completion that
 # came after the server had timed its task out: a benchmark fails on either, whatever else it measured.
 STALLED_TASK_MARKERS = ("TMPRL1104", "Workflow task not found")
+
+
+def python_loop_ms() -> float:
+    """Milliseconds this machine's Python takes for a fixed pure-Python loop (the best of 5), printed
+    beside the figures whose targets are absolute (decisions/s, ms of orchestration per run): these
+    machines' speed moves by 2x and more from one session to the next, and this says at which speed a
+    figure was taken (about 1 ms on a quick one here, 2 on a slow one)."""
+    return min(timeit.repeat("sum(range(100_000))", number=20, repeat=5)) / 20 * 1000
 
 
 def stalled_workflow_tasks(log: Path) -> int:
