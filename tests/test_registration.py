@@ -2,9 +2,11 @@
 
 import asyncio
 import random
+from datetime import datetime
 
 import pytest
 
+from databuild.backfill import BackfillRequest
 from databuild.models import Subscription, WantSource, WantState
 from tests.helpers import until
 
@@ -126,3 +128,32 @@ async def test_fan_out_pages_and_resumes_from_its_cursor(make_stack) -> None:
     assert (resumed.heard, resumed.done) == (2, True)
     states = await asyncio.gather(*(stack.db.wait(s) for s in specs))
     assert {s.state for s in states} == {WantState.successful}
+
+
+async def first_task_identity(stack, workflow_id: str) -> str:  # type: ignore[no-untyped-def]
+    async for event in stack.client.get_workflow_handle(workflow_id).fetch_history_events():
+        if event.HasField("workflow_task_started_event_attributes"):
+            return str(event.workflow_task_started_event_attributes.identity)
+    raise AssertionError(f"{workflow_id} has no workflow task")
+
+
+async def test_a_want_asked_for_alone_starts_eagerly_and_a_backfills_wants_do_not(make_stack) -> None:
+    """In a worker's process, a want asked for alone has its first task handed out with its start (eager
+    start: the task shows the starting client's identity, not a poller's); a backfill's wants go through
+    the task queue, so that every worker polling it gets a share, not only the one running the window."""
+    stack = await make_stack(graph="tests.graphs:late")
+    alone = await stack.db.want("feed/2024-05-01")
+    progress = await stack.db.backfill(
+        BackfillRequest(pattern="feed/{date}", start=datetime(2024, 5, 2), end=datetime(2024, 5, 3))
+    )
+    assert progress.registered == 2
+    # Each has decided (its workflow ran its first task) once its want waits for the feed.
+    await until(lambda: not stack.bel.backfill_unstarted(progress.backfill_id), seconds=30)
+    members = [stack.bel.want(w) for w in stack.bel.backfill_members(progress.backfill_id)]
+    await until(
+        lambda: all(stack.bel.want(w.want_id).state is not WantState.new for w in members), seconds=30
+    )
+    await until(lambda: stack.bel.want(alone.want_id).state is not WantState.new, seconds=30)
+    assert await first_task_identity(stack, alone.workflow_id) == stack.client.identity
+    for want in members:
+        assert await first_task_identity(stack, want.spec.workflow_id) != stack.client.identity

@@ -193,14 +193,15 @@ class DataBuild:
 
     async def _register(self, spec: WantSpec) -> None:
         client = await self.temporal_client()
+        # Eager: in a worker's process (`databuild dev`, a graph's own code) its first task runs at once.
         try:
-            await start_want(client, spec, self.settings.task_queue, self.bel)
+            await start_want(client, spec, self.settings.task_queue, self.bel, eager=True)
         except RPCError as error:
             if MISSING_SEARCH_ATTRIBUTE not in error.message:
                 raise
             # A namespace no worker has prepared yet (the first seconds of `databuild dev`): prepare it.
             await ensure_search_attributes(client, self.settings.namespace)
-            await start_want(client, spec, self.settings.task_queue, self.bel)
+            await start_want(client, spec, self.settings.task_queue, self.bel, eager=True)
         # The workflow records the want too; doing it here as well (idempotently) means the want is
         # visible in the BEL as soon as this returns, and only once its workflow exists.
         await self.bel.call(self.bel.register_want, spec)

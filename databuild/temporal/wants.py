@@ -79,14 +79,20 @@ def want_summary(spec: WantSpec) -> str:
 
 
 async def start_want(
-    client: Client, spec: WantSpec, task_queue: str, bel: BelQueries
+    client: Client, spec: WantSpec, task_queue: str, bel: BelQueries, *, eager: bool = False
 ) -> WorkflowHandle[object, WantResult]:
     """Start the want's workflow, or attach to it: one want, one workflow, however often it is asked for.
+    ``eager``: its first task goes straight to a worker of ``client``'s own when one has room (no task
+    queue round trip); only for a want asked for alone, as wants started in numbers (a backfill's
+    window, a dep-miss's derivatives) would then all go to the one worker that started them, and stay
+    there (a workflow's later tasks follow its first), where adding workers should spread them.
 
     A want whose workflow ended without a final state in the BEL (terminated by an operator, or by
     Temporal at its history limit) is repaired: it gets a new run, which carries on from the BEL."""
     try:
-        return await _start_want_run(client, spec, task_queue, WorkflowIDReusePolicy.REJECT_DUPLICATE)
+        return await _start_want_run(
+            client, spec, task_queue, WorkflowIDReusePolicy.REJECT_DUPLICATE, eager=eager
+        )
     except WorkflowAlreadyStartedError:
         recorded = await bel.call(bel.find_want, spec.want_id)
         if recorded is not None and recorded.state.is_final:
@@ -127,6 +133,7 @@ async def _start_want_run(
     reuse: WorkflowIDReusePolicy,
     *,
     ending: WantEnding | None = None,
+    eager: bool = False,
 ) -> WorkflowHandle[object, WantResult]:
     return await client.start_workflow(
         WANT_WORKFLOW,
@@ -138,9 +145,7 @@ async def _start_want_run(
         id_reuse_policy=reuse,
         search_attributes=want_search_attributes(spec),
         static_summary=want_summary(spec),
-        # Its first task goes straight to a worker of this client when there is one with room (a worker's
-        # own starts: derivative wants, a backfill's window), with no task queue round trip.
-        request_eager_start=True,
+        request_eager_start=eager,
         static_details=(
             f"want id `{spec.want_id}`\n\nparent `{spec.parent_want_id or '-'}`, "
             f"root `{spec.root_want_id or spec.want_id}`"
