@@ -120,7 +120,7 @@ def test_no_statement_of_a_wants_path_is_built_per_call(bel: BuildEventLog) -> N
     """Every statement a want's BEL calls run (register, decide, the run's start and success, the cost,
     the finish and what the activities read around them) is built once: on SQLite, building a statement
     costs more than running it. The second want runs only statement objects the first one ran."""
-    ran: list[object] = []  # kept, so no object's id is reused
+    ran: list[object] = []
 
     def record(_conn: object, statement: object, *_: object) -> None:
         if not isinstance(statement, str):
@@ -156,7 +156,7 @@ def test_no_statement_of_a_wants_path_is_built_per_call(bel: BuildEventLog) -> N
         sql_event.listen(engine, "before_execute", record)
     try:
         first = one_want(1)
-        kept = list(ran)
+        kept = list(ran)  # alive, so that no statement of the second want reuses an id of the first's
         second = one_want(2)
     finally:
         for engine in engines:
