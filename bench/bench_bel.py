@@ -356,7 +356,7 @@ def main() -> None:
     speed = {"python_loop_ms": python_loop_ms()}
     print()
     print(table(results))
-    print(f"this machine's Python: {speed['python_loop_ms']:.2f} ms for bench.common's loop (quick: ~1)")
+    print(f"this machine's Python: {speed['python_loop_ms']:.2f} ms for bench.common's fixed loop")
     print(f"verdict {judged['verdict']}" + "".join(f"\n    {miss}" for miss in judged["misses"]))
     print(json.dumps(results | judged | speed))
 

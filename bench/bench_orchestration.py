@@ -337,7 +337,7 @@ def report(figures: dict[str, Any]) -> None:
         print(f"{name:<32}{value:>14}   {extra}")
     print("-" * 72)
     print(f"Spark start-up {figures['spark_start_s']:.1f} s, whole run {figures['total_s']:.1f} s")
-    print(f"this machine's Python: {figures['python_loop_ms']:.2f} ms for bench.common's loop (quick: ~1)")
+    print(f"this machine's Python: {figures['python_loop_ms']:.2f} ms for bench.common's fixed loop")
     print(f"workflow tasks over 5 s: {figures['stalled_tasks']} (target: none)")
     print(f"verdict {figures['verdict']}" + "".join(f"\n    {miss}" for miss in figures["misses"]))
     print(json.dumps(figures))

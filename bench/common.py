@@ -24,7 +24,7 @@ def python_loop_ms() -> float:
     """Milliseconds this machine's Python takes for a fixed pure-Python loop (the best of 5), printed
     beside the figures whose targets are absolute (decisions/s, ms of orchestration per run): these
     machines' speed moves by 2x and more from one session to the next, and this says at which speed a
-    figure was taken (about 1 ms on a quick one here, 2 on a slow one)."""
+    figure was taken: compare two runs' figures only at a like speed."""
     return min(timeit.repeat("sum(range(100_000))", number=20, repeat=5)) / 20 * 1000
 
 
