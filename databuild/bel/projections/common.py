@@ -74,7 +74,8 @@ WORKFLOW_OF = select(s.wants.c.workflow_id).where(s.wants.c.want_id == bindparam
 REFS_OF_WANTS = select(s.wants.c.ref, s.wants.c.want_id).where(
     s.wants.c.want_id.in_(bindparam("want_ids", expanding=True))
 )
-UNSUBSCRIBE = delete(s.subscriptions).where(s.subscriptions.c.want_id == bindparam("want_id"))
+# The subscriptions of the wants ``ids`` (wants that ended).
+UNSUBSCRIBE = delete(s.subscriptions).where(s.subscriptions.c.want_id.in_(bindparam("ids", expanding=True)))
 BATCH_OF = select(s.job_runs.c.outputs, s.job_runs.c.members, s.job_runs.c.attempts).where(
     s.job_runs.c.job_run_id == bindparam("job_run_id")
 )

@@ -4,10 +4,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BindParameter, Connection, bindparam, delete, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
 from databuild.bel import schema as s
 from databuild.bel.projections.common import (
+    UNSUBSCRIBE,
     UPDATE_WANT,
     derivatives_by_ref,
     link,
@@ -128,10 +129,9 @@ def _want_upstream_building(conn: Connection, event: ev.WantUpstreamBuilding, at
     subscribe(conn, event.want_id, event.missing, workflow_of(conn, event.want_id))
 
 
-_ENDING: BindParameter[Any] = bindparam("ids", expanding=True)
 _END_WANTS = (
     update(s.wants)
-    .where(s.wants.c.want_id.in_(_ENDING))
+    .where(s.wants.c.want_id.in_(bindparam("ids", expanding=True)))
     .values(
         state=bindparam("end_state"),
         reason=bindparam("end_reason"),
@@ -139,7 +139,6 @@ _END_WANTS = (
         updated_at=bindparam("at"),
     )
 )
-_UNSUBSCRIBE = delete(s.subscriptions).where(s.subscriptions.c.want_id.in_(_ENDING))
 
 
 @projects_together(ev.WantFinished)
@@ -152,7 +151,7 @@ def _wants_finished(conn: Connection, events: Sequence[ev.WantFinished], at: dat
         for chunk in chunks(want_ids):
             ending = {"end_state": state, "end_reason": reason, "end_instance": instance_id, "at": at}
             conn.execute(_END_WANTS, {"ids": chunk, **ending})
-            conn.execute(_UNSUBSCRIBE, {"ids": chunk})
+            conn.execute(UNSUBSCRIBE, {"ids": chunk})
 
 
 @projects(ev.WantRetried)
