@@ -149,10 +149,11 @@ def test_bench_big_backfill_keeps_its_window_and_cancels_within_seconds() -> Non
     assert 0 < f["most_open_wants"] <= 20
     assert f["job_runs_after_cancel"] == f["stalled_tasks"] == 0
     assert f["record_ratio"] == pytest.approx(f["record_s"] / f["raw_s"])
+    # The web process served the backfill's page at every look, and neither process outgrew its bound.
+    assert f["page_p95_ms"] > 0 and 0 < f["web_peak_rss_mib"] and 0 < f["worker_peak_rss_mib"]
     # Only the timings, which a busy machine moves, may miss their targets here.
-    assert set(f["misses"]) <= {"record", "first progress", "progress view", "cancel", "nothing open"}, f[
-        "misses"
-    ]
+    timings = {"record", "first progress", "progress view", "page", "cancel", "nothing open"}
+    assert set(f["misses"]) <= timings, f["misses"]
     assert f["verdict"] == ("PASS" if not f["misses"] else "FAIL")
 
 
