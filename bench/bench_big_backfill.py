@@ -1,25 +1,27 @@
 """A backfill of 100,000 hourly partitions on one machine: recorded in bulk, started in a sliding window,
-and cancelled.
+paused, resumed and cancelled.
 
     python -m bench.bench_big_backfill [--partitions 100000] [--window 200] [--run-for 20]
 
 One Temporal dev server (file database), one `databuild worker` process for the trivial job of
 `bench_scale` (a real job run whose body writes one row with pyarrow, no Spark), and one `databuild web`
-process whose backfill page (the live page a user watches) is fetched beside each look at the view. `DataBuild.backfill`
-records every want of `scale/{hour}` over N hours; that is timed against the same number of rows
-inserted into a plain table of the same database, with the same columns as the wants' rows (the
-database's own bulk rate). Then its window starts their workflows while the benchmark samples the
-backfill's progress view (latency) and how many of its wants are open (in the BEL; the running want
-workflows Temporal's visibility counts are printed too, and run a little over, as a want's workflow
-closes a moment after it records its end); ``--run-for`` seconds after the first want ended, the
-backfill is cancelled, and timed until its window and every want workflow have closed.
+process, whose backfill page (the live page a user watches) is fetched beside each look at the view.
+`DataBuild.backfill` records every want of `scale/{hour}` over N hours; that is timed against the same
+number of rows inserted into a plain table of the same database, with the same columns as the wants'
+rows (the database's own bulk rate). Then its window starts their workflows while the benchmark samples
+the backfill's progress view and page (latency) and how many of its wants are open (in the BEL; the
+running want workflows Temporal's visibility counts are printed too, and run a little over, as a want's
+workflow closes a moment after it records its end). ``--run-for`` seconds after the first want ended,
+the backfill is paused (and watched for new job runs for a few seconds), resumed (and timed until one of
+its wants ends again), then cancelled, and timed until its window and every want workflow have closed.
 
-Targets (the verdict): every want recorded in under 60 s, the first progress report within 1 s of the
-call, the progress view's p95 under 1 s and the backfill page's too, the worker's and the web's peak
-memory at most 600 MiB each (as ``bench_scale``'s worker), never more wants open than the window, its window stopped
-within 5 s of the cancel and every want workflow it started closed within 120 s (each closes as its
-cancel reaches it), no job run queued after the cancel returned, and no workflow task over 5 s (the
-exit code is 1 on a stalled task). The last line printed is JSON.
+Targets (the verdict): every want recorded in under 60 s; the first progress report within 1 s of the
+call; the progress view's p95 and the backfill page's under 1 s; the worker's and the web's peak memory
+at most 600 MiB each (as ``bench_scale``'s worker); never more wants open than the window; the pause
+recorded and told within 5 s, and no job run queued while it holds; a want ending within 30 s of the
+resume; the window stopped within 5 s of the cancel and every want workflow it started closed within
+120 s (each closes as its cancel reaches it); no job run queued after the cancel returned; and no
+workflow task over 5 s (the exit code is 1 on a stalled task). The last line printed is JSON.
 """
 
 import argparse
@@ -56,6 +58,9 @@ RECORD_TARGET_S = 60.0
 FIRST_PROGRESS_TARGET_S = 1.0
 PROGRESS_P95_TARGET_S = 1.0
 WINDOW_STOP_TARGET_S = 5.0  # no more wants started: the cancel's effect
+PAUSE_TARGET_S = 5.0  # the pause recorded and every open want of it told
+PAUSE_HOLD_S = 5.0  # how long the paused backfill is watched for new job runs
+RESUME_TARGET_S = 30.0  # a want of it ends again after the resume
 QUIET_TARGET_S = 120.0  # every workflow the window had started closed too
 
 
@@ -188,6 +193,35 @@ def p95_ms(seconds: list[float]) -> float:
     return 1000 * (statistics.quantiles(seconds, n=20)[-1] if len(seconds) > 1 else seconds[0])
 
 
+def runs_queued_since(db: DataBuild, at: datetime) -> int:
+    return sum(1 for run in db.bel.job_runs(limit=1000) if run.created_at >= at)
+
+
+async def pause_and_resume(db: DataBuild, backfill_id: str) -> dict[str, Any]:
+    """Pause the running backfill, watch it queue nothing for a while, then resume it and time until one
+    of its wants ends again."""
+    began = time.perf_counter()
+    await db.pause_backfill(backfill_id)
+    pause_s = time.perf_counter() - began
+    returned = datetime.now(UTC)
+    await asyncio.sleep(PAUSE_HOLD_S)  # runs already going finish meanwhile; nothing new may start
+    held = await db.backfill_progress(backfill_id)
+    queued = await asyncio.to_thread(runs_queued_since, db, returned)
+    began = time.perf_counter()
+    await db.pause_backfill(backfill_id, paused=False)
+    resume_s = time.perf_counter() - began
+    while (await db.backfill_progress(backfill_id)).done <= held.done:
+        if time.perf_counter() - began > RESUME_TARGET_S + 30:
+            break
+        await asyncio.sleep(0.2)
+    return {
+        "pause_s": pause_s,
+        "job_runs_while_paused": queued,
+        "resume_s": resume_s,
+        "resumed_s": time.perf_counter() - began,
+    }
+
+
 async def drive(db: DataBuild, partitions: int, run_for: float, web: str) -> dict[str, Any]:
     request = BackfillRequest(
         pattern=PATTERN,
@@ -223,6 +257,9 @@ async def drive(db: DataBuild, partitions: int, run_for: float, web: str) -> dic
         if progress.done and first_done > time.perf_counter():
             first_done = time.perf_counter()
         await asyncio.sleep(0.2)
+    print(f"{progress.done} wants done; pausing", file=sys.stderr)
+    paused = await pause_and_resume(db, request.backfill_id)
+    progress = await db.backfill_progress(request.backfill_id)
     done_before_cancel = progress.done
     print(f"{done_before_cancel} wants done; cancelling", file=sys.stderr)
 
@@ -248,8 +285,7 @@ async def drive(db: DataBuild, partitions: int, run_for: float, web: str) -> dic
             break
     quiet_s = time.perf_counter() - began
     progress = await db.backfill_progress(request.backfill_id)
-    late_runs = [r for r in db.bel.job_runs(limit=1000) if r.created_at >= returned]
-    return {
+    return paused | {
         "record_s": record_s,
         "first_progress_s": first_report[0],
         "progress_view_p50_ms": 1000 * statistics.median(views),
@@ -266,7 +302,7 @@ async def drive(db: DataBuild, partitions: int, run_for: float, web: str) -> dic
         "quiet_s": quiet_s,
         "finished": progress.finished,
         "started": progress.started,
-        "job_runs_after_cancel": len(late_runs),
+        "job_runs_after_cancel": runs_queued_since(db, returned),
     }
 
 
@@ -340,6 +376,18 @@ def main() -> None:
                 "window",
                 f"wants open at most {f['most_open_wants']} (target: at most the window, {f['window']})",
                 f["most_open_wants"] <= f["window"],
+            ),
+            (
+                "pause",
+                f"paused in {f['pause_s']:.1f} s (target: within {PAUSE_TARGET_S:g} s), "
+                f"{f['job_runs_while_paused']} job runs queued in the {PAUSE_HOLD_S:g} s after (target: none)",
+                f["pause_s"] <= PAUSE_TARGET_S and f["job_runs_while_paused"] == 0,
+            ),
+            (
+                "resume",
+                f"resumed in {f['resume_s']:.1f} s, a want ended {f['resumed_s']:.1f} s after the resume began "
+                f"(target: within {RESUME_TARGET_S:g} s)",
+                f["resumed_s"] <= RESUME_TARGET_S,
             ),
             (
                 "cancel",
