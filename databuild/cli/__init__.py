@@ -5,6 +5,8 @@ the import order below is the order `databuild --help` lists them in."""
 
 from databuild.cli import stack, wants, backfill, operations, events, partitions  # noqa: F401, I001
 from databuild.cli import staleness, cost, job_runs, upstream, schedule  # noqa: F401
-from databuild.cli.app import app, main
+from databuild.cli.app import app, main, summarise_commands
+
+summarise_commands(app)
 
 __all__ = ["app", "main"]

@@ -1,6 +1,7 @@
 """The `databuild` Typer app and what every command shares: settings, the SDK client, output."""
 
 import asyncio
+import inspect
 import json
 import os
 import sys
@@ -110,6 +111,19 @@ def jsonable(value: Any) -> Any:
 
 def page_note(page: Page) -> str:
     return "" if page.next_offset is None else f"more: --offset {page.next_offset}"
+
+
+def summarise_commands(typer_app: typer.Typer) -> None:
+    """Give every command of ``typer_app`` (and of its groups) the first paragraph of its docstring, with
+    its line breaks joined, as the line `--help` lists it by: Typer keeps a docstring's line breaks
+    there, which broke each summary at the source's margin rather than the terminal's."""
+    for command in typer_app.registered_commands:
+        if command.short_help is None and command.callback is not None and command.callback.__doc__:
+            first = inspect.cleandoc(command.callback.__doc__).split("\n\n")[0]
+            command.short_help = " ".join(first.split())
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            summarise_commands(group.typer_instance)
 
 
 def main() -> None:
