@@ -6,7 +6,7 @@ import threading
 import time
 import warnings
 from datetime import timedelta
-from functools import partial
+from functools import partial, reduce
 from typing import TYPE_CHECKING
 
 from databuild.graph import (
@@ -164,6 +164,15 @@ def sides(ctx: JobContext, n: str) -> None:
     frame = ctx.spark.range(BUILDS[n] * 10)
     ctx.write(f"left/{n}", frame)
     ctx.write(f"right/{n}", frame)
+
+
+# wide/{day}: a batch of three days written as one DataFrame (ctx.write_partitioned), each day its own
+# instance and its own table partition; day k of the batch has k + 1 rows.
+@lake.job("wide/{day}", batch=3)
+def wide(ctx: JobContext, partitions: list[dict[str, str]]) -> None:
+    days = sorted(p["day"] for p in partitions)
+    frames = [ctx.spark.range(k + 1).selectExpr("id", f"'{day}' AS day") for k, day in enumerate(days)]
+    ctx.write_partitioned(reduce(lambda a, b: a.unionByName(b), frames))
 
 
 @lake.job("held/{n}")

@@ -3,16 +3,20 @@ instance, and another process queries it with beeline through the Thrift server 
 (the test session's JVM holds the embedded metastore, as a `databuild dev` worker does)."""
 
 import asyncio
+import os
 import socket
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pyspark
 import pytest
 
+from databuild.backfill import BackfillRequest
 from databuild.jobs.catalog import Catalog, serve_sql
 from databuild.jobs.spark import SparkRuntime
 from databuild.models import WantState
@@ -51,6 +55,11 @@ def beeline(port: int, sql: str) -> list[str]:
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     return [line for line in result.stdout.splitlines() if line and not line.startswith(("0: jdbc", "WARN"))]
+
+
+def path_of(uri: str) -> str:
+    """The path of a location, however its scheme is written (`file:/x`, `file:///x`, `/x`)."""
+    return os.path.normpath(urlparse(uri).path)
 
 
 def in_process(stack: Stack, sql: str) -> str:
@@ -117,3 +126,42 @@ async def test_a_published_partition_is_queried_with_beeline_after_a_build_and_a
     assert beeline(sql_server, count)[-1] == "0"
     assert catalog.repair() == 2
     assert beeline(sql_server, count)[-1] == "20"
+
+
+async def test_a_batch_written_as_one_dataframe_is_one_table_partition_per_day(
+    make_stack, sql_server: int
+) -> None:
+    database = f"t_{uuid.uuid4().hex[:8]}"
+    stack = await make_stack(
+        graph="tests.graphs:lake",
+        catalog="embedded",
+        catalog_database=database,
+        batch_window=timedelta(seconds=60),
+    )
+    start = datetime(2024, 5, 1, tzinfo=UTC)
+    days = [(start + timedelta(days=k)).date().isoformat() for k in range(3)]
+    backfill = await stack.db.backfill(
+        BackfillRequest(pattern="wide/{day}", start=start, end=start + timedelta(days=2))
+    )
+    deadline = time.monotonic() + 120
+    while not (progress := await stack.db.backfill_progress(backfill.backfill_id)).finished:
+        assert time.monotonic() < deadline, progress
+        await asyncio.sleep(0.25)
+    assert progress.by_state == {WantState.successful: 3}
+    (run,) = stack.bel.job_runs(job_label="wide", limit=10)
+    assert len(run.partitions or []) == 3  # one run, one partitionBy write
+
+    # Each day is a partition of table `wide`, pointed at its own instance in the run's folder, and
+    # beeline in another process counts each day's rows (day k has k + 1).
+    counted = f"SELECT day, count(*) AS n FROM {database}.`wide` GROUP BY day"
+    per_day = f"SELECT array_join(array_sort(collect_list(concat(day, '=', n))), ':') FROM ({counted})"
+    await rows_become(stack, sql_server, per_day, ":".join(f"{day}={k + 1}" for k, day in enumerate(days)))
+    session = stack.parts.spark.session()
+    for day in days:
+        instance = stack.bel.instance(stack.bel.partition(f"wide/{day}").instance_id or "")
+        assert instance.location is not None and instance.location.endswith(f"/~{run.job_run_id}-1/day={day}")
+        (shown,) = session.sql(
+            f"SHOW TABLE EXTENDED IN {database} LIKE 'wide' PARTITION (day = '{day}')"
+        ).collect()
+        (location,) = [line for line in shown.information.splitlines() if line.startswith("Location: ")]
+        assert path_of(location.removeprefix("Location: ")) == path_of(instance.location)
