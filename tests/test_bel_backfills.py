@@ -46,6 +46,9 @@ def test_the_window_starts_wants_in_order_as_room_frees_and_counts_from_its_low_
     assert not step.done and bel.backfill_progress(REQUEST.backfill_id).started == 1
     bel.record_backfill(REQUEST, 2, SPECS, 0)
     assert bel.backfill_unstarted(REQUEST.backfill_id) == {SPECS[1].want_id}
+    # A pause tells only the wants a window started (the other has no workflow yet).
+    assert [w.ref for w in bel.backfill_reach(REQUEST.backfill_id)] == ["up/1", "up/2"]
+    assert [w.ref for w in bel.backfill_reach(REQUEST.backfill_id, started_only=True)] == ["up/1"]
     full = bel.advance_backfill(REQUEST.backfill_id, window=1, low=step.low)
     assert (full.to_start, full.started, full.open) == ([], 1, 1)
     # Held by the window, the second want is no repair's business; the first, started, is.

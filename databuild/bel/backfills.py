@@ -152,11 +152,15 @@ class BackfillReads(ReadBase):
             self._all(select(s.backfills.c.backfill_id).where(s.backfills.c.paused.is_(True)).limit(1))
         )
 
-    def backfill_reach(self, backfill_id: str, *, everything_below: bool = False) -> list[Want]:
+    def backfill_reach(
+        self, backfill_id: str, *, everything_below: bool = False, started_only: bool = False
+    ) -> list[Want]:
         """The open wants a cancel or pause of the backfill reaches: its own, then the derivative wants
         below them that no open want outside needs (``reach.reached``), older first (a parent before the
         wants it derived). ``everything_below``: every open derivative below them instead, for a resume
-        to wake (each decides again whether it is still paused). NotFoundError for an unknown backfill."""
+        to wake (each decides again whether it is still paused). ``started_only``: without its wants no
+        window has started (a pause or resume need not tell them, and a big backfill's are most of it).
+        NotFoundError for an unknown backfill."""
         with self.reader.connect() as conn:
             backfill_row(conn, backfill_id)
             members = set(
@@ -188,8 +192,11 @@ class BackfillReads(ReadBase):
                 if everything_below
                 else reach.reached(members, parents, open_ids)
             )
+            reached = (members | below) & open_ids
+            if started_only:  # they derived nothing (no workflow), so the reach below is the same
+                reached -= set(conn.execute(unstarted(backfill_id)).scalars())
             rows: list[RowMapping] = []
-            for chunk in chunks(sorted((members | below) & open_ids)):
+            for chunk in chunks(sorted(reached)):
                 rows += conn.execute(select(s.wants).where(s.wants.c.want_id.in_(chunk))).mappings().all()
         wants = [want_from_row(r) for r in rows]
         return sorted(wants, key=lambda w: (w.source is WantSource.derivative, w.created_at, w.want_id))

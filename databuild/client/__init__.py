@@ -441,13 +441,13 @@ class DataBuild:
         Idempotent."""
         await self.bel.call(self.bel.pause_backfill, backfill_id, paused)
         # A resume wakes every derivative below the backfill: each decides whether it is still paused.
-        wants = await self.bel.call(self.bel.backfill_reach, backfill_id, everything_below=not paused)
-        unstarted = await self.bel.call(self.bel.backfill_unstarted, backfill_id)
+        # Wants no window has started yet have no workflow to tell: each decides on its first step.
+        wants = await self.bel.call(
+            self.bel.backfill_reach, backfill_id, everything_below=not paused, started_only=True
+        )
         client = await self.temporal_client()
         signal = SIGNAL_PAUSE if paused else SIGNAL_RESUME
-        await gathered(
-            [signal_workflow(client, w.workflow_id, signal) for w in wants if w.want_id not in unstarted]
-        )
+        await gathered([signal_workflow(client, w.workflow_id, signal) for w in wants])
         if not paused:
             await self._run_window(backfill_id)
         return await self.backfill_progress(backfill_id)
