@@ -51,8 +51,8 @@ RATIO_TARGET = 2.0  # registration of wants for live partitions, against bare wo
 OVERHEAD_TARGET_S = 0.1  # orchestration per job run, over the same Spark write done directly
 WARMUP = 5
 ROUNDS = 3
-# Untimed rounds of (b) first: a tiny Spark write takes 150 ms and more while the JVM compiles its path, and
-# 80 ms once it has; three rounds take it past the first of that.
+# Untimed rounds of (b) first: a tiny Spark write took 150 ms and more here while the JVM was still compiling
+# its path, and about 80 ms once it had; three rounds of each side carry it past most of that.
 JOB_WARMUP = 3
 
 
