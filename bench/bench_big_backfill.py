@@ -33,11 +33,11 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 from sqlalchemy import Column, DateTime, Float, Integer, MetaData, String, Table, Text, insert
 
 from bench.bench_scale import PATTERN, RSS_TARGET_MIB, WORKER_SETTINGS, launch, python_env
@@ -51,6 +51,7 @@ from databuild.temporal.connection import file_database_args
 from databuild.temporal.protocol import backfill_window_workflow_id
 from databuild.testing import free_port, make_settings, start_dev_server
 from databuild.testing.cluster import stop_group
+from databuild.testing.page_timing import PAGE_TARGET_MS
 
 GRAPH = "bench.bench_scale:graph"
 FIRST_HOUR = datetime(2010, 1, 1, tzinfo=UTC)
@@ -179,13 +180,10 @@ def peak_rss_mib(pid: int) -> float:
     return 0.0
 
 
-def fetch_page(url: str) -> float:
-    """Seconds to fetch ``url`` whole; a page that does not answer 200 fails the benchmark."""
+async def fetch_page(http: httpx.AsyncClient, path: str) -> float:
+    """Seconds to fetch the page at ``path`` whole; a page that does not answer 200 fails the benchmark."""
     began = time.perf_counter()
-    with urllib.request.urlopen(url, timeout=30) as response:
-        response.read()
-        if response.status != 200:
-            raise RuntimeError(f"{url} answered {response.status}")
+    (await http.get(path)).raise_for_status()
     return time.perf_counter() - began
 
 
@@ -243,20 +241,21 @@ async def drive(db: DataBuild, partitions: int, run_for: float, web: str) -> dic
 
     views: list[float] = []
     pages: list[float] = []
-    page = f"{web}/backfills/{request.backfill_id}"
+    page = f"/backfills/{request.backfill_id}"
     most_open = most_workflows = 0
-    # ``run_for`` seconds of work, counted from the first want that ended (a busy machine starts late).
-    first_done = time.perf_counter() + 120
-    while time.perf_counter() < first_done + run_for and not progress.finished:
-        looked = time.perf_counter()
-        progress = await db.backfill_progress(request.backfill_id)
-        views.append(time.perf_counter() - looked)
-        pages.append(await asyncio.to_thread(fetch_page, page))
-        most_open = max(most_open, progress.started - progress.done)
-        most_workflows = max(most_workflows, await open_wants(db))
-        if progress.done and first_done > time.perf_counter():
-            first_done = time.perf_counter()
-        await asyncio.sleep(0.2)
+    async with httpx.AsyncClient(base_url=web, timeout=30) as http:
+        # ``run_for`` seconds of work, counted from the first want that ended (a busy machine starts late).
+        first_done = time.perf_counter() + 120
+        while time.perf_counter() < first_done + run_for and not progress.finished:
+            looked = time.perf_counter()
+            progress = await db.backfill_progress(request.backfill_id)
+            views.append(time.perf_counter() - looked)
+            pages.append(await fetch_page(http, page))
+            most_open = max(most_open, progress.started - progress.done)
+            most_workflows = max(most_workflows, await open_wants(db))
+            if progress.done and first_done > time.perf_counter():
+                first_done = time.perf_counter()
+            await asyncio.sleep(0.2)
     print(f"{progress.done} wants done; pausing", file=sys.stderr)
     paused = await pause_and_resume(db, request.backfill_id)
     progress = await db.backfill_progress(request.backfill_id)
@@ -362,9 +361,8 @@ def main() -> None:
             ),
             (
                 "page",
-                f"the backfill's page p95 {f['page_p95_ms']:.0f} ms "
-                f"(target: under {1000 * PROGRESS_P95_TARGET_S:g} ms)",
-                f["page_p95_ms"] < 1000 * PROGRESS_P95_TARGET_S,
+                f"the backfill's page p95 {f['page_p95_ms']:.0f} ms (target: under {PAGE_TARGET_MS:g} ms)",
+                f["page_p95_ms"] < PAGE_TARGET_MS,
             ),
             (
                 "memory",

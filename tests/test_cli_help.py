@@ -15,5 +15,3 @@ def test_the_command_list_joins_each_summarys_lines() -> None:
     # Both phrases span a line break in their commands' docstrings.
     assert "Asking again registers nothing new" in listed.output
     assert "record nothing; with --fresh: rebuild it" in listed.output
-    wants = CliRunner().invoke(app, ["wants", "--help"], env={"COLUMNS": "200"})
-    assert "The fulfillment tree of a want" in wants.output
