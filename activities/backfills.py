@@ -9,6 +9,11 @@ from databuild.config import Settings
 from databuild.temporal import protocol as p
 from databuild.temporal.wants import start_wants
 
+# A step starts its wants this many at a time, and looks between two groups whether its backfill was
+# paused or cancelled meanwhile: a cancel of a big backfill stops new work within one group, not once a
+# whole window's worth of starts has gone through (seconds on a busy worker).
+START_GROUP = 32
+
 
 class BackfillActivities:
     def __init__(self, bel: BuildEventLog, client: Client, settings: Settings) -> None:
@@ -20,12 +25,31 @@ class BackfillActivities:
     async def advance_backfill(self, input: p.BackfillWindowInput) -> WindowStep:
         """Plan the window's step, start the wants it admits, then record it: an attempt that dies before
         it has recorded leaves the window where it was, and the retry starts the same wants again
-        (idempotently), so no want is recorded started without its workflow."""
+        (idempotently), so no want is recorded started without its workflow. A step whose backfill is
+        paused or cancelled while it starts stops there, unrecorded, as an attempt that died: a cancel
+        ends the wants it did not record started (those it started find theirs ended at their first
+        decision), and the step after a resume starts them, attaching to those already started."""
         step = await self.bel.call(
             self.bel.plan_window_step, input.backfill_id, self.settings.backfill_window, input.low
         )
-        await start_wants(
-            self.client, step.to_start, self.settings.task_queue, self.bel, on_started=activity.heartbeat
-        )
+        halted = step.paused, step.canceled
+        for first in range(0, len(step.to_start), START_GROUP):
+            if first:
+                halted = await self.bel.call(self.bel.backfill_halted, input.backfill_id)
+                if any(halted):  # not recorded: the window stays where it was
+                    return _halted(step, *halted).model_copy(update={"started": step.read})
+            await start_wants(
+                self.client,
+                step.to_start[first : first + START_GROUP],
+                self.settings.task_queue,
+                self.bel,
+                on_started=activity.heartbeat,
+            )
+        if step.to_start:  # it moves on, and also ends at once if the backfill was cancelled meanwhile
+            halted = await self.bel.call(self.bel.backfill_halted, input.backfill_id)
         await self.bel.call(self.bel.record_window_step, step)
-        return step.model_copy(update={"to_start": []})
+        return _halted(step, *halted)
+
+
+def _halted(step: WindowStep, paused: bool, canceled: bool) -> WindowStep:
+    return step.model_copy(update={"to_start": [], "paused": paused, "canceled": canceled})

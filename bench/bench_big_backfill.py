@@ -19,9 +19,10 @@ Targets (the verdict): every want recorded in under 60 s; the first progress rep
 call; the progress view's p95 and the backfill page's under 1 s; the worker's and the web's peak memory
 at most 600 MiB each (as ``bench_scale``'s worker); never more wants open than the window; the pause
 recorded and told within 5 s, and no job run queued while it holds; a want ending within 30 s of the
-resume; the window stopped within 5 s of the cancel and every want workflow it started closed within
-120 s (each closes as its cancel reaches it); no job run queued after the cancel returned; and no
-workflow task over 5 s (the exit code is 1 on a stalled task). The last line printed is JSON.
+resume; the window stopped within 5 s of the cancel (and started its last want by then) and every
+want workflow it started closed within 120 s (each closes as its cancel reaches it); no job run queued
+after the cancel returned; and no workflow task over 5 s (the exit code is 1 on a stalled task). The last
+line printed is JSON.
 """
 
 import argparse
@@ -115,6 +116,17 @@ async def open_wants(db: DataBuild) -> int:
         f"WorkflowType = 'Want' AND TaskQueue = '{db.settings.task_queue}' AND ExecutionStatus = 'Running'"
     )
     return (await client.count_workflows(query)).count
+
+
+async def started_since(db: DataBuild, at: datetime) -> tuple[int, float]:
+    """How many want workflows started at or after ``at``, and how many seconds after it the last did."""
+    client = await db.temporal_client()
+    query = (
+        f"WorkflowType = 'Want' AND TaskQueue = '{db.settings.task_queue}' "
+        f"AND StartTime >= '{at.isoformat().replace('+00:00', 'Z')}'"
+    )
+    starts = [w.start_time async for w in client.list_workflows(query)]
+    return len(starts), max(((t - at).total_seconds() for t in starts), default=0.0)
 
 
 async def window_running(db: DataBuild, backfill_id: str) -> bool:
@@ -262,7 +274,7 @@ async def drive(db: DataBuild, partitions: int, run_for: float, web: str) -> dic
     done_before_cancel = progress.done
     print(f"{done_before_cancel} wants done; cancelling", file=sys.stderr)
 
-    began = time.perf_counter()
+    began, cancelled_at = time.perf_counter(), datetime.now(UTC)
     cancelling = asyncio.ensure_future(db.cancel_backfill(request.backfill_id))
     window_stopped_s = None
     while not cancelling.done():  # the window stops while the cancel still records
@@ -284,6 +296,7 @@ async def drive(db: DataBuild, partitions: int, run_for: float, web: str) -> dic
             break
     quiet_s = time.perf_counter() - began
     progress = await db.backfill_progress(request.backfill_id)
+    started_after, last_start_s = await started_since(db, cancelled_at)
     return paused | {
         "record_s": record_s,
         "first_progress_s": first_report[0],
@@ -299,6 +312,8 @@ async def drive(db: DataBuild, partitions: int, run_for: float, web: str) -> dic
         "cancel_s": cancel_s,
         "window_stopped_s": quiet_s if window_stopped_s is None else window_stopped_s,
         "quiet_s": quiet_s,
+        "wants_started_after_cancel": started_after,
+        "last_start_s": last_start_s,
         "finished": progress.finished,
         "started": progress.started,
         "job_runs_after_cancel": runs_queued_since(db, returned),
@@ -389,9 +404,10 @@ def main() -> None:
             ),
             (
                 "cancel",
-                f"window stopped {f['window_stopped_s']:.1f} s after the cancel began "
+                f"window stopped {f['window_stopped_s']:.1f} s after the cancel began, after starting "
+                f"{f['wants_started_after_cancel']} wants, the last {f['last_start_s']:.1f} s after "
                 f"(target: within {WINDOW_STOP_TARGET_S:g} s)",
-                f["window_stopped_s"] <= WINDOW_STOP_TARGET_S,
+                max(f["window_stopped_s"], f["last_start_s"]) <= WINDOW_STOP_TARGET_S,
             ),
             (
                 "nothing open",

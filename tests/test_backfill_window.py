@@ -7,9 +7,15 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import ActivityEnvironment
 
+from activities.backfills import START_GROUP, BackfillActivities
 from databuild.backfill import BackfillRequest
+from databuild.client.specs import backfill_specs
+from databuild.domain.backfills import backfill_partitions
 from databuild.models import WantState
+from databuild.temporal import protocol as p
 from databuild.temporal.protocol import backfill_window_workflow_id
 from tests.conftest import Stack
 from tests.helpers import until
@@ -31,6 +37,20 @@ async def want_workflows(stack: Stack, status: str | None = None) -> int:
     if status:
         query += f" AND ExecutionStatus = '{status}'"
     return (await stack.client.count_workflows(query)).count
+
+
+async def started_workflows(stack: Stack, workflow_ids: list[str]) -> int:
+    """How many of these workflows exist (asked of each: visibility's counts lag)."""
+
+    async def started(workflow_id: str) -> bool:
+        try:
+            await stack.client.get_workflow_handle(workflow_id).describe()
+        except RPCError as error:
+            assert error.status is RPCStatusCode.NOT_FOUND
+            return False
+        return True
+
+    return sum(await asyncio.gather(*map(started, workflow_ids)))
 
 
 async def test_a_backfill_keeps_at_most_its_window_open_and_builds_every_partition(make_stack) -> None:
@@ -94,3 +114,29 @@ async def test_cancelling_a_big_backfill_stops_new_work_within_seconds_and_leave
         await asyncio.sleep(0.2)
     assert await want_workflows(stack) <= progress.started
     assert [r for r in stack.bel.job_runs(limit=100) if r.created_at >= returned] == []
+
+
+async def test_a_step_stops_starting_wants_once_its_backfill_is_cancelled_and_records_nothing(
+    make_stack,
+) -> None:
+    stack = await make_stack(graph="tests.graphs:reach", worker=False, backfill_window=100)
+    request = hours(datetime(2027, 1, 1, tzinfo=UTC), 100)
+    partitions = backfill_partitions(request, stack.graph)
+    specs = backfill_specs(stack.graph, request, partitions, {}, None)
+    stack.bel.record_backfill(request, 100, specs)
+
+    def cancel_at_the_tenth_start(*details: object) -> None:
+        if details == (10,):
+            assert stack.bel.cancel_backfill(request.backfill_id)
+
+    env = ActivityEnvironment()
+    env.on_heartbeat = cancel_at_the_tenth_start
+    activities = BackfillActivities(stack.bel, stack.client, stack.settings)
+    window = p.BackfillWindowInput(backfill_id=request.backfill_id)
+    step = await env.run(activities.advance_backfill, window)
+    # The group it was starting went on; the next did not start, and the window stayed where it was.
+    assert step.canceled and step.done and (step.read, step.started) == (0, 0)
+    assert await started_workflows(stack, [w.workflow_id for w in specs]) == START_GROUP
+    assert stack.bel.backfill_progress(request.backfill_id).started == 0
+    # The cancel ends every want the window did not record started, those with a workflow too.
+    assert stack.bel.cancel_unstarted(request.backfill_id) == 100

@@ -147,6 +147,13 @@ class BackfillReads(ReadBase):
         with self.reader.connect() as conn:
             return set(conn.execute(unstarted(backfill_id)).scalars())
 
+    def backfill_halted(self, backfill_id: str) -> tuple[bool, bool]:
+        """Whether the backfill is paused, and whether it is cancelled, now: a window's step looks between
+        the wants it starts."""
+        with self.reader.connect() as conn:
+            row = backfill_row(conn, backfill_id)
+        return bool(row["paused"]), bool(row["canceled"])
+
     def any_backfill_paused(self) -> bool:
         return bool(
             self._all(select(s.backfills.c.backfill_id).where(s.backfills.c.paused.is_(True)).limit(1))
