@@ -60,6 +60,7 @@ from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog, projector
 from databuild.bel import schema as s
 from databuild.bel.partition_costs import refresh_partition_costs
+from databuild.bel.run_costs import refresh_run_costs
 from databuild.domain import events as ev
 from databuild.domain.cost import SparkCost
 from databuild.graph import Graph, JobContext
@@ -763,7 +764,8 @@ class Fill:
 
 def copy_log(scratch: Engine, bel: BuildEventLog) -> None:
     """Every row of the events and the projections, surrogate ids and all, a chunk at a time. A history
-    kept (``--keep``) from before the cost report by partition was kept has that table summed here."""
+    kept (``--keep``) from before the cost reports by partition, and by job and day, were kept has those
+    tables summed here."""
     with scratch.connect() as source, bel.writer.begin() as target:
         if target.dialect.name == "sqlite":
             target.exec_driver_sql("PRAGMA cache_size=-500000")  # 500 MB for this connection's bulk load
@@ -776,6 +778,8 @@ def copy_log(scratch: Engine, bel: BuildEventLog) -> None:
                 target.execute(insert(table), [dict(row) for row in batch])
         if s.partition_costs.name not in held:
             refresh_partition_costs(target, None)
+        if s.run_day_costs.name not in held:
+            refresh_run_costs(target, None)
         last_idx = source.execute(select(s.head.c.last_idx).where(s.head.c.id == 1)).scalar_one()
         target.execute(update(s.head).where(s.head.c.id == 1).values(last_idx=last_idx))
         if target.dialect.name == "postgresql":  # explicit ids were inserted: move the sequences past them

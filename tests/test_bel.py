@@ -196,6 +196,11 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     assert {"ix_events_job_run_type", "ix_job_runs_batch"} <= names
     assert not names & {"ix_events_job_run_id", "ix_job_runs_job_label"}
     assert upgraded.events(job_run_id=versioned.job_run_id, limit=1000)
+    # 0011: the report by job and day is kept in parts: the migration summed them from the history, and
+    # the cost and delegations recorded since are in them, as the statement sums them.
+    days = upgraded.cost_days()
+    assert any(row.unvalued_avoided for row in days.by_job) and any(row.task_seconds for row in days.by_day)
+    assert days == upgraded.cost_days(since=datetime(2000, 1, 1, tzinfo=UTC))
     kept = projection_rows(upgraded)
     upgraded.rebuild_projections()
     assert projection_rows(upgraded) == kept

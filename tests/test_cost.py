@@ -17,7 +17,7 @@ from databuild.bel import BuildEventLog, projector
 from databuild.bel.measures import read_counts
 from databuild.config import Settings
 from databuild.domain import events as ev
-from databuild.domain.cost import CostReport, SparkCost, run_cost, total
+from databuild.domain.cost import CostReport, CostRow, SparkCost, run_cost, total
 from databuild.errors import InvalidPatternError, StaleAttemptError
 from databuild.models import InstanceRef, WantSource, WantSpec
 from databuild.testing import POSTGRES_ADMIN_URL, postgres_database
@@ -273,6 +273,56 @@ def test_the_report_by_partition_is_kept_as_costs_delegations_and_batch_members_
     shown, summed, count = bel.costliest_cost_rows(3, "partition")
     assert count == len(kept) and summed == total(kept.values())
     assert shown == sorted(kept.values(), key=lambda r: (-r.task_seconds, r.key))[:3]
+
+
+def test_the_report_by_job_and_day_is_kept_in_parts_as_costs_delegations_and_batch_members_are_recorded(
+    bel: BuildEventLog,
+) -> None:
+    """Rows by job and by day of all time (the dashboard's cost page) are summed from the parts the
+    projector keeps (``run_day_costs``); they stay what the statement sums (asked with a ``since`` before
+    everything), through delegations before a run's cost, out of order, on two days, to a run gone."""
+    every = AT - timedelta(days=365)
+
+    def kept_is_summed() -> dict[str, CostRow]:
+        kept, summed = bel.cost_days(), bel.cost_days(since=every)
+        assert (kept.by_job_day, kept.by_job, kept.by_day) == (
+            summed.by_job_day,
+            summed.by_job,
+            summed.by_day,
+        )
+        return {r.key: r for r in kept.by_job}
+
+    with bel.writer.begin() as conn:  # a want delegates to a batch run before it has a cost: unvalued
+        queued = ev.JobRunQueued(
+            job_run_id="r8", job_label="pair", outputs=["left/8"], params={}, want_id="w8", workflow_id="r8"
+        )
+        active = ev.Delegation(want_id="w9", ref="left/8", delegated_to="r8", kind="active", message="")
+        projector.apply_all(conn, [queued.model_copy(update={"batch": 4}), active], DAY1)
+    logged(
+        bel,
+        [
+            ("w1", "left/1", "r1", "historical", DAY2),
+            ("w2", "one/1", "r2", "active", DAY1),
+            ("w2", "one/1", "r2", "historical", DAY2),  # the same pair on another day
+            ("w5", "one/1", "r2", "historical", DAY2),
+            ("w5", "one/1", "r2", "active", DAY1),  # recorded out of order
+            ("w3", "far/1", "r3", "historical", DAY2),  # unknown cost: unvalued
+            ("w4", "one/1", "r-gone", "historical", DAY2),  # a run no longer known: left out
+        ],
+    )
+    by_job = kept_is_summed()
+    assert (by_job["single"].builds_avoided, by_job["single"].avoided_active) == (2, 2)
+    assert by_job["pair"].unvalued_avoided == 1 and by_job["remote"].unvalued_avoided == 1
+    with bel.writer.begin() as conn:
+        started = ev.JobRunStarted(job_run_id="r8", attempt=1, worker="w")
+        projector.apply_all(conn, [started, costed("r8", 1, "pair", 8.0)], DAY2)
+        # A partition joins the costed run (a batch after a dep-miss): every share of it is now a half.
+        joined = ev.JobRunJoined(job_run_id="r8", want_id="w10", params={"n": "9"}, outputs=["left/9"])
+        again = ev.Delegation(want_id="w9", ref="left/9", delegated_to="r8", kind="historical", message="")
+        projector.apply_all(conn, [joined, again], DAY2)
+    by_job = kept_is_summed()
+    assert by_job["pair"].unvalued_avoided == 0 and by_job["pair"].builds_run == 2
+    assert bel.cost_days().by_day[1].task_seconds_saved > 0
 
 
 def test_spent_and_saved_per_job_and_partition_and_a_run_shows_its_cost(bel: BuildEventLog) -> None:

@@ -13,7 +13,7 @@ The rules of ``databuild.domain.cost``, in SQL:
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     BigInteger,
@@ -43,11 +43,14 @@ FIGURES = (*COUNTS, "unvalued_avoided", *SPENT, "task_seconds_saved")
 # The partitions whose rows are summed: all (None), these, or an expanding parameter bound when the statement
 # runs (so that it is built once: ``databuild.bel.partition_costs``).
 Refs = Sequence[str] | BindParameter[Any] | None
+# Keys beyond a report's: rows kept per run, and per want that delegated to it (``databuild.bel.run_costs``).
+Key = CostBy | Literal["run", "want"]
 _FLOATS = {"task_seconds", "cpu_seconds", "task_seconds_saved"}
 ZERO: dict[str, float | int] = {name: 0.0 if name in _FLOATS else 0 for name in FIGURES}
 # Rows by job and day also count each build once per job (``<count>_of_job``): a run's attempts, or a want's
 # delegations to a run, on two days count in both days' rows, and once in their job's.
 ONCE_PER_JOB = ("builds_run", "builds_avoided", "avoided_active", "avoided_historical", "unvalued_avoided")
+OF_JOB = tuple(f"{name}_of_job" for name in ONCE_PER_JOB)
 
 
 class _UtcDay(FunctionElement[str]):
@@ -68,8 +71,10 @@ def _postgresql_day(element: _UtcDay, compiler: SQLCompiler, **kw: Any) -> str:
     return f"to_char({compiler.process(element.clauses, **kw)} AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
 
-def _key_columns(keys: Sequence[CostBy], job_label: Any, at: Any, ref: Any) -> list[Any]:
-    column = {"job": job_label, "day": _UtcDay(at), "partition": ref}
+def _key_columns(
+    keys: Sequence[Key], job_label: Any, at: Any, ref: Any, run: Any, want: Any
+) -> list[Any]:
+    column = {"job": job_label, "day": _UtcDay(at), "partition": ref, "run": run, "want": want}
     return [column[key].label(f"key_{key}") for key in keys]
 
 
@@ -83,8 +88,9 @@ def _over(figure: Any, parts: Any, kind: Any) -> Any:
     return figure.op("/", return_type=kind)(parts)
 
 
-def _attempts(since: datetime | None, refs: Refs) -> Any:
-    """Each attempt (recorded from ``since`` on, of a run that wrote one of ``refs`` unless None) with its
+def _attempts(since: datetime | None, refs: Refs, runs: Refs) -> Any:
+    """Each attempt (recorded from ``since`` on, of a run that wrote one of ``refs`` and of one of ``runs``,
+    unless None) with its
     share of each of its run's outputs, worked out once per attempt, not once per output; and whether it
     is the first attempt of its run in the range (``first_of_run``) and on its day (``first_of_day``), so
     a build is counted once per row."""
@@ -111,6 +117,7 @@ def _attempts(since: datetime | None, refs: Refs) -> Any:
         .where(
             *([] if since is None else [costs.recorded_at >= since]),
             *_of_runs_writing(costs.job_run_id, refs),
+            *([] if runs is None else [costs.job_run_id.in_(runs)]),
         )
         .cte("counted")
         .prefix_with("MATERIALIZED")
@@ -148,9 +155,11 @@ def _of_runs_writing(job_run_id: Any, refs: Refs) -> list[Any]:
     return [] if refs is None else [job_run_id.in_(select(o.job_run_id).where(o.ref.in_(refs)))]
 
 
-def _spent(keys: Sequence[CostBy], pattern: str | None, since: datetime | None, refs: Refs) -> Select[Any]:
+def _spent(
+    keys: Sequence[Key], pattern: str | None, since: datetime | None, refs: Refs, runs: Refs = None
+) -> Select[Any]:
     """Per key: the attempts' shares of their runs, builds run and unknown attempts."""
-    a, o = _attempts(since, refs), s.job_run_outputs.c
+    a, o = _attempts(since, refs, runs), s.job_run_outputs.c
     source: Any = a
     if "partition" in keys:
         # A row per output of each attempt (that the pattern keeps): each adds its share.
@@ -179,14 +188,14 @@ def _spent(keys: Sequence[CostBy], pattern: str | None, since: datetime | None, 
         "unknown_attempts": func.sum(a.c.unknown),
         **{name: func.sum(a.c[name] * outputs) for name in SPENT},
     }
-    columns = _key_columns(keys, a.c.job_label, a.c.recorded_at, ref)
+    columns = _key_columns(keys, a.c.job_label, a.c.recorded_at, ref, a.c.job_run_id, literal(""))
     selected = _all_figures(figures, _by_job_and_day(keys))
     return select(*columns, *selected).select_from(source).where(*conditions).group_by(*columns)
 
 
-def _priced(refs: Refs) -> Any:
-    """Per run (delegated to for one of ``refs``, unless None): its attempts' task-seconds, and how many
-    attempts it has and how many of them have a known cost."""
+def _priced(refs: Refs, runs: Refs) -> Any:
+    """Per run (delegated to for one of ``refs``, and one of ``runs``, unless None): its attempts'
+    task-seconds, and how many attempts it has and how many of them have a known cost."""
     d, c = s.delegations.c, s.job_run_costs.c
     return (
         select(
@@ -195,23 +204,36 @@ def _priced(refs: Refs) -> Any:
             func.count().label("attempts"),
             func.count(c.task_seconds).label("known"),
         )
-        .where(*([] if refs is None else [c.job_run_id.in_(select(d.delegated_to).where(d.ref.in_(refs)))]))
+        .where(
+            *([] if refs is None else [c.job_run_id.in_(select(d.delegated_to).where(d.ref.in_(refs)))]),
+            *([] if runs is None else [c.job_run_id.in_(runs)]),
+        )
         .group_by(c.job_run_id)
         .subquery("priced")
     )
 
 
-def _avoided(keys: Sequence[CostBy], pattern: str | None, since: datetime | None, refs: Refs) -> Select[Any]:
-    """Per key: the builds avoided, by kind, and what they saved (or that they are unvalued)."""
+def _avoided(
+    keys: Sequence[Key],
+    pattern: str | None,
+    since: datetime | None,
+    refs: Refs,
+    runs: Refs = None,
+    want: Any = None,
+) -> Select[Any]:
+    """Per key: the builds avoided, by kind, and what they saved (or that they are unvalued); of the
+    delegations to ``runs`` (by ``want``) only, unless None."""
     d, r = s.delegations.c, s.job_runs.c
-    priced = _priced(refs)
+    priced = _priced(refs, runs)
     valued = and_(priced.c.attempts.is_not(None), priced.c.known == priced.c.attempts)
     conditions = (
         ([] if since is None else [d.at >= since])
         + ([] if pattern is None else [ref_filter(d.ref, pattern)])
         + ([] if refs is None else [d.ref.in_(refs)])
+        + ([] if runs is None else [d.delegated_to.in_(runs)])
+        + ([] if want is None else [d.want_id == want])
     )
-    columns = _key_columns(keys, r.job_label, d.at, d.ref)
+    columns = _key_columns(keys, r.job_label, d.at, d.ref, d.delegated_to, d.want_id)
     day = _UtcDay(d.at)
     # Whether a want's delegations to a run on this day are its first day's (rows by day and job only).
     first_day = (
@@ -256,12 +278,12 @@ def _avoided(keys: Sequence[CostBy], pattern: str | None, since: datetime | None
     return select(*key_columns, *_all_figures(figures, _by_job_and_day(keys))).group_by(*key_columns)
 
 
-def _by_job_and_day(keys: Sequence[CostBy]) -> bool:
+def _by_job_and_day(keys: Sequence[Key]) -> bool:
     return "job" in keys and "day" in keys
 
 
 def _names(once_per_job: bool) -> list[str]:
-    return [*FIGURES, *(f"{name}_of_job" for name in ONCE_PER_JOB if once_per_job)]
+    return [*FIGURES, *(OF_JOB if once_per_job else ())]
 
 
 def _all_figures(given: dict[str, Any], once_per_job: bool = False) -> list[Any]:
@@ -279,11 +301,23 @@ def typed(name: str, summed: Any) -> Any:
 
 
 def cost_sums(
-    keys: Sequence[CostBy], pattern: str | None, since: datetime | None, refs: Refs = None
+    keys: Sequence[Key], pattern: str | None, since: datetime | None, refs: Refs = None, runs: Refs = None
 ) -> Select[Any]:
     """A row per key (``key_job``, ``key_day``, ``key_partition``, those asked for) with every figure; with
-    rows by partition, of the partitions ``refs`` only unless None (``databuild.bel.partition_costs``)."""
-    halves = _spent(keys, pattern, since, refs), _avoided(keys, pattern, since, refs)
+    rows by partition, of the partitions ``refs`` only unless None (``databuild.bel.partition_costs``);
+    of the attempts of ``runs`` and the delegations to them only, unless None (``run_costs``)."""
+    return _summed(
+        keys, _spent(keys, pattern, since, refs, runs), _avoided(keys, pattern, since, refs, runs)
+    )
+
+
+def avoided_sums(keys: Sequence[Key], runs: Refs, want: Any) -> Select[Any]:
+    """``cost_sums`` of the delegations by ``want`` to ``runs`` alone (rows by want and run: a new
+    delegation changes its pair's rows only, ``databuild.bel.run_costs``)."""
+    return _summed(keys, _avoided(keys, None, None, None, runs, want))
+
+
+def _summed(keys: Sequence[Key], *halves: Select[Any]) -> Select[Any]:
     both = union_all(*halves).subquery("halves")
     key_columns = [both.c[f"key_{key}"] for key in keys]
     names = _names(_by_job_and_day(keys))

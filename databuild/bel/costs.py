@@ -14,6 +14,7 @@ from databuild.bel.base import ReadBase, WriteBase, ref_key, run_key
 from databuild.bel.cost_sums import FIGURES, ONCE_PER_JOB, ZERO, cost_sums, costliest_sums
 from databuild.bel.partition_costs import costliest_kept, kept_rows, kept_totals
 from databuild.bel.rows import chunks
+from databuild.bel.run_costs import kept_days
 from databuild.bel.transaction import WriteTx
 from databuild.domain import events as ev
 from databuild.domain.cost import AttemptCost, CostBy, CostRow, total
@@ -98,11 +99,13 @@ class CostReads(ReadBase):
 
     def cost_days(self, since: datetime | None = None) -> CostDays:
         """Each job's rows by day (the dashboard's plot over time), and from the same statement the rows
-        of ``cost_rows`` by job and by day (of every partition, from ``since`` on)."""
+        of ``cost_rows`` by job and by day (of every partition, from ``since`` on). Of all time, they are
+        summed from the parts the log keeps (``run_costs``)."""
         by_job_day: dict[str, list[CostRow]] = {}
         jobs: dict[str, list[CostRow]] = {}
         days: dict[str, list[CostRow]] = {}
-        for row in self._all(cost_sums(["job", "day"], None, since)):
+        summed = kept_days() if since is None else cost_sums(["job", "day"], None, since)
+        for row in self._all(summed):
             job, day = row["key_job"], row["key_day"]
             of_day = _row(row, day)
             by_job_day.setdefault(job, []).append(of_day)

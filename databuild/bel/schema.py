@@ -313,6 +313,41 @@ partition_costs = Table(
     Column("task_seconds_saved", Float, nullable=False),
 )
 
+# The cost report by job and day of all time, kept in parts (``databuild.bel.run_costs``): per run and
+# day, a row of its attempts (want '') and one of each want's delegations to it. The dashboard's plot over
+# time sums them by job and day instead of summing every attempt and delegation.
+run_day_costs = Table(
+    "run_day_costs",
+    metadata,
+    Column("job_run_id", ID, primary_key=True),
+    Column("want_id", ID, primary_key=True),  # '': the run's own attempts
+    Column("day", String(10), primary_key=True),  # UTC, YYYY-MM-DD
+    Column("job_label", String(256), nullable=False),
+    *(
+        Column(name, BigInteger, nullable=False)
+        for name in (
+            "builds_run",
+            "unknown_attempts",
+            "builds_avoided",
+            "avoided_active",
+            "avoided_historical",
+            "unvalued_avoided",
+            "input_bytes",
+            "output_bytes",
+            "shuffle_bytes",
+            "tasks",
+            "builds_run_of_job",
+            "builds_avoided_of_job",
+            "avoided_active_of_job",
+            "avoided_historical_of_job",
+            "unvalued_avoided_of_job",
+        )
+    ),
+    Column("task_seconds", Float, nullable=False),
+    Column("cpu_seconds", Float, nullable=False),
+    Column("task_seconds_saved", Float, nullable=False),
+)
+
 want_job_runs = Table(
     "want_job_runs",
     metadata,
@@ -378,6 +413,7 @@ PROJECTIONS = [
     subscriptions,
     delegations,
     partition_costs,
+    run_day_costs,
     want_job_runs,
     backfills,
     backfill_wants,

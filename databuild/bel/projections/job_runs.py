@@ -19,6 +19,7 @@ from databuild.bel.projections.common import (
     release_slots,
     set_job_run,
 )
+from databuild.bel.run_costs import refresh_pair_costs, refresh_run_costs
 from databuild.domain import events as ev
 from databuild.models import (
     JobRunCause,
@@ -45,7 +46,7 @@ def _job_run_joined(conn: Connection, event: ev.JobRunJoined, at: datetime) -> N
         [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs],
     )
     if row.attempts:  # a run that has started may have costs: they are now shared among more outputs
-        refresh_run_outputs(conn, event.job_run_id)
+        _costs_changed(conn, event.job_run_id)
 
 
 @projects(ev.JobRunWaiting)
@@ -157,6 +158,7 @@ def _delegations(conn: Connection, events: Sequence[ev.Delegation], at: datetime
         for e in events
     ]
     conn.execute(s.inserting(s.delegations), rows)
+    refresh_pair_costs(conn, [(e.want_id, e.delegated_to) for e in events])
 
 
 @projects(ev.JobRunCostRecorded)
@@ -174,4 +176,10 @@ def _job_run_cost_recorded(conn: Connection, event: ev.JobRunCostRecorded, at: d
             "unknown_reason": event.unknown_reason,
         },
     )
-    refresh_run_outputs(conn, event.job_run_id)
+    _costs_changed(conn, event.job_run_id)
+
+
+def _costs_changed(conn: Connection, job_run_id: str) -> None:
+    """The kept reports' rows a run's costs count in, worked out again: its outputs' and its own."""
+    refresh_run_outputs(conn, job_run_id)
+    refresh_run_costs(conn, [job_run_id])
