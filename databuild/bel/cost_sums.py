@@ -71,9 +71,7 @@ def _postgresql_day(element: _UtcDay, compiler: SQLCompiler, **kw: Any) -> str:
     return f"to_char({compiler.process(element.clauses, **kw)} AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
 
-def _key_columns(
-    keys: Sequence[Key], job_label: Any, at: Any, ref: Any, run: Any, want: Any
-) -> list[Any]:
+def _key_columns(keys: Sequence[Key], job_label: Any, at: Any, ref: Any, run: Any, want: Any) -> list[Any]:
     column = {"job": job_label, "day": _UtcDay(at), "partition": ref, "run": run, "want": want}
     return [column[key].label(f"key_{key}") for key in keys]
 
@@ -306,9 +304,7 @@ def cost_sums(
     """A row per key (``key_job``, ``key_day``, ``key_partition``, those asked for) with every figure; with
     rows by partition, of the partitions ``refs`` only unless None (``databuild.bel.partition_costs``);
     of the attempts of ``runs`` and the delegations to them only, unless None (``run_costs``)."""
-    return _summed(
-        keys, _spent(keys, pattern, since, refs, runs), _avoided(keys, pattern, since, refs, runs)
-    )
+    return _summed(keys, _spent(keys, pattern, since, refs, runs), _avoided(keys, pattern, since, refs, runs))
 
 
 def avoided_sums(keys: Sequence[Key], runs: Refs, want: Any) -> Select[Any]:
