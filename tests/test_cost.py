@@ -290,6 +290,8 @@ def test_the_report_by_job_and_day_is_kept_in_parts_as_costs_delegations_and_bat
             summed.by_job,
             summed.by_day,
         )
+        # And they are the reports by job and by day (``databuild cost``, the API).
+        assert (kept.by_job, kept.by_day) == (bel.cost_rows("job"), bel.cost_rows("day"))
         return {r.key: r for r in kept.by_job}
 
     with bel.writer.begin() as conn:  # a want delegates to a batch run before it has a cost: unvalued
@@ -306,12 +308,14 @@ def test_the_report_by_job_and_day_is_kept_in_parts_as_costs_delegations_and_bat
             ("w2", "one/1", "r2", "historical", DAY2),  # the same pair on another day
             ("w5", "one/1", "r2", "historical", DAY2),
             ("w5", "one/1", "r2", "active", DAY1),  # recorded out of order
+            ("w6", "one/1", "r2", "historical", DAY1),
+            ("w6", "one/1", "r2", "active", DAY2),  # an active pair, in its job's row
             ("w3", "far/1", "r3", "historical", DAY2),  # unknown cost: unvalued
             ("w4", "one/1", "r-gone", "historical", DAY2),  # a run no longer known: left out
         ],
     )
     by_job = kept_is_summed()
-    assert (by_job["single"].builds_avoided, by_job["single"].avoided_active) == (2, 2)
+    assert (by_job["single"].builds_avoided, by_job["single"].avoided_active) == (3, 3)
     assert by_job["pair"].unvalued_avoided == 1 and by_job["remote"].unvalued_avoided == 1
     with bel.writer.begin() as conn:
         started = ev.JobRunStarted(job_run_id="r8", attempt=1, worker="w")

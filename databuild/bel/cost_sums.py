@@ -233,18 +233,26 @@ def _avoided(
     )
     columns = _key_columns(keys, r.job_label, d.at, d.ref, d.delegated_to, d.want_id)
     day = _UtcDay(d.at)
-    # Whether a want's delegations to a run on this day are its first day's (rows by day and job only).
-    first_day = (
-        case((day == func.min(day).over(partition_by=[d.want_id, d.delegated_to]), 1), else_=0)
+    # "active" < "historical": a want delegates actively first. Rows by job and day also say whether a
+    # want's delegations to a run on this day are its first day's, and its kind over every day: its job's
+    # row counts the pair once, by that kind (as a report by job does).
+    kind = func.min(d.kind)
+    pair = [d.want_id, d.delegated_to]
+    first_day, pair_kind = (
+        (
+            case((day == func.min(day).over(partition_by=pair), 1), else_=0),
+            func.min(kind).over(partition_by=pair),
+        )
         if "day" in keys
-        else literal(1)
+        else (literal(1), kind)
     )
     # A run no longer in the log is left out (inner join): there is nothing to value it at.
     pairs = (
         select(
             *columns,
             first_day.label("first_day"),
-            func.min(d.kind).label("kind"),  # "active" < "historical": a want delegates actively first
+            kind.label("kind"),
+            pair_kind.label("pair_kind"),
             func.sum(case((valued, _over(priced.c.task_seconds, _outputs(r), Float)), else_=0.0)).label(
                 "saved"
             ),
@@ -261,14 +269,17 @@ def _avoided(
     )
     p = pairs.c
     key_columns = [p[f"key_{key}"] for key in keys]
-    active, historical = case((p.kind == "active", 1), else_=0), case((p.kind == "historical", 1), else_=0)
+
+    def counted(kind: Any, of: str) -> Any:
+        return case((kind == of, 1), else_=0)
+
     figures = {
         "builds_avoided": func.count(),
         "builds_avoided_of_job": func.sum(p.first_day),
-        "avoided_active": func.sum(active),
-        "avoided_active_of_job": func.sum(active * p.first_day),
-        "avoided_historical": func.sum(historical),
-        "avoided_historical_of_job": func.sum(historical * p.first_day),
+        "avoided_active": func.sum(counted(p.kind, "active")),
+        "avoided_active_of_job": func.sum(counted(p.pair_kind, "active") * p.first_day),
+        "avoided_historical": func.sum(counted(p.kind, "historical")),
+        "avoided_historical_of_job": func.sum(counted(p.pair_kind, "historical") * p.first_day),
         "unvalued_avoided": func.sum(p.unvalued),
         "unvalued_avoided_of_job": func.sum(p.unvalued * p.first_day),
         "task_seconds_saved": func.sum(p.saved),
