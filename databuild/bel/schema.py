@@ -286,6 +286,20 @@ delegations = Table(
     Column("at", UTCDateTime, nullable=False),
 )
 
+# The integer figures of a cost report row (``databuild.bel.cost_sums``).
+COST_COUNTS = (
+    "builds_run",
+    "unknown_attempts",
+    "builds_avoided",
+    "avoided_active",
+    "avoided_historical",
+    "unvalued_avoided",
+    "input_bytes",
+    "output_bytes",
+    "shuffle_bytes",
+    "tasks",
+)
+
 # Each partition's cost report row of all time (``databuild.bel.cost_sums``), kept by the projector as
 # attempts' costs and delegations are recorded: the report by partition of a million partitions, and its
 # costliest page, are read, not summed. Rows by job or day, since a time or of a pattern are still summed.
@@ -293,21 +307,7 @@ partition_costs = Table(
     "partition_costs",
     metadata,
     Column("ref", REF, primary_key=True),
-    *(
-        Column(name, BigInteger, nullable=False)
-        for name in (
-            "builds_run",
-            "unknown_attempts",
-            "builds_avoided",
-            "avoided_active",
-            "avoided_historical",
-            "unvalued_avoided",
-            "input_bytes",
-            "output_bytes",
-            "shuffle_bytes",
-            "tasks",
-        )
-    ),
+    *(Column(name, BigInteger, nullable=False) for name in COST_COUNTS),
     Column("task_seconds", Float, nullable=False, index=True),  # the costliest first, by index
     Column("cpu_seconds", Float, nullable=False),
     Column("task_seconds_saved", Float, nullable=False),
@@ -323,24 +323,15 @@ run_day_costs = Table(
     Column("want_id", ID, primary_key=True),  # '': the run's own attempts
     Column("day", String(10), primary_key=True),  # UTC, YYYY-MM-DD
     Column("job_label", String(256), nullable=False),
+    *(Column(name, BigInteger, nullable=False) for name in COST_COUNTS),
     *(
-        Column(name, BigInteger, nullable=False)
+        Column(f"{name}_of_job", BigInteger, nullable=False)
         for name in (
             "builds_run",
-            "unknown_attempts",
             "builds_avoided",
             "avoided_active",
             "avoided_historical",
             "unvalued_avoided",
-            "input_bytes",
-            "output_bytes",
-            "shuffle_bytes",
-            "tasks",
-            "builds_run_of_job",
-            "builds_avoided_of_job",
-            "avoided_active_of_job",
-            "avoided_historical_of_job",
-            "unvalued_avoided_of_job",
         )
     ),
     Column("task_seconds", Float, nullable=False),
