@@ -87,11 +87,10 @@ def _over(figure: Any, parts: Any, kind: Any) -> Any:
 
 
 def _attempts(since: datetime | None, refs: Refs, runs: Refs) -> Any:
-    """Each attempt (recorded from ``since`` on, of a run that wrote one of ``refs`` and of one of ``runs``,
-    unless None) with its
-    share of each of its run's outputs, worked out once per attempt, not once per output; and whether it
-    is the first attempt of its run in the range (``first_of_run``) and on its day (``first_of_day``), so
-    a build is counted once per row."""
+    """Each attempt (recorded from ``since`` on, of a run that wrote one of ``refs``, of one of ``runs``;
+    None: any) with its share of each of its run's outputs, worked out once per attempt, not once per
+    output; and whether it is the first attempt of its run in the range (``first_of_run``) and on its day
+    (``first_of_day``), so a build is counted once per row."""
     costs, r = s.job_run_costs.c, s.job_runs.c
 
     def figure(name: str, kind: Any = BigInteger) -> Any:
