@@ -223,13 +223,7 @@ def _avoided(
     d, r = s.delegations.c, s.job_runs.c
     priced = _priced(refs, runs)
     valued = and_(priced.c.attempts.is_not(None), priced.c.known == priced.c.attempts)
-    conditions = (
-        ([] if since is None else [d.at >= since])
-        + ([] if pattern is None else [ref_filter(d.ref, pattern)])
-        + ([] if refs is None else [d.ref.in_(refs)])
-        + ([] if runs is None else [d.delegated_to.in_(runs)])
-        + ([] if want is None else [d.want_id == want])
-    )
+    conditions = _delegations_of(pattern, since, refs, runs, want)
     columns = _key_columns(keys, r.job_label, d.at, d.ref, d.delegated_to, d.want_id)
     day = _UtcDay(d.at)
     # "active" < "historical": a want delegates actively first. Rows by job and day also say whether a
@@ -284,6 +278,20 @@ def _avoided(
         "task_seconds_saved": func.sum(p.saved),
     }
     return select(*key_columns, *_all_figures(figures, _by_job_and_day(keys))).group_by(*key_columns)
+
+
+def _delegations_of(
+    pattern: str | None, since: datetime | None, refs: Refs, runs: Refs, want: Any
+) -> list[Any]:
+    """The conditions on the delegations an ``_avoided`` sums (none for each of its arguments None)."""
+    d = s.delegations.c
+    return (
+        ([] if since is None else [d.at >= since])
+        + ([] if pattern is None else [ref_filter(d.ref, pattern)])
+        + ([] if refs is None else [d.ref.in_(refs)])
+        + ([] if runs is None else [d.delegated_to.in_(runs)])
+        + ([] if want is None else [d.want_id == want])
+    )
 
 
 def _by_job_and_day(keys: Sequence[Key]) -> bool:
