@@ -136,16 +136,28 @@ def projection_rows(bel: BuildEventLog) -> dict[str, list[tuple[str, ...]]]:
     return result
 
 
+DEV_SERVER_TRIES = 3
+
+
 async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
     """A Temporal dev server with DataBuild's search attributes and converter, for tests and benchmarks;
-    ``extra_args`` go to `temporal server start-dev` (e.g. ``--dynamic-config-value``)."""
-    return await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),
-        data_converter=pydantic_data_converter,
-        search_attributes=SEARCH_ATTRIBUTES,
-        dev_server_log_level="error",
-        dev_server_extra_args=list(extra_args),
-    )
+    ``extra_args`` go to `temporal server start-dev` (e.g. ``--dynamic-config-value``). The SDK gives it
+    5 s to open its port, which a loaded machine can take longer than: it is started again, up to
+    ``DEV_SERVER_TRIES`` times in all."""
+    tries = DEV_SERVER_TRIES
+    while True:
+        try:
+            return await WorkflowEnvironment.start_local(
+                dev_server_existing_path=temporal_binary(),
+                data_converter=pydantic_data_converter,
+                search_attributes=SEARCH_ATTRIBUTES,
+                dev_server_log_level="error",
+                dev_server_extra_args=list(extra_args),
+            )
+        except RuntimeError as error:
+            tries -= 1
+            if tries == 0 or "did not start within" not in str(error):
+                raise
 
 
 async def skip_time(
