@@ -37,7 +37,7 @@ class BackfillActivities:
             if first:
                 halted = await self.bel.call(self.bel.backfill_halted, input.backfill_id)
                 if any(halted):  # not recorded: the window stays where it was
-                    return _halted(step, *halted).model_copy(update={"started": step.read})
+                    return _halted(step, *halted, started=step.read)
             await start_wants(
                 self.client,
                 step.to_start[first : first + START_GROUP],
@@ -51,5 +51,8 @@ class BackfillActivities:
         return _halted(step, *halted)
 
 
-def _halted(step: WindowStep, paused: bool, canceled: bool) -> WindowStep:
-    return step.model_copy(update={"to_start": [], "paused": paused, "canceled": canceled})
+def _halted(step: WindowStep, paused: bool, canceled: bool, *, started: int | None = None) -> WindowStep:
+    """The step as the workflow gets it (no specs), with the backfill's flags as last read, and where the
+    window stands (``started``: the planned place unless given)."""
+    moved = step.started if started is None else started
+    return step.model_copy(update={"to_start": [], "paused": paused, "canceled": canceled, "started": moved})

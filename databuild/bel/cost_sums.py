@@ -34,6 +34,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from databuild.bel import schema as s
+from databuild.bel.schema import ONCE_PER_JOB
 from databuild.domain.cost import CostBy
 from databuild.globs import ref_filter
 
@@ -47,9 +48,6 @@ Refs = Sequence[str] | BindParameter[Any] | None
 Key = CostBy | Literal["run", "want"]
 _FLOATS = {"task_seconds", "cpu_seconds", "task_seconds_saved"}
 ZERO: dict[str, float | int] = {name: 0.0 if name in _FLOATS else 0 for name in FIGURES}
-# Rows by job and day also count each build once per job (``<count>_of_job``): a run's attempts, or a want's
-# delegations to a run, on two days count in both days' rows, and once in their job's.
-ONCE_PER_JOB = ("builds_run", "builds_avoided", "avoided_active", "avoided_historical", "unvalued_avoided")
 OF_JOB = tuple(f"{name}_of_job" for name in ONCE_PER_JOB)
 
 

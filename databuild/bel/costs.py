@@ -11,10 +11,11 @@ from sqlalchemy import bindparam, select
 
 from databuild.bel import schema as s
 from databuild.bel.base import ReadBase, WriteBase, ref_key, run_key
-from databuild.bel.cost_sums import FIGURES, ONCE_PER_JOB, ZERO, cost_sums, costliest_sums
+from databuild.bel.cost_sums import FIGURES, ZERO, cost_sums, costliest_sums
 from databuild.bel.partition_costs import costliest_kept, kept_rows, kept_totals
 from databuild.bel.rows import chunks
 from databuild.bel.run_costs import kept_days
+from databuild.bel.schema import ONCE_PER_JOB
 from databuild.bel.transaction import WriteTx
 from databuild.domain import events as ev
 from databuild.domain.cost import AttemptCost, CostBy, CostRow, total

@@ -299,6 +299,20 @@ COST_COUNTS = (
     "shuffle_bytes",
     "tasks",
 )
+# The counts that rows by job and day also count once per job (``<count>_of_job``): a run's attempts, or a
+# want's delegations to a run, on two days count in both days' rows, and once in their job's.
+ONCE_PER_JOB = ("builds_run", "builds_avoided", "avoided_active", "avoided_historical", "unvalued_avoided")
+
+
+def _cost_figures(*counts: str) -> list[Column[Any]]:
+    """A kept cost report row's figures: ``counts`` (integers), then the seconds (floats)."""
+    return [
+        *(Column(name, BigInteger, nullable=False) for name in counts),
+        Column("task_seconds", Float, nullable=False),
+        Column("cpu_seconds", Float, nullable=False),
+        Column("task_seconds_saved", Float, nullable=False),
+    ]
+
 
 # Each partition's cost report row of all time (``databuild.bel.cost_sums``), kept by the projector as
 # attempts' costs and delegations are recorded: the report by partition of a million partitions, and its
@@ -307,10 +321,8 @@ partition_costs = Table(
     "partition_costs",
     metadata,
     Column("ref", REF, primary_key=True),
-    *(Column(name, BigInteger, nullable=False) for name in COST_COUNTS),
-    Column("task_seconds", Float, nullable=False, index=True),  # the costliest first, by index
-    Column("cpu_seconds", Float, nullable=False),
-    Column("task_seconds_saved", Float, nullable=False),
+    *_cost_figures(*COST_COUNTS),
+    Index("ix_partition_costs_task_seconds", "task_seconds"),  # the costliest first, by index
 )
 
 # The cost report by job and day of all time, kept in parts (``databuild.bel.run_costs``): per run and
@@ -323,20 +335,7 @@ run_day_costs = Table(
     Column("want_id", ID, primary_key=True),  # '': the run's own attempts
     Column("day", String(10), primary_key=True),  # UTC, YYYY-MM-DD
     Column("job_label", String(256), nullable=False),
-    *(Column(name, BigInteger, nullable=False) for name in COST_COUNTS),
-    *(
-        Column(f"{name}_of_job", BigInteger, nullable=False)
-        for name in (
-            "builds_run",
-            "builds_avoided",
-            "avoided_active",
-            "avoided_historical",
-            "unvalued_avoided",
-        )
-    ),
-    Column("task_seconds", Float, nullable=False),
-    Column("cpu_seconds", Float, nullable=False),
-    Column("task_seconds_saved", Float, nullable=False),
+    *_cost_figures(*COST_COUNTS, *(f"{name}_of_job" for name in ONCE_PER_JOB)),
 )
 
 want_job_runs = Table(
