@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import psycopg
 from sqlalchemy import (
     Connection,
     Engine,
@@ -81,7 +82,7 @@ from databuild.views import lineage as views
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 TARGET_MS = 50.0
 DIM = "dim/calendar"
-CHUNK = 10_000  # rows per executemany
+CHUNK = 10_000  # rows per executemany, or per fetch of a COPY
 WARMUP = 5
 YEAR_OF_HOURS = 8_760
 HOURLY_BATCH = 24  # the hourly job's batch: a day of one sensor per run
@@ -771,6 +772,9 @@ def copy_log(scratch: Engine, bel: BuildEventLog) -> None:
             target.exec_driver_sql("PRAGMA cache_size=-500000")  # 500 MB for this connection's bulk load
         held = set(inspect(source).get_table_names())
         for table in [s.events, *(t for t in s.PROJECTIONS if t.name in held)]:
+            if target.dialect.name == "postgresql":
+                copy_table(source, target, table)
+                continue
             rows = source.execution_options(yield_per=CHUNK).execute(
                 select(table).order_by(*table.primary_key.columns)
             )
@@ -788,6 +792,26 @@ def copy_log(scratch: Engine, bel: BuildEventLog) -> None:
                 target.execute(
                     text(f"SELECT setval({sequence}, COALESCE(MAX(id), 0) + 1, false) FROM {name}")
                 )
+
+
+def copy_table(source: Connection, target: Connection, table: Table) -> None:
+    """One table from the scratch SQLite log into PostgreSQL with ``COPY``: rows a statement at a time
+    through SQLAlchemy took 74 minutes for the big BEL's 15 million rows. The scratch log's values go
+    as SQLite holds them (JSON as its text, booleans as 0 or 1, datetimes as naive UTC text, read in
+    the session's zone, set to UTC here): PostgreSQL parses each by its column's type."""
+    held = {column["name"] for column in inspect(source).get_columns(table.name)}
+    columns = [column.name for column in table.columns if column.name in held]  # a kept log may lack new ones
+    names = ", ".join(f'"{name}"' for name in columns)
+    keys = ", ".join(f'"{c.name}"' for c in table.primary_key.columns)
+    rows = source.exec_driver_sql(f'SELECT {names} FROM "{table.name}" ORDER BY {keys}')
+    driver = target.connection.driver_connection
+    assert isinstance(driver, psycopg.Connection), driver
+    cursor = driver.cursor()  # psycopg's own: SQLAlchemy has no COPY
+    cursor.execute("SET LOCAL TIME ZONE 'UTC'")
+    with cursor.copy(f'COPY "{table.name}" ({names}) FROM STDIN') as copy:
+        while batch := rows.fetchmany(CHUNK):
+            for row in batch:
+                copy.write_row(row)
 
 
 def fill(bel: BuildEventLog, scratch: Engine) -> Fill:
