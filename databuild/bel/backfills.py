@@ -20,6 +20,7 @@ from databuild.bel.rows import (
     open_among,
     want_from_row,
 )
+from databuild.bel.wants import STATES_OF
 from databuild.domain import backfills as backfill_rules
 from databuild.domain import reach
 from databuild.models import (
@@ -373,13 +374,7 @@ class BackfillCommands(BackfillReads, WriteBase):
                 if not backfill_row(tx.conn, backfill_id)["canceled"]:
                     break  # retried meanwhile: its window starts them again
                 read = {
-                    want_id: WantState(state)
-                    for want_id, state in tx.conn.execute(
-                        select(s.wants.c.want_id, s.wants.c.state).where(
-                            s.wants.c.want_id.in_(bindparam("ids", expanding=True))
-                        ),
-                        {"ids": chunk},
-                    )
+                    want_id: WantState(state) for want_id, state in tx.conn.execute(STATES_OF, {"ids": chunk})
                 }
                 states = {want_id: read[want_id] for want_id in chunk if want_id in read}
                 events = backfill_rules.cancel_unstarted(backfill_id, states)

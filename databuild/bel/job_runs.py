@@ -4,7 +4,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BindParameter, bindparam, func, select
+from sqlalchemy import func, select
 
 from databuild.bel import measures
 from databuild.bel import schema as s
@@ -38,15 +38,16 @@ from databuild.models import (
 )
 
 # A run's rows, built once (see bel.rows): every step of a job run reads its run.
-_IDS: BindParameter[Any] = bindparam("ids", expanding=True)
-_RUNS_BY_ID = select(s.job_runs).where(s.job_runs.c.job_run_id.in_(_IDS))
+_RUNS_BY_ID = select(s.job_runs).where(s.one_of(s.job_runs.c.job_run_id, "ids"))
 _WAITING_FOR_POOLS = (
     select(s.run_pools.c.job_run_id, s.run_pools.c.pool)
-    .where(s.run_pools.c.job_run_id.in_(_IDS), s.run_pools.c.granted.is_(False))
+    .where(s.one_of(s.run_pools.c.job_run_id, "ids"), s.run_pools.c.granted.is_(False))
     .order_by(s.run_pools.c.pool)
 )
-_READS_OF_RUNS = select(s.read_deps).where(s.read_deps.c.job_run_id.in_(_IDS)).order_by(s.read_deps.c.id)
-_WRITES_OF_RUNS = select(s.partition_instances).where(s.partition_instances.c.job_run_id.in_(_IDS))
+_READS_OF_RUNS = (
+    select(s.read_deps).where(s.one_of(s.read_deps.c.job_run_id, "ids")).order_by(s.read_deps.c.id)
+)
+_WRITES_OF_RUNS = select(s.partition_instances).where(s.one_of(s.partition_instances.c.job_run_id, "ids"))
 
 
 class JobRunReads(ReadBase):

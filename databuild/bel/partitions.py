@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, case, func, literal, select
+from sqlalchemy import case, func, literal, select
 
 from databuild.bel import schema as s
 from databuild.bel.base import (
@@ -42,9 +42,10 @@ from databuild.models import (
 )
 
 # Read for every run's outputs, so built once.
+INSTANCES_OF = select(s.partition_instances).where(s.one_of(s.partition_instances.c.instance_id, "ids"))
 CHECKS_OF = (
     select(s.instance_checks)
-    .where(s.instance_checks.c.instance_id.in_(bindparam("ids", expanding=True)))
+    .where(s.one_of(s.instance_checks.c.instance_id, "ids"))
     .order_by(s.instance_checks.c.instance_id, s.instance_checks.c.name)
 )
 
@@ -105,9 +106,7 @@ class PartitionReads(ReadBase):
     def instances_by_id(self, ids: Sequence[str]) -> list[Instance]:
         rows = []
         for chunk in chunks(ids):
-            rows += self._all(
-                select(s.partition_instances).where(s.partition_instances.c.instance_id.in_(chunk))
-            )
+            rows += self._all(INSTANCES_OF, {"ids": chunk})
         return self._with_checks(rows)
 
     def _with_checks(self, rows: Sequence[Any]) -> list[Instance]:

@@ -178,7 +178,7 @@ WANTS_AND_LINKS = (
         s.wants, s.want_job_runs.c.job_run_id.label("linked_run"), s.want_job_runs.c.relation.label("linked")
     )
     .select_from(s.wants.outerjoin(s.want_job_runs, s.want_job_runs.c.want_id == s.wants.c.want_id))
-    .where(s.wants.c.want_id.in_(bindparam("want_ids", expanding=True)))
+    .where(s.one_of(s.wants.c.want_id, "want_ids"))
 )
 
 
@@ -198,7 +198,7 @@ def wants_and_links(conn: Connection, want_ids: list[str]) -> dict[str, tuple[Ro
 # Built once: SQLAlchemy builds and keys a statement made per call again each time, several times the cost
 # of running it on SQLite (these are on every decision's path).
 JOB_RUN_ROW = select(s.job_runs).where(s.job_runs.c.job_run_id == bindparam("job_run_id"))
-PARTITIONS_AT = select(s.partitions).where(s.partitions.c.ref.in_(bindparam("refs", expanding=True)))
+PARTITIONS_AT = select(s.partitions).where(s.one_of(s.partitions.c.ref, "refs"))
 
 
 def job_run_row(conn: Connection, job_run_id: str) -> RowMapping:

@@ -44,10 +44,8 @@ from databuild.models import (
 )
 
 CANCEL_CHUNK = 200  # wants ended per transaction: each holds their locks (PostgreSQL's lock table is finite)
-STATES_OF = select(s.wants.c.want_id, s.wants.c.state).where(
-    s.wants.c.want_id.in_(bindparam("ids", expanding=True))
-)
-WANTS_OF = select(s.wants).where(s.wants.c.want_id.in_(bindparam("ids", expanding=True)))
+STATES_OF = select(s.wants.c.want_id, s.wants.c.state).where(s.one_of(s.wants.c.want_id, "ids"))
+WANTS_OF = select(s.wants).where(s.one_of(s.wants.c.want_id, "ids"))
 
 
 # Built once (see bel.rows): a fan-out pages through the subscriptions to a run's outputs, a watch reads
@@ -55,7 +53,7 @@ WANTS_OF = select(s.wants).where(s.wants.c.want_id.in_(bindparam("ids", expandin
 _SUBSCRIBED = select(s.subscriptions, s.wants.c.ref.label("want_ref"), s.wants.c.data_timestamp).join(
     s.wants, s.wants.c.want_id == s.subscriptions.c.want_id
 )
-_TO_REFS = s.subscriptions.c.ref.in_(bindparam("refs", expanding=True))
+_TO_REFS = s.one_of(s.subscriptions.c.ref, "refs")
 _SUBSCRIPTIONS = (
     _SUBSCRIBED.where(_TO_REFS, s.subscriptions.c.id > bindparam("after_id"))
     .order_by(s.subscriptions.c.id)
@@ -149,7 +147,7 @@ class WantReads(ReadBase):
     def wants_by_id(self, ids: Sequence[str]) -> list[Want]:
         rows = []
         for chunk in chunks(ids):
-            rows += self._all(select(s.wants).where(s.wants.c.want_id.in_(chunk)))
+            rows += self._all(WANTS_OF, {"ids": chunk})
         return [want_from_row(r) for r in rows]
 
     def want_family(

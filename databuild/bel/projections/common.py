@@ -71,11 +71,9 @@ UPDATE_JOB_RUN = update(s.job_runs).where(s.job_runs.c.job_run_id == bindparam("
 UPDATE_PARTITION = update(s.partitions).where(s.partitions.c.ref == bindparam("pk"))
 UPDATE_INSTANCE = update(s.partition_instances).where(s.partition_instances.c.instance_id == bindparam("pk"))
 WORKFLOW_OF = select(s.wants.c.workflow_id).where(s.wants.c.want_id == bindparam("want_id"))
-REFS_OF_WANTS = select(s.wants.c.ref, s.wants.c.want_id).where(
-    s.wants.c.want_id.in_(bindparam("want_ids", expanding=True))
-)
+REFS_OF_WANTS = select(s.wants.c.ref, s.wants.c.want_id).where(s.one_of(s.wants.c.want_id, "want_ids"))
 # The subscriptions of the wants ``ids`` (wants that ended).
-UNSUBSCRIBE = delete(s.subscriptions).where(s.subscriptions.c.want_id.in_(bindparam("ids", expanding=True)))
+UNSUBSCRIBE = delete(s.subscriptions).where(s.one_of(s.subscriptions.c.want_id, "ids"))
 BATCH_OF = select(s.job_runs.c.outputs, s.job_runs.c.members, s.job_runs.c.attempts).where(
     s.job_runs.c.job_run_id == bindparam("job_run_id")
 )
@@ -102,7 +100,7 @@ TAINT_PARTITION = (
 MARK_STALE = (
     update(s.partition_instances)
     .where(
-        s.partition_instances.c.instance_id.in_(bindparam("stale", expanding=True)),
+        s.one_of(s.partition_instances.c.instance_id, "stale"),
         s.partition_instances.c.stale_cause.is_(None),
     )
     .values(stale_cause=bindparam("cause"))

@@ -131,7 +131,7 @@ def _want_upstream_building(conn: Connection, event: ev.WantUpstreamBuilding, at
 
 _END_WANTS = (
     update(s.wants)
-    .where(s.wants.c.want_id.in_(bindparam("ids", expanding=True)))
+    .where(s.one_of(s.wants.c.want_id, "ids"))
     .values(
         state=bindparam("end_state"),
         reason=bindparam("end_reason"),
