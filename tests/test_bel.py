@@ -201,6 +201,13 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     days = upgraded.cost_days()
     assert any(row.unvalued_avoided for row in days.by_job) and any(row.task_seconds for row in days.by_day)
     assert days == upgraded.cost_days(since=datetime(2000, 1, 1, tzinfo=UTC))
+    # 0012 (PostgreSQL): the functions placing events plan with the index alone (the downgrade reset them).
+    if upgraded.writer.dialect.name == "postgresql":
+        with upgraded.writer.connect() as conn:
+            settings = conn.execute(
+                text("SELECT proconfig FROM pg_proc WHERE proname IN ('bel_place_pending', 'bel_sequence')")
+            ).scalars()
+            assert [("enable_seqscan=off" in config) for config in settings] == [True, True]
     kept = projection_rows(upgraded)
     upgraded.rebuild_projections()
     assert projection_rows(upgraded) == kept
@@ -272,6 +279,43 @@ def test_concurrent_appends_get_a_gap_free_index(bel: BuildEventLog) -> None:
     idx = [e.idx for e in bel.events(limit=1000)]
     assert idx == list(range(1, 121))
     assert bel.last_idx() == 120
+
+
+def test_placing_events_reads_only_the_pending_ones_on_a_log_never_analysed() -> None:
+    """PostgreSQL: placing provisional events holds the sequencer's lock, so it must not read the whole
+    log, even before autovacuum first analyses it (the planner then guesses a third of it pending)."""
+    url = require_postgres()
+    reset_postgres(url)
+    BuildEventLog.create(url).dispose()
+    engine = create_engine(url)
+    provisional = 1 << 62
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("ALTER TABLE events SET (autovacuum_enabled = off)"))
+            conn.execute(
+                text(
+                    "INSERT INTO events (idx, type, at, data) "
+                    "SELECT g, 'X', now(), '{}' FROM generate_series(1, 20000) AS g"
+                )
+            )
+            conn.execute(text("UPDATE bel_head SET last_idx = 20000"))
+        with engine.connect() as conn, conn.begin():
+            conn.execute(
+                text(
+                    "INSERT INTO events (idx, type, at, data) "
+                    "SELECT :provisional + g, 'X', now(), '{}' FROM generate_series(0, 2) AS g"
+                ),
+                {"provisional": provisional},
+            )
+            assert conn.execute(text("SELECT bel_sequence(NULL)")).scalar_one() == 20003
+            scans = conn.execute(
+                text("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'events'")
+            ).scalar_one()
+            assert scans == 0
+            placed = conn.execute(text("SELECT idx FROM events WHERE idx > 20000 ORDER BY idx")).scalars()
+            assert list(placed) == [20001, 20002, 20003]
+    finally:
+        engine.dispose()
 
 
 def test_registration_is_idempotent(bel: BuildEventLog) -> None:
