@@ -53,7 +53,10 @@ class LineageFactReads(ReadBase):
         i, c = s.partition_instances.c, s.consumers.c
         for chunk in chunks(instance_ids):
             live = _OUT.c.status == _LIVE
-            found |= self._built([live, i.instance_id.in_(chunk)], [live, c.output_instance_id.in_(chunk)])
+            ids = {"ids": chunk}
+            found |= self._built(
+                [live, s.one_of(i.instance_id, "ids")], [live, s.one_of(c.output_instance_id, "ids")], ids
+            )
         return found
 
     def late_readers(self, refs: Sequence[str]) -> list[LateReader]:
@@ -62,7 +65,7 @@ class LineageFactReads(ReadBase):
         else of any want of the run). Three queries per chunk of refs."""
         found: list[LateReader] = []
         for chunk in chunks(refs):
-            rows = self._all(_late_reads().where(_IN.c.ref.in_(chunk)))
+            rows = self._all(_LATE_READS_OF, {"refs": chunk})
             times = self._data_times({r["job_run_id"] for r in rows})
             for r in rows:
                 of_run = times.get(r["job_run_id"], {})
@@ -86,20 +89,17 @@ class LineageFactReads(ReadBase):
         """Per job run, per ref: the earliest data time of the wants linked to the run for that ref."""
         times: dict[str, dict[str, datetime]] = {}
         for chunk in chunks(sorted(job_run_ids)):
-            query = (
-                select(s.want_job_runs.c.job_run_id, s.wants.c.ref, s.wants.c.data_timestamp)
-                .select_from(s.want_job_runs.join(s.wants, s.wants.c.want_id == s.want_job_runs.c.want_id))
-                .where(s.want_job_runs.c.job_run_id.in_(chunk))
-            )
-            for r in self._all(query):
+            for r in self._all(_DATA_TIMES, {"ids": chunk}):
                 of_run = times.setdefault(r["job_run_id"], {})
                 at = r["data_timestamp"]
                 of_run[r["ref"]] = min(at, of_run.get(r["ref"], at))
         return times
 
-    def _built(self, instances_where: list[Any], reads_where: list[Any]) -> dict[str, Built]:
+    def _built(
+        self, instances_where: list[Any], reads_where: list[Any], params: dict[str, Any] | None = None
+    ) -> dict[str, Built]:
         reads: dict[str, list[Read]] = {}
-        for r in self._all(_reads().where(*reads_where)):
+        for r in self._all(_reads().where(*reads_where), params):
             live = r["live_instance_id"] if r["input_ref_status"] == _LIVE else None
             reads.setdefault(r["output_instance_id"], []).append(
                 Read(r["input_ref"], r["input_instance_id"], InstanceStatus(r["input_status"]), live)
@@ -113,7 +113,7 @@ class LineageFactReads(ReadBase):
                 r["job_version"],
                 tuple(dict.fromkeys(reads.get(r["instance_id"], []))),  # a read recorded twice counts once
             )
-            for r in self._all(_instances().where(*instances_where))
+            for r in self._all(_instances().where(*instances_where), params)
         }
 
 
@@ -173,3 +173,12 @@ def _reads() -> Select[Any]:
         .join(_IN, _IN.c.instance_id == c.c.input_instance_id)
         .outerjoin(_IN_REF, _IN_REF.c.ref == _IN.c.ref)
     )
+
+
+# Built once (see bel.rows): the late reads of a chunk of refs, and the data times of a chunk of runs' wants.
+_LATE_READS_OF = _late_reads().where(s.one_of(_IN.c.ref, "refs"))
+_DATA_TIMES = (
+    select(s.want_job_runs.c.job_run_id, s.wants.c.ref, s.wants.c.data_timestamp)
+    .select_from(s.want_job_runs.join(s.wants, s.wants.c.want_id == s.want_job_runs.c.want_id))
+    .where(s.one_of(s.want_job_runs.c.job_run_id, "ids"))
+)

@@ -42,6 +42,11 @@ from databuild.models import (
 )
 
 # Read for every run's outputs, so built once.
+CONSUMERS_OF = (
+    select(s.consumers.c.output_instance_id, s.consumers.c.output_ref)
+    .where(s.one_of(s.consumers.c.input_instance_id, "ids"))
+    .order_by(s.consumers.c.id)
+)
 INSTANCES_OF = select(s.partition_instances).where(s.one_of(s.partition_instances.c.instance_id, "ids"))
 CHECKS_OF = (
     select(s.instance_checks)
@@ -155,11 +160,7 @@ class PartitionReads(ReadBase):
             depth += 1
             following: list[str] = []
             for chunk in chunks(frontier):
-                rows = self._all(
-                    select(s.consumers.c.output_instance_id, s.consumers.c.output_ref)
-                    .where(s.consumers.c.input_instance_id.in_(chunk))
-                    .order_by(s.consumers.c.id)
-                )
+                rows = self._all(CONSUMERS_OF, {"ids": chunk})
                 for row in rows:
                     out = row["output_instance_id"]
                     if out not in seen:

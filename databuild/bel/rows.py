@@ -254,30 +254,29 @@ def backfill_row(conn: Connection, backfill_id: str) -> Any:
     return row
 
 
+_DERIVED_BY = select(s.derivatives.c.want_id, s.derivatives.c.derivative_want_id).where(
+    s.one_of(s.derivatives.c.want_id, "ids"), s.derivatives.c.derivative_want_id.is_not(None)
+)
+_DERIVED_FROM = select(s.derivatives.c.want_id, s.derivatives.c.derivative_want_id).where(
+    s.one_of(s.derivatives.c.derivative_want_id, "ids")
+)
+
+
 def derived_below(conn: Connection, roots: Iterable[str]) -> dict[str, set[str]]:
     """Every derivative want below ``roots``, with every want that derived it (derivative -> its
     parents), also those that are not below ``roots``: a derivative may be shared."""
-    derivatives = s.derivatives.c
     parents: dict[str, set[str]] = {}
     level = sorted(set(roots))
     while level:
         found: set[str] = set()
         for chunk in chunks(level):
-            for parent, child in conn.execute(
-                select(derivatives.want_id, derivatives.derivative_want_id).where(
-                    derivatives.want_id.in_(chunk), derivatives.derivative_want_id.is_not(None)
-                )
-            ):
+            for parent, child in conn.execute(_DERIVED_BY, {"ids": chunk}):
                 if child not in parents:
                     found.add(child)
                 parents.setdefault(child, set()).add(parent)
         level = sorted(found)
     for chunk in chunks(sorted(parents)):
-        for parent, child in conn.execute(
-            select(derivatives.want_id, derivatives.derivative_want_id).where(
-                derivatives.derivative_want_id.in_(chunk)
-            )
-        ):
+        for parent, child in conn.execute(_DERIVED_FROM, {"ids": chunk}):
             parents[child].add(parent)
     return parents
 
@@ -285,17 +284,12 @@ def derived_below(conn: Connection, roots: Iterable[str]) -> dict[str, set[str]]
 def derived_above(conn: Connection, want_id: str) -> dict[str, set[str]]:
     """The wants ``want_id`` was derived from, transitively: each derivative on the way (the want
     itself included) with every want that derived it (derivative -> its parents)."""
-    derivatives = s.derivatives.c
     parents: dict[str, set[str]] = {}
     level = [want_id]
     while level:
         found: set[str] = set()
         for chunk in chunks(level):
-            for parent, child in conn.execute(
-                select(derivatives.want_id, derivatives.derivative_want_id).where(
-                    derivatives.derivative_want_id.in_(chunk)
-                )
-            ):
+            for parent, child in conn.execute(_DERIVED_FROM, {"ids": chunk}):
                 parents.setdefault(child, set()).add(parent)
                 found.add(parent)
         level = sorted(found - set(parents) - {want_id})
