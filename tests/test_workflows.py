@@ -13,7 +13,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistory,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError, CancelledError
@@ -56,6 +62,7 @@ from tests.workflow_doubles import (
     still_waiting,
     wait_external_decision,
 )
+from workflows.changes import FAN_OUT_FIRST_LOCAL, RUN_STARTED_BY_DECISION, WATCH_AFTER_TIMER
 from workflows.job_run import JobRunWorkflow
 from workflows.want import WantWorkflow
 
@@ -89,10 +96,12 @@ class Harness:
     def client(self) -> Client:
         return self.env.client
 
-    async def start_want(self, spec: WantSpec, **options: Any) -> WantHandle:
+    async def start_want(
+        self, spec: WantSpec, version: int = p.WORKFLOW_VERSION, **options: Any
+    ) -> WantHandle:
         return await self.client.start_workflow(
             WantWorkflow.run,
-            p.WantInput(spec=spec),
+            p.WantInput(spec=spec, version=version),
             id=spec.workflow_id,
             task_queue=self.task_queue,
             search_attributes=TypedSearchAttributes([SearchAttributePair(p.SA_PARTITION_REF, spec.ref)]),
@@ -193,7 +202,7 @@ async def test_live_partition_succeeds_at_once(h: Harness, script: Script) -> No
 
     assert (result.state, result.instance_id, result.sla_missed) == (WantState.successful, "i-1", False)
     assert script.names() == ["register_want", "decide", "finish_want"]
-    assert script.inputs("register_want") == [p.WantInput(spec=spec)]
+    assert script.inputs("register_want") == [p.WantInput(spec=spec, version=p.WORKFLOW_VERSION)]
     assert script.inputs("decide") == [
         p.DecideInput(want_id=spec.want_id, seq=1, start_run=True, root_want_id=spec.want_id)
     ]
@@ -293,6 +302,47 @@ async def test_delegated_want_succeeds_when_the_run_signals(h: Harness, script: 
     assert (result.state, result.instance_id) == (WantState.successful, "i-2")
     assert "run_job" not in script.names()  # nothing started: another run builds it
     assert "watch" not in script.names()  # the signal came within a lease: no watch was dispatched
+
+
+def patch_markers(history: WorkflowHistory) -> list[str]:
+    """The workflow changes a run asked about (``workflow.patched``), as their markers in its history."""
+    return [
+        e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data.decode()
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+        and e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+
+
+@pytest.mark.parametrize("version", [0, p.WORKFLOW_VERSION], ids=["started before versions", "current"])
+async def test_runs_at_the_current_version_take_its_changes_without_asking(
+    h: Harness, script: Script, version: int
+) -> None:
+    """A want and its run started by today's code take every change folded into their version with no
+    patch marker (nor the TemporalChangeVersion upsert that comes with each); a want started before input
+    versions (its input has none) asks as it always did, so its history replays unchanged."""
+    spec, run_id = new_spec(), new_run_id()
+    decision = execute_decision(run_id, [spec.ref])
+    script.then("decide", decision)
+    script.then(
+        "fan_out",
+        signals(h.client, spec.workflow_id, p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "i-3", run_id)),
+    )
+    handle = await h.start_want(spec, version=version)
+    assert (await handle.result()).state is WantState.successful
+    run = await h.start_job_run(job_run_input(run_id, [spec.ref]).model_copy(update={"version": version}))
+    assert (await run.result()).state is JobRunState.succeeded
+
+    want_markers = patch_markers(await handle.fetch_history())
+    run_markers = patch_markers(await run.fetch_history())
+    if version == 0:
+        assert any(RUN_STARTED_BY_DECISION in m for m in want_markers), want_markers
+        assert any(WATCH_AFTER_TIMER in m for m in want_markers), want_markers
+        assert any(FAN_OUT_FIRST_LOCAL in m for m in run_markers), run_markers
+    else:
+        assert (want_markers, run_markers) == ([], [])
+        assert script.inputs("decide")[0].start_run  # the folded change taken: the decision starts the run
+        assert script.inputs("fan_out_first")  # and the run tells its first page locally
 
 
 @pytest.mark.parametrize("when", ["with the start", "while deciding"])

@@ -245,6 +245,7 @@ def job_run_input(
         params={},
         policy=policy(attempts),
         admission=admission,
+        version=p.WORKFLOW_VERSION,
     )
 
 

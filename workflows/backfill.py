@@ -14,6 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.backfills import BackfillActivities
     from databuild.backfill import WindowStep
     from databuild.temporal import protocol as p
+    from workflows.changes import WAKE_AFTER_DONE
 
 # While the BEL or Temporal is down, steps back off to one try every 30 s, and never give up.
 STEP_RETRY = RetryPolicy(
@@ -21,10 +22,6 @@ STEP_RETRY = RetryPolicy(
 )
 STEP_TIMEOUT = timedelta(minutes=5)
 PAUSED_LOOK = timedelta(minutes=1)  # a resume wakes it; this only bounds a missed wake
-# A wake (a retry's) that came during a step which found nothing left to start (the backfill was
-# cancelled) takes another step: the window used to end anyway, and the wake was lost, so the wants the
-# retry reopened for it were never started (seen in the chaos soak).
-WAKE_AFTER_DONE = "window-wake-after-done"
 
 
 @workflow.defn(name=p.BACKFILL_WINDOW_WORKFLOW)

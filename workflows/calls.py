@@ -13,13 +13,11 @@ from temporalio.workflow import ActivityHandle
 with workflow.unsafe.imports_passed_through():
     from activities.fanout import FanOutActivities
     from databuild.temporal import protocol as p
+    from workflows.changes import FAN_OUT_FIRST_LOCAL, patched
 
 A = TypeVar("A")
 R = TypeVar("R")
 Method = Callable[[Any, A], Awaitable[R]]
-
-# Patch: a finished run signals its first page of subscribers from a local activity (``fan_out``).
-FAN_OUT_FIRST_LOCAL = "fan-out-first-local"
 
 # BEL steps are single short transactions and idempotent: run them as local activities (no task
 # queue round trip) and retry them until the database answers.
@@ -63,12 +61,12 @@ def watch(activity: Method[A, None], what: A, every: timedelta) -> ActivityHandl
     )
 
 
-async def fan_out(job_run_id: str, after_id: int = 0) -> None:
+async def fan_out(job_run_id: str, version: int, after_id: int = 0) -> None:
     """Signal the subscribers of a finished run after subscription ``after_id`` (those before it heard from
     the job activity): the first page as a local activity (no task queue round trip; most runs have few
     subscribers), the rest, if any, by an activity that resumes from its heartbeated cursor, so it may
     retry for as long as it takes."""
-    if workflow.patched(FAN_OUT_FIRST_LOCAL):
+    if patched(FAN_OUT_FIRST_LOCAL, version):
         try:
             first = await workflow.execute_local_activity_method(
                 FanOutActivities.fan_out_first,

@@ -143,4 +143,4 @@ class JobRunWorkflow:
                 job_run_id=input.job_run_id, reason=outcome.reason or "", cause=outcome.cause
             )
             await bel(JobActivities.fail_job_run, ended)
-        await fan_out(input.job_run_id, outcome.told_after_id)
+        await fan_out(input.job_run_id, input.version, outcome.told_after_id)

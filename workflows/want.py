@@ -25,15 +25,9 @@ with workflow.unsafe.imports_passed_through():
     from databuild.temporal import protocol as p
     from databuild.temporal.job_runs import job_run_search_attributes, job_run_summary
     from workflows.calls import BEL_RETRY, BEL_TIMEOUT, bel, failure_message, remote, watch
+    from workflows.changes import FINISH_AFTER_RUN, RUN_STARTED_BY_DECISION, WATCH_AFTER_TIMER, patched
     from workflows.job_run import JobRunWorkflow  # its module keeps no state: one copy serves every run
 
-# Patch: a waiting want starts its watch activity only once a lease has passed without the signal.
-WATCH_AFTER_TIMER = "watch-after-timer"
-# Patch: a want that ends as the run it started ends gives that run a moment to end first (``_let_run_end``).
-FINISH_AFTER_RUN = "finish-after-run"
-# Patch: the decision that queues a run starts its workflow too (``DecideInput.start_run``): the run is no
-# child of the want, so the want's history has no child events, nor the tasks they woke.
-RUN_STARTED_BY_DECISION = "run-started-by-decision"
 # Its end follows its fan-out's first page within milliseconds, unless more wants wait on it than a page or the
 # machine is loaded; the want's outcome is recorded before this wait either way.
 RUN_ENDING_GRACE = timedelta(seconds=5)
@@ -55,6 +49,7 @@ class WantWorkflow:
     @workflow.init
     def __init__(self, input: p.WantInput) -> None:
         self._spec = input.spec
+        self._version = input.version
         # Built before any signal of this run is handled, so signals land on what the last run knew.
         self._memory = input.carried or p.WantMemory()
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, Any]] = {}  # runs this run started
@@ -84,7 +79,7 @@ class WantWorkflow:
             if sla_timer is not None:
                 sla_timer.cancel()
         if outcome is None:  # signal handlers are synchronous: nothing is left to finish
-            workflow.continue_as_new(p.WantInput(spec=spec, carried=self._memory))
+            workflow.continue_as_new(p.WantInput(spec=spec, carried=self._memory, version=p.WORKFLOW_VERSION))
         return await self._finish(*outcome)
 
     def _history_is_long(self) -> bool:
@@ -167,7 +162,7 @@ class WantWorkflow:
 
     def _decide_input(self, seq: int) -> p.DecideInput:
         spec = self._spec
-        if not workflow.patched(RUN_STARTED_BY_DECISION):
+        if not patched(RUN_STARTED_BY_DECISION, self._version):
             return p.DecideInput(want_id=spec.want_id, seq=seq)
         root = spec.root_want_id or spec.want_id
         return p.DecideInput(want_id=spec.want_id, seq=seq, start_run=True, root_want_id=root)
@@ -214,7 +209,7 @@ class WantWorkflow:
     ) -> bool:
         """Wait until ``condition`` holds or the want is stopping, with the watch activity looking out
         for what no signal reports; False if the watch saw it first (then the want decides again)."""
-        if workflow.patched(WATCH_AFTER_TIMER):
+        if patched(WATCH_AFTER_TIMER, self._version):
             # Most waits end with their signal well within a lease: a timer waits that long first, so
             # such a want never has the watch dispatched to a worker (its first attempt only waited).
             if await self._wait(condition, within=every):
@@ -371,7 +366,7 @@ class WantWorkflow:
         Temporal then retries: one failed task in every such want's history. So the want waits a moment
         for the run to end (not for a long fan-out: at most ``RUN_ENDING_GRACE``)."""
         child = self._children.get(job_run_id)
-        if child is None or child.done() or not workflow.patched(FINISH_AFTER_RUN):
+        if child is None or child.done() or not patched(FINISH_AFTER_RUN, self._version):
             return
         await self._wait(child.done, within=RUN_ENDING_GRACE)
 

@@ -131,10 +131,16 @@ class WantEnding(Model):
     seq: int  # its decision step then: a retry since makes this ending stale
 
 
+# The version of the workflow code that starts a run, in its input: a run takes the workflow changes folded
+# into its version without asking ``workflow.patched`` (workflows/changes.py). Inputs from before have none (0).
+WORKFLOW_VERSION = 1
+
+
 class WantInput(Model):
     spec: WantSpec
     carried: WantMemory | None = None  # set when a run continues as new
     ending: WantEnding | None = None  # set when a run only records how the one before it ended
+    version: int = 0  # WORKFLOW_VERSION, of the code that started the run
 
 
 class WantResult(Model):
@@ -209,6 +215,7 @@ class ExecuteOrder(Execute):
             params=self.params,
             policy=self.policy,
             admission=self.admission,
+            version=WORKFLOW_VERSION,
         )
 
 
@@ -283,6 +290,7 @@ class JobRunInput(Model):
     params: dict[str, str]
     policy: JobPolicy
     admission: Admission | None = None  # None: it starts at once
+    version: int = 0  # WORKFLOW_VERSION, of the code that started the run
 
 
 class AdmissionInput(Model):

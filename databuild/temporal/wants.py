@@ -43,6 +43,7 @@ from databuild.temporal.protocol import (
     SIGNAL_REDECIDE,
     UPSTREAM_WORKFLOW,
     WANT_WORKFLOW,
+    WORKFLOW_VERSION,
     Announcement,
     DepMissNotice,
     PartitionAvailable,
@@ -137,7 +138,7 @@ async def _start_want_run(
 ) -> WorkflowHandle[object, WantResult]:
     return await client.start_workflow(
         WANT_WORKFLOW,
-        WantInput(spec=spec, ending=ending),
+        WantInput(spec=spec, ending=ending, version=WORKFLOW_VERSION),
         id=spec.workflow_id,
         task_queue=task_queue,
         result_type=WantResult,

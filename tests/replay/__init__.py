@@ -22,6 +22,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "fan-out-first-local": ("job-run-fan-out-first-local",),
     "finish-after-run": ("want-finish-after-run",),
     "run-started-by-decision": ("want-run-started-by-decision", "job-run-started-by-decision"),
+    "input-version": ("want-input-version-1", "job-run-input-version-1"),
     "dep-miss-chain": ("want-dep-miss-chain", "want-derivative", "job-run-dep-miss"),
     "declared-inputs": ("want-declared-inputs",),
     "fail-lock": ("want-failed", "job-run-failed", "want-fail-lock-resolve"),

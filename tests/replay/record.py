@@ -228,6 +228,18 @@ async def run_started_by_decision(rec: Recorder) -> None:
         await rec.save("job-run-started-by-decision", stack.client, built.workflow_id)
 
 
+@scenario("input-version")
+async def input_version(rec: Recorder) -> None:
+    """A want and its run started at input version 1 (workflows/changes.py): they take the changes folded
+    into it without asking, so their histories have no patch marker."""
+    async with rec.stack("dev", "tests.graphs:chain") as stack:
+        spec = await stack.db.want("base/5")
+        await settled(stack, spec)
+        [run] = stack.bel.job_runs()
+        await rec.save("want-input-version-1", stack.client, spec.workflow_id)
+        await rec.save("job-run-input-version-1", stack.client, run.workflow_id)
+
+
 @scenario("dep-miss-chain")
 async def dep_miss_chain(rec: Recorder) -> None:
     """The demo discovering its inputs: daily_summary dep-misses seven daily_users, each of which
