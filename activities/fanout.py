@@ -55,11 +55,22 @@ class FanOutActivities:
         cursor (a local activity cannot heartbeat one)."""
         return await self._fan_out(input.job_run_id, input.after_id, FIRST_PAGES, lambda _cursor: None)
 
-    async def tell(self, run: JobRun) -> int:
+    async def tell(self, run: JobRun) -> p.FanOutResult:
         """Signal the first page of an ended run's subscribers, from its job activity just after the commit
         that recorded its outcome (``run`` as that commit left it), so its wants need not wait for the
-        run's workflow to hear of it: the subscription the run's fan-out resumes after."""
-        return (await self._notify(run, 0, FIRST_PAGES)).cursor
+        run's workflow to hear of it; if that was all of them, what follows the run's end too (``done``:
+        the run's workflow has nothing left to fan out). Else the subscription its fan-out resumes after."""
+        notified = await self._notify(run, 0, FIRST_PAGES)
+        done = notified.done
+        if done:
+            try:
+                await self._ended(run)
+            except Exception as error:  # the run's workflow does it again
+                activity.logger.warning(
+                    "what follows the end of %s is left to its run: %s", run.job_run_id, error
+                )
+                done = False
+        return p.FanOutResult(heard=notified.heard, after_id=notified.cursor, done=done)
 
     async def _fan_out(
         self, job_run_id: str, cursor: int, pages: int | None, on_page: Callable[[int], None]

@@ -26,7 +26,7 @@ class JobActivities:
         max_concurrent: int,
         attempts: int,
         heartbeat_every: float = JOB_HEARTBEAT_EVERY.total_seconds(),
-        tell: Callable[[JobRun], Awaitable[int]] | None = None,
+        tell: Callable[[JobRun], Awaitable[p.FanOutResult]] | None = None,
     ) -> None:
         self.executor = executor
         self.tell = tell  # signals the first page of an ended run's wants (FanOutActivities.tell)
@@ -83,10 +83,11 @@ class JobActivities:
                 return outcome_of(future.result())  # it finished before it could be stopped: its outcome
             raise
 
+    @heartbeating  # telling a page of wants, and what follows a run's end, can take a while
     async def _told(self, run: JobRun) -> p.JobOutcome:
         """The outcome of ``run`` (as the attempt left it), its wants told of it when the attempt recorded
-        it (a success or a dep-miss): the run's workflow tells the rest. If telling fails, the workflow
-        tells them all."""
+        it (a success or a dep-miss): the run's workflow tells the rest, if any. If telling fails, the
+        workflow tells them all."""
         outcome = outcome_of(run)
         if self.tell is None or outcome.state not in (JobRunState.succeeded, JobRunState.dep_miss):
             return outcome
@@ -95,7 +96,7 @@ class JobActivities:
         except Exception as error:
             activity.logger.warning("wants of %s not told by its job: %s", outcome.job_run_id, error)
             return outcome
-        return outcome.model_copy(update={"told_after_id": told})
+        return outcome.model_copy(update={"told_after_id": told.after_id, "fanned_out": told.done})
 
     async def _renew_lease(self, input: p.JobRunInput) -> None:
         # A missed renewal only risks an early liveness check, which the Temporal check then

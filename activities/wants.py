@@ -53,6 +53,17 @@ class WantActivities:
         new run of a want whose workflow died (see ``start_want``)."""
         return await self.bel.call(self._register, input.spec)
 
+    @activity.defn
+    async def first_step(self, input: p.WantInput) -> p.FirstStep:
+        """A new run's first step, in one local activity: the want recorded (once), then decided from the
+        step after the last one recorded (not 1 for a new run of a want whose workflow died)."""
+        seq = await self.register_want(input) + 1
+        spec = input.spec
+        step = p.DecideInput(
+            want_id=spec.want_id, seq=seq, start_run=True, root_want_id=spec.root_want_id or spec.want_id
+        )
+        return p.FirstStep(seq=seq, decision=await self.decide(step))
+
     def _register(self, spec: WantSpec) -> int:
         self.bel.register_want(spec)
         return self.bel.decision_seq(spec.want_id)

@@ -56,7 +56,14 @@ async def test_hundred_wants_two_workers_one_execution(make_stack, tmp_path) -> 
     # The run's job told the wants as it committed; the run's workflow, no child of a want, told nobody again.
     run = stack.client.get_workflow_handle(executed[0].workflow_id)
     assert (await run.describe()).parent_id is None
-    assert (await run.result())["told_after_id"] > 0  # a subscription's id: told up to it
+    result = await run.result()
+    assert result["told_after_id"] > 0  # a subscription's id: told up to it
+    # All of them in its first page, and what follows a run's end done too: its workflow had nothing left to
+    # fan out (no local activity, no fan-out activity).
+    assert result["fanned_out"] is True
+    events = [event.WhichOneof("attributes") for event in (await run.fetch_history()).events]
+    assert "marker_recorded_event_attributes" not in events
+    assert events.count("activity_task_scheduled_event_attributes") == 1  # its job
 
 
 async def test_racing_wants_for_overlapping_outputs_execute_once(make_stack) -> None:

@@ -62,7 +62,7 @@ from tests.workflow_doubles import (
     still_waiting,
     wait_external_decision,
 )
-from workflows.changes import FAN_OUT_FIRST_LOCAL, RUN_STARTED_BY_DECISION, WATCH_AFTER_TIMER
+from workflows.changes import FAN_OUT_FIRST_LOCAL, FIRST_STEP_REGISTERS, WATCH_AFTER_TIMER
 from workflows.job_run import JobRunWorkflow
 from workflows.want import WantWorkflow
 
@@ -336,12 +336,12 @@ async def test_runs_at_the_current_version_take_its_changes_without_asking(
     want_markers = patch_markers(await handle.fetch_history())
     run_markers = patch_markers(await run.fetch_history())
     if version == 0:
-        assert any(RUN_STARTED_BY_DECISION in m for m in want_markers), want_markers
+        assert any(FIRST_STEP_REGISTERS in m for m in want_markers), want_markers
         assert any(WATCH_AFTER_TIMER in m for m in want_markers), want_markers
         assert any(FAN_OUT_FIRST_LOCAL in m for m in run_markers), run_markers
     else:
         assert (want_markers, run_markers) == ([], [])
-        assert script.inputs("decide")[0].start_run  # the folded change taken: the decision starts the run
+        assert script.inputs("decide")[0].start_run  # the folded changes taken: the decision starts the run
         assert script.inputs("fan_out_first")  # and the run tells its first page locally
 
 
@@ -680,6 +680,21 @@ async def test_ttl_expiry_stops_the_want(h: Harness, script: Script, waiting: st
     assert len(script.inputs("watch")) <= (9 if building else 0)
 
 
+async def test_a_want_whose_ttl_passed_before_it_started_is_recorded_then_expires(
+    h: Harness, script: Script
+) -> None:
+    """Its first step (the want recorded with its first decision) never comes: it is recorded all the
+    same before its end is, so the BEL never finishes a want it does not hold."""
+    start = await h.env.get_current_time()
+    spec = new_spec(data_timestamp=start - timedelta(days=3), ttl=timedelta(days=1))
+
+    result = await (await h.start_want(spec)).result()
+
+    assert result.state is WantState.expired
+    assert script.names() == ["register_want", "finish_want"]
+    assert finished(script).state is WantState.expired
+
+
 # Cancel ----------------------------------------------------------------------------------------------
 
 
@@ -840,6 +855,17 @@ async def test_a_run_whose_job_told_its_wants_fans_out_after_them(
     resumed = p.FanOutInput(job_run_id=run_id, after_id=12)  # nobody is told twice
     assert set(script.inputs("fan_out_first")) == {resumed}
     assert script.inputs("fan_out") == ([resumed] if failing else [])
+
+
+async def test_a_run_whose_job_fanned_out_leaves_nothing_to_its_workflow(h: Harness, script: Script) -> None:
+    run_id = new_run_id()
+    done = p.JobOutcome(job_run_id=run_id, state=JobRunState.succeeded, told_after_id=3, fanned_out=True)
+    script.then("run_job", done)
+
+    outcome = await (await h.start_job_run(job_run_input(run_id, ["out/a"]))).result()
+
+    assert outcome == done
+    assert script.names() == ["run_job"]  # no fan-out: its job told every want and did what follows
 
 
 async def test_a_failing_first_page_leaves_the_whole_fan_out_to_the_activity(

@@ -89,7 +89,7 @@ class TimedJobRun:
             failed = p.FailJobRunInput(job_run_id=input.job_run_id, reason=outcome.reason or "failed")
             await bel(Failures.fail_job_run, failed)
         if not any(ref in UNHEARD for ref in input.outputs):
-            await fan_out(input.job_run_id)
+            await fan_out(input.job_run_id, input.version)
         return outcome
 
 
@@ -97,6 +97,7 @@ def want_steps(wants: "WantActivities") -> list[Callable[..., Any]]:
     """The activities of the real want workflow, for a worker of these doubles."""
     return [
         wants.register_want,
+        wants.first_step,
         wants.decide,
         wants.await_dependencies,
         wants.await_requirements,

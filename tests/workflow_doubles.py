@@ -98,6 +98,16 @@ class Script:
         return result
 
     @activity.defn
+    async def first_step(self, input: p.WantInput) -> p.FirstStep:
+        """As the real one: the want registered, then its first step decided (each recorded as its call)."""
+        seq = await self.register_want(input) + 1
+        spec = input.spec
+        step = p.DecideInput(
+            want_id=spec.want_id, seq=seq, start_run=True, root_want_id=spec.root_want_id or spec.want_id
+        )
+        return p.FirstStep(seq=seq, decision=await self.decide(step))
+
+    @activity.defn
     async def await_dependencies(self, input: p.DependenciesInput) -> DependenciesStatus:
         result: DependenciesStatus = await self.answer("await_dependencies", input)
         return result
@@ -165,6 +175,7 @@ class Script:
     def activities(self) -> list[Callable[..., Any]]:
         return [
             self.register_want,
+            self.first_step,
             self.decide,
             self.await_dependencies,
             self.await_requirements,

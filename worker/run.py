@@ -218,6 +218,7 @@ def activities_of(
     """Every activity a worker runs."""
     return [
         wants.register_want,
+        wants.first_step,
         wants.decide,
         wants.await_dependencies,
         wants.await_requirements,

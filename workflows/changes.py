@@ -18,6 +18,11 @@ FINISH_AFTER_RUN = "finish-after-run"
 RUN_STARTED_BY_DECISION = "run-started-by-decision"
 # A finished run signals its first page of subscribers from a local activity (``calls.fan_out``).
 FAN_OUT_FIRST_LOCAL = "fan-out-first-local"
+# A new run's first step records the want and decides in one local activity (``WantActivities.first_step``).
+FIRST_STEP_REGISTERS = "first-step-registers"
+# A run whose job activity told every want and did what follows a run's end (``JobOutcome.fanned_out``) does
+# not fan out again.
+FANNED_OUT_BY_JOB = "fanned-out-by-job"
 # A wake (a retry's) that came during a backfill window's step which found nothing left to start (the
 # backfill was cancelled) takes another step: the window used to end anyway, and the wake was lost.
 WAKE_AFTER_DONE = "window-wake-after-done"
@@ -30,6 +35,8 @@ FOLDED_INTO: dict[str, int] = {
     FINISH_AFTER_RUN: 1,
     RUN_STARTED_BY_DECISION: 1,
     FAN_OUT_FIRST_LOCAL: 1,
+    FIRST_STEP_REGISTERS: 1,
+    FANNED_OUT_BY_JOB: 1,
 }
 
 

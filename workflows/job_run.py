@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from databuild.models import JobRunCause
     from databuild.temporal import protocol as p
     from workflows.calls import bel, failure_message, fan_out, watch
+    from workflows.changes import FANNED_OUT_BY_JOB, patched
 
 # A queued run looks for a free pool slot this often (backing off to ten times that) in case the signal
 # of the run that freed one never came.
@@ -143,4 +144,6 @@ class JobRunWorkflow:
                 job_run_id=input.job_run_id, reason=outcome.reason or "", cause=outcome.cause
             )
             await bel(JobActivities.fail_job_run, ended)
+        if outcome.fanned_out and patched(FANNED_OUT_BY_JOB, input.version):
+            return  # its job activity told every want and did what follows a run's end
         await fan_out(input.job_run_id, input.version, outcome.told_after_id)

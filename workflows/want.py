@@ -25,7 +25,13 @@ with workflow.unsafe.imports_passed_through():
     from databuild.temporal import protocol as p
     from databuild.temporal.job_runs import job_run_search_attributes, job_run_summary
     from workflows.calls import BEL_RETRY, BEL_TIMEOUT, bel, failure_message, remote, watch
-    from workflows.changes import FINISH_AFTER_RUN, RUN_STARTED_BY_DECISION, WATCH_AFTER_TIMER, patched
+    from workflows.changes import (
+        FINISH_AFTER_RUN,
+        FIRST_STEP_REGISTERS,
+        RUN_STARTED_BY_DECISION,
+        WATCH_AFTER_TIMER,
+        patched,
+    )
     from workflows.job_run import JobRunWorkflow  # its module keeps no state: one copy serves every run
 
 # Its end follows its fan-out's first page within milliseconds, unless more wants wait on it than a page or the
@@ -53,6 +59,8 @@ class WantWorkflow:
         # Built before any signal of this run is handled, so signals land on what the last run knew.
         self._memory = input.carried or p.WantMemory()
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, Any]] = {}  # runs this run started
+        self._sla_timer: asyncio.Task[None] | None = None
+        self._registering = False  # its first step records the want too (``first_step``)
         if input.ending is not None:  # the run only records how the one before it ended, as it was then
             ending = input.ending
             self._memory = p.WantMemory(state=ending.was, job_run_id=ending.job_run_id, seq=ending.seq)
@@ -62,13 +70,15 @@ class WantWorkflow:
         if input.ending is not None:
             return await self._finish(input.ending.state, input.ending.reason, input.ending.instance_id)
         spec = self._spec
-        sla_timer: asyncio.Task[None] | None = None
         fulfil: asyncio.Task[Outcome | None] | None = None
         try:
             if input.carried is None:
-                self._memory.seq = await bel(WantActivities.register_want, input)
-            if spec.sla_deadline and not self._memory.sla_missed:
-                sla_timer = asyncio.create_task(self._watch_sla(spec.sla_deadline))
+                # A want that requires external partitions waits for them before its first decision.
+                self._registering = not spec.requires and patched(FIRST_STEP_REGISTERS, self._version)
+                if not self._registering:
+                    self._memory.seq = await bel(WantActivities.register_want, input)
+            if not self._registering:
+                self._arm_sla()
             fulfil = asyncio.create_task(self._fulfil())
             outcome = await self._within_ttl(fulfil)
         except asyncio.CancelledError:
@@ -76,11 +86,28 @@ class WantWorkflow:
             await self._finish(WantState.canceled, "canceled on request", None)
             raise
         finally:
-            if sla_timer is not None:
-                sla_timer.cancel()
+            if self._sla_timer is not None:
+                self._sla_timer.cancel()
         if outcome is None:  # signal handlers are synchronous: nothing is left to finish
             workflow.continue_as_new(p.WantInput(spec=spec, carried=self._memory, version=p.WORKFLOW_VERSION))
         return await self._finish(*outcome)
+
+    def _arm_sla(self) -> None:
+        """Watch the SLA deadline (once the want is recorded: the watch reads it)."""
+        if self._spec.sla_deadline and not self._memory.sla_missed:
+            self._sla_timer = asyncio.create_task(self._watch_sla(self._spec.sla_deadline))
+
+    async def _step(self) -> p.Decision:
+        """The want's next decision; a new run's first records the want too, in the same local activity."""
+        m = self._memory
+        if self._registering:
+            first = await bel(WantActivities.first_step, p.WantInput(spec=self._spec, version=self._version))
+            self._registering = False
+            m.seq = first.seq
+            self._arm_sla()
+            return first.decision
+        m.seq += 1
+        return await bel(WantActivities.decide, self._decide_input(m.seq))
 
     def _history_is_long(self) -> bool:
         info = workflow.info()
@@ -116,11 +143,10 @@ class WantWorkflow:
                 continue
             if self._history_is_long():
                 return None
-            m.seq += 1
             redecides = m.redecides  # a redecide signal from now on means: decide again
             resumes = m.resumes
             try:
-                decision = await bel(WantActivities.decide, self._decide_input(m.seq))
+                decision = await self._step()
             # e.g. the graph no longer produces this ref. A local activity's failure arrives as the bare
             # ApplicationError (a regular activity's as an ActivityError around it).
             except (ActivityError, ApplicationError) as error:
@@ -340,6 +366,9 @@ class WantWorkflow:
 
     async def _finish(self, state: WantState, reason: str | None, instance: str | None) -> p.WantResult:
         spec, m = self._spec, self._memory
+        if self._registering:  # stopped before its first step (a cancel or an expired TTL at once)
+            m.seq = await bel(WantActivities.register_want, p.WantInput(spec=spec, version=self._version))
+            self._registering = False
         following = m.job_run_id if m.state is WantState.building else None
         interrupted = await self._record_finish(
             p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance, seq=m.seq)

@@ -238,6 +238,13 @@ Decision = Annotated[
 ]
 
 
+class FirstStep(Model):
+    """A new run's first step (``WantActivities.first_step``): the step it decided, and the decision."""
+
+    seq: int
+    decision: Decision
+
+
 class WatchInput(Model):
     """What a waiting want watches between signals: the run it follows, or the fail-locked refs it is
     blocked on. The watch activity completes once the want should decide again; until then each
@@ -307,6 +314,9 @@ class JobOutcome(Model):
     # The subscriptions up to this one heard of the run from its job activity, just after the commit that
     # recorded its outcome, so the run's fan-out starts after it (0: it tells every subscriber).
     told_after_id: int = 0
+    # The job activity told every subscriber and did what follows a run's end (woke runs waiting for its pool
+    # slots, rebuilt late readers, alerted): the run's workflow has no fan-out left to do.
+    fanned_out: bool = False
 
 
 class FailJobRunInput(Model):
