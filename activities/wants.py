@@ -58,11 +58,7 @@ class WantActivities:
         """A new run's first step, in one local activity: the want recorded (once), then decided from the
         step after the last one recorded (not 1 for a new run of a want whose workflow died)."""
         seq = await self.register_want(input) + 1
-        spec = input.spec
-        step = p.DecideInput(
-            want_id=spec.want_id, seq=seq, start_run=True, root_want_id=spec.root_want_id or spec.want_id
-        )
-        return p.FirstStep(seq=seq, decision=await self.decide(step))
+        return p.FirstStep(seq=seq, decision=await self.decide(p.DecideInput.starting_runs(input.spec, seq)))
 
     def _register(self, spec: WantSpec) -> int:
         self.bel.register_want(spec)

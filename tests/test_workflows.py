@@ -235,14 +235,24 @@ async def test_a_decision_that_cannot_be_made_fails_the_want(h: Harness, script:
 # Following a job run --------------------------------------------------------------------------------
 
 
-async def test_execute_starts_the_job_run_and_succeeds_on_its_fan_out(h: Harness, script: Script) -> None:
-    spec, run_id = new_spec(), new_run_id()
+def scripted_build(
+    h: Harness, script: Script, spec: WantSpec, run_id: str, instance_id: str
+) -> p.ExecuteOrder:
+    """The want's decision queues run ``run_id``, whose fan-out tells it ``instance_id`` is live."""
     decision = execute_decision(run_id, [spec.ref])
     script.then("decide", decision)
     script.then(
         "fan_out",
-        signals(h.client, spec.workflow_id, p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "i-7", run_id)),
+        signals(
+            h.client, spec.workflow_id, p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, instance_id, run_id)
+        ),
     )
+    return decision
+
+
+async def test_execute_starts_the_job_run_and_succeeds_on_its_fan_out(h: Harness, script: Script) -> None:
+    spec, run_id = new_spec(), new_run_id()
+    decision = scripted_build(h, script, spec, run_id, "i-7")
 
     handle = await h.start_want(spec)
     result = await handle.result()
@@ -322,12 +332,7 @@ async def test_runs_at_the_current_version_take_its_changes_without_asking(
     patch marker (nor the TemporalChangeVersion upsert that comes with each); a want started before input
     versions (its input has none) asks as it always did, so its history replays unchanged."""
     spec, run_id = new_spec(), new_run_id()
-    decision = execute_decision(run_id, [spec.ref])
-    script.then("decide", decision)
-    script.then(
-        "fan_out",
-        signals(h.client, spec.workflow_id, p.SIGNAL_PARTITION_AVAILABLE, available(spec.ref, "i-3", run_id)),
-    )
+    scripted_build(h, script, spec, run_id, "i-3")
     handle = await h.start_want(spec, version=version)
     assert (await handle.result()).state is WantState.successful
     run = await h.start_job_run(job_run_input(run_id, [spec.ref]).model_copy(update={"version": version}))

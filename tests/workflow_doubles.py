@@ -101,11 +101,7 @@ class Script:
     async def first_step(self, input: p.WantInput) -> p.FirstStep:
         """As the real one: the want registered, then its first step decided (each recorded as its call)."""
         seq = await self.register_want(input) + 1
-        spec = input.spec
-        step = p.DecideInput(
-            want_id=spec.want_id, seq=seq, start_run=True, root_want_id=spec.root_want_id or spec.want_id
-        )
-        return p.FirstStep(seq=seq, decision=await self.decide(step))
+        return p.FirstStep(seq=seq, decision=await self.decide(p.DecideInput.starting_runs(input.spec, seq)))
 
     @activity.defn
     async def await_dependencies(self, input: p.DependenciesInput) -> DependenciesStatus:

@@ -187,11 +187,9 @@ class WantWorkflow:
         return WantState.canceled, f"stopped: {m.stopping}", None
 
     def _decide_input(self, seq: int) -> p.DecideInput:
-        spec = self._spec
         if not patched(RUN_STARTED_BY_DECISION, self._version):
-            return p.DecideInput(want_id=spec.want_id, seq=seq)
-        root = spec.root_want_id or spec.want_id
-        return p.DecideInput(want_id=spec.want_id, seq=seq, start_run=True, root_want_id=root)
+            return p.DecideInput(want_id=self._spec.want_id, seq=seq)
+        return p.DecideInput.starting_runs(self._spec, seq)
 
     async def _follow_run(self, decision: Following, redecide: Callable[[], bool]) -> Outcome | None:
         """Wait for the job run the want executes or delegated to. None means: decide again."""

@@ -169,6 +169,13 @@ class DecideInput(Model):
     start_run: bool = False
     root_want_id: str | None = None
 
+    @classmethod
+    def starting_runs(cls, spec: WantSpec, seq: int) -> "DecideInput":
+        """Step ``seq`` of the want ``spec``, starting the workflow of a run it queues."""
+        return cls(
+            want_id=spec.want_id, seq=seq, start_run=True, root_want_id=spec.root_want_id or spec.want_id
+        )
+
 
 class JobPolicy(Model):
     """How a job run's activity is run; set by the worker's configuration when the run is queued."""

@@ -155,15 +155,20 @@ async def run_id(client: Client, workflow_id: str) -> str:
     return (await client.get_workflow_handle(workflow_id).describe()).run_id or ""
 
 
+async def one_build(rec: Recorder, ref: str, want_history: str, run_history: str) -> None:
+    """A want of the chain graph that builds its partition with one job run: both histories saved."""
+    async with rec.stack("dev", "tests.graphs:chain") as stack:
+        spec = await stack.db.want(ref)
+        await settled(stack, spec)
+        [run] = stack.bel.job_runs()
+        await rec.save(want_history, stack.client, spec.workflow_id)
+        await rec.save(run_history, stack.client, run.workflow_id)
+
+
 @scenario("execute")
 async def execute(rec: Recorder) -> None:
     """A want that builds its partition with one job run."""
-    async with rec.stack("dev", "tests.graphs:chain") as stack:
-        spec = await stack.db.want("base/1")
-        await settled(stack, spec)
-        [run] = stack.bel.job_runs()
-        await rec.save("want-execute", stack.client, spec.workflow_id)
-        await rec.save("job-run-success", stack.client, run.workflow_id)
+    await one_build(rec, "base/1", "want-execute", "job-run-success")
 
 
 @scenario("delegate")
@@ -232,12 +237,7 @@ async def run_started_by_decision(rec: Recorder) -> None:
 async def input_version(rec: Recorder) -> None:
     """A want and its run started at input version 1 (workflows/changes.py): they take the changes folded
     into it without asking, so their histories have no patch marker."""
-    async with rec.stack("dev", "tests.graphs:chain") as stack:
-        spec = await stack.db.want("base/5")
-        await settled(stack, spec)
-        [run] = stack.bel.job_runs()
-        await rec.save("want-input-version-1", stack.client, spec.workflow_id)
-        await rec.save("job-run-input-version-1", stack.client, run.workflow_id)
+    await one_build(rec, "base/5", "want-input-version-1", "job-run-input-version-1")
 
 
 @scenario("dep-miss-chain")
