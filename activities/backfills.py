@@ -47,8 +47,8 @@ class BackfillActivities:
             )
         if step.to_start:  # it moves on, and also ends at once if the backfill was cancelled meanwhile
             halted = await self.bel.call(self.bel.backfill_halted, input.backfill_id)
-        await self.bel.call(self.bel.record_window_step, step)
-        return _halted(step, *halted)
+        moved = await self.bel.call(self.bel.record_window_step, step)
+        return _halted(step, *halted, started=None if moved else step.read)
 
 
 def _halted(step: WindowStep, paused: bool, canceled: bool, *, started: int | None = None) -> WindowStep:

@@ -108,6 +108,7 @@ class WindowStep(Model):
 
     backfill_id: str
     read: int = Field(description="the window's place when the step was planned")
+    rewinds: int = Field(default=0, description="how often a retry had rewound the window by then")
     started: int = Field(description="the wants before this place in its range have been started")
     partitions: int
     open: int = Field(description="wants it started that have not ended")

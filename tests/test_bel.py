@@ -109,6 +109,15 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     execute_then_active_then_historical_delegation(bel)
     dep_miss_releases_and_failure_fail_locks(bel)
     legacy = backfill_of_0_1_0(bel)
+    # 0013 counts the rewinds of a log written since 0002: the legacy backfill retried, its window rewound
+    # and moved past its wants again.
+    with bel._write() as tx:
+        tx.extend(
+            [
+                ev.BackfillRetried(backfill_id=legacy.backfill_id, rewind=True),
+                ev.BackfillAdvanced(backfill_id=legacy.backfill_id, started=2),
+            ]
+        )
     history = [(e.idx, e.type, e.ref) for e in bel.events(limit=1000)]
     with bel.writer.begin() as conn:
         command.downgrade(alembic_config(conn), BASELINE)
@@ -208,6 +217,8 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
                 text("SELECT proconfig FROM pg_proc WHERE proname IN ('bel_place_pending', 'bel_sequence')")
             ).scalars()
             assert [("enable_seqscan=off" in config) for config in settings] == [True, True]
+    # 0013: the rewind is counted, as a replay of the log counts it (below).
+    assert upgraded.plan_window_step(legacy.backfill_id, window=10).rewinds == 1
     kept = projection_rows(upgraded)
     upgraded.rebuild_projections()
     assert projection_rows(upgraded) == kept

@@ -126,3 +126,21 @@ def test_a_cancel_while_its_window_starts_wants_leaves_one_that_decided_to_the_r
     assert bel.job_run(run.job_run_id).cause is JobRunCause.abandoned
     bel.record_window_step(step)
     assert {w.state for w in bel.wants()} == {WantState.canceled}
+
+
+def test_a_step_planned_before_a_cancel_and_a_retry_is_not_recorded_after_them(bel: BuildEventLog) -> None:
+    # The window plans a step and starts its wants; the backfill is cancelled (its unstarted wants end,
+    # their new workflows find them ended and close) and retried (reopened, the window rewound to the
+    # place the step read) before the step records. Recorded, the window would stand past open wants
+    # that have no workflow, and never start them.
+    bel.record_backfill(REQUEST, 2, SPECS)
+    step = bel.plan_window_step(REQUEST.backfill_id, window=2)
+    assert (step.read, step.started, step.rewinds) == (0, 2, 0)
+    bel.cancel_backfill(REQUEST.backfill_id)
+    assert bel.cancel_unstarted(REQUEST.backfill_id) == 2
+    bel.reopen_wants([w.want_id for w in bel.retry_backfill(REQUEST.backfill_id)])
+    assert bel.record_window_step(step) is False
+    again = bel.plan_window_step(REQUEST.backfill_id, window=2)
+    assert [w.ref for w in again.to_start] == ["up/1", "up/2"] and again.rewinds == 1
+    assert bel.record_window_step(again) is True
+    assert bel.backfill_progress(REQUEST.backfill_id).started == 2

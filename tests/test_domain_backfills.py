@@ -84,6 +84,8 @@ def test_a_step_is_recorded_once_its_wants_started_unless_the_window_moved_meanw
     assert rules.moved("b", current=2, read=0, to=2) == []  # recorded already (a retried attempt)
     assert rules.moved("b", current=0, read=5, to=7) == []  # a retry rewound it: the next step reads again
     assert rules.moved("b", current=3, read=3, to=3) == []  # nothing started
+    # A cancel and a retry came between its plan and its record, rewinding it to where it read.
+    assert rules.moved("b", current=0, read=0, to=2, rewound=True) == []
 
 
 def test_the_window_passes_over_wants_that_ended_and_stops_at_a_place_not_registered() -> None:

@@ -325,6 +325,7 @@ class BackfillCommands(BackfillReads, WriteBase):
         return WindowStep(
             backfill_id=backfill_id,
             read=started,
+            rewinds=row["rewinds"],
             started=step.started,
             partitions=row["partitions"],
             open=open_wants + len(rows),
@@ -334,13 +335,20 @@ class BackfillCommands(BackfillReads, WriteBase):
             to_start=[want_from_row(r).spec for r in rows],
         )
 
-    def record_window_step(self, step: WindowStep) -> None:
-        """Record that the window started the step's wants (``backfills.moved``)."""
+    def record_window_step(self, step: WindowStep) -> bool:
+        """Record that the window started the step's wants (``backfills.moved``); False if it did not
+        move (a retry rewound it since the step was planned, or the step started nothing)."""
         with self._write(backfill_key(step.backfill_id)) as tx:
-            current = backfill_row(tx.conn, step.backfill_id)["started"]
-            tx.extend(
-                backfill_rules.moved(step.backfill_id, current=current, read=step.read, to=step.started)
+            row = backfill_row(tx.conn, step.backfill_id)
+            events = backfill_rules.moved(
+                step.backfill_id,
+                current=row["started"],
+                read=step.read,
+                to=step.started,
+                rewound=row["rewinds"] != step.rewinds,
             )
+            tx.extend(events)
+        return bool(events)
 
     def advance_backfill(self, backfill_id: str, window: int, low: int = 0) -> WindowStep:
         """A step of the window whose wants were started: ``plan_window_step`` then ``record_window_step``."""

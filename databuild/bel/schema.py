@@ -382,6 +382,9 @@ backfills = Table(
     Column("canceled", Boolean, nullable=False, default=False, server_default=false()),
     # Its window has started the workflows of its wants before this place (all of them in 0.1.0).
     Column("started", Integer, nullable=False, server_default="0"),
+    # How often a retry took its window back to the start: a step planned before a rewind is not
+    # recorded after it (the wants it started may have been ended and reopened meanwhile).
+    Column("rewinds", Integer, nullable=False, server_default="0"),
 )
 
 backfill_wants = Table(

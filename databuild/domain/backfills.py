@@ -115,10 +115,12 @@ def advance(
     return Advance(place, to_start)
 
 
-def moved(backfill_id: str, *, current: int, read: int, to: int) -> list[ev.Event]:
+def moved(backfill_id: str, *, current: int, read: int, to: int, rewound: bool = False) -> list[ev.Event]:
     """Record that the window started its wants from place ``read`` up to ``to``, unless it is no longer
-    at ``read`` (a retry rewound it meanwhile: its next step reads again) or did not move."""
-    if current != read or to == read:
+    at ``read``, a retry ``rewound`` it since the step was planned (even to where the step read it: the
+    wants the step found ended may be open again, with no workflow; its next step reads again), or it did
+    not move."""
+    if rewound or current != read or to == read:
         return []
     return [ev.BackfillAdvanced(backfill_id=backfill_id, started=to)]
 

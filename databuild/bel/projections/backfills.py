@@ -52,7 +52,8 @@ def _backfill_resumed(conn: Connection, event: ev.BackfillResumed, at: datetime)
 @projects(ev.BackfillRetried)
 def _backfill_retried(conn: Connection, event: ev.BackfillRetried, at: datetime) -> None:
     if event.rewind:
-        set_backfill(conn, event.backfill_id, canceled=False, started=0)
+        rewinds = s.backfills.c.rewinds + 1
+        set_backfill(conn, event.backfill_id, canceled=False, started=0, rewinds=rewinds)
     else:
         set_backfill(conn, event.backfill_id, canceled=False)
 
