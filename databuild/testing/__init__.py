@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import socket
 import time
 import uuid
@@ -200,7 +201,27 @@ async def _release_a_leaked_lock(
 
 
 def free_port() -> int:
-    """A loopback port nobody listens on right now."""
+    """A loopback port nobody listens on right now, below the kernel's ephemeral range: a port handed out
+    for binding port 0 (what Spark's JVMs and Temporal's own test servers do, and every outgoing
+    connection's local end) could be taken by one of those between this call and the bind of the server
+    it is for (seen: a Spark JVM on the port a dev stack was then given)."""
+    low = _ephemeral_low()
+    for _ in range(100 if low > 11_000 else 0):
+        port = random.randrange(10_000, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
