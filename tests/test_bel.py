@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, inspect, select, text
 from sqlalchemy import event as sql_event
 
 from databuild.backfill import BackfillRequest
@@ -79,6 +79,59 @@ def bel(empty_url: str) -> Iterator[BuildEventLog]:
     log = BuildEventLog.create(empty_url)
     yield log
     log.dispose()
+
+
+def test_rows_written_in_bulk_read_back_as_written(bel: BuildEventLog) -> None:
+    """bel.bulk: one statement per table whatever the rows (a JSON recordset on PostgreSQL). Columns left
+    out get their defaults, times are kept to the microsecond in UTC (naive ones taken as UTC), JSON
+    columns keep their documents, a row already there is skipped or has the named columns set."""
+    from databuild.bel.bulk import insert_rows, update_rows, upsert_rows
+
+    at = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    runs = [
+        {
+            "job_run_id": f"r{n}",
+            "job_label": "j",
+            "state": "queued",
+            "outputs": [f"a/{n}"],
+            "params": {"n": str(n), "nested": {"k": [1, None]}},
+            "missing": [],
+            "workflow_id": f"w{n}",
+            "created_at": at if n else at.replace(tzinfo=None),
+            "updated_at": at,
+        }
+        for n in range(3)
+    ]
+    parts = [{"ref": f"a/{n}", "status": "missing", "updated_at": at} for n in range(2)]
+    with bel.writer.begin() as conn:
+        insert_rows(conn, s.job_runs, runs)
+        insert_rows(conn, s.partitions, parts)
+        insert_rows(conn, s.partitions, [{**parts[0], "status": "live"}], skip_existing=True)
+        moved = at + timedelta(hours=1)
+        changed = [{**row, "building_job_run_id": "r1", "updated_at": moved} for row in parts[1:]]
+        upsert_rows(
+            conn,
+            s.partitions,
+            [*changed, {**changed[0], "ref": "a/9", "building_job_run_id": None}],
+            setting=("building_job_run_id",),
+        )
+        update_rows(conn, s.job_runs, [{"job_run_id": "r2", "state": "running", "attempts": 2}])
+    with bel.reader.connect() as conn:
+        written = conn.execute(select(s.job_runs).order_by(s.job_runs.c.job_run_id)).mappings().all()
+    assert [(r["state"], r["attempts"], r["lost"], r["created_at"], r["params"]) for r in written] == [
+        ("queued", 0, False, at, runs[0]["params"]),
+        ("queued", 0, False, at, runs[1]["params"]),
+        ("running", 2, False, at, runs[2]["params"]),
+    ]
+    with bel.reader.connect() as conn:
+        rows = conn.execute(select(s.partitions).order_by(s.partitions.c.ref)).mappings().all()
+    assert [
+        (r["ref"], r["status"], r["building_job_run_id"], r["updated_at"], r["external"]) for r in rows
+    ] == [
+        ("a/0", "missing", None, at, False),
+        ("a/1", "missing", "r1", at, False),  # only the named column was set
+        ("a/9", "missing", None, moved, False),  # inserted
+    ]
 
 
 def test_migrations_from_empty_match_the_schema_even_when_started_together(empty_url: str) -> None:

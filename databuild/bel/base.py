@@ -15,6 +15,7 @@ from sqlalchemy import Connection, Engine, RowMapping, Select, bindparam, select
 
 from databuild.bel import admission, rows
 from databuild.bel import schema as s
+from databuild.bel.bulk import insert_rows
 from databuild.bel.transaction import WriteTx, write
 from databuild.domain import decisions, wants
 from databuild.errors import StaleAttemptError
@@ -200,4 +201,4 @@ class WriteBase(ReadBase):
     def _set_lease(self, conn: Connection, job_run_id: str, until: datetime) -> None:
         updated = conn.execute(SET_LEASE, {"pk": job_run_id, "expires_at": until})
         if updated.rowcount == 0:
-            conn.execute(s.inserting(s.job_run_leases), {"job_run_id": job_run_id, "expires_at": until})
+            insert_rows(conn, s.job_run_leases, {"job_run_id": job_run_id, "expires_at": until})

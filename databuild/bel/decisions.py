@@ -15,6 +15,7 @@ from databuild.bel.base import (
     ref_key,
     want_key,
 )
+from databuild.bel.bulk import insert_rows
 from databuild.bel.combining import Combiner
 from databuild.bel.rows import (
     derived_above,
@@ -162,7 +163,7 @@ class DecisionCommands(WriteBase):
             if isinstance(event, ev.JobRunQueued)  # a new run: its lease is new too
         ]
         if leases:
-            tx.conn.execute(s.inserting(s.job_run_leases), leases)
+            insert_rows(tx.conn, s.job_run_leases, leases)
 
     def _read(self, conn: Connection, steps: list[Step]) -> Read:
         refs = [ref for step in steps for ref in (*step.outputs, *step.declared)]

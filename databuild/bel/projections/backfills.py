@@ -5,6 +5,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from databuild.bel import schema as s
+from databuild.bel.bulk import insert_rows
 from databuild.bel.projections.common import (
     projects,
     set_backfill,
@@ -14,8 +15,9 @@ from databuild.domain import events as ev
 
 @projects(ev.BackfillRegistered)
 def _backfill_registered(conn: Connection, event: ev.BackfillRegistered, at: datetime) -> None:
-    conn.execute(
-        s.inserting(s.backfills),
+    insert_rows(
+        conn,
+        s.backfills,
         {
             "backfill_id": event.backfill_id,
             "request": event.request.model_dump(mode="json"),
@@ -30,8 +32,9 @@ def _backfill_registered(conn: Connection, event: ev.BackfillRegistered, at: dat
 def _backfill_wants_added(conn: Connection, event: ev.BackfillWantsAdded, at: datetime) -> None:
     if event.want_ids:
         seqs: list[int | None] = list(event.seqs) if event.seqs else [None] * len(event.want_ids)
-        conn.execute(
-            s.inserting(s.backfill_wants),
+        insert_rows(
+            conn,
+            s.backfill_wants,
             [
                 {"backfill_id": event.backfill_id, "want_id": w, "seq": seq}
                 for w, seq in zip(event.want_ids, seqs, strict=True)

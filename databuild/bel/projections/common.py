@@ -3,18 +3,14 @@
 Statements are built once, with bound parameters: building one per call (``update(...).values(...)``)
 cost several times what executing it does, and a replay or a benchmark's fill runs millions."""
 
-import functools
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Table, bindparam, delete, select, update
-from sqlalchemy.dialects.postgresql import Insert as PostgresInsert
-from sqlalchemy.dialects.postgresql import insert as postgres_insert
-from sqlalchemy.dialects.sqlite import Insert as SqliteInsert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Connection, bindparam, delete, select, update
 
 from databuild.bel import schema as s
+from databuild.bel.bulk import insert_rows, upsert_rows
 from databuild.domain import events as ev
 from databuild.models import (
     InstanceRef,
@@ -152,8 +148,9 @@ def declare_job_runs(
     reasons: Sequence[str | None] | None = None,
 ) -> None:
     """The runs' rows and their outputs' rows, in a statement per table for all of them."""
-    conn.execute(
-        s.inserting(s.job_runs),
+    insert_rows(
+        conn,
+        s.job_runs,
         [
             {
                 "job_run_id": event.job_run_id,
@@ -173,8 +170,9 @@ def declare_job_runs(
             for n, event in enumerate(events)
         ],
     )
-    conn.execute(
-        s.inserting(s.job_run_outputs),
+    insert_rows(
+        conn,
+        s.job_run_outputs,
         [{"job_run_id": event.job_run_id, "ref": ref} for event in events for ref in event.outputs],
     )
 
@@ -188,21 +186,6 @@ def set_job_run(conn: Connection, job_run_id: str, at: datetime, **values: objec
     conn.execute(UPDATE_JOB_RUN, {"pk": job_run_id, "updated_at": at, **values})
 
 
-@functools.cache
-def insert_or_skip(dialect: str, table: Table) -> SqliteInsert | PostgresInsert:
-    """INSERT that leaves a row that is already there (by any unique key) as it is: one statement where a
-    read and a write took two. Built once per database and table, so SQLAlchemy compiles it once."""
-    return (sqlite_insert if dialect == "sqlite" else postgres_insert)(table).on_conflict_do_nothing()
-
-
-@functools.cache
-def upsert_partition_setting(dialect: str, columns: tuple[str, ...]) -> SqliteInsert | PostgresInsert:
-    """INSERT of a partition row that, if the ref has one, sets ``columns`` on it instead."""
-    made = (sqlite_insert if dialect == "sqlite" else postgres_insert)(s.partitions)
-    changed = {column: made.excluded[column] for column in columns}
-    return made.on_conflict_do_update(index_elements=[s.partitions.c.ref], set_=changed)
-
-
 def link(conn: Connection, links: Sequence[tuple[str, str, str]]) -> None:
     """Link each (want, run, relation), unless the want is already linked to the run (its first relation
     stays), in one statement."""
@@ -210,20 +193,20 @@ def link(conn: Connection, links: Sequence[tuple[str, str, str]]) -> None:
         {"want_id": want_id, "job_run_id": job_run_id, "relation": relation}
         for want_id, job_run_id, relation in links
     ]
-    conn.execute(insert_or_skip(conn.dialect.name, s.want_job_runs), rows)
+    insert_rows(conn, s.want_job_runs, rows, skip_existing=True)
 
 
 def subscribe(conn: Connection, want_id: str, refs: list[str], workflow_id: str) -> None:
     if not refs:
         return
     rows = [{"ref": r, "want_id": want_id, "workflow_id": workflow_id} for r in dict.fromkeys(refs)]
-    conn.execute(insert_or_skip(conn.dialect.name, s.subscriptions), rows)
+    insert_rows(conn, s.subscriptions, rows, skip_existing=True)
 
 
 def record_reads(conn: Connection, job_run_id: str, reads: list[InstanceRef]) -> None:
     rows = [{"job_run_id": job_run_id, "ref": r.ref, "instance_id": r.instance_id} for r in reads]
     if rows:
-        conn.execute(s.inserting(s.read_deps), rows)
+        insert_rows(conn, s.read_deps, rows)
 
 
 def inherited_staleness(conn: Connection, job_run_id: str | None) -> str | None:
@@ -259,7 +242,11 @@ def upsert_partition(
     if found:
         conn.execute(UPDATE_PARTITION, {"pk": ref, "updated_at": at, **values})
     elif found is False:
-        conn.execute(s.inserting(s.partitions), new_partition_row(ref, at, **values))
+        insert_rows(conn, s.partitions, new_partition_row(ref, at, **values))
     else:
-        upsert = upsert_partition_setting(conn.dialect.name, ("updated_at", *sorted(values)))
-        conn.execute(upsert, new_partition_row(ref, at, **values))
+        upsert_rows(
+            conn,
+            s.partitions,
+            [new_partition_row(ref, at, **values)],
+            setting=("updated_at", *sorted(values)),
+        )

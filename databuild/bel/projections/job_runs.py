@@ -6,6 +6,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from databuild.bel import schema as s
+from databuild.bel.bulk import insert_rows
 from databuild.bel.partition_costs import add_delegations, refresh_run_outputs
 from databuild.bel.projections.common import (
     BATCH_OF,
@@ -41,8 +42,9 @@ def _job_run_joined(conn: Connection, event: ev.JobRunJoined, at: datetime) -> N
     row = conn.execute(BATCH_OF, {"job_run_id": event.job_run_id}).one()
     members = [*row.members, event.params]
     set_job_run(conn, event.job_run_id, at, outputs=[*row.outputs, *event.outputs], members=members)
-    conn.execute(
-        s.inserting(s.job_run_outputs),
+    insert_rows(
+        conn,
+        s.job_run_outputs,
         [{"job_run_id": event.job_run_id, "ref": ref} for ref in event.outputs],
     )
     if row.attempts:  # a run that has started may have costs: they are now shared among more outputs
@@ -52,8 +54,9 @@ def _job_run_joined(conn: Connection, event: ev.JobRunJoined, at: datetime) -> N
 @projects(ev.JobRunWaiting)
 def _job_run_waiting(conn: Connection, event: ev.JobRunWaiting, at: datetime) -> None:
     queued_at = conn.execute(QUEUED_AT, {"job_run_id": event.job_run_id}).scalar_one()
-    conn.execute(
-        s.inserting(s.run_pools),
+    insert_rows(
+        conn,
+        s.run_pools,
         [
             {
                 "job_run_id": event.job_run_id,
@@ -95,7 +98,7 @@ def _job_run_started(conn: Connection, event: ev.JobRunStarted, at: datetime) ->
             }
             for i in event.instances
         ]
-        conn.execute(s.inserting(s.attempt_outputs), rows)
+        insert_rows(conn, s.attempt_outputs, rows)
 
 
 @projects(ev.JobRunSucceeded)
@@ -117,7 +120,7 @@ def _job_run_succeeded(conn: Connection, event: ev.JobRunSucceeded, at: datetime
         if inputs_of is None or r.ref in inputs_of.get(w.ref, ())
     ]
     if edges:
-        conn.execute(s.inserting(s.consumers), edges)
+        insert_rows(conn, s.consumers, edges)
 
 
 @projects(ev.JobRunDepMiss)
@@ -157,14 +160,15 @@ def _delegations(conn: Connection, events: Sequence[ev.Delegation], at: datetime
         {"want_id": e.want_id, "ref": e.ref, "delegated_to": e.delegated_to, "kind": e.kind, "at": at}
         for e in events
     ]
-    conn.execute(s.inserting(s.delegations), rows)
+    insert_rows(conn, s.delegations, rows)
     refresh_pair_costs(conn, [(e.want_id, e.delegated_to) for e in events])
 
 
 @projects(ev.JobRunCostRecorded)
 def _job_run_cost_recorded(conn: Connection, event: ev.JobRunCostRecorded, at: datetime) -> None:
-    conn.execute(
-        s.inserting(s.job_run_costs),
+    insert_rows(
+        conn,
+        s.job_run_costs,
         {
             "job_run_id": event.job_run_id,
             "attempt": event.attempt,

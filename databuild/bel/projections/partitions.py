@@ -6,6 +6,7 @@ from datetime import datetime
 from sqlalchemy import Connection, delete
 
 from databuild.bel import schema as s
+from databuild.bel.bulk import insert_rows, upsert_rows
 from databuild.bel.projections.common import (
     FACTS,
     MARK_STALE,
@@ -18,7 +19,6 @@ from databuild.bel.projections.common import (
     projects,
     projects_together,
     upsert_partition,
-    upsert_partition_setting,
 )
 from databuild.domain import events as ev
 from databuild.domain.facts import schema_changed
@@ -33,7 +33,7 @@ from databuild.models import (
 def _partitions_building(conn: Connection, events: Sequence[ev.PartitionBuilding], at: datetime) -> None:
     """The outputs a run starts building, in one statement."""
     rows = [new_partition_row(e.ref, at, building_job_run_id=e.job_run_id) for e in events]
-    conn.execute(upsert_partition_setting(conn.dialect.name, ("updated_at", "building_job_run_id")), rows)
+    upsert_rows(conn, s.partitions, rows, setting=("updated_at", "building_job_run_id"))
 
 
 @projects(ev.PartitionLive)
@@ -45,8 +45,9 @@ def _partition_live(conn: Connection, event: ev.PartitionLive, at: datetime) -> 
         recorded = conn.execute(FACTS, {"pk": current.instance_id}).scalar()
         before = None if recorded is None else InstanceFacts.model_validate(recorded)
         conn.execute(SUPERSEDE, {"previous": current.instance_id, "at": at})
-    conn.execute(
-        s.inserting(s.partition_instances),
+    insert_rows(
+        conn,
+        s.partition_instances,
         {
             "instance_id": event.instance_id,
             "ref": event.ref,
@@ -147,8 +148,9 @@ def _instance_checked(conn: Connection, event: ev.InstanceChecked, at: datetime)
             s.instance_checks.c.name.in_([r.name for r in event.results]),
         )
     )
-    conn.execute(
-        s.inserting(s.instance_checks),
+    insert_rows(
+        conn,
+        s.instance_checks,
         [
             {
                 "instance_id": event.instance_id,

@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select, update
 
 from databuild.bel import schema as s
+from databuild.bel.bulk import insert_rows, update_rows
 from databuild.bel.projections.common import (
     UNSUBSCRIBE,
     UPDATE_WANT,
@@ -27,14 +28,14 @@ from databuild.models import (
 
 @projects_together(ev.WantCreated)
 def _wants_created(conn: Connection, events: Sequence[ev.WantCreated], at: datetime) -> None:
-    conn.execute(s.inserting(s.wants), [_want_row(event, at) for event in events])
+    insert_rows(conn, s.wants, [_want_row(event, at) for event in events])
     # A want is subscribed to from its creation on, so a new want has no subscription yet.
     subscriptions = [
         {"ref": ref, "want_id": event.want_id, "workflow_id": event.workflow_id}
         for event in events
         for ref in dict.fromkeys([event.spec.ref, *event.spec.requires])
     ]
-    conn.execute(s.inserting(s.subscriptions), subscriptions)
+    insert_rows(conn, s.subscriptions, subscriptions)
 
 
 def _want_row(event: ev.WantCreated, at: datetime) -> dict[str, Any]:
@@ -70,7 +71,7 @@ def _wants_building(conn: Connection, events: Sequence[ev.WantBuilding], at: dat
     """Wants of a group of decisions that build, in one statement for their rows and one for their links."""
     rows = [
         {
-            "pk": e.want_id,
+            "want_id": e.want_id,
             "updated_at": at,
             "state": WantState.building.value,
             "job_run_id": e.job_run_id,
@@ -78,7 +79,7 @@ def _wants_building(conn: Connection, events: Sequence[ev.WantBuilding], at: dat
         }
         for e in events
     ]
-    conn.execute(UPDATE_WANT, rows)
+    update_rows(conn, s.wants, rows)
     link(conn, [(e.want_id, e.job_run_id, e.relation) for e in events])
 
 
@@ -114,8 +115,9 @@ def _want_upstream_building(conn: Connection, event: ev.WantUpstreamBuilding, at
     if event.missing:
         # By ref, not by position: an input live by then has no derivative want.
         child_of = derivatives_by_ref(conn, event.derivative_want_ids)
-        conn.execute(
-            s.inserting(s.derivatives),
+        insert_rows(
+            conn,
+            s.derivatives,
             [
                 {
                     "want_id": event.want_id,
