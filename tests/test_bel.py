@@ -885,9 +885,9 @@ def test_consumer_index_follows_instances(bel: BuildEventLog) -> None:
 
 
 def test_a_lookup_by_a_list_of_ids_is_one_statement_whatever_its_length(bel: BuildEventLog) -> None:
-    """A view's index looks entities up by the hundreds (a page of batch runs names 1,200 instances). On
-    PostgreSQL the list goes as one array, so the statement's text (and psycopg's parse of it) is the same
-    for every length; SQLite expands it into the IN list it needs."""
+    """A view's index looks entities up by the hundreds (a page of batch runs names 1,200 instances). The
+    list goes as one parameter (an array on PostgreSQL, a JSON document on SQLite), so the statement's text
+    (and the driver's parse of it) is the same for every length."""
     refs = [f"ext/{n}" for n in range(30)]
     instances = [bel.publish_external(ref, f"i-{ref}")[0].instance_id or "" for ref in refs]
     sent: list[str] = []
@@ -901,10 +901,8 @@ def test_a_lookup_by_a_list_of_ids_is_one_statement_whatever_its_length(bel: Bui
         )
     assert bel.partitions_by_ref([]) == [] and bel.instances_by_id([]) == []
     partition_reads = {sql for sql in sent if sql.lstrip().startswith("SELECT partitions.")}
-    if bel.reader.dialect.name == "postgresql":
-        assert len(partition_reads) == 1 and "ANY" in next(iter(partition_reads)), partition_reads
-    else:
-        assert len(partition_reads) == 3, partition_reads  # an IN list of 2, 8 and 31 parameters
+    (read,) = partition_reads
+    assert ("ANY" if bel.reader.dialect.name == "postgresql" else "json_each") in read, read
 
 
 def test_wants_that_took_part_in_a_failed_build_fail_and_newcomers_wait(bel: BuildEventLog) -> None:

@@ -33,7 +33,7 @@ def insert_rows(
     if not many:
         return
     if conn.dialect.name != "postgresql":
-        conn.execute(_sqlite_insert(table, skip_existing), many)
+        conn.execute(_sqlite_insert(table, skip_existing), many[0] if len(many) == 1 else many)
         return
     _insert_recordset(conn, table, many, " ON CONFLICT DO NOTHING" if skip_existing else "")
 
