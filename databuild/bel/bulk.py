@@ -1,4 +1,4 @@
-"""Rows inserted in bulk: one statement for a command's rows of a table, whatever their number.
+"""Rows written in bulk: one statement for a command's rows of a table, whatever their number.
 
 On PostgreSQL the rows go as one JSON document through ``json_populate_recordset``, in a statement whose
 text depends only on the table and its columns. A multi-row ``VALUES`` list is a new text for every row
@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Insert, Table, TextClause, Update, bindparam, text, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.sql.schema import ScalarElementColumnDefault
 
 from databuild.bel import schema as s
 
@@ -121,13 +122,13 @@ def _quote(name: str) -> str:
 def _with_defaults(table: Table, rows: list[Row]) -> list[Row]:
     """The rows with the scalar Python-side defaults of the columns they leave out (what SQLAlchemy's
     INSERT adds; server-side defaults apply by themselves, as the statement names no such column)."""
-    missing = {c.name: c.default.arg for c in _scalar_defaults(table) if c.name not in rows[0]}
+    missing = {name: value for name, value in _scalar_defaults(table).items() if name not in rows[0]}
     return [{**missing, **row} for row in rows] if missing else rows
 
 
 @functools.cache
-def _scalar_defaults(table: Table) -> tuple[Any, ...]:
-    return tuple(c for c in table.columns if c.default is not None and c.default.is_scalar)
+def _scalar_defaults(table: Table) -> dict[str, Any]:
+    return {c.name: c.default.arg for c in table.columns if isinstance(c.default, ScalarElementColumnDefault)}
 
 
 def _json_value(value: object) -> object:
