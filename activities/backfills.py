@@ -3,6 +3,7 @@
 from temporalio import activity
 from temporalio.client import Client
 
+from activities.heartbeats import heartbeating
 from databuild.backfill import WindowStep
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
@@ -22,6 +23,7 @@ class BackfillActivities:
         self.settings = settings
 
     @activity.defn
+    @heartbeating  # starting a group of wants, or planning a big backfill's step, takes seconds
     async def advance_backfill(self, input: p.BackfillWindowInput) -> WindowStep:
         """Plan the window's step, start the wants it admits, then record it: an attempt that dies before
         it has recorded leaves the window where it was, and the retry starts the same wants again

@@ -42,7 +42,8 @@ class BackfillWindowWorkflow:
                 BackfillActivities.advance_backfill,
                 p.BackfillWindowInput(backfill_id=input.backfill_id, low=low),
                 start_to_close_timeout=STEP_TIMEOUT,
-                heartbeat_timeout=timedelta(seconds=60),
+                # A step lost with its worker is retried this soon (it heartbeats every 5 s).
+                heartbeat_timeout=timedelta(seconds=15),
                 retry_policy=STEP_RETRY,
             )
             low = step.low

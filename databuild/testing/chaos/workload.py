@@ -13,6 +13,7 @@ from temporalio.service import RPCError
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.models import WantSource, WantSpec
+from databuild.temporal.protocol import backfill_window_workflow_id
 from databuild.testing.chaos.config import FINAL, FIRST_DAY, ChaosConfig
 from databuild.testing.chaos.invariants import stuck_wants
 from databuild.testing.chaos.stack import ChaosStack, read, retrying
@@ -98,8 +99,18 @@ async def until_settled(stack: ChaosStack, seconds: float, every: float = 15.0) 
         await asyncio.sleep(1.0)
 
 
+def backfill_ids(bel: BuildEventLog) -> list[str]:
+    with bel.reader.connect() as conn:
+        return list(conn.execute(select(s.backfills.c.backfill_id)).scalars())
+
+
 async def all_open_wants_dead(stack: ChaosStack) -> bool:
+    """No open want has a running workflow, and no backfill's window runs (it starts its wants in turn;
+    a step lost with a killed worker is retried once its heartbeat times out)."""
     try:
+        for backfill_id in await read(stack, backfill_ids):
+            if await stack.workflow_running(backfill_window_workflow_id(backfill_id)):
+                return False
         return len(await stuck_wants(stack)) == sum((await read(stack, open_wants)).values())
     except RPCError:  # Temporal went down meanwhile: look again later
         return False
