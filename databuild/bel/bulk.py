@@ -13,12 +13,10 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Insert, Table, TextClause, Update, bindparam, text, update
+from sqlalchemy import Connection, Insert, Table, TextClause, Update, bindparam, insert, text, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.schema import ScalarElementColumnDefault
-
-from databuild.bel import schema as s
 
 Row = Mapping[str, Any]
 _POSTGRES = postgresql.dialect()  # type: ignore[no-untyped-call]  # for its quoting rules
@@ -58,7 +56,7 @@ def update_rows(conn: Connection, table: Table, rows: Sequence[Row]) -> None:
     (key,) = (c.name for c in table.primary_key.columns)
     if conn.dialect.name != "postgresql":
         pk = [{"pk": row[key], **{name: v for name, v in row.items() if name != key}} for row in rows]
-        conn.execute(_sqlite_update(table), pk)
+        conn.execute(updating(table), pk)
         return
     setting = tuple(c.name for c in table.columns if c.name in rows[0] and c.name != key)
     document = json.dumps(list(rows), default=_json_value)
@@ -66,8 +64,17 @@ def update_rows(conn: Connection, table: Table, rows: Sequence[Row]) -> None:
 
 
 @functools.cache
+def updating(table: Table) -> Update:
+    """UPDATE of the row of ``table`` whose primary key is bound as ``pk``, setting the columns the
+    parameters name. Built once per table: SQLAlchemy builds and keys a statement made per call again
+    each time, which costs more than running it on SQLite."""
+    (key,) = table.primary_key.columns
+    return update(table).where(key == bindparam("pk"))
+
+
+@functools.cache
 def _sqlite_insert(table: Table, skip_existing: bool) -> Insert:
-    return sqlite_insert(table).on_conflict_do_nothing() if skip_existing else s.inserting(table)
+    return sqlite_insert(table).on_conflict_do_nothing() if skip_existing else insert(table)
 
 
 @functools.cache
@@ -75,12 +82,6 @@ def _sqlite_upsert(table: Table, setting: tuple[str, ...]) -> Insert:
     made = sqlite_insert(table)
     keys = list(table.primary_key.columns)
     return made.on_conflict_do_update(index_elements=keys, set_={c: made.excluded[c] for c in setting})
-
-
-@functools.cache
-def _sqlite_update(table: Table) -> Update:
-    (key,) = table.primary_key.columns
-    return update(table).where(key == bindparam("pk"))
 
 
 def _on_conflict(table: Table, setting: tuple[str, ...]) -> str:

@@ -162,8 +162,7 @@ class DecisionCommands(WriteBase):
             for event in events
             if isinstance(event, ev.JobRunQueued)  # a new run: its lease is new too
         ]
-        if leases:
-            insert_rows(tx.conn, s.job_run_leases, leases)
+        insert_rows(tx.conn, s.job_run_leases, leases)
 
     def _read(self, conn: Connection, steps: list[Step]) -> Read:
         refs = [ref for step in steps for ref in (*step.outputs, *step.declared)]

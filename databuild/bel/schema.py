@@ -1,6 +1,5 @@
 """Tables of the build event log: the append-only ``events`` table and projections of current state."""
 
-import functools
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,7 +12,6 @@ from sqlalchemy import (
     Dialect,
     Float,
     Index,
-    Insert,
     Integer,
     MetaData,
     Select,
@@ -26,7 +24,6 @@ from sqlalchemy import (
     bindparam,
     false,
     func,
-    insert,
     literal_column,
     select,
 )
@@ -422,13 +419,6 @@ PROJECTIONS = [
     backfills,
     backfill_wants,
 ]
-
-
-@functools.cache
-def inserting(table: Table) -> Insert:
-    """INSERT into ``table``, built once: SQLAlchemy builds and keys a statement made per call again each
-    time, which costs more than running it on SQLite."""
-    return insert(table)
 
 
 class OneOf(ColumnElement[bool]):

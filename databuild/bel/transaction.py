@@ -46,6 +46,7 @@ from sqlalchemy.exc import ArgumentError
 
 from databuild.bel import projector
 from databuild.bel import schema as s
+from databuild.bel.bulk import insert_rows
 from databuild.bel.measures import WRITE_SECONDS
 from databuild.domain import events as ev
 from databuild.errors import ConfigurationError
@@ -253,7 +254,7 @@ class WriteTx:
         for row in rows:
             row["idx"] = first + row.pop("pos")
             row["at"] = self.at
-        self.conn.execute(s.inserting(s.events), rows)
+        insert_rows(self.conn, s.events, rows)
 
     def place(self) -> None:
         """After COMMIT: return once the events have their place in the log (PostgreSQL, when ``close``

@@ -30,16 +30,15 @@ def _backfill_registered(conn: Connection, event: ev.BackfillRegistered, at: dat
 
 @projects(ev.BackfillWantsAdded)
 def _backfill_wants_added(conn: Connection, event: ev.BackfillWantsAdded, at: datetime) -> None:
-    if event.want_ids:
-        seqs: list[int | None] = list(event.seqs) if event.seqs else [None] * len(event.want_ids)
-        insert_rows(
-            conn,
-            s.backfill_wants,
-            [
-                {"backfill_id": event.backfill_id, "want_id": w, "seq": seq}
-                for w, seq in zip(event.want_ids, seqs, strict=True)
-            ],
-        )
+    seqs: list[int | None] = list(event.seqs) if event.seqs else [None] * len(event.want_ids)
+    insert_rows(
+        conn,
+        s.backfill_wants,
+        [
+            {"backfill_id": event.backfill_id, "want_id": w, "seq": seq}
+            for w, seq in zip(event.want_ids, seqs, strict=True)
+        ],
+    )
 
 
 @projects(ev.BackfillPaused)

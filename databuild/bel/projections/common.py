@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, bindparam, delete, select, update
 
 from databuild.bel import schema as s
-from databuild.bel.bulk import insert_rows, upsert_rows
+from databuild.bel.bulk import insert_rows, updating, upsert_rows
 from databuild.domain import events as ev
 from databuild.models import (
     InstanceRef,
@@ -62,10 +62,10 @@ def projects_together(event_type: type[E]) -> Callable[[ManyHandler[E]], ManyHan
 
 # An UPDATE without .values() sets the columns named by the parameters it is executed with; "pk" binds
 # the row's primary key.
-UPDATE_WANT = update(s.wants).where(s.wants.c.want_id == bindparam("pk"))
-UPDATE_JOB_RUN = update(s.job_runs).where(s.job_runs.c.job_run_id == bindparam("pk"))
-UPDATE_PARTITION = update(s.partitions).where(s.partitions.c.ref == bindparam("pk"))
-UPDATE_INSTANCE = update(s.partition_instances).where(s.partition_instances.c.instance_id == bindparam("pk"))
+UPDATE_WANT = updating(s.wants)
+UPDATE_JOB_RUN = updating(s.job_runs)
+UPDATE_PARTITION = updating(s.partitions)
+UPDATE_INSTANCE = updating(s.partition_instances)
 WORKFLOW_OF = select(s.wants.c.workflow_id).where(s.wants.c.want_id == bindparam("want_id"))
 REFS_OF_WANTS = select(s.wants.c.ref, s.wants.c.want_id).where(s.one_of(s.wants.c.want_id, "want_ids"))
 # The subscriptions of the wants ``ids`` (wants that ended).
@@ -197,16 +197,13 @@ def link(conn: Connection, links: Sequence[tuple[str, str, str]]) -> None:
 
 
 def subscribe(conn: Connection, want_id: str, refs: list[str], workflow_id: str) -> None:
-    if not refs:
-        return
     rows = [{"ref": r, "want_id": want_id, "workflow_id": workflow_id} for r in dict.fromkeys(refs)]
     insert_rows(conn, s.subscriptions, rows, skip_existing=True)
 
 
 def record_reads(conn: Connection, job_run_id: str, reads: list[InstanceRef]) -> None:
     rows = [{"job_run_id": job_run_id, "ref": r.ref, "instance_id": r.instance_id} for r in reads]
-    if rows:
-        insert_rows(conn, s.read_deps, rows)
+    insert_rows(conn, s.read_deps, rows)
 
 
 def inherited_staleness(conn: Connection, job_run_id: str | None) -> str | None:

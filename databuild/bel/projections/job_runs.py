@@ -88,17 +88,16 @@ def _job_run_started(conn: Connection, event: ev.JobRunStarted, at: datetime) ->
     set_job_run(
         conn, event.job_run_id, at, state=JobRunState.running.value, attempts=event.attempt, started_at=at
     )
-    if event.instances:
-        rows = [
-            {
-                "instance_id": i.instance_id,
-                "ref": i.ref,
-                "job_run_id": event.job_run_id,
-                "attempt": event.attempt,
-            }
-            for i in event.instances
-        ]
-        insert_rows(conn, s.attempt_outputs, rows)
+    rows = [
+        {
+            "instance_id": i.instance_id,
+            "ref": i.ref,
+            "job_run_id": event.job_run_id,
+            "attempt": event.attempt,
+        }
+        for i in event.instances
+    ]
+    insert_rows(conn, s.attempt_outputs, rows)
 
 
 @projects(ev.JobRunSucceeded)
@@ -119,8 +118,7 @@ def _job_run_succeeded(conn: Connection, event: ev.JobRunSucceeded, at: datetime
         for w in event.writes
         if inputs_of is None or r.ref in inputs_of.get(w.ref, ())
     ]
-    if edges:
-        insert_rows(conn, s.consumers, edges)
+    insert_rows(conn, s.consumers, edges)
 
 
 @projects(ev.JobRunDepMiss)
