@@ -15,14 +15,20 @@ EVERY = 5.0  # seconds; the calls that use this allow a heartbeat timeout of 15 
 
 
 def heartbeating(call: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """Heartbeat every ``EVERY`` seconds while ``call`` runs."""
+    """Heartbeat every ``EVERY`` seconds while ``call`` runs (every third of the activity's heartbeat
+    timeout, if that is shorter). The first beat comes after the first interval, not at once: Temporal
+    counts the timeout from the activity's start (or its last beat), and every beat is a write to the
+    workflow's state on the server, which a call that ends within seconds (most do) never needs."""
 
     @functools.wraps(call)
     async def beating(*args: P.args, **kwargs: P.kwargs) -> R:
+        timeout = activity.info().heartbeat_timeout
+        every = min(EVERY, timeout.total_seconds() / 3) if timeout else EVERY
+
         async def beat() -> None:
             while True:
+                await asyncio.sleep(every)
                 activity.heartbeat()
-                await asyncio.sleep(EVERY)
 
         beats = asyncio.create_task(beat())
         try:
