@@ -11,7 +11,7 @@ from temporalio import activity
 P = ParamSpec("P")
 R = TypeVar("R")
 
-EVERY = 5.0  # seconds; the calls that use this allow a heartbeat timeout of 15 s
+EVERY = 5.0  # seconds, at most: a third of a shorter heartbeat timeout (a job's can be 4 s)
 
 
 def heartbeating(call: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:

@@ -20,7 +20,7 @@ async def takes(seconds: float) -> float:
     return seconds
 
 
-def environment(heartbeat_timeout: timedelta | None) -> tuple[ActivityEnvironment, list[tuple[object, ...]]]:
+def environment(heartbeat_timeout: timedelta) -> tuple[ActivityEnvironment, list[tuple[object, ...]]]:
     env = ActivityEnvironment()
     env.info = dataclasses.replace(env.info, heartbeat_timeout=heartbeat_timeout)
     beats: list[tuple[object, ...]] = []
