@@ -14,7 +14,7 @@ from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.domain import alerts
-from databuild.domain.decisions import Blocked, Delegate, DependenciesStatus, Execute, Verdict
+from databuild.domain.decisions import Blocked, Delegate, DependenciesStatus, Execute, NeedsInputs, Verdict
 from databuild.domain.endings import Finished
 from databuild.domain.pools import pools_of
 from databuild.graph import Graph
@@ -37,6 +37,10 @@ from databuild.temporal.wants import notify_subscribers, settle_closing_run, sig
 from databuild.views.staleness import freshness
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
+# A decision that finds at most this many declared inputs missing starts their derivative wants itself, in
+# its local activity; more are started by the heartbeating ``await_dependencies`` activity, which may take a
+# while and survives a worker that dies meanwhile.
+DERIVATIVES_IN_DECISION = 64
 
 
 class WantActivities:
@@ -87,6 +91,14 @@ class WantActivities:
                 return p.DelegateOrder(**verdict.model_dump(), watchdog=lease)
             case Blocked():
                 return p.BlockedOrder(**verdict.model_dump(), watchdog=lease)
+            case NeedsInputs() if len(verdict.missing) <= DERIVATIVES_IN_DECISION:
+                # A few derivatives are started here: no activity task, and no workflow task for its end.
+                status = await self._start_dependencies(
+                    p.DependenciesInput(want_id=input.want_id, job_run_id=None, missing=verdict.missing)
+                )
+                return p.NeedsInputsOrder(missing=verdict.missing, status=status)
+            case NeedsInputs():
+                return p.NeedsInputsOrder(missing=verdict.missing)
         return verdict
 
     def _admission(self, run: Execute) -> p.Admission | None:
@@ -193,6 +205,10 @@ class WantActivities:
     @activity.defn
     @heartbeating
     async def await_dependencies(self, input: p.DependenciesInput) -> DependenciesStatus:
+        """Start (idempotently) a derivative want for each missing input; how the inputs stand."""
+        return await self._start_dependencies(input)
+
+    async def _start_dependencies(self, input: p.DependenciesInput) -> DependenciesStatus:
         status, derivatives, reopened = await self.bel.call(
             self.bel.await_dependencies, input.want_id, input.job_run_id, input.missing
         )

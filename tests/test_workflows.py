@@ -28,7 +28,7 @@ from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 import workflows.want
-from databuild.domain.decisions import Paused
+from databuild.domain.decisions import DependenciesStatus, Paused
 from databuild.domain.events import ABANDONED_REASON as ABANDONED
 from databuild.domain.events import CANCELLED_REASON as CANCELED
 from databuild.models import JobRunCause, JobRunState, WantSpec, WantState, job_run_workflow_id
@@ -511,6 +511,65 @@ async def test_dep_miss_with_a_failed_input_fails_the_want(h: Harness, script: S
     assert isinstance(error, ApplicationError) and error.type == "WantFailed"
     assert finished(script).reason == f"input(s) failed to build: in/a: {reason}"
     assert len(script.inputs("decide")) == 1
+
+
+# Declared inputs ----------------------------------------------------------------------------------------
+
+
+def needs_inputs(missing: list[str], started: DependenciesStatus | None = None) -> p.NeedsInputsOrder:
+    return p.NeedsInputsOrder(missing=missing, status=started)
+
+
+async def test_declared_inputs_started_by_the_decision_need_no_activity(h: Harness, script: Script) -> None:
+    spec = new_spec()
+    inputs = ["in/a", "in/b"]
+    script.then("decide", needs_inputs(inputs, dependencies(live=["in/a"])), live_decision("i-7"))
+    handle = await h.start_want(spec)
+
+    progress = await until_progress(handle, lambda progress: progress.waiting_for == ["in/b"])
+    assert progress.state is WantState.upstream_building
+    await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available("in/b", "i-b"))
+
+    result = await handle.result()
+    assert (result.state, result.instance_id) == (WantState.successful, "i-7")
+    assert [i.seq for i in script.inputs("decide")] == [1, 2]
+    assert script.inputs("await_dependencies") == []
+
+
+async def test_declared_inputs_started_by_the_decision_forget_news_from_before_it(
+    h: Harness, script: Script
+) -> None:
+    """An input heard live before the decision that found it missing (tainted since, say) is waited for
+    again: only a notice that comes after the decision read the BEL counts."""
+    spec = new_spec()
+    script.then(
+        "decide", wait_external_decision(), needs_inputs(["in/b"], dependencies()), live_decision("i-8")
+    )
+    handle = await h.start_want(spec)
+    await until_progress(handle, lambda progress: progress.state is WantState.upstream_building)
+    await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available("in/b", "i-old"))
+    await handle.signal(p.SIGNAL_REDECIDE, redecide_notice(spec.ref, "tainted"))
+
+    await until_progress(handle, lambda progress: progress.waiting_for == ["in/b"])
+    assert len(script.inputs("decide")) == 2  # still waiting for in/b: the notice from before is dropped
+    await handle.signal(p.SIGNAL_PARTITION_AVAILABLE, available("in/b", "i-new"))
+
+    result = await handle.result()
+    assert (result.state, result.instance_id) == (WantState.successful, "i-8")
+    assert [i.seq for i in script.inputs("decide")] == [1, 2, 3]
+
+
+async def test_many_declared_inputs_are_started_by_the_activity(h: Harness, script: Script) -> None:
+    spec = new_spec()
+    script.then("decide", needs_inputs(["in/a"]), live_decision("i-9"))
+    script.then("await_dependencies", dependencies(live=["in/a"]))
+    handle = await h.start_want(spec)
+
+    result = await handle.result()
+    assert result.state is WantState.successful
+    assert script.inputs("await_dependencies") == [
+        p.DependenciesInput(want_id=spec.want_id, job_run_id=None, missing=["in/a"])
+    ]
 
 
 # Waiting without a run -------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     # Imported once and shared by every run, not again into each run's sandbox (cheaper starts).
     from activities.wants import WantActivities
-    from databuild.domain.decisions import Final, Live, NeedsInputs, Paused, WaitExternal
+    from databuild.domain.decisions import DependenciesStatus, Final, Live, Paused, WaitExternal
     from databuild.models import WantSource, WantSpec, WantState, job_run_workflow_id
     from databuild.temporal import protocol as p
     from databuild.temporal.job_runs import job_run_search_attributes, job_run_summary
@@ -145,6 +145,7 @@ class WantWorkflow:
                 return None
             redecides = m.redecides  # a redecide signal from now on means: decide again
             resumes = m.resumes
+            heard = set(m.live) | set(m.failed_refs)  # news of inputs from before this step
             try:
                 decision = await self._step()
             # e.g. the graph no longer produces this ref. A local activity's failure arrives as the bare
@@ -174,8 +175,8 @@ class WantWorkflow:
                     await self._wait_watching(
                         lambda: spec.ref in m.live or redecide(), what, decision.watchdog
                     )
-                case NeedsInputs():
-                    failure = await self._await_inputs(None, decision.missing)
+                case p.NeedsInputsOrder():
+                    failure = await self._await_inputs(None, decision.missing, decision.status, heard)
                     if failure is not None:
                         return self._inputs_failed(failure)
                 case p.ExecuteOrder() | p.DelegateOrder():
@@ -273,21 +274,31 @@ class WantWorkflow:
             await self._wait(available)
         m.requirements_met = not m.stopping
 
-    async def _await_inputs(self, job_run_id: str | None, missing: list[str]) -> str | None:
+    async def _await_inputs(
+        self,
+        job_run_id: str | None,
+        missing: list[str],
+        started: DependenciesStatus | None = None,
+        heard: set[str] | None = None,
+    ) -> str | None:
         """Start derivative wants for the missing inputs (of a dep-miss of ``job_run_id``, or declared by
-        the job when it is None) and wait until all are live (or one fails)."""
+        the job when it is None) and wait until all are live (or one fails). ``started``: the decision
+        started them already and read how they stood, after the news in ``heard`` came."""
         m = self._memory
         why = f"{job_run_id} dep-missed" if job_run_id else "declared inputs are not live"
         self._set(WantState.upstream_building, job_run_id, missing, f"{why}; derivative wants build")
-        # Only news from now on counts (the activity re-reads the BEL): an input heard live earlier and
-        # tainted since must be waited for again.
+        # Only news from after the BEL was read counts: an input heard live earlier and tainted since must
+        # be waited for again.
         for ref in missing:
-            m.failed_refs.pop(ref, None)
-            m.live.pop(ref, None)
-        status = await remote(
-            WantActivities.await_dependencies,
-            p.DependenciesInput(want_id=self._spec.want_id, job_run_id=job_run_id, missing=missing),
-        )
+            if started is None or (heard is not None and ref in heard):
+                m.failed_refs.pop(ref, None)
+                m.live.pop(ref, None)
+        status = started
+        if status is None:
+            status = await remote(
+                WantActivities.await_dependencies,
+                p.DependenciesInput(want_id=self._spec.want_id, job_run_id=job_run_id, missing=missing),
+            )
         for ref in status.live:
             m.live.setdefault(ref, "")
         m.failed_refs.update(status.failed)

@@ -15,6 +15,7 @@ from databuild.domain.alerts import Alert, ChannelState
 from databuild.domain.decisions import (
     Blocked,
     Delegate,
+    DependenciesStatus,
     Execute,
     Final,
     Live,
@@ -232,6 +233,13 @@ class DelegateOrder(Delegate):
     watchdog: timedelta = timedelta(minutes=1)
 
 
+class NeedsInputsOrder(NeedsInputs):
+    """Start derivative wants for the missing inputs and wait until they are live. ``status`` set: the
+    decision started them already (a few inputs: no activity of its own), and this is how they stood."""
+
+    status: DependenciesStatus | None = None
+
+
 class BlockedOrder(Blocked):
     """Wait for `databuild resolve`, watching the fail-locks every ``watchdog``."""
 
@@ -240,7 +248,7 @@ class BlockedOrder(Blocked):
 
 # What the decide activity answers: the BEL's verdict, with what the worker's settings add to it.
 Decision = Annotated[
-    Live | ExecuteOrder | DelegateOrder | WaitExternal | BlockedOrder | NeedsInputs | Paused | Final,
+    Live | ExecuteOrder | DelegateOrder | WaitExternal | BlockedOrder | NeedsInputsOrder | Paused | Final,
     Field(discriminator="kind"),
 ]
 

@@ -25,6 +25,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "input-version": ("want-input-version-1", "job-run-input-version-1"),
     "dep-miss-chain": ("want-dep-miss-chain", "want-derivative", "job-run-dep-miss"),
     "declared-inputs": ("want-declared-inputs",),
+    "declared-inputs-in-decision": ("want-declared-inputs-in-decision",),
     "fail-lock": ("want-failed", "job-run-failed", "want-fail-lock-resolve"),
     "retry": ("job-run-retry",),
     "cancel": ("want-cancel",),

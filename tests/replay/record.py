@@ -267,6 +267,20 @@ async def declared_inputs(rec: Recorder) -> None:
         await rec.save("want-declared-inputs", stack.client, spec.workflow_id)
 
 
+@scenario("declared-inputs-in-decision")
+async def declared_inputs_in_decision(rec: Recorder) -> None:
+    """The same since a decision that finds a few declared inputs missing starts their derivative wants
+    itself: the want's history has no ``await_dependencies`` activity."""
+    async with rec.stack("dev", "examples.demo:graph") as stack:
+        spec = await stack.db.want(DEMO_REF)
+        await settled(stack, spec)
+        history = await stack.client.get_workflow_handle(spec.workflow_id).fetch_history()
+        assert not [
+            e for e in history.events if e.activity_task_scheduled_event_attributes.activity_type.name
+        ]
+        await rec.save("want-declared-inputs-in-decision", stack.client, spec.workflow_id)
+
+
 async def fail_then_block(stack: Stack, n: str) -> tuple[WantSpec, WantSpec]:
     """A want whose build fails (fail-locking a/{n}, b/{n}, c/{n}), then one blocked on the lock."""
     graphs.BROKEN.add(n)
