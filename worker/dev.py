@@ -19,7 +19,7 @@ from databuild.config import Settings, masked_url
 from databuild.errors import InvalidInputError, PortInUseError, TemporalUnavailableError
 from databuild.models import Want, WantState
 from databuild.process import DATABUILD_LOG, SPARK_LOG, TEMPORAL_LOG, log_dir, log_to_files, temporal_log
-from databuild.temporal.connection import connect, file_database_args, temporal_binary
+from databuild.temporal.connection import connect, file_database_args, search_attribute_args, temporal_binary
 from databuild.views.lineage import want_view
 from databuild.web import create_app, serving, web_context
 from worker.ports import describe_listener, describe_process, listener_pid, port_taken
@@ -48,6 +48,7 @@ def start_dev_server(settings: Settings, ui_port: int) -> subprocess.Popen[bytes
             "--namespace",
             settings.namespace,
             *file_database_args(settings.home / "temporal.db"),
+            *search_attribute_args(),
             "--log-level",
             "warn",
         ],

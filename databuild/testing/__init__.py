@@ -30,7 +30,7 @@ from temporalio.testing import WorkflowEnvironment
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.config import Settings
-from databuild.temporal.connection import temporal_binary
+from databuild.temporal.connection import CACHED_SEARCH_ATTRIBUTES, temporal_binary
 from databuild.temporal.protocol import SEARCH_ATTRIBUTES
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,7 @@ async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
                 data_converter=pydantic_data_converter,
                 search_attributes=SEARCH_ATTRIBUTES,
                 dev_server_log_level="error",
-                dev_server_extra_args=list(extra_args),
+                dev_server_extra_args=[*CACHED_SEARCH_ATTRIBUTES, *extra_args],  # registered just above
             )
         except RuntimeError as error:
             tries -= 1
