@@ -28,7 +28,7 @@ from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 import workflows.want
-from databuild.domain.decisions import DependenciesStatus, Paused
+from databuild.domain.decisions import Paused
 from databuild.domain.events import ABANDONED_REASON as ABANDONED
 from databuild.domain.events import CANCELLED_REASON as CANCELED
 from databuild.models import JobRunCause, JobRunState, WantSpec, WantState, job_run_workflow_id
@@ -55,6 +55,7 @@ from tests.workflow_doubles import (
     job_dep_miss,
     job_run_input,
     live_decision,
+    needs_inputs,
     paused_decision,
     redecide_notice,
     signals,
@@ -516,10 +517,6 @@ async def test_dep_miss_with_a_failed_input_fails_the_want(h: Harness, script: S
 # Declared inputs ----------------------------------------------------------------------------------------
 
 
-def needs_inputs(missing: list[str], started: DependenciesStatus | None = None) -> p.NeedsInputsOrder:
-    return p.NeedsInputsOrder(missing=missing, status=started)
-
-
 async def test_declared_inputs_started_by_the_decision_need_no_activity(h: Harness, script: Script) -> None:
     spec = new_spec()
     inputs = ["in/a", "in/b"]
@@ -559,7 +556,9 @@ async def test_declared_inputs_started_by_the_decision_forget_news_from_before_i
     assert [i.seq for i in script.inputs("decide")] == [1, 2, 3]
 
 
-async def test_many_declared_inputs_are_started_by_the_activity(h: Harness, script: Script) -> None:
+async def test_declared_inputs_the_decision_left_are_started_by_the_activity(
+    h: Harness, script: Script
+) -> None:
     spec = new_spec()
     script.then("decide", needs_inputs(["in/a"]), live_decision("i-9"))
     script.then("await_dependencies", dependencies(live=["in/a"]))

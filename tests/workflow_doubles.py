@@ -226,6 +226,12 @@ def delegate_decision(job_run_id: str, outputs: list[str], job_label: str = JOB_
     )
 
 
+def needs_inputs(missing: list[str], started: DependenciesStatus | None = None) -> p.NeedsInputsOrder:
+    """Inputs the job declares are missing; ``started``: the decision started their wants (more than
+    ``DERIVATIVES_IN_DECISION`` are left to the ``await_dependencies`` activity: None)."""
+    return p.NeedsInputsOrder(missing=missing, status=started)
+
+
 def wait_external_decision() -> WaitExternal:
     return WaitExternal()
 

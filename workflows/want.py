@@ -145,7 +145,7 @@ class WantWorkflow:
                 return None
             redecides = m.redecides  # a redecide signal from now on means: decide again
             resumes = m.resumes
-            heard = set(m.live) | set(m.failed_refs)  # news of inputs from before this step
+            heard = frozenset(m.live) | frozenset(m.failed_refs)  # news of inputs from before this step
             try:
                 decision = await self._step()
             # e.g. the graph no longer produces this ref. A local activity's failure arrives as the bare
@@ -279,7 +279,7 @@ class WantWorkflow:
         job_run_id: str | None,
         missing: list[str],
         started: DependenciesStatus | None = None,
-        heard: set[str] | None = None,
+        heard: frozenset[str] = frozenset(),
     ) -> str | None:
         """Start derivative wants for the missing inputs (of a dep-miss of ``job_run_id``, or declared by
         the job when it is None) and wait until all are live (or one fails). ``started``: the decision
@@ -289,10 +289,9 @@ class WantWorkflow:
         self._set(WantState.upstream_building, job_run_id, missing, f"{why}; derivative wants build")
         # Only news from after the BEL was read counts: an input heard live earlier and tainted since must
         # be waited for again.
-        for ref in missing:
-            if started is None or (heard is not None and ref in heard):
-                m.failed_refs.pop(ref, None)
-                m.live.pop(ref, None)
+        for ref in missing if started is None else heard.intersection(missing):
+            m.failed_refs.pop(ref, None)
+            m.live.pop(ref, None)
         status = started
         if status is None:
             status = await remote(

@@ -49,9 +49,8 @@ CACHED_SEARCH_ATTRIBUTES = ["--dynamic-config-value", "system.forceSearchAttribu
 def search_attribute_args() -> list[str]:
     """`temporal server start-dev` arguments that register DataBuild's search attributes at start, and
     cache them as a cluster does."""
-    kinds = {key.name: key_kind(key.indexed_value_type) for key in SEARCH_ATTRIBUTES}
-    registered = [arg for name, kind in kinds.items() for arg in ("--search-attribute", f"{name}={kind}")]
-    return [*registered, *CACHED_SEARCH_ATTRIBUTES]
+    registered = [f"{key.name}={key_kind(key.indexed_value_type)}" for key in SEARCH_ATTRIBUTES]
+    return [*(arg for each in registered for arg in ("--search-attribute", each)), *CACHED_SEARCH_ATTRIBUTES]
 
 
 def temporal_binary() -> str:
