@@ -69,10 +69,12 @@ def test_a_decision_is_one_transaction_of_few_statements(bel: BuildEventLog) -> 
     def count(conn: object, cursor: object, statement: str, *_: object) -> None:
         sent.append(statement.split()[0].upper())
 
+    begun: list[object] = []  # SQLite's BEGIN is the dialect's own step, sent past the cursor events
     want = spec("a/7")
     bel.register_want(want)
     for engine in {bel.writer, bel.reader}:
         event.listen(engine, "before_cursor_execute", count)
+        event.listen(engine, "begin", begun.append)
     assert bel.decide(want.want_id, 1, graph.resolve(want.ref)).kind == "execute"  # a run of two outputs
-    assert sent.count("BEGIN") == 1
-    assert len(sent) <= 11, sent
+    assert len(begun) == 1
+    assert len(sent) <= 10, sent

@@ -125,10 +125,15 @@ def _make_engines(url: str) -> tuple[Engine, Engine]:
             cursor.close()
             dbapi_conn.create_function(SQL_FUNCTION, 2, sql_glob, deterministic=True)
 
-        @event.listens_for(engine, "begin")
-        def _begin(conn: Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        # The BEGIN is the dialect's own step, not a "begin" event as SQLAlchemy's pysqlite notes show:
+        # any connection event makes SQLAlchemy dispatch its statement events around every execute, a
+        # tenth of a decision's time (1.04 -> 0.93 ms a decision, one client).
+        begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
 
+        def do_begin(dbapi_conn: Any) -> None:
+            dbapi_conn.execute(begin)
+
+        engine.dialect.do_begin = do_begin  # type: ignore[method-assign, assignment]
         return engine
 
     return sqlite_engine(immediate=True), sqlite_engine(immediate=False)
