@@ -18,6 +18,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.sql.schema import ScalarElementColumnDefault
 
+from databuild.bel import direct
+
 Row = Mapping[str, Any]
 _POSTGRES = postgresql.dialect()  # type: ignore[no-untyped-call]  # for its quoting rules
 
@@ -32,7 +34,7 @@ def insert_rows(
     if not many:
         return
     if conn.dialect.name != "postgresql":
-        conn.execute(_sqlite_insert(table, skip_existing), many[0] if len(many) == 1 else many)
+        direct.execute(conn, _sqlite_insert(table, skip_existing), many[0] if len(many) == 1 else many)
         return
     _insert_recordset(conn, table, many, " ON CONFLICT DO NOTHING" if skip_existing else "")
 
@@ -43,7 +45,7 @@ def upsert_rows(conn: Connection, table: Table, rows: Sequence[Row], *, setting:
     if not rows:
         return
     if conn.dialect.name != "postgresql":
-        conn.execute(_sqlite_upsert(table, setting), list(rows))
+        direct.execute(conn, _sqlite_upsert(table, setting), rows)
         return
     _insert_recordset(conn, table, rows, _on_conflict(table, setting))
 
@@ -56,7 +58,7 @@ def update_rows(conn: Connection, table: Table, rows: Sequence[Row]) -> None:
     (key,) = (c.name for c in table.primary_key.columns)
     if conn.dialect.name != "postgresql":
         pk = [{"pk": row[key], **{name: v for name, v in row.items() if name != key}} for row in rows]
-        conn.execute(updating(table), pk)
+        direct.execute(conn, updating(table), pk)
         return
     setting = tuple(c.name for c in table.columns if c.name in rows[0] and c.name != key)
     document = json.dumps(list(rows), default=_json_value)

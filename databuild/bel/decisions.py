@@ -6,7 +6,7 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import Connection, Engine, RowMapping, bindparam, func, select
+from sqlalchemy import Connection, Engine, bindparam, func, select
 
 from databuild.bel import schema as s
 from databuild.bel.base import (
@@ -17,6 +17,7 @@ from databuild.bel.base import (
 )
 from databuild.bel.bulk import insert_rows
 from databuild.bel.combining import Combiner
+from databuild.bel.direct import Row
 from databuild.bel.rows import (
     derived_above,
     job_run_row,
@@ -98,7 +99,7 @@ class Step:
 class Read:
     """What steps read in a statement for all: each want's row with its links, and each partition."""
 
-    wants: dict[str, tuple[RowMapping, dict[str, str]]]
+    wants: dict[str, tuple[Row, dict[str, str]]]
     partitions: dict[str, Partition | None]
 
 

@@ -6,7 +6,9 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, Select, Table, bindparam, func, select
 
+from databuild.bel import direct
 from databuild.bel import schema as s
+from databuild.bel.direct import Row
 from databuild.errors import NotFoundError
 from databuild.globs import like_prefix, ref_filter
 from databuild.models import (
@@ -182,10 +184,10 @@ WANTS_AND_LINKS = (
 )
 
 
-def wants_and_links(conn: Connection, want_ids: list[str]) -> dict[str, tuple[RowMapping, dict[str, str]]]:
+def wants_and_links(conn: Connection, want_ids: list[str]) -> dict[str, tuple[Row, dict[str, str]]]:
     """Each want's row, and the relation of each run it is linked to. NotFoundError if one has no row."""
-    found: dict[str, tuple[RowMapping, dict[str, str]]] = {}
-    for row in conn.execute(WANTS_AND_LINKS, {"want_ids": want_ids}).mappings():
+    found: dict[str, tuple[Row, dict[str, str]]] = {}
+    for row in direct.rows(conn, WANTS_AND_LINKS, {"want_ids": want_ids}):
         _, links = found.setdefault(row["want_id"], (row, {}))
         if row["linked_run"] is not None:
             links[row["linked_run"]] = row["linked"]
@@ -221,7 +223,7 @@ def partitions_at(conn: Connection, refs: Iterable[str]) -> dict[str, Partition 
     """``partition_at`` of each ref, in one statement per chunk of refs."""
     found: dict[str, Partition | None] = dict.fromkeys(refs)
     for chunk in chunks(sorted(found)):
-        for row in conn.execute(PARTITIONS_AT, {"refs": chunk}).mappings():
+        for row in direct.rows(conn, PARTITIONS_AT, {"refs": chunk}):
             found[row["ref"]] = partition_from_row(row)
     return found
 

@@ -44,9 +44,10 @@ from sqlalchemy import Connection, Engine, bindparam, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from databuild.bel import projector
+from databuild.bel import direct, projector
 from databuild.bel import schema as s
 from databuild.bel.bulk import insert_rows
+from databuild.bel.checkpoints import checkpointer
 from databuild.bel.measures import WRITE_SECONDS
 from databuild.domain import events as ev
 from databuild.errors import ConfigurationError
@@ -134,6 +135,14 @@ def _make_engines(url: str) -> tuple[Engine, Engine]:
             dbapi_conn.execute(begin)
 
         engine.dialect.do_begin = do_begin  # type: ignore[method-assign, assignment]
+        if immediate and parsed.database and parsed.database != ":memory:":
+            checkpoints = checkpointer(Path(parsed.database))
+
+            def do_commit(dbapi_conn: Any) -> None:
+                dbapi_conn.commit()
+                checkpoints.committed()
+
+            engine.dialect.do_commit = do_commit  # type: ignore[method-assign, assignment]
         return engine
 
     return sqlite_engine(immediate=True), sqlite_engine(immediate=False)
@@ -252,7 +261,7 @@ class WriteTx:
             self.provisional = first if first >= PROVISIONAL else None
             return
         # One statement takes the indexes: SQLite's write lock, held since BEGIN IMMEDIATE, orders it.
-        last = self.conn.execute(_TAKE, {"n": len(rows)}).scalar()
+        last = direct.scalar(self.conn, _TAKE, {"n": len(rows)})
         if last is None:
             raise RuntimeError("the build event log is not initialised; open it with BuildEventLog.create()")
         first = last - len(rows) + 1

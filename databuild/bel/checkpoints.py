@@ -1,0 +1,93 @@
+"""SQLite WAL checkpoints in a thread of their own, off the writers' path.
+
+A SQLite commit appends the pages it changed to the write-ahead log; a checkpoint copies them into the
+database file and syncs both. Left to SQLite, the commit that fills the log past ``wal_autocheckpoint``
+pages runs the checkpoint itself, holding the write lock: with the BEL's many small commits that was
+about half of what a decision's commit cost (a tenth of a second every few hundred decisions, mostly the
+syncs). Here a thread of the writing process checkpoints passively after commits (SQLite lets writers
+append meanwhile, and the driver lets go of the GIL while it works), so the commit that reaches the limit
+finds the log already copied and synced but for its tail. That commit's own checkpoint still runs, and is
+what lets the next writer start the log from its beginning again: a passive checkpoint racing writers
+never copies the last frames in time to do that.
+
+The thread ends when no commit has come for ``IDLE`` seconds, and the next commit starts another."""
+
+import logging
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class Checkpointer:
+    """Checkpoints one database file after its writers' commits (``committed``)."""
+
+    IDLE = 5.0  # seconds without a commit before the thread ends
+    # Seconds between checkpoints: enough commits to copy each time, and few enough wakes that the thread
+    # rarely takes the GIL from the writers (woken by every commit, it slowed them by a third).
+    PAUSE = 0.02
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._wake = threading.Event()  # set by a commit the thread has not checkpointed yet
+        self._thread: threading.Thread | None = None
+        self._guard = threading.Lock()  # over starting and ending the thread
+        self._failed = False  # after an error: the commits' own checkpoints bound the log
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def committed(self) -> None:
+        self._wake.set()
+        # Read without the guard: a thread that is ending takes the guard, then sees the wake.
+        if self._thread is None and not self._failed:
+            with self._guard:
+                if self._thread is None and not self._failed:
+                    self._thread = threading.Thread(target=self._run, name="bel-checkpoints", daemon=True)
+                    self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=20)
+        except sqlite3.Error as error:
+            self._end(error)
+            return
+        try:
+            while self._waited():
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                time.sleep(self.PAUSE)
+        except sqlite3.Error as error:
+            self._end(error)
+        finally:
+            conn.close()
+
+    def _waited(self) -> bool:
+        """Wait for a commit: True when one came, False (and the thread is over) after ``IDLE`` without."""
+        while not self._wake.wait(self.IDLE):
+            with self._guard:
+                if not self._wake.is_set():
+                    self._thread = None
+                    return False
+        self._wake.clear()
+        return True
+
+    def _end(self, error: sqlite3.Error) -> None:
+        log.warning(
+            "checkpointing %s in the background stopped (commits checkpoint it): %s", self._path, error
+        )
+        with self._guard:
+            self._thread, self._failed = None, True
+
+
+_CHECKPOINTERS: dict[Path, Checkpointer] = {}
+_GUARD = threading.Lock()
+
+
+def checkpointer(path: Path) -> Checkpointer:
+    """The process's checkpointer of the database file at ``path``."""
+    key = path.resolve()
+    with _GUARD:
+        return _CHECKPOINTERS.setdefault(key, Checkpointer(key))
