@@ -88,11 +88,12 @@ def _result_columns(statement: Statement) -> list[Any]:
 
 
 def _prepared(conn: Connection, statement: Statement, keys: frozenset[str]) -> _Compiled | None:
+    # Any listener to the connection's events takes SQLAlchemy's path (the test SQLAlchemy makes itself).
     if (
         conn.dialect.name != "sqlite"
         or not conn.in_transaction()
-        or conn.dispatch.before_cursor_execute
-        or conn.dispatch.after_cursor_execute
+        or conn._has_events
+        or conn.engine._has_events
     ):
         return None
     return _compile(statement, conn.dialect, keys)

@@ -174,10 +174,16 @@ def want_row(conn: Connection, want_id: str, required: bool = True) -> Any:
     return row
 
 
-# Each want's row, once per run it is linked to (with the relation), or once with no link: one statement.
+# What a decision reads of each want, once per run it is linked to (with the relation), or once with no
+# link: one statement. Only those columns: reading a time costs more Python than SQLite's whole lookup.
 WANTS_AND_LINKS = (
     select(
-        s.wants, s.want_job_runs.c.job_run_id.label("linked_run"), s.want_job_runs.c.relation.label("linked")
+        *(
+            s.wants.c[name]
+            for name in ("want_id", "ref", "source", "state", "decision_seq", "job_run_id", "reason")
+        ),
+        s.want_job_runs.c.job_run_id.label("linked_run"),
+        s.want_job_runs.c.relation.label("linked"),
     )
     .select_from(s.wants.outerjoin(s.want_job_runs, s.want_job_runs.c.want_id == s.wants.c.want_id))
     .where(s.one_of(s.wants.c.want_id, "want_ids"))
@@ -185,7 +191,8 @@ WANTS_AND_LINKS = (
 
 
 def wants_and_links(conn: Connection, want_ids: list[str]) -> dict[str, tuple[Row, dict[str, str]]]:
-    """Each want's row, and the relation of each run it is linked to. NotFoundError if one has no row."""
+    """What a decision reads of each want, and the relation of each run it is linked to. NotFoundError if
+    one has no row."""
     found: dict[str, tuple[Row, dict[str, str]]] = {}
     for row in direct.rows(conn, WANTS_AND_LINKS, {"want_ids": want_ids}):
         _, links = found.setdefault(row["want_id"], (row, {}))

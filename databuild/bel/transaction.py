@@ -40,13 +40,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, create_engine, event, text, update
+from sqlalchemy import Connection, Engine, Text, bindparam, create_engine, event, insert, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from databuild.bel import direct, projector
 from databuild.bel import schema as s
-from databuild.bel.bulk import insert_rows
 from databuild.bel.checkpoints import checkpointer
 from databuild.bel.measures import WRITE_SECONDS
 from databuild.domain import events as ev
@@ -198,6 +197,8 @@ _TAKE = (
     .values(last_idx=s.head.c.last_idx + bindparam("n"))
     .returning(s.head.c.last_idx)
 )
+# SQLite: the events with their data as the JSON text pydantic writes (its JSON column would encode it again).
+_WRITE_EVENTS = insert(s.events).values(data=bindparam("data", type_=Text))
 _SEQUENCE = text("SELECT bel_sequence(:mine)")
 _SEQUENCE_PENDING = text("SELECT bel_sequence(NULL)")
 
@@ -252,7 +253,8 @@ class WriteTx:
                     "want_id": want_id,
                     "job_run_id": job_run_id,
                     "ref": ref,
-                    "data": appended.model_dump(mode="json"),
+                    # PostgreSQL reads the events as one JSON document; SQLite stores each one's text.
+                    "data": appended.model_dump(mode="json") if self.postgres else appended.model_dump_json(),
                 }
             )
         if self.postgres:
@@ -268,7 +270,7 @@ class WriteTx:
         for row in rows:
             row["idx"] = first + row.pop("pos")
             row["at"] = self.at
-        insert_rows(self.conn, s.events, rows)
+        direct.execute(self.conn, _WRITE_EVENTS, rows)
 
     def place(self) -> None:
         """After COMMIT: return once the events have their place in the log (PostgreSQL, when ``close``
