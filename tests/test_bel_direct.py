@@ -2,6 +2,7 @@
 the same values and errors as SQLAlchemy's own path, and a write-ahead log kept short off the writers' path."""
 
 import sqlite3
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -118,5 +119,22 @@ def test_commits_are_checkpointed_in_the_background_and_the_thread_ends_when_idl
         while wants_in_the_database_file(path) < 21 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert wants_in_the_database_file(path) == 21
+    finally:
+        bel.dispose()
+
+
+def test_an_exiting_process_stops_the_checkpoints_after_the_one_running(tmp_path: Path) -> None:
+    path = tmp_path / "bel.sqlite"
+    bel = BuildEventLog.create(f"sqlite:///{path}")
+    try:
+        own = Checkpointer(path)  # not the process's: its stop is the one the exit makes
+        bel.register_want(spec("a/1"))
+        own.committed()
+        assert own.running
+        threads = {t for t in threading.enumerate() if t.name == "bel-checkpoints"}
+        own.stop()
+        own.committed()  # a commit while the process exits starts nothing
+        assert not own.running
+        assert len(threads - set(threading.enumerate())) == 1, "its thread ended"
     finally:
         bel.dispose()

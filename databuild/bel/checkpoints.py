@@ -10,8 +10,10 @@ finds the log already copied and synced but for its tail. That commit's own chec
 what lets the next writer start the log from its beginning again: a passive checkpoint racing writers
 never copies the last frames in time to do that.
 
-The thread ends when no commit has come for ``IDLE`` seconds, and the next commit starts another."""
+The thread ends when no commit has come for ``IDLE`` seconds (the next commit starts another), and when
+the process exits, after the checkpoint it may be running."""
 
+import atexit
 import logging
 import sqlite3
 import threading
@@ -35,6 +37,7 @@ class Checkpointer:
         self._thread: threading.Thread | None = None
         self._guard = threading.Lock()  # over starting and ending the thread
         self._failed = False  # after an error: the commits' own checkpoints bound the log
+        self._stopped = False  # the process is exiting
 
     @property
     def running(self) -> bool:
@@ -45,7 +48,7 @@ class Checkpointer:
         # Read without the guard: a thread that is ending takes the guard, then sees the wake.
         if self._thread is None and not self._failed:
             with self._guard:
-                if self._thread is None and not self._failed:
+                if self._thread is None and not self._failed and not self._stopped:
                     self._thread = threading.Thread(target=self._run, name="bel-checkpoints", daemon=True)
                     self._thread.start()
 
@@ -72,7 +75,17 @@ class Checkpointer:
                     self._thread = None
                     return False
         self._wake.clear()
-        return True
+        return not self._stopped
+
+    def stop(self) -> None:
+        """End the thread after the checkpoint it may be running (the process exits)."""
+        with self._guard:
+            self._stopped, thread = True, self._thread
+        self._wake.set()
+        if thread is not None:
+            thread.join(timeout=10)
+            with self._guard:
+                self._thread = None
 
     def _end(self, error: sqlite3.Error) -> None:
         log.warning(
@@ -84,6 +97,14 @@ class Checkpointer:
 
 _CHECKPOINTERS: dict[Path, Checkpointer] = {}
 _GUARD = threading.Lock()
+
+
+@atexit.register
+def _stop_all() -> None:
+    with _GUARD:
+        running = list(_CHECKPOINTERS.values())
+    for each in running:
+        each.stop()
 
 
 def checkpointer(path: Path) -> Checkpointer:
