@@ -102,18 +102,19 @@ def test_commits_are_checkpointed_in_the_background_and_the_thread_ends_when_idl
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(Checkpointer, "IDLE", 0.5)
+    monkeypatch.setattr(Checkpointer, "BATCH", 1)  # batches: test_a_checkpoint_waits_for_a_batch_of_commits
     path = tmp_path / "bel.sqlite"
     bel = BuildEventLog.create(f"sqlite:///{path}")
+    background = checkpointer(path)
     try:
         for n in range(20):  # far fewer pages than make a commit checkpoint itself
             bel.register_want(spec(f"a/{n}"))
-        background = checkpointer(path)
         deadline = time.monotonic() + 10
         while background.running and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not background.running, "no commit for IDLE seconds: the thread ends"
         assert wants_in_the_database_file(path) == 20
-        bel.register_want(spec("a/99"))  # a commit after the thread ended starts another
+        bel.register_want(spec("a/20"))  # a commit after the thread ended starts another
         assert background.running
         deadline = time.monotonic() + 10
         while wants_in_the_database_file(path) < 21 and time.monotonic() < deadline:
@@ -123,17 +124,29 @@ def test_commits_are_checkpointed_in_the_background_and_the_thread_ends_when_idl
         bel.dispose()
 
 
+def test_a_checkpoint_waits_for_a_batch_of_commits(tmp_path: Path) -> None:
+    own = Checkpointer(tmp_path / "bel.sqlite")
+    for _ in range(own.BATCH - 1):
+        own.committed()
+    assert not own.running, "fewer commits than a batch: nothing worth a sync yet"
+    own.committed()
+    assert own.running
+    own.stop()
+
+
 def test_an_exiting_process_stops_the_checkpoints_after_the_one_running(tmp_path: Path) -> None:
     path = tmp_path / "bel.sqlite"
     bel = BuildEventLog.create(f"sqlite:///{path}")
     try:
         own = Checkpointer(path)  # not the process's: its stop is the one the exit makes
         bel.register_want(spec("a/1"))
-        own.committed()
+        for _ in range(own.BATCH):
+            own.committed()
         assert own.running
         threads = {t for t in threading.enumerate() if t.name == "bel-checkpoints"}
         own.stop()
-        own.committed()  # a commit while the process exits starts nothing
+        for _ in range(own.BATCH):  # commits while the process exits start nothing
+            own.committed()
         assert not own.running
         assert len(threads - set(threading.enumerate())) == 1, "its thread ended"
     finally:

@@ -4,14 +4,14 @@ A SQLite commit appends the pages it changed to the write-ahead log; a checkpoin
 database file and syncs both. Left to SQLite, the commit that fills the log past ``wal_autocheckpoint``
 pages runs the checkpoint itself, holding the write lock: with the BEL's many small commits that was
 about half of what a decision's commit cost (a tenth of a second every few hundred decisions, mostly the
-syncs). Here a thread of the writing process checkpoints passively after commits (SQLite lets writers
-append meanwhile, and the driver lets go of the GIL while it works), so the commit that reaches the limit
-finds the log already copied and synced but for its tail. That commit's own checkpoint still runs, and is
-what lets the next writer start the log from its beginning again: a passive checkpoint racing writers
-never copies the last frames in time to do that.
+syncs). Here a thread of the writing process checkpoints passively after every ``BATCH`` commits (SQLite
+lets writers append meanwhile, and the driver lets go of the GIL while it works), so the commit that
+reaches the limit finds the log already copied and synced but for its tail. That commit's own checkpoint
+still runs, and is what lets the next writer start the log from its beginning again: a passive checkpoint
+racing writers never copies the last frames in time to do that.
 
-The thread ends when no commit has come for ``IDLE`` seconds (the next commit starts another), and when
-the process exits, after the checkpoint it may be running."""
+The thread ends when no batch has come for ``IDLE`` seconds (the next batch starts another), and when the
+process exits, after the checkpoint it may be running."""
 
 import atexit
 import logging
@@ -26,14 +26,18 @@ log = logging.getLogger(__name__)
 class Checkpointer:
     """Checkpoints one database file after its writers' commits (``committed``)."""
 
-    IDLE = 5.0  # seconds without a commit before the thread ends
+    # Commits between checkpoints: a few thousand pages copied and synced at a time (a commit writes about
+    # 35), and none of a process that commits a little now and then (the tests: a sync costs about 1 ms).
+    BATCH = 64
+    IDLE = 5.0  # seconds without a batch of commits before the thread ends
     # Seconds between checkpoints: enough commits to copy each time, and few enough wakes that the thread
     # rarely takes the GIL from the writers (woken by every commit, it slowed them by a third).
     PAUSE = 0.02
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._wake = threading.Event()  # set by a commit the thread has not checkpointed yet
+        self._commits = 0  # since the last batch (counted loosely: an increment lost to a race is harmless)
+        self._wake = threading.Event()  # set by a batch of commits the thread has not checkpointed yet
         self._thread: threading.Thread | None = None
         self._guard = threading.Lock()  # over starting and ending the thread
         self._failed = False  # after an error: the commits' own checkpoints bound the log
@@ -44,6 +48,10 @@ class Checkpointer:
         return self._thread is not None
 
     def committed(self) -> None:
+        self._commits += 1
+        if self._commits < self.BATCH:
+            return
+        self._commits = 0
         self._wake.set()
         # Read without the guard: a thread that is ending takes the guard, then sees the wake.
         if self._thread is None and not self._failed:
@@ -68,7 +76,8 @@ class Checkpointer:
             conn.close()
 
     def _waited(self) -> bool:
-        """Wait for a commit: True when one came, False (and the thread is over) after ``IDLE`` without."""
+        """Wait for a batch of commits: True when one came, False (and the thread is over) after ``IDLE``
+        seconds without."""
         while not self._wake.wait(self.IDLE):
             with self._guard:
                 if not self._wake.is_set():
