@@ -65,8 +65,10 @@ def _compile(statement: Statement, dialect: Dialect, keys: frozenset[str]) -> _C
         fixed[column.key] = column.default.arg
     binds = compiled.binds
     for name, bind in binds.items():
+        if bind.callable is not None:
+            return None  # a value SQLAlchemy computes per execution
         if not bind.required and name not in fixed:
-            fixed[name] = bind.effective_value
+            fixed[name] = bind.value
     names = tuple(compiled.positiontup)
     if any(name not in keys and name not in fixed for name in names):
         return None  # a parameter SQLAlchemy would fill some other way
