@@ -100,9 +100,8 @@ def _make_engines(url: str) -> tuple[Engine, Engine]:
         # which costs more Python per call than the handful of rows a command writes.
         engine.dialect.use_insertmanyvalues_wo_returning = True
         return engine, engine
-    file = Path(parsed.database) if parsed.database and parsed.database != ":memory:" else None
-    if file is not None:
-        file.parent.mkdir(parents=True, exist_ok=True)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
 
     def sqlite_engine(immediate: bool) -> Engine:
         engine = create_engine(
@@ -135,8 +134,8 @@ def _make_engines(url: str) -> tuple[Engine, Engine]:
             dbapi_conn.execute(begin)
 
         engine.dialect.do_begin = do_begin  # type: ignore[method-assign, assignment]
-        if immediate and file is not None:
-            checkpoints = checkpointer(file)
+        if immediate and parsed.database and parsed.database != ":memory:":
+            checkpoints = checkpointer(Path(parsed.database))
 
             def do_commit(dbapi_conn: Any) -> None:
                 dbapi_conn.commit()
