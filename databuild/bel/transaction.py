@@ -34,6 +34,7 @@ import json
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
@@ -88,63 +89,91 @@ def make_engines(url: str) -> tuple[Engine, Engine]:
 def _make_engines(url: str) -> tuple[Engine, Engine]:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        engine = create_engine(
-            url,
-            pool_pre_ping=True,
-            pool_size=10,
-            max_overflow=20,
-            # Give up on a lock well before the activity times out, so a retry never runs beside us.
-            connect_args={"options": "-c lock_timeout=20000"},
-        )
-        # Rows inserted together go as one multi-row INSERT: psycopg's own executemany runs a pipeline,
-        # which costs more Python per call than the handful of rows a command writes.
-        engine.dialect.use_insertmanyvalues_wo_returning = True
+        engine = _postgres_engine(url)
         return engine, engine
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    file = Path(parsed.database) if parsed.database and parsed.database != ":memory:" else None
+    if file is not None:
+        file.parent.mkdir(parents=True, exist_ok=True)
+    return _sqlite_engine(url, file, immediate=True), _sqlite_engine(url, file, immediate=False)
 
-    def sqlite_engine(immediate: bool) -> Engine:
-        engine = create_engine(
-            url, pool_size=8, max_overflow=16, connect_args={"timeout": 20, "check_same_thread": False}
-        )
 
-        @event.listens_for(engine, "connect")
-        def _connect(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.isolation_level = None  # let SQLAlchemy's BEGIN below be the only one
-            cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA busy_timeout=20000")
-            _enable_wal(cursor)
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            # A commit that fills the WAL past this many pages copies them back into the database,
-            # holding the write lock. A decision touches about 20 pages, so at SQLite's default (1,000)
-            # every 50th command paid for the 49 before it; checkpointing a tenth as often copies each
-            # page once for many commits (+15-25% decisions/s over 3,000 decisions) for a WAL of up to
-            # 40 MB.
-            cursor.execute("PRAGMA wal_autocheckpoint=10000")
-            cursor.execute("PRAGMA case_sensitive_like=ON")  # ref prefixes match as on PostgreSQL
-            cursor.close()
-            dbapi_conn.create_function(SQL_FUNCTION, 2, sql_glob, deterministic=True)
+# A connection checked in this recently is not pinged when checked out again (see _postgres_engine).
+PING_AFTER_IDLE = 1.0
 
-        # The BEGIN is the dialect's own step, not a "begin" event as SQLAlchemy's pysqlite notes show:
-        # any connection event makes SQLAlchemy dispatch its statement events around every execute, a
-        # tenth of a decision's time (1.04 -> 0.93 ms a decision, one client).
-        begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
 
-        def do_begin(dbapi_conn: Any) -> None:
-            dbapi_conn.execute(begin)
+def _postgres_engine(url: str) -> Engine:
+    engine = create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=20,
+        # Give up on a lock well before the activity times out, so a retry never runs beside us.
+        connect_args={"options": "-c lock_timeout=20000"},
+    )
+    # Rows inserted together go as one multi-row INSERT: psycopg's own executemany runs a pipeline,
+    # which costs more Python per call than the handful of rows a command writes.
+    engine.dialect.use_insertmanyvalues_wo_returning = True
+    # The pre-ping is a round trip of its own for every checkout: a read in autocommit paid two, a
+    # decision group's transaction one in thirteen. A connection back in the pool less than a second ago
+    # is not pinged; should the server have gone in that second, the statement fails as it would have on
+    # a connection lost mid-transaction, and the pool is renewed (a disconnect invalidates it).
+    checked_in: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+    ping = engine.dialect.do_ping
 
-        engine.dialect.do_begin = do_begin  # type: ignore[method-assign, assignment]
-        if immediate and parsed.database and parsed.database != ":memory:":
-            checkpoints = checkpointer(Path(parsed.database))
+    @event.listens_for(engine, "checkin")
+    def _checkin(dbapi_conn: Any, _record: Any) -> None:
+        if dbapi_conn is not None:  # None: the connection was invalidated
+            checked_in[dbapi_conn] = time.monotonic()
 
-            def do_commit(dbapi_conn: Any) -> None:
-                dbapi_conn.commit()
-                checkpoints.committed()
+    def do_ping(dbapi_conn: Any) -> bool:
+        if time.monotonic() - checked_in.get(dbapi_conn, -PING_AFTER_IDLE) < PING_AFTER_IDLE:
+            return True
+        return ping(dbapi_conn)
 
-            engine.dialect.do_commit = do_commit  # type: ignore[method-assign, assignment]
-        return engine
+    engine.dialect.do_ping = do_ping  # type: ignore[method-assign, assignment]
+    return engine
 
-    return sqlite_engine(immediate=True), sqlite_engine(immediate=False)
+
+def _sqlite_engine(url: str, file: Path | None, immediate: bool) -> Engine:
+    engine = create_engine(
+        url, pool_size=8, max_overflow=16, connect_args={"timeout": 20, "check_same_thread": False}
+    )
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # let SQLAlchemy's BEGIN below be the only one
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA busy_timeout=20000")
+        _enable_wal(cursor)
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        # A commit that fills the WAL past this many pages copies them back into the database,
+        # holding the write lock. A decision touches about 20 pages, so at SQLite's default (1,000)
+        # every 50th command paid for the 49 before it; checkpointing a tenth as often copies each
+        # page once for many commits (+15-25% decisions/s over 3,000 decisions) for a WAL of up to
+        # 40 MB.
+        cursor.execute("PRAGMA wal_autocheckpoint=10000")
+        cursor.execute("PRAGMA case_sensitive_like=ON")  # ref prefixes match as on PostgreSQL
+        cursor.close()
+        dbapi_conn.create_function(SQL_FUNCTION, 2, sql_glob, deterministic=True)
+
+    # The BEGIN is the dialect's own step, not a "begin" event as SQLAlchemy's pysqlite notes show:
+    # any connection event makes SQLAlchemy dispatch its statement events around every execute, a
+    # tenth of a decision's time (1.04 -> 0.93 ms a decision, one client).
+    begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
+
+    def do_begin(dbapi_conn: Any) -> None:
+        dbapi_conn.execute(begin)
+
+    engine.dialect.do_begin = do_begin  # type: ignore[method-assign, assignment]
+    if immediate and file is not None:
+        checkpoints = checkpointer(file)
+
+        def do_commit(dbapi_conn: Any) -> None:
+            dbapi_conn.commit()
+            checkpoints.committed()
+
+        engine.dialect.do_commit = do_commit  # type: ignore[method-assign, assignment]
+    return engine
 
 
 _SQLITE_WRITERS: dict[str, threading.Lock] = {}
