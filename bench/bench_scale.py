@@ -55,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
     from sqlalchemy.engine import make_url
-    from temporalio.api.enums.v1 import EventType
+    from temporalio.api.enums.v1 import EventType, TimeoutType
     from temporalio.client import Client, WorkflowExecutionStatus
     from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.worker import Worker
@@ -358,13 +358,21 @@ async def histories(client: Client, workflow_type: str, since: datetime) -> Hist
 
 
 async def event_counts(client: Client, workflow_id: str, run_id: str) -> dict[str, int]:
-    """What the events of one run are, by type."""
+    """What the events of one run are, by type; a timed-out workflow task also by how it timed out
+    (``schedule_to_start``: a sticky task no worker took in time, moved to the task queue; ``start_to_close``:
+    a task started and not completed in time)."""
     if not workflow_id:
         return {}
     history = await client.get_workflow_handle(workflow_id, run_id=run_id or None).fetch_history()
     names = Counter(
         EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower() for event in history.events
     )
+    for event in history.events:
+        if event.HasField("workflow_task_timed_out_event_attributes"):
+            how = event.workflow_task_timed_out_event_attributes.timeout_type
+            names[
+                f"workflow_task_timed_out_{TimeoutType.Name(how).removeprefix('TIMEOUT_TYPE_').lower()}"
+            ] += 1
     return dict(names.most_common())
 
 
