@@ -364,15 +364,13 @@ async def event_counts(client: Client, workflow_id: str, run_id: str) -> dict[st
     if not workflow_id:
         return {}
     history = await client.get_workflow_handle(workflow_id, run_id=run_id or None).fetch_history()
-    names = Counter(
-        EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower() for event in history.events
-    )
+    names: Counter[str] = Counter()
     for event in history.events:
+        name = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()
+        names[name] += 1
         if event.HasField("workflow_task_timed_out_event_attributes"):
             how = event.workflow_task_timed_out_event_attributes.timeout_type
-            names[
-                f"workflow_task_timed_out_{TimeoutType.Name(how).removeprefix('TIMEOUT_TYPE_').lower()}"
-            ] += 1
+            names[f"{name}_{TimeoutType.Name(how).removeprefix('TIMEOUT_TYPE_').lower()}"] += 1
     return dict(names.most_common())
 
 

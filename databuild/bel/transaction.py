@@ -126,9 +126,8 @@ def _postgres_engine(url: str) -> Engine:
             checked_in[dbapi_conn] = time.monotonic()
 
     def do_ping(dbapi_conn: Any) -> bool:
-        if time.monotonic() - checked_in.get(dbapi_conn, -PING_AFTER_IDLE) < PING_AFTER_IDLE:
-            return True
-        return ping(dbapi_conn)
+        last = checked_in.get(dbapi_conn)
+        return (last is not None and time.monotonic() - last < PING_AFTER_IDLE) or ping(dbapi_conn)
 
     engine.dialect.do_ping = do_ping  # type: ignore[method-assign, assignment]
     return engine
