@@ -16,7 +16,9 @@ def application_error(error: DataBuildError) -> ApplicationError:
         kind = error_class(error.kind)
         retryable = kind.retryable if kind is not None else True
         return ApplicationError(str(error), error.traceback, type=error.kind, non_retryable=not retryable)
-    return ApplicationError(str(error), type=type(error).__name__, non_retryable=not error.retryable)
+    return ApplicationError(
+        str(error), *error.details(), type=type(error).__name__, non_retryable=not error.retryable
+    )
 
 
 class DataBuildErrors(Interceptor):

@@ -14,9 +14,18 @@ from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.domain import alerts
-from databuild.domain.decisions import Blocked, Delegate, DependenciesStatus, Execute, NeedsInputs, Verdict
+from databuild.domain.decisions import (
+    Blocked,
+    Delegate,
+    DependenciesStatus,
+    Execute,
+    NeedsInputs,
+    Replaced,
+    Verdict,
+)
 from databuild.domain.endings import Finished
 from databuild.domain.pools import pools_of
+from databuild.errors import WantReplacedError
 from databuild.graph import Graph
 from databuild.models import (
     JobRun,
@@ -33,7 +42,7 @@ from databuild.models import (
 from databuild.operations.sla import sla_estimate
 from databuild.temporal import protocol as p
 from databuild.temporal.job_runs import start_job_run
-from databuild.temporal.wants import notify_subscribers, settle_closing_run, signal_for_run, start_want
+from databuild.temporal.wants import notify_subscribers, settle_closing_run, signal_for_run, start_wants
 from databuild.views.staleness import freshness
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
@@ -62,7 +71,8 @@ class WantActivities:
         """A new run's first step, in one local activity: the want recorded (once), then decided from the
         step after the last one recorded (not 1 for a new run of a want whose workflow died)."""
         seq = await self.register_want(input) + 1
-        return p.FirstStep(seq=seq, decision=await self.decide(p.DecideInput.starting_runs(input.spec, seq)))
+        decide = p.DecideInput.starting_runs(input.spec, seq, input.opening)
+        return p.FirstStep(seq=seq, decision=await self.decide(decide))
 
     def _register(self, spec: WantSpec) -> int:
         self.bel.register_want(spec)
@@ -70,10 +80,13 @@ class WantActivities:
 
     @activity.defn
     async def decide(self, input: p.DecideInput) -> p.Decision:
-        """The want's next step: the BEL's verdict, plus how to run and watch a job run it follows."""
+        """The want's next step: the BEL's verdict, plus how to run and watch a job run it follows.
+        WantReplacedError for a run that a retry has replaced (nothing is recorded)."""
         lease = self.settings.job_lease
         verdict = await self.bel.call(self._decide, input, lease)
         match verdict:  # what the worker's settings add to the BEL's verdict
+            case Replaced():
+                raise WantReplacedError(input.want_id, input.opening, verdict.opening)
             case Execute():
                 policy = p.JobPolicy.of(self.graph.job_by_label(verdict.job_label), self.settings)
                 order = p.ExecuteOrder(
@@ -94,7 +107,9 @@ class WantActivities:
             case NeedsInputs() if len(verdict.missing) <= DERIVATIVES_IN_DECISION:
                 # A few derivatives are started here: no activity task, and no workflow task for its end.
                 status = await self._start_dependencies(
-                    p.DependenciesInput(want_id=input.want_id, job_run_id=None, missing=verdict.missing)
+                    p.DependenciesInput(
+                        want_id=input.want_id, job_run_id=None, missing=verdict.missing, opening=input.opening
+                    )
                 )
                 return p.NeedsInputsOrder(missing=verdict.missing, status=status)
             case NeedsInputs():
@@ -122,7 +137,7 @@ class WantActivities:
         resolution = self.graph.resolve(want.ref)  # the graph may no longer produce it: not retryable
         # A fresh want's partition is judged stale or not with this worker's job versions.
         fresh = None if want.state.is_final else freshness(self.bel, self.graph, want)
-        return self.bel.decide(input.want_id, input.seq, resolution, lease, fresh)
+        return self.bel.decide(input.want_id, input.seq, resolution, lease, fresh, opening=input.opening)
 
     @activity.defn
     @heartbeating
@@ -210,19 +225,17 @@ class WantActivities:
 
     async def _start_dependencies(self, input: p.DependenciesInput) -> DependenciesStatus:
         status, derivatives, reopened = await self.bel.call(
-            self.bel.await_dependencies, input.want_id, input.job_run_id, input.missing
+            self.bel.await_dependencies, input.want_id, input.job_run_id, input.missing, opening=input.opening
         )
         # A reopened derivative's cancelled run may still be closing: let it close (or end it), so that
         # starting it makes a new run and does not attach to the closing one.
-        await asyncio.gather(*(settle_closing_run(self.client, d.workflow_id) for d in reopened))
-        await asyncio.gather(
-            *(start_want(self.client, d, self.settings.task_queue, self.bel) for d in derivatives)
-        )
+        await asyncio.gather(*(settle_closing_run(self.client, d.spec.workflow_id) for d in reopened))
+        await start_wants(self.client, derivatives, self.settings.task_queue, self.bel)
         # A derivative that only a paused backfill needed waits for a resume; this want may need it now.
         # Each decides again whether it is still paused (``databuild.domain.reach``).
         paused = bool(derivatives) and await self.bel.call(self.bel.any_backfill_paused)
         if paused:
-            await asyncio.gather(*(self._resume(d.workflow_id) for d in derivatives))
+            await asyncio.gather(*(self._resume(d.spec.workflow_id) for d in derivatives))
         return status
 
     async def _resume(self, workflow_id: str) -> None:
@@ -262,14 +275,18 @@ class WantActivities:
 
     @activity.defn
     async def finish_want(self, input: p.FinishInput) -> None:
+        """Record how the want ended, and what follows (its dependents told, alerts). WantReplacedError
+        for a run that a retry has replaced: its outcome is history, and nothing is recorded or told."""
         want, finished = await self.bel.call(
-            self.bel.finish_want, input.want_id, input.state, input.reason, input.instance_id, seq=input.seq
+            self.bel.finish_want,
+            input.want_id,
+            input.state,
+            input.reason,
+            input.instance_id,
+            opening=input.opening,
         )
-        if finished is Finished.stale:  # a retry reopened it since: this run's outcome is history
-            activity.logger.info(
-                "want %s was reopened since step %s; its old outcome is dropped", want.want_id, input.seq
-            )
-            return
+        if finished is Finished.stale:
+            raise WantReplacedError(want.want_id, input.opening or 0, want.opening)
         if want.state is not WantState.successful and want.source is WantSource.derivative:
             await self._tell_dependents(want)
         elif want.source is WantSource.derivative and want.fresh and want.instance_id is not None:

@@ -16,6 +16,10 @@ class DataBuildError(Exception):
     http_status: ClassVar[int] = 500
     exit_code: ClassVar[int] = 2
 
+    def details(self) -> tuple[object, ...]:
+        """What a workflow that catches it needs besides its message (an activity error's details)."""
+        return ()
+
 
 class InvalidInputError(DataBuildError, ValueError):
     """Input was rejected before anything was recorded."""
@@ -112,6 +116,24 @@ class ConcurrentChangeError(DataBuildError):
     """What a command read changed before it could lock it; retrying the command is safe."""
 
     http_status = 409
+
+
+class WantReplacedError(DataBuildError):
+    """A write of a want's workflow run that a retry replaced (it serves an older opening of the want):
+    nothing was recorded. ``opening`` is the want's opening now, which a run still going on carries on as."""
+
+    retryable = False
+    http_status = 409
+
+    def __init__(self, want_id: str, run_opening: int, opening: int) -> None:
+        super().__init__(
+            f"want {want_id} was reopened since this run started (it serves opening {run_opening}, the "
+            f"want is at {opening}): a newer run serves it, and this run's write is refused"
+        )
+        self.opening = opening
+
+    def details(self) -> tuple[object, ...]:
+        return (self.opening,)
 
 
 class StaleAttemptError(DataBuildError):

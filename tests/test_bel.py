@@ -21,9 +21,15 @@ from databuild.bel import schema as s
 from databuild.bel.decisions import DEFAULT_LEASE, Step
 from databuild.domain import events as ev
 from databuild.domain.cost import SparkCost
-from databuild.domain.decisions import Verdict
+from databuild.domain.decisions import Replaced, Verdict
 from databuild.domain.endings import Finished
-from databuild.errors import InvalidInputError, InvalidPatternError, InvalidTransitionError, NotFoundError
+from databuild.errors import (
+    InvalidInputError,
+    InvalidPatternError,
+    InvalidTransitionError,
+    NotFoundError,
+    WantReplacedError,
+)
 from databuild.globs import compile_glob
 from databuild.graph import Graph
 from databuild.models import (
@@ -40,6 +46,7 @@ from databuild.models import (
     PartitionStatus,
     WantSource,
     WantSpec,
+    WantStart,
     WantState,
 )
 from databuild.testing import POSTGRES_URL, projection_rows
@@ -171,6 +178,14 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
                 ev.BackfillAdvanced(backfill_id=legacy.backfill_id, started=2),
             ]
         )
+    # 0014 counts the retries that reopened each want: one want failed and retried once, another twice.
+    once, twice = spec("a/retried-1"), spec("a/retried-2")
+    for want, retries in ((once, 1), (twice, 2)):
+        bel.register_want(want)
+        for _ in range(retries):
+            bel.finish_want(want.want_id, WantState.failed, "boom")
+            bel.reopen_wants([want.want_id])
+    assert (bel.want(once.want_id).opening, bel.want(twice.want_id).opening) == (1, 2)
     history = [(e.idx, e.type, e.ref) for e in bel.events(limit=1000)]
     with bel.writer.begin() as conn:
         command.downgrade(alembic_config(conn), BASELINE)
@@ -185,6 +200,7 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
         assert MigrationContext.configure(conn).get_current_revision() == head
         command.check(config)  # raises if the models and the upgraded schema differ
     assert [(e.idx, e.type, e.ref) for e in upgraded.events(limit=1000)] == history
+    openings = {w.want_id: w.opening for w in upgraded.wants(limit=1000)}  # as migrated (0014, below)
     migrated = projection_rows(upgraded)
     upgraded.rebuild_projections()
     assert projection_rows(upgraded) == migrated
@@ -272,9 +288,15 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
             assert [("enable_seqscan=off" in config) for config in settings] == [True, True]
     # 0013: the rewind is counted, as a replay of the log counts it (below).
     assert upgraded.plan_window_step(legacy.backfill_id, window=10).rewinds == 1
+    # 0014: each want's opening is its count of retries, as a replay of the log counts it (above, and
+    # below with the wants recorded since, all at their first).
+    assert (openings.pop(once.want_id), openings.pop(twice.want_id)) == (1, 2)
+    assert openings and set(openings.values()) == {0}
     kept = projection_rows(upgraded)
     upgraded.rebuild_projections()
     assert projection_rows(upgraded) == kept
+    assert (upgraded.want(once.want_id).opening, upgraded.want(twice.want_id).opening) == (1, 2)
+    assert {w.opening for w in upgraded.wants(limit=1000)} == {0, 1, 2}
     upgraded.dispose()
 
 
@@ -571,11 +593,11 @@ def test_an_input_live_since_the_dep_miss_gets_no_derivative_want(bel: BuildEven
     bel.publish_external("ext/61")  # another want's build, or an upstream, made it live meanwhile
     status, derivatives, _ = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/61", "ext/62"])
     assert status.live == ["ext/61"]
-    assert [d.ref for d in derivatives] == ["ext/62"]
-    assert [w.ref for w in bel.wants(parent_want_id=waiting.want_id)] == ["ext/62"]
+    assert [(d.spec.ref, d.opening) for d in derivatives] == [("ext/62", 0)]
+    assert [w.start for w in bel.wants(parent_want_id=waiting.want_id)] == derivatives
     # Lineage links each missing input to its own derivative (none for the one that went live).
     links = [(ref, child) for _, _, ref, child in bel.derivatives_of([waiting.want_id])]
-    assert links == [("ext/61", None), ("ext/62", derivatives[0].want_id)]
+    assert links == [("ext/61", None), ("ext/62", derivatives[0].spec.want_id)]
 
 
 def test_a_derivative_recorded_before_its_input_went_live_is_started_again(bel: BuildEventLog) -> None:
@@ -590,7 +612,8 @@ def test_a_derivative_recorded_before_its_input_went_live_is_started_again(bel: 
     bel.publish_external("ext/63")
     status, retried, _ = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/63"])
     assert status.live == ["ext/63"] and not status.failed
-    assert [d.want_id for d in retried] == [d.want_id for d in first]
+    assert [d.spec.want_id for d in retried] == [d.spec.want_id for d in first]
+    assert retried == first == [WantStart(spec=first[0].spec)]
 
 
 def test_an_abandoned_run_releases_its_outputs_and_counts_who_waits(bel: BuildEventLog) -> None:
@@ -641,28 +664,67 @@ def test_finish_and_sla_flag_are_idempotent(bel: BuildEventLog) -> None:
 
 
 def test_a_finish_from_a_run_older_than_a_retry_changes_nothing(bel: BuildEventLog) -> None:
-    """A retry reopens a want as its next decision step; a finish replayed by the run before it (its
-    last workflow task retried after the reopen) is stale, in the same transaction."""
+    """A retry reopens a want as its next opening; a finish or a decision replayed by the run of the
+    opening before (its last workflow task run after the reopen) is refused, in the same transaction.
+    Only a reopen replaces a run: a decision it never heard of is still its own."""
     w = spec("a/8")
-    run = decide(bel, w, seq=3)  # the old run took three steps
-    assert bel.finish_want(w.want_id, WantState.failed, "input failed", seq=3)[1] is Finished.recorded
-    assert bel.finish_want(w.want_id, WantState.failed, "input failed", seq=3)[1] is Finished.already
+    bel.register_want(w)
+    assert bel.want(w.want_id).opening == 0
+    # The old run took three steps, and its workflow task timed out after the third committed: the run
+    # never heard of it (its own step is 2), yet its finish is recorded, as no retry came since.
+    run = bel.decide(w.want_id, 3, graph.resolve(w.ref), opening=0)
+    assert run.kind == "execute" and bel.decision_seq(w.want_id) == 3
+    assert bel.finish_want(w.want_id, WantState.failed, "input failed", opening=0)[1] is Finished.recorded
+    assert bel.finish_want(w.want_id, WantState.failed, "input failed", opening=0)[1] is Finished.already
 
     (reopened,) = bel.reopen_wants([w.want_id])
     assert reopened.state is WantState.new and bel.decision_seq(w.want_id) == 4
-    stale, finished = bel.finish_want(w.want_id, WantState.failed, "input failed", seq=3)
-    assert finished is Finished.stale and stale.state is WantState.new
+    assert reopened.opening == bel.want(w.want_id).opening == 1
+    stale, finished = bel.finish_want(w.want_id, WantState.failed, "input failed", opening=0)
+    assert finished is Finished.stale and stale.state is WantState.new and stale.opening == 1
     assert bel.want(w.want_id).state is WantState.new
+    # Nor does the old run decide: told the want's opening now, with nothing recorded.
+    last = bel.last_idx()
+    assert bel.decide(w.want_id, 5, graph.resolve(w.ref), opening=0) == Replaced(opening=1)
+    assert bel.last_idx() == last and bel.decision_seq(w.want_id) == 4
     # The new run decides from the step after the reopen, and its own outcome is recorded.
-    assert bel.decide(w.want_id, 5, graph.resolve(w.ref)).job_run_id == run.job_run_id
+    assert bel.decide(w.want_id, 5, graph.resolve(w.ref), opening=1).job_run_id == run.job_run_id
     assert (
-        bel.finish_want(w.want_id, WantState.canceled, "canceled on request", seq=5)[1] is Finished.recorded
+        bel.finish_want(w.want_id, WantState.canceled, "canceled on request", opening=1)[1]
+        is Finished.recorded
     )
+    # Ended again: still not the old run's to tell.
+    assert bel.finish_want(w.want_id, WantState.failed, "input failed", opening=0)[1] is Finished.stale
     types = [e.type for e in bel.events(want_id=w.want_id)]
     assert types.count("WantFailed") == 1 and types[-1] == "WantCanceled"
+    assert bel.want(w.want_id).state is WantState.canceled
     before = projection_rows(bel)
     bel.rebuild_projections()
     assert projection_rows(bel) == before
+    assert bel.want(w.want_id).opening == 1
+
+
+def test_dependencies_awaited_by_a_run_older_than_a_retry_are_refused(bel: BuildEventLog) -> None:
+    """A run of the opening a retry replaced records no wait and derives no want: WantReplacedError, which
+    tells it the want's opening now. The new run's wait is recorded."""
+    w = spec("a/9")
+    bel.register_want(w)
+    run = bel.decide(w.want_id, 1, graph.resolve(w.ref), opening=0)
+    bel.start_job_run(run.job_run_id, 1, "w")
+    bel.dep_miss_job_run(run.job_run_id, ["ext/9"], [])
+    bel.finish_want(w.want_id, WantState.failed, "input failed", opening=0)
+    bel.reopen_wants([w.want_id])
+    last = bel.last_idx()
+    with pytest.raises(WantReplacedError, match="serves opening 0, the want is at 1") as refused:
+        bel.await_dependencies(w.want_id, run.job_run_id, ["ext/9"], opening=0)
+    assert refused.value.opening == 1
+    assert bel.last_idx() == last and bel.wants(parent_want_id=w.want_id) == []
+    assert bel.want(w.want_id).state is WantState.new
+    status, started, reopened = bel.await_dependencies(w.want_id, None, ["ext/9"], opening=1)
+    assert not status.live and not status.failed and reopened == []
+    assert started == [d.start for d in bel.wants(parent_want_id=w.want_id)]
+    assert [(d.spec.ref, d.opening) for d in started] == [("ext/9", 0)]
+    assert bel.want(w.want_id).state is WantState.upstream_building
 
 
 def test_projections_rebuild_from_events_alone(bel: BuildEventLog) -> None:
@@ -1343,14 +1405,15 @@ def dep_missed(bel: BuildEventLog, want: WantSpec, missing: str) -> WantSpec:
     bel.start_job_run(run.job_run_id, 1, "w")
     bel.dep_miss_job_run(run.job_run_id, [missing], [])
     _, (derivative,), _ = bel.await_dependencies(want.want_id, run.job_run_id, [missing])
-    return derivative
+    assert derivative.opening == 0
+    return derivative.spec
 
 
 def test_a_cancel_during_registration_cancels_what_is_registered_after_it(bel: BuildEventLog) -> None:
     request, specs = backfill_of([f"a/{n}" for n in range(80, 84)])
     bel.record_backfill(request, 4, specs[:2])
     step = bel.advance_backfill(request.backfill_id, window=10)
-    assert (step.to_start, step.started) == (specs[:2], 2)
+    assert (step.to_start, step.started) == ([WantStart(spec=w) for w in specs[:2]], 2)
     assert bel.cancel_backfill(request.backfill_id) and not bel.cancel_backfill(request.backfill_id)
     reached = bel.backfill_reach(request.backfill_id)
     assert {w.want_id for w in reached} == {w.want_id for w in specs[:2]}
@@ -1366,7 +1429,10 @@ def test_a_cancel_during_registration_cancels_what_is_registered_after_it(bel: B
     assert {w.want_id for w in bel.retry_backfill(request.backfill_id)} == {w.want_id for w in specs}
     assert not bel.backfill_progress(request.backfill_id).canceled
     bel.reopen_wants([w.want_id for w in specs])
-    assert bel.advance_backfill(request.backfill_id, window=10).to_start == specs
+    # Each started for its next opening: a run of the one the cancel ended is replaced.
+    assert bel.advance_backfill(request.backfill_id, window=10).to_start == [
+        WantStart(spec=w, opening=1) for w in specs
+    ]
     before = projection_rows(bel)
     bel.rebuild_projections()
     assert projection_rows(bel) == before
@@ -1413,6 +1479,31 @@ def layers_below(bel: BuildEventLog, parent: WantSpec) -> WantSpec:
     assert not status.failed
     assert decide(bel, derived).kind == "execute"
     return derived
+
+
+def test_a_derivative_a_cancel_ended_is_reopened_by_a_need_for_its_next_opening(bel: BuildEventLog) -> None:
+    """A want that needs a derivative its backfill's cancel ended opens it again, as a retry would: it is
+    started for its next opening, the one its projection counts (a run of the one before is replaced)."""
+    request, (member,) = backfill_of(["a/95"])
+    bel.record_backfill(request, 1, [member])
+    derivative = dep_missed(bel, member, "ext/95")
+    bel.cancel_backfill(request.backfill_id)
+    cancelled, _ = bel.cancel_wants(
+        [w.want_id for w in bel.backfill_reach(request.backfill_id)], "its backfill was cancelled"
+    )
+    assert derivative.want_id in {w.want_id for w in cancelled}
+    outside = spec("a/95", "api")
+    run = decide(bel, outside)
+    bel.start_job_run(run.job_run_id, 1, "w")
+    bel.dep_miss_job_run(run.job_run_id, ["ext/95"], [])
+    status, started, reopened = bel.await_dependencies(outside.want_id, run.job_run_id, ["ext/95"])
+    assert not status.failed and started == reopened
+    assert [(d.spec.want_id, d.opening) for d in reopened] == [(derivative.want_id, 1)]
+    assert bel.want(derivative.want_id).start.opening == 1
+    assert bel.want(derivative.want_id).state is WantState.new
+    before = projection_rows(bel)
+    bel.rebuild_projections()
+    assert projection_rows(bel) == before
 
 
 def test_a_paused_backfill_pauses_the_derivatives_only_it_needs(bel: BuildEventLog) -> None:

@@ -8,7 +8,7 @@ import pytest
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.errors import NotFoundError
-from databuild.models import JobRunCause, WantSource, WantSpec, WantState, job_run_workflow_id
+from databuild.models import JobRunCause, WantSource, WantSpec, WantStart, WantState, job_run_workflow_id
 from tests.bel_sqlite import graph
 
 pytestmark = pytest.mark.unit
@@ -41,7 +41,7 @@ def test_the_window_starts_wants_in_order_as_room_frees_and_counts_from_its_low_
 ) -> None:
     bel.record_backfill(REQUEST, 2, SPECS[:1])  # the second is not registered yet
     step = bel.advance_backfill(REQUEST.backfill_id, window=1)
-    assert ([w.ref for w in step.to_start], step.started, step.open, step.low) == (["up/1"], 1, 1, 0)
+    assert (step.to_start, step.started, step.open, step.low) == ([WantStart(spec=SPECS[0])], 1, 1, 0)
     assert bel.backfill_unstarted(REQUEST.backfill_id) == set()
     assert not step.done and bel.backfill_progress(REQUEST.backfill_id).started == 1
     bel.record_backfill(REQUEST, 2, SPECS, 0)
@@ -56,7 +56,7 @@ def test_the_window_starts_wants_in_order_as_room_frees_and_counts_from_its_low_
     assert [w.ref for w in bel.unstarted_wants(later)] == ["up/1"]
     bel.cancel_wants([SPECS[0].want_id], "done with it")
     last = bel.advance_backfill(REQUEST.backfill_id, window=1, low=full.low)
-    assert ([w.ref for w in last.to_start], last.started, last.open, last.low) == (["up/2"], 2, 1, 1)
+    assert (last.to_start, last.started, last.open, last.low) == ([WantStart(spec=SPECS[1])], 2, 1, 1)
     assert last.done and bel.unstarted_wants(later) == bel.wants(state=WantState.new)
 
 
@@ -87,9 +87,15 @@ def test_a_cancelled_backfill_cancels_what_it_registers_and_a_retry_reopens(bel:
     assert sorted(w.ref for w in retried) == ["up/1", "up/2"]
     assert len(bel.reopen_wants([w.want_id for w in retried])) == 2
     assert not bel.backfill_progress(REQUEST.backfill_id).canceled
-    # Its window starts from the start of its range again, and starts the reopened wants in order.
+    # Its window starts from the start of its range again, and starts the reopened wants in order, each
+    # for its next opening (a run of the one the cancel ended is replaced).
     again = bel.advance_backfill(REQUEST.backfill_id, window=10)
-    assert ([w.ref for w in again.to_start], again.started, again.done) == (["up/1", "up/2"], 2, True)
+    assert [w.spec.ref for w in again.to_start] == ["up/1", "up/2"]
+    assert (again.to_start, again.started, again.done) == (
+        [WantStart(spec=w, opening=1) for w in SPECS],
+        2,
+        True,
+    )
     with pytest.raises(NotFoundError):
         bel.retry_backfill("nope")
 
@@ -114,7 +120,7 @@ def test_a_cancel_while_its_window_starts_wants_leaves_one_that_decided_to_the_r
     # run would start after the cancel returned, and its workflow would go on following it.
     bel.record_backfill(REQUEST, 2, SPECS)
     step = bel.plan_window_step(REQUEST.backfill_id, window=2)
-    assert [w.ref for w in step.to_start] == ["up/1", "up/2"]
+    assert step.to_start == [WantStart(spec=w) for w in SPECS]
     run = bel.decide(SPECS[0].want_id, 1, graph.resolve("up/1"))
     assert run.kind == "execute"
     bel.cancel_backfill(REQUEST.backfill_id)
@@ -141,6 +147,6 @@ def test_a_step_planned_before_a_cancel_and_a_retry_is_not_recorded_after_them(b
     bel.reopen_wants([w.want_id for w in bel.retry_backfill(REQUEST.backfill_id)])
     assert bel.record_window_step(step) is False
     again = bel.plan_window_step(REQUEST.backfill_id, window=2)
-    assert [w.ref for w in again.to_start] == ["up/1", "up/2"] and again.rewinds == 1
+    assert again.to_start == [WantStart(spec=w, opening=1) for w in SPECS] and again.rewinds == 1
     assert bel.record_window_step(again) is True
     assert bel.backfill_progress(REQUEST.backfill_id).started == 2

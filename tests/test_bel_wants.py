@@ -11,7 +11,7 @@ from databuild.domain import events as ev
 from databuild.domain.cost import SparkCost
 from databuild.domain.endings import Finished
 from databuild.errors import NotFoundError
-from databuild.models import InstanceRef, JobRunState, WantSource, WantState
+from databuild.models import InstanceRef, JobRunState, WantSource, WantStart, WantState
 from tests.bel_sqlite import AT, build, decide, graph, spec
 
 pytestmark = pytest.mark.unit
@@ -25,6 +25,7 @@ def test_registering_is_idempotent_and_the_want_reads_back(bel: BuildEventLog) -
     assert bel.wants(ref_glob="a/*") == [want] and bel.wants(state=WantState.failed) == []
     assert bel.wants_by_id([want.want_id, want.want_id]) == [want]
     assert bel.decision_seq(want.want_id) == 0
+    assert want.opening == 0 and want.start == WantStart(spec=want.spec)
     with pytest.raises(NotFoundError):
         bel.want("nope")
 
@@ -34,7 +35,10 @@ def test_a_want_waits_for_its_missing_inputs_through_derivative_wants(bel: Build
     want = bel.wants()[0]
     status, started, _ = bel.await_dependencies(want.want_id, verdict.job_run_id, ["up/1", "ext/1"])
     assert status.live == [] and status.failed == {}
-    assert sorted(d.ref for d in started) == ["ext/1", "up/1"]
+    assert sorted(d.spec.ref for d in started) == ["ext/1", "up/1"]
+    assert {d.opening for d in started} == {0}
+    by_id = {w.want_id: w for w in bel.wants(parent_want_id=want.want_id)}
+    assert started == [by_id[d.spec.want_id].start for d in started]
     assert bel.want(want.want_id).state is WantState.upstream_building
     derivatives = bel.derivatives_of([want.want_id])
     assert sorted(ref for _, _, ref, _ in derivatives) == ["ext/1", "up/1"]
@@ -89,15 +93,20 @@ def test_cancelling_ends_open_wants_and_abandons_the_runs_no_one_needs(bel: Buil
 def test_a_finish_is_recorded_once_and_a_retry_reopens_it(bel: BuildEventLog) -> None:
     written = build(bel, "up/1")
     want = bel.wants()[0]
-    done, how = bel.finish_want(want.want_id, WantState.successful, instance_id=written.instance_id, seq=1)
+    done, how = bel.finish_want(
+        want.want_id, WantState.successful, instance_id=written.instance_id, opening=0
+    )
     assert (done.state, how) == (WantState.successful, Finished.recorded)
-    assert bel.finish_want(want.want_id, WantState.failed, seq=1)[1] is Finished.already
+    assert bel.finish_want(want.want_id, WantState.failed, opening=0)[1] is Finished.already
     assert bel.reopen_wants([want.want_id]) == []  # only failed or canceled wants reopen
+    assert bel.want(want.want_id).opening == 0
     failed, _ = bel.register_want(spec("ext/9"))
     bel.finish_want(failed.want_id, WantState.failed, "no")
     (reopened,) = bel.reopen_wants([failed.want_id])
     assert reopened.state is WantState.new and bel.decision_seq(failed.want_id) == 1
-    assert bel.finish_want(failed.want_id, WantState.failed, seq=0)[1] is Finished.stale
+    assert reopened.opening == 1 and reopened.start == WantStart(spec=failed.spec, opening=1)
+    assert bel.finish_want(failed.want_id, WantState.failed, opening=0)[1] is Finished.stale
+    assert bel.want(failed.want_id).state is WantState.new
 
 
 def test_links_of_wants_to_runs(bel: BuildEventLog) -> None:
@@ -131,7 +140,7 @@ def test_no_statement_of_a_wants_path_is_built_per_call(bel: BuildEventLog) -> N
         want = spec(f"a/{n}")
         bel.register_want(want)
         bel.decision_seq(want.want_id)
-        verdict = bel.decide(want.want_id, 1, graph.resolve(want.ref))
+        verdict = bel.decide(want.want_id, 1, graph.resolve(want.ref), opening=0)
         bel.want(want.want_id)
         bel.job_run(verdict.job_run_id)
         written = [InstanceRef(ref=ref, instance_id=f"{ref}@1") for ref in (f"a/{n}", f"b/{n}")]
@@ -147,7 +156,7 @@ def test_no_statement_of_a_wants_path_is_built_per_call(bel: BuildEventLog) -> N
         bel.partitions_by_ref([w.ref for w in written])
         bel.checks_of([w.instance_id for w in written])
         bel.subscriptions_of(want.want_id, [w.ref for w in written])
-        bel.finish_want(want.want_id, WantState.successful, None, written[0].instance_id, seq=1)
+        bel.finish_want(want.want_id, WantState.successful, None, written[0].instance_id, opening=0)
         bel.finished_backfills_of(want.want_id)
         return {id(statement) for statement in ran}
 

@@ -68,6 +68,7 @@ def state(
     *parts: Partition,
     want_state: WantState = WantState.new,
     seq: int = 0,
+    opening: int = 0,
     following: str | None = None,
     relation: str | None = None,
     runs: frozenset[str] = frozenset(),
@@ -84,6 +85,7 @@ def state(
             ref="a/1",
             state=want_state,
             decision_seq=seq,
+            opening=opening,
             job_run_id=following,
             reason=reason,
             relation=relation,
@@ -247,6 +249,29 @@ def test_decision(why: str, given: d.DecisionState, kind: str, recorded: list[st
     decided = d.decide(given, 2, "jr-new")
     assert decided.verdict.kind == kind, why
     assert types(decided) == recorded, why
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        state(opening=2),
+        state(live("a/1"), live("b/1"), live("c/1"), opening=2),
+        state(part("b/1", PartitionStatus.missing, building="jr-b"), opening=2),
+        state(live("a/1"), want_state=WantState.failed, seq=3, opening=2, reason="boom"),  # ended again
+    ],
+    ids=["execute", "live", "delegate", "final"],
+)
+def test_a_run_a_retry_replaced_decides_nothing(given: d.DecisionState) -> None:
+    """A run that serves an older opening than the want's is told the want's opening and records nothing,
+    whatever it would have decided; a run of the want's opening (or no run's step) decides as usual."""
+    assert given.want.opening == 2
+    replaced = d.decide(given, 4, "jr-new", opening=1)
+    assert replaced.verdict == d.Replaced(opening=2) and replaced.events == []
+    usual = d.decide(replace(given, want=replace(given.want, opening=0)), 4, "jr-new")
+    for opening in (2, None):
+        same = d.decide(given, 4, "jr-new", opening=opening)
+        assert same.verdict == usual.verdict and same.events == usual.events
+        assert same.verdict.kind != "replaced"
 
 
 def test_execute_claims_every_output_for_the_new_run() -> None:
@@ -461,19 +486,34 @@ def test_never_two_active_builds_and_never_execute_and_delegate_at_once(
 
 # How a want ends and opens again (databuild.domain.endings). -----------------------------------------
 @pytest.mark.parametrize(
-    ("current", "decision_seq", "seq", "finished"),
+    ("current", "opening", "run_opening", "finished"),
     [
-        (WantState.building, 3, 3, "recorded"),
-        (WantState.building, 3, None, "recorded"),  # an outside authority (repair) is never stale
-        (WantState.failed, 3, 3, "already"),  # a retried finish: a repeat
-        (WantState.new, 4, 3, "stale"),  # reopened by a retry at step 4: the old run's finish is history
-        (WantState.failed, 4, 3, "stale"),  # ended again since: still not the old run's to tell
+        (WantState.building, 0, 0, "recorded"),  # the run of a want no retry reopened
+        (WantState.building, 2, 2, "recorded"),  # the run a retry started
+        # Its decision step is behind the BEL's decision_seq (its workflow task timed out after its
+        # decision committed, and the run never heard of it): still its own run, as only a reopen replaces
+        # one. A finish carries no step for this reason.
+        pytest.param(WantState.building, 1, 1, "recorded", id="a-decision-the-run-never-heard-of"),
+        (WantState.failed, 1, 1, "already"),  # a retried finish: a repeat
+        # An outside authority (the repair of a want whose workflow ended unheard, an operator's cancel)
+        # is never stale, at any opening.
+        (WantState.building, 0, None, "recorded"),
+        (WantState.new, 3, None, "recorded"),
+        (WantState.failed, 3, None, "already"),
+        # A run at an older opening: the want was reopened since, and the old run's finish is history ...
+        (WantState.new, 1, 0, "stale"),
+        (WantState.building, 3, 1, "stale"),
+        # ... whether the want is open again or has ended again since: still not the old run's to tell.
+        (WantState.failed, 1, 0, "stale"),
+        (WantState.successful, 2, 1, "stale"),
+        (WantState.canceled, 2, 0, "stale"),
     ],
 )
 def test_a_finish_records_once_and_never_from_a_run_a_retry_replaced(
-    current: WantState, decision_seq: int, seq: int | None, finished: str
+    current: WantState, opening: int, run_opening: int | None, finished: str
 ) -> None:
-    ending = endings.finish("w-1", current, decision_seq, WantState.failed, reason="boom", seq=seq)
+    assert endings.replaced(opening, run_opening) == (finished == "stale")
+    ending = endings.finish("w-1", current, opening, WantState.failed, reason="boom", run_opening=run_opening)
     assert ending.finished == finished
     expected = [ev.WantFinished(type="WantFailed", want_id="w-1", state=WantState.failed, reason="boom")]
     assert ending.events == (expected if finished == "recorded" else [])

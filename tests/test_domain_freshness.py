@@ -16,7 +16,7 @@ from databuild.domain.plans import Action, Node, Root, plan
 from databuild.domain.staleness import StaleKind, StaleReason
 from databuild.errors import InvalidWantError
 from databuild.graph import Graph, JobTarget
-from databuild.models import Partition, PartitionStatus, WantSource, WantSpec, WantState
+from databuild.models import Partition, PartitionStatus, WantSource, WantSpec, WantStart, WantState
 
 pytestmark = pytest.mark.unit
 
@@ -187,11 +187,12 @@ def test_a_fresh_derivative_is_started_for_a_live_input_and_waited_for() -> None
     parent = spec("a/1", fresh=True)
     awaited = wants_rules.await_dependencies(deps(parent, {}))
     assert [e.type for e in awaited.events] == ["WantCreated", "WantUpstreamBuilding"]
-    assert awaited.status.live == [] and [d.ref for d in awaited.unfinished] == ["users/1"]
+    derivative = parent.derive("users/1", parent.want_id)
+    assert awaited.status.live == [] and awaited.unfinished == [WantStart(spec=derivative)]
+    assert derivative.fresh  # a fresh want's inputs are wanted fresh
     # Once it ended successful, the input counts as live.
-    derivative = parent.derive("users/1", parent.want_id).want_id
     done = wants_rules.await_dependencies(
-        deps(parent, {derivative: wants_rules.WantRow(WantState.successful)})
+        deps(parent, {derivative.want_id: wants_rules.WantRow(WantState.successful)})
     )
     assert done.status.live == ["users/1"] and done.unfinished == []
 

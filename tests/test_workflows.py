@@ -58,6 +58,7 @@ from tests.workflow_doubles import (
     needs_inputs,
     paused_decision,
     redecide_notice,
+    replaced,
     signals,
     sla_missed_input,
     still_waiting,
@@ -208,7 +209,7 @@ async def test_live_partition_succeeds_at_once(h: Harness, script: Script) -> No
         p.DecideInput(want_id=spec.want_id, seq=1, start_run=True, root_want_id=spec.want_id)
     ]
     assert finished(script) == p.FinishInput(
-        want_id=spec.want_id, state=WantState.successful, instance_id="i-1", seq=1
+        want_id=spec.want_id, state=WantState.successful, instance_id="i-1", opening=0
     )
 
 
@@ -480,7 +481,7 @@ async def test_dep_miss_waits_for_its_inputs_then_decides_again(h: Harness, scri
     handle = await h.start_want(spec)
 
     asked = await script.called("await_dependencies")
-    assert asked == p.DependenciesInput(want_id=spec.want_id, job_run_id=run_id, missing=inputs)
+    assert asked == p.DependenciesInput(want_id=spec.want_id, job_run_id=run_id, missing=inputs, opening=0)
     progress = await until_progress(handle, lambda progress: progress.waiting_for == ["in/b"])
     assert progress.state is WantState.upstream_building
     assert len(script.inputs("decide")) == 1  # not before its inputs are live
@@ -570,7 +571,7 @@ async def test_declared_inputs_the_decision_left_are_started_by_the_activity(
     result = await handle.result()
     assert result.state is WantState.successful
     assert script.inputs("await_dependencies") == [
-        p.DependenciesInput(want_id=spec.want_id, job_run_id=None, missing=["in/a"])
+        p.DependenciesInput(want_id=spec.want_id, job_run_id=None, missing=["in/a"], opening=0)
     ]
 
 
@@ -781,6 +782,43 @@ async def test_cancel_records_the_want_canceled(h: Harness, script: Script, wait
     assert once(script.inputs("abandon_build")) == expected
 
 
+# Replaced by a retry ---------------------------------------------------------------------------------
+
+
+def openings(script: Script, name: str) -> list[int | None]:
+    return [call.opening for call in once(script.inputs(name))]
+
+
+async def test_a_run_whose_outcome_is_refused_as_replaced_carries_on_as_the_new_opening(
+    h: Harness, script: Script
+) -> None:
+    """A retry reopened the want while this run finished (the retry attached to it, as a start for the
+    old opening that raced the retry leaves it): its write is refused, and it carries on as the new one."""
+    spec = new_spec()
+    script.then("decide", live_decision("i-1"), live_decision("i-2"))
+    script.then("finish_want", replaced(spec.want_id, 0, 1))
+
+    handle = await h.start_want(spec)
+    result = await handle.result()
+
+    assert (result.state, result.instance_id) == (WantState.successful, "i-2")
+    assert openings(script, "decide") == [0, 1] and openings(script, "finish_want") == [0, 1]
+    assert script.inputs("register_want")[-1] == p.WantInput(spec=spec, version=p.WORKFLOW_VERSION, opening=1)
+    assert (await handle.describe()).run_id != handle.first_execution_run_id  # a new run, not a loop
+
+
+async def test_a_run_replaced_before_it_decides_carries_on_as_the_new_opening(
+    h: Harness, script: Script
+) -> None:
+    spec = new_spec()
+    script.then("decide", replaced(spec.want_id, 0, 2), live_decision("i-3"))
+
+    result = await (await h.start_want(spec)).result()
+
+    assert (result.state, result.instance_id) == (WantState.successful, "i-3")
+    assert openings(script, "decide") == [0, 2] and openings(script, "finish_want") == [2]
+
+
 async def test_a_cancel_while_the_outcome_is_recorded_cannot_stop_the_write(
     h: Harness, script: Script
 ) -> None:
@@ -808,7 +846,7 @@ async def test_a_cancel_while_the_outcome_is_recorded_cannot_stop_the_write(
     assert isinstance(await failure_of(handle), CancelledError)
     assert "cancelled" not in writes and writes[-1] == "done"
     assert once(script.inputs("finish_want")) == [
-        p.FinishInput(want_id=spec.want_id, state=WantState.successful, instance_id="i-7", seq=1)
+        p.FinishInput(want_id=spec.want_id, state=WantState.successful, instance_id="i-7", opening=0)
     ]
 
 

@@ -18,7 +18,9 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+from activities.errors import application_error
 from databuild.domain.decisions import DependenciesStatus, Final, Live, Paused, WaitExternal
+from databuild.errors import WantReplacedError
 from databuild.models import JobRunState, WantState
 from databuild.temporal import protocol as p
 from databuild.temporal.job_runs import start_job_run
@@ -101,7 +103,8 @@ class Script:
     async def first_step(self, input: p.WantInput) -> p.FirstStep:
         """As the real one: the want registered, then its first step decided (each recorded as its call)."""
         seq = await self.register_want(input) + 1
-        return p.FirstStep(seq=seq, decision=await self.decide(p.DecideInput.starting_runs(input.spec, seq)))
+        decide = p.DecideInput.starting_runs(input.spec, seq, input.opening)
+        return p.FirstStep(seq=seq, decision=await self.decide(decide))
 
     @activity.defn
     async def await_dependencies(self, input: p.DependenciesInput) -> DependenciesStatus:
@@ -299,6 +302,11 @@ def sla_missed_input(want_id: str, deadline: datetime) -> p.SlaMissedInput:
 
 def fails(message: str, type: str = "Boom", *, non_retryable: bool = False) -> ApplicationError:
     return ApplicationError(message, type=type, non_retryable=non_retryable)
+
+
+def replaced(want_id: str, run_opening: int, opening: int) -> ApplicationError:
+    """What a BEL write of a run that a retry replaced raises, as the worker's interceptor turns it."""
+    return application_error(WantReplacedError(want_id, run_opening, opening))
 
 
 def still_waiting(_input: object) -> ApplicationError:

@@ -311,9 +311,13 @@ def start_catalog(catalog: Catalog, sql: SparkRuntime | None) -> None:
 
 
 async def repair(parts: WorkerParts, _built: BuiltWorker) -> None:
-    """Reconcile the wants whose workflows closed while the BEL holds them open (see ``repair_wants``)."""
+    """Reconcile the wants whose workflows closed while the BEL holds them open (see ``repair_wants``):
+    every pass looks at the want workflows closed since the pass before (twice the period, for overlap)."""
     try:
-        repaired = await repair_wants(parts.client, parts.bel, parts.settings.task_queue)
+        settings = parts.settings
+        repaired = await repair_wants(
+            parts.client, parts.bel, settings.task_queue, closed_within=2 * settings.repair_every
+        )
     except RPCError as error:
         if error.status is RPCStatusCode.UNIMPLEMENTED:  # no list visibility (the time-skipping server)
             return

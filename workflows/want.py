@@ -50,6 +50,17 @@ def ttl_reason(spec: WantSpec) -> str:
     return f"TTL passed at {spec.ttl_deadline:%Y-%m-%d %H:%M}Z"
 
 
+def replaced_by(error: BaseException) -> int | None:
+    """The want's opening now, if ``error`` says this run's write was refused because a retry replaced it
+    (``WantReplacedError``, from a local activity bare or from an activity wrapped)."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type == "WantReplacedError" and cause.details:
+            return int(cause.details[0])
+        cause = cause.__cause__
+    return None
+
+
 @workflow.defn(name=p.WANT_WORKFLOW)
 class WantWorkflow:
     @workflow.init
@@ -61,12 +72,28 @@ class WantWorkflow:
         self._children: dict[str, workflow.ChildWorkflowHandle[Any, Any]] = {}  # runs this run started
         self._sla_timer: asyncio.Task[None] | None = None
         self._registering = False  # its first step records the want too (``first_step``)
+        self._opening = input.opening
         if input.ending is not None:  # the run only records how the one before it ended, as it was then
             ending = input.ending
-            self._memory = p.WantMemory(state=ending.was, job_run_id=ending.job_run_id, seq=ending.seq)
+            self._memory = p.WantMemory(state=ending.was, job_run_id=ending.job_run_id)
 
     @workflow.run
     async def run(self, input: p.WantInput) -> p.WantResult:
+        try:
+            return await self._serve(input)
+        except (ActivityError, ApplicationError) as error:
+            opening = replaced_by(error)
+            if opening is None:
+                raise
+        # A retry reopened the want since this run started, and a newer run serves it: a write of this one
+        # was refused. Where this run still goes on (the retry attached to it, which a start for the old
+        # opening that raced the retry leaves), it carries on as the want's new opening, from the BEL.
+        workflow.logger.info(
+            "want %s was reopened (opening %s): carrying on as it", self._spec.want_id, opening
+        )
+        workflow.continue_as_new(p.WantInput(spec=self._spec, opening=opening, version=p.WORKFLOW_VERSION))
+
+    async def _serve(self, input: p.WantInput) -> p.WantResult:
         if input.ending is not None:
             return await self._finish(input.ending.state, input.ending.reason, input.ending.instance_id)
         spec = self._spec
@@ -89,7 +116,11 @@ class WantWorkflow:
             if self._sla_timer is not None:
                 self._sla_timer.cancel()
         if outcome is None:  # signal handlers are synchronous: nothing is left to finish
-            workflow.continue_as_new(p.WantInput(spec=spec, carried=self._memory, version=p.WORKFLOW_VERSION))
+            workflow.continue_as_new(
+                p.WantInput(
+                    spec=spec, carried=self._memory, version=p.WORKFLOW_VERSION, opening=self._opening
+                )
+            )
         return await self._finish(*outcome)
 
     def _arm_sla(self) -> None:
@@ -101,7 +132,7 @@ class WantWorkflow:
         """The want's next decision; a new run's first records the want too, in the same local activity."""
         m = self._memory
         if self._registering:
-            first = await bel(WantActivities.first_step, p.WantInput(spec=self._spec, version=self._version))
+            first = await bel(WantActivities.first_step, self._registration())
             self._registering = False
             m.seq = first.seq
             self._arm_sla()
@@ -151,6 +182,8 @@ class WantWorkflow:
             # e.g. the graph no longer produces this ref. A local activity's failure arrives as the bare
             # ApplicationError (a regular activity's as an ActivityError around it).
             except (ActivityError, ApplicationError) as error:
+                if replaced_by(error) is not None:
+                    raise
                 return WantState.failed, failure_message(error), None
 
             def redecide(seen: int = redecides) -> bool:
@@ -189,8 +222,12 @@ class WantWorkflow:
 
     def _decide_input(self, seq: int) -> p.DecideInput:
         if not patched(RUN_STARTED_BY_DECISION, self._version):
-            return p.DecideInput(want_id=self._spec.want_id, seq=seq)
-        return p.DecideInput.starting_runs(self._spec, seq)
+            return p.DecideInput(want_id=self._spec.want_id, seq=seq, opening=self._opening)
+        return p.DecideInput.starting_runs(self._spec, seq, self._opening)
+
+    def _registration(self) -> p.WantInput:
+        """What the activities that record the want are given."""
+        return p.WantInput(spec=self._spec, version=self._version, opening=self._opening)
 
     async def _follow_run(self, decision: Following, redecide: Callable[[], bool]) -> Outcome | None:
         """Wait for the job run the want executes or delegated to. None means: decide again."""
@@ -296,7 +333,9 @@ class WantWorkflow:
         if status is None:
             status = await remote(
                 WantActivities.await_dependencies,
-                p.DependenciesInput(want_id=self._spec.want_id, job_run_id=job_run_id, missing=missing),
+                p.DependenciesInput(
+                    want_id=self._spec.want_id, job_run_id=job_run_id, missing=missing, opening=self._opening
+                ),
             )
         for ref in status.live:
             m.live.setdefault(ref, "")
@@ -375,11 +414,13 @@ class WantWorkflow:
     async def _finish(self, state: WantState, reason: str | None, instance: str | None) -> p.WantResult:
         spec, m = self._spec, self._memory
         if self._registering:  # stopped before its first step (a cancel or an expired TTL at once)
-            m.seq = await bel(WantActivities.register_want, p.WantInput(spec=spec, version=self._version))
+            m.seq = await bel(WantActivities.register_want, self._registration())
             self._registering = False
         following = m.job_run_id if m.state is WantState.building else None
         interrupted = await self._record_finish(
-            p.FinishInput(want_id=spec.want_id, state=state, reason=reason, instance_id=instance, seq=m.seq)
+            p.FinishInput(
+                want_id=spec.want_id, state=state, reason=reason, instance_id=instance, opening=self._opening
+            )
         )
         self._set(state, m.job_run_id, [], reason or "")
         if interrupted is not None:  # cancelled while recording another outcome: that one is shown too

@@ -68,6 +68,7 @@ class Step:
     resolution: Resolution
     lease: timedelta
     fresh: Freshness | None
+    opening: int | None = None  # the want's opening the deciding run serves (None: not a run's step)
 
     @property
     def outputs(self) -> list[str]:
@@ -121,12 +122,15 @@ class DecisionCommands(WriteBase):
         resolution: Resolution,
         lease: timedelta = DEFAULT_LEASE,
         fresh: Freshness | None = None,
+        *,
+        opening: int | None = None,
     ) -> Verdict:
         """Step ``seq`` of a want, in one transaction: the rules of ``decisions.decide`` over the state
-        of the want and its job's outputs. A newly queued run gets its build lease. ``fresh``: of a fresh
-        want, its live partition's staleness, judged by the caller with the worker's job versions. The
-        transaction may hold other wants' steps, decided before or after this one (group commit)."""
-        return self._decisions.submit(Step(want_id, seq, resolution, lease, fresh))
+        of the want and its job's outputs, for a workflow run that serves the want's ``opening``. A newly
+        queued run gets its build lease. ``fresh``: of a fresh want, its live partition's staleness, judged
+        by the caller with the worker's job versions. The transaction may hold other wants' steps, decided
+        before or after this one (group commit)."""
+        return self._decisions.submit(Step(want_id, seq, resolution, lease, fresh, opening))
 
     def _decide_group(self, steps: list[Step]) -> list[Verdict]:
         """The steps in order, in one transaction. What they read is read for all of them at once and
@@ -146,7 +150,10 @@ class DecisionCommands(WriteBase):
                     self._project(tx, pending)
                     pending, known = [], self._read(tx.conn, [step])
                 decided = decisions.decide(
-                    self._decision_state(tx.conn, step, known, paused), step.seq, new_job_run_id()
+                    self._decision_state(tx.conn, step, known, paused),
+                    step.seq,
+                    new_job_run_id(),
+                    step.opening,
                 )
                 pending.append((decided.events, step.lease))
                 touched |= touches
@@ -195,6 +202,7 @@ class DecisionCommands(WriteBase):
                 ref=want["ref"],
                 state=WantState(want["state"]),
                 decision_seq=want["decision_seq"],
+                opening=want["opening"],
                 job_run_id=want["job_run_id"],
                 reason=want["reason"],
                 relation=links.get(want["job_run_id"]),

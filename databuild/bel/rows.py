@@ -53,6 +53,7 @@ def want_from_row(row: Any) -> Want:
         fresh=bool(row["fresh"]),
         fresh_of=row["fresh_of"],
         cause=row["cause"],
+        opening=row["opening"],
     )
 
 
@@ -180,7 +181,16 @@ WANTS_AND_LINKS = (
     select(
         *(
             s.wants.c[name]
-            for name in ("want_id", "ref", "source", "state", "decision_seq", "job_run_id", "reason")
+            for name in (
+                "want_id",
+                "ref",
+                "source",
+                "state",
+                "decision_seq",
+                "opening",
+                "job_run_id",
+                "reason",
+            )
         ),
         s.want_job_runs.c.job_run_id.label("linked_run"),
         s.want_job_runs.c.relation.label("linked"),

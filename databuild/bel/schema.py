@@ -107,6 +107,8 @@ wants = Table(
     Column("fresh", Boolean, nullable=False, server_default=false()),  # rebuilds its partition if stale
     Column("fresh_of", String(128)),  # what a fresh want was asked against (part of its identity)
     Column("cause", Text),  # why the system made it (a late-data rebuild)
+    # 0, and one more with each retry that reopened it: a workflow run serving an older one is replaced.
+    Column("opening", Integer, nullable=False, default=0, server_default="0"),
     # A backfill's progress counts its wants by state: its members then read the state from this index
     # alone, never the wide rows (100,000 members: about 4x faster on SQLite).
     Index("ix_wants_state_of", "want_id", "state"),

@@ -19,6 +19,7 @@ from databuild.bel.rows import (
     chunks,
     job_run_row,
     newest_first,
+    open_among,
     partition_at,
     partition_row,
     ref_conditions,
@@ -40,6 +41,7 @@ from databuild.models import (
     Subscription,
     Want,
     WantSpec,
+    WantStart,
     WantState,
 )
 
@@ -143,6 +145,11 @@ class WantReads(ReadBase):
             .limit(limit)
         )
         return [want_from_row(r) for r in self._all(query)]
+
+    def open_wants_among(self, ids: Sequence[str]) -> set[str]:
+        """Those of the wants that have not ended (one indexed lookup per few hundred)."""
+        with self.reader.connect() as conn:
+            return open_among(conn, ids)
 
     def wants_by_id(self, ids: Sequence[str]) -> list[Want]:
         rows = []
@@ -279,12 +286,13 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
             return str(row["workflow_id"]) if events else None
 
     def await_dependencies(
-        self, want_id: str, job_run_id: str | None, missing: Sequence[str]
-    ) -> tuple[DependenciesStatus, list[WantSpec], list[WantSpec]]:
+        self, want_id: str, job_run_id: str | None, missing: Sequence[str], *, opening: int | None = None
+    ) -> tuple[DependenciesStatus, list[WantStart], list[WantStart]]:
         """Record that the want waits for ``missing`` (subscribing to them) and ensure a derivative want
         for each input not live; report, in the same transaction, which inputs are live and which
         derivatives ended without their partition. Returns that, the derivative wants that have not
-        ended (to start), and those of them it reopened (cancelled with a backfill: see the rule). A
+        ended (to start), and those of them it reopened (cancelled with a backfill: see the rule). A run
+        that serves an ``opening`` of the want that a retry replaced raises WantReplacedError. A
         derivative's id includes its ref's taint count, read under the ref's lock, so
         an input tainted since an earlier build is wanted anew."""
         parent = self.want(want_id).spec  # a fresh want's inputs are wanted fresh
@@ -299,13 +307,17 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
                     want_id=want_id,
                     job_run_id=job_run_id,
                     state=WantState(want["state"]),
+                    opening=want["opening"],
+                    run_opening=opening,
                     following=want["job_run_id"],
                     missing=missing,
                     generations=generations,
                     partitions={ref: partition_at(tx.conn, ref) for ref in missing},
                     derivatives=derivatives,
                     known={
-                        i: wants_rules.WantRow(WantState(row["state"]), row["reason"], row["decision_seq"])
+                        i: wants_rules.WantRow(
+                            WantState(row["state"]), row["reason"], row["decision_seq"], row["opening"]
+                        )
                         for i, row in known.items()
                         if row is not None
                     },
@@ -334,16 +346,22 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
         reason: str | None = None,
         instance_id: str | None = None,
         *,
-        seq: int | None = None,
+        opening: int | None = None,
     ) -> tuple[Want, Finished]:
-        """End the want in ``state`` (``endings.finish``): ``seq`` is the decision step the finishing run
-        has reached, so a run that a retry has replaced changes nothing. Returns the want and how the
-        finish went."""
+        """End the want in ``state`` (``endings.finish``) for a workflow run that serves its ``opening``
+        (None: an outside authority), so a run that a retry has replaced changes nothing. Returns the want
+        and how the finish went."""
 
         def ending(row: RowMapping) -> endings.Ending:
             current = WantState(row["state"])
             return endings.finish(
-                want_id, current, row["decision_seq"], state, reason=reason, instance_id=instance_id, seq=seq
+                want_id,
+                current,
+                row["opening"],
+                state,
+                reason=reason,
+                instance_id=instance_id,
+                run_opening=opening,
             )
 
         read = self._all(WANT_ROW, {"want_id": want_id})

@@ -383,7 +383,7 @@ class DataBuild:
         await asyncio.gather(*(settle_closing_run(client, w.workflow_id) for w in unique))
         reopened = await self.bel.call(self.bel.reopen_wants, [w.want_id for w in unique])
         await start_wants(
-            client, [w.spec for w in reopened if w.want_id not in leave], self.settings.task_queue, self.bel
+            client, [w.start for w in reopened if w.want_id not in leave], self.settings.task_queue, self.bel
         )
 
     def _retryable(self, want: Want) -> list[Want]:

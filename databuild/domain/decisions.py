@@ -13,8 +13,8 @@ from typing import Literal
 from pydantic import ConfigDict
 
 from databuild.domain import checks as check_rules
+from databuild.domain import endings, freshness
 from databuild.domain import events as ev
-from databuild.domain import freshness
 from databuild.domain.freshness import Freshness
 from databuild.errors import ConcurrentChangeError, InvalidInputError, InvalidTransitionError
 from databuild.graph import JobTarget
@@ -108,7 +108,15 @@ class Final(_Verdict):
     instance_id: str | None = None
 
 
-Verdict = Live | Execute | Delegate | WaitExternal | Blocked | NeedsInputs | Paused | Final
+class Replaced(_Verdict):
+    """The deciding run serves an opening of the want that a retry has since replaced: it decides
+    nothing, and a run that still goes on carries on as the want's ``opening``."""
+
+    kind: Literal["replaced"] = "replaced"
+    opening: int
+
+
+Verdict = Live | Execute | Delegate | WaitExternal | Blocked | NeedsInputs | Paused | Final | Replaced
 
 
 class DependenciesStatus(Model):
@@ -136,6 +144,7 @@ class WantStep:
     ref: str
     state: WantState
     decision_seq: int
+    opening: int = 0  # 0, and one more with each retry that reopened it (``endings``)
     job_run_id: str | None = None  # the run it follows or last followed
     reason: str | None = None
     relation: str | None = None  # to ``job_run_id``: executed or delegated
@@ -175,12 +184,15 @@ class Decided:
 
 
 # A want's decision (step 2 of SPEC 3.1). -------------------------------------------------------------
-def decide(state: DecisionState, seq: int, new_job_run_id: str) -> Decided:
-    """Decide step ``seq`` of a want: done (historical delegation), wait for an active run (active
-    delegation), fail or wait on a fail-lock, wait for an external announcement, want the job's declared
-    inputs first, or queue a new job run (``new_job_run_id``); while a paused backfill reaches it, nothing
-    new. A step already decided is answered again, with nothing to record."""
+def decide(state: DecisionState, seq: int, new_job_run_id: str, opening: int | None = None) -> Decided:
+    """Decide step ``seq`` of a want, for a run that serves its ``opening``: done (historical delegation),
+    wait for an active run (active delegation), fail or wait on a fail-lock, wait for an external
+    announcement, want the job's declared inputs first, or queue a new job run (``new_job_run_id``); while
+    a paused backfill reaches it, nothing new. A step already decided is answered again, with nothing to
+    record; a run that a retry replaced is told so, with nothing recorded."""
     want = state.want
+    if endings.replaced(want.opening, opening):
+        return Decided(Replaced(opening=want.opening))
     if want.state.is_final:
         own = state.partitions.get(want.ref)
         return Decided(Final(final_state=want.state, reason=want.reason, instance_id=_instance(own)))

@@ -10,9 +10,9 @@ from datetime import datetime
 
 from databuild.domain import events as ev
 from databuild.domain.decisions import DependenciesStatus
-from databuild.domain.endings import reopen
-from databuild.errors import ConcurrentChangeError
-from databuild.models import Partition, PartitionStatus, WantSpec, WantState
+from databuild.domain.endings import reopen, replaced
+from databuild.errors import ConcurrentChangeError, WantReplacedError
+from databuild.models import Partition, PartitionStatus, WantSpec, WantStart, WantState
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class WantRow:
     state: WantState
     reason: str | None = None
     decision_seq: int = 0
+    opening: int = 0
 
 
 def created(spec: WantSpec, known: bool) -> list[ev.Event]:
@@ -80,14 +81,16 @@ class Dependencies:
     partitions: Mapping[str, Partition | None]
     derivatives: Sequence[WantSpec]
     known: Mapping[str, WantRow]
+    opening: int = 0  # the want's, now
+    run_opening: int | None = None  # the one the asking workflow run serves (``endings.replaced``)
 
 
 @dataclass(frozen=True)
 class Awaited:
     events: list[ev.Event]
     status: DependenciesStatus
-    unfinished: list[WantSpec]  # derivative wants that have not ended, to start
-    reopened: list[WantSpec] = field(default_factory=list)  # of those, the ones reopened here
+    unfinished: list[WantStart]  # derivative wants that have not ended, to start
+    reopened: list[WantStart] = field(default_factory=list)  # of those, the ones reopened here
 
 
 def _available(deps: Dependencies) -> list[str]:
@@ -109,7 +112,10 @@ def await_dependencies(deps: Dependencies) -> Awaited:
     """The want waits for its missing inputs (``WantUpstreamBuilding``, once per run that missed them),
     with a derivative want for each input not live. Reports which inputs are live and which derivatives
     ended without their partition. An input tainted since its derivative was named raises
-    ConcurrentChangeError: the derivative's id includes the taint count, so it is named anew."""
+    ConcurrentChangeError: the derivative's id includes the taint count, so it is named anew; a run that a
+    retry replaced, WantReplacedError."""
+    if replaced(deps.opening, deps.run_opening):
+        raise WantReplacedError(deps.want_id, deps.run_opening or 0, deps.opening)
     if deps.state.is_final:  # cancelled meanwhile (with its backfill, say): it starts nothing more
         why = f"want {deps.want_id} has ended ({deps.state.value})"
         return Awaited([], DependenciesStatus(live=[], failed=dict.fromkeys(deps.missing, why)), [])
@@ -143,12 +149,16 @@ def await_dependencies(deps: Dependencies) -> Awaited:
             # Cancelled with a backfill whose cancel this want's need came too late to hold back: nothing
             # is wrong with the input, so this want opens it again, as a retry would (its next step).
             events += reopen(d.want_id, row.state, row.decision_seq)
-            rows[d.want_id] = WantRow(WantState.new)
-            reopened.append(d)
+            rows[d.want_id] = WantRow(WantState.new, opening=row.opening + 1)
+            reopened.append(WantStart(spec=d, opening=row.opening + 1))
         elif row.state.is_final and d.ref not in live and row.state is not WantState.successful:
             failed[d.ref] = f"derivative want {d.want_id} {row.state.value}: {row.reason or ''}".strip()
     # Every recorded derivative that has not ended is started (again: starting is idempotent), also one
     # of an input live by now: recorded by an attempt whose start failed, it would otherwise stay `new`
     # with no workflow.
-    unfinished = [d for d in recorded if not rows[d.want_id].state.is_final]
+    unfinished = [
+        WantStart(spec=d, opening=rows[d.want_id].opening)
+        for d in recorded
+        if not rows[d.want_id].state.is_final
+    ]
     return Awaited(events, DependenciesStatus(live=live, failed=failed), unfinished, reopened)

@@ -10,7 +10,7 @@ from temporalio.client import Client
 from databuild.bel.queries import BelQueries
 from databuild.domain.late_data import late_rebuilds
 from databuild.graph import Graph
-from databuild.models import WantSource, WantSpec
+from databuild.models import WantSource, WantSpec, WantStart
 from databuild.temporal.wants import start_wants
 
 
@@ -34,5 +34,5 @@ async def rebuild_late_readers(
         )
         for r in late_rebuilds(readers, windows, datetime.now(UTC))
     ]
-    await start_wants(client, specs, task_queue, bel)
+    await start_wants(client, [WantStart(spec=spec) for spec in specs], task_queue, bel)
     return specs

@@ -124,12 +124,14 @@ class WantEnding(Model):
     """How a want's previous run ended when it ended without recording it in the BEL: a run started
     with this only records it, with what recording an outcome does (``databuild.temporal.wants.reconcile_want``)."""
 
+    # Inputs recorded before openings carry the decision step (``seq``) that fenced them then.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
     state: WantState
     reason: str | None = None
     instance_id: str | None = None
     was: WantState  # its state in the BEL then
     job_run_id: str | None = None  # the run it followed then
-    seq: int  # its decision step then: a retry since makes this ending stale
 
 
 # The version of the workflow code that starts a run, in its input: a run takes the workflow changes folded
@@ -142,6 +144,9 @@ class WantInput(Model):
     carried: WantMemory | None = None  # set when a run continues as new
     ending: WantEnding | None = None  # set when a run only records how the one before it ended
     version: int = 0  # WORKFLOW_VERSION, of the code that started the run
+    # The opening of the want the run serves (``databuild.domain.endings``): its writes are refused once a
+    # retry has reopened the want since, and a run that still goes on then carries on as the newer one.
+    opening: int = 0
 
 
 class WantResult(Model):
@@ -164,6 +169,7 @@ class WantProgress(Model):
 class DecideInput(Model):
     want_id: str
     seq: int
+    opening: int = 0  # the want's opening the deciding run serves
     # Workflow change ``run-started-by-decision``: the activity starts the workflow of a run it queues (of
     # the want's root ``root_want_id``), so the run is no child of the want (no child events, no task
     # for the child's start and end in the want's history).
@@ -171,10 +177,14 @@ class DecideInput(Model):
     root_want_id: str | None = None
 
     @classmethod
-    def starting_runs(cls, spec: WantSpec, seq: int) -> "DecideInput":
+    def starting_runs(cls, spec: WantSpec, seq: int, opening: int = 0) -> "DecideInput":
         """Step ``seq`` of the want ``spec``, starting the workflow of a run it queues."""
         return cls(
-            want_id=spec.want_id, seq=seq, start_run=True, root_want_id=spec.root_want_id or spec.want_id
+            want_id=spec.want_id,
+            seq=seq,
+            opening=opening,
+            start_run=True,
+            root_want_id=spec.root_want_id or spec.want_id,
         )
 
 
@@ -280,6 +290,7 @@ class DependenciesInput(Model):
     want_id: str
     job_run_id: str | None  # the run that dep-missed; None: inputs the job declares
     missing: list[str]
+    opening: int | None = None  # the want's opening the asking run serves
 
 
 class RequirementsInput(Model):
@@ -296,7 +307,7 @@ class FinishInput(Model):
     state: WantState
     reason: str | None = None
     instance_id: str | None = None
-    seq: int  # the decision step the finishing run reached: one behind a retry is stale
+    opening: int | None = None  # the want's opening the finishing run serves (None: an outside authority)
 
 
 class SlaMissedInput(Model):

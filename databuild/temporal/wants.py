@@ -29,7 +29,16 @@ from databuild.errors import (
     InvalidTransitionError,
 )
 from databuild.graph import Graph
-from databuild.models import JobRun, JobRunState, Subscription, Want, WantSpec, WantState, want_id_of_workflow
+from databuild.models import (
+    JobRun,
+    JobRunState,
+    Subscription,
+    Want,
+    WantSpec,
+    WantStart,
+    WantState,
+    want_id_of_workflow,
+)
 from databuild.refs import validate_ref
 from databuild.temporal.protocol import (
     SA_PARTITION_REF,
@@ -80,9 +89,16 @@ def want_summary(spec: WantSpec) -> str:
 
 
 async def start_want(
-    client: Client, spec: WantSpec, task_queue: str, bel: BelQueries, *, eager: bool = False
+    client: Client,
+    spec: WantSpec,
+    task_queue: str,
+    bel: BelQueries,
+    *,
+    opening: int = 0,
+    eager: bool = False,
 ) -> WorkflowHandle[object, WantResult]:
     """Start the want's workflow, or attach to it: one want, one workflow, however often it is asked for.
+    A new run serves the want's ``opening`` (one that a retry has replaced since carries on as the newer).
     ``eager``: its first task goes straight to a worker of ``client``'s own when one has room (no task
     queue round trip); only for a want asked for alone, as wants started in numbers (a backfill's
     window, a dep-miss's derivatives) would then all go to the one worker that started them, and stay
@@ -92,7 +108,7 @@ async def start_want(
     Temporal at its history limit) is repaired: it gets a new run, which carries on from the BEL."""
     try:
         return await _start_want_run(
-            client, spec, task_queue, WorkflowIDReusePolicy.REJECT_DUPLICATE, eager=eager
+            client, spec, task_queue, WorkflowIDReusePolicy.REJECT_DUPLICATE, opening=opening, eager=eager
         )
     except WorkflowAlreadyStartedError:
         recorded = await bel.call(bel.find_want, spec.want_id)
@@ -101,12 +117,16 @@ async def start_want(
                 spec.workflow_id, result_type=WantResult
             )  # ended: the same want
     log.warning("want %s: its workflow ended without a final state; starting a new run", spec.want_id)
-    return await _start_want_run(client, spec, task_queue, WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+    if recorded is not None:
+        opening = recorded.opening
+    return await _start_want_run(
+        client, spec, task_queue, WorkflowIDReusePolicy.ALLOW_DUPLICATE, opening=opening
+    )
 
 
 async def start_wants(
     client: Client,
-    specs: Sequence[WantSpec],
+    starts: Sequence[WantStart],
     task_queue: str,
     bel: BelQueries,
     *,
@@ -117,14 +137,14 @@ async def start_wants(
     gate = asyncio.Semaphore(concurrency)
     done = 0
 
-    async def start(spec: WantSpec) -> None:
+    async def start(want: WantStart) -> None:
         nonlocal done
         async with gate:
-            await start_want(client, spec, task_queue, bel)
+            await start_want(client, want.spec, task_queue, bel, opening=want.opening)
         done += 1
         on_started(done)
 
-    await asyncio.gather(*(start(spec) for spec in specs))
+    await asyncio.gather(*(start(want) for want in starts))
 
 
 async def _start_want_run(
@@ -133,12 +153,13 @@ async def _start_want_run(
     task_queue: str,
     reuse: WorkflowIDReusePolicy,
     *,
+    opening: int,
     ending: WantEnding | None = None,
     eager: bool = False,
 ) -> WorkflowHandle[object, WantResult]:
     return await client.start_workflow(
         WANT_WORKFLOW,
-        WantInput(spec=spec, ending=ending, version=WORKFLOW_VERSION),
+        WantInput(spec=spec, ending=ending, version=WORKFLOW_VERSION, opening=opening),
         id=spec.workflow_id,
         task_queue=task_queue,
         result_type=WantResult,
@@ -155,28 +176,45 @@ async def _start_want_run(
 
 
 async def repair_wants(
-    client: Client, bel: BelQueries, task_queue: str, quiet: timedelta = timedelta(minutes=1)
+    client: Client,
+    bel: BelQueries,
+    task_queue: str,
+    quiet: timedelta = timedelta(minutes=1),
+    closed_within: timedelta | None = None,
 ) -> int:
     """Reconcile every want on ``task_queue`` whose workflow closed while the BEL holds it open (whatever
     closed it: see ``reconcile_want``), and start every want the BEL has held ``new`` for ``quiet``
     without a workflow (recorded by a call that failed to start it; a want with a workflow decides
-    within seconds). Returns how many wants were reconciled or started."""
+    within seconds). Returns how many wants were reconciled or started.
+
+    Closed workflows are found through visibility: all of those whose search attributes still say the want
+    is open, and, given ``closed_within``, every want workflow closed that recently, whatever its search
+    attributes say (a run that ended believing its outcome recorded shows it final)."""
     open_states = ", ".join(f"'{state.value}'" for state in WantState if not state.is_final)
-    closed = ", ".join(
-        f"'{status}'" for status in ("Completed", "Failed", "Canceled", "Terminated", "TimedOut")
-    )
+    closed = ", ".join(f"'{status}'" for status in CLOSED_STATUSES)
     query = (
-        f"WorkflowType = '{WANT_WORKFLOW}' AND TaskQueue = '{task_queue}' "
-        f"AND ExecutionStatus IN ({closed}) AND {SA_WANT_STATE.name} IN ({open_states})"
+        f"WorkflowType = '{WANT_WORKFLOW}' AND TaskQueue = '{task_queue}' AND ExecutionStatus IN ({closed})"
     )
-    dead = {execution.id async for execution in client.list_workflows(query)}
+    dead = {
+        execution.id
+        async for execution in client.list_workflows(f"{query} AND {SA_WANT_STATE.name} IN ({open_states})")
+    }
+    if closed_within is not None:
+        since = (datetime.now(UTC) - closed_within).strftime("%Y-%m-%dT%H:%M:%SZ")
+        dead |= {
+            execution.id async for execution in client.list_workflows(f"{query} AND CloseTime > '{since}'")
+        }
+    still_open = await bel.call(bel.open_wants_among, [want_id_of_workflow(w) for w in dead])
     repaired = 0
-    for workflow_id in sorted(dead):
-        want = await bel.call(bel.find_want, want_id_of_workflow(workflow_id))
+    for want_id in sorted(still_open):
+        want = await bel.call(bel.find_want, want_id)
         if want is not None and not want.state.is_final:
             done = await reconcile_want(client, bel, want, task_queue)
             repaired += done in (Reconciled.restarted, Reconciled.recorded)
     return repaired + await _start_unstarted(client, bel, task_queue, datetime.now(UTC) - quiet)
+
+
+CLOSED_STATUSES = ("Completed", "Failed", "Canceled", "Terminated", "TimedOut")  # not ContinuedAsNew
 
 
 class Outcome(NamedTuple):
@@ -229,16 +267,15 @@ async def reconcile_want(
     outcome = await _outcome_of(handle, described.status if described else None) or otherwise
     if outcome is None:
         log.warning("want %s: its workflow ended without a final state; starting a new run", want.want_id)
-        await _start_want_run(client, want.spec, queue, WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+        await _start_want_run(
+            client, want.spec, queue, WorkflowIDReusePolicy.ALLOW_DUPLICATE, opening=want.opening
+        )
         return Reconciled.restarted
-    ending = WantEnding(
-        **outcome._asdict(),
-        was=want.state,
-        job_run_id=want.job_run_id,
-        seq=await bel.call(bel.decision_seq, want.want_id),
-    )
+    ending = WantEnding(**outcome._asdict(), was=want.state, job_run_id=want.job_run_id)
     log.warning("want %s: its workflow ended %s unrecorded; recording it", want.want_id, ending.state.value)
-    await _start_want_run(client, want.spec, queue, WorkflowIDReusePolicy.ALLOW_DUPLICATE, ending=ending)
+    await _start_want_run(
+        client, want.spec, queue, WorkflowIDReusePolicy.ALLOW_DUPLICATE, opening=want.opening, ending=ending
+    )
     return Reconciled.recorded
 
 
@@ -298,7 +335,7 @@ async def _start_unstarted(client: Client, bel: BelQueries, task_queue: str, qui
         except RPCError as error:
             if error.status != RPCStatusCode.NOT_FOUND:
                 raise
-            await start_want(client, want.spec, task_queue, bel)
+            await start_want(client, want.spec, task_queue, bel, opening=want.opening)
             started += 1
     return started
 

@@ -60,6 +60,7 @@ def _want_row(event: ev.WantCreated, at: datetime) -> dict[str, Any]:
         "reason": None,
         "job_run_id": None,
         "decision_seq": 0,
+        "opening": 0,
         "workflow_id": event.workflow_id,
         "created_at": at,
         "updated_at": at,
@@ -156,6 +157,11 @@ def _wants_finished(conn: Connection, events: Sequence[ev.WantFinished], at: dat
             conn.execute(UNSUBSCRIBE, {"ids": chunk})
 
 
+_NEXT_OPENING = (
+    update(s.wants).where(s.wants.c.want_id == bindparam("pk")).values(opening=s.wants.c.opening + 1)
+)
+
+
 @projects(ev.WantRetried)
 def _want_retried(conn: Connection, event: ev.WantRetried, at: datetime) -> None:
     steps = {} if event.decision_seq is None else {"decision_seq": event.decision_seq}
@@ -169,6 +175,7 @@ def _want_retried(conn: Connection, event: ev.WantRetried, at: datetime) -> None
         job_run_id=None,
         **steps,
     )
+    conn.execute(_NEXT_OPENING, {"pk": event.want_id})
     want = conn.execute(
         select(s.wants.c.ref, s.wants.c.workflow_id).where(s.wants.c.want_id == event.want_id)
     ).one()
