@@ -4,6 +4,7 @@ repair and by a cancel. On the real stack: the dev server, Spark, the BEL and re
 stand-in run that closes canceled without a word to the BEL."""
 
 import asyncio
+from datetime import timedelta
 
 import pytest
 from temporalio import workflow
@@ -110,3 +111,48 @@ async def test_cancelling_a_want_whose_workflow_closed_unheard_records_it(make_s
     assert stack.bel.want(spec.want_id).state is WantState.canceled
     assert stack.bel.want(feed.want_id).state is WantState.canceled
     assert await closed(stack, spec.workflow_id) is WorkflowExecutionStatus.COMPLETED  # the recording run
+
+
+@workflow.defn(name=p.WANT_WORKFLOW, sandboxed=False)
+class CompletesUnheard:
+    """Stands in for a want's run that completed believing its outcome recorded (its search attributes
+    say so), as a run whose finish was refused as stale once did, while the BEL holds the want open."""
+
+    @workflow.run
+    async def run(self, input: p.WantInput) -> p.WantResult:
+        workflow.upsert_search_attributes([p.SA_WANT_STATE.value_set(WantState.canceled.value)])
+        return p.WantResult(
+            want_id=input.spec.want_id, state=WantState.canceled, sla_missed=False, reason="stood in"
+        )
+
+
+async def test_a_want_whose_workflow_completed_unheard_is_reconciled_by_the_next_repair_pass(
+    make_stack,
+) -> None:
+    stack = await make_stack(graph="tests.graphs:late", worker=False)
+    async with running_worker(stack.parts, warm_spark=False):
+        spec = await stack.db.want("report/completed", source=WantSource.api)
+        await until(lambda: waiting_for_feed(stack.db, "feed/completed"), seconds=120)
+    await stack.client.get_workflow_handle(spec.workflow_id).terminate("replaced by a stand-in")
+    task_queue = stack.settings.task_queue
+    async with Worker(stack.client, task_queue=task_queue, workflows=[CompletesUnheard]):
+        handle = await stack.client.start_workflow(
+            p.WANT_WORKFLOW,
+            p.WantInput(spec=spec),
+            id=spec.workflow_id,
+            task_queue=task_queue,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            search_attributes=want_search_attributes(spec, WantState.upstream_building),
+        )
+        await handle.result()
+    assert stack.bel.want(spec.want_id).state is WantState.upstream_building  # the BEL never heard
+
+    async with running_worker(stack.parts, warm_spark=False):
+        # Its search attributes say it ended: only the pass over lately closed workflows finds it.
+        for _ in range(100):  # visibility follows the close within a moment
+            await repair_wants(stack.client, stack.bel, task_queue, closed_within=timedelta(minutes=10))
+            if stack.bel.want(spec.want_id).state.is_final:
+                break
+            await asyncio.sleep(0.1)
+    ended = stack.bel.want(spec.want_id)
+    assert (ended.state, ended.reason) == (WantState.canceled, "stood in")

@@ -40,6 +40,7 @@ SCENARIOS: dict[str, tuple[str, ...]] = {
     "alert": ("alert-queued", "alert-channel", "alert-channel-down"),
     "backfill-window": ("backfill-window",),
     "check": ("check",),
+    "want-replaced": ("want-replaced",),
 }
 
 

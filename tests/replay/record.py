@@ -38,8 +38,10 @@ from databuild.jobs.spark import SparkRuntime
 from databuild.models import JobRunState, WantSource, WantSpec, WantState
 from databuild.temporal.protocol import (
     SCHEDULED_WANT_WORKFLOW,
+    SIGNAL_PARTITION_AVAILABLE,
     SIGNAL_REDECIDE,
     Announcement,
+    PartitionAvailable,
     RedecideNotice,
     ScheduledWantInput,
     UpstreamInput,
@@ -329,6 +331,27 @@ async def cancel(rec: Recorder) -> None:
         await stack.client.get_workflow_handle(spec.workflow_id).cancel()
         await settled(stack, spec, WantState.canceled)
         await rec.save("want-cancel", stack.client, spec.workflow_id)
+
+
+@scenario("want-replaced")
+async def want_replaced(rec: Recorder) -> None:
+    """A run that a retry replaced goes on (the retry attached to it): its next decision is refused, and
+    it continues as new for the want's new opening, which decides from the BEL."""
+    async with rec.stack("dev", "tests.graphs:late") as stack:
+        spec = await stack.db.want("report/replaced")
+        await until(lambda: stack.bel.want(spec.want_id).state is WantState.upstream_building, seconds=120)
+        first = await run_id(stack.client, spec.workflow_id)
+        stack.bel.cancel_wants([spec.want_id], "recording: ended in the BEL only")
+        (reopened,) = stack.bel.reopen_wants([spec.want_id])
+        assert reopened.opening == 1
+        await stack.db.publish("feed/replaced")
+        # The reopen subscribed the want to its own ref only: its input's news comes as the fan-out's would.
+        feed = stack.bel.partition("feed/replaced")
+        notice = PartitionAvailable(ref=feed.ref, instance_id=feed.instance_id or "")
+        await stack.client.get_workflow_handle(spec.workflow_id).signal(SIGNAL_PARTITION_AVAILABLE, notice)
+        # The new run builds; the feed announced has no data, so its job fails (the first run is the point).
+        await settled(stack, spec, WantState.failed)
+        await rec.save("want-replaced", stack.client, spec.workflow_id, first)
 
 
 @scenario("job-run-cancel")
