@@ -186,8 +186,9 @@ class Settings(BaseSettings):
         default=timedelta(minutes=5),
         ge=timedelta(0),
         le=MAX_DURATION,
-        description="how often each worker looks for wants whose workflows died without a final state, "
-        "and starts them again (`0`: never); see [Repair](operations/cancel-retry-repair.md#repair)",
+        description="how often each worker looks for wants whose workflows closed while the BEL holds them "
+        "open, and reconciles them (`0`: never): such a want is reconciled within this of its workflow's close; "
+        "see [Repair](operations/cancel-retry-repair.md#repair)",
     )
     gc_keep: timedelta = Field(
         default=timedelta(days=7),

@@ -70,7 +70,7 @@ async def test_a_want_whose_task_timed_out_after_its_decision_committed_records_
     dying = start_dying_worker(env, tmp_path / "dying.log")
     try:
         # Step 1 queues a run that dep-misses base/d56; its derivative builds it, which wakes step 2. Its
-        # workflow tasks may take 30 s (Temporal's default 10): the dying worker builds within that.
+        # workflow tasks may take 20 s (Temporal's default 10): the dying worker builds within that.
         spec = stack.db.spec("derived/d56", source=WantSource.api)
         await stack.client.start_workflow(
             p.WANT_WORKFLOW,
@@ -78,7 +78,7 @@ async def test_a_want_whose_task_timed_out_after_its_decision_committed_records_
             id=spec.workflow_id,
             task_queue=stack.settings.task_queue,
             search_attributes=want_search_attributes(spec),
-            task_timeout=timedelta(seconds=30),
+            task_timeout=timedelta(seconds=20),
         )
         assert await asyncio.to_thread(dying.wait, 240) == -signal.SIGKILL
     finally:
