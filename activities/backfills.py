@@ -7,6 +7,7 @@ from activities.heartbeats import heartbeating
 from databuild.backfill import WindowStep
 from databuild.bel import BuildEventLog
 from databuild.config import Settings
+from databuild.domain.wants import WantStart
 from databuild.temporal import protocol as p
 from databuild.temporal.wants import start_wants
 
@@ -42,7 +43,7 @@ class BackfillActivities:
                     return _halted(step, *halted, started=step.read)
             await start_wants(
                 self.client,
-                step.to_start[first : first + START_GROUP],
+                [WantStart.of(want) for want in step.to_start[first : first + START_GROUP]],
                 self.settings.task_queue,
                 self.bel,
                 on_started=activity.heartbeat,

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from pydantic import ConfigDict, Field, computed_field, field_validator, model_validator
 
 from databuild.durations import Duration, to_utc
-from databuild.models import Model, WantStart, WantState
+from databuild.models import Model, Want, WantState
 
 MAX_PARTITIONS = 100_000  # a year of hourly partitions is 8,760; more is almost surely a typo
 DAY = timedelta(days=1)
@@ -115,7 +115,7 @@ class WindowStep(Model):
     low: int = Field(description="the first place of a want it started that is open (or `started`)")
     paused: bool
     canceled: bool
-    to_start: list[WantStart] = Field(default=[], description="the wants this step starts")
+    to_start: list[Want] = Field(default=[], description="the wants this step starts")
 
     @property
     def done(self) -> bool:

@@ -240,14 +240,6 @@ class WantSpec(Model):
         )
 
 
-class WantStart(Model):
-    """A want whose workflow run is to start, and the opening of it that run serves: 0 for a want no retry
-    has reopened (a run started for an older opening than the want's carries on as the newer one)."""
-
-    spec: WantSpec
-    opening: int = 0
-
-
 # A backfill's registration asks each of its 100,000 specs for its id several times.
 @functools.lru_cache(maxsize=1 << 17)
 def want_id_of(
@@ -296,11 +288,6 @@ class Want(Model):
     fresh_of: str | None = None
     cause: str | None = Field(default=None, description="why the system made it (late data)")
     opening: int = Field(default=0, description="how often a retry reopened it")
-
-    @property
-    def start(self) -> WantStart:
-        """Its workflow run to start, for its opening now."""
-        return WantStart(spec=self.spec, opening=self.opening)
 
     @property
     def sla_deadline(self) -> datetime | None:
@@ -488,8 +475,7 @@ class TaintResult(Model):
 
 
 class AttemptOutput(Model):
-    """The instance one output of one attempt is written to (it becomes live only if the attempt
-    publishes)."""
+    """The instance one output of one attempt is written to (live only if the attempt publishes)."""
 
     instance_id: str
     ref: str

@@ -23,6 +23,7 @@ from databuild.domain import events as ev
 from databuild.domain.cost import SparkCost
 from databuild.domain.decisions import Replaced, Verdict
 from databuild.domain.endings import Finished
+from databuild.domain.wants import WantStart
 from databuild.errors import (
     InvalidInputError,
     InvalidPatternError,
@@ -46,7 +47,6 @@ from databuild.models import (
     PartitionStatus,
     WantSource,
     WantSpec,
-    WantStart,
     WantState,
 )
 from databuild.testing import POSTGRES_URL, projection_rows
@@ -594,7 +594,7 @@ def test_an_input_live_since_the_dep_miss_gets_no_derivative_want(bel: BuildEven
     status, derivatives, _ = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/61", "ext/62"])
     assert status.live == ["ext/61"]
     assert [(d.spec.ref, d.opening) for d in derivatives] == [("ext/62", 0)]
-    assert [w.start for w in bel.wants(parent_want_id=waiting.want_id)] == derivatives
+    assert [WantStart.of(w) for w in bel.wants(parent_want_id=waiting.want_id)] == derivatives
     # Lineage links each missing input to its own derivative (none for the one that went live).
     links = [(ref, child) for _, _, ref, child in bel.derivatives_of([waiting.want_id])]
     assert links == [("ext/61", None), ("ext/62", derivatives[0].spec.want_id)]
@@ -722,7 +722,7 @@ def test_dependencies_awaited_by_a_run_older_than_a_retry_are_refused(bel: Build
     assert bel.want(w.want_id).state is WantState.new
     status, started, reopened = bel.await_dependencies(w.want_id, None, ["ext/9"], opening=1)
     assert not status.live and not status.failed and reopened == []
-    assert started == [d.start for d in bel.wants(parent_want_id=w.want_id)]
+    assert started == [WantStart.of(d) for d in bel.wants(parent_want_id=w.want_id)]
     assert [(d.spec.ref, d.opening) for d in started] == [("ext/9", 0)]
     assert bel.want(w.want_id).state is WantState.upstream_building
 
@@ -1413,7 +1413,10 @@ def test_a_cancel_during_registration_cancels_what_is_registered_after_it(bel: B
     request, specs = backfill_of([f"a/{n}" for n in range(80, 84)])
     bel.record_backfill(request, 4, specs[:2])
     step = bel.advance_backfill(request.backfill_id, window=10)
-    assert (step.to_start, step.started) == ([WantStart(spec=w) for w in specs[:2]], 2)
+    assert ([WantStart.of(w) for w in step.to_start], step.started) == (
+        [WantStart(spec=w) for w in specs[:2]],
+        2,
+    )
     assert bel.cancel_backfill(request.backfill_id) and not bel.cancel_backfill(request.backfill_id)
     reached = bel.backfill_reach(request.backfill_id)
     assert {w.want_id for w in reached} == {w.want_id for w in specs[:2]}
@@ -1430,7 +1433,7 @@ def test_a_cancel_during_registration_cancels_what_is_registered_after_it(bel: B
     assert not bel.backfill_progress(request.backfill_id).canceled
     bel.reopen_wants([w.want_id for w in specs])
     # Each started for its next opening: a run of the one the cancel ended is replaced.
-    assert bel.advance_backfill(request.backfill_id, window=10).to_start == [
+    assert [WantStart.of(w) for w in bel.advance_backfill(request.backfill_id, window=10).to_start] == [
         WantStart(spec=w, opening=1) for w in specs
     ]
     before = projection_rows(bel)
@@ -1499,7 +1502,7 @@ def test_a_derivative_a_cancel_ended_is_reopened_by_a_need_for_its_next_opening(
     status, started, reopened = bel.await_dependencies(outside.want_id, run.job_run_id, ["ext/95"])
     assert not status.failed and started == reopened
     assert [(d.spec.want_id, d.opening) for d in reopened] == [(derivative.want_id, 1)]
-    assert bel.want(derivative.want_id).start.opening == 1
+    assert bel.want(derivative.want_id).opening == 1
     assert bel.want(derivative.want_id).state is WantState.new
     before = projection_rows(bel)
     bel.rebuild_projections()

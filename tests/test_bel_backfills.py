@@ -5,10 +5,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from databuild.backfill import BackfillRequest
+from databuild.backfill import BackfillRequest, WindowStep
 from databuild.bel import BuildEventLog
+from databuild.domain.wants import WantStart
 from databuild.errors import NotFoundError
-from databuild.models import JobRunCause, WantSource, WantSpec, WantStart, WantState, job_run_workflow_id
+from databuild.models import JobRunCause, WantSource, WantSpec, WantState, job_run_workflow_id
 from tests.bel_sqlite import graph
 
 pytestmark = pytest.mark.unit
@@ -20,6 +21,11 @@ SPECS = [
     WantSpec(ref=f"up/{n}", data_timestamp=datetime(2024, 1, n, tzinfo=UTC), source=WantSource.backfill)
     for n in (1, 2)
 ]
+
+
+def starts(step: WindowStep) -> list[WantStart]:
+    """The runs the step starts: each want's, for its opening."""
+    return [WantStart.of(want) for want in step.to_start]
 
 
 def test_registering_is_idempotent_and_counts_its_wants(bel: BuildEventLog) -> None:
@@ -41,7 +47,7 @@ def test_the_window_starts_wants_in_order_as_room_frees_and_counts_from_its_low_
 ) -> None:
     bel.record_backfill(REQUEST, 2, SPECS[:1])  # the second is not registered yet
     step = bel.advance_backfill(REQUEST.backfill_id, window=1)
-    assert (step.to_start, step.started, step.open, step.low) == ([WantStart(spec=SPECS[0])], 1, 1, 0)
+    assert (starts(step), step.started, step.open, step.low) == ([WantStart(spec=SPECS[0])], 1, 1, 0)
     assert bel.backfill_unstarted(REQUEST.backfill_id) == set()
     assert not step.done and bel.backfill_progress(REQUEST.backfill_id).started == 1
     bel.record_backfill(REQUEST, 2, SPECS, 0)
@@ -56,7 +62,7 @@ def test_the_window_starts_wants_in_order_as_room_frees_and_counts_from_its_low_
     assert [w.ref for w in bel.unstarted_wants(later)] == ["up/1"]
     bel.cancel_wants([SPECS[0].want_id], "done with it")
     last = bel.advance_backfill(REQUEST.backfill_id, window=1, low=full.low)
-    assert (last.to_start, last.started, last.open, last.low) == ([WantStart(spec=SPECS[1])], 2, 1, 1)
+    assert (starts(last), last.started, last.open, last.low) == ([WantStart(spec=SPECS[1])], 2, 1, 1)
     assert last.done and bel.unstarted_wants(later) == bel.wants(state=WantState.new)
 
 
@@ -90,8 +96,8 @@ def test_a_cancelled_backfill_cancels_what_it_registers_and_a_retry_reopens(bel:
     # Its window starts from the start of its range again, and starts the reopened wants in order, each
     # for its next opening (a run of the one the cancel ended is replaced).
     again = bel.advance_backfill(REQUEST.backfill_id, window=10)
-    assert [w.spec.ref for w in again.to_start] == ["up/1", "up/2"]
-    assert (again.to_start, again.started, again.done) == (
+    assert [w.ref for w in again.to_start] == ["up/1", "up/2"]
+    assert (starts(again), again.started, again.done) == (
         [WantStart(spec=w, opening=1) for w in SPECS],
         2,
         True,
@@ -120,7 +126,7 @@ def test_a_cancel_while_its_window_starts_wants_leaves_one_that_decided_to_the_r
     # run would start after the cancel returned, and its workflow would go on following it.
     bel.record_backfill(REQUEST, 2, SPECS)
     step = bel.plan_window_step(REQUEST.backfill_id, window=2)
-    assert step.to_start == [WantStart(spec=w) for w in SPECS]
+    assert starts(step) == [WantStart(spec=w) for w in SPECS]
     run = bel.decide(SPECS[0].want_id, 1, graph.resolve("up/1"))
     assert run.kind == "execute"
     bel.cancel_backfill(REQUEST.backfill_id)
@@ -147,6 +153,6 @@ def test_a_step_planned_before_a_cancel_and_a_retry_is_not_recorded_after_them(b
     bel.reopen_wants([w.want_id for w in bel.retry_backfill(REQUEST.backfill_id)])
     assert bel.record_window_step(step) is False
     again = bel.plan_window_step(REQUEST.backfill_id, window=2)
-    assert again.to_start == [WantStart(spec=w, opening=1) for w in SPECS] and again.rewinds == 1
+    assert starts(again) == [WantStart(spec=w, opening=1) for w in SPECS] and again.rewinds == 1
     assert bel.record_window_step(again) is True
     assert bel.backfill_progress(REQUEST.backfill_id).started == 2

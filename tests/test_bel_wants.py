@@ -10,8 +10,9 @@ from databuild.bel import BuildEventLog
 from databuild.domain import events as ev
 from databuild.domain.cost import SparkCost
 from databuild.domain.endings import Finished
+from databuild.domain.wants import WantStart
 from databuild.errors import NotFoundError
-from databuild.models import InstanceRef, JobRunState, WantSource, WantStart, WantState
+from databuild.models import InstanceRef, JobRunState, WantSource, WantState
 from tests.bel_sqlite import AT, build, decide, graph, spec
 
 pytestmark = pytest.mark.unit
@@ -25,7 +26,7 @@ def test_registering_is_idempotent_and_the_want_reads_back(bel: BuildEventLog) -
     assert bel.wants(ref_glob="a/*") == [want] and bel.wants(state=WantState.failed) == []
     assert bel.wants_by_id([want.want_id, want.want_id]) == [want]
     assert bel.decision_seq(want.want_id) == 0
-    assert want.opening == 0 and want.start == WantStart(spec=want.spec)
+    assert want.opening == 0 and WantStart.of(want) == WantStart(spec=want.spec)
     with pytest.raises(NotFoundError):
         bel.want("nope")
 
@@ -38,7 +39,7 @@ def test_a_want_waits_for_its_missing_inputs_through_derivative_wants(bel: Build
     assert sorted(d.spec.ref for d in started) == ["ext/1", "up/1"]
     assert {d.opening for d in started} == {0}
     by_id = {w.want_id: w for w in bel.wants(parent_want_id=want.want_id)}
-    assert started == [by_id[d.spec.want_id].start for d in started]
+    assert started == [WantStart.of(by_id[d.spec.want_id]) for d in started]
     assert bel.want(want.want_id).state is WantState.upstream_building
     derivatives = bel.derivatives_of([want.want_id])
     assert sorted(ref for _, _, ref, _ in derivatives) == ["ext/1", "up/1"]
@@ -104,7 +105,7 @@ def test_a_finish_is_recorded_once_and_a_retry_reopens_it(bel: BuildEventLog) ->
     bel.finish_want(failed.want_id, WantState.failed, "no")
     (reopened,) = bel.reopen_wants([failed.want_id])
     assert reopened.state is WantState.new and bel.decision_seq(failed.want_id) == 1
-    assert reopened.opening == 1 and reopened.start == WantStart(spec=failed.spec, opening=1)
+    assert reopened.opening == 1 and WantStart.of(reopened) == WantStart(spec=failed.spec, opening=1)
     assert bel.finish_want(failed.want_id, WantState.failed, opening=0)[1] is Finished.stale
     assert bel.want(failed.want_id).state is WantState.new
 

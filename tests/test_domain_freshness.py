@@ -14,9 +14,10 @@ from databuild.domain import wants as wants_rules
 from databuild.domain.freshness import Freshness, accepted, rebuilds, stale_inputs
 from databuild.domain.plans import Action, Node, Root, plan
 from databuild.domain.staleness import StaleKind, StaleReason
+from databuild.domain.wants import WantStart
 from databuild.errors import InvalidWantError
 from databuild.graph import Graph, JobTarget
-from databuild.models import Partition, PartitionStatus, WantSource, WantSpec, WantStart, WantState
+from databuild.models import Partition, PartitionStatus, WantSource, WantSpec, WantState
 
 pytestmark = pytest.mark.unit
 

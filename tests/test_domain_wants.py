@@ -6,8 +6,9 @@ import pytest
 
 from databuild.domain import events as ev
 from databuild.domain import wants
+from databuild.domain.wants import WantStart
 from databuild.errors import ConcurrentChangeError, WantReplacedError
-from databuild.models import Partition, PartitionStatus, WantSource, WantSpec, WantStart, WantState
+from databuild.models import Partition, PartitionStatus, WantSource, WantSpec, WantState
 
 pytestmark = pytest.mark.unit
 

@@ -64,8 +64,9 @@ def test_a_fresh_want_rebuilds_its_stale_inputs_first_then_itself_once(bel: Buil
     assert decide(bel, down, 1, after) == NeedsInputs(missing=["mid/1"])
     status, derivatives, _ = bel.await_dependencies(down.want_id, None, ["mid/1"])
     assert status.live == []  # live, but stale: waited for until its fresh derivative ends
-    (mid,) = derivatives
-    assert mid.fresh and mid.source is WantSource.derivative and mid.ref == "mid/1"
+    (start,) = derivatives
+    mid = start.spec
+    assert start.opening == 0 and mid.fresh and mid.source is WantSource.derivative and mid.ref == "mid/1"
     new_mid = rebuild(bel, decide(bel, mid, 1, after), [built["up"]], after)
     bel.finish_want(mid.want_id, WantState.successful, instance_id=new_mid.instance_id)
     status, _, _ = bel.await_dependencies(down.want_id, None, ["mid/1"])

@@ -332,7 +332,7 @@ class BackfillCommands(BackfillReads, WriteBase):
             low=min(lows, default=step.started),
             paused=bool(row["paused"]),
             canceled=bool(row["canceled"]),
-            to_start=[want_from_row(r).start for r in rows],
+            to_start=[want_from_row(r) for r in rows],
         )
 
     def record_window_step(self, step: WindowStep) -> bool:

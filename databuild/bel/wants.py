@@ -32,6 +32,7 @@ from databuild.domain import events as ev
 from databuild.domain import wants as wants_rules
 from databuild.domain.decisions import DependenciesStatus
 from databuild.domain.endings import Finished
+from databuild.domain.wants import WantStart
 from databuild.errors import (
     NotFoundError,
 )
@@ -41,7 +42,6 @@ from databuild.models import (
     Subscription,
     Want,
     WantSpec,
-    WantStart,
     WantState,
 )
 

@@ -20,6 +20,7 @@ from databuild.domain.checks import Recheck
 from databuild.domain.cost import CostBy, CostReport
 from databuild.domain.plans import Plan, Root
 from databuild.domain.staleness import StalePartition
+from databuild.domain.wants import WantStart
 from databuild.errors import (
     InvalidTransitionError,
     TemporalUnavailableError,
@@ -382,9 +383,8 @@ class DataBuild:
         unique = list({w.want_id: w for w in ended}.values())
         await asyncio.gather(*(settle_closing_run(client, w.workflow_id) for w in unique))
         reopened = await self.bel.call(self.bel.reopen_wants, [w.want_id for w in unique])
-        await start_wants(
-            client, [w.start for w in reopened if w.want_id not in leave], self.settings.task_queue, self.bel
-        )
+        starts = [WantStart.of(w) for w in reopened if w.want_id not in leave]
+        await start_wants(client, starts, self.settings.task_queue, self.bel)
 
     def _retryable(self, want: Want) -> list[Want]:
         """The want and the wants it derived, transitively, that ended failed or canceled. Raises

@@ -12,7 +12,20 @@ from databuild.domain import events as ev
 from databuild.domain.decisions import DependenciesStatus
 from databuild.domain.endings import reopen, replaced
 from databuild.errors import ConcurrentChangeError, WantReplacedError
-from databuild.models import Partition, PartitionStatus, WantSpec, WantStart, WantState
+from databuild.models import Model, Partition, PartitionStatus, Want, WantSpec, WantState
+
+
+class WantStart(Model):
+    """A want whose workflow run is to start, and the opening of it that run serves: 0 for a want no retry
+    has reopened (a run started for an older opening than the want's carries on as the newer one)."""
+
+    spec: WantSpec
+    opening: int = 0
+
+    @classmethod
+    def of(cls, want: Want) -> "WantStart":
+        """The run of a recorded want, for its opening now."""
+        return cls(spec=want.spec, opening=want.opening)
 
 
 @dataclass(frozen=True)

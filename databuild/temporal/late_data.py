@@ -9,8 +9,9 @@ from temporalio.client import Client
 
 from databuild.bel.queries import BelQueries
 from databuild.domain.late_data import late_rebuilds
+from databuild.domain.wants import WantStart
 from databuild.graph import Graph
-from databuild.models import WantSource, WantSpec, WantStart
+from databuild.models import WantSource, WantSpec
 from databuild.temporal.wants import start_wants
 
 

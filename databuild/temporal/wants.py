@@ -25,6 +25,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from databuild.bel.queries import BelQueries
+from databuild.domain.wants import WantStart
 from databuild.errors import (
     InvalidTransitionError,
 )
@@ -35,7 +36,6 @@ from databuild.models import (
     Subscription,
     Want,
     WantSpec,
-    WantStart,
     WantState,
     want_id_of_workflow,
 )
