@@ -5,14 +5,15 @@ stand-in run that closes canceled without a word to the BEL."""
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from temporalio import workflow
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.worker import Worker
 
-from databuild.models import Want, WantSource, WantState
+from databuild.models import Want, WantSource, WantSpec, WantState
 from databuild.temporal import protocol as p
 from databuild.temporal.wants import repair_wants, want_search_attributes
 from tests.helpers import until, waiting_for_feed
@@ -37,18 +38,23 @@ async def close_unheard(stack, want: Want) -> None:  # type: ignore[no-untyped-d
     attributes still saying it is open."""
     await stack.client.get_workflow_handle(want.workflow_id).terminate("replaced by a stand-in")
     async with Worker(stack.client, task_queue=stack.settings.task_queue, workflows=[ClosesUnheard]):
-        handle = await stack.client.start_workflow(
-            p.WANT_WORKFLOW,
-            p.WantInput(spec=want.spec),
-            id=want.workflow_id,
-            task_queue=stack.settings.task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            search_attributes=want_search_attributes(want.spec, want.state),
-        )
+        handle = await start_stand_in(stack, want.spec, want.state)
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):
             await handle.result()
     assert (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+
+
+async def start_stand_in(stack, spec: WantSpec, state: WantState) -> WorkflowHandle[Any, Any]:  # type: ignore[no-untyped-def]
+    """A new run of the want's workflow, for a stand-in worker to run, its search attributes at ``state``."""
+    return await stack.client.start_workflow(
+        p.WANT_WORKFLOW,
+        p.WantInput(spec=spec),
+        id=spec.workflow_id,
+        task_queue=stack.settings.task_queue,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        search_attributes=want_search_attributes(spec, state),
+    )
 
 
 def derivative(stack, ref: str) -> Want:  # type: ignore[no-untyped-def]
@@ -136,15 +142,7 @@ async def test_a_want_whose_workflow_completed_unheard_is_reconciled_by_the_next
     await stack.client.get_workflow_handle(spec.workflow_id).terminate("replaced by a stand-in")
     task_queue = stack.settings.task_queue
     async with Worker(stack.client, task_queue=task_queue, workflows=[CompletesUnheard]):
-        handle = await stack.client.start_workflow(
-            p.WANT_WORKFLOW,
-            p.WantInput(spec=spec),
-            id=spec.workflow_id,
-            task_queue=task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            search_attributes=want_search_attributes(spec, WantState.upstream_building),
-        )
-        await handle.result()
+        await (await start_stand_in(stack, spec, WantState.upstream_building)).result()
     assert stack.bel.want(spec.want_id).state is WantState.upstream_building  # the BEL never heard
 
     async with running_worker(stack.parts, warm_spark=False):
