@@ -57,6 +57,24 @@ async def start_stand_in(stack, spec: WantSpec, state: WantState) -> WorkflowHan
     )
 
 
+async def waiting_for_its_feed(stack, name: str) -> WantSpec:  # type: ignore[no-untyped-def]
+    """report/NAME wanted on a worker until its derivative waits for feed/NAME (external); the worker stops."""
+    async with running_worker(stack.parts, warm_spark=False):
+        spec: WantSpec = await stack.db.want(f"report/{name}", source=WantSource.api)
+        await until(lambda: waiting_for_feed(stack.db, f"feed/{name}"), seconds=120)
+    return spec
+
+
+async def repaired(stack, want_id: str, **options: Any) -> None:  # type: ignore[no-untyped-def]
+    """Repair passes until the want has ended in the BEL: visibility follows a close within a moment."""
+    for _ in range(100):
+        await repair_wants(stack.client, stack.bel, stack.settings.task_queue, **options)
+        if stack.bel.want(want_id).state.is_final:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"want {want_id} still open after 100 repair passes")
+
+
 def derivative(stack, ref: str) -> Want:  # type: ignore[no-untyped-def]
     (found,) = [w for w in stack.bel.wants(ref_prefix=ref) if w.source is WantSource.derivative]
     return found
@@ -70,9 +88,7 @@ async def test_a_derivative_whose_workflow_closed_unheard_is_reconciled_and_its_
     make_stack,
 ) -> None:
     stack = await make_stack(graph="tests.graphs:late", worker=False)
-    async with running_worker(stack.parts, warm_spark=False):
-        spec = await stack.db.want("report/unheard", source=WantSource.api)
-        await until(lambda: waiting_for_feed(stack.db, "feed/unheard"), seconds=120)
+    spec = await waiting_for_its_feed(stack, "unheard")
     feed = derivative(stack, "feed/unheard")
     await close_unheard(stack, feed)
     assert stack.bel.want(feed.want_id).state is WantState.upstream_building  # the BEL never heard
@@ -82,12 +98,7 @@ async def test_a_derivative_whose_workflow_closed_unheard_is_reconciled_and_its_
         task_queue = stack.settings.task_queue
         # The worker repairs as it starts, so either it or this call records the close (the count
         # of this call alone is a race); without the repair the feed would stay open for good.
-        for _ in range(100):  # visibility follows the close within a moment
-            await repair_wants(stack.client, stack.bel, task_queue)
-            if stack.bel.want(feed.want_id).state.is_final:
-                break
-            await asyncio.sleep(0.1)
-        assert stack.bel.want(feed.want_id).state.is_final
+        await repaired(stack, feed.want_id)
         done = await asyncio.wait_for(stack.db.wait(spec), timeout=60)
         assert await repair_wants(stack.client, stack.bel, task_queue) == 0  # nothing left to do
     ended = stack.bel.want(feed.want_id)
@@ -100,9 +111,7 @@ async def test_a_derivative_whose_workflow_closed_unheard_is_reconciled_and_its_
 
 async def test_cancelling_a_want_whose_workflow_closed_unheard_records_it(make_stack) -> None:
     stack = await make_stack(graph="tests.graphs:late", worker=False)
-    async with running_worker(stack.parts, warm_spark=False):
-        spec = await stack.db.want("report/stuck", source=WantSource.api)
-        await until(lambda: waiting_for_feed(stack.db, "feed/stuck"), seconds=120)
+    spec = await waiting_for_its_feed(stack, "stuck")
     await close_unheard(stack, stack.bel.want(spec.want_id))
     assert stack.bel.want(spec.want_id).state is WantState.upstream_building
 
@@ -136,9 +145,7 @@ async def test_a_want_whose_workflow_completed_unheard_is_reconciled_by_the_next
     make_stack,
 ) -> None:
     stack = await make_stack(graph="tests.graphs:late", worker=False)
-    async with running_worker(stack.parts, warm_spark=False):
-        spec = await stack.db.want("report/completed", source=WantSource.api)
-        await until(lambda: waiting_for_feed(stack.db, "feed/completed"), seconds=120)
+    spec = await waiting_for_its_feed(stack, "completed")
     await stack.client.get_workflow_handle(spec.workflow_id).terminate("replaced by a stand-in")
     task_queue = stack.settings.task_queue
     async with Worker(stack.client, task_queue=task_queue, workflows=[CompletesUnheard]):
@@ -147,10 +154,6 @@ async def test_a_want_whose_workflow_completed_unheard_is_reconciled_by_the_next
 
     async with running_worker(stack.parts, warm_spark=False):
         # Its search attributes say it ended: only the pass over lately closed workflows finds it.
-        for _ in range(100):  # visibility follows the close within a moment
-            await repair_wants(stack.client, stack.bel, task_queue, closed_within=timedelta(minutes=10))
-            if stack.bel.want(spec.want_id).state.is_final:
-                break
-            await asyncio.sleep(0.1)
+        await repaired(stack, spec.want_id, closed_within=timedelta(minutes=10))
     ended = stack.bel.want(spec.want_id)
     assert (ended.state, ended.reason) == (WantState.canceled, "stood in")
