@@ -206,9 +206,8 @@ async def repair_wants(
         }
     still_open = await bel.call(bel.open_wants_among, [want_id_of_workflow(w) for w in dead])
     repaired = 0
-    for want_id in sorted(still_open):
-        want = await bel.call(bel.find_want, want_id)
-        if want is not None and not want.state.is_final:
+    for want in sorted(await bel.call(bel.wants_by_id, sorted(still_open)), key=lambda w: w.want_id):
+        if not want.state.is_final:  # it may have ended since
             done = await reconcile_want(client, bel, want, task_queue)
             repaired += done in (Reconciled.restarted, Reconciled.recorded)
     return repaired + await _start_unstarted(client, bel, task_queue, datetime.now(UTC) - quiet)
