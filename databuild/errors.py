@@ -73,6 +73,11 @@ class GraphDefinitionError(ConfigurationError):
     retryable = False
 
 
+class GraphLoadError(GraphDefinitionError):
+    """The user's graph module (`DATABUILD_GRAPH`) does not import or declare its graph: the message names
+    the setting, the exception and the user's file and line; its cause carries the whole traceback."""
+
+
 class NotFoundError(DataBuildError, LookupError):
     """An id or ref that the build event log does not know."""
 

@@ -17,6 +17,7 @@ from databuild.cli import render
 from databuild.client import DataBuild
 from databuild.config import Settings, masked_url
 from databuild.errors import InvalidInputError, PortInUseError, TemporalUnavailableError
+from databuild.graph import load_graph
 from databuild.models import Want, WantState
 from databuild.process import DATABUILD_LOG, SPARK_LOG, TEMPORAL_LOG, log_dir, log_to_files, temporal_log
 from databuild.temporal.connection import connect, file_database_args, search_attribute_args, temporal_binary
@@ -157,6 +158,7 @@ async def run_dev(
 ) -> int:
     """Run the stack until the demo is done (``exit_after_demo``), Ctrl-C, SIGTERM or SIGHUP. Returns
     the exit code: 128 + the signal's number when a signal stopped it."""
+    load_graph(settings.graph)  # a graph that does not load is refused before any server starts
     host, _, port = settings.temporal_address.rpartition(":")
     check_ports(host, {"--port": int(port), "--ui-port": ui_port, "--web-port": web_port})
     log_to_files(settings.home, console)  # after the ports check: a refused `dev` creates nothing

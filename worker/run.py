@@ -327,6 +327,7 @@ async def repair(parts: WorkerParts, _built: BuiltWorker) -> None:
 
 
 async def open_parts(settings: Settings, spark: SparkRuntime | None = None) -> WorkerParts:
+    graph = load_graph(settings.graph)  # a graph that does not load is the first thing to say
     client = await connect(settings)
     bel = BuildEventLog.create(settings.database_url.get_secret_value())
     catalog = spark_catalog_conf(settings)
@@ -339,7 +340,7 @@ async def open_parts(settings: Settings, spark: SparkRuntime | None = None) -> W
         catalog=catalog,
         log_file=spark_log(settings.home),
     )
-    return WorkerParts(settings, client, bel, load_graph(settings.graph), spark)
+    return WorkerParts(settings, client, bel, graph, spark)
 
 
 async def serve(settings: Settings) -> None:

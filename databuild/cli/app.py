@@ -18,7 +18,7 @@ from rich.markup import escape
 from databuild.client import DataBuild
 from databuild.config import DEFAULT_HOME, Settings
 from databuild.durations import format_duration
-from databuild.errors import GraphDefinitionError, InvalidInputError
+from databuild.errors import GraphDefinitionError, GraphLoadError, InvalidInputError
 from databuild.failures import exit_code, understood, unexpected
 from databuild.graph import Graph, load_graph
 from databuild.models import MAX_INDEX
@@ -138,7 +138,12 @@ def main() -> None:
         code = 130
     except Exception as error:
         known = understood(error)
-        message = str(known) if known is not None else unexpected(error, str(keep_traceback(error, log_file)))
+        if known is None:
+            message = unexpected(error, str(keep_traceback(error, log_file)))
+        elif isinstance(known, GraphLoadError) and known.__cause__ is not None:
+            message = f"{known}; its traceback is in {keep_traceback(known.__cause__, log_file)}"
+        else:
+            message = str(known)
         # One line, however wide the terminal, and printed as is (messages quote user input).
         err.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
         code = exit_code(error)

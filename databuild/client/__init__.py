@@ -95,11 +95,12 @@ class DataBuild:
     async def connect(cls, settings: Settings | None = None, *, lazy: bool = False) -> "DataBuild":
         """A client over the configured BEL, connected to Temporal (``lazy``: on first need)."""
         settings = settings or Settings.from_env()
+        # The user's module first: a graph that does not load is refused before anything is created.
+        graph = None if lazy else await asyncio.to_thread(load_graph, settings.graph)
         url = settings.database_url.get_secret_value()
         bel = await asyncio.to_thread(BuildEventLog.create, url)  # migrates: off the loop
         if lazy:
             return cls(None, bel, None, settings)
-        graph = await asyncio.to_thread(load_graph, settings.graph)  # imports the user's module
         return cls(await connect(settings), bel, graph, settings)
 
     @property

@@ -12,7 +12,8 @@ from databuild.graph.checks import (
     unique,
 )
 from databuild.graph.context import JobContext
-from databuild.graph.definition import Graph, InputsFn, Job, JobFn, JobTarget, Pattern, Resolution, load_graph
+from databuild.graph.definition import Graph, InputsFn, Job, JobFn, JobTarget, Pattern, Resolution
+from databuild.graph.loading import load_graph
 
 __all__ = [
     "Check",

@@ -1,11 +1,10 @@
 """The user's graph: jobs declared by output patterns, and external inputs."""
 
-import importlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, get_args
+from typing import get_args
 
 from databuild.durations import MAX_DURATION, parse_setting_duration
 from databuild.errors import GraphDefinitionError, UnknownJobError
@@ -394,18 +393,3 @@ class Graph:
             labels = ", ".join(m.job.label for m in matches)
             raise GraphDefinitionError(f"ref {ref!r} matches more than one job: {labels}")
         return Resolution(ref=ref, target=matches[0])
-
-
-def load_graph(spec: str) -> Graph:
-    """Import ``module:attribute`` and return the Graph it names."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise GraphDefinitionError(f"graph {spec!r} must be written as module:attribute")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise GraphDefinitionError(f"cannot import graph module {module_name!r}: {error}") from None
-    graph: Any = getattr(module, attribute, None)
-    if not isinstance(graph, Graph):
-        raise GraphDefinitionError(f"{spec!r} is not a databuild Graph")
-    return graph
