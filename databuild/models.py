@@ -2,12 +2,14 @@
 
 import functools
 import hashlib
+import math
 import re
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, Literal, Self, TypeVar
+from typing import Annotated, Any, Literal, Self, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -370,7 +372,13 @@ class CheckSeverity(StrEnum):
     warning = "warning"  # a failure is recorded and alerted; the instance goes live
 
 
-CheckMetric = int | float | str | bool | None
+def _finite(value: object) -> object:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+# A measurement that is not a number (NaN, an infinity) is unknown: JSON has no word for it, and the
+# backends would disagree on one (SQLite's driver writes null, PostgreSQL refuses the document).
+CheckMetric = Annotated[int | float | str | bool | None, AfterValidator(_finite)]
 
 
 class CheckResult(Model):

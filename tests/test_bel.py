@@ -583,6 +583,24 @@ def checks_kept_published_and_rechecked(bel: BuildEventLog) -> None:
     assert [p.ref for p in bel.resolve("a/20")] == ["a/20"]  # only a/20: no run fail-locked its siblings
 
 
+def test_a_metric_that_is_not_a_number_is_stored_as_unknown_on_both_backends(bel: BuildEventLog) -> None:
+    """NaN and the infinities have no JSON: one encoding on both backends stores them as null, and the
+    build they were measured on publishes (PostgreSQL refused the whole event before)."""
+    run = decide(bel, spec("a/21"))
+    made = [InstanceRef(ref=o, instance_id=f"{o}-nan") for o in run.outputs]
+    bel.start_job_run(run.job_run_id, 1, "w", made)
+    odd = {"share": float("nan"), "ratio": float("inf"), "low": float("-inf"), "rows": 3, "mean": 0.5}
+    warned = CheckResult(
+        name="odd", ref="a/21", severity=CheckSeverity.warning, passed=False, message="m", metrics=odd
+    )
+    bel.succeed_job_run(run.job_run_id, [], made, 1, checks={"a/21": [warned]})
+    assert statuses(bel, 21) == {PartitionStatus.live}
+    (stored,) = bel.instance("a/21-nan").checks
+    assert stored.metrics == {"share": None, "ratio": None, "low": None, "rows": 3, "mean": 0.5}
+    written = " ".join(record.model_dump_json() for record in bel.events(job_run_id=run.job_run_id))
+    assert '"share":null' in written and "NaN" not in written and "Infinity" not in written
+
+
 def test_an_input_live_since_the_dep_miss_gets_no_derivative_want(bel: BuildEventLog) -> None:
     """Found by the chaos test: a derivative recorded for an input that went live meanwhile was never
     started (only derivatives of inputs not yet live are), so it stayed `new` with no workflow."""

@@ -231,6 +231,15 @@ _SEQUENCE = text("SELECT bel_sequence(:mine)")
 _SEQUENCE_PENDING = text("SELECT bel_sequence(NULL)")
 
 
+def _events_document(rows: list[dict[str, Any]]) -> str:
+    """PostgreSQL reads a transaction's events as one JSON document: each row's keys, with its event's own
+    JSON text as ``data`` (not decoded and encoded again)."""
+    keys = (json.dumps({k: v for k, v in row.items() if k != "data"})[:-1] for row in rows)
+    return (
+        "[" + ",".join(f'{head}, "data": {row["data"]}}}' for head, row in zip(keys, rows, strict=True)) + "]"
+    )
+
+
 class WriteTx:
     """One write transaction: key locks first, then events, projected as they are appended and written
     when the transaction closes (so its own statements do not see its events in ``events``)."""
@@ -281,12 +290,12 @@ class WriteTx:
                     "want_id": want_id,
                     "job_run_id": job_run_id,
                     "ref": ref,
-                    # PostgreSQL reads the events as one JSON document; SQLite stores each one's text.
-                    "data": appended.model_dump(mode="json") if self.postgres else appended.model_dump_json(),
+                    # One encoding on both backends: the JSON text pydantic writes.
+                    "data": appended.model_dump_json(),
                 }
             )
         if self.postgres:
-            params = {"n": len(rows), "at": self.at, "events": json.dumps(rows)}
+            params = {"n": len(rows), "at": self.at, "events": _events_document(rows)}
             first = int(self.conn.execute(_RESERVE_AND_WRITE, params).scalar_one())
             self.provisional = first if first >= PROVISIONAL else None
             return
