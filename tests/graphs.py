@@ -439,8 +439,8 @@ def broken(ctx: JobContext, n: str) -> None:
     raise RuntimeError(f"broken {n}")
 
 
-# lookback: late data. feed/{date} arrives from outside, and may arrive again (a newer instance); mid and
-# top rebuild the partitions of the last two days that read an older instance, once each.
+# lookback: late data. feed/{date} arrives from outside, and may arrive again (a newer instance); mid,
+# top and total rebuild the partitions of the last two days that read an older instance, once each.
 lookback = Graph("lookback")
 lookback.external("feed/{date}")
 
@@ -453,6 +453,15 @@ def lookback_mid(ctx: JobContext, date: str) -> None:
 @lookback.job("top/{date}", rebuild_on_new_inputs=timedelta(days=2))
 def lookback_top(ctx: JobContext, date: str) -> None:
     ctx.write(f"top/{date}", ctx.read(f"mid/{date}"))
+
+
+# An incremental job: each build adds the feed's rows to what its previous instance held (a cumulative
+# table). Its rebuild supersedes the instance it read, which must not make it late or stale.
+@lookback.job("total/{date}", rebuild_on_new_inputs="2d")
+def lookback_total(ctx: JobContext, date: str) -> None:
+    feed = ctx.read(f"feed/{date}")
+    previous = ctx.read_previous(f"total/{date}")
+    ctx.write(f"total/{date}", feed if previous is None else previous.unionByName(feed))
 
 
 # priced: runs whose costs tests/test_cost.py records by hand.

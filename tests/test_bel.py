@@ -23,6 +23,8 @@ from databuild.domain import events as ev
 from databuild.domain.cost import SparkCost
 from databuild.domain.decisions import Replaced, Verdict
 from databuild.domain.endings import Finished
+from databuild.domain.freshness import Freshness
+from databuild.domain.staleness import StaleKind, StaleReason, staleness
 from databuild.domain.wants import WantStart
 from databuild.errors import (
     InvalidInputError,
@@ -1025,6 +1027,35 @@ def build_layer(bel: BuildEventLog, ref: str, reads: list[str], version: str, so
     inputs = [InstanceRef(ref=r, instance_id=bel.partition(r).instance_id) for r in reads]
     bel.succeed_job_run(run.job_run_id, inputs, [InstanceRef(ref=ref, instance_id=f"{ref}-{version}")])
     return f"{ref}-{version}"
+
+
+def test_a_build_on_its_own_previous_instance_is_neither_late_nor_stale(bel: BuildEventLog) -> None:
+    """An incremental job (``ctx.read_previous``) reads its own outputs' live instances, a batch's siblings
+    among them: the rebuild that supersedes them is no late data for, and no staleness of, itself, while a
+    reader of another job that read them is late (the control)."""
+    run = build(bel, spec("a/31"), "v1")
+    control = spec("down/31")
+    bel.register_want(control)
+    other = bel.decide(control.want_id, 1, layers.resolve("down/31"))
+    bel.start_job_run(other.job_run_id, 1, "w")
+    read = [InstanceRef(ref="a/31", instance_id="a/31-v1")]
+    bel.succeed_job_run(other.job_run_id, read, [InstanceRef(ref="down/31", instance_id="down/31-v1")])
+
+    w = spec("a/31", "api")
+    bel.register_want(w)
+    judged = Freshness(instance_id="a/31-v1", reasons=(StaleReason(kind=StaleKind.code_changed),))
+    rebuild = bel.decide(w.want_id, 1, graph.resolve("a/31"), fresh=judged)
+    assert rebuild.kind == "execute" and rebuild.job_run_id != run.job_run_id, rebuild
+    bel.start_job_run(rebuild.job_run_id, 1, "w")
+    previous = [InstanceRef(ref=o, instance_id=f"{o}-v1") for o in rebuild.outputs]
+    built = [InstanceRef(ref=o, instance_id=f"{o}-v2") for o in rebuild.outputs]
+    bel.succeed_job_run(rebuild.job_run_id, previous, built)
+
+    assert [(r.ref, r.input_read) for r in bel.late_readers(list(rebuild.outputs))] == [
+        ("down/31", "a/31-v1")
+    ]
+    reasons = staleness(bel.live_built("*/31"), {}, [b.instance_id for b in built] + ["down/31-v1"])
+    assert list(reasons) == ["down/31-v1"], reasons
 
 
 def test_taint_marks_the_downstream_stale_and_the_next_want_rebuilds(bel: BuildEventLog) -> None:

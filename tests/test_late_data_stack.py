@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 
 from databuild.domain.staleness import StaleKind
 from databuild.models import Want, WantSource, WantState
+from databuild.views.lineage import partition_view
 from tests.conftest import Stack
 from tests.helpers import lake, until
 
@@ -36,19 +37,37 @@ async def test_a_newer_input_rebuilds_its_readers_inside_the_window_once(make_st
     recent, old = f"{today:%Y-%m-%d}", f"{today - timedelta(days=30):%Y-%m-%d}"
     for day in (recent, old):
         await arrives(stack, day, 1)
-    for day, at in ((recent, today), (old, today - timedelta(days=30))):
-        want = await stack.db.want(f"top/{day}", data_timestamp=at)
+    for ref, at in (
+        (f"top/{recent}", today),
+        (f"total/{recent}", today),
+        (f"top/{old}", today - timedelta(days=30)),
+    ):
+        want = await stack.db.want(ref, data_timestamp=at)
         done = await asyncio.wait_for(stack.db.wait(want), timeout=300)
         assert done.state is WantState.successful, done.reason
     before = {p.ref: p.instance_id for p in stack.bel.partitions(limit=100)}
 
-    await arrives(stack, recent, 2)  # late data for today: mid, then top (from mid's run), rebuilt
+    # Late data for today: mid, then top (from mid's run), rebuilt; and total, which builds on its own
+    # previous instance, once: superseding what it read itself is no late data.
+    await arrives(stack, recent, 2)
     await until(
-        lambda: len(rebuilds(stack)) == 2 and all(w.state.is_final for w in rebuilds(stack)), seconds=240
+        lambda: len(rebuilds(stack)) == 3 and all(w.state.is_final for w in rebuilds(stack)), seconds=240
     )
-    mid_want, top_want = sorted(rebuilds(stack), key=lambda w: w.ref)
-    assert (mid_want.ref, top_want.ref) == (f"mid/{recent}", f"top/{recent}")
-    assert mid_want.state is top_want.state is WantState.successful, (mid_want.reason, top_want.reason)
+    mid_want, top_want, total_want = sorted(rebuilds(stack), key=lambda w: w.ref)
+    assert (mid_want.ref, top_want.ref, total_want.ref) == (
+        f"mid/{recent}",
+        f"top/{recent}",
+        f"total/{recent}",
+    )
+    assert mid_want.state is top_want.state is total_want.state is WantState.successful, (
+        mid_want.reason,
+        top_want.reason,
+        total_want.reason,
+    )
+    total = stack.bel.partition(f"total/{recent}")
+    assert stack.bel.instance(total.instance_id or "").facts.rows == 1 + 2  # v1's row, then v2's two
+    assert partition_view(stack.bel, f"total/{recent}").data.previous == [before[f"total/{recent}"]]
+    assert stack.bel.late_readers([f"total/{recent}"]) == []  # what the fan-out of its run found
     assert mid_want.fresh and mid_want.data_timestamp == today
     assert (
         mid_want.cause is not None
@@ -60,6 +79,7 @@ async def test_a_newer_input_rebuilds_its_readers_inside_the_window_once(make_st
         f"feed/{recent}",
         f"mid/{recent}",
         f"top/{recent}",
+        f"total/{recent}",
     }
     assert await stack.db.stale(f"*/{recent}") == []  # the rebuilds read the newer feed
 
@@ -70,10 +90,11 @@ async def test_a_newer_input_rebuilds_its_readers_inside_the_window_once(make_st
         (f"mid/{old}", StaleKind.input_superseded),
         (f"top/{old}", StaleKind.input_stale),
     ]
-    # The same news again (a repeated announcement, a retried fan-out) starts nothing new.
-    await stack.db.publish(f"feed/{recent}", instance_id=f"feed-{recent}-v2")
-    await asyncio.sleep(2)
-    assert len(rebuilds(stack)) == 2
+    # The same news again (a repeated announcement, a retried fan-out) is no news: publish starts the late
+    # rebuilds of a new instance before it returns, and it made none.
+    _, created, _ = await stack.db.publish(f"feed/{recent}", instance_id=f"feed-{recent}-v2")
+    assert not created
+    assert len(rebuilds(stack)) == 3
     assert {p.ref: p.instance_id for p in stack.bel.partitions(limit=100)}[f"mid/{recent}"] == after[
         f"mid/{recent}"
     ]

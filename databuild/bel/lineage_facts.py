@@ -26,6 +26,14 @@ _OUT_OF_READ = (_OUT.c.instance_id == s.consumers.c.output_instance_id) & (
     _OUT.c.ref == s.consumers.c.output_ref
 )
 
+# A read of one of the reading run's own outputs is the previous instance it built on (an incremental
+# job's): that the run superseded it is no news, so it is never a late or a stale read.
+_NOT_PREVIOUS = ~(
+    select(s.job_run_outputs.c.ref)
+    .where(s.job_run_outputs.c.job_run_id == s.consumers.c.job_run_id, s.job_run_outputs.c.ref == _IN.c.ref)
+    .exists()
+)
+
 
 class LineageFactReads(ReadBase):
     def live_built(
@@ -154,6 +162,7 @@ def _late_reads() -> Select[Any]:
             _OUT.c.status == _LIVE,
             _IN_REF.c.status == _LIVE,
             _IN_REF.c.instance_id != c.c.input_instance_id,
+            _NOT_PREVIOUS,
         )
         .order_by(_OUT.c.ref, _IN.c.ref)
     )
@@ -161,17 +170,21 @@ def _late_reads() -> Select[Any]:
 
 def _reads() -> Select[Any]:
     c = s.consumers
-    return select(
-        c.c.output_instance_id,
-        c.c.input_instance_id,
-        _IN.c.ref.label("input_ref"),
-        _IN.c.status.label("input_status"),
-        _IN_REF.c.instance_id.label("live_instance_id"),
-        _IN_REF.c.status.label("input_ref_status"),
-    ).select_from(
-        c.join(_OUT, _OUT_OF_READ)
-        .join(_IN, _IN.c.instance_id == c.c.input_instance_id)
-        .outerjoin(_IN_REF, _IN_REF.c.ref == _IN.c.ref)
+    return (
+        select(
+            c.c.output_instance_id,
+            c.c.input_instance_id,
+            _IN.c.ref.label("input_ref"),
+            _IN.c.status.label("input_status"),
+            _IN_REF.c.instance_id.label("live_instance_id"),
+            _IN_REF.c.status.label("input_ref_status"),
+        )
+        .select_from(
+            c.join(_OUT, _OUT_OF_READ)
+            .join(_IN, _IN.c.instance_id == c.c.input_instance_id)
+            .outerjoin(_IN_REF, _IN_REF.c.ref == _IN.c.ref)
+        )
+        .where(_NOT_PREVIOUS)
     )
 
 

@@ -254,7 +254,8 @@ def lineage_view(view: PartitionView) -> RenderableType:
     if data.built_by is not None:
         builder = up.add(job_run_label(index.job_runs[data.built_by]))
         for read in index.job_runs[data.built_by].reads:
-            builder.add(instance_label(read.instance_id, read.ref, index, "read"))
+            how = "built on previous" if read.instance_id in data.previous else "read"
+            builder.add(instance_label(read.instance_id, read.ref, index, how))
     elif data.instance_id and index.instances[data.instance_id].external:
         up.add(Text("external: announced by publish", style="dim"))
     down = Tree(Text("downstream", style="bold"))

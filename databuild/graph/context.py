@@ -1,5 +1,6 @@
 """What a job body sees, as the graph declares it: ``ctx.read`` (checked against the BEL, recorded for
-lineage, missing inputs reported together; ``ctx.read_instance`` for any instance by UUID),
+lineage, missing inputs reported together; ``ctx.read_instance`` for any instance by UUID;
+``ctx.read_previous`` for the live instance of one of the job's own outputs, an incremental job's),
 ``ctx.write`` (into each output's own new instance location, recording its facts; ``ctx.write_partitioned``
 for a batch's partitions in one Spark write) and ``ctx.log`` (into
 the attempt's log). The executors pass an implementation (``databuild.jobs.context``)."""
@@ -33,6 +34,12 @@ class JobContext(Protocol):
         """The data of one instance, live or not (e.g. the one yesterday's run read), recorded as a read
         for lineage. Raises ``JobContractError`` if the BEL knows no such instance or its data was
         garbage-collected."""
+
+    def read_previous(self, ref: str) -> "DataFrame | None":
+        """The live data of one of the job's own outputs, to build its new instance on (a cumulative
+        table, a merge, a slowly changing dimension); None when it has no live instance (its first build,
+        or after a taint). Recorded in lineage as the previous instance, which is never late data for, nor
+        makes stale, the instance built on it."""
 
     def write(self, ref: str, frame: "DataFrame") -> None:
         """Write an output into its own new instance location. It becomes live when the run succeeds

@@ -170,6 +170,24 @@ class SparkJobContext:
         garbage-collected."""
         return self.spark.read.parquet(self._locate(instance_id)[1])
 
+    def read_previous(self, ref: str) -> "DataFrame | None":
+        """The live data of one of the job's own outputs, to build its new instance on; None when it has no
+        live instance. Its read is recorded as any other: a read of one of the run's own outputs is the
+        previous instance in lineage, and never late data nor a reason to be stale."""
+        self._check_cancelled()
+        if ref not in self._instances:
+            raise JobContractError(
+                f"job {self.job_label} reads the previous instance of {ref}, which is not one of its outputs "
+                f"{self.outputs}: read_previous is for the job's own outputs, ctx.read for its inputs"
+            )
+        partition = self._bel.find_partition(ref)
+        if partition is None or partition.instance_id is None:
+            return None
+        instance = self._bel.instance(partition.instance_id)
+        if instance.status is not InstanceStatus.live:  # tainted or failed: nothing to build on
+            return None
+        return self.read_instance(instance.instance_id)
+
     def _locate(self, instance_id: str) -> tuple[Instance, str]:
         """The instance and where its data is, its read recorded for lineage."""
         self._check_cancelled()

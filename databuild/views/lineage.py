@@ -275,6 +275,11 @@ class PartitionLineage(Model):
     )
     built_by: str | None = Field(description="the job run that wrote the focus instance; None if external")
     upstream: list[str] = Field(description="instance UUIDs the builder read")
+    previous: list[str] = Field(
+        default=[],
+        description="of those, the previous instances of the builder's own outputs it built on "
+        "(an incremental job's `ctx.read_previous`)",
+    )
     downstream: list[LineageEdge]
     downstream_offset: int
     downstream_total: int
@@ -338,6 +343,9 @@ def _lineage(
         instance_id=instance_id,
         built_by=builder[0].job_run_id if builder else None,
         upstream=[r.instance_id for r in (builder[0].reads if builder else []) if r.instance_id],
+        previous=[r.instance_id for r in builder[0].reads if r.instance_id and r.ref in builder[0].outputs]
+        if builder
+        else [],
         downstream=[LineageEdge(job_run_id=run_id, instance_ids=ids) for run_id, ids in by_run.items()],
         downstream_offset=offset,
         downstream_total=total,
