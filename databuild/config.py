@@ -156,6 +156,14 @@ class Settings(BaseSettings):
         le=MAX_DURATION,
         description="a build lock lapses this long after its worker last renewed it",
     )
+    bel_outage_patience: timedelta = Field(
+        default=timedelta(minutes=10),
+        ge=timedelta(0),
+        le=MAX_DURATION,
+        description="how long a job attempt rides out an outage of the BEL's database (a failover, a restart) "
+        "while it records its start or its outcome, trying again with backoff, before it fails; see "
+        "[Database outages](operations/index.md#database-outages)",
+    )
     max_concurrent_jobs: int = Field(default=4, ge=1, description="job activities one worker runs at once")
     job_log_max_bytes: int = Field(
         default=1024 * 1024,

@@ -3,8 +3,7 @@
 import functools
 import hashlib
 import math
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self, TypeVar
 
@@ -129,22 +128,6 @@ def validated(kind: type[M], **values: object) -> M:
         return kind(**values)
     except ValidationError as error:
         raise InvalidInputError(first_error(error)) from None
-
-
-_DATE_IN_REF = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
-
-
-def default_data_timestamp(ref: str, now: datetime) -> datetime:
-    """The business time a ref stands for: the first ISO date in it, else the start of today (UTC); one
-    per ref and day, so repeating a CLI request is idempotent."""
-    match = _DATE_IN_REF.search(ref)
-    if match:
-        try:
-            return datetime(int(match[1]), int(match[2]), int(match[3]), tzinfo=UTC)
-        except ValueError:
-            pass
-    now = to_utc(now)
-    return datetime(now.year, now.month, now.day, tzinfo=UTC)
 
 
 class WantSpec(Model):
@@ -362,7 +345,7 @@ class InstanceFacts(Model):
     def summary(self) -> str:
         """``1,204 rows, 18.2 KiB in 2 files``, with ``?`` for what could not be read."""
         rows = "?" if self.rows is None else f"{self.rows:,}"
-        size = "?" if self.bytes is None else _human_bytes(self.bytes)
+        size = "?" if self.bytes is None else format_bytes(self.bytes)
         files = "" if self.files is None else f" in {self.files} file{'s' if self.files != 1 else ''}"
         return f"{rows} rows, {size}{files}"
 
@@ -403,13 +386,14 @@ class CheckResult(Model):
         return f"check {self.name} ({self.severity.value}) {verdict}: {self.message}"
 
 
-def _human_bytes(size: int) -> str:
-    value = float(size)
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{size} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+def format_bytes(n: int) -> str:
+    """Sizes for people: 512 B, 1.5 KiB, 2.0 GiB."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    raise AssertionError("unreachable")
+    return f"{value:.1f} TiB"
 
 
 class Instance(Model):

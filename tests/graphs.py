@@ -468,3 +468,20 @@ def lookback_total(ctx: JobContext, date: str) -> None:
 priced_graph = Graph("priced")
 priced_graph.job("left/{n}", "right/{n}", label="pair")(lambda ctx, n: None)
 priced_graph.job("far/{n}", label="remote")(lambda ctx, n: None)
+
+
+# outage: a job that, once its output is written, takes the BEL's PostgreSQL database away for a few
+# seconds (every connection terminated, new ones refused), as a failover would, just before its publish
+# commit. Which database, and for how long: tests/test_bel_outages.py says, in the environment.
+outage = Graph("outage")
+OUTAGE_DATABASE = "DATABUILD_TEST_OUTAGE_URL"
+
+
+@outage.job("survived/{n}")
+def survived(ctx: JobContext, n: str) -> None:
+    from databuild.testing import POSTGRES_ADMIN_URL, cut_off
+
+    ctx.write(f"survived/{n}", ctx.spark.range(1))
+    cut_off(
+        POSTGRES_ADMIN_URL, os.environ[OUTAGE_DATABASE], float(os.environ.get("DATABUILD_TEST_OUTAGE_S", "4"))
+    )

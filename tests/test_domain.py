@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from databuild.client.specs import default_data_timestamp
 from databuild.durations import format_duration, parse_duration
 from databuild.errors import (
     AnnouncementRefusedError,
@@ -14,7 +15,7 @@ from databuild.errors import (
     UnknownJobError,
 )
 from databuild.graph import Graph
-from databuild.models import WantSource, WantSpec, default_data_timestamp
+from databuild.models import WantSource, WantSpec
 from databuild.refs import validate_ref
 from databuild.temporal.upstream import check_announcement
 from examples.demo import graph as demo

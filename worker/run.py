@@ -146,7 +146,15 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
         settings, graph=parts.graph, bel=parts.bel, storage=storage, spark=parts.spark
     )
     catalog = worker_catalog(parts)
-    executor = JobExecutor(parts.bel, storage, executors, worker=identity, lineage=lineage, catalog=catalog)
+    executor = JobExecutor(
+        parts.bel,
+        storage,
+        executors,
+        worker=identity,
+        lineage=lineage,
+        catalog=catalog,
+        patience=parts.settings.bel_outage_patience,
+    )
     fan_out = FanOutActivities(parts.bel, parts.client, settings, graph=parts.graph)
     jobs = JobActivities(
         executor,

@@ -6,7 +6,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from databuild.domain.cost import CostReport, CostRow, RunCost, SparkCost
-from databuild.domain.cost import format_bytes as size
+from databuild.models import format_bytes as size
 from databuild.views.lineage import PartitionView
 
 

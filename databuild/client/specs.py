@@ -1,17 +1,34 @@
 """A want as a client asks for it, built and checked before anything is recorded."""
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from databuild.backfill import BackfillRequest
 from databuild.bel.queries import BelQueries
+from databuild.durations import to_utc
 from databuild.errors import AnnouncementRefusedError, InvalidWantError
 from databuild.graph import Graph
-from databuild.models import WantSource, WantSpec, default_data_timestamp, first_error
+from databuild.models import WantSource, WantSpec, first_error
 from databuild.refs import validate_ref
 from databuild.temporal.upstream import check_announcement
 from databuild.views.staleness import basis_of, stale_among
+
+_DATE_IN_REF = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+
+
+def default_data_timestamp(ref: str, now: datetime) -> datetime:
+    """The business time a ref stands for: the first ISO date in it, else the start of today (UTC); one
+    per ref and day, so repeating a CLI request is idempotent."""
+    match = _DATE_IN_REF.search(ref)
+    if match:
+        try:
+            return datetime(int(match[1]), int(match[2]), int(match[3]), tzinfo=UTC)
+        except ValueError:
+            pass
+    now = to_utc(now)
+    return datetime(now.year, now.month, now.day, tzinfo=UTC)
 
 
 def build_spec(

@@ -112,16 +112,6 @@ def run_cost(attempts: list[AttemptCost], outputs: list[str]) -> RunCost:
     return RunCost(attempts=attempts, total=total, unknown_reason=unknown, per_partition=per_partition)
 
 
-def format_bytes(n: int) -> str:
-    """Bytes for people: 512 B, 1.5 KiB, 2.0 GiB."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
-
-
 def share(cost: SparkCost, parts: int) -> SparkCost:
     """One output's share of a run's cost (the even split)."""
     n = max(parts, 1)

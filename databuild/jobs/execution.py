@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import NoReturn
 
+from databuild.bel.outages import PATIENCE, through_outages
 from databuild.bel.store import BuildEventLog, new_instance_id
 from databuild.domain import checks as check_rules
 from databuild.domain import events as ev
@@ -42,8 +43,12 @@ class JobExecutor:
         *,
         lineage: LineageEmitter | None = None,
         catalog: Catalog | None = None,
+        patience: timedelta = PATIENCE,
     ) -> None:
         self.bel = bel
+        # How long an attempt rides out a database outage while it records its start or its outcome: the
+        # work is not lost, nor an attempt spent, nor data that was written correctly fail-locked.
+        self.patience = patience
         self.storage = storage
         self.executors = executors
         self.worker = worker
@@ -63,12 +68,17 @@ class JobExecutor:
         """Blocking; run it in a thread. The run as the attempt left it (its outcome: ``outcome_of``).
         Raises on job failure so the caller's retry policy applies. ``lease``: the run's build lease,
         renewed when the attempt starts."""
-        run = self.bel.job_run(job_run_id)
+        run = through_outages(lambda: self.bel.job_run(job_run_id), patience=self.patience, stop=cancelled)
         # Each output is written straight into a new instance location, recorded before a byte is
         # written, so garbage collection knows it is being written.
         planned = {ref: new_instance_id() for ref in run.outputs}
         instances = [InstanceRef(ref=ref, instance_id=i) for ref, i in planned.items()]
-        run = self.bel.start_job_run(job_run_id, attempt, self.worker, instances, lease)
+        run = through_outages(
+            lambda: self.bel.start_job_run(job_run_id, attempt, self.worker, instances, lease),
+            patience=self.patience,
+            waiting=report,
+            stop=cancelled,
+        )
         if run.state is not JobRunState.running:  # an earlier attempt already recorded the outcome ...
             if run.state is JobRunState.succeeded:
                 self._catalog(run)  # ... and may have died before telling the catalog
@@ -93,7 +103,12 @@ class JobExecutor:
             # What the attempt cost goes in the commit of its outcome (one transaction less per run) ...
             cost = self._cost(job, executor.kind, body.cost, body.cost_unknown)
             try:
-                return self._conclude(job, run, body, instances, cost)
+                return through_outages(
+                    lambda: self._conclude(job, run, body, instances, cost),
+                    patience=self.patience,
+                    waiting=report,
+                    stop=cancelled,
+                )
             except Exception:
                 self._record_cost_alone(job, cost)  # ... or alone if that commit never came
                 raise

@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -91,6 +92,31 @@ def ensure_database(admin_url: str, url: str, durable: bool = True) -> None:
                 _create_database(conn, name, durable)
     finally:
         admin.dispose()
+
+
+def cut_off(admin_url: str, url: str, seconds: float) -> threading.Thread:
+    """An outage of ``url``'s database as a failover looks to its clients: every connection to it
+    terminated and new ones refused, for ``seconds`` (in a thread: returned, already running)."""
+    name = make_url(url).database
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        conn.exec_driver_sql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        )
+
+    def back() -> None:
+        time.sleep(seconds)
+        try:
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+        finally:
+            admin.dispose()
+
+    thread = threading.Thread(target=back, name=f"outage of {name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def make_settings(

@@ -12,10 +12,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from databuild import __version__
-from databuild.domain.cost import format_bytes
 from databuild.durations import format_duration, parse_timestamp
 from databuild.errors import DataBuildError, InvalidInputError
-from databuild.models import JobRunState, PartitionStatus, WantSource, WantState, parse_choice
+from databuild.models import JobRunState, PartitionStatus, WantSource, WantState, format_bytes, parse_choice
 from databuild.views.cost import cost_overview
 from databuild.views.graph import graph_view
 from databuild.views.lineage import (
