@@ -86,7 +86,7 @@ class Settings(BaseSettings):
         ge=0,
         le=65535,
         description="serve Spark SQL (HiveServer2: beeline, JDBC) over the catalog on this loopback port, from "
-        "the worker holding it (`0`: off; `databuild dev` uses 10000 when free)",
+        "the worker holding it (`0`: off; `databuild dev` uses 10000 when free, unless it is set)",
     )
     # Off by default: workers sharing a host would contend for any one fixed port.
     metrics_port: int = Field(

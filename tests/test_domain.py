@@ -113,6 +113,11 @@ def test_graph_definition_errors() -> None:
         g.job("a/{x}", "b/{y}")
     with pytest.raises(GraphDefinitionError, match="repeats"):
         g.job("a/{x}/{x}")
+    # Spark and the storage listing skip `_k=...` folders: such a partition would never build.
+    with pytest.raises(GraphDefinitionError, match=r"placeholder \{_k\} starts with '_'.*e\.g\. \{k\}"):
+        g.job("bthid/{_k}")
+    with pytest.raises(GraphDefinitionError, match="starts with '_'"):
+        g.external("feed/{__}")
     g.job("a/{x}")(lambda ctx, x: None)
     g.job("a/{y}", label="other")(lambda ctx, y: None)
     with pytest.raises(GraphDefinitionError, match="more than one job"):

@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from databuild.cli.app import app, console, run, settings
-from databuild.config import masked_url
+from databuild.config import Settings, masked_url
 
 DEV_SQL_PORT = 10000  # HiveServer2's own default: beeline -u jdbc:hive2://127.0.0.1:10000
 
@@ -22,11 +22,8 @@ def dev(
 ) -> None:
     """Embedded stack: Temporal dev server (+ UI), a worker and the dashboard; data in ./.databuild."""
     from worker.dev import run_dev  # the CLI hands over to the worker package to host workflows
-    from worker.ports import port_taken
 
-    configured = settings(temporal_address=f"127.0.0.1:{port}")
-    if not configured.sql_port and not port_taken("127.0.0.1", DEV_SQL_PORT):
-        configured = settings(temporal_address=f"127.0.0.1:{port}", sql_port=DEV_SQL_PORT)
+    configured = dev_settings(port)
     raise typer.Exit(
         run(
             run_dev(
@@ -39,6 +36,17 @@ def dev(
             )
         )
     )
+
+
+def dev_settings(port: int) -> Settings:
+    """`databuild dev`'s settings: Temporal on loopback at ``port``, and Spark SQL on 10000 when free,
+    unless `DATABUILD_SQL_PORT` says otherwise (`0`: off, as for a worker)."""
+    from worker.ports import port_taken
+
+    configured = settings(temporal_address=f"127.0.0.1:{port}")
+    if "sql_port" not in configured.model_fields_set and not port_taken("127.0.0.1", DEV_SQL_PORT):
+        configured = settings(temporal_address=f"127.0.0.1:{port}", sql_port=DEV_SQL_PORT)
+    return configured
 
 
 @app.command()

@@ -34,6 +34,14 @@ class Pattern:
         names = _PLACEHOLDER.findall(text)
         if len(names) != len(set(names)):
             raise GraphDefinitionError(f"pattern {text!r} repeats a placeholder")
+        hidden = [name for name in names if name.startswith("_")]
+        if hidden:
+            # A partitioned write names its folders `<placeholder>=<value>`, which Spark and the storage
+            # listing skip when they start with '_' (as they skip `_SUCCESS`): such a partition never builds.
+            raise GraphDefinitionError(
+                f"pattern {text!r}: placeholder {{{hidden[0]}}} starts with '_', which Spark reads as a hidden "
+                f"folder; rename it, e.g. {{{hidden[0].lstrip('_') or 'key'}}}"
+            )
         literal_check = _PLACEHOLDER.sub("x", text)
         try:
             validate_ref(literal_check)
