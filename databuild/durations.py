@@ -8,11 +8,12 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from databuild.errors import InvalidDurationError, InvalidInputError
 
 _PART = re.compile(r"(\d+)([wdhms])")
+_WRITTEN = re.compile(r"(?:\d+[wdhms])+")
 _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 # Longer is a typo, and a deadline (data time + duration) then stays far inside datetime's range.
 MAX_DURATION = timedelta(days=36500)
@@ -65,8 +66,17 @@ def checked_duration(value: timedelta) -> timedelta:
     return value
 
 
-# A duration field of a model that crosses a boundary (API bodies, the SDK's specs).
-Duration = Annotated[timedelta, AfterValidator(checked_duration)]
+def _as_written(value: object) -> object:
+    """A duration written as on the command line (``1h``, ``1d12h``) read as one; anything else (a number of
+    seconds, ISO 8601's ``PT1H``, a timedelta) is left to pydantic."""
+    if isinstance(value, str) and _WRITTEN.fullmatch(value.strip().lower()):
+        return parse_duration(value)
+    return value
+
+
+# A duration field of a model that crosses a boundary (API bodies, the SDK's specs): written as on the
+# command line or as pydantic reads one.
+Duration = Annotated[timedelta, BeforeValidator(_as_written), AfterValidator(checked_duration)]
 LAST_MOMENT = datetime.max.replace(tzinfo=UTC)
 
 

@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from databuild.backfill import BackfillRequest
 from databuild.client.specs import default_data_timestamp
 from databuild.durations import format_duration, parse_duration
 from databuild.errors import (
@@ -62,6 +63,28 @@ def test_durations() -> None:
     }.items():
         with pytest.raises(InvalidDurationError, match=reason):
             parse_duration(bad)
+
+
+def test_a_duration_in_a_request_is_read_as_the_cli_writes_it() -> None:
+    """An API body or an SDK spec takes `1h`, `24h` and `1d12h` as the CLI and docs write them, besides
+    pydantic's seconds and ISO 8601; a duration out of range is refused either way."""
+    span = {
+        "pattern": "raw_events/{date}",
+        "start": datetime(2024, 1, 1, tzinfo=UTC),
+        "end": datetime(2024, 1, 2, tzinfo=UTC),
+    }
+    for written, step in {
+        "1h": timedelta(hours=1),
+        "24h": timedelta(days=1),
+        "1d12h": timedelta(hours=36),
+    }.items():
+        assert BackfillRequest(**span, step=written).step == step  # type: ignore[arg-type]
+    assert BackfillRequest(**span, step="PT1H").step == BackfillRequest(**span, step=3600).step  # type: ignore[arg-type]
+    assert WantSpec(ref="a", data_timestamp=datetime(2024, 1, 7, tzinfo=UTC), sla="9h").sla == timedelta(
+        hours=9
+    )  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="too long"):
+        WantSpec(ref="a", data_timestamp=datetime(2024, 1, 7, tzinfo=UTC), ttl="36501d")  # type: ignore[arg-type]
 
 
 def test_want_identity_is_hash_of_ref_time_and_source() -> None:
