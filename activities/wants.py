@@ -42,7 +42,7 @@ from databuild.models import (
 from databuild.operations.sla import sla_estimate
 from databuild.temporal import protocol as p
 from databuild.temporal.job_runs import start_job_run
-from databuild.temporal.wants import notify_subscribers, settle_closing_run, signal_for_run, start_wants
+from databuild.temporal.wants import notify_subscribers, settle_closing_runs, signal_for_run, start_wants
 from databuild.views.staleness import freshness
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
@@ -229,7 +229,7 @@ class WantActivities:
         )
         # A reopened derivative's cancelled run may still be closing: let it close (or end it), so that
         # starting it makes a new run and does not attach to the closing one.
-        await asyncio.gather(*(settle_closing_run(self.client, d.spec.workflow_id) for d in reopened))
+        await settle_closing_runs(self.client, [d.spec.workflow_id for d in reopened])
         await start_wants(self.client, derivatives, self.settings.task_queue, self.bel)
         # A derivative that only a paused backfill needed waits for a resume; this want may need it now.
         # Each decides again whether it is still paused (``databuild.domain.reach``).

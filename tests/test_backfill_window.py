@@ -115,6 +115,22 @@ async def test_cancelling_a_big_backfill_stops_new_work_within_seconds_and_leave
     assert await want_workflows(stack) <= progress.started
     assert [r for r in stack.bel.job_runs(limit=100) if r.created_at >= returned] == []
 
+    # A retry takes the whole backfill back, most of whose wants never had a workflow: it settles their
+    # closing runs a few at a time, reopens every one and says so, and the window starts them again.
+    began = time.monotonic()
+    retried = await stack.db.retry_backfill(request.backfill_id)
+    retry_s = time.monotonic() - began
+    reopened = stack.bel.backfill_progress(request.backfill_id)
+    assert retried.reopened == reopened.registered - reopened.by_state.get(WantState.successful, 0), retried
+    assert retried.fail_locked == [] and not reopened.canceled and retry_s < 60, retry_s
+    built = reopened.by_state.get(WantState.successful, 0)
+    await until(
+        lambda: (
+            stack.bel.backfill_progress(request.backfill_id).by_state.get(WantState.successful, 0) > built
+        ),
+        seconds=120,
+    )
+
 
 async def test_a_step_stops_starting_wants_once_its_backfill_is_cancelled_and_records_nothing(
     make_stack,

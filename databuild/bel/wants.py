@@ -241,6 +241,32 @@ class WantReads(ReadBase):
         rows = self._all(_SUBSCRIPTIONS_OF_WANT, {"want_id": want_id, "refs": list(refs)})
         return [Subscription.model_validate(dict(r)) for r in rows]
 
+    def ended_families(self, wants: Sequence[Want]) -> dict[str, list[Want]]:
+        """Each of ``wants`` (by id) with the wants it derived, transitively, that ended failed or canceled
+        (what a retry reopens): one read of derivatives and one of wants per level for the whole lot,
+        however many (a cancelled backfill's retry asks for up to 100,000)."""
+        found = {w.want_id: w for w in wants}
+        children: dict[str, list[str]] = {}
+        level = list(found)
+        while level:
+            for parent, _, _, child in self.derivatives_of(level):
+                if child:
+                    children.setdefault(parent, []).append(child)
+            loaded = self.wants_by_id(sorted({c for p in level for c in children.get(p, ())} - set(found)))
+            found.update({w.want_id: w for w in loaded})
+            level = [w.want_id for w in loaded]
+        families: dict[str, list[Want]] = {}
+        for want in wants:
+            seen, stack = {want.want_id: None}, [want.want_id]  # in the order found: the want first
+            while stack:
+                for child in children.get(stack.pop(), ()):
+                    if child not in seen and child in found:
+                        seen[child] = None
+                        stack.append(child)
+            ended = (found[w] for w in seen)
+            families[want.want_id] = [w for w in ended if w.state in (WantState.failed, WantState.canceled)]
+        return families
+
 
 class WantCommands(WantReads, PartitionReads, WriteBase):
     """Commands about wants (their decision steps are ``DecisionCommands``)."""

@@ -58,7 +58,7 @@ from databuild.temporal.upstream import check_announcement
 from databuild.temporal.wants import (
     cancel_want,
     notify_subscribers,
-    settle_closing_run,
+    settle_closing_runs,
     start_want,
     start_wants,
 )
@@ -360,7 +360,7 @@ class DataBuild:
         registers from now on start. Wants whose partition (or a derived one) is fail-locked stay ended
         and are listed: resolve them, then retry again. NotFoundError for an unknown backfill."""
         ended = await self.bel.call(self.bel.backfill_ended_wants, backfill_id)
-        families = await self.bel.call(lambda: [self._retryable(want) for want in ended])
+        families = list((await self.bel.call(self.bel.ended_families, ended)).values())
         locked = set(await self._fail_locked([w for family in families for w in family]))
         ready = [family for family in families if not locked & {w.ref for w in family}]
         # Its own wants are reopened first, for its window to start; then the retry takes the window back
@@ -382,7 +382,7 @@ class DataBuild:
         first, so the new runs are new."""
         client = await self.temporal_client()
         unique = list({w.want_id: w for w in ended}.values())
-        await asyncio.gather(*(settle_closing_run(client, w.workflow_id) for w in unique))
+        await settle_closing_runs(client, [w.workflow_id for w in unique])
         reopened = await self.bel.call(self.bel.reopen_wants, [w.want_id for w in unique])
         starts = [WantStart.of(w) for w in reopened if w.want_id not in leave]
         await start_wants(client, starts, self.settings.task_queue, self.bel)
@@ -399,16 +399,7 @@ class DataBuild:
                 f"want {want.want_id} expired (its TTL passed at {want.spec.ttl_deadline:%Y-%m-%d %H:%M}Z); "
                 "want the partition again with a later --ttl"
             )
-        found = {want.want_id: want}
-        level = [want.want_id]
-        while level:
-            children = [
-                child for _, _, _, child in self.bel.derivatives_of(level) if child and child not in found
-            ]
-            loaded = self.bel.wants_by_id(children)
-            found.update({w.want_id: w for w in loaded})
-            level = [w.want_id for w in loaded]
-        return [w for w in found.values() if w.state in (WantState.failed, WantState.canceled)]
+        return self.bel.ended_families([want])[want.want_id]
 
     async def cancel_backfill(self, backfill_id: str) -> int:
         """Cancel a backfill: its wants that have not ended, and the derivative wants below them that no

@@ -2,6 +2,7 @@
 them, and signalling the wants subscribed to a job run's outputs."""
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -295,23 +296,35 @@ async def _outcome_of(
     return None
 
 
-async def settle_closing_run(
-    client: Client, workflow_id: str, within: timedelta = timedelta(seconds=10)
+async def settle_closing_runs(
+    client: Client,
+    workflow_ids: Sequence[str],
+    *,
+    concurrency: int = 16,
+    within: timedelta = timedelta(seconds=10),
 ) -> None:
-    """Let the run of a want that ended in the BEL close before the want is reopened, so that the new
-    run is a new one: a retry must not attach to the closing run. A run still open after ``within`` is
-    terminated; its outcome is recorded already."""
-    handle = client.get_workflow_handle(workflow_id)
-    try:
-        await asyncio.wait_for(handle.result(follow_runs=False), within.total_seconds())
-    except (TimeoutError, WorkflowFailureError):
-        pass
-    except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:
-            raise
-        return
-    if (await handle.describe()).status is WorkflowExecutionStatus.RUNNING:
-        await handle.terminate("its want was reopened by a retry; a new run takes over")
+    """Let the runs of wants that ended in the BEL close before the wants are reopened, so that each new
+    run is a new one: a retry must not attach to a closing run. ``concurrency`` at a time (a cancelled
+    backfill's retry settles up to 100,000); a run still open after ``within`` is terminated, its outcome
+    recorded already. A want whose workflow never started (a backfill's, cancelled before its window
+    reached it) or has closed has nothing to settle."""
+    gate = asyncio.Semaphore(concurrency)
+
+    async def settle(workflow_id: str) -> None:
+        async with gate:
+            handle = client.get_workflow_handle(workflow_id)
+            try:
+                if (await handle.describe()).status is not WorkflowExecutionStatus.RUNNING:
+                    return
+                with contextlib.suppress(TimeoutError, WorkflowFailureError):
+                    await asyncio.wait_for(handle.result(follow_runs=False), within.total_seconds())
+                if (await handle.describe()).status is WorkflowExecutionStatus.RUNNING:
+                    await handle.terminate("its want was reopened by a retry; a new run takes over")
+            except RPCError as error:
+                if error.status != RPCStatusCode.NOT_FOUND:
+                    raise
+
+    await asyncio.gather(*(settle(workflow_id) for workflow_id in dict.fromkeys(workflow_ids)))
 
 
 async def cancel_want(client: Client, bel: BelQueries, want: Want) -> None:
