@@ -146,6 +146,20 @@ def result(name: str, severity: str, passed: bool, ref: str = "a/1") -> CheckRes
     )
 
 
+def test_a_very_long_message_is_recorded_cut_and_logged_whole(caplog: pytest.LogCaptureFixture) -> None:
+    """A message of megabytes (a dump of every bad row) made an activity failure Temporal refused, so the
+    failure was never heard: its first 2,000 characters are recorded, the whole text logged."""
+    long = "bad row; " * 350_000  # 3 MB
+    with caplog.at_level("WARNING", logger="databuild.graph.checks"):
+        result = custom(lambda c, f: Verdict(passed=False, message=long), name="dump").result(
+            context(), lambda: None
+        )  # type: ignore[arg-type]
+    assert len(result.message) < 2_100 and result.message.startswith("bad row; bad row;")
+    assert result.message.endswith(f"... ({len(long) - 2000:,} more characters in the job log)")
+    assert any(long in r.getMessage() for r in caplog.records)
+    assert len(rules.failure_reason([result])) < 2_200
+
+
 def test_only_failed_blocking_checks_block_and_the_reason_names_each() -> None:
     found = {
         "a/1": [result("n", "blocking", False), result("w", "warning", False)],

@@ -7,6 +7,7 @@ job; ``custom`` runs a function of a ``CheckContext`` and the DataFrame. A facto
 wrong with a check is said when the graph declares the job, naming the job (``declare``).
 """
 
+import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,9 @@ from pydantic import Field
 
 from databuild.errors import GraphDefinitionError
 from databuild.models import CheckMetric, CheckResult, CheckSeverity, Column, InstanceFacts, Model
+
+log = logging.getLogger(__name__)
+MAX_MESSAGE = 2000  # characters of a check's message that are recorded with its result
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -80,12 +84,19 @@ class Check:
         """The result on the instance ``data()`` reads back: called only by a check that looks at the
         data, so a schema contract or a row count from the recorded facts costs no Spark work at all."""
         verdict = self.evaluate(ctx, data)
+        message = verdict.message or ("passed" if verdict.passed else "failed")
+        if len(message) > MAX_MESSAGE:
+            # Recorded, alerted and sent to Temporal with the result: a message of megabytes made an activity
+            # failure Temporal refuses. The whole text goes to the attempt's log (the job thread's logging).
+            log.warning("check %s of %s said (in full): %s", self.name, ctx.ref, message)
+            cut = len(message) - MAX_MESSAGE
+            message = f"{message[:MAX_MESSAGE]}... ({cut:,} more characters in the job log)"
         return CheckResult(
             name=self.name,
             ref=ctx.ref,
             severity=CheckSeverity(self.severity),
             passed=verdict.passed,
-            message=verdict.message or ("passed" if verdict.passed else "failed"),
+            message=message,
             metrics=verdict.metrics,
         )
 
