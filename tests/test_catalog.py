@@ -21,6 +21,7 @@ from databuild.jobs.catalog import Catalog, serve_sql
 from databuild.jobs.spark import SparkRuntime
 from databuild.models import WantState
 from tests.conftest import SQL_PORT, Stack
+from tests.graphs import LEFT_AUDIT_FAILS
 from tests.helpers import instance_dir
 
 pytestmark = pytest.mark.slow
@@ -97,7 +98,7 @@ async def built(stack: Stack, ref: str) -> str:
     return stack.bel.partition(ref).instance_id or ""
 
 
-async def test_a_published_partition_is_queried_with_beeline_after_a_build_and_a_rebuild(
+async def test_a_published_partition_is_queried_with_beeline_after_each_change_of_its_live_instance(
     make_stack, sql_server: int
 ) -> None:
     database = f"t_{uuid.uuid4().hex[:8]}"
@@ -107,7 +108,9 @@ async def test_a_published_partition_is_queried_with_beeline_after_a_build_and_a
     count = f"SELECT count(*) FROM {database}.`left` WHERE n = '{n}'"
     await rows_become(stack, sql_server, count, "10")  # the catalog follows the commit in the background
 
+    # A taint takes the instance out of service, and out of the table: no SQL reader reads it.
     await stack.db.taint(f"left/{n}", reason="late events")
+    await rows_become(stack, sql_server, count, "0")
     second = await built(stack, f"left/{n}")
     assert second != first
     # The table follows the live instance; the sibling output is a table too (one beeline for both).
@@ -126,6 +129,26 @@ async def test_a_published_partition_is_queried_with_beeline_after_a_build_and_a
     assert beeline(sql_server, count)[-1] == "0"
     assert catalog.repair() == 2
     assert beeline(sql_server, count)[-1] == "20"
+
+    # A re-check that fails a blocking check, and a skip, take the table partitions out too, though
+    # neither is a build of the worker's: the worker follows the log.
+    LEFT_AUDIT_FAILS.add(f"left/{n}")
+    recheck = await stack.db.check(f"left/{n}")
+    assert recheck.fail_locked
+    await stack.db.skip(f"right/{n}")
+    await rows_become(stack, sql_server, f"SELECT ({count}), ({right})", "0,0")
+    # ... and so does the repair, for a change made while no worker followed (a partition the table
+    # shows though the BEL has it out of service is dropped).
+    other = uuid.uuid4().hex[:6]
+    await built(stack, f"left/{other}")
+    await rows_become(stack, sql_server, f"SELECT count(*) FROM {database}.`left` WHERE n = '{other}'", "10")
+    catalog.follow(f"left/{n}")  # nothing to drop: follow is idempotent
+    session = stack.parts.spark.session()
+    quoted = stack.bel.instance(second).location
+    session.sql(f"ALTER TABLE {database}.`left` ADD PARTITION (n = '{n}') LOCATION '{quoted}'")
+    assert catalog.repair() >= 1
+    shown = {row[0] for row in session.sql(f"SHOW PARTITIONS {database}.`left`").collect()}
+    assert f"n={other}" in shown and f"n={n}" not in shown
 
 
 async def test_a_batch_written_as_one_dataframe_is_one_table_partition_per_day(

@@ -272,6 +272,8 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
         ),
         asyncio.create_task(periodically(parts.settings.repair_every, stop, repair, parts, built)),
     ]
+    if built.jobs.executor.catalog is not None:
+        chores.append(asyncio.create_task(periodically(FOLLOW_EVERY, stop, follow_catalog, parts, built)))
     try:
         with serving_metrics(parts.settings.metrics_port, parts.bel, parts.settings.pools):
             async with built.worker:
@@ -283,6 +285,8 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
 
 
 Chore = Callable[[WorkerParts, BuiltWorker], Awaitable[None]]
+# How soon a table stops showing an instance taken out of service elsewhere (a read of the log's tail).
+FOLLOW_EVERY = timedelta(seconds=1)
 
 
 async def periodically(every: timedelta, stop: asyncio.Event, chore: Chore, *args: Any) -> None:
@@ -316,6 +320,14 @@ def start_catalog(catalog: Catalog, sql: SparkRuntime | None) -> None:
         log.exception("could not repair the catalog from the BEL; the next start tries again")
     else:
         log.info("catalog: %d live partition(s) pointed at their instances", pointed)
+
+
+async def follow_catalog(_parts: WorkerParts, built: BuiltWorker) -> None:
+    """Drop or re-point the table partitions whose live instance a taint, a skip or a failed re-check
+    took out of service, wherever it was done."""
+    catalog = built.jobs.executor.catalog
+    if catalog is not None:
+        await asyncio.to_thread(catalog.follow_log)
 
 
 async def repair(parts: WorkerParts, _built: BuiltWorker) -> None:

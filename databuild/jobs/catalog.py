@@ -2,7 +2,9 @@
 to a table has its table partition pointed at the live instance location, so users query
 ``SELECT ... FROM daily_users WHERE date = '2024-01-03'`` with Spark SQL, the Thrift server and beeline,
 or any engine reading the metastore. The BEL stays the source of truth: the catalog is told what the BEL
-says is live, idempotently, and repaired from the BEL when a worker starts.
+says is live, idempotently: a partition taken out of service without a build (a taint, a skip, a failed
+re-check, in any process) is dropped from its table when the worker following the log sees it, and the
+whole catalog is repaired from the BEL when a worker starts.
 
 The metastore is an embedded Derby database under ``<home>/catalog`` (one JVM at a time: the worker that
 holds ``<home>/catalog/lease`` serves it, and may serve SQL to other processes through the Thrift
@@ -17,17 +19,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+from urllib.parse import unquote
 
 from databuild.bel.queries import BelQueries
 from databuild.config import Settings
 from databuild.graph import Graph, Pattern
 from databuild.jobs.spark import SparkRuntime
-from databuild.models import PartitionStatus
+from databuild.models import EventFilter, PartitionStatus
 
 log = logging.getLogger(__name__)
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER_SEGMENT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 PAGE = 500
+# The events that can take a ref's live instance out of service without a build of this worker's.
+OUT_OF_SERVICE = ("PartitionTainted", "PartitionSkipped", "PartitionFailed")
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,7 @@ def embedded_catalog_conf(folder: Path) -> dict[str, str]:
 
 
 class Catalog:
-    """Points table partitions at live instances, through the worker's own SparkSession."""
+    """Keeps table partitions on the live instances, through the worker's own SparkSession."""
 
     def __init__(
         self, spark: SparkRuntime, graph: Graph, bel: BelQueries, *, database: str, root: str
@@ -131,21 +136,22 @@ class Catalog:
         self.tables = graph_tables(graph)
         self._lock = threading.Lock()  # one catalog change at a time per process (Derby, and DDL races)
         self._known: set[str] = set()
+        self._cursor: int | None = None  # the log's index up to which changes are followed (follow_log)
         # Catalog changes run on a thread of their own, so a slow metastore never holds a job activity
         # (and its heartbeats) after the commit that made its outputs live.
         self._changes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="databuild-catalog")
 
-    def publish_later(self, refs: Iterable[str]) -> Future[None]:
-        """Point the tables of ``refs`` at their live instances, in the background; a failure is logged
-        (the next repair points them)."""
-        return self._changes.submit(self._publish_all, list(refs))
+    def follow_later(self, refs: Iterable[str]) -> Future[None]:
+        """Make the tables of ``refs`` show what the BEL says of them now, in the background; a failure
+        is logged (the next repair puts it right)."""
+        return self._changes.submit(self._follow_all, list(refs))
 
-    def _publish_all(self, refs: list[str]) -> None:
+    def _follow_all(self, refs: list[str]) -> None:
         for ref in refs:
             try:
-                self.publish(ref)
+                self.follow(ref)
             except Exception as error:
-                log.warning("catalog: could not point the table of %s at its instance: %s", ref, error)
+                log.warning("catalog: could not bring the table of %s up to date: %s", ref, error)
 
     def close(self) -> None:
         self._changes.shutdown(wait=True)
@@ -158,22 +164,24 @@ class Catalog:
             return None
         return spec, pattern.match(ref) or {}
 
-    def publish(self, ref: str) -> str | None:
+    def follow(self, ref: str) -> str | None:
         """Point ``ref``'s table partition at the instance the BEL says is live now (a later build may
-        have replaced the one that asked). Returns ``db.table (col=value, ...)``, or None if the ref
-        maps to no table or is not live."""
+        have replaced the one that asked), or drop it when none is: after a taint, a skip or a failed
+        re-check no SQL reader reads an instance taken out of service. Returns ``db.table (col=value,
+        ...)`` of a partition pointed at, or None."""
         mapped = self.table(ref)
         if mapped is None:
             return None
+        spec, values = mapped
+        table = f"`{self.database}`.`{spec.name}`"
+        where = ", ".join(f"`{c}` = '{values[c]}'" for c in spec.columns)
         partition = self.bel.find_partition(ref)
         if partition is None or partition.status is not PartitionStatus.live:
+            self._drop(table, where)
             return None
-        spec, values = mapped
         location = self.bel.instance(partition.instance_id or "").location
         if location is None:
             return None  # none recorded: nothing to point the table partition at
-        table = f"`{self.database}`.`{spec.name}`"
-        where = ", ".join(f"`{c}` = '{values[c]}'" for c in spec.columns)
         with self._lock:
             session = self.spark.session()
             if table not in self._known:
@@ -197,18 +205,67 @@ class Catalog:
             session.sql(f"ALTER TABLE {table} PARTITION ({where}) SET LOCATION '{quoted}'")
         return f"{self.database}.{spec.name} ({where})"
 
+    def _drop(self, table: str, where: str) -> None:
+        with self._lock:
+            session = self.spark.session()
+            if table in self._known or session.catalog.tableExists(table.replace("`", "")):
+                # The table is external: dropping a partition leaves the instance's files to gc.
+                session.sql(f"ALTER TABLE {table} DROP IF EXISTS PARTITION ({where})")
+
+    def follow_log(self) -> int:
+        """Follow the changes of live instances made away from this worker's builds (a taint, a skip, a
+        failed re-check, from any process) that the log recorded since the last call, or since the
+        repair. Returns how many refs it looked at."""
+        if self._cursor is None:
+            return 0  # the repair has not run: it brings every table up to date first
+        page = self.bel.event_page(self._cursor, PAGE, EventFilter(types=list(OUT_OF_SERVICE)))
+        refs = sorted({e.ref for e in page.events if e.ref is not None})
+        self._follow_all(refs)
+        self._cursor = page.next_since_idx
+        return len(refs)
+
     def repair(self) -> int:
-        """Point every live partition of a mapped pattern at its live instance (after a crash between a
-        commit and its catalog change, or a catalog that was down). Returns how many it pointed."""
+        """Bring every table up to date from the BEL (after a crash between a commit and its catalog
+        change, or a catalog that was down): each live partition pointed at its live instance, each table
+        partition of a ref that is no longer live dropped. Returns how many it pointed."""
+        since = self.bel.last_idx()
         pointed = offset = 0
         while page := self.bel.partitions(status=PartitionStatus.live, limit=PAGE, offset=offset):
             offset += len(page)
             for partition in page:
                 try:
-                    pointed += self.publish(partition.ref) is not None
+                    pointed += self.follow(partition.ref) is not None
                 except Exception as error:  # one bad partition must not stop the others
                     log.warning("catalog: could not point %s at its instance: %s", partition.ref, error)
+        self._follow_all(self._listed_but_not_live())
+        self._cursor = since  # what changed during the repair is followed again: following is idempotent
         return pointed
+
+    def _listed_but_not_live(self) -> list[str]:
+        """The refs of the table partitions in the catalog whose ref the BEL says is not live."""
+        listed: list[str] = []
+        for pattern in self.graph.patterns:
+            spec = self.tables.get(pattern.text)
+            if not isinstance(spec, TableSpec):
+                continue
+            with self._lock:
+                session = self.spark.session()
+                if not session.catalog.tableExists(f"{self.database}.{spec.name}"):
+                    continue
+                shown = session.sql(f"SHOW PARTITIONS `{self.database}`.`{spec.name}`").collect()
+            for row in shown:
+                values = dict(
+                    (column, unquote(value))
+                    for column, _, value in (part.partition("=") for part in row[0].split("/"))
+                )
+                listed.append(pattern.format(values))
+        live = {
+            p.ref
+            for start in range(0, len(listed), PAGE)
+            for p in self.bel.partitions_by_ref(listed[start : start + PAGE])
+            if p.status is PartitionStatus.live
+        }
+        return [ref for ref in listed if ref not in live]
 
 
 def serve_sql(spark: SparkRuntime) -> None:

@@ -240,7 +240,7 @@ class JobExecutor:
         """Point the tables of the run's outputs at their live instances, in the background. The BEL is
         the truth: a catalog that fails is logged and repaired when a worker starts, never a failed build."""
         if self.catalog is not None:
-            self.catalog.publish_later(run.outputs)
+            self.catalog.follow_later(run.outputs)
 
     def progress(self, group: str) -> Progress:
         job = self._running.get(group)
