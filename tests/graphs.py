@@ -451,9 +451,18 @@ lookback = Graph("lookback")
 lookback.external("feed/{date}")
 
 
+# A test holds the next build of mid/{date} after its read: (read, release) events, used once.
+MID_HELD: dict[str, tuple[threading.Event, threading.Event]] = {}
+
+
 @lookback.job("mid/{date}", rebuild_on_new_inputs="2d")
 def lookback_mid(ctx: JobContext, date: str) -> None:
-    ctx.write(f"mid/{date}", ctx.read(f"feed/{date}"))
+    feed = ctx.read(f"feed/{date}")
+    if (held := MID_HELD.pop(date, None)) is not None:
+        held[0].set()
+        if not held[1].wait(120):
+            raise RuntimeError("the test never released mid/{date}")
+    ctx.write(f"mid/{date}", feed)
 
 
 @lookback.job("top/{date}", rebuild_on_new_inputs=timedelta(days=2))

@@ -81,6 +81,10 @@ def test_the_bel_finds_the_live_readers_of_an_older_instance_with_their_data_tim
     assert {r.data_time for r in found} == {AT}  # the data time of the wants that built the readers
     bel.publish_external("ext/1", instance_id="ext/1@2")
     assert [(r.ref, r.input_live) for r in bel.late_readers(["ext/1"])] == [("up/1", "ext/1@2")]
+    # Asked of the readers themselves (what a rebuild that just ended read behind the news): the same.
+    assert [(r.ref, r.input_ref) for r in bel.late_readers(["up/1", "down/1"], of=False)] == [
+        ("up/1", "ext/1")
+    ]
     bel.taint("mid/1", reason="rebuilt")
     build(bel, "mid/1", newer)  # a rebuilt reader reads the newer one: no longer late
     assert [r.ref for r in bel.late_readers(["up/1"])] == ["side/1"]

@@ -4,6 +4,7 @@ those in turn, once each and with the reason on the want; an older day only show
 same news again starts nothing."""
 
 import asyncio
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -13,6 +14,7 @@ from databuild.domain.staleness import StaleKind
 from databuild.models import Want, WantSource, WantState
 from databuild.views.lineage import partition_view
 from tests.conftest import Stack
+from tests.graphs import MID_HELD
 from tests.helpers import lake, until
 
 GRAPH = "tests.graphs:lookback"
@@ -98,3 +100,24 @@ async def test_a_newer_input_rebuilds_its_readers_inside_the_window_once(make_st
     assert {p.ref: p.instance_id for p in stack.bel.partitions(limit=100)}[f"mid/{recent}"] == after[
         f"mid/{recent}"
     ]
+
+    # A burst of news while a rebuild runs: the rebuilds it starts delegate to the run, which read an
+    # older instance. When that run ends behind the news, the newest instance gets its rebuild, so the
+    # readers end on the last version and nothing in the window stays stale.
+    read, release = MID_HELD[recent] = (threading.Event(), threading.Event())
+    burst = range(3, 9)
+    await arrives(stack, recent, burst[0])
+    assert await asyncio.to_thread(read.wait, 120), "the rebuild of mid never read the feed"
+    for version in burst[1:]:
+        await arrives(stack, recent, version)
+    release.set()
+
+    async def caught_up() -> bool:
+        settled = all(w.state.is_final for w in rebuilds(stack))
+        return settled and not await stack.db.stale(f"*/{recent}")
+
+    await until(caught_up, "the readers of the feed caught up with its last version", seconds=120)
+    mid = stack.bel.partition(f"mid/{recent}")
+    assert stack.bel.instance(mid.instance_id or "").facts.rows == burst[-1]
+    # Rebuilt at most once per new input (the first build, v2's rebuild, then one per announcement).
+    assert len(stack.bel.instances(f"mid/{recent}")) <= 2 + len(burst)

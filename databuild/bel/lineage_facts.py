@@ -67,13 +67,15 @@ class LineageFactReads(ReadBase):
             )
         return found
 
-    def late_readers(self, refs: Sequence[str]) -> list[LateReader]:
-        """The live instances that read an older instance of one of these refs than its live one, with
-        the job that built each and its data time (of the wants its run built that ref for, the earliest;
-        else of any want of the run). Three queries per chunk of refs."""
+    def late_readers(self, refs: Sequence[str], *, of: bool = True) -> list[LateReader]:
+        """The live instances that read an older instance of one of these refs than its live one (with
+        ``of=False``: the live instances of these refs that read an older instance of any input than its
+        live one, e.g. a rebuild that ended behind news heard while it ran), with the job that built each
+        and its data time (of the wants its run built that ref for, the earliest; else of any want of the
+        run). Three queries per chunk of refs."""
         found: list[LateReader] = []
         for chunk in chunks(refs):
-            rows = self._all(_LATE_READS_OF, {"refs": chunk})
+            rows = self._all(_LATE_READS_OF if of else _LATE_READS_BY, {"refs": chunk})
             times = self._data_times({r["job_run_id"] for r in rows})
             for r in rows:
                 of_run = times.get(r["job_run_id"], {})
@@ -190,6 +192,7 @@ def _reads() -> Select[Any]:
 
 # Built once (see bel.rows): the late reads of a chunk of refs, and the data times of a chunk of runs' wants.
 _LATE_READS_OF = _late_reads().where(s.one_of(_IN.c.ref, "refs"))
+_LATE_READS_BY = _late_reads().where(s.one_of(_OUT.c.ref, "refs"))
 _DATA_TIMES = (
     select(s.want_job_runs.c.job_run_id, s.wants.c.ref, s.wants.c.data_timestamp)
     .select_from(s.want_job_runs.join(s.wants, s.wants.c.want_id == s.want_job_runs.c.want_id))

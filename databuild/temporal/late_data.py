@@ -19,11 +19,15 @@ async def rebuild_late_readers(
     client: Client, bel: BelQueries, graph: Graph, task_queue: str, refs: Sequence[str]
 ) -> list[WantSpec]:
     """Start a fresh want for each reader of an older instance of ``refs`` that its job's window says to
-    rebuild; returns their specs (none when no job declares a window: then nothing is read)."""
+    rebuild; returns their specs (none when no job declares a window: then nothing is read). ``refs``
+    themselves are readers too: a rebuild that read an input which newer news superseded while it ran
+    (its wants delegated to it, and accepted what it built) is rebuilt for the newest, so the last news
+    wins."""
     windows = {job.label: job.rebuild_on_new_inputs for job in graph.jobs if job.rebuild_on_new_inputs}
     if not windows or not refs:
         return []
     readers = await bel.call(bel.late_readers, list(refs))
+    readers += await bel.call(bel.late_readers, list(refs), of=False)
     specs = [
         WantSpec(
             ref=r.ref,
