@@ -164,6 +164,13 @@ class Settings(BaseSettings):
         "while it records its start or its outcome, trying again with backoff, before it fails; see "
         "[Database outages](operations/index.md#database-outages)",
     )
+    check_timeout: timedelta = Field(
+        default=timedelta(minutes=10),
+        ge=timedelta(seconds=1),
+        le=MAX_DURATION,
+        description="how long `databuild check` lets a partition's checks run on a worker, all attempts "
+        "together, before it gives up and says so",
+    )
     max_concurrent_jobs: int = Field(default=4, ge=1, description="job activities one worker runs at once")
     job_log_max_bytes: int = Field(
         default=1024 * 1024,
@@ -333,6 +340,8 @@ class Settings(BaseSettings):
         "job_heartbeat_timeout",
         "job_start_to_close_timeout",
         "job_lease",
+        "bel_outage_patience",
+        "check_timeout",
         "gc_every",
         "repair_every",
         "gc_keep",

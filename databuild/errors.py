@@ -178,6 +178,14 @@ class CheckFailedError(DataBuildError):
     retryable = False
 
 
+class ChecksTimedOutError(DataBuildError):
+    """`databuild check` ran out of time on the worker (DATABUILD_CHECK_TIMEOUT): a check hangs, or needs
+    longer than the setting allows. Nothing was recorded."""
+
+    http_status = 504
+    exit_code = 1
+
+
 class SubmittedJobError(DataBuildError):
     """A job run as its own Spark application (spark-submit) raised, or its application ended without
     reporting a result. ``kind`` is the type name of what the job raised, ``traceback`` its traceback."""

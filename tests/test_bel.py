@@ -574,7 +574,8 @@ def checks_kept_published_and_rechecked(bel: BuildEventLog) -> None:
     with pytest.raises(InvalidTransitionError, match="not a/20-bad that was checked"):
         bel.recheck("a/20", "a/20-bad", bad["a/20"])
     recheck = [check("not_null(id)", "blocking", False)]
-    partition = bel.recheck("a/20", "a/20-good", recheck)
+    assert bel.recorded_recheck("a/20", "check-run-1") is None
+    partition = bel.recheck("a/20", "a/20-good", recheck, "check-run-1")
     assert partition.status is PartitionStatus.failed
     assert partition.reason == "check not_null(id) of a/20 failed: not_null(id) bad"
     retired = bel.instance("a/20-good")
@@ -582,6 +583,11 @@ def checks_kept_published_and_rechecked(bel: BuildEventLog) -> None:
     assert [(r.name, r.passed) for r in retired.checks] == [("not_null(id)", False), ("rows", False)]
     with pytest.raises(InvalidTransitionError, match="checks re-run on a live instance only"):
         bel.recheck("a/20", "a/20-good", recheck)
+    # A retry of the request that recorded it (its answer lost) gets that answer; another request does not.
+    again = bel.recorded_recheck("a/20", "check-run-1")
+    assert again is not None and again.fail_locked and again.instance_id == "a/20-good"
+    assert again.results == recheck and again.partition.status is PartitionStatus.failed
+    assert bel.recorded_recheck("a/20", "check-run-2") is None
     assert [p.ref for p in bel.resolve("a/20")] == ["a/20"]  # only a/20: no run fail-locked its siblings
 
 

@@ -3,6 +3,7 @@ every reader and fail-locks the partition until a fix and `resolve`; warnings ar
 `databuild check` re-runs them on the live instance."""
 
 import asyncio
+import threading
 import json
 
 import pytest
@@ -116,6 +117,17 @@ async def test_a_failing_warning_goes_live_and_alerts_and_databuild_check_reruns
     assert {r["name"]: r["passed"] for r in found["results"]}["small"] is False
     assert stack.bel.partition("events/2").status is PartitionStatus.live
     assert len(stack.bel.events(types=["InstanceChecked"], limit=100)) == 2  # at build, and now
+
+    # A check that hangs: the request gives up within DATABUILD_CHECK_TIMEOUT and says so, and the
+    # results the check ends with later are not recorded.
+    release = graphs.AUDIT_HANGS["events/2"] = threading.Event()
+    try:
+        hung = await cli(stack, "check", "events/2", DATABUILD_CHECK_TIMEOUT="3s")
+    finally:
+        release.set()
+        del graphs.AUDIT_HANGS["events/2"]
+    assert hung.returncode == 1, hung.stderr
+    assert "did not finish within 3s" in hung.stderr and "DATABUILD_CHECK_TIMEOUT" in hung.stderr
 
     # An audit that now fails takes the instance out of service: fail-locked, its readers' data stale.
     graphs.AUDIT_FAILS.add("events/2")

@@ -193,6 +193,17 @@ def test_numbers_and_durations_have_their_ranges(
         Settings.from_env()
 
 
+def test_every_duration_setting_is_written_as_the_docs_write_durations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    durations = [f for f, info in Settings.model_fields.items() if info.annotation is timedelta]
+    assert "check_timeout" in durations and "bel_outage_patience" in durations
+    for field in durations:
+        monkeypatch.setenv(ENV_NAMES[field], "1h30m")
+        assert getattr(Settings.from_env(), field) == timedelta(minutes=90), field
+        monkeypatch.delenv(ENV_NAMES[field])
+
+
 def test_every_variable_is_derived_from_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """ENV_NAMES (process_env, errors, the docs) names the variables pydantic-settings reads."""
     for name in list(os.environ):

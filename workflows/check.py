@@ -15,7 +15,7 @@ with workflow.unsafe.imports_passed_through():
 # A check that cannot run is retried a little (a worker lost, Spark restarting), then reported; what the
 # request got wrong (no live instance, no checks) is non-retryable (activities.errors).
 CHECK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3)
-CHECK_TIMEOUT = timedelta(hours=1)
+CHECK_TIMEOUT = timedelta(hours=1)  # of each attempt, for a request that names no timeout
 
 
 @workflow.defn(name=p.CHECK_WORKFLOW)
@@ -26,7 +26,8 @@ class CheckWorkflow:
         recheck: Recheck = await workflow.execute_activity_method(
             CheckActivities.recheck,
             input,
-            start_to_close_timeout=CHECK_TIMEOUT,
+            start_to_close_timeout=input.timeout or CHECK_TIMEOUT,
+            schedule_to_close_timeout=input.timeout,
             heartbeat_timeout=timedelta(seconds=60),
             retry_policy=CHECK_RETRY,
         )

@@ -24,7 +24,9 @@ from databuild.bel.rows import (
 )
 from databuild.domain import checks as check_rules
 from databuild.domain import decisions
+from databuild.domain import events as ev
 from databuild.domain import partitions as partition_rules
+from databuild.domain.checks import Recheck
 from databuild.errors import (
     NotFoundError,
 )
@@ -324,15 +326,41 @@ class PartitionCommands(PartitionReads, WriteBase):
             tx.extend(partition_rules.pin(instance, pinned, reason))
         return self.instance(instance_id)
 
-    def recheck(self, ref: str, instance_id: str, results: Sequence[CheckResult]) -> Partition:
-        """Record the results of re-running ``ref``'s checks on its live instance ``instance_id``: a
-        blocking failure retires the instance (what was built from it shows stale) and fail-locks the
-        partition. Refused, recording nothing, if another instance went live meanwhile."""
+    def recheck(
+        self, ref: str, instance_id: str, results: Sequence[CheckResult], recheck_id: str | None = None
+    ) -> Partition:
+        """Record the results of re-running ``ref``'s checks on its live instance ``instance_id`` (by the
+        request ``recheck_id``): a blocking failure retires the instance (what was built from it shows
+        stale) and fail-locks the partition. Refused, recording nothing, if another instance went live
+        meanwhile."""
         check_rules.checkable(self.find_partition(ref), ref)
         with self._write(ref_key(ref), alone=True) as tx:  # alone: the impact is what readers built
             impact = self._impact(ref, instance_id)
-            tx.extend(check_rules.rechecked(partition_at(tx.conn, ref), instance_id, results, impact))
+            partition = partition_at(tx.conn, ref)
+            tx.extend(check_rules.rechecked(partition, instance_id, results, impact, recheck_id))
             return partition_from_row(require_partition(tx.conn, ref))
+
+    def recorded_recheck(self, ref: str, recheck_id: str) -> Recheck | None:
+        """What the re-check request ``recheck_id`` recorded on ``ref``, if it did: a retry of it (its
+        answer was lost) returns that, rather than refusing the instance it took out of service itself.
+        Re-checks of one ref run one at a time, so a recorded one is the ref's latest."""
+        rows = self._all(
+            select(s.events.c.data)
+            .where(
+                s.events.c.ref == ref,
+                s.events.c.type == "InstanceChecked",
+                s.events.c.job_run_id.is_(None),
+            )
+            .order_by(s.events.c.idx.desc())
+            .limit(1)
+        )
+        if not rows:
+            return None
+        event = ev.InstanceChecked.model_validate(rows[0]["data"])
+        if event.recheck_id != recheck_id:
+            return None
+        partition = self.partition(ref)
+        return Recheck(ref=ref, instance_id=event.instance_id, results=event.results, partition=partition)
 
     def _impact(self, ref: str, instance_id: str) -> TaintImpact:
         closure = self.downstream_closure(instance_id)

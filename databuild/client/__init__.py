@@ -562,7 +562,8 @@ class DataBuild:
         alert."""
         validate_ref(ref)
         check_rules.checkable(await self.bel.call(self.bel.find_partition, ref), ref)  # before any worker
-        return await recheck(await self.temporal_client(), self.settings.task_queue, ref)
+        client = await self.temporal_client()
+        return await recheck(client, self.settings.task_queue, ref, self.settings.check_timeout)
 
     async def taint_impact(self, ref: str) -> TaintImpact:
         """What tainting ``ref`` would affect (every instance built from its live one); records nothing."""

@@ -4,27 +4,29 @@ were, workflows cancelled and signalled whether or not they still run, many call
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
 from typing import TypeVar
 
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, TimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 
 from databuild.domain.checks import Recheck
-from databuild.errors import DataBuildError, error_class
+from databuild.durations import format_duration
+from databuild.errors import ChecksTimedOutError, DataBuildError, error_class
 from databuild.temporal.protocol import CHECK_WORKFLOW, CheckInput, check_workflow_id
 
 T = TypeVar("T")
 
 
-async def recheck(client: Client, task_queue: str, ref: str) -> Recheck:
+async def recheck(client: Client, task_queue: str, ref: str, within: timedelta) -> Recheck:
     """Run ``ref``'s checks again on a worker, as its ``Check`` workflow (a second request meanwhile
-    waits for the first's answer)."""
+    waits for the first's answer), for at most ``within``."""
     try:
         found: Recheck = await client.execute_workflow(
             CHECK_WORKFLOW,
-            CheckInput(ref=ref),
+            CheckInput(ref=ref, timeout=within),
             id=check_workflow_id(ref),
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -33,8 +35,23 @@ async def recheck(client: Client, task_queue: str, ref: str) -> Recheck:
             static_summary=f"databuild check {ref}",
         )
     except WorkflowFailureError as failure:
+        if _timed_out(failure):
+            raise ChecksTimedOutError(
+                f"the checks of {ref} did not finish within {format_duration(within)} on the worker, and "
+                "their results are not recorded: one of its checks may hang; "
+                "give them longer with DATABUILD_CHECK_TIMEOUT"
+            ) from None
         raise worker_error(failure) from None
     return found
+
+
+def _timed_out(failure: BaseException) -> bool:
+    cause: BaseException | None = failure
+    while cause is not None:
+        if isinstance(cause, TimeoutError):
+            return True
+        cause = cause.__cause__
+    return False
 
 
 def worker_error(failure: WorkflowFailureError) -> DataBuildError:

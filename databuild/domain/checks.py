@@ -22,9 +22,14 @@ def failure_reason(failures: Sequence[CheckResult]) -> str:
 
 
 def checked(
-    job_run_id: str | None, instances: Sequence[InstanceRef], results: Mapping[str, Sequence[CheckResult]]
+    job_run_id: str | None,
+    instances: Sequence[InstanceRef],
+    results: Mapping[str, Sequence[CheckResult]],
+    *,
+    recheck_id: str | None = None,
 ) -> list[ev.Event]:
-    """An ``InstanceChecked`` per instance whose output has checks (``results`` by ref)."""
+    """An ``InstanceChecked`` per instance whose output has checks (``results`` by ref), written by
+    ``job_run_id`` or re-run by the request ``recheck_id``."""
     events: list[ev.Event] = []
     for instance in instances:
         found = list(results.get(instance.ref, ()))
@@ -36,7 +41,11 @@ def checked(
             raise InvalidInputError(f"check results given for {instance.ref} are of another ref")
         events.append(
             ev.InstanceChecked(
-                ref=instance.ref, instance_id=instance.instance_id, job_run_id=job_run_id, results=found
+                ref=instance.ref,
+                instance_id=instance.instance_id,
+                job_run_id=job_run_id,
+                results=found,
+                recheck_id=recheck_id,
             )
         )
     return events
@@ -58,7 +67,11 @@ def checkable(partition: Partition | None, ref: str) -> Partition:
 
 
 def rechecked(
-    partition: Partition | None, instance_id: str, results: Sequence[CheckResult], impact: TaintImpact
+    partition: Partition | None,
+    instance_id: str,
+    results: Sequence[CheckResult],
+    impact: TaintImpact,
+    recheck_id: str | None = None,
 ) -> list[ev.Event]:
     """Results of re-running a partition's checks on ``instance_id``, the live instance they ran on. A
     blocking failure takes it out of service at once: tainted (so what was built from it shows stale,
@@ -69,7 +82,8 @@ def rechecked(
             f"the live instance of {impact.ref} is now {live.instance_id}, not {instance_id} that was checked; "
             "run `databuild check` again"
         )
-    events = checked(None, [InstanceRef(ref=impact.ref, instance_id=instance_id)], {impact.ref: results})
+    checked_now = [InstanceRef(ref=impact.ref, instance_id=instance_id)]
+    events = checked(None, checked_now, {impact.ref: results}, recheck_id=recheck_id)
     failures = [r for r in results if r.blocks]
     if failures:
         reason = failure_reason(failures)

@@ -370,6 +370,10 @@ class InstanceChecked(Model):
     instance_id: str
     job_run_id: str | None = None
     results: list[CheckResult]
+    recheck_id: str | None = Field(
+        default=None,
+        description="the `databuild check` request that re-ran them, so a retry of it returns what it recorded",
+    )
 
 
 class JobRunCostRecorded(Model):

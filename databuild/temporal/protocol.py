@@ -517,6 +517,9 @@ class CheckInput(Model):
     """Re-run the checks of ``ref`` on its live instance (on a worker: they need its Spark session)."""
 
     ref: str
+    timeout: timedelta | None = Field(
+        default=None, description="for all attempts together (None: an hour each, as requests before it had)"
+    )
 
     @field_validator("ref")
     @classmethod
