@@ -3,8 +3,8 @@ every reader and fail-locks the partition until a fix and `resolve`; warnings ar
 `databuild check` re-runs them on the live instance."""
 
 import asyncio
-import threading
 import json
+import threading
 
 import pytest
 
