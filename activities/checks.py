@@ -85,7 +85,9 @@ class CheckActivities:
         )
         if deadline is not None and datetime.now(UTC) > deadline:
             # The request timed out while a check hung, and its client was told so: too late to record.
-            raise ChecksTimedOutError(f"the checks of {ref} ended after their request timed out; not recorded")
+            raise ChecksTimedOutError(
+                f"the checks of {ref} ended after their request timed out; not recorded"
+            )
         # Refused, recording nothing, if another instance went live while the checks ran.
         after = self.bel.recheck(ref, instance.instance_id, results, recheck_id)
         return Recheck(ref=ref, instance_id=instance.instance_id, results=results, partition=after)
