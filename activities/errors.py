@@ -4,10 +4,12 @@ type is the error's class name and which is retried only if the class says a ret
 
 from typing import Any
 
+from temporalio import activity
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from databuild.errors import DataBuildError, SubmittedJobError, error_class
+from databuild.failures import MAX_REASON, bounded
 
 
 def application_error(error: DataBuildError) -> ApplicationError:
@@ -15,10 +17,20 @@ def application_error(error: DataBuildError) -> ApplicationError:
         # What the job raised in its own application reads as if it ran in-process: its type decides.
         kind = error_class(error.kind)
         retryable = kind.retryable if kind is not None else True
-        return ApplicationError(str(error), error.traceback, type=error.kind, non_retryable=not retryable)
+        return ApplicationError(
+            _said(error), bounded(error.traceback), type=error.kind, non_retryable=not retryable
+        )
     return ApplicationError(
-        str(error), *error.details(), type=type(error).__name__, non_retryable=not error.retryable
+        _said(error), *error.details(), type=type(error).__name__, non_retryable=not error.retryable
     )
+
+
+def _said(error: Exception) -> str:
+    """The error's message as it travels: bounded, and logged whole when it is cut."""
+    text = str(error)
+    if len(text) > MAX_REASON:
+        activity.logger.warning("%s (its whole message): %s", type(error).__name__, text)
+    return bounded(text, "the worker's log")
 
 
 class DataBuildErrors(Interceptor):
@@ -35,5 +47,12 @@ class _Converting(ActivityInboundInterceptor):
             # The submitted job's own traceback is the story; how it travelled back is not.
             raise converted from (None if isinstance(error, SubmittedJobError) else error)
         except WorkflowAlreadyStartedError as error:
-            # Raised as is, it leaves the activity hanging until its timeout (SPEC §7).
+            # Raised as is, it leaves the activity hanging until its timeout.
             raise ApplicationError(str(error), type="WorkflowAlreadyStartedError") from error
+        except ApplicationError:
+            raise
+        except Exception as error:
+            if len(str(error)) <= MAX_REASON:
+                raise
+            # Not chained: the whole message would travel as the cause, and be the reason again.
+            raise ApplicationError(_said(error), type=type(error).__name__) from None

@@ -178,6 +178,11 @@ class CheckFailedError(DataBuildError):
     retryable = False
 
 
+class SparkJobError(DataBuildError):
+    """The job's Spark work failed in the JVM; the message starts with the deepest Java cause (the whole
+    trace is in the attempt's log). Retried, as any error of the job's."""
+
+
 class ChecksTimedOutError(DataBuildError):
     """`databuild check` ran out of time on the worker (DATABUILD_CHECK_TIMEOUT): a check hangs, or needs
     longer than the setting allows. Nothing was recorded."""

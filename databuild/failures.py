@@ -76,3 +76,15 @@ def unexpected(error: BaseException, log: str) -> str:
 
 def first_line(value: object) -> str:
     return str(value).strip().splitlines()[0] if str(value).strip() else type(value).__name__
+
+
+# Characters of a failure's message that travel with it (as an activity's failure, a run's reason): a
+# message of megabytes made a failure Temporal refuses. Whoever cuts one logs it whole.
+MAX_REASON = 2000
+
+
+def bounded(text: str, where: str = "the log") -> str:
+    """``text`` cut to ``MAX_REASON`` characters, saying how many more ``where`` has."""
+    if len(text) <= MAX_REASON:
+        return text
+    return f"{text[:MAX_REASON]}... ({len(text) - MAX_REASON:,} more characters in {where})"

@@ -503,3 +503,12 @@ def survived(ctx: JobContext, n: str) -> None:
     cut_off(
         POSTGRES_ADMIN_URL, os.environ[OUTAGE_DATABASE], float(os.environ.get("DATABUILD_TEST_OUTAGE_S", "4"))
     )
+
+
+# filler: fill/{n} writes about 150 MB of Parquet, more than the small disk of tests/test_full_disk.py.
+filler = Graph("filler")
+
+
+@filler.job("fill/{n}")
+def fill(ctx: JobContext, n: str) -> None:
+    ctx.write(f"fill/{n}", ctx.spark.range(3_000_000).selectExpr("id", "uuid() AS u", "uuid() AS v"))

@@ -73,3 +73,33 @@ def test_web_on_a_port_that_is_taken_is_one_line(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         (ran,) = forked(tmp_path, (["web", "--port", str(port)], {}))
     one_line(ran, 2, f"the web server cannot listen on 127.0.0.1:{port}: Address already in use")
+
+
+class Py4JJavaError(Exception):
+    """Named as py4j's: what the JVM's errors look like to Python (its text is the Java trace)."""
+
+
+TRACE = (
+    "An error occurred while calling o34.parquet.\n"
+    ": org.apache.spark.SparkException: [TASK_WRITE_FAILED] Task failed while writing rows to file:/lake/x\n"
+    + "\tat org.apache.spark.Something.method(Something.scala:1)\n" * 200
+    + "Caused by: org.apache.spark.SparkException: Job aborted\n"
+    + "\tat org.apache.spark.Other.method(Other.scala:2)\n" * 100
+    + "Caused by: java.io.IOException: No space left on device\n"
+    + "\tat java.base/java.io.FileOutputStream.writeBytes(Native Method)\n"
+)
+
+
+def test_an_error_from_the_jvm_says_its_deepest_cause_first() -> None:
+    from databuild.jobs import java_errors
+
+    full = Py4JJavaError(TRACE)
+    assert java_errors.from_jvm(full) and not java_errors.from_jvm(ValueError(TRACE))
+    said = java_errors.reason(full)
+    assert said.startswith("No space left on device: the storage or Spark's local directory")
+    assert said.endswith("(in: An error occurred while calling o34.parquet.)") and len(said) < 400
+    other = java_errors.reason(Py4JJavaError(TRACE.replace("No space left on device", "Stream closed")))
+    assert other == "java.io.IOException: Stream closed (in: An error occurred while calling o34.parquet.)"
+    # No "Caused by": the exception the call threw.
+    thrown = java_errors.reason(Py4JJavaError(TRACE.split("Caused by")[0]))
+    assert thrown.startswith("org.apache.spark.SparkException: [TASK_WRITE_FAILED]")

@@ -13,8 +13,9 @@ from pydantic import Field, field_validator
 
 from databuild.bel.queries import BelQueries
 from databuild.domain.cost import SparkCost
-from databuild.errors import MissingInputsError
+from databuild.errors import MissingInputsError, SparkJobError
 from databuild.graph import Graph
+from databuild.jobs import java_errors
 from databuild.jobs.attempt_log import DEFAULT_MAX_BYTES, AttemptLog, capturing
 from databuild.jobs.attempts import attempt_name
 from databuild.jobs.context import SparkJobContext
@@ -128,6 +129,10 @@ class JobBodies:
                     result = self._run(session, attempt, cancelled=cancelled, report=report)
                 except BaseException as error:
                     attempt_log.failure(error)
+                    if isinstance(error, Exception) and java_errors.from_jvm(error):
+                        java_errors.release(session)
+                        # Not chained: the Java trace would travel as the cause, and be the reason again.
+                        raise SparkJobError(java_errors.reason(error)) from None
                     raise
                 for ref, facts in sorted(result.facts.items()):
                     attempt_log.note(f"wrote {ref}: {facts.summary}")
