@@ -23,7 +23,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "disk"
     mount.mkdir()
     made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={SIZE_MB}m", "tmpfs", str(mount)], capture_output=True, text=True
+        ["mount", "-t", "tmpfs", "-o", f"size={SIZE_MB}m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
     )
     if made.returncode != 0:
         pytest.skip(f"cannot mount a {SIZE_MB} MB tmpfs here (it needs root): {made.stderr.strip()}")
