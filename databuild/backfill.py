@@ -5,9 +5,9 @@ time the same backfill is asked for."""
 import hashlib
 from datetime import datetime, timedelta
 
-from pydantic import ConfigDict, Field, computed_field, field_validator, model_validator
+from pydantic import ConfigDict, Field, computed_field, model_validator
 
-from databuild.durations import Duration, to_utc
+from databuild.durations import Duration, Timestamp
 from databuild.models import Model, Want, WantState
 
 MAX_PARTITIONS = 100_000  # a year of hourly partitions is 8,760; more is almost surely a typo
@@ -24,8 +24,8 @@ class BackfillRequest(Model):
     """``pattern`` (one placeholder) for every step from ``start`` to ``end``, both included."""
 
     pattern: str
-    start: datetime
-    end: datetime
+    start: Timestamp
+    end: Timestamp
     step: Duration = DAY
     sla: Duration | None = None
     ttl: Duration | None = None
@@ -37,11 +37,6 @@ class BackfillRequest(Model):
         max_length=64,
         description="set by DataBuild: which stale instances a stale-only backfill wants (part of its id)",
     )
-
-    @field_validator("start", "end")
-    @classmethod
-    def _utc(cls, value: datetime) -> datetime:
-        return to_utc(value)
 
     @model_validator(mode="after")
     def _range(self) -> "BackfillRequest":

@@ -105,6 +105,31 @@ def to_utc(value: datetime) -> datetime:
         ) from None
 
 
+_NUMBER = re.compile(r"-?\d+(?:\.\d*)?")
+
+
+def _timestamp_as_written(value: object) -> object:
+    """A time written as the CLI takes it (``2016-01-01T00``, ``2024-01-07``, ``…Z``) read as the CLI reads
+    it, and a number as Unix seconds, however large (pydantic would read a large one as milliseconds);
+    a datetime is left to pydantic."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value.strip()):
+        value = float(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(value, UTC)
+        except (OverflowError, OSError, ValueError):
+            raise InvalidInputError(
+                f"{value} seconds since 1970 is outside the calendar (0001-01-01 to 9999-12-31); give a "
+                "time inside it, e.g. 2024-01-07 or 2024-01-07T09:00:00Z"
+            ) from None
+    return parse_timestamp(value) if isinstance(value, str) else value
+
+
+# A time field of a model that crosses a boundary (API bodies, the SDK's specs): written as the CLI takes
+# it, in UTC (naive values are UTC).
+Timestamp = Annotated[datetime, BeforeValidator(_timestamp_as_written), AfterValidator(to_utc)]
+
+
 def later(at: datetime, by: timedelta) -> datetime | None:
     """``at + by``, or None when that is after the calendar's last moment (9999-12-31 23:59:59 UTC)."""
     return at + by if by <= LAST_MOMENT - at else None

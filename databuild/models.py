@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 
-from databuild.durations import Duration, later, to_utc
+from databuild.durations import Duration, Timestamp, later
 from databuild.errors import InvalidInputError
 from databuild.refs import validate_ref
 
@@ -134,7 +134,7 @@ class WantSpec(Model):
     """What a client asks for. Its identity is ``hash(ref, data_timestamp, source)``."""
 
     ref: str
-    data_timestamp: datetime
+    data_timestamp: Timestamp
     sla: Duration | None = None
     ttl: Duration | None = None
     source: WantSource = WantSource.cli
@@ -165,11 +165,6 @@ class WantSpec(Model):
     @classmethod
     def _valid_requires(cls, refs: list[str]) -> list[str]:
         return list(dict.fromkeys(validate_ref(ref) for ref in refs))
-
-    @field_validator("data_timestamp")
-    @classmethod
-    def _aware(cls, value: datetime) -> datetime:
-        return to_utc(value)
 
     @model_validator(mode="after")
     def _deadlines_exist(self) -> Self:

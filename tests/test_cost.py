@@ -412,6 +412,12 @@ def test_cost_through_the_cli_without_temporal_the_api_and_metrics(tmp_path: Pat
     assert api.status_code == 200, api.text
     assert [(r["key"], r["task_seconds"]) for r in api.json()["rows"]] == [("right/1", 4.0)]
     assert client.get("/api/cost", params={"by": "week"}).status_code == 400
+    # `since` in Unix seconds however large (-62135596800 is 0001-01-01: everything), or as the CLI writes it.
+    everything = client.get("/api/cost", params={"by": "partition", "since": "-62135596800"})
+    every = client.get("/api/cost", params={"by": "partition"}).json()["rows"]
+    assert everything.status_code == 200 and everything.json()["rows"] == every and len(every) == 3
+    nothing = client.get("/api/cost", params={"since": "9999-01-01T00"}).json()
+    assert nothing["rows"] == [], nothing
     assert client.get(f"/api/job-runs/{run}").json()["data"]["cost"]["total"]["task_seconds"] == 8.0
     page = client.get("/cost")
     assert page.status_code == 200 and 'id="cost-plots"' in page.text, page.text[-2000:]

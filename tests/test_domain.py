@@ -87,6 +87,22 @@ def test_a_duration_in_a_request_is_read_as_the_cli_writes_it() -> None:
         WantSpec(ref="a", data_timestamp=datetime(2024, 1, 7, tzinfo=UTC), ttl="36501d")  # type: ignore[arg-type]
 
 
+def test_a_time_in_a_request_is_read_as_the_cli_reads_it() -> None:
+    """`2016-01-01T00` (the CLI's), a date, `Z`, and Unix seconds however large (pydantic read
+    -62135596800, 0001-01-01, as milliseconds: 1968); naive times are UTC; outside the calendar is refused."""
+    first = datetime(2016, 1, 1, tzinfo=UTC)
+    request = BackfillRequest(pattern="raw/{date}", start="2016-01-01T00", end="2016-01-02")  # type: ignore[arg-type]
+    assert (request.start, request.end) == (first, first + timedelta(days=1))
+    assert WantSpec(ref="a", data_timestamp="2016-01-01T00:00:00Z").data_timestamp == first  # type: ignore[arg-type]
+    assert WantSpec(ref="a", data_timestamp=first.timestamp()).data_timestamp == first
+    assert WantSpec(ref="a", data_timestamp="-62135596800").data_timestamp == datetime(1, 1, 1, tzinfo=UTC)  # type: ignore[arg-type]
+    assert WantSpec(ref="a", data_timestamp=datetime(2016, 1, 1)).data_timestamp == first
+    with pytest.raises(ValueError, match="outside the calendar"):
+        WantSpec(ref="a", data_timestamp=-62135596801 * 10)
+    with pytest.raises(ValueError, match="cannot read timestamp"):
+        WantSpec(ref="a", data_timestamp="yesterday")  # type: ignore[arg-type]
+
+
 def test_want_identity_is_hash_of_ref_time_and_source() -> None:
     t = datetime(2024, 1, 7, tzinfo=UTC)
     a = WantSpec(ref="daily_summary/2024-01-07", data_timestamp=t, sla=timedelta(hours=9))

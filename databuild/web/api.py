@@ -1,7 +1,6 @@
 """The HTTP JSON API. Detail and list responses are ``{data, index}`` (databuild.views.lineage)."""
 
 import asyncio
-from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -12,7 +11,7 @@ from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry
 from databuild.domain.cost import CostBy, CostReport
 from databuild.domain.plans import Plan
 from databuild.domain.staleness import StalePartition
-from databuild.durations import to_utc
+from databuild.durations import Timestamp
 from databuild.models import (
     MAX_INDEX,
     BuildStats,
@@ -314,11 +313,14 @@ async def get_stale(request: Request, pattern: Pattern = None) -> list[StalePart
 async def get_cost(
     request: Request,
     pattern: Pattern = None,
-    since: Annotated[datetime | None, Query(description="only what ran or was avoided from then on")] = None,
+    since: Annotated[
+        Timestamp | None,
+        Query(description="only what ran or was avoided from then on (ISO 8601, or Unix seconds)"),
+    ] = None,
     by: Annotated[CostBy, Query(description="one row per job, day or partition")] = "job",
 ) -> CostReport:
     """Builds run and avoided, task-seconds spent (Spark's accounting) and saved (by delegation)."""
-    return await context(request).db.cost(pattern, since=None if since is None else to_utc(since), by=by)
+    return await context(request).db.cost(pattern, since=since, by=by)
 
 
 @router.get("/why/{ref:path}", response_model=Why)

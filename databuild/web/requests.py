@@ -1,14 +1,13 @@
 """What both the JSON API and the dashboard accept: a want request (and registering it) and paging."""
 
 import asyncio
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import Query
 from pydantic import Field
 
 from databuild.domain.plans import Plan
-from databuild.durations import parse_duration
+from databuild.durations import Timestamp, parse_duration
 from databuild.models import MAX_INDEX, Model, Want, WantSource
 from databuild.web.context import WebContext
 
@@ -17,7 +16,7 @@ Offset = Annotated[int, Query(ge=0, le=MAX_INDEX)]
 
 class WantRequest(Model):
     ref: str
-    data_timestamp: datetime | None = Field(
+    data_timestamp: Timestamp | None = Field(
         default=None, description="default: the date in the ref, else today"
     )
     sla: str | None = Field(default=None, description="e.g. 9h, counted from data_timestamp")
