@@ -84,16 +84,22 @@ def test_the_cli_plans_without_temporal_and_records_nothing(tmp_path: Path) -> N
     env = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
     env |= {"PYTHONPATH": str(ROOT), "COLUMNS": "200", "DATABUILD_TEMPORAL_ADDRESS": "127.0.0.1:9"}
 
-    want, shown, bad, events = forked_cli(
+    range_ = ["--from", "2024-01-01", "--to", "2024-01-31"]
+    want, shown, bad, stale = forked_cli(
         [
             ["want", "daily_summary/2024-01-07", "--sla", "9h", "--plan", "--json"],
-            ["backfill", "daily_users/{date}", "--from", "2024-01-01", "--to", "2024-01-31", "--plan"],
+            ["backfill", "daily_users/{date}", *range_, "--plan"],
             ["want", "nowhere/x", "--plan"],
-            ["events", "--json"],  # after the others: a plan records nothing
+            ["backfill", "daily_users/{date}", *range_, "--plan", "--stale-only"],
         ],
         env,
         tmp_path,
     )
+    # On a fresh home, not even the BEL's file is made: a plan reads the empty log it would be.
+    assert not (tmp_path / ".databuild").exists() or not list((tmp_path / ".databuild").rglob("bel.sqlite*"))
+    assert stale.returncode == 0, stale.stderr
+    assert "nothing stale among the 31 partitions of the range, so it would want none" in stale.stdout
+    (events,) = forked_cli([["events", "--json"]], env, tmp_path)  # a plan records nothing
     assert want.returncode == 0, want.stderr
     found = Plan.model_validate_json(want.stdout)
     assert found.count(Action.build) == 15 and len(found.runs) == 15  # the rollup's two outputs: one run

@@ -4,6 +4,11 @@
 ``bel.job_runs``, ``bel.partitions``, ``bel.pools``, ``bel.backfills``, ``bel.events``), each holding the
 commands and reads of its aggregate; which events a command appends is decided in ``databuild.domain``."""
 
+import tempfile
+from pathlib import Path
+
+from sqlalchemy import make_url
+
 from databuild.bel import migrate
 from databuild.bel.backfills import BackfillCommands
 from databuild.bel.base import (
@@ -63,7 +68,24 @@ class BuildEventLog(
         place_pending(bel.writer)  # events of a writer that died between its COMMIT and placing them
         return bel
 
+    @classmethod
+    def create_to_read(cls, url: str) -> "BuildEventLog":
+        """Open the log for reads alone: a SQLite file that does not exist yet is read as the empty log
+        it would be, in a scratch file removed on ``dispose``, so a plan on a fresh home leaves nothing."""
+        parsed = make_url(url)
+        path = parsed.database if parsed.get_backend_name() == "sqlite" else None
+        if not path or path == ":memory:" or Path(path).exists():
+            return cls.create(url)
+        scratch = tempfile.TemporaryDirectory(prefix="databuild-empty-bel-")
+        bel = cls.create(f"sqlite:///{Path(scratch.name) / 'bel.sqlite'}")
+        bel._scratch = scratch
+        return bel
+
+    _scratch: tempfile.TemporaryDirectory[str] | None = None
+
     def dispose(self) -> None:
         self._threads.shutdown(wait=False, cancel_futures=True)
         self.writer.dispose()
         self.reader.dispose()
+        if self._scratch is not None:
+            self._scratch.cleanup()

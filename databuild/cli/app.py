@@ -60,14 +60,17 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-async def client(*, lazy: bool = False) -> DataBuild:
+async def client(*, lazy: bool = False, reads_only: bool = False) -> DataBuild:
     """The SDK client every change of state goes through (``lazy``: it connects to Temporal only if a
-    call needs it, so BEL-only commands work while Temporal is down)."""
-    return await DataBuild.connect(settings(), lazy=lazy)
+    call needs it, so BEL-only commands work while Temporal is down; ``reads_only``: a BEL not created
+    yet is read as empty and left uncreated)."""
+    return await DataBuild.connect(settings(), lazy=lazy, reads_only=reads_only)
 
 
-async def with_client(call: Callable[[DataBuild], Coroutine[Any, Any, T]], *, lazy: bool = False) -> T:
-    db = await client(lazy=lazy)
+async def with_client(
+    call: Callable[[DataBuild], Coroutine[Any, Any, T]], *, lazy: bool = False, reads_only: bool = False
+) -> T:
+    db = await client(lazy=lazy, reads_only=reads_only)
     async with db:
         return await call(db)
 

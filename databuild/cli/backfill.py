@@ -74,8 +74,15 @@ def backfill(
         async def planned(db: DataBuild) -> Plan:
             return await db.plan_backfill(request)
 
-        found = run(with_client(planned, lazy=True))  # a plan reads the BEL alone
+        found = run(with_client(planned, lazy=True, reads_only=True))  # a plan reads the BEL alone
         what = f"{pattern} from {start} to {end}" + (" (stale only)" if stale_only else "")
+        if stale_only and not found.partitions and not as_json:
+            in_range = (request.end - request.start) // request.step + 1
+            console.print(
+                f"plan for {what}: nothing stale among the {in_range:,} partitions of the range, "
+                "so it would want none; nothing was recorded"
+            )
+            return
         emit(as_json, found, lambda: plan_view(found, what))
         return
     progress = run(_backfill(request, wait=wait, as_json=as_json))

@@ -70,6 +70,7 @@ _PLAN_ACTIONS = (
     (Action.fail_locked, "fail-locked"),
     (Action.skipped, "skipped"),
 )
+_READY = (Action.live, Action.available)  # nothing to build or wait for
 _PLAN_STYLE = {
     Action.build: "cyan",
     Action.live: "green",
@@ -87,7 +88,7 @@ def _by_job(runs: list[PlannedRun]) -> dict[str, list[PlannedRun]]:
 
 def _plan_times(plan: Plan) -> Text:
     if plan.eta_p50 is None or plan.eta_p90 is None:
-        return Text("nothing to wait for: every wanted partition is live")
+        return _nothing_to_run(plan)
     timed = {run.job_label for run in plan.runs} - set(plan.untimed)
     if plan.runs and not timed:
         return Text(f"how long: unknown, no job it runs has succeeded before ({', '.join(plan.untimed)})")
@@ -99,6 +100,20 @@ def _plan_times(plan: Plan) -> Text:
     if plan.untimed:
         text.append(f"; never succeeded, counted as no time: {', '.join(plan.untimed)}", style="yellow")
     return text
+
+
+def _nothing_to_run(plan: Plan) -> Text:
+    """What a plan with no job to run finds: nothing to want, all live, or what holds the rest."""
+    if not plan.partitions:
+        return Text("nothing to do: it wants no partition")
+    if all(p.action in _READY for p in plan.partitions):
+        return Text("nothing to wait for: every wanted partition is live")
+    held = [
+        f"{n:,} {label}"
+        for action, label in _PLAN_ACTIONS
+        if action not in _READY and (n := plan.count(action))
+    ]
+    return Text(f"no job to run now: {', '.join(held)}", style="yellow")
 
 
 def _stale_lines(plan: Plan, limit: int) -> list[RenderableType]:

@@ -87,7 +87,7 @@ def want(
     )
     asked.check()  # before touching Temporal or the BEL: bad input records nothing
     if plan:
-        found = run(with_client(asked.plan, lazy=True))  # a plan reads the BEL alone
+        found = run(with_client(asked.plan, lazy=True, reads_only=True))  # a plan reads the BEL alone
         emit(as_json, found, lambda: plan_view(found, ref))
         return
     result = run(_want(asked, wait=wait, as_json=as_json))

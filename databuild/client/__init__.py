@@ -92,13 +92,17 @@ class DataBuild:
         self.settings = settings
 
     @classmethod
-    async def connect(cls, settings: Settings | None = None, *, lazy: bool = False) -> "DataBuild":
-        """A client over the configured BEL, connected to Temporal (``lazy``: on first need)."""
+    async def connect(
+        cls, settings: Settings | None = None, *, lazy: bool = False, reads_only: bool = False
+    ) -> "DataBuild":
+        """A client over the configured BEL, connected to Temporal (``lazy``: on first need). One that
+        ``reads_only`` (plans, views) reads a SQLite BEL that does not exist yet as empty, creating nothing."""
         settings = settings or Settings.from_env()
         # The user's module first: a graph that does not load is refused before anything is created.
         graph = None if lazy else await asyncio.to_thread(load_graph, settings.graph)
         url = settings.database_url.get_secret_value()
-        bel = await asyncio.to_thread(BuildEventLog.create, url)  # migrates: off the loop
+        opening = BuildEventLog.create_to_read if reads_only else BuildEventLog.create
+        bel = await asyncio.to_thread(opening, url)  # migrates: off the loop
         if lazy:
             return cls(None, bel, None, settings)
         return cls(await connect(settings), bel, graph, settings)
