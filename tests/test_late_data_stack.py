@@ -9,8 +9,11 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+from databuild.client import DataBuild
 from databuild.domain.staleness import StaleKind
+from databuild.errors import TemporalUnavailableError
 from databuild.models import Want, WantSource, WantState
 from databuild.views.lineage import partition_view
 from tests.conftest import Stack
@@ -23,10 +26,14 @@ GRAPH = "tests.graphs:lookback"
 async def arrives(stack: Stack, day: str, version: int) -> None:
     """Version ``version`` of the feed of ``day`` arrives: its data, written by another tool, in a folder
     of its own, then its announcement as a new instance."""
+    await arrives_through(stack.db, stack, day, version)
+
+
+async def arrives_through(db: DataBuild, stack: Stack, day: str, version: int) -> None:
     folder = lake(stack.settings) / "incoming" / day / f"v{version}"
     folder.mkdir(parents=True)
     pq.write_table(pa.table({"id": pa.array(range(version), pa.int64())}), folder / "part-0.parquet")
-    await stack.db.publish(f"feed/{day}", instance_id=f"feed-{day}-v{version}", location=folder.as_uri())
+    await db.publish(f"feed/{day}", instance_id=f"feed-{day}-v{version}", location=folder.as_uri())
 
 
 def rebuilds(stack: Stack) -> list[Want]:
@@ -121,3 +128,15 @@ async def test_a_newer_input_rebuilds_its_readers_inside_the_window_once(make_st
     assert stack.bel.instance(mid.instance_id or "").facts.rows == burst[-1]
     # Rebuilt at most once per new input (the first build, v2's rebuild, then one per announcement).
     assert len(stack.bel.instances(f"mid/{recent}")) <= 2 + len(burst)
+
+    # An announcement whose Temporal call failed after its commit (Temporal down a moment): repeated, it
+    # starts the late rebuilds the first could not.
+    offline = stack.settings.model_copy(update={"temporal_address": "127.0.0.1:9"})
+    cut_off = DataBuild(None, stack.bel, stack.graph, offline)
+    with pytest.raises(TemporalUnavailableError):
+        await arrives_through(cut_off, stack, recent, 9)
+    assert len(stack.bel.late_readers([f"feed/{recent}"])) > 0  # committed: the readers are behind
+    _, created, _ = await stack.db.publish(f"feed/{recent}", instance_id=f"feed-{recent}-v9")
+    assert not created
+    await until(caught_up, "the repeated announcement rebuilt the readers", seconds=120)
+    assert stack.bel.instance(stack.bel.partition(f"mid/{recent}").instance_id or "").facts.rows == 9

@@ -536,8 +536,10 @@ class DataBuild:
                 client, self.bel, [ref], lambda _sub: (SIGNAL_PARTITION_AVAILABLE, notice)
             )
         ).heard
-        if created:  # a newer instance: late data, for the readers of the older one within their window
-            await rebuild_late_readers(client, self.bel, graph, self.settings.task_queue, [ref])
+        # A newer instance is late data for the readers of the older one within their window. Asked on a
+        # repeat too: the same news starts the same wants (none twice), and a first announcement whose
+        # Temporal call failed after its commit is repeated to start them.
+        await rebuild_late_readers(client, self.bel, graph, self.settings.task_queue, [ref])
         return partition, created, signalled
 
     async def pin(self, instance_id: str, *, pinned: bool = True, reason: str | None = None) -> Instance:
