@@ -405,6 +405,15 @@ def test_cost_through_the_cli_without_temporal_the_api_and_metrics(tmp_path: Pat
     assert "cost: 4.0 task-s, 2.0 CPU s, 2 tasks in 0 Spark jobs" in partition_shown.stdout
     assert f"(its share of run {run})" in partition_shown.stdout
 
+    # In an 80-column terminal: what was spent and saved, readable (ten columns cut every header to two
+    # letters), and where the rest is.
+    (narrow,) = forked_cli([["cost", "--by", "partition"]], env | {"COLUMNS": "80"}, tmp_path)
+    assert narrow.returncode == 0, narrow.stderr
+    assert all(len(line) <= 80 for line in narrow.stdout.splitlines()), narrow.stdout
+    for word in ("partition", "builds", "avoided", "task-s", "spent", "saved", "right/1"):
+        assert word in narrow.stdout, narrow.stdout
+    assert "CPU s" not in narrow.stdout and "in a terminal of 120 columns or more" in narrow.stdout
+
     bel = BuildEventLog.create(url)
     app = create_app(web_context(Settings(home=tmp_path, graph="tests.graphs:priced_graph"), bel))
     client = TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 50000))

@@ -279,8 +279,10 @@ async def test_taint_then_want_again_rebuilds_and_keeps_both_lineages(
     impact = json.loads(preview.stdout)["impact"]
     assert {d["ref"] for d in impact["downstream"]} == {"daily_summary/2024-01-07", "top_spenders/2024-01-07"}
     assert bel.partition(ref).status is PartitionStatus.live  # a dry run records nothing
-    refused = await cli(stack, "taint", ref)  # not a terminal, no --yes
+    refused = await cli(stack, "taint", ref, "--reason", "late")  # not a terminal, no --yes: the README's
     assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert "daily_summary/2024-01-07" in refused.stdout  # the impact is shown all the same
+    assert bel.partition(ref).status is PartitionStatus.live
     done = await cli(stack, "taint", ref, "--yes", "--reason", "late-arriving events", "--json")
     assert done.returncode == 0, done.stderr
     assert bel.partition(ref).status is PartitionStatus.tainted

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from databuild.cli.app import JsonFlag, app, emit, run, with_client
+from databuild.cli.app import JsonFlag, app, console, emit, run, with_client
 from databuild.cli.render_cost import cost_table
 from databuild.domain.cost import CostBy
 from databuild.durations import parse_duration, parse_timestamp
@@ -40,4 +40,4 @@ def cost(
     start = parse_since(since) if since else None
     chosen: CostBy = by  # type: ignore[assignment]
     report = run(with_client(lambda db: db.cost(pattern, since=start, by=chosen), lazy=True))
-    emit(as_json, report, lambda: cost_table(report))
+    emit(as_json, report, lambda: cost_table(report, console.width))

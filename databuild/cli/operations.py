@@ -44,6 +44,8 @@ def taint(
         return
     if not yes:
         if as_json or not sys.stdin.isatty():
+            # No one to ask: the impact is shown all the same, and nothing is tainted without --yes.
+            emit(as_json, {"impact": impact, "tainted": []}, lambda: render.taint_impact(impact))
             raise CliError(
                 f"nothing tainted: see the impact with `databuild taint {ref} --dry-run`, "
                 f"then confirm with `databuild taint {ref} --yes`"

@@ -24,30 +24,40 @@ def _saved(row: CostRow) -> str:
     return f"{text} (+{row.unvalued_avoided} unvalued)" if row.unvalued_avoided else text
 
 
-def cost_table(report: CostReport) -> RenderableType:
+# Below this many columns the table keeps what was spent and saved, and leaves Spark's detail out (at 80
+# columns ten columns cut every header to two letters).
+WIDE = 120
+
+
+def cost_table(report: CostReport, width: int = WIDE) -> RenderableType:
+    """The report as a table; in a terminal narrower than ``WIDE``, without CPU, bytes and tasks."""
     if not report.rows:
         return Text("no job run has recorded its cost, and no want was delegated" + _scope(report))
-    table = Table(
-        report.by, "builds run", "avoided (active/historical)", "task-s spent", "task-s saved", "CPU s",
-        "input", "output", "shuffle", "tasks",
-    )  # fmt: skip
-    table.columns[0].no_wrap = True
+    wide = width >= WIDE
+    headers = [report.by, "builds run", "avoided (active/historical)", "task-s spent", "task-s saved"]
+    table = Table(*headers, *(["CPU s", "input", "output", "shuffle", "tasks"] if wide else []))
     for row in [*report.rows, report.total]:
-        table.add_row(
-            Text(row.key, style="bold" if row is report.total else ""),
+        cells: list[str | Text] = [
+            Text(row.key, style="bold" if row is report.total else "", overflow="fold"),
             str(row.builds_run),
             f"{row.builds_avoided} ({row.avoided_active}/{row.avoided_historical})",
             _spent(row),
             _saved(row),
-            seconds(row.cpu_seconds),
-            size(row.input_bytes),
-            size(row.output_bytes),
-            size(row.shuffle_bytes),
-            str(row.tasks),
-        )
+        ]
+        if wide:
+            cells += [
+                seconds(row.cpu_seconds),
+                size(row.input_bytes),
+                size(row.output_bytes),
+                size(row.shuffle_bytes),
+                str(row.tasks),
+            ]
+        table.add_row(*cells)
     note = "task-seconds: Spark executor run time; a run is shared evenly among its outputs"
     if report.total.unknown_attempts or report.total.unvalued_avoided:
         note += "; unknown: the executor (Spark Connect) cannot report it, or the run recorded none"
+    if not wide:
+        note += f"; CPU, bytes and tasks in a terminal of {WIDE} columns or more, or with --json"
     return Group(table, Text(note + _scope(report), style="dim"))
 
 
