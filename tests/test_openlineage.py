@@ -206,7 +206,7 @@ def test_datasets_are_tables_in_the_catalog_or_patterns_under_the_root(tmp_path:
     assert tables_off("daily_users/2024-01-03")[1] == f"{tmp_path.resolve()}/data/daily_users/{{date}}"
 
 
-def test_check_results_are_the_outputs_data_quality_assertions(tmp_path: Path) -> None:
+def test_check_results_are_quality_assertions_of_the_inputs_and_checks_of_the_outputs(tmp_path: Path) -> None:
     path = tmp_path / "ol.ndjson"
     emitter = LineageEmitter.from_settings(Settings(home=tmp_path, openlineage_url=f"file://{path}"))
     assert emitter is not None
@@ -224,14 +224,23 @@ def test_check_results_are_the_outputs_data_quality_assertions(tmp_path: Path) -
             metrics={"rows": 4},
         ),
     ]
-    emitter.finished(run, {"out/1": results})
+    read = {i.instance_id or "": [r.model_copy(update={"ref": i.ref}) for r in results] for i in run.reads}
+    emitter.finished(run, {"out/1": results}, read_checks=read)
     failed = run.model_copy(update={"state": JobRunState.failed, "writes": [], "job_run_id": "jr-2"})
     emitter.finished(failed, {"out/1": results[:1]})
     emitter.finished(run.model_copy(update={"job_run_id": "jr-3"}))  # no checks: no facet
     emitter.close()
 
     complete, fail, plain = read_events(path)
-    assert complete["outputs"][0]["facets"]["dataQualityAssertions"]["assertions"] == [
+    # What the run read: the standard input facet, as the spec declares it.
+    assert complete["inputs"] and all(
+        [a["name"] for a in i["inputFacets"]["dataQualityAssertions"]["assertions"]]
+        == ["not_null(id)", "small"]
+        for i in complete["inputs"]
+    )
+    assert all("dataQualityAssertions" not in o["facets"] for o in complete["outputs"])
+    # What it wrote: in the output's databuild facet.
+    assert complete["outputs"][0]["facets"]["databuild"]["checks"] == [
         {
             "assertion": "not_null(id)",
             "name": "not_null(id)",
@@ -250,10 +259,9 @@ def test_check_results_are_the_outputs_data_quality_assertions(tmp_path: Path) -
         },
     ]
     assert fail["eventType"] == "FAIL" and fail["outputs"][0]["facets"]["databuild"]["ref"] == "out/1"
-    assert [a["name"] for a in fail["outputs"][0]["facets"]["dataQualityAssertions"]["assertions"]] == [
-        "not_null(id)"
-    ]
-    assert "dataQualityAssertions" not in plain["outputs"][0]["facets"]
+    assert [a["name"] for a in fail["outputs"][0]["facets"]["databuild"]["checks"]] == ["not_null(id)"]
+    assert plain["outputs"][0]["facets"]["databuild"].get("checks") is None
+    assert all(not i.get("inputFacets") for i in plain["inputs"])
 
 
 def test_a_runs_cost_is_its_databuild_cost_run_facet(tmp_path: Path) -> None:

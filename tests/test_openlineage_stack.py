@@ -89,10 +89,8 @@ async def test_job_runs_emit_start_and_a_final_event_with_instance_versions(
         assert versions(end["inputs"]) == expected(run.reads)
         if run.state is JobRunState.succeeded:
             assert versions(end["outputs"]) == expected(run.writes)
-            # The checks of what it wrote (derived declares one; base none), as the standard facet.
-            assertions = [
-                d["facets"].get("dataQualityAssertions", {}).get("assertions") for d in end["outputs"]
-            ]
+            # The checks of what it wrote (derived declares one; base none), in its databuild facet.
+            assertions = [d["facets"]["databuild"].get("checks") for d in end["outputs"]]
             assert assertions == (
                 [[{**assertions[0][0], "name": "rows", "success": True}]]
                 if run.job_label == "derived"

@@ -280,5 +280,6 @@ class JobExecutor:
         BEL returns a run that had already ended unchanged, and its end was reported then."""
         if self.lineage is not None and run.state is recorded:
             cost = run_cost(self.bel.attempt_costs_of([run.job_run_id]), run.outputs)
-            self.lineage.finished(run, self._checks_of(run), cost)
+            read = self.bel.checks_of([r.instance_id for r in run.reads if r.instance_id])
+            self.lineage.finished(run, self._checks_of(run), cost, read)
         return run

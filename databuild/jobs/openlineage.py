@@ -47,6 +47,7 @@ from openlineage.client.client import OpenLineageClient
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.facet_v2 import (
     DatasetFacet,
+    InputDatasetFacet,
     JobFacet,
     RunFacet,
     data_quality_assertions_dataset,
@@ -98,6 +99,9 @@ class DataBuildDatasetFacet(DatasetFacet):
     ref: str
     partition: dict[str, str]
     instance_id: str | None = None
+    # An output's check results, as the standard facet's assertions: that facet is for inputs (what a
+    # run found of the data it read), and an output's checks are what DataBuild found of what it wrote.
+    checks: list[data_quality_assertions_dataset.Assertion] | None = None
 
     @staticmethod
     def _get_schema() -> str:
@@ -186,11 +190,18 @@ class DataBuildCostRunFacet(RunFacet):
         )
 
 
-def assertions_facet(checks: Sequence[CheckResult]) -> DatasetFacet:
-    """The standard ``dataQualityAssertions`` facet of one instance's check results: a blocking check is
-    severity ``error`` (its failure blocks the pipeline), a warning ``warn``. (The spec declares the facet
-    for input datasets; DataBuild reports it on the output its checks tested.)"""
-    assertions = [
+def assertions_facet(checks: Sequence[CheckResult]) -> InputDatasetFacet:
+    """The standard ``dataQualityAssertions`` input facet of the check results of an instance a run read."""
+    facet: InputDatasetFacet = data_quality_assertions_dataset.DataQualityAssertionsDatasetFacet(
+        assertions=assertions(checks), producer=PRODUCER
+    )
+    return facet
+
+
+def assertions(checks: Sequence[CheckResult]) -> list[data_quality_assertions_dataset.Assertion]:
+    """Check results as OpenLineage assertions: a blocking check is severity ``error`` (its failure
+    blocks the pipeline), a warning ``warn``."""
+    return [
         data_quality_assertions_dataset.Assertion(
             assertion=check.name,
             name=check.name,
@@ -201,10 +212,6 @@ def assertions_facet(checks: Sequence[CheckResult]) -> DatasetFacet:
         )
         for check in checks
     ]
-    facet: DatasetFacet = data_quality_assertions_dataset.DataQualityAssertionsDatasetFacet(  # type: ignore[assignment]
-        assertions=assertions, producer=PRODUCER
-    )
-    return facet
 
 
 def run_id(job_run_id: str) -> str:
@@ -273,11 +280,14 @@ class LineageEmitter:
         run: JobRun,
         checks: Mapping[str, Sequence[CheckResult]] | None = None,
         cost: RunCost | None = None,
+        read_checks: Mapping[str, Sequence[CheckResult]] | None = None,
     ) -> None:
         """The final event of a run that ended: COMPLETE (succeeded), ABORT (dep-miss or cancelled) or
-        FAIL (failed). ``checks``: the results of each output's checks (by ref), reported as the output's
-        ``dataQualityAssertions`` facet (of a run whose blocking check failed, too: why it failed).
-        ``cost``: what its attempts cost, the ``databuildCost`` run facet (when an attempt recorded one).
+        FAIL (failed). ``checks``: the results of each output's checks (by ref), in the output's
+        ``databuild`` facet (of a run whose blocking check failed, too: why it failed). ``read_checks``:
+        those of each instance it read (by instance id), as the input's standard ``dataQualityAssertions``
+        facet. ``cost``: what its attempts cost, the ``databuildCost`` run facet (when an attempt
+        recorded one).
 
         A dep-miss is reported as ABORT: a normal result (inputs were missing, nothing was written),
         not an error. Runs in any other state emit nothing.
@@ -288,9 +298,17 @@ class LineageEmitter:
             return
         outputs: list[InstanceRef] | list[str] = run.writes if run.writes else run.outputs
         found = dict(checks or {})
+        read = dict(read_checks or {})
         self._submit(
             lambda: self._event(
-                event_type, run, run.attempts, inputs=run.reads, outputs=outputs, checks=found, cost=cost
+                event_type,
+                run,
+                run.attempts,
+                inputs=run.reads,
+                outputs=outputs,
+                checks=found,
+                cost=cost,
+                read_checks=read,
             )
         )
 
@@ -303,6 +321,7 @@ class LineageEmitter:
         outputs: list[InstanceRef] | list[str],
         checks: Mapping[str, Sequence[CheckResult]] | None = None,
         cost: RunCost | None = None,
+        read_checks: Mapping[str, Sequence[CheckResult]] | None = None,
     ) -> RunEvent:
         run_facets: dict[str, RunFacet] = {
             "databuild": DataBuildRunFacet(
@@ -325,7 +344,7 @@ class LineageEmitter:
             eventTime=_iso(run.updated_at),
             run=Run(runId=run_id(run.job_run_id), facets=run_facets),
             job=Job(namespace=self.job_namespace, name=run.job_label, facets=job_facets),
-            inputs=[InputDataset(**self._dataset(i.ref, i.instance_id)) for i in inputs],
+            inputs=[self._input(i, (read_checks or {}).get(i.instance_id or "")) for i in inputs],
             outputs=[
                 OutputDataset(**self._dataset(o, None, (checks or {}).get(o)))
                 if isinstance(o, str)
@@ -349,8 +368,12 @@ class LineageEmitter:
                 datasetVersion=instance_id, producer=PRODUCER
             )
         if checks:
-            facets["dataQualityAssertions"] = assertions_facet(checks)
+            facets["databuild"].checks = assertions(checks)
         return {"namespace": namespace, "name": name, "facets": facets}
+
+    def _input(self, read: InstanceRef, checks: Sequence[CheckResult] | None) -> InputDataset:
+        quality = {"dataQualityAssertions": assertions_facet(checks)} if checks else None
+        return InputDataset(**self._dataset(read.ref, read.instance_id), inputFacets=quality)
 
     # Delivery ----------------------------------------------------------------------------------------
     def _submit(self, build: Callable[[], RunEvent]) -> None:
