@@ -178,6 +178,14 @@ class CheckFailedError(DataBuildError):
     retryable = False
 
 
+class BusyError(DataBuildError):
+    """The server is doing as much of this kind of work at once as it allows (plans of big backfills
+    hold memory and CPU that every other request needs): repeat in a few seconds."""
+
+    http_status = 429
+    exit_code = 1
+
+
 class SparkJobError(DataBuildError):
     """The job's Spark work failed in the JVM; the message starts with the deepest Java cause (the whole
     trace is in the attempt's log). Retried, as any error of the job's."""

@@ -49,6 +49,19 @@ async def test_a_plan_is_what_the_build_then_does_and_records_nothing(make_stack
         assert answer.status_code == 200, answer.text
         refused = api.post("/api/wants/plan", json={"ref": "nowhere/x"})
         assert refused.status_code == 400 and "no job in graph" in refused.text, refused.text
+        # Plans at once are bounded: with both places held, the next is refused, and heard again after.
+        ctx = app.state.context
+        async with ctx.planning(), ctx.planning():
+            busy = api.post(
+                "/api/backfills/plan",
+                json={"pattern": "raw_events/{date}", "start": "2024-01-01", "end": "2024-01-02"},
+            )
+            assert busy.status_code == 429 and "computing 2 plans already" in busy.text, busy.text
+        again = api.post(
+            "/api/backfills/plan",
+            json={"pattern": "raw_events/{date}", "start": "2024-01-01", "end": "2024-01-02"},
+        )
+        assert again.status_code == 200, again.text
     rollup = Plan.model_validate(answer.json())
     actions = {p.ref: p.action for p in rollup.partitions}
     assert (

@@ -182,7 +182,9 @@ async def post_backfill(request: Request, _caller: Caller, body: BackfillRequest
 async def post_backfill_plan(request: Request, _caller: Caller, body: BackfillRequest) -> Plan:
     """What this backfill would do now (as ``POST /api/wants/plan`` for each of its partitions). Records
     nothing."""
-    return await context(request).db.plan_backfill(body)
+    ctx = context(request)
+    async with ctx.planning():
+        return await ctx.db.plan_backfill(body)
 
 
 @router.get("/backfills/{backfill_id}", response_model=BackfillProgress)

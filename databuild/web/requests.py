@@ -33,14 +33,15 @@ class WantRequest(Model):
 
 async def plan_want(ctx: WebContext, request: WantRequest) -> Plan:
     """Check the request and plan the want; records nothing."""
-    return await ctx.db.plan(
-        request.ref,
-        data_timestamp=request.data_timestamp,
-        sla=parse_duration(request.sla) if request.sla else None,
-        ttl=parse_duration(request.ttl) if request.ttl else None,
-        requires=request.requires,
-        fresh=request.fresh,
-    )
+    async with ctx.planning():
+        return await ctx.db.plan(
+            request.ref,
+            data_timestamp=request.data_timestamp,
+            sla=parse_duration(request.sla) if request.sla else None,
+            ttl=parse_duration(request.ttl) if request.ttl else None,
+            requires=request.requires,
+            fresh=request.fresh,
+        )
 
 
 async def register_want(ctx: WebContext, request: WantRequest, source: WantSource) -> Want:
