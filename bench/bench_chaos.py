@@ -1,14 +1,16 @@
 """The chaos soak: the demo backfill under faults for as long as you like, then every invariant.
 
     python -m bench.bench_chaos [--seed N] [--minutes 10] [--days 21] [--extra-wants 50] [--workers 2]
-                                [--gap 5 15] [--keep]
+                                [--gap 5 15] [--outage 30 60] [--keep]
 
 A Temporal dev server on a file database, ``--workers`` `databuild worker` processes and a fresh
 PostgreSQL BEL (a database of its own next to ``DATABUILD_TEST_POSTGRES_URL``'s, dropped afterwards).
 It wants ``daily_summary`` for ``--days`` days plus ``--extra-wants`` concurrent wants for partitions
 that backfill needs, then, until ``--minutes`` have passed, taints a few ``raw_events`` (cascading)
 and wants the affected days again. Meanwhile it kills a worker, restarts the Temporal server, kills
-the BEL's connections or the whole stack, every ``--gap`` seconds (drawn from ``--seed``). When time
+the BEL's connections, takes the BEL's database away for ``--outage`` seconds (a failover) or kills the
+whole stack, every ``--gap`` seconds (drawn from ``--seed``); late corrections of an incremental job's
+feed are announced after every round. When time
 is up the faults stop, every want has ``--settle`` seconds to end, and the invariants are checked
 (see databuild/testing/chaos/). It prints the faults by kind, wants completed, duplicate builds (must
 be 0), stuck wants (must be 0) and the wall time; the last line is JSON. Exit code 1 if an invariant
@@ -71,12 +73,22 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="databuild worker processes")
     parser.add_argument("--gap", type=float, nargs=2, default=(5.0, 15.0), metavar=("MIN", "MAX"))
     parser.add_argument("--settle", type=float, default=600.0, help="seconds every want has to end after")
+    parser.add_argument(
+        "--outage",
+        type=float,
+        nargs=2,
+        default=(30.0, 60.0),
+        metavar=("MIN", "MAX"),
+        help="seconds a BEL outage lasts (every connection terminated, new ones refused)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the logs folder even if all held")
     args = parser.parse_args()
     if args.days < 1 or args.workers < 1 or args.extra_wants < 0 or args.minutes < 0:
         parser.error("--days and --workers must be at least 1, --extra-wants and --minutes at least 0")
     if not 0 < args.gap[0] <= args.gap[1]:
         parser.error("--gap MIN MAX: 0 < MIN <= MAX seconds")
+    if not 0 < args.outage[0] <= args.outage[1]:
+        parser.error("--outage MIN MAX: 0 < MIN <= MAX seconds")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     config = ChaosConfig(
         seed=random.randrange(1_000_000) if args.seed is None else args.seed,
@@ -84,6 +96,7 @@ def main() -> None:
         extra_wants=args.extra_wants,
         workers=args.workers,
         fault_gap=(args.gap[0], args.gap[1]),
+        outage_seconds=(args.outage[0], args.outage[1]),
         minutes=args.minutes,
         settle_seconds=args.settle,
     )

@@ -7,13 +7,20 @@ from typing import Literal
 
 from databuild.models import FINAL_WANT_STATES
 
-FaultKind = Literal["kill_worker", "restart_temporal", "terminate_bel", "restart_stack"]
-FAULT_KINDS: tuple[FaultKind, ...] = ("kill_worker", "restart_temporal", "terminate_bel", "restart_stack")
+FaultKind = Literal["kill_worker", "restart_temporal", "terminate_bel", "bel_outage", "restart_stack"]
+FAULT_KINDS: tuple[FaultKind, ...] = (
+    "kill_worker",
+    "restart_temporal",
+    "terminate_bel",
+    "bel_outage",
+    "restart_stack",
+)
 # How often each kind is drawn after the first of each: killing the whole stack is the rarest.
 FAULT_WEIGHTS: dict[FaultKind, int] = {
     "kill_worker": 3,
     "restart_temporal": 2,
     "terminate_bel": 2,
+    "bel_outage": 1,
     "restart_stack": 1,
 }
 FIRST_DAY = date(2024, 1, 7)  # the first daily_summary wanted; its window starts on 2024-01-01
@@ -28,6 +35,9 @@ class ChaosConfig:
     extra_wants: int = 20  # concurrent wants for partitions the backfill needs too (other data times)
     workers: int = 2
     fault_gap: tuple[float, float] = (4.0, 10.0)  # seconds between two faults, uniformly drawn
+    # How long a BEL outage lasts (a failover: connections terminated, new ones refused), uniformly drawn.
+    outage_seconds: tuple[float, float] = (30.0, 60.0)
+    news: int = 2  # days whose corrections are announced again after each round (late data), twice each
     kinds: tuple[FaultKind, ...] = FAULT_KINDS  # () for a run without faults (a baseline)
     max_faults: int | None = None  # stop injecting after this many
     # Instead of random faults: these, in order, each once a job is running (mid-build).

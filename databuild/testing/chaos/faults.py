@@ -14,13 +14,22 @@ from temporalio.api.enums.v1 import PendingActivityState
 
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
+from databuild.testing import cut_off
 from databuild.testing.chaos.config import FAULT_WEIGHTS, FaultKind
 from databuild.testing.chaos.stack import ChaosStack, read, retrying
 
 
 class Faults:
-    def __init__(self, stack: ChaosStack, rng: random.Random, admin_url: str, started: float) -> None:
+    def __init__(
+        self,
+        stack: ChaosStack,
+        rng: random.Random,
+        admin_url: str,
+        started: float,
+        outage_seconds: tuple[float, float] = (30.0, 60.0),
+    ) -> None:
         self.stack = stack
+        self.outage_seconds = outage_seconds
         self.rng = rng
         self.admin_url = admin_url
         self.started = started
@@ -37,6 +46,14 @@ class Faults:
                 terminate_connections, self.admin_url, stack.settings.database_url.get_secret_value()
             )
             self.note(f"terminate_bel: {ended} BEL connection(s) terminated")
+            return
+        if kind == "bel_outage":
+            seconds = self.rng.uniform(*self.outage_seconds)
+            self.note(f"bel_outage: the BEL's database refuses every connection for {seconds:.0f} s")
+            url = stack.settings.database_url.get_secret_value()
+            back = await asyncio.to_thread(cut_off, self.admin_url, url, seconds)
+            await asyncio.to_thread(back.join)
+            self.note("bel_outage: the database is back")
             return
         down = self.rng.uniform(0.5, 3.0)
         stack.paused = True

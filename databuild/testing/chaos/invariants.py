@@ -16,6 +16,7 @@ from databuild.jobs.storage import Storage
 from databuild.models import PartitionStatus, WantState
 from databuild.testing import projection_rows
 from databuild.testing.chaos.config import FINAL
+from databuild.testing.chaos.graph import CORRECTED_USERS
 from databuild.testing.chaos.stack import ChaosStack, read
 
 # The harness runs the whole product as a user would: the demo graph.
@@ -34,7 +35,10 @@ class ChaosReport:
     retries: int = 0  # job attempts beyond each run's first (a killed attempt is retried)
     unfinished: list[str] = field(default_factory=list)  # wants not successful after the settle time
     stuck: list[str] = field(default_factory=list)  # wants open in the BEL whose workflow is closed
-    duplicates: list[str] = field(default_factory=list)  # (ref, generation) built more than once
+    # (ref, taint generation, inputs read) built more than once: a partition rebuilt without new input
+    duplicates: list[str] = field(default_factory=list)
+    fail_locked: list[str] = field(default_factory=list)  # partitions fail-locked (none should be)
+    behind: list[str] = field(default_factory=list)  # readers of an older correction than the last
     dead_locks: list[str] = field(default_factory=list)  # building partitions whose run is not running
     projection_diffs: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
@@ -45,7 +49,9 @@ class ChaosReport:
         checks = {
             "wants not successful": self.unfinished,
             "wants open in the BEL whose workflow is closed": self.stuck,
-            "duplicate builds": self.duplicates,
+            "duplicate builds (rebuilt without a new input)": self.duplicates,
+            "partitions fail-locked": self.fail_locked,
+            "readers behind the last late data": self.behind,
             "build locks held by dead runs": self.dead_locks,
             "projections differ from a rebuild": self.projection_diffs,
             "live partitions unreadable or incomplete": self.unreadable,
@@ -62,7 +68,10 @@ class ChaosReport:
             f"rounds               {self.rounds}",
             f"wants completed      {self.successful} of {self.wants}",
             f"partitions built     {self.builds} (job attempts retried: {self.retries})",
-            f"duplicate builds     {len(self.duplicates)}",
+            f"duplicate builds     {len(self.duplicates)} (a partition rebuilt without a new input)",
+            f"fail-locked          {len(self.fail_locked)}"
+            f" (by a database error: {sum(_by_database(r) for r in self.fail_locked)})",
+            f"behind late data     {len(self.behind)}",
             f"stuck wants          {len(self.stuck)} (open in the BEL, workflow closed)",
             f"dead build locks     {len(self.dead_locks)}",
             f"projection diffs     {len(self.projection_diffs)}",
@@ -137,28 +146,69 @@ def check_outcomes(bel: BuildEventLog, report: ChaosReport) -> None:
 
 def check_builds(bel: BuildEventLog, report: ChaosReport) -> None:
     """A build is a committed instance of a job run: a ``PartitionLive`` with a job run. Each ref may
-    have one per taint generation (the generation counts the ``PartitionTainted`` events before it)."""
+    have one per taint generation (the generation counts the ``PartitionTainted`` events before it) and
+    set of inputs read (a new input instance, late data, rebuilds it once; its own previous instance, an
+    incremental job's, is no input)."""
     with bel.reader.connect() as conn:
         rows = conn.execute(
             select(s.events.c.type, s.events.c.ref, s.events.c.data)
             .where(s.events.c.type.in_(["PartitionLive", "PartitionTainted"]))
             .order_by(s.events.c.idx)
         ).all()
+        read_rows = conn.execute(
+            select(s.consumers.c.output_instance_id, s.consumers.c.input_instance_id)
+            .join(
+                s.partition_instances, s.partition_instances.c.instance_id == s.consumers.c.input_instance_id
+            )
+            .where(s.partition_instances.c.ref != s.consumers.c.output_ref)
+        ).all()
+    reads: dict[str, set[str]] = {}
+    for output, input_instance in read_rows:
+        reads.setdefault(output, set()).add(input_instance)
     generation: Counter[str] = Counter()
-    built: dict[tuple[str, int], list[str]] = {}
+    built: dict[tuple[str, int, frozenset[str]], list[str]] = {}
     for kind, ref, data in rows:
         if kind == "PartitionTainted":
             generation[ref] += 1
         elif data.get("job_run_id"):
-            built.setdefault((ref, generation[ref]), []).append(data["job_run_id"])
+            inputs = frozenset(reads.get(data["instance_id"], set()))
+            built.setdefault((ref, generation[ref], inputs), []).append(data["job_run_id"])
     report.builds = len(built)
     with bel.reader.connect() as conn:
         attempts = conn.execute(select(s.job_runs.c.attempts).where(s.job_runs.c.attempts > 1)).all()
     report.retries = sum(n - 1 for (n,) in attempts)
     report.duplicates = [
-        f"{ref} generation {gen} built {len(runs)} times (job runs {', '.join(runs)})"
-        for (ref, gen), runs in built.items()
+        f"{ref} generation {gen} built {len(runs)} times from the same inputs (job runs {', '.join(runs)})"
+        for (ref, gen, _inputs), runs in built.items()
         if len(runs) > 1
+    ]
+
+
+def check_fail_locks(bel: BuildEventLog, report: ChaosReport) -> None:
+    """No partition fail-locked: the demo's jobs never fail, so a fail-lock is a fault's doing (the BEL's
+    database lost while a finished build recorded itself, before its outcome was retried in place)."""
+    with bel.reader.connect() as conn:
+        rows = conn.execute(
+            select(s.partitions.c.ref, s.partitions.c.reason).where(
+                s.partitions.c.status == PartitionStatus.failed.value
+            )
+        ).all()
+    report.fail_locked = [f"{ref}: {reason}" for ref, reason in rows]
+
+
+def _by_database(finding: str) -> bool:
+    return any(sign in finding for sign in ("OperationalError", "DatabaseUnavailable", "server closed"))
+
+
+def check_news(bel: BuildEventLog, report: ChaosReport) -> None:
+    """Every reader of the late corrections read the last one of its day (the last news wins)."""
+    with bel.reader.connect() as conn:
+        feeds = list(
+            conn.execute(select(s.partitions.c.ref).where(s.partitions.c.ref.like("corrections/%"))).scalars()
+        )
+    report.behind = [
+        f"{r.ref} read {r.input_read} of {r.input_ref}, whose live instance is {r.input_live}"
+        for r in bel.late_readers(feeds)
     ]
 
 
@@ -186,7 +236,7 @@ def check_partitions(bel: BuildEventLog, storage: Storage, report: ChaosReport) 
     with bel.reader.connect() as conn:
         live = conn.execute(
             select(s.partitions.c.ref, s.partitions.c.instance_id).where(
-                s.partitions.c.status == PartitionStatus.live.value
+                s.partitions.c.status == PartitionStatus.live.value, s.partitions.c.external.is_(False)
             )
         ).all()
     for ref, instance_id in live:
@@ -208,6 +258,7 @@ DEMO_CONTENT: dict[str, tuple[str | None, int]] = {
     "daily_users": ("events", EVENTS_PER_DAY),  # every event of the day, counted per user
     "daily_summary": ("events", WINDOW_DAYS * EVENTS_PER_DAY),
     "top_spenders": (None, 10),
+    "user_totals": (None, CORRECTED_USERS),  # one row per corrected user, however often it merged
 }
 
 

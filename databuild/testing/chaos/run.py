@@ -15,7 +15,9 @@ from databuild.testing.chaos.faults import Faults
 from databuild.testing.chaos.invariants import (
     ChaosReport,
     check_builds,
+    check_fail_locks,
     check_liveness,
+    check_news,
     check_outcomes,
     check_partitions,
     check_projections,
@@ -23,7 +25,16 @@ from databuild.testing.chaos.invariants import (
 )
 from databuild.testing.chaos.stack import ChaosStack, chaos_stack
 from databuild.testing.chaos.steering import steer_backfill
-from databuild.testing.chaos.workload import backfill_refs, register_round, taint_round, until_settled
+from databuild.testing.chaos.workload import (
+    announce,
+    backfill_refs,
+    corrected_days,
+    late_news,
+    register_round,
+    taint_round,
+    until_caught_up,
+    until_settled,
+)
 
 
 async def run_chaos(config: ChaosConfig, home: Path, admin_url: str, log: Log = print) -> ChaosReport:
@@ -35,7 +46,7 @@ async def run_chaos(config: ChaosConfig, home: Path, admin_url: str, log: Log = 
     # Its faults kill connections, never the PostgreSQL server: commits that wait for the disk prove nothing more.
     with postgres_database(admin_url, prefix="chaos", durable=False) as database_url:
         async with chaos_stack(home, database_url, config.workers, log) as stack:
-            faults = Faults(stack, rng, admin_url, started)
+            faults = Faults(stack, rng, admin_url, started, config.outage_seconds)
             stop = asyncio.Event()
             supervisor = asyncio.create_task(stack.supervise(stop))
             if config.script:
@@ -66,6 +77,8 @@ async def run_chaos(config: ChaosConfig, home: Path, admin_url: str, log: Log = 
             dump_events(bel, home / "events.ndjson")  # for a post-mortem: the database is dropped
             check_outcomes(bel, report)
             check_builds(bel, report)
+            check_fail_locks(bel, report)
+            check_news(bel, report)
             storage = Storage(stack.settings.storage_root)
             # Garbage collection with no retention after the faults: whatever killed attempts left goes,
             # and every live partition must still be complete and readable.
@@ -88,6 +101,10 @@ async def soak(
     Each round ends when every want is final or stuck (under faults). The first round's real backfill is
     steered meanwhile (``config.steer``; its steps counted in ``steering``). Returns the rounds completed."""
     refs = backfill_refs(config)
+    versions: Counter[str] = Counter(dict.fromkeys(corrected_days(config), 1))
+    for day in versions:  # the first corrections, before anything wants them
+        await announce(stack, day, 1)
+    refs += [f"user_totals/{day}" for day in versions]
     rounds = 0
     while True:
         if rounds == 0 and config.steer:
@@ -100,6 +117,12 @@ async def soak(
         # Stuck wants never end: the checks at the end report them, and the soak goes on without them.
         if await until_settled(stack, max(config.settle_seconds, 60 * config.minutes)) == "timeout":
             return rounds  # the settle check after the faults reports what is open
+        # Late corrections: their rebuilds start by themselves, and end before the round is done.
+        await late_news(stack, rng, config, versions)
+        patience = max(config.settle_seconds, 60 * config.minutes)
+        caught_up = await until_caught_up(stack, list(versions), patience)
+        if not caught_up or await until_settled(stack, patience) == "timeout":
+            return rounds  # the checks after the faults report what is behind or open
         rounds += 1
         log(f"[chaos +{time.monotonic() - started:6.1f}s] round {rounds} done")
         if time.monotonic() - started >= 60 * config.minutes:

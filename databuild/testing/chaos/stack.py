@@ -20,7 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
-from databuild.errors import TemporalUnavailableError
+from databuild.errors import UnavailableError
 from databuild.graph import load_graph
 from databuild.temporal.connection import connect, ensure_search_attributes
 from databuild.testing import free_port
@@ -141,7 +141,7 @@ async def chaos_stack(home: Path, database_url: str, workers: int, log: Log) -> 
         temporal_address=f"127.0.0.1:{free_port()}",
         task_queue=f"chaos-{uuid.uuid4().hex[:8]}",
         database_url=database_url,
-        graph="examples.demo:graph",
+        graph="databuild.testing.chaos.graph:graph",
     )
     stack = ChaosStack(settings, workers, log)
     try:
@@ -155,13 +155,13 @@ async def chaos_stack(home: Path, database_url: str, workers: int, log: Log) -> 
             stack.db.bel.dispose()
 
 
-async def retrying(call: Callable[[], Awaitable[T]], what: str, seconds: float = 120) -> T:
+async def retrying(call: Callable[[], Awaitable[T]], what: str, seconds: float = 180) -> T:
     """``call`` again while Temporal or the BEL is down (a fault in progress), up to ``seconds``."""
     deadline = time.monotonic() + seconds
     while True:
         try:
             return await call()
-        except (RPCError, DBAPIError, TemporalUnavailableError) as error:
+        except (RPCError, DBAPIError, UnavailableError) as error:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{what}: still failing after {seconds:.0f} s: {error}") from error
             await asyncio.sleep(0.5)

@@ -15,6 +15,7 @@ from databuild.bel import schema as s
 from databuild.models import WantSource, WantSpec
 from databuild.temporal.protocol import backfill_window_workflow_id
 from databuild.testing.chaos.config import FINAL, FIRST_DAY, ChaosConfig
+from databuild.testing.chaos.graph import write_correction
 from databuild.testing.chaos.invariants import stuck_wants
 from databuild.testing.chaos.stack import ChaosStack, read, retrying
 
@@ -24,6 +25,39 @@ from examples.demo import WINDOW_DAYS
 
 def backfill_refs(config: ChaosConfig) -> list[str]:
     return [f"{config.backfill}/{FIRST_DAY + timedelta(days=d)}" for d in range(config.days)]
+
+
+def corrected_days(config: ChaosConfig) -> list[str]:
+    """The days whose user_totals the run keeps (an incremental job fed by late corrections): those of
+    the daily_users the backfill needs."""
+    needed = needed_refs(backfill_refs(config))
+    return [ref.partition("/")[2] for ref in needed if ref.startswith("daily_users/")]
+
+
+async def announce(stack: ChaosStack, day: str, version: int) -> None:
+    """Version ``version`` of a day's corrections arrives: written by another tool, then announced as a
+    new instance (idempotent by its id, so retried through faults)."""
+    assert stack.db is not None
+    db = stack.db
+    folder = stack.settings.home / "incoming" / "corrections" / day / f"v{version}"
+    await asyncio.to_thread(write_correction, folder, version)
+    ref, instance_id = f"corrections/{day}", f"corrections-{day}-v{version}"
+    await retrying(
+        lambda: db.publish(ref, instance_id=instance_id, location=folder.as_uri()), f"publish {ref}"
+    )
+
+
+async def late_news(
+    stack: ChaosStack, rng: random.Random, config: ChaosConfig, versions: Counter[str]
+) -> None:
+    """Late data: new corrections of ``config.news`` days, two versions of each back to back (a burst);
+    each rebuilds that day's user_totals by itself, and the last must win."""
+    days = rng.sample(corrected_days(config), k=min(config.news, len(corrected_days(config))))
+    for day in sorted(days):
+        for _ in range(2):
+            versions[day] += 1
+            await announce(stack, day, versions[day])
+    stack.log(f"late corrections of {', '.join(sorted(days))} (to version {max(versions.values())})")
 
 
 def demo_inputs(ref: str) -> list[str]:
@@ -126,3 +160,15 @@ async def taint_round(stack: ChaosStack, rng: random.Random, config: ChaosConfig
         await read(stack, BuildEventLog.taint, ref, reason="chaos: late data", cascade=True)
     stack.log(f"tainted {', '.join(sorted(tainted))} (cascading)")
     return [ref for ref in backfill if tainted & set(needed_refs([ref]))]
+
+
+async def until_caught_up(stack: ChaosStack, days: list[str], seconds: float) -> bool:
+    """Until every user_totals read the last corrections of its day (its late rebuilds, started by the
+    announcements, are done), or ``seconds`` have passed; whether it caught up."""
+    feeds = [f"corrections/{day}" for day in days]
+    deadline = time.monotonic() + seconds
+    while await read(stack, BuildEventLog.late_readers, feeds):
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(1.0)
+    return True
