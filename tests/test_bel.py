@@ -1582,3 +1582,18 @@ def test_a_paused_backfill_pauses_the_derivatives_only_it_needs(bel: BuildEventL
     bel.pause_backfill(request.backfill_id, False)
     assert not bel.any_backfill_paused()
     assert decide(bel, derivative, seq=5).kind == "wait_external"
+
+
+def test_a_worker_records_the_versions_it_runs(bel: BuildEventLog) -> None:
+    bel.record_worker("host:1", "q", "demo", {"raw_events": "a1", "daily_users": "b1"})
+    bel.record_worker("host:2", "q", "demo", {"raw_events": "a1", "daily_users": "b2"})
+    bel.record_worker("host:1", "q", "demo", {"raw_events": "a2", "daily_users": "b1"})  # restarted
+    found = {w.identity: w.versions for w in bel.workers(["host:1", "host:2", "host:3"])}
+    assert found == {
+        "host:1": {"raw_events": "a2", "daily_users": "b1"},
+        "host:2": {"raw_events": "a1", "daily_users": "b2"},
+    }
+    assert [e.type for e in bel.events(types=["WorkerStarted"])] == ["WorkerStarted"] * 3
+    before = projection_rows(bel)
+    bel.rebuild_projections()
+    assert projection_rows(bel) == before

@@ -4,9 +4,10 @@ import asyncio
 import compileall
 import contextlib
 import logging
+import os
 import socket
 import sys
-import threading
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -86,6 +87,7 @@ class BuiltWorker:
     worker: Worker
     jobs: JobActivities
     upstream: UpstreamActivities
+    identity: str
 
     async def shutdown(self) -> None:
         """Release what the activities hold, once the worker has stopped."""
@@ -137,7 +139,9 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
         compile_workflow_modules()
     storage = Storage(settings.storage_root)
     storage.probe()  # a root it cannot use is refused now, in one line, not by each job's first output
-    identity = f"{socket.gethostname()}:{threading.get_native_id()}"
+    # Unique per worker, even for two in one process (tests, `databuild dev`): `databuild envs` tells
+    # workers apart by it.
+    identity = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
     lineage = LineageEmitter.from_settings(
         settings, parts.graph
     )  # None unless DATABUILD_OPENLINEAGE_URL is set
@@ -183,7 +187,7 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
         if settings.workflow_sandbox
         else UnsandboxedWorkflowRunner(),
     )
-    return BuiltWorker(worker, jobs, upstream)
+    return BuiltWorker(worker, jobs, upstream, identity)
 
 
 def check_graph_settings(graph: Graph, settings: Settings) -> None:
@@ -257,6 +261,11 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
     """Run a worker for the duration of the block (used by tests, `databuild dev` and `worker`)."""
     await ensure_search_attributes(parts.client, parts.settings.namespace)
     built = build_worker(parts)
+    # Which versions of its jobs it runs, before it takes any work (`databuild envs`; a fresh rebuild the
+    # workers disagree on is refused).
+    versions = {job.label: job.version for job in parts.graph.jobs}
+    bel = parts.bel
+    await bel.call(bel.record_worker, built.identity, parts.settings.task_queue, parts.graph.name, versions)
     if warm_spark:
         # Start the sessions now, so the first job does not pay the JVM start-up.
         asyncio.get_running_loop().run_in_executor(None, built.jobs.executor.executors.warm)

@@ -9,9 +9,17 @@ from databuild.bel.job_runs import JobRunReads
 from databuild.bel.lineage_facts import LineageFactReads
 from databuild.bel.partitions import PartitionReads
 from databuild.bel.wants import WantReads
+from databuild.bel.workers import WorkerReads
 
 
 class BelQueries(
-    WantReads, JobRunReads, PartitionReads, LineageFactReads, BackfillReads, EventReads, CostReads
+    WantReads,
+    JobRunReads,
+    PartitionReads,
+    LineageFactReads,
+    BackfillReads,
+    EventReads,
+    CostReads,
+    WorkerReads,
 ):
     """Every read of the log."""

@@ -400,6 +400,18 @@ backfill_wants = Table(
     Index("ix_backfill_wants_seq", "backfill_id", "seq"),  # the window's next wants
 )
 
+# The worker processes that started, with their job versions (``databuild envs``; Temporal says which
+# still serve).
+workers = Table(
+    "workers",
+    metadata,
+    Column("identity", String(255), primary_key=True),
+    Column("task_queue", String(255), nullable=False),
+    Column("graph", String(255), nullable=False),
+    Column("versions", JSON, nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+)
+
 PROJECTIONS = [
     wants,
     partitions,
@@ -420,6 +432,7 @@ PROJECTIONS = [
     want_job_runs,
     backfills,
     backfill_wants,
+    workers,
 ]
 
 

@@ -29,6 +29,7 @@ from databuild.bel.pools import PoolCommands
 from databuild.bel.queries import BelQueries
 from databuild.bel.transaction import make_engines, place_pending, write_lock
 from databuild.bel.wants import WantCommands
+from databuild.bel.workers import WorkerCommands
 
 __all__ = [
     "BuildEventLog",
@@ -51,6 +52,7 @@ class BuildEventLog(
     BackfillCommands,
     EventCommands,
     CostCommands,
+    WorkerCommands,
     BelQueries,
 ):
     def __init__(self, url: str) -> None:

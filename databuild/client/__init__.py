@@ -12,6 +12,7 @@ from temporalio.service import RPCError
 from databuild.backfill import BackfillProgress, BackfillRequest, BackfillRetry, cancel_reason
 from databuild.bel import BuildEventLog
 from databuild.client.calls import called, cancel_workflow, gathered, recheck, signal_workflow
+from databuild.client.retries import fail_locked, retryable
 from databuild.client.specs import backfill_specs, build_spec, stale_only
 from databuild.config import Settings
 from databuild.domain import checks as check_rules
@@ -21,6 +22,7 @@ from databuild.domain.cost import CostBy, CostReport
 from databuild.domain.plans import Plan, Root
 from databuild.domain.staleness import StalePartition
 from databuild.domain.wants import WantStart
+from databuild.domain.workers import Environment, refuse_unconverging
 from databuild.errors import (
     InvalidTransitionError,
     TemporalUnavailableError,
@@ -30,13 +32,11 @@ from databuild.graph import Graph, load_graph
 from databuild.models import (
     Instance,
     Partition,
-    PartitionStatus,
     TaintImpact,
     TaintResult,
     Want,
     WantSource,
     WantSpec,
-    WantState,
 )
 from databuild.refs import ref_uri, validate_ref
 from databuild.temporal.connection import connect, ensure_search_attributes
@@ -62,6 +62,7 @@ from databuild.temporal.wants import (
     start_want,
     start_wants,
 )
+from databuild.temporal.workers import environment
 from databuild.views.cost import cost_report
 from databuild.views.lineage import FamilyProgress, WantView, family_progress, want_view
 from databuild.views.plans import plan_wants
@@ -183,7 +184,10 @@ class DataBuild:
         """Register a want. Asking again for the same want attaches to the same workflow. ``requires``:
         external partitions that must be available before its job is dispatched. ``fresh``: if the
         partition is live but stale, rebuild it and the stale inputs it needs (by default a want accepts
-        any live partition)."""
+        any live partition); refused (ConfigurationError) when the workers serving now disagree on the
+        version of its job, as the rebuild could never be fresh for all of them."""
+        if fresh and (target := (await self.loaded_graph()).resolve(ref).target) is not None:
+            refuse_unconverging(target.job.label, ref, (await self.envs())[0].workers)
         spec = await self.bel.call(
             self.spec,
             ref,
@@ -196,6 +200,12 @@ class DataBuild:
         )
         await self._register(spec)
         return spec
+
+    async def envs(self) -> list[Environment]:
+        """The environments (production alone, for now) with the workers serving each and the version of
+        each job they run, and the jobs whose versions differ among them."""
+        client = await self.temporal_client()
+        return [await environment(client, self.bel, self.settings.namespace, self.settings.task_queue)]
 
     async def _register(self, spec: WantSpec) -> None:
         client = await self.temporal_client()
@@ -349,8 +359,8 @@ class DataBuild:
             handle = client.get_workflow_handle(want.workflow_id)
             await handle.signal(SIGNAL_REDECIDE, RedecideNotice(ref=want.ref, reason="retry requested"))
             return want
-        ended = await self.bel.call(self._retryable, want)
-        if locked := await self._fail_locked(ended):
+        ended = await self.bel.call(retryable, self.bel, want)
+        if locked := await self.bel.call(fail_locked, self.bel, ended):
             raise InvalidTransitionError(
                 f"{', '.join(locked)} {'is' if len(locked) == 1 else 'are'} fail-locked by a failed build: "
                 f"fix its cause, clear it with `databuild resolve {locked[0]}`, then retry {want_id}"
@@ -365,7 +375,7 @@ class DataBuild:
         and are listed: resolve them, then retry again. NotFoundError for an unknown backfill."""
         ended = await self.bel.call(self.bel.backfill_ended_wants, backfill_id)
         families = list((await self.bel.call(self.bel.ended_families, ended)).values())
-        locked = set(await self._fail_locked([w for family in families for w in family]))
+        locked = set(await self.bel.call(fail_locked, self.bel, [w for family in families for w in family]))
         ready = [family for family in families if not locked & {w.ref for w in family}]
         # Its own wants are reopened first, for its window to start; then the retry takes the window back
         # to the start of its range. A window step in between starts nothing (the backfill is still
@@ -375,10 +385,6 @@ class DataBuild:
         await self.bel.call(self.bel.retry_backfill, backfill_id)
         await self._run_window(backfill_id)
         return BackfillRetry(backfill_id=backfill_id, reopened=len(ready), fail_locked=sorted(locked))
-
-    async def _fail_locked(self, wants: list[Want]) -> list[str]:
-        partitions = await self.bel.call(self.bel.partitions_by_ref, sorted({w.ref for w in wants}))
-        return [p.ref for p in partitions if p.status is PartitionStatus.failed]
 
     async def _reopen(self, ended: list[Want], leave: Set[str] = frozenset()) -> None:
         """Open ended wants again, each in a new workflow run (those in ``leave`` are left for their
@@ -390,20 +396,6 @@ class DataBuild:
         reopened = await self.bel.call(self.bel.reopen_wants, [w.want_id for w in unique])
         starts = [WantStart.of(w) for w in reopened if w.want_id not in leave]
         await start_wants(client, starts, self.settings.task_queue, self.bel)
-
-    def _retryable(self, want: Want) -> list[Want]:
-        """The want and the wants it derived, transitively, that ended failed or canceled. Raises
-        InvalidTransitionError for a want that succeeded or whose TTL passed."""
-        if want.state is WantState.successful:
-            raise InvalidTransitionError(
-                f"want {want.want_id} succeeded; to build {want.ref} again, `databuild taint {want.ref}` and want it"
-            )
-        if want.state is WantState.expired:
-            raise InvalidTransitionError(
-                f"want {want.want_id} expired (its TTL passed at {want.spec.ttl_deadline:%Y-%m-%d %H:%M}Z); "
-                "want the partition again with a later --ttl"
-            )
-        return self.bel.ended_families([want])[want.want_id]
 
     async def cancel_backfill(self, backfill_id: str) -> int:
         """Cancel a backfill: its wants that have not ended, and the derivative wants below them that no

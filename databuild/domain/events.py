@@ -389,6 +389,16 @@ class JobRunCostRecorded(Model):
     unknown_reason: str | None = None
 
 
+class WorkerStarted(Model):
+    """A worker process started serving a task queue, with the version of each job of its graph."""
+
+    type: Literal["WorkerStarted"] = "WorkerStarted"
+    identity: str
+    task_queue: str
+    graph: str
+    versions: dict[str, str] = Field(description="job label -> the version of its code this worker runs")
+
+
 Event = Annotated[
     WantCreated
     | WantBuilding
@@ -427,7 +437,8 @@ Event = Annotated[
     | BackfillResumed
     | BackfillCanceled
     | BackfillRetried
-    | BackfillAdvanced,
+    | BackfillAdvanced
+    | WorkerStarted,
     Field(discriminator="type"),
 ]
 
