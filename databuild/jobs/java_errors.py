@@ -51,10 +51,9 @@ def release(session: "SparkSession") -> None:
         garbage collector closes, on its cleaner thread): the space of the files they held comes back within
     moments. A Spark Connect
         session has no JVM here; its server keeps its own."""
-    jvm = getattr(session, "_jvm", None)
-    if jvm is None:
-        return
     try:
-        jvm.java.lang.System.gc()
+        jvm = getattr(session, "_jvm", None)
+        if jvm is not None:
+            jvm.java.lang.System.gc()
     except Exception as error:  # releasing must not hide why the attempt failed
         log.warning("could not release what the failed attempt held in the JVM: %s", error)
