@@ -495,6 +495,11 @@ class History:
     # The history -----------------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None]) -> None:
         shape = self.shape
+        # The worker that built it all, as a worker records itself when it starts.
+        versions = {"ingest": "v1", "report": "v1"}
+        self.emit(
+            ev.WorkerStarted(identity="bench:1:000000", task_queue="bench", graph="views", versions=versions)
+        )
         self.publish(DIM)
         # The daily reports are also followed as one backfill (its progress is a view like the others).
         days = BackfillRequest(
