@@ -3,9 +3,12 @@ says which worker runs which version, and a fresh rebuild they disagree on is re
 find the other's build stale for ever (five `--fresh`, five rebuilds, before)."""
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
+from databuild.backfill import BackfillRequest
+from databuild.client import DataBuild
 from databuild.errors import ConfigurationError
 from databuild.graph import load_graph
 from databuild.models import WantState
@@ -28,6 +31,10 @@ async def test_workers_that_disagree_on_a_version_are_shown_and_refuse_a_fresh_r
     assert env.name == "prod" and env.differing == {}
     (first,) = env.workers
     assert first.versions["base"] == stack.graph.job_by_label("base").version
+
+    # Built by the first worker alone: at its version of base.
+    day = await stack.db.wait(await stack.db.want("base/2024-01-01"))
+    assert day.state is WantState.successful
 
     # A second worker, deployed with base at version 2.
     v2 = load_graph("tests.graphs:chain_v2")
@@ -52,3 +59,11 @@ async def test_workers_that_disagree_on_a_version_are_shown_and_refuse_a_fresh_r
         assert listed[0]["differing"]["base"]["2"] == [second.identity]
         refused = await cli(stack, "want", "base/w", "--fresh")
         assert refused.returncode == 2 and "cannot converge" in refused.stderr, refused.stderr
+        # A stale-only backfill from a client of the new version (the first worker's build is stale to
+        # it) is refused too, before it records a want.
+        deployer = DataBuild(stack.client, stack.bel, v2, stack.settings)
+        at = datetime(2024, 1, 1, tzinfo=UTC)
+        stale = BackfillRequest(pattern="base/{n}", start=at, end=at, stale_only=True)
+        with pytest.raises(ConfigurationError, match="cannot converge"):
+            await deployer.backfill(stale)
+        assert stack.bel.wants(ref_prefix="base/2024-01-01", limit=10) == [day]

@@ -251,6 +251,8 @@ class DataBuild:
                     by_state={},
                     created_at=datetime.now(UTC),
                 )
+            if (target := graph.resolve(partitions[0][0]).target) is not None:  # one job: the pattern's
+                refuse_unconverging(target.job.label, request.pattern, (await self.envs())[0].workers)
         # The wants are built a chunk at a time, so the first are recorded (and shown) at once. What could
         # make one invalid (a TTL already past, a deadline past the calendar) moves with the data time,
         # so checking the first and the last checks them all before anything is recorded.
