@@ -10,10 +10,11 @@ from temporalio.service import RPCError
 
 from activities.alerts import raise_alert
 from databuild.bel import BuildEventLog
+from databuild.bel.job_runs import RunEnded
 from databuild.config import Settings
 from databuild.domain import alerts
 from databuild.graph import Graph
-from databuild.models import JobRun, JobRunState
+from databuild.models import JobRun, JobRunState, Subscription
 from databuild.temporal import protocol as p
 from databuild.temporal.late_data import rebuild_late_readers
 from databuild.temporal.wants import Notified, notify_subscribers, signal_for_run
@@ -55,16 +56,19 @@ class FanOutActivities:
         cursor (a local activity cannot heartbeat one)."""
         return await self._fan_out(input.job_run_id, input.after_id, FIRST_PAGES, lambda _cursor: None)
 
-    async def tell(self, run: JobRun) -> p.FanOutResult:
+    async def tell(self, ended: RunEnded) -> p.FanOutResult:
         """Signal the first page of an ended run's subscribers, from its job activity just after the commit
-        that recorded its outcome (``run`` as that commit left it), so its wants need not wait for the
-        run's workflow to hear of it; if that was all of them, what follows the run's end too (``done``:
-        the run's workflow has nothing left to fan out). Else the subscription its fan-out resumes after."""
-        notified = await self._notify(run, 0, FIRST_PAGES)
+        that recorded its outcome (``ended``: the run as that commit left it, with what the commit read
+        for its fan-out), so its wants need not wait for the run's workflow to hear of it; if that was all
+        of them, what follows the run's end too (``done``: the run's workflow has nothing left to fan
+        out). Else the subscription its fan-out resumes after."""
+        run = ended.run
+        first = None if ended.subscribers is None else (ended.subscribers, ended.subscribers_limit)
+        notified = await self._notify(run, 0, FIRST_PAGES, first_page=first)
         done = notified.done
         if done:
             try:
-                await self._ended(run)
+                await self._ended(ended)
             except Exception as error:  # the run's workflow does it again
                 activity.logger.warning(
                     "what follows the end of %s is left to its run: %s", run.job_run_id, error
@@ -78,13 +82,19 @@ class FanOutActivities:
         run = await self.bel.call(self.bel.job_run, job_run_id)
         notified = await self._notify(run, cursor, pages, on_page)
         if notified.done:
-            await self._ended(run)
+            await self._ended(RunEnded(run=run))
         return p.FanOutResult(heard=notified.heard, after_id=notified.cursor, done=notified.done)
 
     async def _notify(
-        self, run: JobRun, cursor: int, pages: int | None, on_page: Callable[[int], None] = lambda _c: None
+        self,
+        run: JobRun,
+        cursor: int,
+        pages: int | None,
+        on_page: Callable[[int], None] = lambda _c: None,
+        first_page: tuple[list[Subscription], int] | None = None,
     ) -> Notified:
-        """Signal the run's subscribers after ``cursor``, up to ``pages`` pages (all when None)."""
+        """Signal the run's subscribers after ``cursor``, up to ``pages`` pages (all when None), the first
+        page ``first_page`` if it was read already."""
         return await notify_subscribers(
             self.client,
             self.bel,
@@ -94,11 +104,14 @@ class FanOutActivities:
             page_size=self.page_size,
             on_page=on_page,
             max_pages=pages,
+            first_page=first_page,
         )
 
-    async def _ended(self, run: JobRun) -> None:
-        """What follows a run's end once its wants heard: waiting runs woken, late data rebuilt, alerts."""
-        await self._wake_admitted()
+    async def _ended(self, ended: RunEnded) -> None:
+        """What follows a run's end once its wants heard: waiting runs woken, late data rebuilt, alerts
+        (from what the commit of its outcome read, where it did)."""
+        run = ended.run
+        await self._wake_admitted(ended.admitted)
         if self.graph is not None and self.settings is not None and run.state is JobRunState.succeeded:
             # Its outputs' newer instances are late data for the readers of the older ones.
             refs = [w.ref for w in run.writes]
@@ -109,16 +122,20 @@ class FanOutActivities:
             await raise_alert(self.client, self.settings, alerts.fail_locked(run, at))
         if self.settings is not None and run.state is JobRunState.succeeded and run.writes:
             # Published: only warning checks can have failed, and they alert (blocking ones fail the run).
-            ids = [w.instance_id for w in run.writes if w.instance_id]
-            checks = await self.bel.call(self.bel.checks_of, ids)
+            checks = ended.checks
+            if checks is None:
+                ids = [w.instance_id for w in run.writes if w.instance_id]
+                checks = await self.bel.call(self.bel.checks_of, ids)
             if failed := [r for results in checks.values() for r in results if not r.passed]:
                 at = run.ended_at or datetime.now(UTC)
                 await raise_alert(self.client, self.settings, alerts.check_warnings(run, failed, at))
 
-    async def _wake_admitted(self) -> None:
-        """The pool slots the run held went to waiting runs when it ended (in its BEL commit): wake them.
-        A run that misses this finds out through its own watch."""
-        for workflow_id in await self.bel.call(self.bel.admitted_not_started):
+    async def _wake_admitted(self, admitted: list[str] | None) -> None:
+        """The pool slots the run held went to waiting runs when it ended (in its BEL commit): wake them
+        (``admitted``, if that commit read them). A run that misses this finds out through its own watch."""
+        if admitted is None:
+            admitted = await self.bel.call(self.bel.admitted_not_started)
+        for workflow_id in admitted:
             try:
                 await self.client.get_workflow_handle(workflow_id).signal(p.SIGNAL_ADMITTED)
             except RPCError as error:  # it ended meanwhile

@@ -10,10 +10,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.heartbeats import heartbeating
+from databuild.bel.job_runs import RunEnded
 from databuild.jobs.attempts import attempt_name
 from databuild.jobs.execution import JobExecutor, outcome_of
 from databuild.limits import JOB_HEARTBEAT_EVERY
-from databuild.models import JobRun, JobRunState
+from databuild.models import JobRunState
 from databuild.temporal import protocol as p
 
 BENIGN = ApplicationErrorCategory.BENIGN  # retried, and logged at debug level only
@@ -26,7 +27,7 @@ class JobActivities:
         max_concurrent: int,
         attempts: int,
         heartbeat_every: float = JOB_HEARTBEAT_EVERY.total_seconds(),
-        tell: Callable[[JobRun], Awaitable[p.FanOutResult]] | None = None,
+        tell: Callable[[RunEnded], Awaitable[p.FanOutResult]] | None = None,
     ) -> None:
         self.executor = executor
         self.tell = tell  # signals the first page of an ended run's wants (FanOutActivities.tell)
@@ -80,19 +81,19 @@ class JobActivities:
                 await asyncio.to_thread(self.executor.cancel, group)
                 await asyncio.wait({future}, timeout=1.0)
             if not future.cancelled() and future.exception() is None:
-                return outcome_of(future.result())  # it finished before it could be stopped: its outcome
+                return outcome_of(future.result().run)  # it finished before it could be stopped: its outcome
             raise
 
     @heartbeating  # telling a page of wants, and what follows a run's end, can take a while
-    async def _told(self, run: JobRun) -> p.JobOutcome:
-        """The outcome of ``run`` (as the attempt left it), its wants told of it when the attempt recorded
+    async def _told(self, ended: RunEnded) -> p.JobOutcome:
+        """The outcome of the run (as the attempt left it), its wants told of it when the attempt recorded
         it (a success or a dep-miss): the run's workflow tells the rest, if any. If telling fails, the
         workflow tells them all."""
-        outcome = outcome_of(run)
+        outcome = outcome_of(ended.run)
         if self.tell is None or outcome.state not in (JobRunState.succeeded, JobRunState.dep_miss):
             return outcome
         try:
-            told = await self.tell(run)
+            told = await self.tell(ended)
         except Exception as error:
             activity.logger.warning("wants of %s not told by its job: %s", outcome.job_run_id, error)
             return outcome

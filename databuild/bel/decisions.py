@@ -15,9 +15,8 @@ from databuild.bel.base import (
     ref_key,
     want_key,
 )
-from databuild.bel.bulk import insert_rows
 from databuild.bel.combining import Combiner
-from databuild.bel.direct import Row
+from databuild.bel.engine import Row, insert_rows
 from databuild.bel.rows import (
     derived_above,
     job_run_row,

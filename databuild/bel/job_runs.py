@@ -8,17 +8,18 @@ from sqlalchemy import func, select
 
 from databuild.bel import measures
 from databuild.bel import schema as s
-from databuild.bel.base import (
-    ReadBase,
-    WriteBase,
-)
+from databuild.bel.base import ReadBase, WriteBase, new_instance_id
 from databuild.bel.costs import append_cost
+from databuild.bel.partitions import PartitionReads
+from databuild.bel.pools import ADMITTED_NOT_STARTED
 from databuild.bel.rows import (
     chunks,
     job_run_row,
     newest_first,
     ref_conditions,
 )
+from databuild.bel.transaction import WriteTx
+from databuild.bel.wants import WantReads
 from databuild.domain import checks as check_rules
 from databuild.domain import decisions
 from databuild.domain import events as ev
@@ -35,6 +36,8 @@ from databuild.models import (
     JobRun,
     JobRunCause,
     JobRunState,
+    Model,
+    Subscription,
 )
 
 # A run's rows, built once (see bel.rows): every step of a job run reads its run.
@@ -196,8 +199,30 @@ class JobRunReads(ReadBase):
         return oldest
 
 
-class JobRunCommands(JobRunReads, WriteBase):
-    """Commands about job runs."""
+class StartedAttempt(Model):
+    """An attempt as its start left its run, with the instance each output is to be written to."""
+
+    run: JobRun
+    instances: dict[str, str]  # ref -> instance id
+
+
+class RunEnded(Model):
+    """A run as the commit of its outcome left it, with what telling its wants reads first, read in that
+    commit: the first page of subscriptions to its outputs, the runs that commit gave a pool slot (the
+    workflows to wake), and the check results of the instances it published. None: not read with it."""
+
+    run: JobRun
+    subscribers: list[Subscription] | None = None
+    subscribers_limit: int = 0  # the page's limit: a page this long may have more after it
+    admitted: list[str] | None = None
+    checks: dict[str, list[CheckResult]] | None = None
+
+
+class JobRunCommands(WantReads, JobRunReads, PartitionReads, WriteBase):
+    """Commands about job runs. Each returns what it recorded from inside its transaction."""
+
+    # Subscriptions read back with a run's outcome (``RunEnded``): most runs have a few.
+    SUBSCRIBERS_PAGE = 200
 
     def check_current_attempt(self, job_run_id: str, attempt: int) -> None:
         """Raises ``StaleAttemptError`` unless ``attempt`` may still publish: its run has not ended (it
@@ -217,14 +242,34 @@ class JobRunCommands(JobRunReads, WriteBase):
         """Mark an attempt as running, with the instance each output will be written to, and its build
         lease renewed for ``lease`` (in the same commit: an attempt may start long after its run was
         queued). A run that already ended is returned unchanged (retried activity)."""
+        return self._start(job_run_id, attempt, worker, instances, lease).run
+
+    def start_attempt(
+        self, job_run_id: str, attempt: int, worker: str, lease: timedelta | None = None
+    ) -> StartedAttempt:
+        """``start_job_run`` with a new instance planned for each output, in the transaction that reads
+        them: a batch that takes another partition cannot come between the plan and the start."""
+        return self._start(job_run_id, attempt, worker, None, lease)
+
+    def _start(
+        self,
+        job_run_id: str,
+        attempt: int,
+        worker: str,
+        instances: Sequence[InstanceRef] | None,
+        lease: timedelta | None,
+    ) -> StartedAttempt:
         with self._write_run(job_run_id) as tx:
             row = job_run_row(tx.conn, job_run_id)
             state = JobRunState(row["state"])
+            if instances is None:
+                instances = [InstanceRef(ref=ref, instance_id=new_instance_id()) for ref in row["outputs"]]
             started = decisions.started(job_run_id, state, row["outputs"], attempt, worker, instances)
             tx.extend(started)
             if started and lease is not None:
                 self._set_lease(tx.conn, job_run_id, tx.at + lease)
-        return self.job_run(job_run_id)
+            planned = {i.ref: i.instance_id for i in instances if i.instance_id}
+            return StartedAttempt(run=self._as_written(tx, job_run_id), instances=planned)
 
     def succeed_job_run(
         self,
@@ -238,7 +283,7 @@ class JobRunCommands(JobRunReads, WriteBase):
         checks: Mapping[str, Sequence[CheckResult]] | None = None,
         job_version: str | None = None,
         cost: ev.JobRunCostRecorded | None = None,
-    ) -> JobRun:
+    ) -> RunEnded:
         """Publish: the commit makes each written instance live (at ``locations``, by ref, with
         ``facts``, the results of its ``checks`` and the ``job_version`` that built it). ``inputs_of``: of
         a batch, the reads each output was built from. ``cost``: what the attempt cost, recorded first in
@@ -250,7 +295,7 @@ class JobRunCommands(JobRunReads, WriteBase):
                 tx.extend(
                     decisions.succeeded(run, reads, writes, locations, inputs_of, facts, checks, job_version)
                 )
-        return self.job_run(job_run_id)
+            return self._ended(tx, job_run_id)
 
     def record_checks(
         self,
@@ -275,14 +320,14 @@ class JobRunCommands(JobRunReads, WriteBase):
         attempt: int | None = None,
         missing_for: dict[str, list[str]] | None = None,
         cost: ev.JobRunCostRecorded | None = None,
-    ) -> JobRun:
+    ) -> RunEnded:
         """The attempt found inputs ``missing``; ``cost`` as ``succeed_job_run`` takes it."""
         with self._write_run(job_run_id) as tx:
             if cost is not None:
                 append_cost(tx, cost)
             if (run := self._open(tx.conn, job_run_id, attempt)) is not None:
                 tx.extend(decisions.dep_missed(run, missing, reads, missing_for))
-        return self.job_run(job_run_id)
+            return self._ended(tx, job_run_id)
 
     def fail_job_run(self, job_run_id: str, reason: str, cause: JobRunCause = JobRunCause.error) -> JobRun:
         """End the run without its outputs: failed (``cause`` error) or cancelled. Broken or cancelled
@@ -290,7 +335,7 @@ class JobRunCommands(JobRunReads, WriteBase):
         with self._write_run(job_run_id) as tx:
             if (run := self._open(tx.conn, job_run_id)) is not None:
                 tx.extend(decisions.ended_without_output(run, reason, cause))
-        return self.job_run(job_run_id)
+            return self._as_written(tx, job_run_id)
 
     def abandon_job_run(self, job_run_id: str, reason: str) -> bool:
         """Release the outputs of a run whose workflow is gone (not a build failure: no fail-lock).
@@ -301,3 +346,22 @@ class JobRunCommands(JobRunReads, WriteBase):
                 return False
             tx.extend(decisions.ended_without_output(run, reason, JobRunCause.lost))
             return True
+
+    def _as_written(self, tx: WriteTx, job_run_id: str) -> JobRun:
+        """The run as ``tx`` leaves it, read inside it (the projections hold its events already)."""
+        with self.reading_on(tx.conn):
+            return self.job_run(job_run_id)
+
+    def _ended(self, tx: WriteTx, job_run_id: str) -> RunEnded:
+        """The run as ``tx`` leaves it, with what its fan-out reads first (``RunEnded``), read inside it
+        once the slots it freed went to the runs waiting for them."""
+        self._admit(tx)
+        with self.reading_on(tx.conn):
+            run = self.job_run(job_run_id)
+            return RunEnded(
+                run=run,
+                subscribers=self.subscriptions(run.outputs, 0, self.SUBSCRIBERS_PAGE),
+                subscribers_limit=self.SUBSCRIBERS_PAGE,
+                admitted=[row["workflow_id"] for row in self._all(ADMITTED_NOT_STARTED)],
+                checks=self.checks_of([w.instance_id for w in run.writes if w.instance_id]),
+            )

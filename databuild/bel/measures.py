@@ -15,7 +15,10 @@ from typing import Any
 
 from prometheus_client import Histogram
 from pydantic import Field
-from sqlalchemy import Connection, Select, case, extract, func, select, union_all
+from sqlalchemy import Connection, Float, Select, case, extract, func, select, union_all
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from databuild.bel import schema as s
 from databuild.domain import estimates
@@ -190,12 +193,23 @@ def _job_run_counts(conn: Connection) -> list[JobRunCount]:
     return [JobRunCount(job_label=label, state=JobRunState(state), runs=n) for label, state, n in rows]
 
 
-def _seconds(conn: Connection) -> Any:
+class _RunSeconds(FunctionElement[float]):
     """A run's duration in seconds, as SQL: ended_at - started_at."""
+
+    type = Float()
+    inherit_cache = True
+
+
+@compiles(_RunSeconds)
+def _julian_seconds(element: _RunSeconds, compiler: SQLCompiler, **kw: Any) -> str:
     r = s.job_runs.c
-    if conn.dialect.name == "postgresql":
-        return extract("epoch", r.ended_at - r.started_at)
-    return (func.julianday(r.ended_at) - func.julianday(r.started_at)) * 86400.0
+    return compiler.process((func.julianday(r.ended_at) - func.julianday(r.started_at)) * 86400.0, **kw)
+
+
+@compiles(_RunSeconds, "postgresql")
+def _epoch_seconds(element: _RunSeconds, compiler: SQLCompiler, **kw: Any) -> str:
+    r = s.job_runs.c
+    return compiler.process(extract("epoch", r.ended_at - r.started_at), **kw)
 
 
 def _durations(
@@ -206,7 +220,7 @@ def _durations(
     for start in range(0, len(pairs), PAIRS_PER_STATEMENT):
         latest = [
             select(
-                select(r.job_label, r.state, _seconds(conn).label("seconds"))
+                select(r.job_label, r.state, _RunSeconds().label("seconds"))
                 .where(
                     r.job_label == label,
                     r.state == state.value,

@@ -5,6 +5,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, inspect, text
 
+from databuild.bel.engine import backend_of
+
 if TYPE_CHECKING:
     from alembic.config import Config
 
@@ -14,8 +16,6 @@ BASELINE = "0.1.0"
 # The newest revision (a test holds it to Alembic's head). A log already at it is not handed to Alembic,
 # whose import and script loading took most of a second of every command's start.
 HEAD = "0015"
-# Concurrent first starts (a worker and the CLI) take turns on this lock.
-_LOCK_KEY = 0x64617461_6275696C  # "databuil"
 
 
 def alembic_config(connection: Connection | None = None, url: str | None = None) -> "Config":
@@ -31,8 +31,7 @@ def alembic_config(connection: Connection | None = None, url: str | None = None)
 
 def upgrade(connection: Connection) -> None:
     """Upgrade to head inside the caller's transaction (SQLite: BEGIN IMMEDIATE serialises it)."""
-    if connection.dialect.name == "postgresql":
-        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+    backend_of(connection).lock_migrations(connection)
     if current_revision(connection) == HEAD:
         return
     from alembic import command

@@ -73,8 +73,8 @@ class PoolCommands(WriteBase):
 
     def renew_lease(self, job_run_id: str, lease: timedelta) -> None:
         """Called by the worker running the job while it heartbeats (not an event: it is operational)."""
-        with self._write_lock, self.writer.begin() as conn:
-            self._set_lease(conn, job_run_id, now() + lease)
+        with self._write(run_key(job_run_id)) as tx:
+            self._set_lease(tx.conn, job_run_id, tx.at + lease)
 
     def lease_expired(self, job_run_id: str) -> bool:
         rows = self._all(

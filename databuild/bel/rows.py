@@ -6,9 +6,8 @@ from typing import Any
 
 from sqlalchemy import Connection, RowMapping, Select, Table, bindparam, func, select
 
-from databuild.bel import direct
 from databuild.bel import schema as s
-from databuild.bel.direct import Row
+from databuild.bel.engine import Row, direct
 from databuild.errors import NotFoundError
 from databuild.globs import like_prefix, ref_filter
 from databuild.models import (

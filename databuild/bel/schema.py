@@ -43,8 +43,8 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        value = value.astimezone(UTC) if value.tzinfo else value
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value.replace(tzinfo=UTC)
+        # Aware, in UTC: SQLite's column keeps the fields alone, PostgreSQL's the instant.
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:

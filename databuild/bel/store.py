@@ -7,8 +7,6 @@ commands and reads of its aggregate; which events a command appends is decided i
 import tempfile
 from pathlib import Path
 
-from sqlalchemy import make_url
-
 from databuild.bel import migrate
 from databuild.bel.backfills import BackfillCommands
 from databuild.bel.base import (
@@ -22,6 +20,7 @@ from databuild.bel.base import (
 )
 from databuild.bel.costs import CostCommands
 from databuild.bel.decisions import DecisionCommands
+from databuild.bel.engine import backend_for
 from databuild.bel.events import EventCommands
 from databuild.bel.job_runs import JobRunCommands
 from databuild.bel.partitions import PartitionCommands
@@ -74,9 +73,8 @@ class BuildEventLog(
     def create_to_read(cls, url: str) -> "BuildEventLog":
         """Open the log for reads alone: a SQLite file that does not exist yet is read as the empty log
         it would be, in a scratch file removed on ``dispose``, so a plan on a fresh home leaves nothing."""
-        parsed = make_url(url)
-        path = parsed.database if parsed.get_backend_name() == "sqlite" else None
-        if not path or path == ":memory:" or Path(path).exists():
+        path = backend_for(url).file_of(url)
+        if path is None or path.exists():
             return cls.create(url)
         scratch = tempfile.TemporaryDirectory(prefix="databuild-empty-bel-")
         bel = cls.create(f"sqlite:///{Path(scratch.name) / 'bel.sqlite'}")

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import NoReturn
 
+from databuild.bel.job_runs import RunEnded
 from databuild.bel.outages import PATIENCE, through_outages
-from databuild.bel.store import BuildEventLog, new_instance_id
+from databuild.bel.store import BuildEventLog
 from databuild.domain import checks as check_rules
 from databuild.domain import events as ev
 from databuild.domain.cost import SparkCost, run_cost
@@ -64,25 +65,24 @@ class JobExecutor:
         cancelled: threading.Event,
         report: Callable[[str], None] = lambda _m: None,
         lease: timedelta | None = None,
-    ) -> JobRun:
+    ) -> RunEnded:
         """Blocking; run it in a thread. The run as the attempt left it (its outcome: ``outcome_of``).
         Raises on job failure so the caller's retry policy applies. ``lease``: the run's build lease,
         renewed when the attempt starts."""
-        run = through_outages(lambda: self.bel.job_run(job_run_id), patience=self.patience, stop=cancelled)
-        # Each output is written straight into a new instance location, recorded before a byte is
-        # written, so garbage collection knows it is being written.
-        planned = {ref: new_instance_id() for ref in run.outputs}
-        instances = [InstanceRef(ref=ref, instance_id=i) for ref, i in planned.items()]
-        run = through_outages(
-            lambda: self.bel.start_job_run(job_run_id, attempt, self.worker, instances, lease),
+        # Each output is written straight into a new instance location, planned and recorded by the start
+        # before a byte is written, so garbage collection knows it is being written.
+        started = through_outages(
+            lambda: self.bel.start_attempt(job_run_id, attempt, self.worker, lease),
             patience=self.patience,
             waiting=report,
             stop=cancelled,
         )
+        run, planned = started.run, started.instances
+        instances = [InstanceRef(ref=ref, instance_id=i) for ref, i in planned.items()]
         if run.state is not JobRunState.running:  # an earlier attempt already recorded the outcome ...
             if run.state is JobRunState.succeeded:
                 self._catalog(run)  # ... and may have died before telling the catalog
-            return run
+            return RunEnded(run=run)
         if run.attempts != attempt:  # a newer attempt already started elsewhere
             self.bel.check_current_attempt(job_run_id, attempt)
         if self.lineage is not None:
@@ -122,13 +122,14 @@ class JobExecutor:
         body: BodyResult,
         instances: list[InstanceRef],
         cost: ev.JobRunCostRecorded | None,
-    ) -> JobRun:
+    ) -> RunEnded:
         """Record the attempt's outcome, ``cost`` in the same commit: a dep-miss, or the publish."""
         if body.missing:
             missed = self.bel.dep_miss_job_run(
                 job.job_run_id, body.missing, body.reads, job.attempt, body.missing_for, cost
             )
-            return self._finished(missed, JobRunState.dep_miss)
+            self._finished(missed.run, JobRunState.dep_miss)
+            return missed
         self._verify(job, run, body, instances)
         locations = {ref: self.storage.location(ref, i) for ref, i in job.instances.items()}
         locations |= {ref: self._written_at(job, key) for ref, key in body.locations.items()}
@@ -145,8 +146,9 @@ class JobExecutor:
             self.executors.versions.get(run.job_label),
             cost,
         )
-        self._catalog(succeeded)
-        return self._finished(succeeded, JobRunState.succeeded)
+        self._catalog(succeeded.run)
+        self._finished(succeeded.run, JobRunState.succeeded)
+        return succeeded
 
     @staticmethod
     def _cost(

@@ -66,11 +66,8 @@ class BelCollector(Collector):
         started = time.perf_counter()
         families = _Families(self.recent)
         try:
-            with self.bel.reader.connect() as conn:
-                if conn.dialect.name == "postgresql":  # every count from one state of the log
-                    conn.execution_options(isolation_level="REPEATABLE READ")
-                with conn.begin():
-                    counts = read_counts(conn, recent=self.recent, upper_bounds=self.upper_bounds)
+            with self.bel.snapshot_connection() as conn:  # every count from one state of the log
+                counts = read_counts(conn, recent=self.recent, upper_bounds=self.upper_bounds)
         except DBAPIError as error:
             # The process's own metrics still matter (and say the BEL is down) when the database is not.
             log.warning("metrics: the BEL did not answer: %s", error)

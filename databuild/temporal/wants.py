@@ -374,24 +374,30 @@ async def notify_subscribers(
     page_size: int = 200,
     on_page: Callable[[int], None] = lambda _cursor: None,
     max_pages: int | None = None,
+    first_page: tuple[list[Subscription], int] | None = None,
 ) -> Notified:
     """Signal every want subscribed to any of ``refs``, a page at a time, starting after ``after_id``, for
     at most ``max_pages`` pages (all when None).
 
     ``signal_for(subscription)`` returns (signal name, payload) or None to skip. ``on_page`` receives
-    the cursor after each full page so a retried caller resumes where it stopped. Returns how far it got:
+    the cursor after each full page so a retried caller resumes where it stopped; ``first_page``: the
+    first page, read already, and the limit it was read with. Returns how far it got:
     how many wants heard (running workflows signalled, and wants repaired, see ``_signal``; finished ones
     do not count), the cursor, and whether any subscription is left after it."""
     heard: set[str] = set()
     pages = 0
     while max_pages is None or pages < max_pages:
-        page = await bel.call(bel.subscriptions, refs, after_id, page_size)
+        limit = page_size
+        if first_page is not None:
+            (page, limit), first_page = first_page, None
+        else:
+            page = await bel.call(bel.subscriptions, refs, after_id, page_size)
         targets = [
             (sub.want_id, sub.workflow_id, sig) for sub in page if (sig := signal_for(sub)) is not None
         ]
         delivered = await asyncio.gather(*(_signal(client, bel, w, wf, sig) for w, wf, sig in targets))
         heard.update(want_id for (want_id, _, _), ok in zip(targets, delivered, strict=True) if ok)
-        if len(page) < page_size:  # the last page: nothing after it
+        if len(page) < limit:  # the last page: nothing after it
             return Notified(len(heard), after_id if not page else page[-1].id, done=True)
         after_id = page[-1].id
         on_page(after_id)

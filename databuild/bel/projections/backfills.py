@@ -5,7 +5,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from databuild.bel import schema as s
-from databuild.bel.bulk import insert_rows
+from databuild.bel.engine import insert_rows
 from databuild.bel.projections.common import (
     projects,
     set_backfill,

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, bindparam, delete, select, update
 
 from databuild.bel import schema as s
-from databuild.bel.bulk import insert_rows, updating, upsert_rows
+from databuild.bel.engine import insert_rows, updating, upsert_rows
 from databuild.domain import events as ev
 from databuild.models import (
     InstanceRef,

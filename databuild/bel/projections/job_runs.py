@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from databuild.bel import schema as s
-from databuild.bel.bulk import insert_rows
+from databuild.bel.engine import insert_rows
 from databuild.bel.partition_costs import add_delegations, refresh_run_outputs
 from databuild.bel.projections.common import (
     BATCH_OF,

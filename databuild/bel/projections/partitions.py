@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import Connection, delete
 
 from databuild.bel import schema as s
-from databuild.bel.bulk import insert_rows, upsert_rows
+from databuild.bel.engine import insert_rows, upsert_rows
 from databuild.bel.projections.common import (
     FACTS,
     MARK_STALE,

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select, update
 
 from databuild.bel import schema as s
-from databuild.bel.bulk import insert_rows, update_rows
+from databuild.bel.engine import insert_rows, update_rows
 from databuild.bel.projections.common import (
     UNSUBSCRIBE,
     UPDATE_WANT,

@@ -5,7 +5,7 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from databuild.bel import schema as s
-from databuild.bel.bulk import upsert_rows
+from databuild.bel.engine import upsert_rows
 from databuild.bel.projections.common import projects
 from databuild.domain import events as ev
 
