@@ -7,12 +7,8 @@ from sqlalchemy import Connection, RowMapping, Select, bindparam, func, or_, sel
 
 from databuild.backfill import BackfillProgress, BackfillRequest, WindowStep
 from databuild.bel import schema as s
-from databuild.bel.base import (
-    ReadBase,
-    WriteBase,
-    backfill_key,
-    want_key,
-)
+from databuild.bel.base import ReadBase, WriteBase
+from databuild.bel.engine.keys import backfill_key, want_key
 from databuild.bel.rows import (
     backfill_row,
     chunks,

@@ -25,26 +25,6 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def want_key(want_id: str) -> str:
-    return f"want:{want_id}"
-
-
-def run_key(job_run_id: str) -> str:
-    return f"run:{job_run_id}"
-
-
-def ref_key(ref: str) -> str:
-    return f"ref:{ref}"
-
-
-def pool_key(pool: str) -> str:
-    return f"pool:{pool}"
-
-
-def backfill_key(backfill_id: str) -> str:
-    return f"backfill:{backfill_id}"
-
-
 def new_job_run_id() -> str:
     return "jr-" + uuid.uuid4().hex[:16]
 
@@ -147,7 +127,7 @@ class WriteBase(ReadBase):
         """A write transaction about a job run, holding its lock and its outputs' locks, and the locks of
         the pools it holds a slot of: when the run ends in it, its slots go to the runs waiting for them
         (unless not ``admitting``: the command never ends a run)."""
-        with write(self.writer, self._write_lock, run_key(job_run_id), about_run=job_run_id) as tx:
+        with write(self.writer, self._write_lock, run=job_run_id) as tx:
             yield tx
             if admitting:
                 self._admit(tx)

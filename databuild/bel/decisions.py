@@ -9,14 +9,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, bindparam, func, select
 
 from databuild.bel import schema as s
-from databuild.bel.base import (
-    WriteBase,
-    new_job_run_id,
-    ref_key,
-    want_key,
-)
+from databuild.bel.base import WriteBase, new_job_run_id
 from databuild.bel.combining import Combiner
 from databuild.bel.engine import Row, insert_rows
+from databuild.bel.engine.keys import ref_key, want_key
 from databuild.bel.rows import (
     derived_above,
     job_run_row,

@@ -6,12 +6,8 @@ from typing import Any
 from sqlalchemy import case, func, literal, select
 
 from databuild.bel import schema as s
-from databuild.bel.base import (
-    ReadBase,
-    WriteBase,
-    new_instance_id,
-    ref_key,
-)
+from databuild.bel.base import ReadBase, WriteBase, new_instance_id
+from databuild.bel.engine.keys import ref_key
 from databuild.bel.rows import (
     PARTITIONS_AT,
     check_from_row,

@@ -7,11 +7,8 @@ from sqlalchemy import select
 
 from databuild.bel import schema as s
 from databuild.bel.admission import admit, slots_taken
-from databuild.bel.base import (
-    WriteBase,
-    pool_key,
-    run_key,
-)
+from databuild.bel.base import WriteBase
+from databuild.bel.engine.keys import pool_key, run_key
 from databuild.bel.rows import (
     job_run_row,
 )

@@ -9,18 +9,11 @@ from pathlib import Path
 
 from databuild.bel import migrate
 from databuild.bel.backfills import BackfillCommands
-from databuild.bel.base import (
-    backfill_key,
-    new_instance_id,
-    new_job_run_id,
-    pool_key,
-    ref_key,
-    run_key,
-    want_key,
-)
+from databuild.bel.base import new_instance_id, new_job_run_id
 from databuild.bel.costs import CostCommands
 from databuild.bel.decisions import DecisionCommands
 from databuild.bel.engine import backend_for
+from databuild.bel.engine.keys import backfill_key, pool_key, ref_key, run_key, want_key
 from databuild.bel.events import EventCommands
 from databuild.bel.job_runs import JobRunCommands
 from databuild.bel.partitions import PartitionCommands

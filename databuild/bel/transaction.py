@@ -69,11 +69,11 @@ class WriteTx:
         assert not self.events, "lock keys before appending"
         self.backend.lock(self.conn, keys, alone)
 
-    def lock_run(self, job_run_id: str, key: str) -> list[str]:
-        """Lock a job run (``key``) and what a write about it decides: its outputs, and the pools it holds
-        a slot of with the pools of the runs waiting in them (call once, first). Returns those pools."""
+    def lock_run(self, job_run_id: str) -> list[str]:
+        """Lock a job run and what a write about it decides: its outputs, and the pools it holds a slot of
+        with the pools of the runs waiting in them (call once, first). Returns those pools."""
         assert not self.events, "lock keys before appending"
-        return self.backend.lock_run(self.conn, job_run_id, key)
+        return self.backend.lock_run(self.conn, job_run_id)
 
     def append(self, event: ev.Event) -> None:
         projector.apply(self.conn, event, self.at)
@@ -123,19 +123,18 @@ def write(
     lock: AbstractContextManager[object],
     *keys: str,
     alone: bool = False,
-    about_run: str | None = None,
+    run: str | None = None,
 ) -> Iterator[WriteTx]:
-    """A write transaction holding ``keys`` (see ``WriteTx.lock``; with ``about_run``, the key of that
-    run and the locks ``WriteTx.lock_run`` takes, its pools in ``tx.pools``), committed when the block ends
+    """A write transaction holding ``keys`` (see ``WriteTx.lock``), or with ``run`` the locks of a write
+    about that job run (``WriteTx.lock_run``; its pools in ``tx.pools``), committed when the block ends
     and then placed in the log. Its duration, lock waits included, is this process's BEL write latency."""
     with WRITE_SECONDS.time(), lock, engine.connect() as conn:
         with conn.begin():
             tx = WriteTx(conn)
-            if about_run is None:
+            if run is None:
                 tx.lock(*keys, alone=alone)
             else:
-                (key,) = keys
-                tx.pools = tx.lock_run(about_run, key)
+                tx.pools = tx.lock_run(run)
             yield tx
             tx.close()
         tx.place()

@@ -7,12 +7,8 @@ from typing import Any
 from sqlalchemy import RowMapping, bindparam, func, select
 
 from databuild.bel import schema as s
-from databuild.bel.base import (
-    ReadBase,
-    WriteBase,
-    ref_key,
-    want_key,
-)
+from databuild.bel.base import ReadBase, WriteBase
+from databuild.bel.engine.keys import ref_key, want_key
 from databuild.bel.partitions import PartitionReads
 from databuild.bel.rows import (
     WANT_ROW,

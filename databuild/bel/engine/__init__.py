@@ -36,8 +36,8 @@ class Backend(Protocol):
         """Take the writers' lock (shared, or ``alone``) and the keys' locks, in sorted order."""
         ...
 
-    def lock_run(self, conn: Connection, job_run_id: str, key: str) -> list[str]:
-        """Take the writers' lock and the locks of a write about a job run (``key``): its outputs', and
+    def lock_run(self, conn: Connection, job_run_id: str) -> list[str]:
+        """Take the writers' lock and the locks of a write about a job run: its own, its outputs', and
         those of the pools it holds a slot of with every pool a run waiting in one of them needs (admitting
         runs reads them). Returns those pools."""
         ...

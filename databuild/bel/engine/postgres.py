@@ -40,6 +40,7 @@ from sqlalchemy.sql.schema import ScalarElementColumnDefault
 
 from databuild.bel import schema as s
 from databuild.bel.engine.common import Row
+from databuild.bel.engine.keys import pool_key, ref_key, run_key
 
 # A connection checked in this recently is not pinged when checked out again (see ``engines``).
 PING_AFTER_IDLE = 1.0
@@ -68,9 +69,9 @@ _LOCK_RUN = text(
     " UNION SELECT other.pool FROM run_pools mine"
     " JOIN run_pools waiting ON waiting.pool = mine.pool AND NOT waiting.granted"
     " JOIN run_pools other ON other.job_run_id = waiting.job_run_id WHERE mine.job_run_id = :id), "
-    "keys AS (SELECT CAST(:key AS text) AS k"
-    " UNION SELECT 'ref:' || ref FROM job_run_outputs WHERE job_run_id = :id"
-    " UNION SELECT 'pool:' || pool FROM pools), "
+    "keys AS (SELECT CAST(:run AS text) AS k"
+    " UNION SELECT CAST(:ref AS text) || ref FROM job_run_outputs WHERE job_run_id = :id"
+    " UNION SELECT CAST(:pool AS text) || pool FROM pools), "
     'sorted AS (SELECT array_agg(k ORDER BY k COLLATE "C") AS ks FROM keys) '
     "SELECT NULL AS pool FROM (SELECT pg_advisory_xact_lock_shared(:space, :writers)) AS writers "
     "UNION ALL SELECT NULL FROM sorted, unnest(sorted.ks) AS k, "
@@ -136,10 +137,9 @@ class PostgresBackend:
             {"space": LOCK_SPACE, "writers": WRITERS, "keys": sorted(set(keys))},
         )
 
-    def lock_run(self, conn: Connection, job_run_id: str, key: str) -> list[str]:
-        found = conn.execute(
-            _LOCK_RUN, {"id": job_run_id, "key": key, "space": LOCK_SPACE, "writers": WRITERS}
-        )
+    def lock_run(self, conn: Connection, job_run_id: str) -> list[str]:
+        keys = {"run": run_key(job_run_id), "ref": ref_key(""), "pool": pool_key("")}
+        found = conn.execute(_LOCK_RUN, {"id": job_run_id, **keys, "space": LOCK_SPACE, "writers": WRITERS})
         return sorted(row[0] for row in found if row[0] is not None)
 
     def write_events(self, conn: Connection, rows: list[dict[str, Any]], at: datetime) -> int | None:

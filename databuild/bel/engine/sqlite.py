@@ -133,7 +133,7 @@ class SqliteBackend:
     def lock(self, conn: Connection, keys: Sequence[str], alone: bool) -> None:
         """Nothing to take: BEGIN IMMEDIATE holds the whole database."""
 
-    def lock_run(self, conn: Connection, job_run_id: str, key: str) -> list[str]:
+    def lock_run(self, conn: Connection, job_run_id: str) -> list[str]:
         return sorted(row[0] for row in conn.execute(_POOLS_OF_RUN, {"id": job_run_id}))
 
     def write_events(self, conn: Connection, rows: list[dict[str, Any]], at: datetime) -> int | None:
