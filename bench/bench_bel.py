@@ -17,6 +17,9 @@
 (d) Read price: reading one want N times through the BEL against a raw SELECT of its row by primary key,
     each on a connection checked out for it (on PostgreSQL the BEL reads a single statement in autocommit;
     the raw SELECT pays for the BEGIN and ROLLBACK around it).
+(e) A job run's path: its attempt's start (``start_attempt``, planning each output's instance) and its
+    publish (``succeed_job_run``, which brings back what the fan-out reads), one run after another, against
+    two raw commits of (b) at one client; and the connections and statements each run takes.
 
 Without ``--postgres`` the PostgreSQL figures use a database of their own next to
 ``DATABUILD_TEST_POSTGRES_URL``'s, dropped afterwards.
@@ -39,8 +42,9 @@ from bench.common import python_loop_ms
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.bel.transaction import make_engines, write_lock
+from databuild.domain.decisions import Execute
 from databuild.graph import Graph
-from databuild.models import WantSpec
+from databuild.models import InstanceRef, WantSpec
 from databuild.testing import POSTGRES_ADMIN_URL, postgres_database
 
 graph = Graph("bench-bel")
@@ -274,6 +278,51 @@ def read_ratio(url: str, count: int) -> dict[str, float]:
     return {"bel_per_s": count / bel_s, "raw_per_s": count / raw_s, "ratio": bel_s / raw_s}
 
 
+def job_run_path(url: str, runs: int, raw_per_s: float) -> dict[str, float]:
+    reset(url)
+    bel = BuildEventLog.create(url)
+    specs = [WantSpec(ref=f"x/{i}", data_timestamp=T0) for i in range(runs + WARM_DECISIONS)]
+    run_ids = []
+    for spec in specs:
+        bel.register_want(spec)
+        verdict = bel.decide(spec.want_id, 1, graph.resolve(spec.ref))
+        assert isinstance(verdict, Execute), verdict
+        run_ids.append(verdict.job_run_id)
+
+    def run(job_run_id: str) -> None:
+        started = bel.start_attempt(job_run_id, 1, "bench", timedelta(minutes=5))
+        written = [InstanceRef(ref=ref, instance_id=i) for ref, i in started.instances.items()]
+        bel.succeed_job_run(job_run_id, [], written, attempt=1)
+
+    for job_run_id in run_ids[:WARM_DECISIONS]:
+        run(job_run_id)
+    timed, counted = run_ids[WARM_DECISIONS:-10], run_ids[-10:]
+    start = time.perf_counter()
+    for job_run_id in timed:
+        run(job_run_id)
+    per_run = (time.perf_counter() - start) / max(len(timed), 1)
+    counts = {"checkouts": 0, "statements": 0}  # listening takes SQLite off its direct path: counted apart
+
+    def checked_out(*_: Any) -> None:
+        counts["checkouts"] += 1
+
+    def statement(*_: Any) -> None:
+        counts["statements"] += 1
+
+    for engine in {bel.writer, bel.reader}:
+        event.listen(engine, "checkout", checked_out)
+        event.listen(engine, "before_cursor_execute", statement)
+    for job_run_id in counted:
+        run(job_run_id)
+    bel.dispose()
+    return {
+        "ms": per_run * 1000,
+        "ratio": per_run / (2 / raw_per_s),
+        "checkouts": counts["checkouts"] / len(counted),
+        "statements": counts["statements"] / len(counted),
+    }
+
+
 def measure(name: str, base: str, args: argparse.Namespace) -> dict[str, Any]:
     def url(case: str) -> str:  # a fresh SQLite file per case; PostgreSQL's tables are reset instead
         return base if name == "postgresql" else base.replace(".sqlite", f"-{case}.sqlite")
@@ -292,6 +341,7 @@ def measure(name: str, base: str, args: argparse.Namespace) -> dict[str, Any]:
         )
     figures["append"] = append_ratio(url("append"), args.appends)
     figures["read"] = read_ratio(url("read"), args.reads)
+    figures["job_run"] = job_run_path(url("job-run"), args.runs, figures["raw"][1])
     figures["per_decision"] = {
         case: statements_per_decision(url(f"count-{case}"), min(args.decisions, 100), case == "contended")
         for case in ("distinct", "contended")
@@ -332,6 +382,16 @@ def table(results: dict[str, Any]) -> str:
     for name, figures in results.items():
         r = figures["read"]
         lines.append(f"{name:<12}{r['bel_per_s']:>15.0f}{r['raw_per_s']:>15.0f}{r['ratio']:>7.2f}x")
+    lines += [
+        "",
+        f"{'backend':<12}{'job run ms':>11}{'/ 2 raw commits':>17}{'connections':>13}{'statements':>12}",
+    ]
+    lines.append("-" * 65)
+    for name, figures in results.items():
+        j = figures["job_run"]
+        lines.append(
+            f"{name:<12}{j['ms']:>11.2f}{j['ratio']:>16.2f}x{j['checkouts']:>13.1f}{j['statements']:>12.1f}"
+        )
     lines += ["", f"{'backend':<12}{'case':<13}{'statements/decision':>21}{'commits/decision':>18}", "-" * 64]
     for name, figures in results.items():
         for case, per in figures["per_decision"].items():
@@ -345,6 +405,7 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=2000, help="raw commits per client count")
     parser.add_argument("--appends", type=int, default=1000, help="wants appended for (c)")
     parser.add_argument("--reads", type=int, default=2000, help="reads of one want for (d)")
+    parser.add_argument("--runs", type=int, default=300, help="job runs started and published for (e)")
     parser.add_argument(
         "--postgres",
         default=None,

@@ -26,7 +26,8 @@ from sqlalchemy import (
     create_engine,
     event,
     insert,
-    text,
+    select,
+    union,
     update,
 )
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -35,7 +36,7 @@ from sqlalchemy.engine import make_url
 from databuild.bel import schema as s
 from databuild.bel.engine.checkpoints import checkpointer
 from databuild.bel.engine.common import Row, updating
-from databuild.bel.engine.direct import execute, scalar
+from databuild.bel.engine.direct import execute, rows, scalar
 from databuild.globs import SQL_FUNCTION, sql_glob
 
 # One statement takes ``n`` indexes after the head (built once: see bel.rows).
@@ -48,10 +49,20 @@ _TAKE = (
 # The events with their data as the JSON text pydantic writes (its JSON column would encode it again).
 _WRITE_EVENTS = insert(s.events).values(data=bindparam("data", type_=Text))
 # The pools a run holds a slot of, with every pool a run waiting in one of them needs.
-_POOLS_OF_RUN = text(
-    "SELECT pool FROM run_pools WHERE job_run_id = :id UNION SELECT other.pool FROM run_pools mine "
-    "JOIN run_pools waiting ON waiting.pool = mine.pool AND NOT waiting.granted "
-    "JOIN run_pools other ON other.job_run_id = waiting.job_run_id WHERE mine.job_run_id = :id"
+_mine, _waiting, _other = (s.run_pools.alias(name) for name in ("mine", "waiting", "other"))
+_POOLS_OF_RUN = select(
+    union(
+        select(s.run_pools.c.pool).where(s.run_pools.c.job_run_id == bindparam("id")),
+        select(_other.c.pool)
+        .select_from(
+            _mine.join(_waiting, (_waiting.c.pool == _mine.c.pool) & _waiting.c.granted.is_(False)).join(
+                _other, _other.c.job_run_id == _waiting.c.job_run_id
+            )
+        )
+        .where(_mine.c.job_run_id == bindparam("id")),
+    )
+    .subquery()
+    .c.pool
 )
 
 _WRITERS: dict[str, threading.Lock] = {}
@@ -134,7 +145,7 @@ class SqliteBackend:
         """Nothing to take: BEGIN IMMEDIATE holds the whole database."""
 
     def lock_run(self, conn: Connection, job_run_id: str) -> list[str]:
-        return sorted(row[0] for row in conn.execute(_POOLS_OF_RUN, {"id": job_run_id}))
+        return sorted(row["pool"] for row in rows(conn, _POOLS_OF_RUN, {"id": job_run_id}))
 
     def write_events(self, conn: Connection, rows: list[dict[str, Any]], at: datetime) -> int | None:
         # One statement takes the indexes: SQLite's write lock, held since BEGIN IMMEDIATE, orders it.
