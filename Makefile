@@ -75,7 +75,7 @@ bench: install
 	$(BIN)/python -m bench.bench_big_backfill
 	$(BIN)/python -m bench.bench_scale --wants 2000
 
-# The soak under faults (databuild/testing/chaos/): `make chaos MINUTES=30 SEED=42`; prints the seed it drew.
+# The soak under faults (chaos/): `make chaos MINUTES=30 SEED=42`; prints the seed it drew.
 chaos: install
 	$(BIN)/python -m bench.bench_chaos --minutes $(or $(MINUTES),10) $(if $(SEED),--seed $(SEED))
 

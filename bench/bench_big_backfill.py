@@ -155,12 +155,10 @@ async def run(partitions: int, window: int, run_for: float) -> dict[str, Any]:
                 "PYSPARK_PYTHON": sys.executable,
             }
             log = home / "worker.log"
-            worker = launch([sys.executable, "-m", "databuild.cli", "worker"], worker_env, log)
+            worker = launch([sys.executable, "-m", "worker", "worker"], worker_env, log)
             port = free_port()
             web_log = home / "web.log"
-            web = launch(
-                [sys.executable, "-m", "databuild.cli", "web", "--port", str(port)], worker_env, web_log
-            )
+            web = launch([sys.executable, "-m", "worker", "web", "--port", str(port)], worker_env, web_log)
             try:
                 await wait_ready(worker, log, "worker on task queue")
                 await wait_ready(web, web_log, "dashboard http://")

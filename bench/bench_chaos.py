@@ -12,7 +12,7 @@ the BEL's connections, takes the BEL's database away for ``--outage`` seconds (a
 whole stack, every ``--gap`` seconds (drawn from ``--seed``); late corrections of an incremental job's
 feed are announced after every round. When time
 is up the faults stop, every want has ``--settle`` seconds to end, and the invariants are checked
-(see databuild/testing/chaos/). It prints the faults by kind, wants completed, duplicate builds (must
+(see chaos/). It prints the faults by kind, wants completed, duplicate builds (must
 be 0), stuck wants (must be 0) and the wall time; the last line is JSON. Exit code 1 if an invariant
 failed.
 """
@@ -31,8 +31,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench.common import run_and_exit
+from chaos import ChaosConfig, ChaosReport, run_chaos
 from databuild.testing import POSTGRES_URL
-from databuild.testing.chaos import ChaosConfig, ChaosReport, run_chaos
 
 
 def log(message: str) -> None:

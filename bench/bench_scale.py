@@ -1,11 +1,12 @@
 """Wants at scale: one backfill of N wants for a trivial job, against N bare Temporal workflows with one
 no-op activity, on one dev stack; peak worker memory and the largest workflow history.
 
-    python -m bench.bench_scale [--wants 10000] [--backend sqlite|postgresql] [--home DIR]
+    python -m bench.bench_scale [--wants 10000] [--backend sqlite|postgresql] [--workers 1] [--home DIR]
 
 The stack, started for the run: a Temporal dev server on a file database (the WAL pragmas of
-`databuild dev`), a `databuild worker` process (the product's worker, its SparkSession in local mode)
-and a BEL on SQLite (``--backend postgresql``: a throwaway PostgreSQL database). The baseline's worker
+`databuild dev`), a `databuild worker` process (the product's worker, its SparkSession in local mode;
+``--workers N``: N of them on the one task queue) and a BEL on SQLite (``--backend postgresql``: a
+throwaway PostgreSQL database). The baseline's worker
 is another process with the same worker limits (concurrent activities, workflow cache).
 
 (a) DataBuild: ``DataBuild.backfill`` registers N hourly partitions of ``scale/{hour}`` as one backfill
@@ -394,9 +395,13 @@ class Stack:
     db: DataBuild
     settings: Settings
     home: Path
-    worker: "subprocess.Popen[bytes]"
+    workers: "list[subprocess.Popen[bytes]]"
     bare: "subprocess.Popen[bytes]"
     bare_queue: str
+
+    def worker_memory(self) -> Memory:
+        """The DataBuild worker with the highest peak RSS (each worker's own bound)."""
+        return max((memory_of(w.pid) for w in self.workers), key=lambda m: m.peak_mib)
 
 
 def hours(first: datetime, count: int) -> BackfillRequest:
@@ -434,7 +439,7 @@ async def run_backfill(stack: Stack, request: BackfillRequest, what: str) -> dic
     # Registration (DataBuild.backfill returns once every want is registered) overlaps the wants' work.
     registering = asyncio.create_task(register())
     try:
-        wall_s = await until_done(what, total, done_now, lambda: memory_of(stack.worker.pid), start)
+        wall_s = await until_done(what, total, done_now, stack.worker_memory, start)
     finally:
         if not registering.done():
             registering.cancel()
@@ -509,7 +514,7 @@ async def measure(stack: Stack, wants: int) -> dict[str, Any]:
     say(f"warming up: a backfill of {WARMUP} wants, {WARMUP} bare workflows")
     warm = await run_backfill(stack, hours(WARM_HOUR, WARMUP), "warm-up wants")
     if warm["successful"] != WARMUP:
-        raise RuntimeError(f"the warm-up wants ended {warm['states']}; see {stack.home / 'worker.log'}")
+        raise RuntimeError(f"the warm-up wants ended {warm['states']}; see {stack.home / 'worker-1.log'}")
     await run_bare(stack, WARMUP, "warm")
     await asyncio.sleep(2)
 
@@ -520,7 +525,7 @@ async def measure(stack: Stack, wants: int) -> dict[str, Any]:
     await asyncio.sleep(2)
     say(f"DataBuild: a backfill of {wants} wants")
     backfill = await run_backfill(stack, hours(FIRST_HOUR, wants), "wants")
-    worker_memory = memory_of(stack.worker.pid)
+    worker_memory = stack.worker_memory()
 
     await settled(stack.client, [WANT_WORKFLOW, JOB_RUN_WORKFLOW, BARE_WORKFLOW], since)
     found = {
@@ -550,7 +555,7 @@ async def measure(stack: Stack, wants: int) -> dict[str, Any]:
     }
 
 
-async def run(wants: int, backend: str, home_dir: str | None) -> dict[str, Any]:
+async def run(wants: int, backend: str, workers: int, home_dir: str | None) -> dict[str, Any]:
     started = time.perf_counter()
     with scratch(home_dir) as home:
         server_args = file_database_args(home / "temporal.db")
@@ -569,9 +574,12 @@ async def run(wants: int, backend: str, home_dir: str | None) -> dict[str, Any]:
                 worker_settings = Settings(**{**settings.model_dump(), **WORKER_SETTINGS})
                 activities = worker_settings.max_concurrent_jobs + 16  # as worker.run.build_worker
                 cache = worker_settings.workflow_cache
-                worker_log, bare_log = home / "worker.log", home / "bare-worker.log"
-                worker = launch([sys.executable, "-m", "databuild.cli", "worker"], worker_env, worker_log)
-                procs.append(worker)
+                worker_logs = [home / f"worker-{i + 1}.log" for i in range(workers)]
+                bare_log = home / "bare-worker.log"
+                launched = [
+                    launch([sys.executable, "-m", "worker", "worker"], worker_env, log) for log in worker_logs
+                ]
+                procs.extend(launched)
                 bare_queue = f"bare-{uuid.uuid4().hex[:8]}"
                 bare = launch(
                     [
@@ -588,17 +596,22 @@ async def run(wants: int, backend: str, home_dir: str | None) -> dict[str, Any]:
                     bare_log,
                 )
                 procs.append(bare)
-                await wait_ready(worker, worker_log, "worker on task queue")
+                for worker, log in zip(launched, worker_logs, strict=True):
+                    await wait_ready(worker, log, "worker on task queue")
                 await wait_ready(bare, bare_log, "bare worker ready")
-                stack = Stack(env.client, db, settings, home, worker, bare, bare_queue)
+                stack = Stack(env.client, db, settings, home, launched, bare, bare_queue)
                 try:
                     figures = await measure(stack, wants)
                 finally:
                     for proc in procs:
                         stop_group(proc, grace=20)
                     db.bel.dispose()
-                figures["worker_log"] = dict(zip(("lines", "first"), log_findings(worker_log), strict=True))
-                figures["stalled_tasks"] = stalled_workflow_tasks(worker_log)
+                findings = [log_findings(log) for log in worker_logs]
+                figures["worker_log"] = {
+                    "lines": sum(lines for lines, _ in findings),
+                    "first": [line for _, first in findings for line in first][:5],
+                }
+                figures["stalled_tasks"] = sum(stalled_workflow_tasks(log) for log in worker_logs)
                 figures["bare_log"] = dict(zip(("lines", "first"), log_findings(bare_log), strict=True))
         finally:
             for proc in procs:
@@ -606,6 +619,7 @@ async def run(wants: int, backend: str, home_dir: str | None) -> dict[str, Any]:
                     stop_group(proc, grace=5)
             await env.shutdown()
     figures["backend"] = backend
+    figures["workers"] = workers
     figures["worker_limits"] = {"max_concurrent_activities": activities, "max_cached_workflows": cache}
     figures["server"] = "dev server, file database, journal_mode=wal, synchronous=off"
     figures["total_s"] = time.perf_counter() - started
@@ -639,7 +653,12 @@ def report(f: dict[str, Any]) -> None:
         )
 
     rows = [
-        ("N", f"{f['wants']}", f"{f['concurrency']} starts in flight on both sides; BEL {f['backend']}"),
+        (
+            "N",
+            f"{f['wants']}",
+            f"{f['concurrency']} starts in flight on both sides; BEL {f['backend']}; "
+            f"{f['workers']} DataBuild worker(s)",
+        ),
         (
             "DataBuild backfill, wants ended",
             f"{d['per_s']:8.1f} /s",
@@ -700,13 +719,16 @@ def main() -> None:
     parser.add_argument(
         "--backend", choices=("sqlite", "postgresql"), default="sqlite", help="the BEL's database"
     )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="DataBuild worker processes (the baseline: one)"
+    )
     parser.add_argument("--home", help="keep the stack's files (server database, BEL, logs) in this folder")
     args = parser.parse_args()
-    if args.wants < 1:
-        parser.error("--wants must be at least 1")
+    if args.wants < 1 or args.workers < 1:
+        parser.error("--wants and --workers must be at least 1")
 
     def work() -> int:
-        figures = asyncio.run(run(args.wants, args.backend, args.home))
+        figures = asyncio.run(run(args.wants, args.backend, args.workers, args.home))
         figures.update(verdict(figures))
         report(figures)
         if figures["databuild"]["successful"] != args.wants:

@@ -1059,7 +1059,7 @@ def cases(bel: BuildEventLog, t: Targets) -> list[Case]:
             gated=False,
         ),
         *hourly_cases(bel, t),
-        # Not a view: the events API a downstream graph tails (SPEC 3.6), listed for its ref-prefix filter.
+        # Not a view: the events API a downstream graph tails, listed for its ref-prefix filter.
         Case("events (pattern, since 0)", lambda g: bel.events(pattern=g), globs, s.events, idx, gated=False),
     ]
 

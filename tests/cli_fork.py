@@ -44,8 +44,8 @@ def _start(request: dict[str, Any]) -> int:
 
 
 def _command(request: dict[str, Any]) -> NoReturn:
-    """The forked child: the command, as `python -m databuild.cli` would run it."""
-    import databuild.cli  # the server's import: nothing is loaded again
+    """The forked child: the command, as `python -m worker` would run it."""
+    import worker.commands  # the server's import: nothing is loaded again
 
     try:
         os.chdir(request["cwd"])
@@ -61,7 +61,7 @@ def _command(request: dict[str, Any]) -> NoReturn:
         consoles.console.__init__()
         consoles.err.__init__(stderr=True)
         sys.argv = ["databuild", *request["args"]]
-        databuild.cli.main()  # leaves the process itself (os._exit) with the command's code
+        worker.commands.main()  # leaves the process itself (os._exit) with the command's code
     except BaseException:
         traceback.print_exc()
     finally:
@@ -74,7 +74,7 @@ def _report(request_id: str, returncode: int) -> None:
 
 
 def serve() -> None:
-    import databuild.cli  # noqa: F401  (every command group, as `python -m databuild.cli` imports them)
+    import worker.commands  # noqa: F401  (every command group, as `python -m worker` imports them)
 
     running: dict[int, tuple[str, float]] = {}  # pid -> (request id, deadline)
     pending = b""
@@ -148,7 +148,7 @@ class ForkServer:
                 self.process.stdin.flush()
             returncode = waiter.result(timeout=timeout + 30)
             return subprocess.CompletedProcess(
-                [sys.executable, "-m", "databuild.cli", *request["args"]],
+                [sys.executable, "-m", "worker", *request["args"]],
                 returncode,
                 out.read_text(errors="replace"),
                 err.read_text(errors="replace"),
@@ -162,7 +162,7 @@ _server_lock = threading.Lock()
 def cli(
     args: Sequence[str], env: Mapping[str, str], cwd: Path = ROOT, timeout: float = TIMEOUT
 ) -> subprocess.CompletedProcess[str]:
-    """``args`` as `python -m databuild.cli` in ``cwd`` with exactly ``env``, in a process forked from this
+    """``args`` as `python -m worker` in ``cwd`` with exactly ``env``, in a process forked from this
     pytest worker's server (started on first use)."""
     global _server
     with _server_lock:

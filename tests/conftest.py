@@ -263,7 +263,7 @@ async def cli_batch(stack: Stack, *commands: list[str], **env: str) -> list[subp
 def forked_cli(
     commands: Sequence[list[str] | tuple[list[str], dict[str, str]]], env: dict[str, str], cwd: Path
 ) -> list[subprocess.CompletedProcess[str]]:
-    """Each command (its arguments, or its arguments and variables of its own) as `python -m databuild.cli`
+    """Each command (its arguments, or its arguments and variables of its own) as `python -m worker`
     in ``cwd`` with ``env``, one after another, each in a process of its own (tests/cli_fork.py)."""
     return [
         fork_server.cli(c[0], {**env, **c[1]}, cwd) if isinstance(c, tuple) else fork_server.cli(c, env, cwd)

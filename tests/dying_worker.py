@@ -12,9 +12,9 @@ from temporalio import activity
 
 import worker.run
 from activities.wants import WantActivities
-from databuild.cli import main
 from databuild.models import job_run_workflow_id
 from databuild.temporal import protocol as p
+from worker.commands import main
 
 STEP = int(os.environ["DATABUILD_TEST_DIE_AFTER_STEP"])
 

@@ -14,11 +14,12 @@ from urllib.parse import urlsplit
 
 from moto.server import ThreadedMotoServer
 from pyarrow import fs
+from temporalio.api.sdk.v1 import WorkflowMetadata
 
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.jobs.storage import Storage
-from databuild.models import WantSource, WantState
+from databuild.models import Want, WantSource, WantState, want_workflow_id
 from databuild.testing import free_port
 from databuild.web import create_app, serving, web_context
 from tests.conftest import Stack
@@ -93,6 +94,25 @@ def until_listening(port: int, seconds: float = 10) -> None:
         except OSError:
             assert time.monotonic() < deadline, f"nothing listens on {port}"
             time.sleep(0.05)
+
+
+PAUSED_NOTE = "paused with its backfill"  # what a want's workflow says of itself while its backfill holds it
+
+
+async def until_held_by_pause(db: DataBuild, wants: list[Want], seconds: float = 60) -> None:
+    """Until each of ``wants`` has come to its next step with its backfill paused, and holds there: its
+    workflow's current details (as the Temporal UI shows them) say so."""
+    pending = {w.want_id: w.ref for w in wants}
+
+    async def all_held() -> bool:
+        for want_id, ref in list(pending.items()):
+            handle = db.temporal.get_workflow_handle(want_workflow_id(ref, want_id))
+            metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+            if PAUSED_NOTE in metadata.current_details:
+                del pending[want_id]
+        return not pending
+
+    await until(all_held, f"{len(wants)} wants held by their paused backfill", seconds)
 
 
 def waiting_for_feed(db: DataBuild, ref: str) -> bool:

@@ -152,7 +152,7 @@ def test_the_api_taints_while_temporal_is_down(offline: Settings) -> None:
 def test_the_cli_taints_while_temporal_is_down(offline: Settings) -> None:
     root = Path(databuild.__file__).parents[1]
     env = {**os.environ, **offline.process_env(), "PYTHONPATH": str(root), "COLUMNS": "200"}
-    taint = [sys.executable, "-m", "databuild.cli", "taint", "ext/1", "--yes", "--json"]
+    taint = [sys.executable, "-m", "worker", "taint", "ext/1", "--yes", "--json"]
     done = subprocess.run(taint, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["partition"]["status"] == "tainted"

@@ -18,7 +18,7 @@ from databuild.models import JobRun, JobRunState, PartitionStatus, WantSource, W
 from databuild.web import create_app, web_context
 from tests import graphs
 from tests.conftest import Stack, cli, cli_batch
-from tests.helpers import lake, until, waiting_for_feed
+from tests.helpers import lake, until, until_held_by_pause, waiting_for_feed
 
 pytestmark = pytest.mark.slow
 
@@ -121,7 +121,8 @@ async def test_a_paused_backfill_decides_nothing_new_until_resumed(make_stack, s
     for day in days:  # the feeds arrive: the reports could run now, but their backfill is paused
         spark_runtime.session().range(2).write.parquet(str(lake(stack.settings) / "feed" / day))
         await stack.db.publish(f"feed/{day}")
-    await asyncio.sleep(3)
+    # Each report heard its feed is live, came to its next step, and holds there.
+    await until_held_by_pause(stack.db, stack.bel.wants(ref_prefix="report/"))
     reports = [r for r in stack.bel.job_runs(limit=100) if r.job_label == "report"]
     assert {r.state for r in reports} == {JobRunState.dep_miss}  # no new run while paused
     assert stack.bel.backfill_progress(progress.backfill_id).done == 0
@@ -246,7 +247,8 @@ async def test_a_pause_holds_the_derivative_wants_only_the_backfill_needs(make_s
     await until(
         lambda: sum(w.state is WantState.successful for w in stack.bel.wants(ref_prefix="feed/")) == 2
     )
-    await asyncio.sleep(3)  # time enough for a daily want that missed the pause to queue its run
+    # Each daily want heard its feed is live, came to its next step, and holds there.
+    await until_held_by_pause(stack.db, stack.bel.wants(ref_prefix="daily/"))
     assert stack.bel.job_runs(limit=100) == []
 
     await stack.db.pause_backfill(progress.backfill_id, paused=False)
@@ -294,9 +296,18 @@ async def test_a_backfill_cancelled_or_paused_while_it_registers_holds_the_rest_
     if action == "cancel":  # every want has ended: those registered after the cancel, cancelled
         assert progress.canceled and progress.finished
         assert progress.by_state[WantState.canceled] >= 200 - len(stack.bel.job_runs(limit=1000))
-    else:  # the wants registered after the pause start, and find it paused
+    else:  # the wants registered after the pause wait for the window, which holds them
         assert progress.paused and not progress.finished
-        await asyncio.sleep(3)  # time enough for a want that missed the pause to queue its run
+        # The window starts none of the wants registered after the pause; every want it had started
+        # with no run decides and holds.
+        unstarted = stack.bel.backfill_unstarted(backfill_id)
+        assert len(unstarted) >= 200 - 20
+        idle = [
+            w
+            for w in stack.bel.wants(limit=1000)
+            if w.job_run_id is None and not w.state.is_final and w.want_id not in unstarted
+        ]
+        await until_held_by_pause(stack.db, idle, seconds=120)
     # No want (registered before or after) queued a run after the cancel or pause returned.
     assert [r for r in stack.bel.job_runs(limit=1000) if r.created_at >= returned] == []
     if action == "cancel":  # nor did one start: those queued and not started ended with their wants

@@ -1,7 +1,8 @@
 """Benchmarks stand on the product (and on each other), never on the tests; the tests and the product stand
 on nothing in bench/. What tests and benchmarks share lives in the product's testing package
-(databuild.testing), and bench/ holds the benchmarks, scripts that measure and print; a test may only run
-a benchmark (``bench.bench_<name>``) at a small size."""
+(databuild.testing), or, for the soak under faults that runs the demo, in chaos/ beside it; bench/
+holds the benchmarks, scripts that measure and print; a test may only run a benchmark
+(``bench.bench_<name>``) at a small size."""
 
 import ast
 import re
@@ -40,8 +41,8 @@ def named_modules(path: Path) -> set[str]:
     return found
 
 
-def test_no_bench_module_imports_the_tests() -> None:
-    modules = sorted((ROOT / "bench").rglob("*.py"))
+def test_no_bench_or_chaos_module_imports_the_tests() -> None:
+    modules = sorted(p for folder in ("bench", "chaos") for p in (ROOT / folder).rglob("*.py"))
     assert len(modules) > 5
     offending = {
         str(path.relative_to(ROOT)): sorted(m for m in imported_modules(path) if m.split(".")[0] == "tests")
@@ -65,11 +66,13 @@ def test_tests_use_bench_only_to_run_a_benchmark() -> None:
     assert not {path: found for path, found in offending.items() if found}
 
 
-def test_the_product_imports_nothing_from_bench() -> None:
+def test_the_product_imports_nothing_from_bench_or_chaos() -> None:
     modules = sorted(path for package in PRODUCT for path in (ROOT / package).rglob("*.py"))
     assert len(modules) > 50
     offending = {
-        str(path.relative_to(ROOT)): sorted(m for m in imported_modules(path) if m.split(".")[0] == "bench")
+        str(path.relative_to(ROOT)): sorted(
+            m for m in imported_modules(path) if m.split(".")[0] in ("bench", "chaos")
+        )
         for path in modules
     }
     assert not {path: found for path, found in offending.items() if found}

@@ -74,6 +74,18 @@ def test_bench_orchestration_registers_and_builds_without_a_stalled_workflow_tas
     assert f["verdict"] == ("PASS" if not f["misses"] else "FAIL")
 
 
+def test_bench_graph_builds_the_small_graph_from_the_cli_and_splits_its_time() -> None:
+    f = bench("bench.bench_graph", "--rounds", "1", "--days", "2")
+    assert f["builds"] == 5 and len(f["round_ratios"]) == f["rounds"] == 1
+    assert f["ratio"] == pytest.approx(f["want_median_s"] / f["direct_median_s"])
+    phases = f["phases_median_s"]
+    assert all(seconds >= 0 for seconds in phases.values()), phases
+    assert phases["job_runs_s"] + phases["first_decision_s"] < f["want_median_s"]
+    assert f["stalled_tasks"] == 0
+    assert all(miss.startswith("ratio") for miss in f["misses"]), f["misses"]
+    assert f["verdict"] == ("PASS" if not f["misses"] else "FAIL")
+
+
 def test_bench_bel_measures_decisions_against_raw_commits_on_both_backends() -> None:
     f = bench(
         "bench.bench_bel",

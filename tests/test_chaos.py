@@ -1,4 +1,4 @@
-"""Proof under faults (databuild/testing/chaos/): the demo on a Temporal dev server, worker processes
+"""Proof under faults (chaos/): the demo on a Temporal dev server, worker processes
 and a PostgreSQL BEL, killed and restarted under a workload, and every invariant checked afterwards.
 
 The random run draws its seed afresh each time and prints it; ``DATABUILD_CHAOS_SEED=N`` replays that
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from databuild.testing.chaos import FAULT_KINDS, STEERING_STEPS, ChaosConfig, ChaosReport, run_chaos
+from chaos import FAULT_KINDS, STEERING_STEPS, ChaosConfig, ChaosReport, run_chaos
 from tests.conftest import require_postgres
 
 pytestmark = pytest.mark.slow

@@ -51,7 +51,7 @@ def test_commands_never_print_the_bel_password(tmp_path: Path) -> None:
     log = tmp_path / "web.log"
     with log.open("w") as out:
         web = subprocess.Popen(
-            [sys.executable, "-m", "databuild.cli", "web", "--port", str(port)],
+            [sys.executable, "-m", "worker", "web", "--port", str(port)],
             cwd=tmp_path,
             env=cli_env(PYTHONUNBUFFERED="1"),
             stdout=out,

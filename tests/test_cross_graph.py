@@ -6,18 +6,22 @@ import asyncio
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from pydantic import SecretStr
+from temporalio.client import WorkflowHandle
 
 from databuild.errors import InvalidInputError
-from databuild.models import EventFilter, JobRunState, WantState
+from databuild.models import EventFilter, JobRunState, WantState, want_workflow_id
 from databuild.temporal.protocol import (
+    QUERY_PROGRESS,
     QUERY_UPSTREAM_STATUS,
     Announcement,
     UpstreamInput,
     UpstreamStatus,
+    WantProgress,
     upstream_workflow_id,
 )
 from databuild.temporal.wants import announce, start_upstream
@@ -79,7 +83,8 @@ async def test_pull_from_an_upstream_graph_survives_restarts(make_stack, tmp_pat
     # down too. Then a new worker starts, and later the server comes back on the same port.
     await up.db.wait(await up.db.want("feed/2024-01-02"))
     async with running_worker(down.parts):
-        await asyncio.sleep(2)  # the pull fails meanwhile and backs off
+        handle = down.client.get_workflow_handle(upstream_workflow_id(down.settings.task_queue, "up"))
+        await until(lambda: pull_failed(handle), "a pull that failed and backs off")
         assert down.bel.find_partition("feed/2024-01-02") is None
         async with http_server(up, port):
             report = await asyncio.wait_for(down.db.wait(second), 90)
@@ -140,6 +145,12 @@ async def test_push_by_signal_http_and_cli_takes_one_path(make_stack, tmp_path: 
     )
 
 
+async def pull_failed(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether the upstream's pull is being retried after a failure (its server is down)."""
+    pending = (await handle.describe()).raw_description.pending_activities
+    return any(a.attempt > 1 and a.HasField("last_failure") for a in pending)
+
+
 async def test_a_want_with_external_requirements_waits_before_its_job_runs(make_stack) -> None:
     stack = await make_stack(graph="tests.graphs:chain")
     before = stack.bel.last_idx()
@@ -148,11 +159,15 @@ async def test_a_want_with_external_requirements_waits_before_its_job_runs(make_
     assert stack.bel.last_idx() == before  # a bad requirement records nothing
 
     spec = await stack.db.want("base/req", requires=["gate/2024-03-01", "gate/2024-03-02"])
-    await until(lambda: stack.bel.want(spec.want_id).state is WantState.upstream_building)
-    await asyncio.sleep(1)
+    want = stack.client.get_workflow_handle(want_workflow_id(spec.ref, spec.want_id))
+
+    async def waiting_for(refs: list[str]) -> bool:
+        return (await want.query(QUERY_PROGRESS, result_type=WantProgress)).waiting_for == refs
+
+    await until(lambda: waiting_for(["gate/2024-03-01", "gate/2024-03-02"]), "the want held for its gates")
     assert stack.bel.job_runs(ref_prefix="base/req") == []  # held back: nothing dispatched
     await stack.db.publish("gate/2024-03-01")
-    await asyncio.sleep(1)
+    await until(lambda: waiting_for(["gate/2024-03-02"]), "the want heard of one gate, still held")
     assert stack.bel.job_runs(ref_prefix="base/req") == []  # one of two is not enough
     await stack.db.publish("gate/2024-03-02", source="upstream-b")
     done = await asyncio.wait_for(stack.db.wait(spec), 60)

@@ -9,7 +9,7 @@ def test_dev_serves_spark_sql_on_10000_unless_the_setting_says_otherwise(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`DATABUILD_SQL_PORT=0` is off for `dev` as for a worker; unset, `dev` takes 10000 when it is free."""
-    from databuild.cli.stack import DEV_SQL_PORT, dev_settings
+    from worker.commands import DEV_SQL_PORT, dev_settings
     from worker.ports import port_taken
 
     monkeypatch.setenv("DATABUILD_SQL_PORT", "0")

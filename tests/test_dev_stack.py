@@ -38,7 +38,7 @@ def dev_env(**extra: str) -> dict[str, str]:
 
 def dev_command(*args: str, port: int, ui_port: int, web_port: int) -> list[str]:
     ports = ["--port", str(port), "--ui-port", str(ui_port), "--web-port", str(web_port)]
-    return [sys.executable, "-m", "databuild.cli", "dev", *args, *ports]
+    return [sys.executable, "-m", "worker", "dev", *args, *ports]
 
 
 def start_dev(folder: Path, log: Path, command: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
@@ -180,7 +180,7 @@ def test_dev_takes_its_temporal_server_down_with_it_and_never_joins_another(
 
     # `want --wait` from another shell: its progress and tree, nothing else on either terminal.
     wanted = subprocess.run(
-        [sys.executable, "-m", "databuild.cli", "want", "raw_events/2030-06-15", "--wait"],
+        [sys.executable, "-m", "worker", "want", "raw_events/2030-06-15", "--wait"],
         cwd=project,
         env={**env, "DATABUILD_TEMPORAL_ADDRESS": f"127.0.0.1:{port}"},
         capture_output=True,

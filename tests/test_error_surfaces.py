@@ -255,7 +255,7 @@ async def test_temporal_without_databuilds_search_attributes_or_killed_during_a_
         )
         clean = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
         registering = await asyncio.create_subprocess_exec(
-            *[sys.executable, "-m", "databuild.cli", "backfill", request.pattern],
+            *[sys.executable, "-m", "worker", "backfill", request.pattern],
             *["--from", "2000-01-01", "--to", "2089-12-31", "--json"],
             cwd=tmp_path,
             env={**clean, **address, "PYTHONPATH": str(ROOT), "DATABUILD_HOME": str(tmp_path)},

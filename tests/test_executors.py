@@ -121,10 +121,11 @@ async def test_gc_on_a_shared_storage_root_leaves_the_other_graphs_submissions_a
     ]
     assert {r.job_run_id for r in deleted} == {our_run.job_run_id}  # nor their logs or instances
     assert sorted(p.name for p in submissions.iterdir()) == [f"{their_run.job_run_id}-1"]
-    # Their application watches its folder every second: it still finds its request, and runs on.
-    before = progress.stat().st_mtime_ns
-    await until(lambda: progress.stat().st_mtime_ns != before, seconds=30)
-    await asyncio.sleep(3)
+    # Their application watches its folder every second: it still finds its request, and runs on, as
+    # three more of its progress reports after the gc show.
+    for _ in range(3):
+        before = progress.stat().st_mtime_ns
+        await until(lambda before=before: progress.stat().st_mtime_ns != before, seconds=30)
     assert theirs.bel.job_run(their_run.job_run_id).state is JobRunState.running
     assert (submissions / f"{their_run.job_run_id}-1" / SubmitFiles.REQUEST).is_file()
     # Their own gc keeps their running attempt's folder too.

@@ -3,6 +3,7 @@ lower one, nothing imports in a circle, and the top-level `workflows/`, `activit
 stand on `databuild/`, never the other way round."""
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -135,13 +136,14 @@ def test_the_circle_check_finds_a_circle() -> None:
 
 
 def test_the_package_never_imports_the_processes_that_use_it() -> None:
-    """Workflows and activities stand on the package. The worker process does too; only the entry points
-    at the top (the CLI's `worker` and `dev` commands, and the test harness) start one."""
+    """Workflows, activities and the worker process stand on the package, as do the examples; only the
+    test harness starts a worker from inside it. The `databuild` command itself is the worker package's
+    (`worker/commands.py`), so the CLI never reaches up for the code that hosts workflows."""
     offending = {}
     for path in PACKAGE.rglob("*.py"):
         module = module_name(path)
-        forbidden = {"workflows", "activities"} | (
-            set() if layer_of(module) in ("cli", "testing") else {"worker"}
+        forbidden = {"workflows", "activities", "examples"} | (
+            set() if layer_of(module) == "testing" else {"worker"}
         )
         offending[module] = sorted(_top_imports(path) & forbidden)
     assert not {m: found for m, found in offending.items() if found}
@@ -192,3 +194,42 @@ def test_no_module_is_over_600_lines_and_no_function_over_60() -> None:
     }
     assert long_modules == {}, f"split these modules (lines): {long_modules}"
     assert long_functions == {}, f"split these functions (lines of code): {long_functions}"
+
+
+# Each backend's differences live in its module of the BEL's engine (and in the frozen migrations, which
+# must stay as they ran): anywhere else, a branch on the dialect is a difference that escaped it.
+DIALECT_BRANCH = re.compile(
+    r"dialect\.name|get_backend_name|(?<!engine)\.postgres\b|[\"'](postgresql|sqlite)[\"']\s*(==|!=|in\b)"
+)
+DIALECT_HOMES = ("databuild/bel/engine/", "databuild/bel/migrations/")
+
+
+def test_no_dialect_branch_outside_the_bels_engine() -> None:
+    branches = {
+        f"{p.relative_to(ROOT)}:{n}": line.strip()
+        for p in sources()
+        if not str(p.relative_to(ROOT)).startswith(DIALECT_HOMES)
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if DIALECT_BRANCH.search(line.split("#")[0])
+    }
+    assert branches == {}, f"move these into databuild/bel/engine/<backend>.py: {branches}"
+
+
+def test_the_dialect_check_finds_a_branch() -> None:
+    for line in ('if conn.dialect.name == "postgresql":', "if self.postgres:", 'x = "sqlite" == name'):
+        assert DIALECT_BRANCH.search(line), line
+    assert not DIALECT_BRANCH.search('url = "postgresql://127.0.0.1/test"')
+
+
+def test_no_comment_cites_a_document_the_readers_do_not_have() -> None:
+    cited = {
+        f"{p.relative_to(ROOT)}:{n}": line.strip()
+        for p in [
+            *sources(),
+            *sorted((ROOT / "bench").rglob("*.py")),
+            *sorted((ROOT / "chaos").rglob("*.py")),
+        ]
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"\bSPEC\b", line)
+    }
+    assert cited == {}, f"say what the reference meant, in the comment itself: {cited}"

@@ -32,7 +32,7 @@ def web_server(home: Path, **env: str) -> Iterator[str]:
     """`databuild web` over the BEL under ``home``, in its own process; yields its base URL."""
     port = free_port()
     log = home / "web.log"
-    command = [sys.executable, "-m", "databuild.cli", "web", "--host", "127.0.0.1", "--port", str(port)]
+    command = [sys.executable, "-m", "worker", "web", "--host", "127.0.0.1", "--port", str(port)]
     with log.open("w") as out:
         process = subprocess.Popen(
             command, env={**os.environ, **Settings(home=home).process_env(), **env}, stdout=out, stderr=out

@@ -18,7 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from databuild.domain.alerts import Alert, retry_delay
     from databuild.temporal import protocol as p
 
-# A run continues as new past this many history events (SPEC: at most ~50k), with its queue.
+# A run continues as new past this many history events (Temporal's limit is about 50k), with its queue.
 HISTORY_LIMIT = 5_000
 ONE_TRY = RetryPolicy(maximum_attempts=1)  # the queue retries, with what came meanwhile folded in
 

@@ -25,6 +25,7 @@ from databuild.models import MAX_INDEX
 from databuild.process import keep_traceback, log_quietly
 from databuild.views.lineage import Page
 
+STACK_PANEL = "Run the stack"  # where `--help` lists the commands that start a process: dev, web, worker
 app = typer.Typer(
     help="DataBuild: declare the partitions you want; DataBuild builds them.",
     no_args_is_help=True,
@@ -134,7 +135,7 @@ def main() -> None:
     log_file = log_quietly(Path(os.environ.get("DATABUILD_HOME") or DEFAULT_HOME))
     code: int = 0
     try:
-        app()
+        app(prog_name="databuild")  # as the console script names it, whichever way it was started
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     except KeyboardInterrupt:

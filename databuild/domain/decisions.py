@@ -1,4 +1,4 @@
-"""The rules of delegation and of a build's lifecycle (SPEC 3.3, 3.4), as pure functions.
+"""The rules of delegation and of a build's lifecycle, as pure functions.
 
 Each takes the typed state a command read inside its transaction and returns the events to append
 (and, for a want's decision, the verdict the want follows). The BEL store loads that state, calls the
@@ -183,7 +183,7 @@ class Decided:
     events: list[ev.Event] = field(default_factory=list)
 
 
-# A want's decision (step 2 of SPEC 3.1). -------------------------------------------------------------
+# A want's decision, after its inputs are known. -------------------------------------------------------
 def decide(state: DecisionState, seq: int, new_job_run_id: str, opening: int | None = None) -> Decided:
     """Decide step ``seq`` of a want, for a run that serves its ``opening``: done (historical delegation),
     wait for an active run (active delegation), fail or wait on a fail-lock, wait for an external

@@ -1,5 +1,5 @@
-"""Which events the operator's commands on partitions and instances append: taint (SPEC 3.10),
-publish an external partition (3.6), pin an instance. (Resolve and skip are in ``decisions``, beside
+"""Which events the operator's commands on partitions and instances append: taint,
+publish an external partition, pin an instance. (Resolve and skip are in ``decisions``, beside
 the fail-locks they clear.) Each rule takes the partitions its command read under their locks."""
 
 from collections.abc import Mapping, Sequence

@@ -1,4 +1,4 @@
-"""Which waiting job runs may start (SPEC 3.8): pools bound the runs going at once, cluster-wide, and
+"""Which waiting job runs may start: pools bound the runs going at once, cluster-wide, and
 interactive and scheduled work comes before backfills. Pure rules over what the BEL read under the
 pools' locks; the store appends the admissions they return."""
 

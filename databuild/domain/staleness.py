@@ -1,5 +1,5 @@
 """Which live instances are stale, and why: derived from what each was built from and by which job
-version, never stored by hand (SPEC 3.10).
+version, never stored by hand.
 
 A live instance is stale when its job's version changed since it was built (a recorded version only: an
 unknown one never counts), when an input it read has a newer live instance or was tainted, or when an

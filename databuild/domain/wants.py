@@ -1,4 +1,4 @@
-"""Which events the commands about a want append (SPEC 3.1): creating it, waiting for its inputs,
+"""Which events the commands about a want append: creating it, waiting for its inputs,
 flagging its SLA, cancelling it. Its decision steps are ``decisions``; how it ends, ``endings``.
 
 Each rule takes what its command read inside its transaction (a want's state, its inputs' partitions)

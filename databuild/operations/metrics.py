@@ -1,4 +1,4 @@
-"""Prometheus metrics (SPEC 3.9): ``/metrics`` on the web server, and an endpoint of its own on each worker
+"""Prometheus metrics: ``/metrics`` on the web server, and an endpoint of its own on each worker
 (``DATABUILD_METRICS_PORT``).
 
 What the BEL holds (wants, job runs, durations, pools) is read when scraped, by a collector over the

@@ -28,7 +28,7 @@ from databuild.temporal.protocol import (
 
 def file_database_args(path: Path) -> list[str]:
     """`temporal server start-dev` arguments for a dev server on a file database that keeps up with a
-    worker (SPEC 7: WAL, no fsync per write)."""
+    worker (WAL, no fsync per write)."""
     return [
         "--db-filename",
         str(path),

@@ -245,7 +245,7 @@ def start_databuild_worker(env: dict[str, str], log: Path) -> subprocess.Popen[b
     """`databuild worker` in its own process (and process group: its Spark driver JVM is a child)."""
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "databuild.cli", "worker"],
+            [sys.executable, "-m", "worker", "worker"],
             env={**env, "PYTHONUNBUFFERED": "1"},
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -10,14 +10,14 @@ from typing import Literal
 from sqlalchemy import select
 from temporalio.service import RPCError
 
+from chaos.config import FINAL, FIRST_DAY, ChaosConfig
+from chaos.graph import write_correction
+from chaos.invariants import stuck_wants
+from chaos.stack import ChaosStack, read, retrying
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.models import WantSource, WantSpec
 from databuild.temporal.protocol import backfill_window_workflow_id
-from databuild.testing.chaos.config import FINAL, FIRST_DAY, ChaosConfig
-from databuild.testing.chaos.graph import write_correction
-from databuild.testing.chaos.invariants import stuck_wants
-from databuild.testing.chaos.stack import ChaosStack, read, retrying
 
 # The harness runs the whole product as a user would: the demo graph.
 from examples.demo import WINDOW_DAYS

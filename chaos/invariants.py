@@ -10,14 +10,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from sqlalchemy import select
 
+from chaos.config import FINAL
+from chaos.graph import CORRECTED_USERS
+from chaos.stack import ChaosStack, read
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.jobs.storage import Storage
 from databuild.models import PartitionStatus, WantState
 from databuild.testing import projection_rows
-from databuild.testing.chaos.config import FINAL
-from databuild.testing.chaos.graph import CORRECTED_USERS
-from databuild.testing.chaos.stack import ChaosStack, read
 
 # The harness runs the whole product as a user would: the demo graph.
 from examples.demo import EVENTS_PER_DAY, WINDOW_DAYS

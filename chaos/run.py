@@ -7,12 +7,9 @@ from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
-from databuild.jobs.storage import Storage
-from databuild.operations.garbage import collect_garbage
-from databuild.testing import postgres_database
-from databuild.testing.chaos.config import ChaosConfig, Log
-from databuild.testing.chaos.faults import Faults
-from databuild.testing.chaos.invariants import (
+from chaos.config import ChaosConfig, Log
+from chaos.faults import Faults
+from chaos.invariants import (
     ChaosReport,
     check_builds,
     check_fail_locks,
@@ -23,9 +20,9 @@ from databuild.testing.chaos.invariants import (
     check_projections,
     dump_events,
 )
-from databuild.testing.chaos.stack import ChaosStack, chaos_stack
-from databuild.testing.chaos.steering import steer_backfill
-from databuild.testing.chaos.workload import (
+from chaos.stack import ChaosStack, chaos_stack
+from chaos.steering import steer_backfill
+from chaos.workload import (
     announce,
     backfill_refs,
     corrected_days,
@@ -35,6 +32,9 @@ from databuild.testing.chaos.workload import (
     until_caught_up,
     until_settled,
 )
+from databuild.jobs.storage import Storage
+from databuild.operations.garbage import collect_garbage
+from databuild.testing import postgres_database
 
 
 async def run_chaos(config: ChaosConfig, home: Path, admin_url: str, log: Log = print) -> ChaosReport:

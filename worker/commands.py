@@ -1,16 +1,19 @@
-"""Commands that run the stack: `dev` (everything embedded), `web` and `worker`."""
+"""The `databuild` command: every command of `databuild.cli`, and the two that run this package's
+processes in the CLI's own, `dev` (the embedded stack) and `worker`. The CLI stands on the SDK; only
+here, above both, does it meet the code that hosts workflows and activities."""
 
 from typing import Annotated
 
 import typer
 
-from databuild.cli.app import app, console, run, settings
+import databuild.cli  # noqa: F401  (every command group registers itself on the app)
+from databuild.cli.app import STACK_PANEL, app, console, main, run, settings, summarise_commands
 from databuild.config import Settings, masked_url
 
 DEV_SQL_PORT = 10000  # HiveServer2's own default: beeline -u jdbc:hive2://127.0.0.1:10000
 
 
-@app.command()
+@app.command(rich_help_panel=STACK_PANEL)
 def dev(
     demo: Annotated[
         bool, typer.Option(help="Request the demo's top partition and print its fulfillment.")
@@ -21,7 +24,7 @@ def dev(
     web_port: Annotated[int, typer.Option(help="Dashboard and HTTP API port (0: no web server).")] = 8000,
 ) -> None:
     """Embedded stack: Temporal dev server (+ UI), a worker and the dashboard; data in ./.databuild."""
-    from worker.dev import run_dev  # the CLI hands over to the worker package to host workflows
+    from worker.dev import run_dev  # Spark and the workflows load only for the commands that host them
 
     configured = dev_settings(port)
     raise typer.Exit(
@@ -49,34 +52,7 @@ def dev_settings(port: int) -> Settings:
     return configured
 
 
-@app.command()
-def web(
-    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port of the dashboard and the HTTP API.")] = 8000,
-    temporal_ui: Annotated[
-        str | None,
-        typer.Option(envvar="DATABUILD_TEMPORAL_UI_URL", help="Temporal UI base URL for workflow links."),
-    ] = None,
-) -> None:
-    """Serve the dashboard (/) and the HTTP JSON API (/api, docs at /docs) over the configured BEL."""
-    from databuild.bel import BuildEventLog
-    from databuild.process import log_to_stderr, settle_heap
-    from databuild.web import create_app, serve, web_context
-
-    configured = settings()
-    log_to_stderr()
-    context = web_context(
-        configured, BuildEventLog.create(configured.database_url.get_secret_value()), temporal_ui
-    )
-    served = create_app(context)
-    settle_heap()  # once, after start-up: what start-up made stays out of every later full collection
-    console.print(
-        f"dashboard http://{host}:{port}/  API http://{host}:{port}/api  BEL {masked_url(configured.database_url)}"
-    )
-    run(serve(served, host, port))
-
-
-@app.command()
+@app.command(rich_help_panel=STACK_PANEL)
 def worker() -> None:
     """Run a worker against the configured Temporal, BEL and storage."""
     configured = settings()  # a bad setting is refused before the worker's imports (seconds)
@@ -89,3 +65,8 @@ def worker() -> None:
         f"(namespace {configured.namespace}); BEL {masked_url(configured.database_url)}"
     )
     run(serve(configured))
+
+
+summarise_commands(app)
+
+__all__ = ["app", "main"]

@@ -1,6 +1,7 @@
 """Proof under faults: the demo graph on a stack of real processes (a Temporal dev server on a file
 database, `databuild worker` processes, a PostgreSQL BEL of its own), a backfill-sized workload, faults
-at moments drawn from a seed, and the invariants that must hold afterwards.
+at moments drawn from a seed, and the invariants that must hold afterwards. It stands on the product
+and its demo, as a user's harness would, outside the installed package.
 
 Used by ``tests/test_chaos.py`` (a short run, and a scripted run with two restarts, in CI) and
 ``bench/bench_chaos.py`` (the soak, ``make chaos``).
@@ -42,9 +43,9 @@ Its modules: ``config`` (what a run does), ``stack`` (the processes, and calls r
 the report they fill) and ``run`` (the run itself).
 """
 
-from databuild.testing.chaos.config import FAULT_KINDS, ChaosConfig, FaultKind
-from databuild.testing.chaos.invariants import ChaosReport
-from databuild.testing.chaos.run import run_chaos
-from databuild.testing.chaos.steering import STEERING_STEPS
+from chaos.config import FAULT_KINDS, ChaosConfig, FaultKind
+from chaos.invariants import ChaosReport
+from chaos.run import run_chaos
+from chaos.steering import STEERING_STEPS
 
 __all__ = ["FAULT_KINDS", "STEERING_STEPS", "ChaosConfig", "ChaosReport", "FaultKind", "run_chaos"]

@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from chaos.config import Log
 from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
@@ -24,7 +25,6 @@ from databuild.errors import UnavailableError
 from databuild.graph import load_graph
 from databuild.temporal.connection import connect, ensure_search_attributes
 from databuild.testing import free_port
-from databuild.testing.chaos.config import Log
 from databuild.testing.cluster import start_databuild_worker, stop_group
 
 # The harness runs the whole product as a user would: the Temporal dev server as `databuild dev` starts it
@@ -46,6 +46,8 @@ WORKER_ENV = {
     "DATABUILD_SPARK_DRIVER_MEMORY": "512m",
     "PYSPARK_PYTHON": sys.executable,
 }
+# The soak's graph is this package's, which is not installed with the product: its workers find it here.
+CHECKOUT = str(Path(__file__).resolve().parents[1])
 
 
 class ChaosStack:
@@ -72,7 +74,13 @@ class ChaosStack:
 
     # Workers --------------------------------------------------------------------------------------
     def worker_env(self) -> dict[str, str]:
-        return {**os.environ, **self.settings.process_env(), **WORKER_ENV}
+        paths = [CHECKOUT, *filter(None, [os.environ.get("PYTHONPATH")])]
+        return {
+            **os.environ,
+            **self.settings.process_env(),
+            **WORKER_ENV,
+            "PYTHONPATH": os.pathsep.join(paths),
+        }
 
     def start_worker(self, i: int) -> None:
         log = self.settings.home / f"worker-{i}.log"
@@ -141,7 +149,7 @@ async def chaos_stack(home: Path, database_url: str, workers: int, log: Log) -> 
         temporal_address=f"127.0.0.1:{free_port()}",
         task_queue=f"chaos-{uuid.uuid4().hex[:8]}",
         database_url=database_url,
-        graph="databuild.testing.chaos.graph:graph",
+        graph="chaos.graph:graph",
     )
     stack = ChaosStack(settings, workers, log)
     try:

@@ -12,11 +12,11 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 from temporalio.api.enums.v1 import PendingActivityState
 
+from chaos.config import FAULT_WEIGHTS, FaultKind
+from chaos.stack import ChaosStack, read, retrying
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.testing import cut_off
-from databuild.testing.chaos.config import FAULT_WEIGHTS, FaultKind
-from databuild.testing.chaos.stack import ChaosStack, read, retrying
 
 
 class Faults:

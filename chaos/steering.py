@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, date, datetime
 from functools import partial
 
+from chaos.config import ChaosConfig
+from chaos.stack import ChaosStack, retrying
+from chaos.workload import backfill_refs, needed_refs
 from databuild.backfill import BackfillRequest
-from databuild.testing.chaos.config import ChaosConfig
-from databuild.testing.chaos.stack import ChaosStack, retrying
-from databuild.testing.chaos.workload import backfill_refs, needed_refs
 
 STEERING_STEPS = ("pause", "resume", "cancel", "retry")
 

@@ -1,3 +1,0 @@
-from databuild.cli import main
-
-main()

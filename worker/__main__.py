@@ -1,0 +1,3 @@
+from worker.commands import main
+
+main()
