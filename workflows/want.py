@@ -442,7 +442,9 @@ class WantWorkflow:
         """A run this want started tells its wants it ended, then ends. Completing the want before the
         run's end reaches it fails the workflow task (UnhandledCommand: an event came meanwhile), which
         Temporal then retries: one failed task in every such want's history. So the want waits a moment
-        for the run to end (not for a long fan-out: at most ``RUN_ENDING_GRACE``)."""
+        for the run to end (not for a long fan-out: at most ``RUN_ENDING_GRACE``). Runs at version 1 or
+        later start their job run from the decision, no child, and never wait here; wants 0.1.0 started
+        still do (the ``want-finish-after-run`` history replays only with this wait)."""
         child = self._children.get(job_run_id)
         if child is None or child.done() or not patched(FINISH_AFTER_RUN, self._version):
             return
