@@ -10,7 +10,7 @@ from temporalio.service import RPCError
 
 from activities.alerts import raise_alert
 from databuild.bel import BuildEventLog
-from databuild.bel.job_runs import RunEnded
+from databuild.bel.aggregates.job_runs import RunEnded
 from databuild.config import Settings
 from databuild.domain import alerts
 from databuild.graph import Graph

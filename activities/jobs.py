@@ -10,7 +10,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.heartbeats import heartbeating
-from databuild.bel.job_runs import RunEnded
+from databuild.bel.aggregates.job_runs import RunEnded
 from databuild.jobs.attempts import attempt_name
 from databuild.jobs.execution import JobExecutor, outcome_of
 from databuild.limits import JOB_HEARTBEAT_EVERY

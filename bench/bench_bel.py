@@ -41,7 +41,7 @@ from sqlalchemy import Column, Integer, MetaData, Table, create_engine, event, i
 from bench.common import python_loop_ms
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
-from databuild.bel.transaction import make_engines, write_lock
+from databuild.bel.engine.transaction import make_engines, write_lock
 from databuild.domain.decisions import Execute
 from databuild.graph import Graph
 from databuild.models import InstanceRef, WantSpec

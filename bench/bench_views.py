@@ -61,8 +61,8 @@ from sqlalchemy import (
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog, projector
 from databuild.bel import schema as s
-from databuild.bel.partition_costs import refresh_partition_costs
-from databuild.bel.run_costs import refresh_run_costs
+from databuild.bel.reads.partition_costs import refresh_partition_costs
+from databuild.bel.reads.run_costs import refresh_run_costs
 from databuild.domain import events as ev
 from databuild.domain.cost import SparkCost
 from databuild.graph import Graph, JobContext

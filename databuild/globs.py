@@ -25,7 +25,7 @@ from databuild.errors import InvalidPatternError
 from databuild.refs import MAX_REF_LENGTH
 
 MAX_WILDCARDS = 32
-SQL_FUNCTION = "databuild_glob"  # registered on SQLite connections (databuild.bel.transaction)
+SQL_FUNCTION = "databuild_glob"  # registered on SQLite connections (databuild.bel.engine.transaction)
 
 _ALLOWED = re.compile(r"[A-Za-z0-9_.=\-/*?]+")
 _STEP = re.compile(r"\*\*/|\*\*|\*|\?|[^*?]+")

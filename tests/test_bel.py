@@ -18,7 +18,7 @@ from sqlalchemy import event as sql_event
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
-from databuild.bel.decisions import DEFAULT_LEASE, Step
+from databuild.bel.aggregates.decisions import DEFAULT_LEASE, Step
 from databuild.domain import events as ev
 from databuild.domain.cost import SparkCost
 from databuild.domain.decisions import Replaced, Verdict
@@ -1355,7 +1355,7 @@ def test_events_committed_but_not_placed_are_unread_until_placed_in_commit_order
     they are placed, after the head they read and in commit order. Events of a writer that died before
     placing them are placed by the next writer, or when the log is opened."""
     from databuild.bel.engine.postgres import LOCK_SPACE
-    from databuild.bel.transaction import WriteTx
+    from databuild.bel.engine.transaction import WriteTx
 
     bel = postgres_bel
     bel.publish_external("ext/first")

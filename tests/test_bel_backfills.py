@@ -1,4 +1,4 @@
-"""The backfills aggregate of the BEL (``bel.backfills``) on SQLite: registration, pause, cancel,
+"""The backfills aggregate of the BEL (``bel.aggregates.backfills``) on SQLite: registration, pause, cancel,
 retry, and progress."""
 
 from datetime import UTC, datetime

@@ -1,4 +1,4 @@
-"""The decision step of the BEL (``bel.decisions``) on SQLite: the state ``decisions.decide`` reads,
+"""The decision step of the BEL (``bel.aggregates.decisions``) on SQLite: the state ``decisions.decide`` reads,
 loaded under the locks of the want and its job's outputs."""
 
 from datetime import UTC, datetime
@@ -8,7 +8,7 @@ from sqlalchemy import event
 
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog
-from databuild.bel.decisions import DEFAULT_LEASE, Step
+from databuild.bel.aggregates.decisions import DEFAULT_LEASE, Step
 from databuild.models import InstanceRef, WantSource, WantSpec
 from tests.bel_sqlite import decide, graph, spec
 

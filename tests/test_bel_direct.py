@@ -16,7 +16,7 @@ from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.bel.engine import direct
 from databuild.bel.engine.checkpoints import Checkpointer, checkpointer
-from databuild.bel.rows import PARTITIONS_AT, WANTS_AND_LINKS
+from databuild.bel.reads.rows import PARTITIONS_AT, WANTS_AND_LINKS
 from tests.bel_sqlite import decide, spec
 
 pytestmark = pytest.mark.unit

@@ -11,8 +11,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import DBAPIError
 
-from databuild.bel import transaction
-from databuild.bel.engine import postgres
+from databuild.bel.engine import postgres, transaction
 from databuild.testing import POSTGRES_URL
 from tests.conftest import require_postgres
 

@@ -1,4 +1,4 @@
-"""The events aggregate of the BEL (``bel.events``) on SQLite: reading the log after a cursor,
+"""The events aggregate of the BEL (``bel.aggregates.events``) on SQLite: reading the log after a cursor,
 statistics, and rebuilding the projections from the events alone."""
 
 import pytest

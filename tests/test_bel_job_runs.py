@@ -1,4 +1,4 @@
-"""The job runs aggregate of the BEL (``bel.job_runs``) on SQLite: a run's start and outcomes, stale
+"""The job runs aggregate of the BEL (``bel.aggregates.job_runs``) on SQLite: a run's start and outcomes, stale
 attempts, and the reads of runs."""
 
 import pytest

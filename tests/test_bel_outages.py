@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from databuild.bel import BuildEventLog
-from databuild.bel.outages import through_outages
+from databuild.bel.engine.outages import through_outages
 from databuild.errors import NotFoundError
 from databuild.models import JobRunState, PartitionStatus, WantState
 from databuild.testing import POSTGRES_ADMIN_URL, cut_off, postgres_database

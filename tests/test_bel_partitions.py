@@ -1,4 +1,4 @@
-"""The partitions aggregate of the BEL (``bel.partitions``) on SQLite: publish, taint (with its
+"""The partitions aggregate of the BEL (``bel.aggregates.partitions``) on SQLite: publish, taint (with its
 cascade), resolve, skip, pin, and the lineage reads."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""The pools aggregate of the BEL (``bel.pools``) on SQLite: admission to pool slots, leases."""
+"""The pools aggregate of the BEL (``bel.aggregates.pools``) on SQLite: admission to pool slots, leases."""
 
 from datetime import timedelta
 

@@ -1,4 +1,4 @@
-"""The wants aggregate of the BEL (``bel.wants``) on SQLite: registration, waiting for inputs, SLA
+"""The wants aggregate of the BEL (``bel.aggregates.wants``) on SQLite: registration, waiting for inputs, SLA
 flags, cancelling, finishing and reopening, and the reads of wants."""
 
 from datetime import timedelta

@@ -1,4 +1,4 @@
-"""Group commit (``bel.combining``): requests that queue while a group runs go together in the next one,
+"""Group commit (``bel.engine.combining``): requests that queue while a group runs go together in the next one,
 each caller gets its own result, and a request that fails fails alone."""
 
 import threading
@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from databuild.bel.combining import Combiner
+from databuild.bel.engine.combining import Combiner
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from databuild.bel import BuildEventLog, projector
-from databuild.bel.measures import read_counts
+from databuild.bel.reads.measures import read_counts
 from databuild.config import Settings
 from databuild.domain import events as ev
 from databuild.domain.cost import CostReport, CostRow, SparkCost, run_cost, total

@@ -126,6 +126,32 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# The build event log's own layers, lowest first: the engine (the recorder and its backends), the read
+# models, the aggregates (commands, answering with reads), and the façades that compose them.
+BEL_LAYERS = ("engine", "reads", "aggregates", "facades")
+BEL_FACADES = {"databuild.bel", "databuild.bel.store", "databuild.bel.queries"}
+
+
+def bel_layer_of(module: str) -> str | None:
+    if module in BEL_FACADES:
+        return "facades"
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[:2] == ["databuild", "bel"] and parts[2] in BEL_LAYERS else None
+
+
+def test_the_bels_engine_and_read_models_stand_below_its_aggregates() -> None:
+    rank = {layer: n for n, layer in enumerate(BEL_LAYERS)}
+    upward = {
+        f"{module} -> {target}"
+        for module, targets in package_graph().items()
+        if (layer := bel_layer_of(module)) is not None
+        for target in targets
+        if (above := bel_layer_of(target)) is not None and rank[above] > rank[layer]
+    }
+    assert not upward, sorted(upward)
+    assert {bel_layer_of(m) for m in package_graph()} >= set(BEL_LAYERS)
+
+
 def test_no_import_circles() -> None:
     assert not circles(package_graph())
 

@@ -2,14 +2,14 @@
 
 ``BelQueries`` is the read-only view of the log that job contexts, views and operations are given."""
 
-from databuild.bel.backfills import BackfillReads
-from databuild.bel.costs import CostReads
-from databuild.bel.events import EventReads
-from databuild.bel.job_runs import JobRunReads
-from databuild.bel.lineage_facts import LineageFactReads
-from databuild.bel.partitions import PartitionReads
-from databuild.bel.wants import WantReads
-from databuild.bel.workers import WorkerReads
+from databuild.bel.aggregates.backfills import BackfillReads
+from databuild.bel.aggregates.costs import CostReads
+from databuild.bel.aggregates.events import EventReads
+from databuild.bel.aggregates.job_runs import JobRunReads
+from databuild.bel.aggregates.partitions import PartitionReads
+from databuild.bel.aggregates.wants import WantReads
+from databuild.bel.aggregates.workers import WorkerReads
+from databuild.bel.reads.lineage_facts import LineageFactReads
 
 
 class BelQueries(

@@ -296,7 +296,7 @@ delegations = Table(
     Column("at", UTCDateTime, nullable=False),
 )
 
-# The integer figures of a cost report row (``databuild.bel.cost_sums``).
+# The integer figures of a cost report row (``databuild.bel.reads.cost_sums``).
 COST_COUNTS = (
     "builds_run",
     "unknown_attempts",
@@ -324,7 +324,7 @@ def _cost_figures(*counts: str) -> list[Column[Any]]:
     ]
 
 
-# Each partition's cost report row of all time (``databuild.bel.cost_sums``), kept by the projector as
+# Each partition's cost report row of all time (``databuild.bel.reads.cost_sums``), kept by the projector as
 # attempts' costs and delegations are recorded: the report by partition of a million partitions, and its
 # costliest page, are read, not summed. Rows by job or day, since a time or of a pattern are still summed.
 partition_costs = Table(
@@ -335,7 +335,7 @@ partition_costs = Table(
     Index("ix_partition_costs_task_seconds", "task_seconds"),  # the costliest first, by index
 )
 
-# The cost report by job and day of all time, kept in parts (``databuild.bel.run_costs``): per run and
+# The cost report by job and day of all time, kept in parts (``databuild.bel.reads.run_costs``): per run and
 # day, a row of its attempts (want '') and one of each want's delegations to it. The dashboard's plot over
 # time sums them by job and day instead of summing every attempt and delegation.
 run_day_costs = Table(

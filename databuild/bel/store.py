@@ -1,27 +1,29 @@
 """The build event log: append-only events plus projections, updated in one transaction per command.
 
-``BuildEventLog`` is composed of one mixin per aggregate (``bel.wants``, ``bel.decisions``,
-``bel.job_runs``, ``bel.partitions``, ``bel.pools``, ``bel.backfills``, ``bel.events``), each holding the
-commands and reads of its aggregate; which events a command appends is decided in ``databuild.domain``."""
+Three layers, each a package: ``bel.engine`` (the recorder: engines, the one write path with its locks,
+group commit, outages, and one module per backend holding every dialect difference), ``bel.aggregates``
+(one set of commands per aggregate: wants, decisions, job runs, partitions, pools, backfills, costs,
+workers, the log itself) and ``bel.reads`` (the read models). ``BuildEventLog`` composes the aggregates'
+commands and reads on one engine; which events a command appends is decided in ``databuild.domain``."""
 
 import tempfile
 from pathlib import Path
 
 from databuild.bel import migrate
-from databuild.bel.backfills import BackfillCommands
-from databuild.bel.base import new_instance_id, new_job_run_id
-from databuild.bel.costs import CostCommands
-from databuild.bel.decisions import DecisionCommands
+from databuild.bel.aggregates.backfills import BackfillCommands
+from databuild.bel.aggregates.base import new_instance_id, new_job_run_id
+from databuild.bel.aggregates.costs import CostCommands
+from databuild.bel.aggregates.decisions import DecisionCommands
+from databuild.bel.aggregates.events import EventCommands
+from databuild.bel.aggregates.job_runs import JobRunCommands
+from databuild.bel.aggregates.partitions import PartitionCommands
+from databuild.bel.aggregates.pools import PoolCommands
+from databuild.bel.aggregates.wants import WantCommands
+from databuild.bel.aggregates.workers import WorkerCommands
 from databuild.bel.engine import backend_for
 from databuild.bel.engine.keys import backfill_key, pool_key, ref_key, run_key, want_key
-from databuild.bel.events import EventCommands
-from databuild.bel.job_runs import JobRunCommands
-from databuild.bel.partitions import PartitionCommands
-from databuild.bel.pools import PoolCommands
+from databuild.bel.engine.transaction import make_engines, place_pending, write_lock
 from databuild.bel.queries import BelQueries
-from databuild.bel.transaction import make_engines, place_pending, write_lock
-from databuild.bel.wants import WantCommands
-from databuild.bel.workers import WorkerCommands
 
 __all__ = [
     "BuildEventLog",

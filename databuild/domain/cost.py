@@ -5,7 +5,7 @@ executor that cannot read Spark's accounting (Spark Connect) records it as unkno
 cost is shared out among its outputs evenly (``share``: a batch of 31 partitions charges each 1/31), the
 rule every per-partition figure and every valuation of a delegation uses. A delegation is a build avoided,
 valued at the share of the run it delegated to of the partitions it delegated. Reports (``CostReport``)
-sum these rules over a whole log in the database: ``databuild.bel.cost_sums``."""
+sum these rules over a whole log in the database: ``databuild.bel.reads.cost_sums``."""
 
 from collections.abc import Iterable
 from datetime import datetime

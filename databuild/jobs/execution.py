@@ -9,8 +9,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import NoReturn
 
-from databuild.bel.job_runs import RunEnded
-from databuild.bel.outages import PATIENCE, through_outages
+from databuild.bel.aggregates.job_runs import RunEnded
+from databuild.bel.engine.outages import PATIENCE, through_outages
 from databuild.bel.store import BuildEventLog
 from databuild.domain import checks as check_rules
 from databuild.domain import events as ev

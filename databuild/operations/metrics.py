@@ -2,7 +2,7 @@
 (``DATABUILD_METRICS_PORT``).
 
 What the BEL holds (wants, job runs, durations, pools) is read when scraped, by a collector over the
-projections (``databuild/bel/measures.py``), not counted in this process: every web server and worker
+projections (``databuild/bel/reads/measures.py``), not counted in this process: every web server and worker
 reports the same cluster-wide truth, and a restarted process loses nothing. What only this process
 knows (how long its BEL writes take, its CPU, memory and garbage collections) comes beside it.
 """
@@ -24,7 +24,8 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import Collector
 from sqlalchemy.exc import DBAPIError
 
-from databuild.bel.measures import WRITE_SECONDS, ClusterCounts, read_counts
+from databuild.bel.engine.transaction import WRITE_SECONDS
+from databuild.bel.reads.measures import ClusterCounts, read_counts
 from databuild.errors import PortInUseError
 from databuild.operations.stale_metrics import StaleCollector
 

@@ -1,4 +1,4 @@
-"""What builds cost and what delegation saved, as reports: summed by the BEL (``databuild.bel.cost_sums``)
+"""What builds cost and what delegation saved, as reports: summed by the BEL (``databuild.bel.reads.cost_sums``)
 in the vocabulary of ``databuild.domain.cost``."""
 
 from dataclasses import dataclass

@@ -7,7 +7,6 @@ from sqlalchemy import Connection
 
 from databuild.bel import schema as s
 from databuild.bel.engine import insert_rows
-from databuild.bel.partition_costs import add_delegations, refresh_run_outputs
 from databuild.bel.projections.common import (
     BATCH_OF,
     GRANT,
@@ -20,7 +19,8 @@ from databuild.bel.projections.common import (
     release_slots,
     set_job_run,
 )
-from databuild.bel.run_costs import refresh_pair_costs, refresh_run_costs
+from databuild.bel.reads.partition_costs import add_delegations, refresh_run_outputs
+from databuild.bel.reads.run_costs import refresh_pair_costs, refresh_run_costs
 from databuild.domain import events as ev
 from databuild.models import (
     JobRunCause,

@@ -19,7 +19,7 @@ from databuild.bel.projections.common import (
     subscribe,
     workflow_of,
 )
-from databuild.bel.rows import chunks
+from databuild.bel.reads.rows import chunks
 from databuild.domain import events as ev
 from databuild.models import (
     WantState,

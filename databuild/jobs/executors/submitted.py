@@ -9,8 +9,8 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
+from databuild.bel.engine.transaction import make_engines
 from databuild.bel.queries import BelQueries
-from databuild.bel.transaction import make_engines
 from databuild.graph import load_graph
 from databuild.jobs.executors.body import JobBodies, spark_cost, with_spark_cost
 from databuild.jobs.executors.submission import (

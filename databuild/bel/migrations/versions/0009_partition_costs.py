@@ -4,13 +4,13 @@ Revision ID: 0009
 Revises: 0008
 
 The rows are summed once from the attempts and delegations the log holds, by the statement the projector
-keeps them with from then on (``databuild.bel.partition_costs``).
+keeps them with from then on (``databuild.bel.reads.partition_costs``).
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-from databuild.bel.partition_costs import refresh_partition_costs
+from databuild.bel.reads.partition_costs import refresh_partition_costs
 
 revision = "0009"
 down_revision = "0008"

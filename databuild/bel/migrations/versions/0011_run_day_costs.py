@@ -4,13 +4,13 @@ Revision ID: 0011
 Revises: 0010
 
 The parts are summed once from the attempts and delegations the log holds, by the statement the
-projector keeps them with from then on (``databuild.bel.run_costs``).
+projector keeps them with from then on (``databuild.bel.reads.run_costs``).
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-from databuild.bel.run_costs import refresh_run_costs
+from databuild.bel.reads.run_costs import refresh_run_costs
 
 revision = "0011"
 down_revision = "0010"

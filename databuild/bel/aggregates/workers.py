@@ -5,8 +5,9 @@ from collections.abc import Mapping, Sequence
 from sqlalchemy import select
 
 from databuild.bel import schema as s
-from databuild.bel.base import ReadBase, WriteBase
-from databuild.bel.rows import chunks
+from databuild.bel.aggregates.base import WriteBase
+from databuild.bel.reads.base import ReadBase
+from databuild.bel.reads.rows import chunks
 from databuild.domain import events as ev
 from databuild.domain.workers import WorkerVersions
 

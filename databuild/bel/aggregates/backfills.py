@@ -7,16 +7,17 @@ from sqlalchemy import Connection, RowMapping, Select, bindparam, func, or_, sel
 
 from databuild.backfill import BackfillProgress, BackfillRequest, WindowStep
 from databuild.bel import schema as s
-from databuild.bel.base import ReadBase, WriteBase
+from databuild.bel.aggregates.base import WriteBase
+from databuild.bel.aggregates.wants import STATES_OF
 from databuild.bel.engine.keys import backfill_key, want_key
-from databuild.bel.rows import (
+from databuild.bel.reads.base import ReadBase
+from databuild.bel.reads.rows import (
     backfill_row,
     chunks,
     derived_below,
     open_among,
     want_from_row,
 )
-from databuild.bel.wants import STATES_OF
 from databuild.domain import backfills as backfill_rules
 from databuild.domain import reach
 from databuild.models import (

@@ -9,8 +9,8 @@ from sqlalchemy import or_, select
 from sqlalchemy.sql import Select
 
 from databuild.bel import schema as s
-from databuild.bel.base import ReadBase
-from databuild.bel.rows import chunks, ref_conditions
+from databuild.bel.reads.base import ReadBase
+from databuild.bel.reads.rows import chunks, ref_conditions
 from databuild.domain.late_data import LateReader
 from databuild.domain.staleness import Built, Read
 from databuild.models import InstanceStatus, PartitionStatus

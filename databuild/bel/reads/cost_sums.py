@@ -42,9 +42,9 @@ SPENT = ("task_seconds", "cpu_seconds", "input_bytes", "output_bytes", "shuffle_
 COUNTS = ("builds_run", "unknown_attempts", "builds_avoided", "avoided_active", "avoided_historical")
 FIGURES = (*COUNTS, "unvalued_avoided", *SPENT, "task_seconds_saved")
 # The partitions whose rows are summed: all (None), these, or an expanding parameter bound when the statement
-# runs (so that it is built once: ``databuild.bel.partition_costs``).
+# runs (so that it is built once: ``databuild.bel.reads.partition_costs``).
 Refs = Sequence[str] | BindParameter[Any] | None
-# Keys beyond a report's: rows kept per run, and per want that delegated to it (``databuild.bel.run_costs``).
+# Keys beyond a report's: rows kept per run, and per want that delegated to it (``databuild.bel.reads.run_costs``).
 Key = CostBy | Literal["run", "want"]
 _FLOATS = {"task_seconds", "cpu_seconds", "task_seconds_saved"}
 ZERO: dict[str, float | int] = {name: 0.0 if name in _FLOATS else 0 for name in FIGURES}
@@ -318,14 +318,14 @@ def cost_sums(
     keys: Sequence[Key], pattern: str | None, since: datetime | None, refs: Refs = None, runs: Refs = None
 ) -> Select[Any]:
     """A row per key (``key_job``, ``key_day``, ``key_partition``, those asked for) with every figure; with
-    rows by partition, of the partitions ``refs`` only unless None (``databuild.bel.partition_costs``);
+    rows by partition, of the partitions ``refs`` only unless None (``databuild.bel.reads.partition_costs``);
     of the attempts of ``runs`` and the delegations to them only, unless None (``run_costs``)."""
     return _summed(keys, _spent(keys, pattern, since, refs, runs), _avoided(keys, pattern, since, refs, runs))
 
 
 def avoided_sums(keys: Sequence[Key], runs: Refs, want: Any) -> Select[Any]:
     """``cost_sums`` of the delegations by ``want`` to ``runs`` alone (rows by want and run: a new
-    delegation changes its pair's rows only, ``databuild.bel.run_costs``)."""
+    delegation changes its pair's rows only, ``databuild.bel.reads.run_costs``)."""
     return _summed(keys, _avoided(keys, None, None, None, runs, want))
 
 

@@ -9,18 +9,18 @@ from typing import Any
 from sqlalchemy import Connection, Engine, bindparam, func, select
 
 from databuild.bel import schema as s
-from databuild.bel.base import WriteBase, new_job_run_id
-from databuild.bel.combining import Combiner
+from databuild.bel.aggregates.base import WriteBase, new_job_run_id
 from databuild.bel.engine import Row, insert_rows
+from databuild.bel.engine.combining import Combiner
 from databuild.bel.engine.keys import ref_key, want_key
-from databuild.bel.rows import (
+from databuild.bel.engine.transaction import WriteTx
+from databuild.bel.reads.rows import (
     derived_above,
     job_run_row,
     open_among,
     partitions_at,
     wants_and_links,
 )
-from databuild.bel.transaction import WriteTx
 from databuild.domain import decisions, reach
 from databuild.domain import events as ev
 from databuild.domain.decisions import Verdict

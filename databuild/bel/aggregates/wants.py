@@ -7,10 +7,11 @@ from typing import Any
 from sqlalchemy import RowMapping, bindparam, func, select
 
 from databuild.bel import schema as s
-from databuild.bel.base import ReadBase, WriteBase
+from databuild.bel.aggregates.base import WriteBase
+from databuild.bel.aggregates.partitions import PartitionReads
 from databuild.bel.engine.keys import ref_key, want_key
-from databuild.bel.partitions import PartitionReads
-from databuild.bel.rows import (
+from databuild.bel.reads.base import ReadBase
+from databuild.bel.reads.rows import (
     WANT_ROW,
     chunks,
     job_run_row,

@@ -6,20 +6,21 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from databuild.bel import measures
 from databuild.bel import schema as s
-from databuild.bel.base import ReadBase, WriteBase, new_instance_id
-from databuild.bel.costs import append_cost
-from databuild.bel.partitions import PartitionReads
-from databuild.bel.pools import ADMITTED_NOT_STARTED
-from databuild.bel.rows import (
+from databuild.bel.aggregates.base import WriteBase, new_instance_id
+from databuild.bel.aggregates.costs import append_cost
+from databuild.bel.aggregates.partitions import PartitionReads
+from databuild.bel.aggregates.pools import ADMITTED_NOT_STARTED
+from databuild.bel.aggregates.wants import WantReads
+from databuild.bel.engine.transaction import WriteTx
+from databuild.bel.reads import measures
+from databuild.bel.reads.base import ReadBase
+from databuild.bel.reads.rows import (
     chunks,
     job_run_row,
     newest_first,
     ref_conditions,
 )
-from databuild.bel.transaction import WriteTx
-from databuild.bel.wants import WantReads
 from databuild.domain import checks as check_rules
 from databuild.domain import decisions
 from databuild.domain import events as ev

@@ -6,9 +6,10 @@ from typing import Any
 from sqlalchemy import case, func, literal, select
 
 from databuild.bel import schema as s
-from databuild.bel.base import ReadBase, WriteBase, new_instance_id
+from databuild.bel.aggregates.base import WriteBase, new_instance_id
 from databuild.bel.engine.keys import ref_key
-from databuild.bel.rows import (
+from databuild.bel.reads.base import ReadBase
+from databuild.bel.reads.rows import (
     PARTITIONS_AT,
     check_from_row,
     chunks,

@@ -6,11 +6,11 @@ from sqlalchemy import delete, func, or_, select
 
 from databuild.bel import projector
 from databuild.bel import schema as s
-from databuild.bel.base import (
-    ReadBase,
+from databuild.bel.aggregates.base import (
     WriteBase,
 )
-from databuild.bel.rows import (
+from databuild.bel.reads.base import ReadBase
+from databuild.bel.reads.rows import (
     event_record,
 )
 from databuild.domain import events as ev

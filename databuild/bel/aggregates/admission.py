@@ -8,8 +8,8 @@ from datetime import datetime
 from sqlalchemy import Connection, Select, func, select
 
 from databuild.bel import schema as s
-from databuild.bel.measures import job_durations
-from databuild.bel.transaction import WriteTx
+from databuild.bel.engine.transaction import WriteTx
+from databuild.bel.reads.measures import job_durations
 from databuild.domain import pools
 from databuild.models import WantSource, WantState
 

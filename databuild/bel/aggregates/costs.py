@@ -10,13 +10,14 @@ from pydantic import TypeAdapter
 from sqlalchemy import bindparam, select
 
 from databuild.bel import schema as s
-from databuild.bel.base import ReadBase, WriteBase
-from databuild.bel.cost_sums import FIGURES, ZERO, cost_sums, costliest_sums
-from databuild.bel.partition_costs import costliest_kept, kept_rows, kept_totals
-from databuild.bel.rows import chunks
-from databuild.bel.run_costs import kept_days
+from databuild.bel.aggregates.base import WriteBase
+from databuild.bel.engine.transaction import WriteTx
+from databuild.bel.reads.base import ReadBase
+from databuild.bel.reads.cost_sums import FIGURES, ZERO, cost_sums, costliest_sums
+from databuild.bel.reads.partition_costs import costliest_kept, kept_rows, kept_totals
+from databuild.bel.reads.rows import chunks
+from databuild.bel.reads.run_costs import kept_days
 from databuild.bel.schema import ONCE_PER_JOB
-from databuild.bel.transaction import WriteTx
 from databuild.domain import events as ev
 from databuild.domain.cost import AttemptCost, CostBy, CostRow, total
 

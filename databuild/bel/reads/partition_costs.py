@@ -25,8 +25,8 @@ from sqlalchemy import (
 )
 
 from databuild.bel import schema as s
-from databuild.bel.cost_sums import FIGURES, ZERO, Refs, cost_sums, typed
-from databuild.bel.rows import chunks
+from databuild.bel.reads.cost_sums import FIGURES, ZERO, Refs, cost_sums, typed
+from databuild.bel.reads.rows import chunks
 from databuild.domain import events as ev
 
 

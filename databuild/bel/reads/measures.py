@@ -1,5 +1,6 @@
-"""What the build event log measures for the Prometheus metrics (``databuild/operations/metrics.py``): how long this
-process's write transactions take, and the cluster's counts, read from the projections when scraped.
+"""What the build event log measures for the Prometheus metrics (``databuild/operations/metrics.py``): the
+cluster's counts, read from the projections when scraped (how long this process's write transactions take
+is timed where they run, ``bel.engine.transaction.WRITE_SECONDS``).
 
 Counts are GROUP BYs over indexes that hold their columns: wants by state and job runs by job and state
 are index-only scans on PostgreSQL, so they grow with the log but never read its rows; the SLA flags read
@@ -13,7 +14,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from prometheus_client import Histogram
 from pydantic import Field
 from sqlalchemy import Connection, Float, Select, case, extract, func, select, union_all
 from sqlalchemy.ext.compiler import compiles
@@ -23,15 +23,6 @@ from sqlalchemy.sql.functions import FunctionElement
 from databuild.bel import schema as s
 from databuild.domain import estimates
 from databuild.models import CheckSeverity, JobRunState, Model, WantState
-
-# Unregistered: each metrics registry (the web app's, a worker's endpoint) registers it, so several apps
-# in one process share the one process-local series. Up to the PostgreSQL lock timeout (20 s).
-WRITE_SECONDS = Histogram(
-    "databuild_bel_write_seconds",
-    "BEL write transactions of this process, from asking for the writers' lock to the events placed",
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20),
-    registry=None,
-)
 
 # Runs that ended after an attempt started (a skipped run never starts; a cancelled one may not have).
 TIMED_STATES = (JobRunState.succeeded, JobRunState.failed, JobRunState.dep_miss, JobRunState.cancelled)

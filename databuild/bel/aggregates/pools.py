@@ -6,13 +6,13 @@ from datetime import timedelta
 from sqlalchemy import select
 
 from databuild.bel import schema as s
-from databuild.bel.admission import admit, slots_taken
-from databuild.bel.base import WriteBase
+from databuild.bel.aggregates.admission import admit, slots_taken
+from databuild.bel.aggregates.base import WriteBase
 from databuild.bel.engine.keys import pool_key, run_key
-from databuild.bel.rows import (
+from databuild.bel.engine.transaction import now
+from databuild.bel.reads.rows import (
     job_run_row,
 )
-from databuild.bel.transaction import now
 from databuild.domain import pools
 from databuild.models import (
     JobRunState,

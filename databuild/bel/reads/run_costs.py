@@ -18,8 +18,8 @@ from typing import Any
 from sqlalchemy import BindParameter, Connection, Insert, Select, bindparam, delete, func, insert, select
 
 from databuild.bel import schema as s
-from databuild.bel.cost_sums import FIGURES, OF_JOB, Key, avoided_sums, cost_sums, typed
-from databuild.bel.rows import chunks
+from databuild.bel.reads.cost_sums import FIGURES, OF_JOB, Key, avoided_sums, cost_sums, typed
+from databuild.bel.reads.rows import chunks
 
 KEYS: tuple[Key, ...] = ("job", "day", "run", "want")
 _NAMES = (*FIGURES, *OF_JOB)
