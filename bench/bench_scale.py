@@ -20,7 +20,9 @@ is another process with the same worker limits (concurrent activities, workflow 
 Then, from Temporal's visibility: the history length of every run of every want, job-run and bare
 workflow (a run that continued as new counts separately), the continue-as-new runs, and the events of
 the longest want and job-run histories. The peak RSS (VmHWM) of each worker process, and of the Spark
-JVM under the DataBuild worker, is read before the workers stop. Progress goes to stderr every ~10 s.
+JVM under the DataBuild worker, is read before the workers stop; so is the CPU each side spent per
+want (or bare workflow): in the workers, their JVMs, the Temporal server, PostgreSQL and the whole machine
+(what sizing a deployment starts from). Progress goes to stderr every ~10 s.
 Then the targets and the verdict: at most 2.5x the bare workflows' time, the worker's peak RSS at most
 600 MiB, no stalled workflow task (TMPRL1104, or a completion the server had timed out). The last line
 printed is JSON (``verdict``, ``misses``, ``stalled_tasks`` among its keys). Exit code 1 if a want did
@@ -236,6 +238,34 @@ def memory_of(pid: int) -> Memory:
     )
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process has used so far; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15 of stat
+
+
+def pids_named(prefix: str) -> list[int]:
+    """Every process on the machine whose name starts with ``prefix`` (PostgreSQL's backends are not ours)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/comm"):
+        with contextlib.suppress(OSError):
+            if stat.read_text().startswith(prefix):
+                found.append(int(stat.parent.name))
+    return found
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds every core of the machine has been busy (not idle nor waiting on I/O)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
+    return (sum(fields) - fields[3] - fields[4]) / CLOCK_TICKS
+
+
 def project_root() -> Path:
     """Where the project the bench runs from lives (its subprocesses import the same code)."""
     return Path(__file__).resolve().parents[1]
@@ -399,6 +429,22 @@ class Stack:
     bare: "subprocess.Popen[bytes]"
     bare_queue: str
 
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds used so far, by part of the stack: the DataBuild workers (their own processes, then
+        their Spark JVMs), the bare worker, the Temporal server, PostgreSQL's processes, the machine."""
+        ours = descendants(os.getpid())
+        jvms = [child for w in self.workers for child in descendants(w.pid)]
+        server = [pid for pid in ours if proc_status(pid).get("Name", "").startswith("temporal")]
+        return {
+            "workers": sum(cpu_s(w.pid) for w in self.workers),
+            "jvms": sum(cpu_s(pid) for pid in jvms),
+            "bare_worker": cpu_s(self.bare.pid),
+            "temporal": sum(cpu_s(pid) for pid in server),
+            "postgresql": sum(cpu_s(pid) for pid in pids_named("postgres")),
+            "machine": machine_cpu_s(),
+            "bench": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
+        }
+
     def worker_memory(self) -> Memory:
         """The DataBuild worker with the highest peak RSS (each worker's own bound)."""
         return max((memory_of(w.pid) for w in self.workers), key=lambda m: m.peak_mib)
@@ -510,6 +556,10 @@ def scratch(home: str | None) -> Iterator[Path]:
             yield Path(tmp)
 
 
+def spent(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {part: after[part] - before[part] for part in after}
+
+
 async def measure(stack: Stack, wants: int) -> dict[str, Any]:
     say(f"warming up: a backfill of {WARMUP} wants, {WARMUP} bare workflows")
     warm = await run_backfill(stack, hours(WARM_HOUR, WARMUP), "warm-up wants")
@@ -520,11 +570,15 @@ async def measure(stack: Stack, wants: int) -> dict[str, Any]:
 
     since = datetime.now(UTC) - timedelta(seconds=1)
     say(f"baseline: {wants} bare workflows with one no-op activity")
+    before = stack.cpu()
     bare = await run_bare(stack, wants, "timed")
+    bare["cpu_s"] = spent(before, stack.cpu())
     bare_memory = memory_of(stack.bare.pid)
     await asyncio.sleep(2)
     say(f"DataBuild: a backfill of {wants} wants")
+    before = stack.cpu()
     backfill = await run_backfill(stack, hours(FIRST_HOUR, wants), "wants")
+    backfill["cpu_s"] = spent(before, stack.cpu())
     worker_memory = stack.worker_memory()
 
     await settled(stack.client, [WANT_WORKFLOW, JOB_RUN_WORKFLOW, BARE_WORKFLOW], since)
@@ -640,6 +694,12 @@ def verdict(f: dict[str, Any]) -> dict[str, Any]:
     return {"verdict": "FAIL" if misses else "PASS", "misses": misses}
 
 
+def per_want(side: dict[str, Any], part: str) -> float:
+    """Milliseconds of CPU ``part`` of the stack spent per want (or bare workflow) of ``side``."""
+    count = side.get("wants", side.get("workflows", 1))
+    return float(side["cpu_s"][part]) * 1000 / max(int(count), 1)
+
+
 def report(f: dict[str, Any]) -> None:
     d, b, m = f["databuild"], f["bare"], f["memory"]
     want_h, run_h, bare_h = (f["histories"][k] for k in (WANT_WORKFLOW, JOB_RUN_WORKFLOW, BARE_WORKFLOW))
@@ -671,6 +731,29 @@ def report(f: dict[str, Any]) -> None:
         ),
         ("bare workflow + 1 activity", f"{b['per_s']:8.1f} /s", f"{b['wall_s']:.1f} s"),
         ("ratio DataBuild / bare time", f"{f['ratio']:8.2f} x", ""),
+        (
+            "CPU per want: workers",
+            f"{per_want(d, 'workers'):8.1f} ms",
+            f"their Spark JVMs {per_want(d, 'jvms'):.1f} ms (bare worker per workflow "
+            f"{per_want(b, 'bare_worker'):.1f} ms)",
+        ),
+        (
+            "  Temporal server",
+            f"{per_want(d, 'temporal'):8.1f} ms",
+            f"bare: {per_want(b, 'temporal'):.1f} ms",
+        ),
+        (
+            "  PostgreSQL",
+            f"{per_want(d, 'postgresql'):8.1f} ms",
+            f"bare: {per_want(b, 'postgresql'):.1f} ms (every postgres process on the machine)",
+        ),
+        (
+            "  the machine, all cores",
+            f"{per_want(d, 'machine'):8.1f} ms",
+            f"bare: {per_want(b, 'machine'):.1f} ms; cores busy {d['cpu_s']['machine'] / d['wall_s']:.2f} "
+            f"of {os.cpu_count()} (bare {b['cpu_s']['machine'] / b['wall_s']:.2f}); this script "
+            f"{per_want(d, 'bench'):.1f} ms",
+        ),
         (
             "DataBuild worker peak RSS",
             f"{m['databuild_worker_peak_mib']:8.0f} MiB",

@@ -136,7 +136,9 @@ def bel_layer_of(module: str) -> str | None:
     if module in BEL_FACADES:
         return "facades"
     parts = module.split(".")
-    return parts[2] if len(parts) > 3 and parts[:2] == ["databuild", "bel"] and parts[2] in BEL_LAYERS else None
+    return (
+        parts[2] if len(parts) > 3 and parts[:2] == ["databuild", "bel"] and parts[2] in BEL_LAYERS else None
+    )
 
 
 def test_the_bels_engine_and_read_models_stand_below_its_aggregates() -> None:
