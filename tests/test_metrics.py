@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from databuild.bel import BuildEventLog
-from databuild.bel.reads.measures import WRITE_SECONDS
+from databuild.bel.engine.transaction import WRITE_SECONDS
 from databuild.config import Settings
 from databuild.domain.decisions import Execute
 from databuild.domain.pools import pools_of
