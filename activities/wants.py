@@ -68,11 +68,20 @@ class WantActivities:
 
     @activity.defn
     async def first_step(self, input: p.WantInput) -> p.FirstStep:
-        """A new run's first step, in one local activity: the want recorded (once), then decided from the
-        step after the last one recorded (not 1 for a new run of a want whose workflow died)."""
-        seq = await self.register_want(input) + 1
-        decide = p.DecideInput.starting_runs(input.spec, seq, input.opening)
-        return p.FirstStep(seq=seq, decision=await self.decide(decide))
+        """A new run's first step, in one local activity and one BEL transaction: the want recorded (once),
+        then decided from the step after the last one recorded (not 1 for a new run of a want whose
+        workflow died). A fresh want is recorded first: its decision judges what is recorded of it."""
+        spec, lease = input.spec, self.settings.job_lease
+        if spec.fresh:
+            seq = await self.register_want(input) + 1
+            verdict = await self.bel.call(self._decide, p.DecideInput(want_id=spec.want_id, seq=seq), lease)
+        else:
+            resolution = self.graph.resolve(spec.ref)  # the graph may no longer produce it: not retryable
+            seq, verdict = await self.bel.call(
+                self.bel.first_step, spec, resolution, lease, opening=input.opening
+            )
+        decide = p.DecideInput.starting_runs(spec, seq, input.opening)
+        return p.FirstStep(seq=seq, decision=await self._order(decide, verdict))
 
     def _register(self, spec: WantSpec) -> int:
         self.bel.register_want(spec)
@@ -83,8 +92,13 @@ class WantActivities:
         """The want's next step: the BEL's verdict, plus how to run and watch a job run it follows.
         WantReplacedError for a run that a retry has replaced (nothing is recorded)."""
         lease = self.settings.job_lease
-        verdict = await self.bel.call(self._decide, input, lease)
-        match verdict:  # what the worker's settings add to the BEL's verdict
+        return await self._order(input, await self.bel.call(self._decide, input, lease))
+
+    async def _order(self, input: p.DecideInput, verdict: Verdict) -> p.Decision:
+        """What the worker's settings add to the BEL's verdict, and what it starts at once: the run it
+        queued, a few derivative wants."""
+        lease = self.settings.job_lease
+        match verdict:
             case Replaced():
                 raise WantReplacedError(input.want_id, input.opening, verdict.opening)
             case Execute():
@@ -296,6 +310,9 @@ class WantActivities:
         if want.state is WantState.failed and want.source is not WantSource.derivative:
             alert = alerts.want_failed(want, self._job_label(want.ref), at)
             await raise_alert(self.client, self.settings, alert)
+        if want.source is not WantSource.backfill:  # only a backfill's own wants belong to it
+            return
+        # Read after the commit: the finish of the backfill's last want sees every other one's.
         for progress in await self.bel.call(self.bel.finished_backfills_of, want.want_id):
             await raise_alert(self.client, self.settings, alerts.backfill_finished(progress, at))
 

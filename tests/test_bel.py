@@ -816,7 +816,7 @@ def test_decisions_of_one_group_see_each_other_and_commit_together(bel: BuildEve
         bel.register_want(want)
     steps = [Step(w.want_id, 1, graph.resolve(w.ref), DEFAULT_LEASE, None) for w in wants]
     before = bel.last_idx()
-    verdicts = bel._decide_group(steps)
+    verdicts = [v for _, v in bel._decide_group(steps)]
     assert [v.kind for v in verdicts] == ["execute", "delegate", "execute"]
     assert verdicts[1].job_run_id == verdicts[0].job_run_id != verdicts[2].job_run_id
     assert [e.idx for e in bel.events(since_idx=before, limit=100)] == list(
@@ -860,7 +860,7 @@ def test_independent_steps_of_a_group_are_read_and_projected_together(bel: Build
     finally:
         sql_event.remove(bel.writer, "before_cursor_execute", count)
     assert len(statements) <= 2 * one, (one, statements)
-    verdicts = alone + together
+    verdicts = [v for _, v in alone + together]
     assert [v.kind for v in verdicts] == ["execute"] * 13
     assert len({v.job_run_id for v in verdicts}) == 13
     for want, verdict in zip(wants, verdicts, strict=True):

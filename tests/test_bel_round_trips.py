@@ -1,4 +1,4 @@
-"""What a job run's happy path costs the database, on both backends: each command is one connection and
+"""What the happy paths of a job run and a want cost the database, on both backends: each command is one connection and
 one transaction that returns its result from inside it (no reads before it to choose its locks, none
 after it to read back what it wrote), and the outcome's commit brings back what telling its wants reads."""
 
@@ -10,8 +10,9 @@ import pytest
 from sqlalchemy import event
 
 from databuild.bel import BuildEventLog
+from databuild.domain.endings import Finished
 from databuild.models import InstanceRef, JobRunState, WantState
-from tests.test_bel import bel, decide, empty_url, spec
+from tests.test_bel import bel, decide, empty_url, graph, spec
 
 __all__ = ["bel", "empty_url"]  # the two-backend fixtures
 
@@ -78,3 +79,41 @@ def test_a_run_is_read_in_one_checkout(bel: BuildEventLog, sent: Sent) -> None:
     sent.clear()
     assert bel.job_run(verdict.job_run_id).job_run_id == verdict.job_run_id
     assert sent.checkouts == 1
+
+
+def test_a_wants_happy_path_is_three_round_trips_of_one_transaction_each(
+    bel: BuildEventLog, sent: Sent
+) -> None:
+    """A want as the client registers it, as its workflow's first step records and decides it, and as it
+    finishes: one checkout each (its run's path is the test above)."""
+    want = spec("a/3")
+    bel.register_want(want)  # the client's, once the workflow is started
+    assert sent.checkouts == 1, sent
+    sent.clear()
+    seq, verdict = bel.first_step(want, graph.resolve(want.ref))
+    assert sent.checkouts == 1, sent
+    assert seq == 1 and verdict.kind == "execute"
+    written = run_to_success(bel, verdict.job_run_id)
+    sent.clear()
+    done, finished = bel.finish_want(want.want_id, WantState.successful, instance_id=written[want.ref])
+    assert sent.checkouts == 1, sent
+    assert done.state is WantState.successful and finished is Finished.recorded
+
+
+def test_a_first_step_records_the_want_once_and_decides_after_the_last_step(bel: BuildEventLog) -> None:
+    """A first step records a want the client has not yet (once), and a new workflow run of a want whose
+    run died decides from the step after the last one recorded, following the run it queued."""
+    want = spec("a/4")
+    seq, verdict = bel.first_step(want, graph.resolve(want.ref))
+    assert (seq, verdict.kind) == (1, "execute")
+    assert bel.register_want(want)[1] is False  # the client's, after: already recorded
+    again, followed = bel.first_step(want, graph.resolve(want.ref))
+    assert again == 2 and followed.job_run_id == verdict.job_run_id  # its run, not a second one
+    assert [e.type for e in bel.events(want_id=want.want_id)].count("WantCreated") == 1
+
+
+def run_to_success(bel: BuildEventLog, job_run_id: str) -> dict[str, str]:
+    started = bel.start_attempt(job_run_id, 1, "w", timedelta(minutes=5))
+    written = [InstanceRef(ref=ref, instance_id=i) for ref, i in started.instances.items()]
+    bel.succeed_job_run(job_run_id, [], written, attempt=1)
+    return started.instances

@@ -31,6 +31,7 @@ from databuild.models import (
     Partition,
     PartitionStatus,
     WantSource,
+    WantSpec,
     WantState,
 )
 
@@ -59,11 +60,12 @@ class Step:
     """One want's step to decide (the arguments of ``DecisionCommands.decide``)."""
 
     want_id: str
-    seq: int
+    seq: int | None  # None: the step after the last one recorded (a new workflow run's first)
     resolution: Resolution
     lease: timedelta
     fresh: Freshness | None
     opening: int | None = None  # the want's opening the deciding run serves (None: not a run's step)
+    registering: WantSpec | None = None  # recorded first, unless it is already
 
     @property
     def outputs(self) -> list[str]:
@@ -108,7 +110,7 @@ class DecisionCommands(WriteBase):
 
     def __init__(self, reader: Engine) -> None:
         super().__init__(reader)
-        self._decisions: Combiner[Step, Verdict] = Combiner(self._decide_group, self.GROUP)
+        self._decisions: Combiner[Step, tuple[int, Verdict]] = Combiner(self._decide_group, self.GROUP)
 
     def decide(
         self,
@@ -125,17 +127,31 @@ class DecisionCommands(WriteBase):
         queued run gets its build lease. ``fresh``: of a fresh want, its live partition's staleness, judged
         by the caller with the worker's job versions. The transaction may hold other wants' steps, decided
         before or after this one (group commit)."""
-        return self._decisions.submit(Step(want_id, seq, resolution, lease, fresh, opening))
+        return self._decisions.submit(Step(want_id, seq, resolution, lease, fresh, opening))[1]
 
-    def _decide_group(self, steps: list[Step]) -> list[Verdict]:
+    def first_step(
+        self, spec: WantSpec, resolution: Resolution, lease: timedelta = DEFAULT_LEASE, *, opening: int = 0
+    ) -> tuple[int, Verdict]:
+        """A new workflow run's first step, in one transaction: the want recorded unless it is already,
+        then decided from the step after the last one recorded (not 1 for a new run of a want whose
+        workflow died). Returns that step and its verdict. Not for a fresh want, whose staleness is judged
+        before its decision from what is recorded of it (``register_want``, then ``decide``)."""
+        assert not spec.fresh, "a fresh want registers, then decides"
+        step = Step(spec.want_id, None, resolution, lease, None, opening, registering=spec)
+        return self._decisions.submit(step)
+
+    def _decide_group(self, steps: list[Step]) -> list[tuple[int, Verdict]]:
         """The steps in order, in one transaction. What they read is read for all of them at once and
         their events are projected together, while they are independent (``Step.touches``): a step that
         touches what an earlier one did has the events before it projected, then reads again. While a
         backfill is paused every step reads alone (``_paused`` reads other wants)."""
         with self._write(*(key for step in steps for key in step.lock_keys())) as tx:
+            for step in steps:
+                if step.registering is not None:
+                    self._ensure_want(tx, step.registering)
             read = self._read(tx.conn, steps)
             paused = self._any_paused(tx.conn, steps, read)
-            verdicts: list[Verdict] = []
+            verdicts: list[tuple[int, Verdict]] = []
             pending: list[tuple[Sequence[ev.Event], timedelta]] = []
             touched: set[str] = set()
             for step in steps:
@@ -144,15 +160,12 @@ class DecisionCommands(WriteBase):
                 if paused or touches & touched:
                     self._project(tx, pending)
                     pending, known = [], self._read(tx.conn, [step])
-                decided = decisions.decide(
-                    self._decision_state(tx.conn, step, known, paused),
-                    step.seq,
-                    new_job_run_id(),
-                    step.opening,
-                )
+                state = self._decision_state(tx.conn, step, known, paused)
+                seq = step.seq if step.seq is not None else state.want.decision_seq + 1
+                decided = decisions.decide(state, seq, new_job_run_id(), step.opening)
                 pending.append((decided.events, step.lease))
                 touched |= touches
-                verdicts.append(decided.verdict)
+                verdicts.append((seq, decided.verdict))
             self._project(tx, pending)
             return verdicts
 

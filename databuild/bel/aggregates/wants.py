@@ -269,10 +269,8 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
     """Commands about wants (their decision steps are ``DecisionCommands``)."""
 
     def register_want(self, spec: WantSpec) -> tuple[Want, bool]:
-        """Record ``WantCreated`` unless the want exists. Returns the want and whether it is new."""
-        existing = self.find_want(spec.want_id)  # the common repeat costs a read, not the write lock
-        if existing is not None:
-            return existing, False
+        """Record ``WantCreated`` unless the want exists. Returns the want and whether it is new. One
+        transaction either way: a repeat writes nothing, and a first registration reads nothing before it."""
         with self._write(want_key(spec.want_id)) as tx:
             created = self._ensure_want(tx, spec)
             want = want_row(tx.conn, spec.want_id)
@@ -387,13 +385,11 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
                 run_opening=opening,
             )
 
-        read = self._all(WANT_ROW, {"want_id": want_id})
-        if not read:
-            raise NotFoundError(f"no want {want_id!r}; list wants with `databuild wants list`")
-        if not (seen := ending(read[0])).events:  # a repeat, or stale: nothing to write
-            return want_from_row(read[0]), seen.finished
-        with self._write(want_key(want_id)) as tx:
-            decided = ending(want_row(tx.conn, want_id))
+        with self._write(want_key(want_id)) as tx:  # a repeat, or a stale run, writes nothing in it
+            row = want_row(tx.conn, want_id, required=False)
+            if row is None:
+                raise NotFoundError(f"no want {want_id!r}; list wants with `databuild wants list`")
+            decided = ending(row)
             tx.extend(decided.events)
             return want_from_row(want_row(tx.conn, want_id)), decided.finished
 
