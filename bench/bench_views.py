@@ -2,16 +2,19 @@
 
     python -m bench.bench_views [--events 1000000] [--backend sqlite|postgres|both] [--samples 200]
 
-A consistent synthetic history is generated once as typed events, each projected by the product's
-projector (``databuild.bel.projector.apply``) into a scratch SQLite log, a day per transaction; the
-generator decides from those projections, as the store does. The log and its projections are then
-bulk-copied into a fresh log on each backend. Per day, 100 partitions: raw/{day}/{k} (external) ->
-clean/{day}/{k} (also reads the shared dim/calendar) -> agg/{day}/{k} -> report/{day}. Each day starts
-with a scheduled want for its report, fulfilled through dep-misses and derivative wants; then
-taint-and-rebuild rounds (cascading taints, new instances) and wants answered by historical delegation
-fill the day's share of the events. One report run is joined by thousands of wants (active
-delegations) and each dim/calendar instance is read by thousands of runs, so the "+N more" paths are
-exercised. Small runs check the copied events against the generated ones, and the copied projections
+A consistent synthetic history is generated once by driving the domain's own rules
+(``databuild.domain``: decisions, dep-miss bookkeeping, endings, publishes, taints, backfill windows) as the
+store does: each command reads the state its rule takes from the projections of a scratch SQLite log, and
+the events the rule returns are appended there and projected by the product's projector
+(``databuild.bel.projector.apply``), a day per transaction. So the history is what the product would record;
+only what no rule decides (a worker's start, what an attempt cost) is written as the worker writes it. The
+log and its projections are then bulk-copied into a fresh log on each backend. Per day, 100 partitions:
+raw/{day}/{k} (external) -> clean/{day}/{k} (also reads the shared dim/calendar) -> agg/{day}/{k} ->
+report/{day}. Each day starts with a scheduled want for its report, fulfilled through dep-misses and
+derivative wants; then taint-and-rebuild rounds (cascading taints, new instances) and wants answered by
+historical delegation fill the day's share of the events. One report run is joined by thousands of wants
+(active delegations) and each dim/calendar instance is read by thousands of runs, so the "+N more" paths
+are exercised. Small runs check the copied events against the generated ones, and the copied projections
 against a replay of the copied events through the projector (``--verify``): state is what the events
 alone say.
 
@@ -26,6 +29,7 @@ the process (tens of ms here). The last line printed is JSON: the figures and bo
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -34,7 +38,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -45,7 +49,6 @@ import psycopg
 from sqlalchemy import (
     Connection,
     Engine,
-    RowMapping,
     Table,
     bindparam,
     create_engine,
@@ -61,16 +64,28 @@ from sqlalchemy import (
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog, projector
 from databuild.bel import schema as s
+from databuild.bel.aggregates.decisions import OPEN_BATCH
+from databuild.bel.engine import direct
 from databuild.bel.reads.partition_costs import refresh_partition_costs
+from databuild.bel.reads.rows import job_run_row, partitions_at, wants_and_links
 from databuild.bel.reads.run_costs import refresh_run_costs
+from databuild.domain import backfills as backfill_rules
+from databuild.domain import decisions, endings
 from databuild.domain import events as ev
-from databuild.domain.cost import SparkCost
-from databuild.graph import Graph, JobContext
+from databuild.domain import partitions as partition_rules
+from databuild.domain import wants as want_rules
+from databuild.domain.cost import NO_COST, SparkCost
+from databuild.graph import Graph, JobContext, Resolution
 from databuild.models import (
     CheckResult,
     CheckSeverity,
+    ImpactedInstance,
     InstanceRef,
+    InstanceStatus,
     JobRunState,
+    Partition,
+    PartitionStatus,
+    TaintImpact,
     WantSource,
     WantSpec,
     WantState,
@@ -140,9 +155,23 @@ class Targets:
     hourly_total: int = 0  # partitions of the hourly estate
 
 
-# What the generator reads back from the projections to decide, as the store reads them.
-_PARTITION = select(s.partitions).where(s.partitions.c.ref == bindparam("ref"))
-_WANT_STATE = select(s.wants.c.state).where(s.wants.c.want_id == bindparam("want_id"))
+# What the generator reads back from the projections for its rules, beside the store's own row readers
+# (``databuild.bel.reads.rows``).
+_WANT_ROWS = select(
+    s.wants.c.want_id,
+    s.wants.c.state,
+    s.wants.c.reason,
+    s.wants.c.decision_seq,
+    s.wants.c.opening,
+    s.wants.c.job_run_id,
+).where(s.one_of(s.wants.c.want_id, "ids"))
+_BACKFILL = select(s.backfills.c.started, s.backfills.c.paused, s.backfills.c.canceled).where(
+    s.backfills.c.backfill_id == bindparam("backfill_id")
+)
+_MEMBERS = select(s.backfill_wants.c.want_id).where(
+    s.backfill_wants.c.backfill_id == bindparam("backfill_id"),
+    s.one_of(s.backfill_wants.c.want_id, "ids"),
+)
 _READERS = (
     select(func.count())
     .select_from(s.consumers)
@@ -150,11 +179,11 @@ _READERS = (
 )
 _BUILT_FROM = (
     select(s.consumers.c.output_instance_id, s.consumers.c.output_ref)
-    .where(s.consumers.c.input_instance_id.in_(bindparam("ids", expanding=True)))
+    .where(s.one_of(s.consumers.c.input_instance_id, "ids"))
     .order_by(s.consumers.c.id)
 )
 _INSTANCE_STATUS = select(s.partition_instances.c.instance_id, s.partition_instances.c.status).where(
-    s.partition_instances.c.instance_id.in_(bindparam("ids", expanding=True))
+    s.one_of(s.partition_instances.c.instance_id, "ids")
 )
 
 
@@ -164,9 +193,11 @@ def _chunks(items: Sequence[str], size: int = 500) -> Iterable[Sequence[str]]:
 
 
 class History:
-    """Plays commands the way the store would (decide, dep-miss, derivatives, publish, taint): each
-    command's events are appended to the scratch log and projected by the product's projector, and the
-    next decision reads those projections. One transaction per day."""
+    """Plays the product's commands through the domain's rules (``databuild.domain``): each command reads
+    what its rule takes from the scratch log's projections, as the store reads it, and appends the events
+    the rule returns, projected by the product's projector, so the next command reads them. Only what no
+    rule decides (a worker's start, an attempt's cost) is recorded as the store records it. One
+    transaction per day."""
 
     def __init__(self, shape: Shape, seed: int, conn: Connection) -> None:
         self.shape = shape
@@ -177,6 +208,11 @@ class History:
         self.at = T0
         self.targets = Targets()
         self.estate_backfills: list[str] = []  # of the hourly estate, a sensor's year each
+        self.graph = bench_graph()
+        # Each ref of the detailed history is resolved at every decision about it; bounded, as the hourly
+        # estate's million refs are resolved once or twice each.
+        self.resolve = functools.lru_cache(maxsize=1 << 14)(self.graph.resolve)
+        self.versions = {job.label: job.version for job in self.graph.jobs}  # the worker's, of each job
 
     # Events ----------------------------------------------------------------------------------------
     def emit(self, event: ev.Event) -> None:
@@ -217,61 +253,122 @@ class History:
         self.at += timedelta(seconds=self.rng.randint(1, 3))
 
     # Current state, from the projections -----------------------------------------------------------
-    def partition(self, ref: str) -> RowMapping | None:
-        return self.conn.execute(_PARTITION, {"ref": ref}).mappings().first()
+    def partition(self, ref: str) -> Partition | None:
+        return partitions_at(self.conn, [ref])[ref]
 
     def live(self, ref: str) -> str | None:
-        row = self.partition(ref)
-        return row["instance_id"] if row is not None and row["status"] == "live" else None
+        found = self.partition(ref)
+        return found.instance_id if found is not None and found.status is PartitionStatus.live else None
 
     def generation(self, ref: str) -> int:
-        row = self.partition(ref)
-        return int(row["generation"]) if row is not None else 0
+        found = self.partition(ref)
+        return found.generation if found is not None else 0
 
-    def want_state(self, want_id: str) -> WantState | None:
-        state = self.conn.execute(_WANT_STATE, {"want_id": want_id}).scalar()
-        return None if state is None else WantState(state)
+    def want_rows(self, want_ids: Sequence[str]) -> dict[str, Mapping[str, Any]]:
+        """The recorded ones of these wants, by id."""
+        found: dict[str, Mapping[str, Any]] = {}
+        for chunk in _chunks(want_ids):
+            found.update(
+                (row["want_id"], row) for row in direct.rows(self.conn, _WANT_ROWS, {"ids": list(chunk)})
+            )
+        return found
 
     def readers(self, instance_id: str) -> int:
         return int(self.conn.execute(_READERS, {"instance_id": instance_id}).scalar_one())
 
-    def closure(self, instance_id: str) -> list[tuple[str, str]]:
-        """(ref, instance) built from this instance, transitively: BelQueries.downstream_closure."""
+    def closure(self, instance_id: str) -> list[tuple[str, str, int]]:
+        """(ref, instance, depth) built from this instance, transitively: BelQueries.downstream_closure."""
         seen = {instance_id}
-        found: list[tuple[str, str]] = []
+        found: list[tuple[str, str, int]] = []
         frontier = [instance_id]
+        depth = 0
         while frontier:
+            depth += 1
             following = []
             for chunk in _chunks(frontier):
                 for out, ref in self.conn.execute(_BUILT_FROM, {"ids": list(chunk)}):
                     if out not in seen:
                         seen.add(out)
                         following.append(out)
-                        found.append((ref, out))
+                        found.append((ref, out, depth))
             frontier = following
         return found
 
-    def statuses(self, instance_ids: Sequence[str]) -> dict[str, str]:
-        found: dict[str, str] = {}
-        for chunk in _chunks(instance_ids):
-            found.update(
-                (i, status) for i, status in self.conn.execute(_INSTANCE_STATUS, {"ids": list(chunk)})
-            )
-        return found
+    def impact(self, ref: str, instance_id: str) -> TaintImpact:
+        """What tainting the instance affects, as ``BelQueries.taint_impact`` reads it."""
+        downstream = self.closure(instance_id)
+        status: dict[str, str] = {}
+        for chunk in _chunks([i for _, i, _ in downstream]):
+            status.update((i, st) for i, st in self.conn.execute(_INSTANCE_STATUS, {"ids": list(chunk)}))
+        return TaintImpact(
+            ref=ref,
+            instance_id=instance_id,
+            downstream=[
+                ImpactedInstance(ref=r, instance_id=i, depth=d, current=status[i] == InstanceStatus.live)
+                for r, i, d in downstream
+            ],
+        )
 
-    # The graph -------------------------------------------------------------------------------------
-    def job(self, ref: str) -> tuple[str, list[str], dict[str, str]] | None:
-        """(job label, inputs, params) of the job that builds ``ref``; None for external refs."""
-        layer, _, rest = ref.partition("/")
-        if layer == "clean":
-            day, part = rest.split("/")
-            return "clean", [f"raw/{day}/{part}", DIM], {"day": day, "part": part}
-        if layer == "agg":
-            day, part = rest.split("/")
-            return "agg", [f"clean/{day}/{part}"], {"day": day, "part": part}
-        if layer == "report":
-            return "report", [f"agg/{rest}/{k:02d}" for k in range(self.shape.chains)], {"day": rest}
-        return None
+    def run_plan(self, job_run_id: str) -> decisions.RunPlan:
+        row = job_run_row(self.conn, job_run_id)
+        return decisions.RunPlan(
+            job_run_id=job_run_id,
+            job_label=row["job_label"],
+            outputs=list(row["outputs"]),
+            params=dict(row["params"]),
+            members=len(row["members"] or [1]),
+        )
+
+    def open_run(self, job_run_id: str) -> decisions.OpenRun:
+        """The run with the outputs whose build lock it still holds, as its outcome's command reads them."""
+        outputs = job_run_row(self.conn, job_run_id)["outputs"]
+        held = partitions_at(self.conn, outputs)
+        locked = [out for out, p in held.items() if p is not None and p.building_job_run_id == job_run_id]
+        return decisions.OpenRun(job_run_id=job_run_id, locked_outputs=locked)
+
+    def decision_state(self, want_id: str, resolution: Resolution) -> decisions.DecisionState:
+        """What a decision of the want reads (``DecisionCommands._decision_state``). No backfill here is
+        paused, no partition fail-locked, and the bench's jobs declare no inputs (they find them missing as
+        they run): that part of the state is empty."""
+        want, links = wants_and_links(self.conn, [want_id])[want_id]
+        target = resolution.target
+        partitions = partitions_at(self.conn, target.outputs if target is not None else [resolution.ref])
+        followed = {p.building_job_run_id for p in partitions.values() if p and p.building_job_run_id}
+        if want["job_run_id"]:
+            followed.add(want["job_run_id"])
+        batch = None
+        if target is not None and target.job.batch:
+            open_batch = direct.scalar(self.conn, OPEN_BATCH, {"job_label": target.job.label})
+            batch = self.run_plan(open_batch) if open_batch is not None else None
+        return decisions.DecisionState(
+            want=decisions.WantStep(
+                want_id=want_id,
+                ref=want["ref"],
+                state=WantState(want["state"]),
+                decision_seq=want["decision_seq"],
+                opening=want["opening"],
+                job_run_id=want["job_run_id"],
+                reason=want["reason"],
+                relation=links.get(want["job_run_id"]),
+                runs=frozenset(links),
+            ),
+            target=target,
+            partitions=partitions,
+            runs={job_run_id: self.run_plan(job_run_id) for job_run_id in sorted(followed)},
+            batch=batch,
+        )
+
+    # The jobs --------------------------------------------------------------------------------------
+    def inputs(self, plan: decisions.RunPlan) -> list[str]:
+        """What the job's body reads as it runs: none is declared, so an input not live is a dep-miss."""
+        params = plan.params
+        if plan.job_label == "clean":
+            return [f"raw/{params['day']}/{params['part']}", DIM]
+        if plan.job_label == "agg":
+            return [f"clean/{params['day']}/{params['part']}"]
+        if plan.job_label == "report":
+            return [f"agg/{params['day']}/{k:02d}" for k in range(self.shape.chains)]
+        return []
 
     def new_run_id(self) -> str:
         return f"jr-{self.rng.getrandbits(64):016x}"
@@ -279,181 +376,197 @@ class History:
     def new_instance_id(self) -> str:
         return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
 
-    # Commands --------------------------------------------------------------------------------------
+    # Commands, each a rule over what it read -------------------------------------------------------
     def register(self, spec: WantSpec) -> bool:
-        if self.want_state(spec.want_id) is not None:
-            return False
-        self.tick()
-        self.emit(ev.WantCreated(want_id=spec.want_id, spec=spec, workflow_id=spec.workflow_id))
-        return True
+        events = want_rules.created(spec, known=bool(self.want_rows([spec.want_id])))
+        if events:
+            self.tick()
+            self.emit_all(events)
+        return bool(events)
+
+    def decide(self, spec: WantSpec) -> decisions.Verdict:
+        """The want's next decision step, for the workflow run of its current opening."""
+        state = self.decision_state(spec.want_id, self.resolve(spec.ref))
+        want = state.want
+        decided = decisions.decide(state, want.decision_seq + 1, self.new_run_id(), want.opening)
+        self.emit_all(decided.events)
+        return decided.verdict
 
     def publish(self, ref: str) -> str:
+        """An external partition announced as an upstream graph announces it: by an instance id of its own,
+        new each time (so never seen before)."""
         self.tick()
         instance_id = self.new_instance_id()
-        self.emit(ev.PartitionLive(ref=ref, instance_id=instance_id, job_run_id=None, external=True))
+        events = partition_rules.publish(
+            ref,
+            self.partition(ref),
+            instance_id=instance_id,
+            seen_as=None,
+            new_instance_id=instance_id,
+            source=None,
+            location=None,
+        )
+        self.emit_all(events)
         return instance_id
 
-    def finish(self, want_id: str, instance_id: str) -> None:
-        self.tick()
-        self.emit(
-            ev.WantFinished(
-                type="WantSucceeded", want_id=want_id, state=WantState.successful, instance_id=instance_id
+    def finish(self, instances: Mapping[str, str]) -> None:
+        """Each want's workflow records it successful (want id -> its live instance), a want at a time."""
+        rows = self.want_rows(list(instances))
+        for want_id, instance_id in instances.items():
+            self.tick()
+            row = rows[want_id]
+            ending = endings.finish(
+                want_id,
+                WantState(row["state"]),
+                row["opening"],
+                WantState.successful,
+                instance_id=instance_id,
+                run_opening=row["opening"],
             )
+            self.emit_all(ending.events)
+
+    def start(self, job_run_id: str, attempt: int, worker: str) -> list[InstanceRef]:
+        """An attempt starts (``start_attempt``), writing each output to a new instance of its own."""
+        row = job_run_row(self.conn, job_run_id)
+        outputs = list(row["outputs"])
+        planned = [InstanceRef(ref=ref, instance_id=self.new_instance_id()) for ref in outputs]
+        state = JobRunState(row["state"])
+        self.emit_all(decisions.started(job_run_id, state, outputs, attempt, worker, planned))
+        return planned
+
+    def spent(self, job_run_id: str, attempt: int, job_label: str, cost: SparkCost) -> ev.JobRunCostRecorded:
+        """What an attempt cost, from Spark's accounting: recorded in the commit of its outcome, however
+        it ended, as a worker records it (no rule decides it)."""
+        return ev.JobRunCostRecorded(
+            job_run_id=job_run_id, attempt=attempt, job_label=job_label, executor="session", cost=cost
         )
 
     def fulfil(self, spec: WantSpec, joiners: int = 0) -> None:
-        """The want's workflow, from its first decision to WantSucceeded. ``joiners``: wants for the
-        same ref that delegate to its successful run while it builds."""
-        want_id = spec.want_id
-        job = self.job(spec.ref)
-        seq = 0
+        """The want's workflow, from its first decision until it ends: it follows the run it queued (or
+        waits for the announcement of an external ref), and after a dep-miss wants the missing inputs and
+        decides again. ``joiners``: wants for the same ref that delegate to its successful run while it
+        builds."""
         while True:
-            seq += 1
             self.tick()
-            partition = self.partition(spec.ref)
-            if partition is not None and partition["status"] == "live":
-                # Historical delegation: to the run that built it, and a skipped run.
-                live: str = partition["instance_id"]
-                if job is not None:
-                    label, _, params = job
-                    built_by = partition["built_by"]
-                    if built_by:
-                        message = "delegated to historical build: partition already available"
-                        self.emit(
-                            ev.Delegation(
-                                want_id=want_id,
-                                ref=spec.ref,
-                                delegated_to=built_by,
-                                kind="historical",
-                                message=message,
-                            )
-                        )
-                    run_id = self.new_run_id()
-                    self.emit(ev.JobRunSkipped(**self._run_fields(run_id, label, spec.ref, params, want_id)))
-                self.emit(
-                    ev.WantFinished(
-                        type="WantSucceeded", want_id=want_id, state=WantState.successful, instance_id=live
-                    )
-                )
+            verdict = self.decide(spec)
+            if isinstance(verdict, decisions.Live | decisions.Final):
                 return
-            if job is None:  # external: wait for the publish
-                self.emit(ev.WantWaitingExternal(want_id=want_id, decision_seq=seq))
-                self.finish(want_id, self.publish(spec.ref))
+            if isinstance(verdict, decisions.WaitExternal):
+                self.finish({spec.want_id: self.publish(spec.ref)})
                 return
-            label, inputs, params = job
-            run_id = self.new_run_id()
-            self.emit(ev.JobRunQueued(**self._run_fields(run_id, label, spec.ref, params, want_id)))
-            self.emit(ev.PartitionBuilding(ref=spec.ref, job_run_id=run_id))
-            self.emit(
-                ev.WantBuilding(want_id=want_id, job_run_id=run_id, relation="executed", decision_seq=seq)
-            )
-            if label == "clean":
-                self.renew_hub()
-            live_inputs = {ref: self.live(ref) for ref in inputs}
-            missing = sorted(ref for ref, instance in live_inputs.items() if instance is None)
-            self.tick()
-            # Each attempt writes its output to a new instance of its own, recorded as it starts.
-            instance_id = self.new_instance_id()
-            planned = [InstanceRef(ref=spec.ref, instance_id=instance_id)]
-            self.emit(ev.JobRunStarted(job_run_id=run_id, attempt=1, worker="worker-1", instances=planned))
-            attempt = 1
-            if self.rng.random() < 0.03:  # a lost worker: the run is retried
-                self.tick()
-                attempt = 2
-                instance_id = self.new_instance_id()
-                planned = [InstanceRef(ref=spec.ref, instance_id=instance_id)]
-                self.emit(
-                    ev.JobRunStarted(job_run_id=run_id, attempt=2, worker="worker-2", instances=planned)
-                )
-            joined = self.join(spec, run_id, joiners) if not missing else []
-            self.tick()
-            reads = [
-                InstanceRef(ref=ref, instance_id=instance)
-                for ref, instance in live_inputs.items()
-                if instance
-            ]
-            if missing:
-                self.emit(ev.JobRunDepMiss(job_run_id=run_id, missing=missing, reads=reads))
-                self.emit(ev.PartitionReleased(ref=spec.ref, job_run_id=run_id))
-                self.tick()
-                derived = [spec.derive(ref, want_id, self.generation(ref)) for ref in missing]
-                for d in derived:
-                    if self.want_state(d.want_id) is None:
-                        self.emit(ev.WantCreated(want_id=d.want_id, spec=d, workflow_id=d.workflow_id))
-                self.emit(
-                    ev.WantUpstreamBuilding(
-                        want_id=want_id,
-                        job_run_id=run_id,
-                        missing=missing,
-                        derivative_want_ids=[d.want_id for d in derived],
-                    )
-                )
-                for d in derived:
-                    state = self.want_state(d.want_id)
-                    if state is not None and not state.is_final:
-                        self.fulfil(d)
-                continue
-            # What the attempt cost, from Spark's accounting, recorded with its outcome as a worker does.
-            spent = SparkCost(task_seconds=2.5, cpu_seconds=1.5, tasks=4, spark_jobs=1)
-            self.emit(
-                ev.JobRunCostRecorded(
-                    job_run_id=run_id, attempt=attempt, job_label=label, executor="session", cost=spent
-                )
-            )
-            self.emit(ev.JobRunSucceeded(job_run_id=run_id, reads=reads, writes=planned))
-            location = f"file:///lake/{spec.ref}/~{instance_id}"
-            self.emit(
-                ev.PartitionLive(ref=spec.ref, instance_id=instance_id, job_run_id=run_id, location=location)
-            )
-            # Its checks passed (a row count, as the demo declares), recorded as a run's are.
-            passed = CheckResult(
-                name="row_count",
-                ref=spec.ref,
-                severity=CheckSeverity.blocking,
-                passed=True,
-                message="1,000 rows",
-            )
-            self.emit(
-                ev.InstanceChecked(ref=spec.ref, instance_id=instance_id, job_run_id=run_id, results=[passed])
-            )
-            for joiner in [want_id, *joined]:
-                self.finish(joiner, instance_id)
-            return
+            # One command at a time: no other run builds the ref, nothing is fail-locked or paused.
+            assert isinstance(verdict, decisions.Execute), verdict
+            missing = self.build(spec, verdict, joiners)
+            if not missing:
+                return
+            self.await_inputs(spec, verdict.job_run_id, missing)
 
-    def _run_fields(self, run_id: str, label: str, ref: str, params: dict[str, str], want_id: str) -> Row:
-        return {
-            "job_run_id": run_id,
-            "job_label": label,
-            "outputs": [ref],
-            "params": params,
-            "want_id": want_id,
-            "workflow_id": f"job-run:{label}:{run_id}",
+    def build(self, spec: WantSpec, plan: decisions.Execute, joiners: int) -> list[str]:
+        """The queued run, as a worker runs it: it starts (again, if its worker is lost), reads its inputs,
+        and either misses some (returned) or publishes, with its checks, and its wants end successful."""
+        run_id = plan.job_run_id
+        if plan.job_label == "clean":
+            self.renew_hub()
+        found = partitions_at(self.conn, self.inputs(plan))
+        live = {
+            ref: p.instance_id
+            for ref, p in found.items()
+            if p is not None and p.status is PartitionStatus.live and p.instance_id
         }
+        missing = sorted(set(found) - set(live))
+        self.tick()
+        attempt = 1
+        writes = self.start(run_id, attempt, "worker-1")
+        if self.rng.random() < 0.03:  # a lost worker: the run is retried
+            self.tick()
+            attempt = 2
+            writes = self.start(run_id, attempt, "worker-2")
+        joined = self.join(spec, run_id, joiners) if not missing else []
+        self.tick()
+        reads = [InstanceRef(ref=ref, instance_id=instance) for ref, instance in live.items()]
+        if missing:  # its body looked for its inputs and stopped, with no Spark work done
+            cost = self.spent(run_id, attempt, plan.job_label, NO_COST)
+            self.emit_all([cost, *decisions.dep_missed(self.open_run(run_id), missing, reads)])
+            return missing
+        # Its checks passed (a row count, as the demo declares).
+        passed = CheckResult(
+            name="row_count", ref=spec.ref, severity=CheckSeverity.blocking, passed=True, message="1,000 rows"
+        )
+        spent = SparkCost(task_seconds=2.5, cpu_seconds=1.5, tasks=4, spark_jobs=1)
+        self.succeed(plan, attempt, reads, writes, spent, {spec.ref: [passed]})
+        instance_id = writes[0].instance_id
+        assert instance_id is not None
+        self.finish(dict.fromkeys([spec.want_id, *joined], instance_id))
+        return []
+
+    def succeed(
+        self,
+        plan: decisions.RunPlan,
+        attempt: int,
+        reads: list[InstanceRef],
+        writes: list[InstanceRef],
+        spent: SparkCost,
+        checks: Mapping[str, Sequence[CheckResult]] | None = None,
+    ) -> None:
+        """The attempt publishes, in one commit with what it cost (``succeed_job_run``): each instance it
+        wrote goes live at its location, built by the worker's version of the job, with its checks."""
+        run_id = plan.job_run_id
+        locations = {w.ref: f"file:///lake/{w.ref}/~{w.instance_id}" for w in writes}
+        version = self.versions[plan.job_label]
+        published = decisions.succeeded(
+            self.open_run(run_id), reads, writes, locations, checks=checks, job_version=version
+        )
+        self.emit_all([self.spent(run_id, attempt, plan.job_label, spent), *published])
+
+    def await_inputs(self, spec: WantSpec, job_run_id: str, missing: list[str]) -> None:
+        """The want waits for the inputs its run missed (``await_dependencies``), with a derivative want
+        for each, and the workflow of each derivative that has not ended runs to its end."""
+        self.tick()
+        found = partitions_at(self.conn, missing)
+        generations = {ref: p.generation if p is not None else 0 for ref, p in found.items()}
+        derivatives = [spec.derive(ref, spec.want_id, generations[ref]) for ref in missing]
+        rows = self.want_rows([spec.want_id, *(d.want_id for d in derivatives)])
+        want = rows[spec.want_id]
+        known = {
+            d.want_id: want_rules.WantRow(WantState(r["state"]), r["reason"], r["decision_seq"], r["opening"])
+            for d in derivatives
+            if (r := rows.get(d.want_id)) is not None
+        }
+        awaited = want_rules.await_dependencies(
+            want_rules.Dependencies(
+                want_id=spec.want_id,
+                job_run_id=job_run_id,
+                state=WantState(want["state"]),
+                following=want["job_run_id"],
+                missing=missing,
+                generations=generations,
+                partitions=found,
+                derivatives=derivatives,
+                known=known,
+                opening=want["opening"],
+                run_opening=want["opening"],
+            )
+        )
+        self.emit_all(awaited.events)
+        for derivative in awaited.unfinished:
+            self.fulfil(derivative.spec)
 
     def join(self, spec: WantSpec, run_id: str, count: int) -> list[str]:
-        """Wants for the same ref arriving while the run builds: each delegates to it (active)."""
+        """Wants for the same ref arriving while the run builds: each decides to delegate to it (active)."""
+        generation = self.generation(spec.ref)
         joined = []
         for i in range(count):
             other = WantSpec(
                 ref=spec.ref,
                 data_timestamp=spec.data_timestamp + timedelta(seconds=i + 1),
                 source=WantSource.dashboard,
-                generation=self.generation(spec.ref),
+                generation=generation,
             )
             if not self.register(other):
                 continue
             self.tick()
-            message = "delegated to active build"
-            self.emit(
-                ev.Delegation(
-                    want_id=other.want_id, ref=spec.ref, delegated_to=run_id, kind="active", message=message
-                )
-            )
-            self.emit(
-                ev.WantBuilding(
-                    want_id=other.want_id, job_run_id=run_id, relation="delegated", decision_seq=1
-                )
-            )
+            verdict = self.decide(other)
+            assert isinstance(verdict, decisions.Delegate) and verdict.job_run_id == run_id, verdict
             joined.append(other.want_id)
         if len(joined) > self.targets.joined_count:
             self.targets.joined_run, self.targets.joined_count = run_id, len(joined)
@@ -471,41 +584,63 @@ class History:
     def taint(self, ref: str, reason: str) -> None:
         """``taint --cascade``: the live instance, and every current instance built from it."""
         self.tick()
-        partition = self.partition(ref)
-        assert partition is not None
-        instance_id: str = partition["instance_id"]
-        downstream = self.closure(instance_id)
-        status = self.statuses([i for _, i in downstream])
-        current = [(r, i) for r, i in downstream if status[i] == "live"]
-        stale = [InstanceRef(ref=r, instance_id=i) for r, i in downstream]
-        self.emit(ev.PartitionTainted(ref=ref, instance_id=instance_id, reason=reason, stale=stale))
-        for r, i in current:
-            row = self.partition(r)
-            assert row is not None
-            if row["instance_id"] == i and row["status"] == "live" and not row["building_job_run_id"]:
-                self.emit(
-                    ev.PartitionTainted(
-                        ref=r,
-                        instance_id=i,
-                        reason=f"built from tainted {ref}: {reason}",
-                        cascaded_from=instance_id,
-                    )
-                )
+        partition = partition_rules.taintable(self.partition(ref), ref)
+        assert partition.instance_id is not None
+        impact = self.impact(ref, partition.instance_id)
+        cascaded = sorted({d.ref for d in impact.current})
+        tainting = partition_rules.taint(
+            partition,
+            impact,
+            reason=reason,
+            looked_at=None,
+            cascaded=cascaded,
+            now=partitions_at(self.conn, cascaded),
+        )
+        self.emit_all(tainting.events)
+
+    def enroll(
+        self, request: BackfillRequest, partitions: int, specs: Sequence[WantSpec], first: int
+    ) -> None:
+        """``specs`` registered as the backfill's wants at places ``first`` on (``record_backfill``), then
+        started by its window (a step of ``advance``, recorded by ``moved``), as wide as ``specs``: the
+        wants it started before have ended."""
+        backfill_id = request.backfill_id
+        ids = [spec.want_id for spec in specs]
+        recorded = self.conn.execute(_BACKFILL, {"backfill_id": backfill_id}).mappings().first()
+        states = {want_id: WantState(row["state"]) for want_id, row in self.want_rows(ids).items()}
+        members = set(self.conn.execute(_MEMBERS, {"backfill_id": backfill_id, "ids": ids}).scalars())
+        canceled = None if recorded is None else bool(recorded["canceled"])
+        self.emit_all(
+            backfill_rules.register(
+                request, partitions, specs, first_seq=first, canceled=canceled, wants=states, members=members
+            )
+        )
+        window = self.conn.execute(_BACKFILL, {"backfill_id": backfill_id}).mappings().one()
+        step = backfill_rules.advance(
+            started=window["started"],
+            open_wants=0,
+            window=len(specs),
+            paused=bool(window["paused"]),
+            canceled=bool(window["canceled"]),
+            following=[(seq, i, states.get(i, WantState.new)) for seq, i in enumerate(ids, first)],
+        )
+        started = window["started"]
+        self.emit_all(backfill_rules.moved(backfill_id, current=started, read=started, to=step.started))
 
     # The history -----------------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None]) -> None:
         shape = self.shape
-        # The worker that built it all, as a worker records itself when it starts.
-        versions = {"ingest": "v1", "report": "v1"}
+        # The worker that built it all, with the version of each job it runs, as a worker records itself.
         self.emit(
-            ev.WorkerStarted(identity="bench:1:000000", task_queue="bench", graph="views", versions=versions)
+            ev.WorkerStarted(
+                identity="bench:1:000000", task_queue="bench", graph="views", versions=self.versions
+            )
         )
         self.publish(DIM)
         # The daily reports are also followed as one backfill (its progress is a view like the others).
         days = BackfillRequest(
             pattern="report/{date}", start=T0, end=T0 + timedelta(days=shape.days - 1), step=timedelta(days=1)
         )
-        self.emit(ev.BackfillRegistered(backfill_id=days.backfill_id, request=days, partitions=shape.days))
         for day in range(shape.days):
             start = T0 + timedelta(days=day)
             ds = start.date().isoformat()
@@ -513,12 +648,11 @@ class History:
             self.at = max(self.at, start + timedelta(hours=1))
             first = self.idx
             budget = (shape.events - self.idx) // (shape.days - day)
-            report = f"report/{ds}"
             spec = WantSpec(
-                ref=report, data_timestamp=start, sla=timedelta(hours=9), source=WantSource.schedule
+                ref=f"report/{ds}", data_timestamp=start, sla=timedelta(hours=9), source=WantSource.schedule
             )
-            self.register(spec)
-            self.emit(ev.BackfillWantsAdded(backfill_id=days.backfill_id, want_ids=[spec.want_id]))
+            self.tick()
+            self.enroll(days, shape.days, [spec], day)
             self.targets.day_roots.append(spec.want_id)
             self.fulfil(spec, joiners=shape.joiners if day == shape.days // 2 else 0)
             rebuilt = historical = 0
@@ -573,91 +707,41 @@ class History:
             request = BackfillRequest(
                 pattern=f"hourly/s{sensor:03d}/{{hour}}", start=T0, end=T0 + (hours - 1) * HOUR, step=HOUR
             )
-            self.tick()
-            self.emit(
-                ev.BackfillRegistered(
-                    backfill_id=request.backfill_id, request=request, partitions=hours, windowed=True
-                )
-            )
             self.estate_backfills.append(request.backfill_id)
             for first in range(0, hours, HOURLY_BATCH):
-                self.hourly_batch(request.backfill_id, sensor, first, min(HOURLY_BATCH, hours - first))
-            self.emit(ev.BackfillAdvanced(backfill_id=request.backfill_id, started=hours))
+                self.hourly_batch(request, hours, first, min(HOURLY_BATCH, hours - first))
             self.commit()
             progress(sensor)
 
-    def hourly_batch(self, backfill_id: str, sensor: int, first: int, count: int) -> None:
-        """The wants of one day of a sensor, registered by its backfill and built by one batched run."""
+    def hourly_batch(self, request: BackfillRequest, hours: int, first: int, count: int) -> None:
+        """A day of the sensor's backfill: its wants registered and started, each deciding in turn (the
+        first queues the batched run, the others join it), then the run builds them all."""
         stamps = [T0 + (first + k) * HOUR for k in range(count)]
         specs = [
             WantSpec(
-                ref=f"hourly/s{sensor:03d}/{at:%Y-%m-%dT%H}", data_timestamp=at, source=WantSource.backfill
+                ref=request.pattern.format(hour=f"{at:%Y-%m-%dT%H}"),
+                data_timestamp=at,
+                source=WantSource.backfill,
             )
             for at in stamps
         ]
         self.tick()
-        self.emit_all([ev.WantCreated(want_id=w.want_id, spec=w, workflow_id=w.workflow_id) for w in specs])
-        self.emit(
-            ev.BackfillWantsAdded(
-                backfill_id=backfill_id,
-                want_ids=[w.want_id for w in specs],
-                seqs=list(range(first, first + count)),
-            )
-        )
-        run_id = self.new_run_id()
-        for k, (spec, at) in enumerate(zip(specs, stamps, strict=True)):
+        self.enroll(request, hours, specs, first)
+        plans = []
+        for spec in specs:
             self.tick()
-            params = {"sensor": f"s{sensor:03d}", "hour": f"{at:%Y-%m-%dT%H}"}
-            if k == 0:
-                fields = self._run_fields(run_id, "hourly", spec.ref, params, spec.want_id)
-                self.emit(ev.JobRunQueued(**fields, batch=HOURLY_BATCH))
-            else:
-                self.emit(
-                    ev.JobRunJoined(
-                        job_run_id=run_id, want_id=spec.want_id, params=params, outputs=[spec.ref]
-                    )
-                )
-            relation = "executed" if k == 0 else "batched"
-            self.emit_all(
-                [
-                    ev.PartitionBuilding(ref=spec.ref, job_run_id=run_id),
-                    ev.WantBuilding(
-                        want_id=spec.want_id, job_run_id=run_id, relation=relation, decision_seq=1
-                    ),
-                ]
-            )
+            verdict = self.decide(spec)
+            assert isinstance(verdict, decisions.Execute | decisions.Delegate), verdict
+            plans.append(verdict)
+        run_id = plans[0].job_run_id
+        assert all(plan.job_run_id == run_id for plan in plans), plans
         self.tick()
-        writes = [InstanceRef(ref=w.ref, instance_id=self.new_instance_id()) for w in specs]
-        self.emit(ev.JobRunStarted(job_run_id=run_id, attempt=1, worker="worker-1", instances=writes))
+        writes = self.start(run_id, 1, "worker-1")
         self.tick()
         spent = SparkCost(task_seconds=12.0, cpu_seconds=9.0, tasks=8, spark_jobs=1)
-        self.emit_all(
-            [
-                ev.JobRunCostRecorded(
-                    job_run_id=run_id, attempt=1, job_label="hourly", executor="session", cost=spent
-                ),
-                ev.JobRunSucceeded(job_run_id=run_id, reads=[], writes=writes),
-                *(
-                    ev.PartitionLive(
-                        ref=w.ref,
-                        instance_id=w.instance_id,
-                        job_run_id=run_id,
-                        location=f"file:///lake/{w.ref}/~{w.instance_id}",
-                        job_version=HOURLY_VERSION,
-                    )
-                    for w in writes
-                ),
-                *(
-                    ev.WantFinished(
-                        type="WantSucceeded",
-                        want_id=spec.want_id,
-                        state=WantState.successful,
-                        instance_id=w.instance_id,
-                    )
-                    for spec, w in zip(specs, writes, strict=True)
-                ),
-            ]
-        )
+        self.succeed(plans[0], 1, [], writes, spent)
+        built = {w.ref: w.instance_id for w in writes if w.instance_id is not None}
+        self.finish({spec.want_id: built[spec.ref] for spec in specs})
 
     def collect_hourly(self, t: Targets) -> None:
         """A sample of the hourly estate's partitions, wants and runs, and its backfills."""

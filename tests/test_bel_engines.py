@@ -87,3 +87,12 @@ def test_a_connection_dropped_within_the_second_fails_one_statement_and_the_pool
         conn.execute(text("SELECT 1"))
     assert failed.value.connection_invalidated
     assert backend_pid(engine) != dropped and pings == []
+
+
+def test_statements_are_planned_for_their_values_even_once_prepared(engine: Engine) -> None:
+    """A generic plan compares each row with every element of an ``= ANY($1)`` list: the BEL's statements,
+    prepared by psycopg after five runs, keep being planned for the values they are given (a list's
+    elements hashed). Its lock timeout stays set beside it."""
+    with engine.connect() as conn:
+        assert conn.execute(text("SHOW plan_cache_mode")).scalar_one() == "force_custom_plan"
+        assert conn.execute(text("SHOW lock_timeout")).scalar_one() == "20s"

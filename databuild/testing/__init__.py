@@ -18,21 +18,22 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, create_engine, select
 from sqlalchemy.engine import make_url
-from temporalio.api.testservice.v1 import UnlockTimeSkippingRequest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
-from temporalio.testing import WorkflowEnvironment
 
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.config import Settings
 from databuild.temporal.connection import CACHED_SEARCH_ATTRIBUTES, temporal_binary
 from databuild.temporal.protocol import SEARCH_ATTRIBUTES
+
+if TYPE_CHECKING:  # imported where used: a graph of ``graphs`` loads in a `databuild` command's start
+    from temporalio.testing import WorkflowEnvironment
 
 log = logging.getLogger(__name__)
 
@@ -166,11 +167,13 @@ def projection_rows(bel: BuildEventLog) -> dict[str, list[tuple[str, ...]]]:
 DEV_SERVER_TRIES = 3
 
 
-async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
+async def start_dev_server(*extra_args: str) -> "WorkflowEnvironment":
     """A Temporal dev server with DataBuild's search attributes and converter, for tests and benchmarks;
     ``extra_args`` go to `temporal server start-dev` (e.g. ``--dynamic-config-value``). The SDK gives it
     5 s to open its port, which a loaded machine can take longer than: it is started again, up to
     ``DEV_SERVER_TRIES`` times in all."""
+    from temporalio.testing import WorkflowEnvironment
+
     tries = DEV_SERVER_TRIES
     while True:
         try:
@@ -188,7 +191,7 @@ async def start_dev_server(*extra_args: str) -> WorkflowEnvironment:
 
 
 async def skip_time(
-    env: WorkflowEnvironment,
+    env: "WorkflowEnvironment",
     span: timedelta,
     step: timedelta = timedelta(days=1),
     stuck_after: timedelta = STUCK_AFTER,
@@ -213,7 +216,7 @@ async def skip_time(
 
 
 async def _release_a_leaked_lock(
-    env: WorkflowEnvironment, sleep: "asyncio.Future[None]", after: timedelta
+    env: "WorkflowEnvironment", sleep: "asyncio.Future[None]", after: timedelta
 ) -> None:
     """Wait for ``sleep``; if virtual time has kept only the wall clock's pace for ``after``, unlock once."""
     started, virtual = time.monotonic(), await env.get_current_time()
@@ -223,6 +226,8 @@ async def _release_a_leaked_lock(
     skipped = (await env.get_current_time() - virtual).total_seconds()
     if skipped < 2 * (time.monotonic() - started):
         log.warning("virtual time stopped skipping (a lock leaked by temporalio/sdk-java#1138): releasing it")
+        from temporalio.api.testservice.v1 import UnlockTimeSkippingRequest
+
         await env.client.test_service.unlock_time_skipping(UnlockTimeSkippingRequest())
 
 
