@@ -67,6 +67,27 @@ def test_files_are_written_listed_read_back_and_deleted(storage: Storage) -> Non
             storage.write_text(escaping, "x")
 
 
+def test_an_instances_rows_bytes_and_files_come_from_its_parquet_footers(storage: Storage) -> None:
+    """Rows from each data file's footer (several read at once), bytes and files from the listing; what
+    is not data (``_SUCCESS``, a hidden file) is not counted."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    key = storage.instance_key("p/1", str(uuid.uuid4()))
+    one = storage.instance_key("p/2", str(uuid.uuid4()))
+    for folder in (key, one):
+        storage._fs.create_dir(storage._path(folder))
+    for part, rows in enumerate((3, 4, 5)):
+        table = pa.table({"n": list(range(rows))})
+        pq.write_table(table, f"{storage._path(key)}/part-{part}.parquet", filesystem=storage._fs)
+    storage.write_text(f"{key}/_SUCCESS", "")
+    storage.write_text(f"{key}/.part-0.parquet.crc", "x")
+    rows, size, files = storage.parquet_summary(key)
+    assert (rows, files) == (12, 3) and size > 0
+    pq.write_table(pa.table({"n": [1]}), f"{storage._path(one)}/part-0.parquet", filesystem=storage._fs)
+    assert storage.parquet_summary(one)[::2] == (1, 1)
+
+
 def test_instance_locations_are_found_and_deleted(storage: Storage) -> None:
     first, second, nested = (str(uuid.uuid4()) for _ in range(3))
     for ref, instance_id in (("p/1", first), ("p/1", second), ("deep/a/b", nested)):

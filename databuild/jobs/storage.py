@@ -15,6 +15,7 @@ import posixpath
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +33,7 @@ INSTANCE_PREFIX = "~"
 LOGS = f"{RESERVED_SEGMENT}/logs"
 # pyarrow retries a GCS it cannot reach for 15 minutes by default: a command would seem to hang.
 GCS_RETRY_SECONDS = 15
+FOOTER_THREADS = 16  # Parquet footers of one instance read at once
 _INSTANCE_SEGMENT = re.compile(r"~([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 # The folder of one attempt's partitioned write (``SparkJobContext.write_partitioned``): ``~<job run>-<attempt>``.
 _WRITE_SEGMENT = re.compile(r"~(jr-[0-9a-f]{16})-([0-9]+)")
@@ -344,13 +346,20 @@ class Storage:
 
     @_reached
     def summary_of(self, files: list[fs.FileInfo]) -> tuple[int, int, int]:
-        """Rows, bytes and files of these Parquet files, from their footers."""
-        import pyarrow.dataset as ds
+        """Rows, bytes and files of these Parquet files, from their footers: each file's metadata read
+        alone (a dataset over them inferred a schema first, 0.5 to 2 ms for one small file, 20 times the
+        footer's read), several files on parallel threads, as an object store's reads mostly wait."""
+        import pyarrow.parquet as pq
 
-        if not files:
-            return 0, 0, 0
-        dataset = ds.dataset([info.path for info in files], filesystem=self._fs, format="parquet")
-        return dataset.count_rows(), sum(info.size or 0 for info in files), len(files)
+        def rows_of(info: fs.FileInfo) -> int:
+            return int(pq.read_metadata(info.path, filesystem=self._fs).num_rows)
+
+        if len(files) <= 1:
+            rows = sum(map(rows_of, files))
+        else:
+            with ThreadPoolExecutor(min(len(files), FOOTER_THREADS)) as pool:
+                rows = sum(pool.map(rows_of, files))
+        return rows, sum(info.size or 0 for info in files), len(files)
 
     def _data_files(self, base: str, *, allow_not_found: bool = False) -> list[fs.FileInfo]:
         """The files under ``base`` that are data: files and folders whose names start with ``_`` or ``.``
