@@ -42,8 +42,8 @@ class SessionExecutor:
         try:
             result = self._bodies.run(session, attempt, cancelled=cancelled, report=report)
         finally:
-            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-            context.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
+            # One Py4J call for the group, its description and its interrupt flag (PySpark has no method).
+            context._jsc.clearJobGroup()
         if not spark_cost_module.ACCOUNTING:
             return result.model_copy(update={"cost_unknown": "accounting turned off"})
         return with_spark_cost(result, context, attempt.group)
