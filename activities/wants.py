@@ -74,13 +74,14 @@ class WantActivities:
         spec, lease = input.spec, self.settings.job_lease
         if spec.fresh:
             seq = await self.register_want(input) + 1
-            verdict = await self.bel.call(self._decide, p.DecideInput(want_id=spec.want_id, seq=seq), lease)
+            decide = p.DecideInput.starting_runs(spec, seq, input.opening)
+            verdict = await self.bel.call(self._decide, decide, lease)
         else:
             resolution = self.graph.resolve(spec.ref)  # the graph may no longer produce it: not retryable
             seq, verdict = await self.bel.call(
                 self.bel.first_step, spec, resolution, lease, opening=input.opening
             )
-        decide = p.DecideInput.starting_runs(spec, seq, input.opening)
+            decide = p.DecideInput.starting_runs(spec, seq, input.opening)
         return p.FirstStep(seq=seq, decision=await self._order(decide, verdict))
 
     def _register(self, spec: WantSpec) -> int:
