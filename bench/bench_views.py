@@ -64,7 +64,8 @@ from sqlalchemy import (
 from databuild.backfill import BackfillRequest
 from databuild.bel import BuildEventLog, projector
 from databuild.bel import schema as s
-from databuild.bel.aggregates.decisions import OPEN_BATCH
+from databuild.bel.aggregates.base import open_run
+from databuild.bel.aggregates.decisions import followed_runs, open_batch, want_step
 from databuild.bel.engine import direct
 from databuild.bel.reads.partition_costs import refresh_partition_costs
 from databuild.bel.reads.rows import job_run_row, partitions_at, wants_and_links
@@ -309,22 +310,9 @@ class History:
             ],
         )
 
-    def run_plan(self, job_run_id: str) -> decisions.RunPlan:
-        row = job_run_row(self.conn, job_run_id)
-        return decisions.RunPlan(
-            job_run_id=job_run_id,
-            job_label=row["job_label"],
-            outputs=list(row["outputs"]),
-            params=dict(row["params"]),
-            members=len(row["members"] or [1]),
-        )
-
     def open_run(self, job_run_id: str) -> decisions.OpenRun:
         """The run with the outputs whose build lock it still holds, as its outcome's command reads them."""
-        outputs = job_run_row(self.conn, job_run_id)["outputs"]
-        held = partitions_at(self.conn, outputs)
-        locked = [out for out, p in held.items() if p is not None and p.building_job_run_id == job_run_id]
-        return decisions.OpenRun(job_run_id=job_run_id, locked_outputs=locked)
+        return open_run(self.conn, job_run_row(self.conn, job_run_id))
 
     def decision_state(self, want_id: str, resolution: Resolution) -> decisions.DecisionState:
         """What a decision of the want reads (``DecisionCommands._decision_state``). No backfill here is
@@ -333,29 +321,12 @@ class History:
         want, links = wants_and_links(self.conn, [want_id])[want_id]
         target = resolution.target
         partitions = partitions_at(self.conn, target.outputs if target is not None else [resolution.ref])
-        followed = {p.building_job_run_id for p in partitions.values() if p and p.building_job_run_id}
-        if want["job_run_id"]:
-            followed.add(want["job_run_id"])
-        batch = None
-        if target is not None and target.job.batch:
-            open_batch = direct.scalar(self.conn, OPEN_BATCH, {"job_label": target.job.label})
-            batch = self.run_plan(open_batch) if open_batch is not None else None
         return decisions.DecisionState(
-            want=decisions.WantStep(
-                want_id=want_id,
-                ref=want["ref"],
-                state=WantState(want["state"]),
-                decision_seq=want["decision_seq"],
-                opening=want["opening"],
-                job_run_id=want["job_run_id"],
-                reason=want["reason"],
-                relation=links.get(want["job_run_id"]),
-                runs=frozenset(links),
-            ),
+            want=want_step(want_id, want, links),
             target=target,
             partitions=partitions,
-            runs={job_run_id: self.run_plan(job_run_id) for job_run_id in sorted(followed)},
-            batch=batch,
+            runs=followed_runs(self.conn, want, partitions),
+            batch=open_batch(self.conn, target) if target is not None and target.job.batch else None,
         )
 
     # The jobs --------------------------------------------------------------------------------------

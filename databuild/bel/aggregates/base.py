@@ -31,6 +31,13 @@ def new_instance_id() -> str:
     return str(uuid.uuid4())
 
 
+def open_run(conn: Connection, run: RowMapping) -> decisions.OpenRun:
+    """A run as its outcome's rules read it: the outputs whose build lock it still holds (one statement)."""
+    held = rows.partitions_at(conn, run["outputs"])
+    locked = [out for out, p in held.items() if p is not None and p.building_job_run_id == run["job_run_id"]]
+    return decisions.OpenRun(job_run_id=run["job_run_id"], locked_outputs=locked)
+
+
 SET_LEASE = update(s.job_run_leases).where(s.job_run_leases.c.job_run_id == bindparam("pk"))
 
 
@@ -87,7 +94,7 @@ class WriteBase(ReadBase):
         row = self._open_run(conn, job_run_id, attempt)
         if row is None:
             return None
-        return decisions.OpenRun(job_run_id=job_run_id, locked_outputs=self._locked_outputs(conn, row))
+        return open_run(conn, row)
 
     def _open_run(self, conn: Connection, job_run_id: str, attempt: int | None = None) -> RowMapping | None:
         """The run if it has not ended. With ``attempt``: only if that attempt is still the current one,
@@ -100,14 +107,6 @@ class WriteBase(ReadBase):
                 f"attempt {attempt} of job run {job_run_id} was superseded by attempt {row['attempts']}"
             )
         return row
-
-    def _locked_outputs(self, conn: Connection, run: RowMapping) -> list[str]:
-        return [
-            out
-            for out in run["outputs"]
-            if (p := rows.partition_row(conn, out)) is not None
-            and p["building_job_run_id"] == run["job_run_id"]
-        ]
 
     def _set_lease(self, conn: Connection, job_run_id: str, until: datetime) -> None:
         updated = conn.execute(SET_LEASE, {"pk": job_run_id, "expires_at": until})

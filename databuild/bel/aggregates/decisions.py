@@ -101,6 +101,50 @@ class Read:
     partitions: dict[str, Partition | None]
 
 
+def run_plan(conn: Connection, job_run_id: str) -> decisions.RunPlan:
+    """A job run as a decision reads it."""
+    row = job_run_row(conn, job_run_id)
+    return decisions.RunPlan(
+        job_run_id=job_run_id,
+        job_label=row["job_label"],
+        outputs=list(row["outputs"]),
+        params=dict(row["params"]),
+        members=len(row["members"] or [1]),
+    )
+
+
+def open_batch(conn: Connection, target: JobTarget) -> decisions.RunPlan | None:
+    """The oldest run of the target's batch job that has not started and has room, locked until this
+    transaction ends; a run admitted meanwhile (it takes no more partitions) is passed over."""
+    job_run_id = conn.execute(OPEN_BATCH, {"job_label": target.job.label}).scalar()
+    return None if job_run_id is None else run_plan(conn, job_run_id)
+
+
+def want_step(want_id: str, want: Row, links: dict[str, str]) -> decisions.WantStep:
+    """The want as its decision reads it, from its row and the relation of each run it is linked to."""
+    return decisions.WantStep(
+        want_id=want_id,
+        ref=want["ref"],
+        state=WantState(want["state"]),
+        decision_seq=want["decision_seq"],
+        opening=want["opening"],
+        job_run_id=want["job_run_id"],
+        reason=want["reason"],
+        relation=links.get(want["job_run_id"]),
+        runs=frozenset(links),
+    )
+
+
+def followed_runs(
+    conn: Connection, want: Row, partitions: dict[str, Partition | None]
+) -> dict[str, decisions.RunPlan]:
+    """The runs a decision weighs: those building one of its outputs, and the one the want follows."""
+    followed = {p.building_job_run_id for p in partitions.values() if p and p.building_job_run_id}
+    if want["job_run_id"]:
+        followed.add(want["job_run_id"])
+    return {job_run_id: run_plan(conn, job_run_id) for job_run_id in sorted(followed)}
+
+
 class DecisionCommands(WriteBase):
     """Steps of wants."""
 
@@ -197,28 +241,15 @@ class DecisionCommands(WriteBase):
         want, links = read.wants[step.want_id]
         target = step.resolution.target
         partitions = {out: read.partitions[out] for out in step.outputs}
-        followed = {p.building_job_run_id for p in partitions.values() if p and p.building_job_run_id}
-        if want["job_run_id"]:
-            followed.add(want["job_run_id"])
         failed = [out for out, p in partitions.items() if p and p.status is PartitionStatus.failed]
-        batch = self._open_batch(conn, target) if target is not None and target.job.batch else None
+        batch = open_batch(conn, target) if target is not None and target.job.batch else None
         return decisions.DecisionState(
             batch=batch,
             declared={ref: read.partitions[ref] for ref in step.declared if ref not in step.outputs},
-            want=decisions.WantStep(
-                want_id=step.want_id,
-                ref=want["ref"],
-                state=WantState(want["state"]),
-                decision_seq=want["decision_seq"],
-                opening=want["opening"],
-                job_run_id=want["job_run_id"],
-                reason=want["reason"],
-                relation=links.get(want["job_run_id"]),
-                runs=frozenset(links),
-            ),
+            want=want_step(step.want_id, want, links),
             target=target,
             partitions=partitions,
-            runs={job_run_id: self._run_plan(conn, job_run_id) for job_run_id in sorted(followed)},
+            runs=followed_runs(conn, want, partitions),
             fail_locks={
                 ref: decisions.FailLock(job_run_id=data["job_run_id"], reason=data["reason"])
                 for ref, data in self._failing_runs(conn, failed).items()
@@ -246,12 +277,6 @@ class DecisionCommands(WriteBase):
             return want_id in members
         return want_id in reach.reached(members, parents, open_among(conn, involved))
 
-    def _open_batch(self, conn: Connection, target: JobTarget) -> decisions.RunPlan | None:
-        """The oldest run of the target's batch job that has not started and has room, locked until this
-        transaction ends; a run admitted meanwhile (it takes no more partitions) is passed over."""
-        job_run_id = conn.execute(OPEN_BATCH, {"job_label": target.job.label}).scalar()
-        return None if job_run_id is None else self._run_plan(conn, job_run_id)
-
     def _failing_runs(self, conn: Connection, refs: list[str]) -> dict[str, dict[str, Any]]:
         """The PartitionFailed event data that fail-locked each ref."""
         found = {}
@@ -265,13 +290,3 @@ class DecisionCommands(WriteBase):
             if data:
                 found[ref] = data
         return found
-
-    def _run_plan(self, conn: Connection, job_run_id: str) -> decisions.RunPlan:
-        row = job_run_row(conn, job_run_id)
-        return decisions.RunPlan(
-            job_run_id=job_run_id,
-            job_label=row["job_label"],
-            outputs=list(row["outputs"]),
-            params=dict(row["params"]),
-            members=len(row["members"] or [1]),
-        )
