@@ -33,12 +33,12 @@ class BackfillActivities:
         ends the wants it did not record started (those it started find theirs ended at their first
         decision), and the step after a resume starts them, attaching to those already started."""
         step = await self.bel.call(
-            self.bel.plan_window_step, input.backfill_id, self.settings.backfill_window, input.low
+            self.bel.backfills.plan_window_step, input.backfill_id, self.settings.backfill_window, input.low
         )
         halted = step.paused, step.canceled
         for first in range(0, len(step.to_start), START_GROUP):
             if first:
-                halted = await self.bel.call(self.bel.backfill_halted, input.backfill_id)
+                halted = await self.bel.call(self.bel.backfills.halted, input.backfill_id)
                 if any(halted):  # not recorded: the window stays where it was
                     return _halted(step, *halted, started=step.read)
             await start_wants(
@@ -49,8 +49,8 @@ class BackfillActivities:
                 on_started=activity.heartbeat,
             )
         if step.to_start:  # it moves on, and also ends at once if the backfill was cancelled meanwhile
-            halted = await self.bel.call(self.bel.backfill_halted, input.backfill_id)
-        moved = await self.bel.call(self.bel.record_window_step, step)
+            halted = await self.bel.call(self.bel.backfills.halted, input.backfill_id)
+        moved = await self.bel.call(self.bel.backfills.record_window_step, step)
         return _halted(step, *halted, started=None if moved else step.read)
 
 

@@ -49,7 +49,7 @@ class CheckActivities:
         # The request's identity: its Check workflow run, which a retry of this activity shares.
         info = activity.info()
         recheck_id = info.workflow_run_id or info.activity_id
-        recorded = await self.bel.call(self.bel.recorded_recheck, input.ref, recheck_id)
+        recorded = await self.bel.call(self.bel.partitions.recorded_recheck, input.ref, recheck_id)
         # Recorded by an attempt whose answer was lost: that answer, its alert raised again (once by key).
         if recorded is None:
             recheck = await asyncio.to_thread(self._recheck, input.ref, recheck_id, _deadline(info))
@@ -62,7 +62,7 @@ class CheckActivities:
         return recheck
 
     def _recheck(self, ref: str, recheck_id: str, deadline: datetime | None) -> Recheck:
-        partition = check_rules.checkable(self.bel.find_partition(ref), ref)
+        partition = check_rules.checkable(self.bel.partitions.find(ref), ref)
         target = self.graph.resolve(ref).target
         checks = target.job.checks_of(ref) if target is not None else []
         if target is None or not checks:
@@ -72,7 +72,7 @@ class CheckActivities:
                 "@graph.job(..., checks=[...])"
             )
         assert partition.instance_id is not None
-        instance = self.bel.instance(partition.instance_id)
+        instance = self.bel.partitions.instance(partition.instance_id)
         pattern = self.graph.pattern_for(ref)
         results = run_checks(
             self.session(),
@@ -89,7 +89,7 @@ class CheckActivities:
                 f"the checks of {ref} ended after their request timed out; not recorded"
             )
         # Refused, recording nothing, if another instance went live while the checks ran.
-        after = self.bel.recheck(ref, instance.instance_id, results, recheck_id)
+        after = self.bel.partitions.recheck(ref, instance.instance_id, results, recheck_id)
         return Recheck(ref=ref, instance_id=instance.instance_id, results=results, partition=after)
 
 

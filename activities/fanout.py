@@ -79,7 +79,7 @@ class FanOutActivities:
     async def _fan_out(
         self, job_run_id: str, cursor: int, pages: int | None, on_page: Callable[[int], None]
     ) -> p.FanOutResult:
-        run = await self.bel.call(self.bel.job_run, job_run_id)
+        run = await self.bel.call(self.bel.job_runs.get, job_run_id)
         notified = await self._notify(run, cursor, pages, on_page)
         if notified.done:
             await self._ended(RunEnded(run=run))
@@ -125,7 +125,7 @@ class FanOutActivities:
             checks = ended.checks
             if checks is None:
                 ids = [w.instance_id for w in run.writes if w.instance_id]
-                checks = await self.bel.call(self.bel.checks_of, ids)
+                checks = await self.bel.call(self.bel.partitions.checks_of, ids)
             if failed := [r for results in checks.values() for r in results if not r.passed]:
                 at = run.ended_at or datetime.now(UTC)
                 await raise_alert(self.client, self.settings, alerts.check_warnings(run, failed, at))
@@ -134,7 +134,7 @@ class FanOutActivities:
         """The pool slots the run held went to waiting runs when it ended (in its BEL commit): wake them
         (``admitted``, if that commit read them). A run that misses this finds out through its own watch."""
         if admitted is None:
-            admitted = await self.bel.call(self.bel.admitted_not_started)
+            admitted = await self.bel.call(self.bel.pools.admitted_not_started)
         for workflow_id in admitted:
             try:
                 await self.client.get_workflow_handle(workflow_id).signal(p.SIGNAL_ADMITTED)

@@ -61,7 +61,7 @@ class JobActivities:
                 input.job_run_id, attempt, cancelled=cancelled, report=report, lease=input.policy.lease
             ),
         )
-        renewed = loop.time()  # the attempt's start renews the lease (``start_job_run``)
+        renewed = loop.time()  # the attempt's start renews the lease (``job_runs.start``)
         try:
             while True:
                 if loop.time() - renewed > input.policy.lease.total_seconds() / 4:
@@ -103,7 +103,9 @@ class JobActivities:
         # A missed renewal only risks an early liveness check, which the Temporal check then
         # answers; it must never stop the job.
         try:
-            await self.executor.bel.call(self.executor.bel.renew_lease, input.job_run_id, input.policy.lease)
+            await self.executor.bel.call(
+                self.executor.bel.pools.renew_lease, input.job_run_id, input.policy.lease
+            )
         except Exception as error:
             activity.logger.warning("could not renew the lease of %s: %s", input.job_run_id, error)
 
@@ -111,12 +113,12 @@ class JobActivities:
     async def request_admission(self, input: p.AdmissionInput) -> bool:
         """May the run start now (its batch closes, its pool slots are held)? Else it waits in line."""
         bel = self.executor.bel
-        return await bel.call(bel.request_admission, input.job_run_id, input.pools)
+        return await bel.call(bel.pools.request_admission, input.job_run_id, input.pools)
 
     @activity.defn
     async def batch_is_full(self, input: p.AdmissionInput) -> bool:
         bel = self.executor.bel
-        return await bel.call(bel.batch_is_full, input.job_run_id)
+        return await bel.call(bel.pools.batch_is_full, input.job_run_id)
 
     @activity.defn
     @heartbeating
@@ -126,11 +128,11 @@ class JobActivities:
         benignly, so Temporal retries it without adding history; the first only schedules the first look."""
         bel = self.executor.bel
         if activity.info().attempt > 1:
-            run = await bel.call(bel.job_run, input.job_run_id)
+            run = await bel.call(bel.job_runs.get, input.job_run_id)
             if run.state is not JobRunState.queued or not run.waiting_for_pools:
                 return
-            if await bel.call(bel.pools_have_room, input.pools) and await bel.call(
-                bel.request_admission, input.job_run_id, input.pools
+            if await bel.call(bel.pools.have_room, input.pools) and await bel.call(
+                bel.pools.request_admission, input.job_run_id, input.pools
             ):
                 return
         raise ApplicationError("waiting for a pool slot", type="StillWaiting", category=BENIGN)

@@ -79,14 +79,14 @@ class WantActivities:
         else:
             resolution = self.graph.resolve(spec.ref)  # the graph may no longer produce it: not retryable
             seq, verdict = await self.bel.call(
-                self.bel.first_step, spec, resolution, lease, opening=input.opening
+                self.bel.decisions.first_step, spec, resolution, lease, opening=input.opening
             )
             decide = p.DecideInput.starting_runs(spec, seq, input.opening)
         return p.FirstStep(seq=seq, decision=await self._order(decide, verdict))
 
     def _register(self, spec: WantSpec) -> int:
-        self.bel.register_want(spec)
-        return self.bel.decision_seq(spec.want_id)
+        self.bel.wants.register(spec)
+        return self.bel.wants.decision_seq(spec.want_id)
 
     @activity.defn
     async def decide(self, input: p.DecideInput) -> p.Decision:
@@ -148,11 +148,13 @@ class WantActivities:
             activity.logger.debug("job run %s not signalled %s: %s", run.job_run_id, signal, error)
 
     def _decide(self, input: p.DecideInput, lease: timedelta) -> Verdict:
-        want = self.bel.want(input.want_id)
+        want = self.bel.wants.get(input.want_id)
         resolution = self.graph.resolve(want.ref)  # the graph may no longer produce it: not retryable
         # A fresh want's partition is judged stale or not with this worker's job versions.
         fresh = None if want.state.is_final else freshness(self.bel, self.graph, want)
-        return self.bel.decide(input.want_id, input.seq, resolution, lease, fresh, opening=input.opening)
+        return self.bel.decisions.decide(
+            input.want_id, input.seq, resolution, lease, fresh, opening=input.opening
+        )
 
     @activity.defn
     @heartbeating
@@ -165,7 +167,7 @@ class WantActivities:
         if activity.info().attempt == 1 and not input.look_at_once:
             raise ApplicationError("first look after a lease", type="StillWaiting", category=BENIGN)
         if input.job_run_id is not None:
-            run = await self.bel.call(self.bel.job_run, input.job_run_id)
+            run = await self.bel.call(self.bel.job_runs.get, input.job_run_id)
             health = await self._build_health(run)
             told = bool(activity.info().heartbeat_details)  # by an earlier attempt of this watch
             if health is p.BuildHealth.ended and not told and await self._hear_ended(run):
@@ -180,7 +182,7 @@ class WantActivities:
                 return
             waiting = f"job run {input.job_run_id} is still building"
         else:
-            partitions = await self.bel.call(self.bel.partitions_by_ref, input.blocked_refs)
+            partitions = await self.bel.call(self.bel.partitions.by_ref, input.blocked_refs)
             locked = {part.ref for part in partitions if part.status is PartitionStatus.failed}
             if locked != set(input.blocked_refs):
                 return
@@ -197,7 +199,7 @@ class WantActivities:
             return False
         signal_for = signal_for_run(run)
         subscriptions = await self.bel.call(
-            self.bel.subscriptions_of, want_id_of_workflow(workflow_id), run.outputs
+            self.bel.wants.subscriptions_of, want_id_of_workflow(workflow_id), run.outputs
         )
         notices = [signal for sub in subscriptions if (signal := signal_for(sub)) is not None]
         for name, notice in notices:
@@ -215,7 +217,7 @@ class WantActivities:
             return p.BuildHealth.lost
         if run.state.is_final:
             return p.BuildHealth.ended
-        if not await self.bel.call(self.bel.lease_expired, run.job_run_id):
+        if not await self.bel.call(self.bel.pools.lease_expired, run.job_run_id):
             return p.BuildHealth.alive
         try:
             status = (await self.client.get_workflow_handle(run.workflow_id).describe()).status
@@ -227,8 +229,8 @@ class WantActivities:
             return p.BuildHealth.alive  # queued behind other work, or between attempts: not lost
         why = "no such workflow" if status is None else f"its workflow is {status.name.lower()}"
         reason = f"lost: {why} and its lease lapsed"
-        await self.bel.call(self.bel.abandon_job_run, run.job_run_id, reason)
-        lost = await self.bel.call(self.bel.job_run, run.job_run_id)
+        await self.bel.call(self.bel.job_runs.abandon, run.job_run_id, reason)
+        lost = await self.bel.call(self.bel.job_runs.get, run.job_run_id)
         await notify_subscribers(self.client, self.bel, lost.outputs, signal_for_run(lost))
         return p.BuildHealth.lost
 
@@ -240,7 +242,11 @@ class WantActivities:
 
     async def _start_dependencies(self, input: p.DependenciesInput) -> DependenciesStatus:
         status, derivatives, reopened = await self.bel.call(
-            self.bel.await_dependencies, input.want_id, input.job_run_id, input.missing, opening=input.opening
+            self.bel.wants.await_dependencies,
+            input.want_id,
+            input.job_run_id,
+            input.missing,
+            opening=input.opening,
         )
         # A reopened derivative's cancelled run may still be closing: let it close (or end it), so that
         # starting it makes a new run and does not attach to the closing one.
@@ -248,7 +254,7 @@ class WantActivities:
         await start_wants(self.client, derivatives, self.settings.task_queue, self.bel)
         # A derivative that only a paused backfill needed waits for a resume; this want may need it now.
         # Each decides again whether it is still paused (``databuild.domain.reach``).
-        paused = bool(derivatives) and await self.bel.call(self.bel.any_backfill_paused)
+        paused = bool(derivatives) and await self.bel.call(self.bel.backfills.any_paused)
         if paused:
             await asyncio.gather(*(self._resume(d.spec.workflow_id) for d in derivatives))
         return status
@@ -261,7 +267,7 @@ class WantActivities:
 
     @activity.defn
     async def await_requirements(self, input: p.RequirementsInput) -> p.RequirementsStatus:
-        live = await self.bel.call(self.bel.await_requirements, input.want_id, input.refs)
+        live = await self.bel.call(self.bel.wants.await_requirements, input.want_id, input.refs)
         return p.RequirementsStatus(live=live)
 
     @activity.defn
@@ -281,10 +287,10 @@ class WantActivities:
     async def abandon_build(self, input: p.AbandonBuildInput) -> p.AbandonBuildResult:
         """Asked by a want that was canceled or expired (and recorded so) while following a run: the
         run is abandoned if it is still going and no other want waits on it."""
-        run = await self.bel.call(self.bel.job_run, input.job_run_id)
+        run = await self.bel.call(self.bel.job_runs.get, input.job_run_id)
         if run.state.is_final:
             return p.AbandonBuildResult()
-        if await self.bel.call(self.bel.waiting_on, run.job_run_id) > 0:
+        if await self.bel.call(self.bel.wants.waiting_on, run.job_run_id) > 0:
             return p.AbandonBuildResult()
         return p.AbandonBuildResult(workflow_id=run.workflow_id)
 
@@ -293,7 +299,7 @@ class WantActivities:
         """Record how the want ended, and what follows (its dependents told, alerts). WantReplacedError
         for a run that a retry has replaced: its outcome is history, and nothing is recorded or told."""
         want, finished = await self.bel.call(
-            self.bel.finish_want,
+            self.bel.wants.finish,
             input.want_id,
             input.state,
             input.reason,
@@ -314,7 +320,7 @@ class WantActivities:
         if want.source is not WantSource.backfill:  # only a backfill's own wants belong to it
             return
         # Read after the commit: the finish of the backfill's last want sees every other one's.
-        for progress in await self.bel.call(self.bel.finished_backfills_of, want.want_id):
+        for progress in await self.bel.call(self.bel.backfills.finished_of, want.want_id):
             await raise_alert(self.client, self.settings, alerts.backfill_finished(progress, at))
 
     async def _tell_dependents(self, want: Want) -> None:
@@ -351,7 +357,7 @@ class WantActivities:
 
     @activity.defn
     async def record_sla_missed(self, input: p.SlaMissedInput) -> None:
-        want = await self.bel.call(self.bel.mark_sla_missed, input.want_id, input.deadline)
+        want = await self.bel.call(self.bel.wants.mark_sla_missed, input.want_id, input.deadline)
         at = input.deadline  # its timer fired then (workflow time)
         if want.source is WantSource.derivative:
             return  # its root's alert covers it (they share the deadline)
@@ -365,7 +371,7 @@ class WantActivities:
         """Is the want predicted to miss its SLA (``databuild.operations.sla``)? If so, flag it and alert once; if
         not, say when to look again. ``now`` is the workflow's time (the time-skipping server's in tests)."""
         now = input.now
-        want = await self.bel.call(self.bel.want, input.want_id)
+        want = await self.bel.call(self.bel.wants.get, input.want_id)
         estimate = await self.bel.call(sla_estimate, self.bel, self.graph, want, now)
         if estimate is None:
             return p.SlaAssessment(at_risk=False)
@@ -374,7 +380,11 @@ class WantActivities:
                 at_risk=False, eta=estimate.eta_p90, check_at=estimate.check_at(input.deadline, now)
             )
         want, _ = await self.bel.call(
-            self.bel.mark_sla_at_risk, want.want_id, input.deadline, estimate.eta_p90, estimate.slowest_step
+            self.bel.wants.mark_sla_at_risk,
+            want.want_id,
+            input.deadline,
+            estimate.eta_p90,
+            estimate.slowest_step,
         )
         label = self._job_label(want.ref)
         await raise_alert(self.client, self.settings, alerts.sla_at_risk(want, label, estimate, now))

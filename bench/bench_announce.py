@@ -51,6 +51,9 @@ with workflow.unsafe.imports_passed_through():
     from bench.common import counting_stalled_tasks, run_and_exit
     from databuild.bel import BuildEventLog
     from databuild.bel import schema as s
+    from databuild.bel.aggregates.partitions import Partitions
+    from databuild.bel.aggregates.wants import Wants
+    from databuild.bel.engine.recorder import Recorder
     from databuild.client import DataBuild
     from databuild.config import Settings
     from databuild.graph import load_graph
@@ -108,10 +111,10 @@ class Spans:
     subscriptions: list[tuple[float, float]] = field(default_factory=list)
 
 
-class TimedBel(BuildEventLog):
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.spans = Spans()
+class TimedPartitions(Partitions):
+    def __init__(self, log: Recorder, spans: Spans) -> None:
+        super().__init__(log)
+        self.spans = spans
 
     def publish_external(
         self, ref: str, instance_id: str | None = None, source: str | None = None, location: str | None = None
@@ -122,12 +125,26 @@ class TimedBel(BuildEventLog):
         finally:
             self.spans.publish_external.append((start, time.perf_counter()))
 
+
+class TimedWants(Wants):
+    def __init__(self, log: Recorder, spans: Spans) -> None:
+        super().__init__(log)
+        self.spans = spans
+
     def subscriptions(self, refs: Sequence[str], after_id: int, limit: int) -> list[Subscription]:
         start = time.perf_counter()
         try:
             return super().subscriptions(refs, after_id, limit)
         finally:
             self.spans.subscriptions.append((start, time.perf_counter()))
+
+
+class TimedBel(BuildEventLog):
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.spans = Spans()
+        self.partitions = TimedPartitions(self._log, self.spans)
+        self.wants = TimedWants(self._log, self.spans)
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -78,8 +78,8 @@ async def backfill(client: Any, spark: SparkRuntime, home: Path, graph: str, day
                     print(f"  {graph}: {progress.done}/{progress.partitions} done", file=sys.stderr)
             wall = time.perf_counter() - began
         assert progress.by_state == {WantState.successful: days}, progress.by_state
-        runs = bel.job_runs(limit=100_000)
-        built = sum(1 for p in bel.partitions(limit=100_000) if p.instance_id)
+        runs = bel.job_runs.query(limit=100_000)
+        built = sum(1 for p in bel.partitions.query(limit=100_000) if p.instance_id)
         assert built == 2 * days, f"{built} partitions live, not {2 * days}"
         return {
             "wall_s": wall,

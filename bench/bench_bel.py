@@ -2,7 +2,7 @@
 
     python -m bench.bench_bel [--decisions 400] [--commits 2000] [--appends 1000] [--reads 2000] [--postgres URL]
 
-(a) Claim decisions per second (``BuildEventLog.decide``: key locks, state read, events appended and
+(a) Claim decisions per second (``Decisions.decide``: key locks, state read, events appended and
     projected, committed and visible to readers) with 1, 4 and 16 concurrent clients (threads released
     together; each client's wants are registered beforehand, untimed):
     - distinct: each client decides about partitions of its own, so no two commands share a key;
@@ -18,7 +18,7 @@
     each on a connection checked out for it (on PostgreSQL the BEL reads a single statement in autocommit;
     the raw SELECT pays for the BEGIN and ROLLBACK around it).
 (e) A job run's path: its attempt's start (``start_attempt``, planning each output's instance) and its
-    publish (``succeed_job_run``, which brings back what the fan-out reads), one run after another, against
+    publish (``job_runs.succeed``, which brings back what the fan-out reads), one run after another, against
     two raw commits of (b) at one client; and the connections and statements each run takes.
 
 Without ``--postgres`` the PostgreSQL figures use a database of their own next to
@@ -117,16 +117,16 @@ def decisions_per_second(url: str, clients: int, total: int, contended: bool) ->
     ]
     warm = [WantSpec(ref=f"x/warm-{j}", data_timestamp=T0) for j in range(WARM_DECISIONS)]
     for want in (*warm, *(want for client_wants in wants for want in client_wants)):
-        bel.register_want(want)
+        bel.wants.register(want)
     for want in warm:  # untimed: statements compiled, connections pooled, as in a running worker
-        bel.decide(want.want_id, 1, graph.resolve(want.ref))
+        bel.decisions.decide(want.want_id, 1, graph.resolve(want.ref))
 
     def client(c: int) -> None:
         for want in wants[c]:
-            bel.decide(want.want_id, 1, graph.resolve(want.ref))
+            bel.decisions.decide(want.want_id, 1, graph.resolve(want.ref))
 
     elapsed = released_together(clients, client)
-    executed = len(bel.job_runs(limit=100_000))
+    executed = len(bel.job_runs.query(limit=100_000))
     expected = len(warm) + (per_client if contended else clients * per_client)
     assert executed == expected, f"{executed} job runs for {expected} partitions"
     bel.dispose()
@@ -148,7 +148,7 @@ def statements_per_decision(url: str, decisions: int, contended: bool, clients: 
         for c in range(clients)
     ]
     for spec in (spec for client_specs in specs for spec in client_specs):
-        bel.register_want(spec)
+        bel.wants.register(spec)
     counts = {"statements": 0, "commits": 0}
 
     def statement(*_: Any) -> None:
@@ -164,7 +164,7 @@ def statements_per_decision(url: str, decisions: int, contended: bool, clients: 
 
     def client(c: int) -> None:
         for spec in specs[c]:
-            bel.decide(spec.want_id, 1, graph.resolve(spec.ref))
+            bel.decisions.decide(spec.want_id, 1, graph.resolve(spec.ref))
 
     released_together(clients, client)
     for engine in engines:
@@ -208,7 +208,7 @@ def append_ratio(url: str, count: int) -> dict[str, float]:
     specs = [WantSpec(ref=f"x/{i}", data_timestamp=T0) for i in range(count)]
     start = time.perf_counter()
     for spec in specs:
-        bel.register_want(spec)
+        bel.wants.register(spec)
     bel_s = time.perf_counter() - start
     rows = [
         (
@@ -256,18 +256,18 @@ def append_ratio(url: str, count: int) -> dict[str, float]:
 
 
 def read_ratio(url: str, count: int) -> dict[str, float]:
-    """Reading one want through the BEL (``want``: a row, made a model) against a raw SELECT of the same
+    """Reading one want through the BEL (``wants.get``: a row, made a model) against a raw SELECT of the same
     row by primary key on a connection of the same engine checked out per read, as the BEL does."""
     reset(url)
     bel = BuildEventLog.create(url)
     spec = WantSpec(ref="x/read", data_timestamp=T0)
-    bel.register_want(spec)
+    bel.wants.register(spec)
     by_key = s.wants.select().where(s.wants.c.want_id == spec.want_id)
     for _ in range(min(count, 50)):  # warm both paths (compiled statements, pooled connections)
-        bel.want(spec.want_id)
+        bel.wants.get(spec.want_id)
     start = time.perf_counter()
     for _ in range(count):
-        bel.want(spec.want_id)
+        bel.wants.get(spec.want_id)
     bel_s = time.perf_counter() - start
     start = time.perf_counter()
     for _ in range(count):
@@ -284,15 +284,15 @@ def job_run_path(url: str, runs: int, raw_per_s: float) -> dict[str, float]:
     specs = [WantSpec(ref=f"x/{i}", data_timestamp=T0) for i in range(runs + WARM_DECISIONS)]
     run_ids = []
     for spec in specs:
-        bel.register_want(spec)
-        verdict = bel.decide(spec.want_id, 1, graph.resolve(spec.ref))
+        bel.wants.register(spec)
+        verdict = bel.decisions.decide(spec.want_id, 1, graph.resolve(spec.ref))
         assert isinstance(verdict, Execute), verdict
         run_ids.append(verdict.job_run_id)
 
     def run(job_run_id: str) -> None:
-        started = bel.start_attempt(job_run_id, 1, "bench", timedelta(minutes=5))
+        started = bel.job_runs.start_attempt(job_run_id, 1, "bench", timedelta(minutes=5))
         written = [InstanceRef(ref=ref, instance_id=i) for ref, i in started.instances.items()]
-        bel.succeed_job_run(job_run_id, [], written, attempt=1)
+        bel.job_runs.succeed(job_run_id, [], written, attempt=1)
 
     for job_run_id in run_ids[:WARM_DECISIONS]:
         run(job_run_id)

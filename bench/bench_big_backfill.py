@@ -202,7 +202,7 @@ def p95_ms(seconds: list[float]) -> float:
 
 
 def runs_queued_since(db: DataBuild, at: datetime) -> int:
-    return sum(1 for run in db.bel.job_runs(limit=1000) if run.created_at >= at)
+    return sum(1 for run in db.bel.job_runs.query(limit=1000) if run.created_at >= at)
 
 
 async def pause_and_resume(db: DataBuild, backfill_id: str) -> dict[str, Any]:

@@ -58,7 +58,7 @@ async def one_round(
             want = await db.wait(await db.want(ref, data_timestamp=at))
             wall = time.perf_counter() - started
         assert want.state is WantState.successful, want.reason
-        runs = Counter(f"{r.job_label}:{r.state.value}" for r in bel.job_runs(limit=1000))
+        runs = Counter(f"{r.job_label}:{r.state.value}" for r in bel.job_runs.query(limit=1000))
         return {"wall_s": wall, "job_runs": sum(runs.values()), "by_state": dict(sorted(runs.items()))}
     finally:
         bel.dispose()

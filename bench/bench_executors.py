@@ -84,7 +84,7 @@ def attempt_spans(bel: BuildEventLog) -> list[float]:
     """Seconds from each attempt's start to its recorded outcome."""
     starts: dict[str, datetime] = {}
     spans: list[float] = []
-    events = bel.events(
+    events = bel.events.query(
         limit=10_000, types=["JobRunStarted", "JobRunSucceeded", "JobRunDepMiss", "JobRunFailed"]
     )
     for event in events:
@@ -131,7 +131,7 @@ async def run_variant(
         demo_s = await fulfil(ref, datetime(2024, 1, 7, tzinfo=UTC))
     finally:
         await asyncio.to_thread(stop_group, worker)
-    runs = [r for r in bel.job_runs(limit=1000) if r.outputs != [WARMUP_REF]]
+    runs = [r for r in bel.job_runs.query(limit=1000) if r.outputs != [WARMUP_REF]]
     succeeded = [r for r in runs if r.state is JobRunState.succeeded]
     assert all(r.state in (JobRunState.succeeded, JobRunState.dep_miss) for r in runs), [
         (r.job_label, r.state) for r in runs

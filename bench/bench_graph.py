@@ -83,12 +83,12 @@ def cli_want(env: dict[str, str], cwd: Path, ref: str) -> float:
 
 def phases(bel: BuildEventLog, ref: str, wall_s: float, days: int) -> dict[str, Any]:
     """Where a DataBuild round's time went, from the BEL's own timestamps and the CLI's wall time."""
-    [want] = [w for w in bel.wants(ref_prefix=ref) if w.source is not WantSource.derivative]
+    [want] = [w for w in bel.wants.query(ref_prefix=ref) if w.source is not WantSource.derivative]
     if want.state is not WantState.successful:
         raise RuntimeError(f"the want for {ref} ended {want.state.value}: {want.reason}")
     # Rounds run one after another, and the direct side makes no runs: the round's are those since.
     runs = sorted(
-        (r for r in bel.job_runs(limit=10 * days) if r.created_at >= want.created_at),
+        (r for r in bel.job_runs.query(limit=10 * days) if r.created_at >= want.created_at),
         key=lambda r: r.created_at,
     )
     if len(runs) != 2 * days + 1:

@@ -116,7 +116,7 @@ def check_successful(wants: list[Want], what: str) -> None:
 async def publish_all(bel: BuildEventLog, refs: list[str]) -> float:
     start = time.perf_counter()
     for ref in refs:
-        await asyncio.to_thread(bel.publish_external, ref)
+        await asyncio.to_thread(bel.partitions.publish_external, ref)
     return time.perf_counter() - start
 
 
@@ -171,7 +171,7 @@ async def timed_want(rig: Rig, ref: str) -> tuple[float, float]:
     want = await rig.db.wait(spec)
     elapsed = time.perf_counter() - start
     check_successful([want], "job")
-    runs = await asyncio.to_thread(rig.bel.want_job_runs, want.want_id)
+    runs = await asyncio.to_thread(rig.bel.job_runs.of_want, want.want_id)
     if len(runs) != 1:
         raise RuntimeError(f"want {ref} led to {len(runs)} job runs, expected 1")
     run = runs[0][1]

@@ -11,7 +11,7 @@ is another process with the same worker limits (concurrent activities, workflow 
 
 (a) DataBuild: ``DataBuild.backfill`` registers N hourly partitions of ``scale/{hour}`` as one backfill
     (the SDK's own concurrency, 16 registrations in flight) and the run waits, following
-    ``backfill_progress``, until every want has ended. Each want decides, starts a job run workflow,
+    ``backfills.progress``, until every want has ended. Each want decides, starts a job run workflow,
     whose job activity runs the job body through the worker's executor: the body writes its one-row
     output as Parquet with pyarrow (no Spark job), the run commits it to the BEL and signals the want.
 (b) Baseline: N bare workflows, each running one no-op activity, started 16 at a time on the same

@@ -145,10 +145,12 @@ def main() -> int:
         live = len(log.partitions)
 
         def baseline() -> int:
-            with bel.snapshot():
-                rows = bel._all(select(s.partition_instances).where(s.partition_instances.c.status == "live"))
-                reads = bel._all(select(s.consumers))
-            return len(rows) + len(reads)
+            with bel.snapshot_connection() as conn:
+                rows = conn.execute(
+                    select(s.partition_instances).where(s.partition_instances.c.status == "live")
+                )
+                reads = conn.execute(select(s.consumers))
+                return len(rows.all()) + len(reads.all())
 
         base_s, base_rows = best(args.samples, baseline)
         all_s, found = best(args.samples, lambda: stale_partitions(bel, g))

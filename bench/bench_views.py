@@ -296,7 +296,7 @@ class History:
         return found
 
     def impact(self, ref: str, instance_id: str) -> TaintImpact:
-        """What tainting the instance affects, as ``BelQueries.taint_impact`` reads it."""
+        """What tainting the instance affects, as ``Partitions.taint_impact`` reads it."""
         downstream = self.closure(instance_id)
         status: dict[str, str] = {}
         for chunk in _chunks([i for _, i, _ in downstream]):
@@ -479,7 +479,7 @@ class History:
         spent: SparkCost,
         checks: Mapping[str, Sequence[CheckResult]] | None = None,
     ) -> None:
-        """The attempt publishes, in one commit with what it cost (``succeed_job_run``): each instance it
+        """The attempt publishes, in one commit with what it cost (``job_runs.succeed``): each instance it
         wrote goes live at its location, built by the worker's version of the job, with its checks."""
         run_id = plan.job_run_id
         locations = {w.ref: f"file:///lake/{w.ref}/~{w.instance_id}" for w in writes}
@@ -572,7 +572,7 @@ class History:
     def enroll(
         self, request: BackfillRequest, partitions: int, specs: Sequence[WantSpec], first: int
     ) -> None:
-        """``specs`` registered as the backfill's wants at places ``first`` on (``record_backfill``), then
+        """``specs`` registered as the backfill's wants at places ``first`` on (``backfills.record``), then
         started by its window (a step of ``advance``, recorded by ``moved``), as wide as ``specs``: the
         wants it started before have ended."""
         backfill_id = request.backfill_id
@@ -940,7 +940,7 @@ def verify(bel: BuildEventLog, scratch: Engine) -> float:
         if [tuple(r) for r in source.execute(by_idx)] != [tuple(r) for r in target.execute(by_idx)]:
             raise AssertionError("the copied events differ from the generated history's")
     copied = snapshot(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     replayed = snapshot(bel)
     for name, rows in copied.items():
         if rows != replayed[name]:
@@ -1104,10 +1104,12 @@ def cases(bel: BuildEventLog, t: Targets) -> list[Case]:
             t.job_runs,
         ),
         Case("list_job_runs (label+state)", runs_by_label, filters, s.job_runs, t.job_runs),
-        Case("taint_impact (clean/, agg/)", bel.taint_impact, t.mid_chain, s.partitions, t.mid_chain),
+        Case(
+            "taint_impact (clean/, agg/)", bel.partitions.taint_impact, t.mid_chain, s.partitions, t.mid_chain
+        ),
         Case(
             f"taint_impact (dim/calendar, {t.hub_closure} down)",
-            bel.taint_impact,
+            bel.partitions.taint_impact,
             [DIM],
             s.partitions,
             [DIM],
@@ -1115,7 +1117,14 @@ def cases(bel: BuildEventLog, t: Targets) -> list[Case]:
         ),
         *hourly_cases(bel, t),
         # Not a view: the events API a downstream graph tails, listed for its ref-prefix filter.
-        Case("events (pattern, since 0)", lambda g: bel.events(pattern=g), globs, s.events, idx, gated=False),
+        Case(
+            "events (pattern, since 0)",
+            lambda g: bel.events.query(pattern=g),
+            globs,
+            s.events,
+            idx,
+            gated=False,
+        ),
     ]
 
 
@@ -1156,7 +1165,7 @@ def hourly_cases(bel: BuildEventLog, t: Targets) -> list[Case]:
         ),
         Case(
             f"backfill_progress ({min(t.hourly_total, YEAR_OF_HOURS):,} wants)",
-            bel.backfill_progress,
+            bel.backfills.progress,
             t.backfills,
             s.wants,
             t.wants,

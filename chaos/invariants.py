@@ -16,7 +16,7 @@ from chaos.stack import ChaosStack, read
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
 from databuild.jobs.storage import Storage
-from databuild.models import PartitionStatus, WantState
+from databuild.models import Partition, PartitionStatus, Want, WantState
 from databuild.testing import projection_rows
 
 # The harness runs the whole product as a user would: the demo graph.
@@ -106,13 +106,21 @@ def _locks(bel: BuildEventLog) -> list[tuple[str, str, str]]:
     return [(ref, job_run_id, workflow_id) for ref, job_run_id, workflow_id in rows]
 
 
+def _want(bel: BuildEventLog, want_id: str) -> Want:
+    return bel.wants.get(want_id)
+
+
+def _partition(bel: BuildEventLog, ref: str) -> Partition:
+    return bel.partitions.get(ref)
+
+
 async def stuck_wants(stack: ChaosStack) -> list[str]:
     """Wants not final in the BEL without a running workflow. A workflow records its want's final state
     before it ends, so a second look at the BEL settles a race with one that just ended."""
     stuck = []
     for want_id, workflow_id in await read(stack, _open_wants):
         if not await stack.workflow_running(workflow_id):
-            now = await read(stack, BuildEventLog.want, want_id)
+            now = await read(stack, _want, want_id)
             if not now.state.is_final:
                 stuck.append(f"{now.ref} {want_id} is {now.state.value} but {workflow_id} is not running")
     return stuck
@@ -124,7 +132,7 @@ async def dead_locks(stack: ChaosStack) -> list[str]:
     dead = []
     for ref, job_run_id, workflow_id in await read(stack, _locks):
         if not await stack.workflow_running(workflow_id):
-            now = await read(stack, BuildEventLog.partition, ref)
+            now = await read(stack, _partition, ref)
             if now.status is PartitionStatus.building and now.building_job_run_id == job_run_id:
                 dead.append(f"{ref} locked by {job_run_id}, whose workflow is not running")
     return dead
@@ -208,7 +216,7 @@ def check_news(bel: BuildEventLog, report: ChaosReport) -> None:
         )
     report.behind = [
         f"{r.ref} read {r.input_read} of {r.input_ref}, whose live instance is {r.input_live}"
-        for r in bel.late_readers(feeds)
+        for r in bel.lineage.late_readers(feeds)
     ]
 
 
@@ -223,7 +231,7 @@ def dump_events(bel: BuildEventLog, path: Path) -> None:
 def check_projections(bel: BuildEventLog, report: ChaosReport) -> None:
     """Projections equal a rebuild from the events alone (with nothing else writing)."""
     before = projection_rows(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     after = projection_rows(bel)
     for table, rows in before.items():
         if rows != after[table]:

@@ -16,6 +16,7 @@ from chaos.invariants import stuck_wants
 from chaos.stack import ChaosStack, read, retrying
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
+from databuild.domain.late_data import LateReader
 from databuild.models import WantSource, WantSpec
 from databuild.temporal.protocol import backfill_window_workflow_id
 
@@ -157,9 +158,17 @@ async def taint_round(stack: ChaosStack, rng: random.Random, config: ChaosConfig
     raws = [ref for ref in needed_refs(backfill) if ref.startswith("raw_events/")]
     tainted = set(rng.sample(raws, k=min(3, len(raws))))
     for ref in sorted(tainted):
-        await read(stack, BuildEventLog.taint, ref, reason="chaos: late data", cascade=True)
+        await read(stack, _taint, ref)
     stack.log(f"tainted {', '.join(sorted(tainted))} (cascading)")
     return [ref for ref in backfill if tainted & set(needed_refs([ref]))]
+
+
+def _taint(bel: BuildEventLog, ref: str) -> None:
+    bel.partitions.taint(ref, reason="chaos: late data", cascade=True)
+
+
+def _late_readers(bel: BuildEventLog, feeds: list[str]) -> list[LateReader]:
+    return bel.lineage.late_readers(feeds)
 
 
 async def until_caught_up(stack: ChaosStack, days: list[str], seconds: float) -> bool:
@@ -167,7 +176,7 @@ async def until_caught_up(stack: ChaosStack, days: list[str], seconds: float) ->
     announcements, are done), or ``seconds`` have passed; whether it caught up."""
     feeds = [f"corrections/{day}" for day in days]
     deadline = time.monotonic() + seconds
-    while await read(stack, BuildEventLog.late_readers, feeds):
+    while await read(stack, _late_readers, feeds):
         if time.monotonic() > deadline:
             return False
         await asyncio.sleep(1.0)

@@ -22,15 +22,15 @@ def spec(ref: str, source: WantSource = WantSource.cli) -> WantSpec:
 
 
 def decide(bel: BuildEventLog, want: WantSpec, seq: int = 1) -> Verdict:
-    bel.register_want(want)
-    return bel.decide(want.want_id, seq, graph.resolve(want.ref))
+    bel.wants.register(want)
+    return bel.decisions.decide(want.want_id, seq, graph.resolve(want.ref))
 
 
 def build(bel: BuildEventLog, ref: str, reads: list[InstanceRef] | None = None) -> InstanceRef:
     """A want for ``ref`` whose run writes instance ``<ref>@<n>`` (n: the run's count of builds)."""
     verdict = decide(bel, spec(ref))
     assert verdict.kind == "execute"
-    bel.start_job_run(verdict.job_run_id, 1, "w")
-    written = InstanceRef(ref=ref, instance_id=f"{ref}@{len(bel.instances(ref)) + 1}")
-    bel.succeed_job_run(verdict.job_run_id, reads or [], [written])
+    bel.job_runs.start(verdict.job_run_id, 1, "w")
+    written = InstanceRef(ref=ref, instance_id=f"{ref}@{len(bel.partitions.instances(ref)) + 1}")
+    bel.job_runs.succeed(verdict.job_run_id, reads or [], [written])
     return written

@@ -116,7 +116,7 @@ async def until_held_by_pause(db: DataBuild, wants: list[Want], seconds: float =
 
 
 def waiting_for_feed(db: DataBuild, ref: str) -> bool:
-    feeds = db.bel.wants(ref_prefix=ref)
+    feeds = db.bel.wants.query(ref_prefix=ref)
     return any(w.source is WantSource.derivative and w.state is WantState.upstream_building for w in feeds)
 
 

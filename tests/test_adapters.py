@@ -108,7 +108,7 @@ def offline(tmp_path: Path) -> Iterator[Settings]:
     """Settings whose Temporal address has nothing listening, over a BEL with one live partition."""
     settings = Settings(home=tmp_path, temporal_address=f"127.0.0.1:{free_port()}")
     bel = BuildEventLog.create(settings.database_url.get_secret_value())
-    bel.publish_external("ext/1")
+    bel.partitions.publish_external("ext/1")
     bel.dispose()
     yield settings
 
@@ -117,7 +117,7 @@ async def test_the_sdk_taints_without_temporal(offline: Settings) -> None:
     db = await DataBuild.connect(offline, lazy=True)
     async with db:
         impact = await db.taint_impact("ext/1")
-        live = db.bel.partition("ext/1")
+        live = db.bel.partitions.get("ext/1")
         assert (impact.ref, impact.instance_id, impact.downstream) == ("ext/1", live.instance_id, [])
         with pytest.raises(InvalidTransitionError, match="look at the impact again"):
             await db.taint("ext/1", instance_id="not-the-live-one")
@@ -126,10 +126,10 @@ async def test_the_sdk_taints_without_temporal(offline: Settings) -> None:
         assert (result.partition.status, result.partition.reason) == (PartitionStatus.tainted, "bad rows")
         with pytest.raises(TemporalUnavailableError, match="not connected"):
             db.temporal  # noqa: B018 - nothing above needed Temporal, so nothing connected
-        before = db.bel.last_idx()
+        before = db.bel.events.last_idx()
         with pytest.raises(TemporalUnavailableError, match="cannot reach Temporal"):
             await db.want("daily_users/2024-01-01")  # a want needs it: connects then, and records nothing
-        assert db.bel.last_idx() == before
+        assert db.bel.events.last_idx() == before
 
 
 def test_the_api_taints_while_temporal_is_down(offline: Settings) -> None:
@@ -145,7 +145,7 @@ def test_the_api_taints_while_temporal_is_down(offline: Settings) -> None:
         assert done.json()["partition"]["status"] == "tainted"
         want = client.post("/api/wants", json={"ref": "daily_users/2024-01-01"})
         assert want.status_code == 503 and "cannot reach Temporal" in want.json()["error"]
-    assert bel.partition("ext/1").status is PartitionStatus.tainted
+    assert bel.partitions.get("ext/1").status is PartitionStatus.tainted
     bel.dispose()
 
 
@@ -182,8 +182,8 @@ def test_a_progress_look_is_one_query_however_many_wants(tmp_path: Path) -> None
         for n in range(1, 9)
     ]
     for spec in specs:
-        bel.register_want(spec)
-        bel.decide(spec.want_id, 1, graph.resolve(spec.ref))
+        bel.wants.register(spec)
+        bel.decisions.decide(spec.want_id, 1, graph.resolve(spec.ref))
     statements: list[str] = []
     event.listen(bel.reader, "before_cursor_execute", lambda *args: statements.append(args[2]))
     queries = lambda: [q for q in statements if q.strip() != "BEGIN"]  # noqa: E731 - SQLite's own BEGIN

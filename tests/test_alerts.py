@@ -205,16 +205,16 @@ async def test_sla_at_risk_then_missed_reach_a_webhook_that_comes_back_and_a_mai
     for n in "abc":
         await db.publish(f"feed/0/{n}")
     for spec in history:
-        await until(lambda spec=spec: db.bel.want(spec.want_id).state.is_final, f"{spec.ref} built")  # type: ignore[misc]
-        assert db.bel.want(spec.want_id).state is WantState.successful, db.bel.want(spec.want_id)
-    assert db.bel.job_durations(["report_job"])["report_job"].samples == 3
+        await until(lambda spec=spec: db.bel.wants.get(spec.want_id).state.is_final, f"{spec.ref} built")  # type: ignore[misc]
+        assert db.bel.wants.get(spec.want_id).state is WantState.successful, db.bel.wants.get(spec.want_id)
+    assert db.bel.job_runs.durations(["report_job"])["report_job"].samples == 3
 
     # The webhook is down; a report due 9 h after its data time waits for its feed.
     start = await env.get_current_time()
     deadline = start + timedelta(hours=9)
     spec = await db.want("report/0/late", data_timestamp=start, sla=timedelta(hours=9), ttl=timedelta(days=2))
     await until(
-        lambda: db.bel.want(spec.want_id).state is WantState.upstream_building, "waiting for the feed"
+        lambda: db.bel.wants.get(spec.want_id).state is WantState.upstream_building, "waiting for the feed"
     )
     view = await db.want_view(spec.want_id)
     assert view.data.estimate is not None and view.data.estimate.external == ["feed/0/late"]
@@ -226,11 +226,11 @@ async def test_sla_at_risk_then_missed_reach_a_webhook_that_comes_back_and_a_mai
         assert "Estimated live" in page and "waits for external feed/0/late" in page
 
     await skip_time(env, timedelta(hours=8), step=timedelta(minutes=30))
-    assert not db.bel.want(spec.want_id).sla_at_risk  # the report alone takes seconds: no risk yet
+    assert not db.bel.wants.get(spec.want_id).sla_at_risk  # the report alone takes seconds: no risk yet
     assert mail.messages == []
 
     await skip_time(env, timedelta(hours=1, minutes=5), step=timedelta(minutes=5))
-    want = db.bel.want(spec.want_id)
+    want = db.bel.wants.get(spec.want_id)
     assert want.sla_at_risk and want.sla_missed and want.state is WantState.upstream_building
     expected = sorted(["sla_at_risk", "upstream_late", "sla_missed"])
     await until(lambda: len(mail.messages) == 3, "three mails")
@@ -280,7 +280,7 @@ async def test_a_failed_build_alerts_its_fail_lock_and_the_failed_want_once(aler
     await until(lambda: len(hook.received) == 2, "two webhook calls")
     assert hook.kinds() == ["partition_fail_locked", "want_failed"]
     locked = next(r for r in hook.received if r["kind"] == "partition_fail_locked")
-    run = db.bel.want(first.want_id).job_run_id
+    run = db.bel.wants.get(first.want_id).job_run_id
     assert locked["subject"] == run and locked["link"].endswith(f"/job-runs/{run}")
     assert "databuild resolve timed/0" in locked["message"]
     await until(lambda: len(mail.messages) == 2, "two mails")
@@ -302,7 +302,7 @@ async def test_a_finished_backfill_alerts_once_with_its_counts(alerting: AlertSt
     # The last wants to end all saw it finished, and each raised its alert. An alert's workflow is started
     # once per key, ever: once every want's workflow and that one have closed, no second can come.
     client = alerting.env.client
-    for want in db.bel.wants(limit=100):
+    for want in db.bel.wants.query(limit=100):
         with contextlib.suppress(WorkflowFailureError):  # the broken day's want failed: closed too
             await client.get_workflow_handle(want_workflow_id(want.ref, want.want_id)).result()
     await client.get_workflow_handle(

@@ -40,7 +40,7 @@ PATTERNS = ["feed/2024-05-*"]
 
 
 def live_events(stack: Stack, after: int = 0) -> list[str]:
-    page = stack.bel.event_page(after, 1000, EventFilter(types=["PartitionLive"]))
+    page = stack.bel.events.page(after, 1000, EventFilter(types=["PartitionLive"]))
     return [e.ref or "" for e in page.events]
 
 
@@ -51,7 +51,7 @@ async def ignoring_patterns(bel: BuildEventLog) -> AsyncIterator[str]:
 
     @app.get("/api/events")
     def events(since_idx: int = 0, limit: int = 100) -> EventPage:
-        return bel.event_page(since_idx, limit, EventFilter(types=["PartitionLive"]))
+        return bel.events.page(since_idx, limit, EventFilter(types=["PartitionLive"]))
 
     async with serving(app, "127.0.0.1", free_port()) as base:
         yield base
@@ -60,7 +60,7 @@ async def ignoring_patterns(bel: BuildEventLog) -> AsyncIterator[str]:
 async def test_pull_skips_what_the_subscription_may_not_announce(make_stack, tmp_path: Path) -> None:
     upstream = BuildEventLog.create(f"sqlite:///{tmp_path / 'up.sqlite'}")
     for ref in (JOB_OUTPUT, OUT_OF_PATTERN, ALLOWED):  # the refused ones first: they must not stall
-        upstream.publish_external(ref, str(uuid.uuid4()))
+        upstream.partitions.publish_external(ref, str(uuid.uuid4()))
     down = await make_stack(graph="tests.graphs:late")
     handle = down.client.get_workflow_handle(upstream_workflow_id(down.settings.task_queue, "up"))
     try:
@@ -69,21 +69,21 @@ async def test_pull_skips_what_the_subscription_may_not_announce(make_stack, tmp
                 name="up", url=url, patterns=PATTERNS, poll_every=timedelta(milliseconds=300)
             )
             await start_upstream(down.client, down.settings.task_queue, sync)
-            await until(lambda: down.bel.find_partition(ALLOWED) is not None)
+            await until(lambda: down.bel.partitions.find(ALLOWED) is not None)
             # The workflow hears how a page went after the activity that applied it: the partition can be
             # there before the status says so (a query in between saw 0, 0, 0 once in CI).
             statuses: list[UpstreamStatus] = []
 
             async def caught_up() -> bool:
                 statuses.append(await handle.query(QUERY_UPSTREAM_STATUS, result_type=UpstreamStatus))
-                return statuses[-1].cursor >= upstream.last_idx()
+                return statuses[-1].cursor >= upstream.events.last_idx()
 
             await until(caught_up, "the subscription's status reaching the upstream's last event")
             status = statuses[-1]
         assert live_events(down) == [ALLOWED]
-        assert down.bel.find_partition(JOB_OUTPUT) is None
-        assert down.bel.find_partition(OUT_OF_PATTERN) is None
-        assert (status.applied, status.refused, status.cursor) == (1, 2, upstream.last_idx())
+        assert down.bel.partitions.find(JOB_OUTPUT) is None
+        assert down.bel.partitions.find(OUT_OF_PATTERN) is None
+        assert (status.applied, status.refused, status.cursor) == (1, 2, upstream.events.last_idx())
     finally:
         await handle.terminate("test over")
         upstream.dispose()
@@ -99,21 +99,21 @@ async def test_push_signal_applies_only_what_the_subscription_may_announce(make_
             await announce(
                 down.client, queue, Announcement(ref=ref, instance_id=str(uuid.uuid4()), graph="up")
             )
-        await until(lambda: down.bel.find_partition(ALLOWED) is not None)
+        await until(lambda: down.bel.partitions.find(ALLOWED) is not None)
         assert live_events(down) == [ALLOWED]
-        assert down.bel.find_partition(JOB_OUTPUT) is None
-        assert down.bel.find_partition(OUT_OF_PATTERN) is None
+        assert down.bel.partitions.find(JOB_OUTPUT) is None
+        assert down.bel.partitions.find(OUT_OF_PATTERN) is None
     finally:
         await handle.terminate("test over")
 
     # A sender that has the receiving graph is refused before anything is signalled or started.
-    before = down.bel.last_idx()
+    before = down.bel.events.last_idx()
     with pytest.raises(AnnouncementRefusedError, match="built here by job 'report'"):
         await announce(down.client, queue, Announcement(ref=JOB_OUTPUT, graph="other"), graph=down.graph)
     with pytest.raises(RPCError) as missing:
         await down.client.get_workflow_handle(upstream_workflow_id(queue, "other")).describe()
     assert missing.value.status is RPCStatusCode.NOT_FOUND
-    assert down.bel.last_idx() == before
+    assert down.bel.events.last_idx() == before
 
 
 async def test_http_refuses_what_the_graph_builds_or_does_not_know(make_stack) -> None:
@@ -125,7 +125,7 @@ async def test_http_refuses_what_the_graph_builds_or_does_not_know(make_stack) -
             ref: await client.post(f"{base}/api/partitions/{ref}/available", json={"graph": "up"})
             for ref in (JOB_OUTPUT, "orders/2024-05-01")
         }
-        assert down.bel.last_idx() == 0
+        assert down.bel.events.last_idx() == 0
         allowed = await client.post(f"{base}/api/partitions/{ALLOWED}/available", json={"graph": "up"})
     assert {ref: r.status_code for ref, r in refused.items()} == {JOB_OUTPUT: 400, "orders/2024-05-01": 400}
     assert refused[JOB_OUTPUT].json() == {
@@ -148,7 +148,7 @@ async def test_cli_and_sdk_refuse_a_job_output(make_stack) -> None:
         await down.db.publish(JOB_OUTPUT)
     with pytest.raises(AnnouncementRefusedError, match="outside the patterns"):
         await down.db.publish(OUT_OF_PATTERN, patterns=PATTERNS)
-    assert down.bel.last_idx() == 0 and down.bel.find_partition(JOB_OUTPUT) is None
+    assert down.bel.events.last_idx() == 0 and down.bel.partitions.find(JOB_OUTPUT) is None
 
     assert (await cli(down, "publish", ALLOWED)).returncode == 0
     await down.db.publish(OUT_OF_PATTERN)  # no subscription's patterns: any external ref

@@ -36,7 +36,7 @@ WRITES = [
 @pytest.fixture
 def bel(tmp_path: Path) -> Iterator[BuildEventLog]:
     log = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
-    log.publish_external("ext/1")
+    log.partitions.publish_external("ext/1")
     yield log
     log.dispose()
 
@@ -53,7 +53,7 @@ def call(client: TestClient, method: str, path: str, body: object, **headers: st
 
 
 def test_with_tokens_every_guarded_endpoint_needs_one(tmp_path: Path, bel: BuildEventLog) -> None:
-    before = bel.last_idx()
+    before = bel.events.last_idx()
     client = TestClient(
         app(tmp_path, bel, f"graph-b={TOKEN}"), base_url=BASE, client=LOOPBACK
     )  # (loopback is not enough)
@@ -62,7 +62,7 @@ def test_with_tokens_every_guarded_endpoint_needs_one(tmp_path: Path, bel: Build
             response = call(client, method, path, body, **headers)
             assert response.status_code == 401, (path, headers, response.text)  # type: ignore[attr-defined]
             assert response.headers["www-authenticate"] == "Bearer"  # type: ignore[attr-defined]
-    assert bel.last_idx() == before
+    assert bel.events.last_idx() == before
     auth = {"authorization": f"Bearer {TOKEN}"}
     ok = client.get("/api/events", headers=auth)
     assert ok.status_code == 200 and ok.json()["events"]
@@ -76,12 +76,12 @@ def test_with_tokens_every_guarded_endpoint_needs_one(tmp_path: Path, bel: Build
 
 
 def test_without_tokens_only_loopback_clients_may_write(tmp_path: Path, bel: BuildEventLog) -> None:
-    before = bel.last_idx()
+    before = bel.events.last_idx()
     remote = TestClient(app(tmp_path, bel, None), base_url=BASE, client=REMOTE)
     for method, path, body in WRITES:
         response = call(remote, method, path, body)
         assert response.status_code == 401 and "DATABUILD_API_TOKENS" in response.text  # type: ignore[attr-defined]
-    assert bel.last_idx() == before
+    assert bel.events.last_idx() == before
     local = TestClient(app(tmp_path, bel, None), base_url=BASE, client=LOOPBACK)
     assert local.get("/api/events").status_code == 200
 
@@ -132,12 +132,12 @@ def test_a_malformed_token_line_refuses_to_start_and_names_its_line(
 def test_instances_are_pinned_and_unpinned_over_http(tmp_path: Path, bel: BuildEventLog) -> None:
     client = TestClient(app(tmp_path, bel, f"graph-b={TOKEN}"), base_url=BASE, client=REMOTE)
     auth = {"authorization": f"Bearer {TOKEN}"}
-    instance = bel.partition("ext/1").instance_id
+    instance = bel.partitions.get("ext/1").instance_id
     pinned = client.post(f"/api/instances/{instance}/pin", json={"reason": "audit"}, headers=auth)
     assert pinned.status_code == 200 and pinned.json()["pinned"] is True, pinned.text
     unpinned = client.post(f"/api/instances/{instance}/pin", json={"pinned": False}, headers=auth)
     assert unpinned.json()["pinned"] is False
-    before = bel.last_idx()
+    before = bel.events.last_idx()
     missing = client.post("/api/instances/not-an-instance/pin", json={}, headers=auth)
     assert missing.status_code == 404 and "no partition instance" in missing.json()["error"]
-    assert bel.last_idx() == before
+    assert bel.events.last_idx() == before

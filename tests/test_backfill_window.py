@@ -60,7 +60,7 @@ async def test_a_backfill_keeps_at_most_its_window_open_and_builds_every_partiti
     assert progress.registered == progress.partitions == 24
     most_open = 0
     deadline = time.monotonic() + 120
-    while not (progress := stack.bel.backfill_progress(request.backfill_id)).finished:
+    while not (progress := stack.bel.backfills.progress(request.backfill_id)).finished:
         assert time.monotonic() < deadline, progress
         most_open = max(most_open, progress.started - progress.done)
         await asyncio.sleep(0.1)
@@ -68,7 +68,7 @@ async def test_a_backfill_keeps_at_most_its_window_open_and_builds_every_partiti
     assert 1 <= most_open <= 4
     # In the order of the range, 4 at a time: the k-th partition's run was queued only once k - 3 runs
     # had ended (each want ends when its run does).
-    runs = sorted(stack.bel.job_runs(limit=100), key=lambda r: r.outputs[0])
+    runs = sorted(stack.bel.job_runs.query(limit=100), key=lambda r: r.outputs[0])
     ended = sorted(r.ended_at for r in runs if r.ended_at is not None)
     assert len(runs) == len(ended) == 24
     assert all(runs[k].created_at >= ended[k - 4] for k in range(4, 24))
@@ -88,14 +88,14 @@ async def test_cancelling_a_big_backfill_stops_new_work_within_seconds_and_leave
     progress = await stack.db.backfill(request)
     recorded_s = time.monotonic() - began
     assert progress.registered == 5_000 and recorded_s < 60, recorded_s
-    await until(lambda: stack.bel.backfill_progress(request.backfill_id).done >= 3, seconds=120)
+    await until(lambda: stack.bel.backfills.progress(request.backfill_id).done >= 3, seconds=120)
 
     began = time.monotonic()
     cancelled = await stack.db.cancel_backfill(request.backfill_id)
     cancel_s = time.monotonic() - began
     returned = datetime.now(UTC)
     assert cancel_s < 30 and cancelled >= 4_980, (cancel_s, cancelled)
-    progress = stack.bel.backfill_progress(request.backfill_id)
+    progress = stack.bel.backfills.progress(request.backfill_id)
     assert progress.canceled and progress.finished and progress.started <= 3 + 10 + 10
     # The window has stopped, no workflow of its wants is open, and most never had one. (Each cancelled want
     # still records its ending in a few activities, which a loaded machine queues behind the others.)
@@ -107,26 +107,26 @@ async def test_cancelling_a_big_backfill_stops_new_work_within_seconds_and_leave
         if time.monotonic() >= deadline:  # say which is still running, and what the BEL holds of it
             running = await want_workflows(stack, "Running")
             window = await window_status(stack, request.backfill_id)
-            pending = stack.bel.backfill_progress(request.backfill_id).by_state
+            pending = stack.bel.backfills.progress(request.backfill_id).by_state
             raise AssertionError(
                 f"60 s after the cancel: {running} want workflows running, window {window}, {pending}"
             )
         await asyncio.sleep(0.2)
     assert await want_workflows(stack) <= progress.started
-    assert [r for r in stack.bel.job_runs(limit=100) if r.created_at >= returned] == []
+    assert [r for r in stack.bel.job_runs.query(limit=100) if r.created_at >= returned] == []
 
     # A retry takes the whole backfill back, most of whose wants never had a workflow: it settles their
     # closing runs a few at a time, reopens every one and says so, and the window starts them again.
     began = time.monotonic()
     retried = await stack.db.retry_backfill(request.backfill_id)
     retry_s = time.monotonic() - began
-    reopened = stack.bel.backfill_progress(request.backfill_id)
+    reopened = stack.bel.backfills.progress(request.backfill_id)
     assert retried.reopened == reopened.registered - reopened.by_state.get(WantState.successful, 0), retried
     assert retried.fail_locked == [] and not reopened.canceled and retry_s < 60, retry_s
     built = reopened.by_state.get(WantState.successful, 0)
     await until(
         lambda: (
-            stack.bel.backfill_progress(request.backfill_id).by_state.get(WantState.successful, 0) > built
+            stack.bel.backfills.progress(request.backfill_id).by_state.get(WantState.successful, 0) > built
         ),
         seconds=120,
     )
@@ -139,11 +139,11 @@ async def test_a_step_stops_starting_wants_once_its_backfill_is_cancelled_and_re
     request = hours(datetime(2027, 1, 1, tzinfo=UTC), 100)
     partitions = backfill_partitions(request, stack.graph)
     specs = backfill_specs(stack.graph, request, partitions, {}, None)
-    stack.bel.record_backfill(request, 100, specs)
+    stack.bel.backfills.record(request, 100, specs)
 
     def cancel_at_the_tenth_start(*details: object) -> None:
         if details == (10,):
-            assert stack.bel.cancel_backfill(request.backfill_id)
+            assert stack.bel.backfills.cancel(request.backfill_id)
 
     env = ActivityEnvironment()
     env.on_heartbeat = cancel_at_the_tenth_start
@@ -153,6 +153,6 @@ async def test_a_step_stops_starting_wants_once_its_backfill_is_cancelled_and_re
     # The group it was starting went on; the next did not start, and the window stayed where it was.
     assert step.canceled and step.done and (step.read, step.started) == (0, 0)
     assert await started_workflows(stack, [w.workflow_id for w in specs]) == START_GROUP
-    assert stack.bel.backfill_progress(request.backfill_id).started == 0
+    assert stack.bel.backfills.progress(request.backfill_id).started == 0
     # The cancel ends every want the window did not record started, those with a workflow too.
-    assert stack.bel.cancel_unstarted(request.backfill_id) == 100
+    assert stack.bel.backfills.cancel_unstarted(request.backfill_id) == 100

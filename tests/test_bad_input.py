@@ -50,7 +50,7 @@ async def test_cli_rejects_bad_input_and_records_nothing(make_stack) -> None:
     for (args, message), result in zip(CASES, results, strict=True):
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert message in " ".join(result.stderr.split()), (args, result.stderr)
-    assert stack.bel.last_idx() == 0
+    assert stack.bel.events.last_idx() == 0
     started = [w async for w in stack.client.list_workflows(f'TaskQueue = "{stack.settings.task_queue}"')]
     assert started == []
 
@@ -67,7 +67,7 @@ async def test_sdk_rejects_bad_input_and_records_nothing(make_stack) -> None:
     for ref, options in bad:
         with pytest.raises(InvalidInputError):
             await stack.db.want(ref, **options)  # type: ignore[arg-type]
-    assert stack.bel.last_idx() == 0
+    assert stack.bel.events.last_idx() == 0
 
 
 async def test_cli_json_output(make_stack) -> None:
@@ -96,4 +96,4 @@ async def test_cli_json_output(make_stack) -> None:
     assert tree["index"]["wants"][tree["data"]["want_id"]]["state"] == "successful"
     found = json.loads(events.stdout)
     assert {e["type"] for e in found["events"]} >= {"WantCreated", "PartitionLive"}
-    assert found["next_since_idx"] == found["last_idx"] == stack.bel.last_idx()
+    assert found["next_since_idx"] == found["last_idx"] == stack.bel.events.last_idx()

@@ -35,14 +35,14 @@ def request(pattern: str, first: date, count: int) -> BackfillRequest:
 
 
 def runs_of(stack: Stack, job_label: str) -> list[JobRun]:
-    return stack.bel.job_runs(job_label=job_label, limit=1000)
+    return stack.bel.job_runs.query(job_label=job_label, limit=1000)
 
 
 def most_at_once(stack: Stack, job_runs: set[str]) -> int:
     """The most of ``job_runs`` running at once, read from the BEL's events in commit order."""
     running: set[str] = set()
     most = 0
-    for event in stack.bel.events(limit=100_000):
+    for event in stack.bel.events.query(limit=100_000):
         if event.job_run_id not in job_runs:
             continue
         if event.type == "JobRunStarted":
@@ -97,21 +97,23 @@ async def test_a_backfill_runs_in_full_batches_within_its_pool(make_stack, spark
     # Every partition has its own instance, read from its own feed alone.
     instances = set()
     for day in days(first, 60):
-        partition = stack.bel.partition(f"daily/{day}")
+        partition = stack.bel.partitions.get(f"daily/{day}")
         assert partition.status is PartitionStatus.live and partition.instance_id
         instances.add(partition.instance_id)
         built_from = {
             ref.ref
-            for run_id, ref in stack.bel.consumers_of(stack.bel.partition(f"feed/{day}").instance_id or "")[0]
+            for run_id, ref in stack.bel.partitions.consumers_of(
+                stack.bel.partitions.get(f"feed/{day}").instance_id or ""
+            )[0]
         }
         assert built_from == {f"daily/{day}"}
     assert len(instances) == 60
 
     # Asking again registers nothing.
-    events = stack.bel.last_idx()
+    events = stack.bel.events.last_idx()
     again = await stack.db.backfill(backfill)
     assert again.finished and again.registered == 60
-    assert stack.bel.last_idx() == events
+    assert stack.bel.events.last_idx() == events
 
 
 async def test_an_interactive_want_starts_before_the_queued_backfill_runs(make_stack) -> None:
@@ -127,8 +129,8 @@ async def test_an_interactive_want_starts_before_the_queued_backfill_runs(make_s
     assert (await stack.db.wait(urgent)).state is WantState.successful
     await finished(stack, progress.backfill_id)
 
-    started = [e for e in stack.bel.events(limit=100_000) if e.type == "JobRunStarted"]
-    order = [stack.bel.job_run(e.job_run_id).outputs[0] for e in started]
+    started = [e for e in stack.bel.events.query(limit=100_000) if e.type == "JobRunStarted"]
+    order = [stack.bel.job_runs.get(e.job_run_id).outputs[0] for e in started]
     # The backfill's first run was going already; the interactive one was next, ahead of three older runs.
     assert order[1] == "paced/2024-07-01", order
     assert most_at_once(stack, {r.job_run_id for r in runs_of(stack, "paced")}) == 1
@@ -157,8 +159,8 @@ async def test_a_want_whose_sla_is_at_risk_goes_first_then_by_slack_and_backfill
     for spec in (relaxed, at_risk):
         assert (await stack.db.wait(spec)).state is WantState.successful
     await finished(stack, progress.backfill_id)
-    started = [e for e in stack.bel.events(limit=100_000) if e.type == "JobRunStarted"]
-    order = [stack.bel.job_run(e.job_run_id).outputs[0] for e in started]
+    started = [e for e in stack.bel.events.query(limit=100_000) if e.type == "JobRunStarted"]
+    order = [stack.bel.job_runs.get(e.job_run_id).outputs[0] for e in started]
     assert order[:3] == ["gated/hold", "gated/at-risk", "gated/relaxed"], order
     assert sorted(order[3:]) == ["gated/2024-06-01", "gated/2024-06-02"], order
 
@@ -182,7 +184,9 @@ async def test_a_batch_missing_one_input_waits_for_that_input_only(make_stack, s
     (missed,) = dep_missed()
     assert missed.missing == [f"feed/{late}"]
     assert missed.missing_for == {f"undeclared/{day}": [f"feed/{late}"] for day in five}
-    assert all(stack.bel.partition(f"undeclared/{day}").status is not PartitionStatus.live for day in five)
+    assert all(
+        stack.bel.partitions.get(f"undeclared/{day}").status is not PartitionStatus.live for day in five
+    )
 
     await feed(stack, spark_runtime, late)
     await finished(stack, progress.backfill_id)
@@ -215,14 +219,18 @@ async def test_a_batch_written_as_one_dataframe_gives_each_partition_its_own_ins
     assert run.state is JobRunState.succeeded and len(run.partitions or []) == 5
     session = spark_runtime.session()
     for day in days(first, 5):
-        instance = stack.bel.instance(stack.bel.partition(f"partitioned/{day}").instance_id or "")
+        instance = stack.bel.partitions.instance(
+            stack.bel.partitions.get(f"partitioned/{day}").instance_id or ""
+        )
         assert instance.location == storage.uri_of(f"partitioned/~{run.job_run_id}-1/day={day}")
         rows = session.read.parquet(instance.location).orderBy("id").collect()
         assert [(r.id, r.doubled) for r in rows] == [(0, 0), (1, 2), (2, 4)]
         assert instance.facts is not None and instance.facts.rows == 3
         assert [c.name for c in instance.facts.columns] == ["id", "doubled"]
-        feed_instance = stack.bel.partition(f"feed/{day}").instance_id or ""
-        assert {ref.ref for _, ref in stack.bel.consumers_of(feed_instance)[0]} == {f"partitioned/{day}"}
+        feed_instance = stack.bel.partitions.get(f"feed/{day}").instance_id or ""
+        assert {ref.ref for _, ref in stack.bel.partitions.consumers_of(feed_instance)[0]} == {
+            f"partitioned/{day}"
+        }
 
     # Read back as one DataFrame, as a downstream batch would: the five built here and a published feed
     # in one scan; a feed published with its files in sub-folders (any layout) read on its own. Every
@@ -266,7 +274,7 @@ async def test_a_batch_written_as_one_dataframe_gives_each_partition_its_own_ins
     assert any("wrote no rows for partitioned/2024-09-07:" in reason for reason in failed), failed
     assert any("wrote rows for day=2031-01-01, which this run does not build" in r for r in failed), failed
     for day in days(date(2024, 9, 6), 10):
-        assert stack.bel.partition(f"partitioned/{day}").status is not PartitionStatus.live
+        assert stack.bel.partitions.get(f"partitioned/{day}").status is not PartitionStatus.live
 
     # Garbage collection removes the failed runs' folders whole, and keeps the live partitions.
     report = collect_garbage(storage, stack.bel, keep=timedelta(0))
@@ -274,5 +282,7 @@ async def test_a_batch_written_as_one_dataframe_gives_each_partition_its_own_ins
     assert len(gone) == 2 and all("/~jr-" in location for location in gone), gone
     assert report.kept.get("live", 0) >= 5
     for day in days(first, 5):
-        instance = stack.bel.instance(stack.bel.partition(f"partitioned/{day}").instance_id or "")
+        instance = stack.bel.partitions.instance(
+            stack.bel.partitions.get(f"partitioned/{day}").instance_id or ""
+        )
         assert storage.exists(storage.key_of(instance) or "")

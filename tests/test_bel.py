@@ -151,7 +151,7 @@ def test_migrations_from_empty_match_the_schema_even_when_started_together(empty
     logs = released_together(4, lambda _i: BuildEventLog.create(empty_url))
     with logs[0].writer.connect() as conn:
         command.check(alembic_config(conn))  # raises if the models and the migrated schema differ
-    assert logs[0].last_idx() == 0
+    assert logs[0].events.last_idx() == 0
     for log in logs:
         log.dispose()
 
@@ -173,7 +173,7 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     legacy = backfill_of_0_1_0(bel)
     # 0013 counts the rewinds of a log written since 0002: the legacy backfill retried, its window rewound
     # and moved past its wants again.
-    with bel._write() as tx:
+    with bel._log.write() as tx:
         tx.extend(
             [
                 ev.BackfillRetried(backfill_id=legacy.backfill_id, rewind=True),
@@ -183,12 +183,12 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     # 0014 counts the retries that reopened each want: one want failed and retried once, another twice.
     once, twice = spec("a/retried-1"), spec("a/retried-2")
     for want, retries in ((once, 1), (twice, 2)):
-        bel.register_want(want)
+        bel.wants.register(want)
         for _ in range(retries):
-            bel.finish_want(want.want_id, WantState.failed, "boom")
-            bel.reopen_wants([want.want_id])
-    assert (bel.want(once.want_id).opening, bel.want(twice.want_id).opening) == (1, 2)
-    history = [(e.idx, e.type, e.ref) for e in bel.events(limit=1000)]
+            bel.wants.finish(want.want_id, WantState.failed, "boom")
+            bel.wants.reopen([want.want_id])
+    assert (bel.wants.get(once.want_id).opening, bel.wants.get(twice.want_id).opening) == (1, 2)
+    history = [(e.idx, e.type, e.ref) for e in bel.events.query(limit=1000)]
     with bel.writer.begin() as conn:
         command.downgrade(alembic_config(conn), BASELINE)
         assert MigrationContext.configure(conn).get_current_revision() == BASELINE
@@ -201,38 +201,38 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
         assert head == HEAD  # a log at HEAD is taken as current without asking Alembic
         assert MigrationContext.configure(conn).get_current_revision() == head
         command.check(config)  # raises if the models and the upgraded schema differ
-    assert [(e.idx, e.type, e.ref) for e in upgraded.events(limit=1000)] == history
-    openings = {w.want_id: w.opening for w in upgraded.wants(limit=1000)}  # as migrated (0014, below)
+    assert [(e.idx, e.type, e.ref) for e in upgraded.events.query(limit=1000)] == history
+    openings = {w.want_id: w.opening for w in upgraded.wants.query(limit=1000)}  # as migrated (0014, below)
     migrated = projection_rows(upgraded)
-    upgraded.rebuild_projections()
+    upgraded.events.rebuild_projections()
     assert projection_rows(upgraded) == migrated
     # 0002: a backfill of 0.1.0 had its wants started as they were registered: its window is past them.
-    assert upgraded.backfill_progress(legacy.backfill_id).started == 2
-    step = upgraded.advance_backfill(legacy.backfill_id, window=10)
-    assert step.done and step.to_start == [] and upgraded.backfill_unstarted(legacy.backfill_id) == set()
-    upgraded.publish_external("ext/after")
-    assert [e.idx for e in upgraded.events(limit=1000)] == list(range(1, len(history) + 2))
-    assert upgraded.last_idx() == len(history) + 1
+    assert upgraded.backfills.progress(legacy.backfill_id).started == 2
+    step = upgraded.backfills.advance(legacy.backfill_id, window=10)
+    assert step.done and step.to_start == [] and upgraded.backfills.unstarted(legacy.backfill_id) == set()
+    upgraded.partitions.publish_external("ext/after")
+    assert [e.idx for e in upgraded.events.query(limit=1000)] == list(range(1, len(history) + 2))
+    assert upgraded.events.last_idx() == len(history) + 1
     # 0003: a log from before checks has no results; checks recorded from now on are kept and replayed.
-    live = [str(e.data["instance_id"]) for e in upgraded.events(types=["PartitionLive"], limit=1000)]
-    assert live and upgraded.checks_of(live) == {}
+    live = [str(e.data["instance_id"]) for e in upgraded.events.query(types=["PartitionLive"], limit=1000)]
+    assert live and upgraded.partitions.checks_of(live) == {}
     checks_kept_published_and_rechecked(upgraded)
     # 0004: instances of 0.1.0 have no recorded job version (unknown: never stale by code); a run recorded
     # from now on keeps the version that built it, and a rebuild of the projections derives it again.
-    assert {i.job_version for i in upgraded.instances_by_id(live)} == {None}
+    assert {i.job_version for i in upgraded.partitions.instances_by_id(live)} == {None}
     versioned = decide(upgraded, spec("a/21"))
-    upgraded.start_job_run(versioned.job_run_id, 1, "w")
-    upgraded.succeed_job_run(
+    upgraded.job_runs.start(versioned.job_run_id, 1, "w")
+    upgraded.job_runs.succeed(
         versioned.job_run_id,
         [],
         [InstanceRef(ref=o, instance_id=f"{o}-v2") for o in versioned.outputs],
         job_version="2",
     )
-    assert upgraded.instance("a/21-v2").job_version == "2"
+    assert upgraded.partitions.instance("a/21-v2").job_version == "2"
     # 0005: runs of 0.1.0 recorded no cost (their delegations count as builds avoided, unvalued); a cost
     # recorded from now on is kept, and a rebuild of the projections derives it again.
-    assert upgraded.attempt_costs() == []
-    assert upgraded.record_cost(
+    assert upgraded.costs.attempts() == []
+    assert upgraded.costs.record(
         ev.JobRunCostRecorded(
             job_run_id=versioned.job_run_id,
             attempt=1,
@@ -241,22 +241,22 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
             cost=SparkCost(task_seconds=1.5, cpu_seconds=1.0, tasks=3),
         )
     )
-    (recorded,) = upgraded.attempt_costs()
+    (recorded,) = upgraded.costs.attempts()
     assert recorded.cost is not None and recorded.cost.task_seconds == 1.5
     # The history's delegations, to value once their runs are priced.
-    assert sum(row.unvalued_avoided for row in upgraded.cost_rows("job")) > 0
+    assert sum(row.unvalued_avoided for row in upgraded.costs.rows_by("job")) > 0
     # 0006: every want of 0.1.0 is a usual one (not fresh), its id unchanged; a fresh want recorded from
     # now on keeps what makes it fresh, also through a rebuild of the projections (below).
-    assert {(w.fresh, w.fresh_of) for w in upgraded.wants(limit=1000)} == {(False, None)}
-    assert all(w.spec.want_id == w.want_id for w in upgraded.wants(limit=1000))
+    assert {(w.fresh, w.fresh_of) for w in upgraded.wants.query(limit=1000)} == {(False, None)}
+    assert all(w.spec.want_id == w.want_id for w in upgraded.wants.query(limit=1000))
     fresh = WantSpec(ref="a/22", data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), fresh=True, fresh_of="i:x")
-    upgraded.register_want(fresh)
-    assert upgraded.want(fresh.want_id).spec == fresh
+    upgraded.wants.register(fresh)
+    assert upgraded.wants.get(fresh.want_id).spec == fresh
     # 0007: no want of 0.1.0 has a cause (someone asked for each); a late-data rebuild keeps its own.
-    assert {w.cause for w in upgraded.wants(limit=1000) if w.want_id != fresh.want_id} == {None}
+    assert {w.cause for w in upgraded.wants.query(limit=1000) if w.want_id != fresh.want_id} == {None}
     late = fresh.model_copy(update={"ref": "a/23", "source": WantSource.rebuild, "cause": "late data: a/1"})
-    upgraded.register_want(late)
-    assert upgraded.want(late.want_id).cause == "late data: a/1"
+    upgraded.wants.register(late)
+    assert upgraded.wants.get(late.want_id).cause == "late data: a/1"
     # 0008: wants' states by id, for a backfill's progress.
     with upgraded.reader.connect() as conn:
         assert {"want_id", "state"} == {
@@ -267,20 +267,20 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
         }
     # 0009: the report by partition is kept: the migration summed the history's rows, and the cost and
     # the delegations recorded since are in them, as the statement sums them (asked with a ``since``).
-    by_partition = upgraded.cost_rows("partition")
+    by_partition = upgraded.costs.rows_by("partition")
     assert any(row.unvalued_avoided for row in by_partition) and any(row.task_seconds for row in by_partition)
-    assert by_partition == upgraded.cost_rows("partition", since=datetime(2000, 1, 1, tzinfo=UTC))
+    assert by_partition == upgraded.costs.rows_by("partition", since=datetime(2000, 1, 1, tzinfo=UTC))
     # 0010: the indexes that wider ones cover are gone; a lookup by job run still answers (by the wider one).
     with upgraded.reader.connect() as conn:
         names = {ix["name"] for table in ("events", "job_runs") for ix in inspect(conn).get_indexes(table)}
     assert {"ix_events_job_run_type", "ix_job_runs_batch"} <= names
     assert not names & {"ix_events_job_run_id", "ix_job_runs_job_label"}
-    assert upgraded.events(job_run_id=versioned.job_run_id, limit=1000)
+    assert upgraded.events.query(job_run_id=versioned.job_run_id, limit=1000)
     # 0011: the report by job and day is kept in parts: the migration summed them from the history, and
     # the cost and delegations recorded since are in them, as the statement sums them.
-    days = upgraded.cost_days()
+    days = upgraded.costs.days()
     assert any(row.unvalued_avoided for row in days.by_job) and any(row.task_seconds for row in days.by_day)
-    assert days == upgraded.cost_days(since=datetime(2000, 1, 1, tzinfo=UTC))
+    assert days == upgraded.costs.days(since=datetime(2000, 1, 1, tzinfo=UTC))
     # 0012 (PostgreSQL): the functions placing events plan with the index alone (the downgrade reset them).
     if upgraded.writer.dialect.name == "postgresql":
         with upgraded.writer.connect() as conn:
@@ -289,23 +289,23 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
             ).scalars()
             assert [("enable_seqscan=off" in config) for config in settings] == [True, True]
     # 0013: the rewind is counted, as a replay of the log counts it (below).
-    assert upgraded.plan_window_step(legacy.backfill_id, window=10).rewinds == 1
+    assert upgraded.backfills.plan_window_step(legacy.backfill_id, window=10).rewinds == 1
     # 0014: each want's opening is its count of retries, as a replay of the log counts it (above, and
     # below with the wants recorded since, all at their first).
     assert (openings.pop(once.want_id), openings.pop(twice.want_id)) == (1, 2)
     assert openings and set(openings.values()) == {0}
     kept = projection_rows(upgraded)
-    upgraded.rebuild_projections()
+    upgraded.events.rebuild_projections()
     assert projection_rows(upgraded) == kept
-    assert (upgraded.want(once.want_id).opening, upgraded.want(twice.want_id).opening) == (1, 2)
-    assert {w.opening for w in upgraded.wants(limit=1000)} == {0, 1, 2}
+    assert (upgraded.wants.get(once.want_id).opening, upgraded.wants.get(twice.want_id).opening) == (1, 2)
+    assert {w.opening for w in upgraded.wants.query(limit=1000)} == {0, 1, 2}
     upgraded.dispose()
 
 
 def backfill_of_0_1_0(bel: BuildEventLog) -> BackfillRequest:
     """A backfill as release 0.1.0 recorded it: not windowed, its wants without places."""
     request, specs = backfill_of(["a/legacy-1", "a/legacy-2"])
-    with bel._write() as tx:
+    with bel._log.write() as tx:
         tx.extend(
             [
                 ev.BackfillRegistered(backfill_id=request.backfill_id, request=request, partitions=2),
@@ -321,22 +321,22 @@ def spec(ref: str, source: str = "cli") -> WantSpec:
 
 
 def decide(bel: BuildEventLog, w: WantSpec, seq: int = 1):  # type: ignore[no-untyped-def]
-    bel.register_want(w)
-    return bel.decide(w.want_id, seq, graph.resolve(w.ref))
+    bel.wants.register(w)
+    return bel.decisions.decide(w.want_id, seq, graph.resolve(w.ref))
 
 
 def build(bel: BuildEventLog, w: WantSpec, version: str) -> Verdict:
     """Claim the want's job and record it built, each output as instance ``<ref>-<version>``."""
     run = decide(bel, w)
-    bel.start_job_run(run.job_run_id, 1, "w")
-    bel.succeed_job_run(
+    bel.job_runs.start(run.job_run_id, 1, "w")
+    bel.job_runs.succeed(
         run.job_run_id, [], [InstanceRef(ref=o, instance_id=f"{o}-{version}") for o in run.outputs]
     )
     return run
 
 
 def statuses(bel: BuildEventLog, n: int) -> set[PartitionStatus]:
-    return {bel.partition(f"{x}/{n}").status for x in "abc"}
+    return {bel.partitions.get(f"{x}/{n}").status for x in "abc"}
 
 
 @pytest.mark.unit
@@ -357,16 +357,16 @@ def test_concurrent_appends_get_a_gap_free_index(bel: BuildEventLog) -> None:
     def writer(t: int) -> None:
         barrier.wait()
         for i in range(15):
-            bel.register_want(spec(f"ext/{t}-{i}"))
+            bel.wants.register(spec(f"ext/{t}-{i}"))
 
     threads = [threading.Thread(target=writer, args=(t,)) for t in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    idx = [e.idx for e in bel.events(limit=1000)]
+    idx = [e.idx for e in bel.events.query(limit=1000)]
     assert idx == list(range(1, 121))
-    assert bel.last_idx() == 120
+    assert bel.events.last_idx() == 120
 
 
 def test_placing_events_reads_only_the_pending_ones_on_a_log_never_analysed() -> None:
@@ -408,11 +408,11 @@ def test_placing_events_reads_only_the_pending_ones_on_a_log_never_analysed() ->
 
 def test_registration_is_idempotent(bel: BuildEventLog) -> None:
     w = spec("ext/1")
-    first, created = bel.register_want(w)
-    again, created_again = bel.register_want(w)
+    first, created = bel.wants.register(w)
+    again, created_again = bel.wants.register(w)
     assert (created, created_again) == (True, False)
     assert first == again
-    assert len(bel.events(types=["WantCreated"])) == 1
+    assert len(bel.events.query(types=["WantCreated"])) == 1
 
 
 def test_execute_then_active_then_historical_delegation(bel: BuildEventLog) -> None:
@@ -425,30 +425,30 @@ def execute_then_active_then_historical_delegation(bel: BuildEventLog) -> None:
     the outputs live (historical delegation)."""
     first = decide(bel, spec("b/1"))
     assert first.kind == "execute" and first.outputs == ["a/1", "b/1", "c/1"]
-    assert {p.status for p in bel.partitions()} == {PartitionStatus.building}
+    assert {p.status for p in bel.partitions.query()} == {PartitionStatus.building}
 
     second = decide(bel, spec("c/1", source="api"))
     assert second.kind == "delegate" and second.job_run_id == first.job_run_id
-    delegations = bel.events(types=["Delegation"])
+    delegations = bel.events.query(types=["Delegation"])
     assert [(d.ref, d.data["kind"], d.data["delegated_to"]) for d in delegations] == [
         (ref, "active", first.job_run_id) for ref in ("a/1", "b/1", "c/1")
     ]
 
     # A retried decide activity returns the answer already given, and records nothing new.
-    before = bel.last_idx()
+    before = bel.events.last_idx()
     assert decide(bel, spec("c/1", source="api")).job_run_id == first.job_run_id
-    assert bel.last_idx() == before
+    assert bel.events.last_idx() == before
 
-    bel.start_job_run(first.job_run_id, 1, "w")
+    bel.job_runs.start(first.job_run_id, 1, "w")
     writes = [InstanceRef(ref=r, instance_id=f"{r}-uuid") for r in first.outputs]
-    bel.succeed_job_run(first.job_run_id, [], writes)
-    assert {p.status for p in bel.partitions()} == {PartitionStatus.live}
+    bel.job_runs.succeed(first.job_run_id, [], writes)
+    assert {p.status for p in bel.partitions.query()} == {PartitionStatus.live}
 
     third = decide(bel, spec("a/1", source="dashboard"))
     assert third.kind == "live" and third.instance_id == "a/1-uuid"
-    skipped = bel.job_runs(state=JobRunState.skipped)
+    skipped = bel.job_runs.query(state=JobRunState.skipped)
     assert len(skipped) == 1
-    historical = [d for d in bel.events(types=["Delegation"]) if d.data["kind"] == "historical"]
+    historical = [d for d in bel.events.query(types=["Delegation"]) if d.data["kind"] == "historical"]
     assert {(d.ref, d.data["delegated_to"]) for d in historical} == {
         (r, first.job_run_id) for r in first.outputs
     }
@@ -458,13 +458,13 @@ def test_own_output_live_with_a_sibling_not_live_skips_nothing(bel: BuildEventLo
     """A want for a/7 when a/7 is live but its sibling b/7 was tainted: fulfilled by a/7's build alone.
     No job run is skipped (recording "all target partitions already available" would be false)."""
     run = build(bel, spec("a/7"), "v1")
-    bel.taint("b/7", reason="bad rows")
+    bel.partitions.taint("b/7", reason="bad rows")
     done = decide(bel, spec("a/7", source="api"))
     assert done.kind == "live" and done.instance_id == "a/7-v1"
-    assert bel.job_runs(state=JobRunState.skipped) == []
-    historical = [(d.ref, d.data["delegated_to"]) for d in bel.events(types=["Delegation"])]
+    assert bel.job_runs.query(state=JobRunState.skipped) == []
+    historical = [(d.ref, d.data["delegated_to"]) for d in bel.events.query(types=["Delegation"])]
     assert historical == [("a/7", run.job_run_id)]
-    assert bel.partition("b/7").status is PartitionStatus.tainted  # left for whoever wants it
+    assert bel.partitions.get("b/7").status is PartitionStatus.tainted  # left for whoever wants it
 
 
 def test_mixed_availability_executes_and_rebuilds_all_outputs(bel: BuildEventLog) -> None:
@@ -475,36 +475,37 @@ def test_mixed_availability_executes_and_rebuilds_all_outputs(bel: BuildEventLog
     again = decide(bel, spec("c/2", source="api"))
     assert again.kind == "execute" and again.outputs == ["a/2", "b/2", "c/2"]
     # While the rebuild runs, and after it fails, the live outputs stay live and readable.
-    assert bel.partition("a/2").status is PartitionStatus.live
-    assert bel.partition("a/2").building_job_run_id == again.job_run_id
-    assert bel.partition("c/2").status is PartitionStatus.building
-    bel.start_job_run(again.job_run_id, 1, "w")
-    bel.fail_job_run(again.job_run_id, "boom")
+    assert bel.partitions.get("a/2").status is PartitionStatus.live
+    assert bel.partitions.get("a/2").building_job_run_id == again.job_run_id
+    assert bel.partitions.get("c/2").status is PartitionStatus.building
+    bel.job_runs.start(again.job_run_id, 1, "w")
+    bel.job_runs.fail(again.job_run_id, "boom")
     assert (
-        bel.partition("a/2").status is PartitionStatus.live and bel.partition("a/2").instance_id == "a/2-old"
+        bel.partitions.get("a/2").status is PartitionStatus.live
+        and bel.partitions.get("a/2").instance_id == "a/2-old"
     )
-    assert bel.partition("c/2").status is PartitionStatus.failed
+    assert bel.partitions.get("c/2").status is PartitionStatus.failed
 
 
 def test_a_superseded_attempt_cannot_record_an_outcome(bel: BuildEventLog) -> None:
     from databuild.errors import StaleAttemptError
 
     run = decide(bel, spec("a/4"))
-    bel.start_job_run(run.job_run_id, 1, "w1")
-    bel.start_job_run(run.job_run_id, 2, "w2")  # attempt 1 lost its heartbeat
+    bel.job_runs.start(run.job_run_id, 1, "w1")
+    bel.job_runs.start(run.job_run_id, 2, "w2")  # attempt 1 lost its heartbeat
     with pytest.raises(StaleAttemptError, match="superseded"):
-        bel.succeed_job_run(
+        bel.job_runs.succeed(
             run.job_run_id, [], [InstanceRef(ref=r, instance_id=f"x-{r}") for r in run.outputs], 1
         )
     with pytest.raises(StaleAttemptError, match="superseded"):
-        bel.check_current_attempt(run.job_run_id, 1)  # so it must not publish either
-    bel.check_current_attempt(run.job_run_id, 2)
-    bel.succeed_job_run(
+        bel.job_runs.check_current_attempt(run.job_run_id, 1)  # so it must not publish either
+    bel.job_runs.check_current_attempt(run.job_run_id, 2)
+    bel.job_runs.succeed(
         run.job_run_id, [], [InstanceRef(ref=r, instance_id=f"y-{r}") for r in run.outputs], 2
     )
-    assert bel.partition("a/4").instance_id == "y-a/4"
+    assert bel.partitions.get("a/4").instance_id == "y-a/4"
     with pytest.raises(StaleAttemptError, match="has ended"):
-        bel.check_current_attempt(run.job_run_id, 2)  # e.g. a lost worker still running a failed run
+        bel.job_runs.check_current_attempt(run.job_run_id, 2)  # e.g. a lost worker still running a failed run
 
 
 def test_dep_miss_releases_and_failure_fail_locks(bel: BuildEventLog) -> None:
@@ -515,17 +516,17 @@ def dep_miss_releases_and_failure_fail_locks(bel: BuildEventLog) -> None:
     """The scenario, checked step by step (other tests start from the history it leaves): a run for
     a/3 dep-misses and releases its outputs, its retry fails and fail-locks them."""
     run = decide(bel, spec("a/3"))
-    bel.start_job_run(run.job_run_id, 1, "w")
-    bel.dep_miss_job_run(run.job_run_id, ["ext/9", "ext/8"], [])
-    assert bel.job_run(run.job_run_id).missing == ["ext/8", "ext/9"]
+    bel.job_runs.start(run.job_run_id, 1, "w")
+    bel.job_runs.dep_miss(run.job_run_id, ["ext/9", "ext/8"], [])
+    assert bel.job_runs.get(run.job_run_id).missing == ["ext/8", "ext/9"]
     assert statuses(bel, 3) == {PartitionStatus.missing}
 
     retry = decide(bel, spec("a/3"), seq=2)
-    bel.start_job_run(retry.job_run_id, 1, "w")
-    bel.fail_job_run(retry.job_run_id, "boom")
+    bel.job_runs.start(retry.job_run_id, 1, "w")
+    bel.job_runs.fail(retry.job_run_id, "boom")
     assert statuses(bel, 3) == {PartitionStatus.failed}
-    bel.fail_job_run(retry.job_run_id, "again")  # a finished run is never changed twice
-    assert bel.job_run(retry.job_run_id).reason == "boom"
+    bel.job_runs.fail(retry.job_run_id, "again")  # a finished run is never changed twice
+    assert bel.job_runs.get(retry.job_run_id).reason == "boom"
 
 
 def check(name: str, severity: str, passed: bool, ref: str = "a/20") -> CheckResult:
@@ -549,46 +550,50 @@ def checks_kept_published_and_rechecked(bel: BuildEventLog) -> None:
     results; re-running a failing blocking check on it retires it and fail-locks the partition."""
     run = decide(bel, spec("a/20"))
     kept = [InstanceRef(ref=o, instance_id=f"{o}-bad") for o in run.outputs]
-    bel.start_job_run(run.job_run_id, 1, "w", kept)
+    bel.job_runs.start(run.job_run_id, 1, "w", kept)
     bad = {"a/20": [check("not_null(id)", "blocking", False), check("rows", "warning", True)]}
-    assert bel.record_checks(run.job_run_id, 1, kept, bad)
-    bel.fail_job_run(run.job_run_id, "CheckFailedError: check not_null(id) of a/20 failed")
+    assert bel.job_runs.record_checks(run.job_run_id, 1, kept, bad)
+    bel.job_runs.fail(run.job_run_id, "CheckFailedError: check not_null(id) of a/20 failed")
     assert statuses(bel, 20) == {PartitionStatus.failed}
-    assert bel.checks_of(["a/20-bad", "b/20-bad"]) == {"a/20-bad": sorted(bad["a/20"], key=lambda r: r.name)}
-    assert not bel.record_checks(run.job_run_id, 1, kept, bad)  # the run has ended: nothing recorded
-    assert len(bel.events(types=["InstanceChecked"])) == 1
+    assert bel.partitions.checks_of(["a/20-bad", "b/20-bad"]) == {
+        "a/20-bad": sorted(bad["a/20"], key=lambda r: r.name)
+    }
+    assert not bel.job_runs.record_checks(run.job_run_id, 1, kept, bad)  # the run has ended: nothing recorded
+    assert len(bel.events.query(types=["InstanceChecked"])) == 1
 
-    bel.resolve("a/20")
+    bel.partitions.resolve("a/20")
     rebuild = decide(bel, spec("a/20"), seq=2)
     good = [InstanceRef(ref=o, instance_id=f"{o}-good") for o in rebuild.outputs]
-    bel.start_job_run(rebuild.job_run_id, 1, "w", good)
+    bel.job_runs.start(rebuild.job_run_id, 1, "w", good)
     passed = {"a/20": [check("not_null(id)", "blocking", True), check("rows", "warning", False)]}
     with pytest.raises(InvalidInputError, match="cannot publish: check not_null"):
-        bel.succeed_job_run(rebuild.job_run_id, [], good, 1, checks=bad)
-    bel.succeed_job_run(rebuild.job_run_id, [], good, 1, checks=passed)
+        bel.job_runs.succeed(rebuild.job_run_id, [], good, 1, checks=bad)
+    bel.job_runs.succeed(rebuild.job_run_id, [], good, 1, checks=passed)
     assert statuses(bel, 20) == {PartitionStatus.live}
-    live = bel.instance("a/20-good")
+    live = bel.partitions.instance("a/20-good")
     assert [(r.name, r.passed) for r in live.checks] == [("not_null(id)", True), ("rows", False)]
-    assert bel.instance("b/20-good").checks == []
+    assert bel.partitions.instance("b/20-good").checks == []
 
     with pytest.raises(InvalidTransitionError, match="not a/20-bad that was checked"):
-        bel.recheck("a/20", "a/20-bad", bad["a/20"])
+        bel.partitions.recheck("a/20", "a/20-bad", bad["a/20"])
     recheck = [check("not_null(id)", "blocking", False)]
-    assert bel.recorded_recheck("a/20", "check-run-1") is None
-    partition = bel.recheck("a/20", "a/20-good", recheck, "check-run-1")
+    assert bel.partitions.recorded_recheck("a/20", "check-run-1") is None
+    partition = bel.partitions.recheck("a/20", "a/20-good", recheck, "check-run-1")
     assert partition.status is PartitionStatus.failed
     assert partition.reason == "check not_null(id) of a/20 failed: not_null(id) bad"
-    retired = bel.instance("a/20-good")
+    retired = bel.partitions.instance("a/20-good")
     assert retired.status is InstanceStatus.tainted
     assert [(r.name, r.passed) for r in retired.checks] == [("not_null(id)", False), ("rows", False)]
     with pytest.raises(InvalidTransitionError, match="checks re-run on a live instance only"):
-        bel.recheck("a/20", "a/20-good", recheck)
+        bel.partitions.recheck("a/20", "a/20-good", recheck)
     # A retry of the request that recorded it (its answer lost) gets that answer; another request does not.
-    again = bel.recorded_recheck("a/20", "check-run-1")
+    again = bel.partitions.recorded_recheck("a/20", "check-run-1")
     assert again is not None and again.fail_locked and again.instance_id == "a/20-good"
     assert again.results == recheck and again.partition.status is PartitionStatus.failed
-    assert bel.recorded_recheck("a/20", "check-run-2") is None
-    assert [p.ref for p in bel.resolve("a/20")] == ["a/20"]  # only a/20: no run fail-locked its siblings
+    assert bel.partitions.recorded_recheck("a/20", "check-run-2") is None
+    assert [p.ref for p in bel.partitions.resolve("a/20")] == [
+        "a/20"
+    ]  # only a/20: no run fail-locked its siblings
 
 
 def test_a_metric_that_is_not_a_number_is_stored_as_unknown_on_both_backends(bel: BuildEventLog) -> None:
@@ -596,16 +601,16 @@ def test_a_metric_that_is_not_a_number_is_stored_as_unknown_on_both_backends(bel
     build they were measured on publishes (PostgreSQL refused the whole event before)."""
     run = decide(bel, spec("a/21"))
     made = [InstanceRef(ref=o, instance_id=f"{o}-nan") for o in run.outputs]
-    bel.start_job_run(run.job_run_id, 1, "w", made)
+    bel.job_runs.start(run.job_run_id, 1, "w", made)
     odd = {"share": float("nan"), "ratio": float("inf"), "low": float("-inf"), "rows": 3, "mean": 0.5}
     warned = CheckResult(
         name="odd", ref="a/21", severity=CheckSeverity.warning, passed=False, message="m", metrics=odd
     )
-    bel.succeed_job_run(run.job_run_id, [], made, 1, checks={"a/21": [warned]})
+    bel.job_runs.succeed(run.job_run_id, [], made, 1, checks={"a/21": [warned]})
     assert statuses(bel, 21) == {PartitionStatus.live}
-    (stored,) = bel.instance("a/21-nan").checks
+    (stored,) = bel.partitions.instance("a/21-nan").checks
     assert stored.metrics == {"share": None, "ratio": None, "low": None, "rows": 3, "mean": 0.5}
-    written = " ".join(record.model_dump_json() for record in bel.events(job_run_id=run.job_run_id))
+    written = " ".join(record.model_dump_json() for record in bel.events.query(job_run_id=run.job_run_id))
     assert '"share":null' in written and "NaN" not in written and "Infinity" not in written
 
 
@@ -614,15 +619,17 @@ def test_an_input_live_since_the_dep_miss_gets_no_derivative_want(bel: BuildEven
     started (only derivatives of inputs not yet live are), so it stayed `new` with no workflow."""
     waiting = spec("a/61")
     run = decide(bel, waiting)
-    bel.start_job_run(run.job_run_id, 1, "w")
-    bel.dep_miss_job_run(run.job_run_id, ["ext/61", "ext/62"], [])
-    bel.publish_external("ext/61")  # another want's build, or an upstream, made it live meanwhile
-    status, derivatives, _ = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/61", "ext/62"])
+    bel.job_runs.start(run.job_run_id, 1, "w")
+    bel.job_runs.dep_miss(run.job_run_id, ["ext/61", "ext/62"], [])
+    bel.partitions.publish_external("ext/61")  # another want's build, or an upstream, made it live meanwhile
+    status, derivatives, _ = bel.wants.await_dependencies(
+        waiting.want_id, run.job_run_id, ["ext/61", "ext/62"]
+    )
     assert status.live == ["ext/61"]
     assert [(d.spec.ref, d.opening) for d in derivatives] == [("ext/62", 0)]
-    assert [WantStart.of(w) for w in bel.wants(parent_want_id=waiting.want_id)] == derivatives
+    assert [WantStart.of(w) for w in bel.wants.query(parent_want_id=waiting.want_id)] == derivatives
     # Lineage links each missing input to its own derivative (none for the one that went live).
-    links = [(ref, child) for _, _, ref, child in bel.derivatives_of([waiting.want_id])]
+    links = [(ref, child) for _, _, ref, child in bel.wants.derivatives_of([waiting.want_id])]
     assert links == [("ext/61", None), ("ext/62", derivatives[0].spec.want_id)]
 
 
@@ -632,11 +639,13 @@ def test_a_derivative_recorded_before_its_input_went_live_is_started_again(bel: 
     `new` with no workflow."""
     waiting = spec("a/63")
     run = decide(bel, waiting)
-    bel.start_job_run(run.job_run_id, 1, "w")
-    bel.dep_miss_job_run(run.job_run_id, ["ext/63"], [])
-    _, first, _ = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/63"])  # its start failed
-    bel.publish_external("ext/63")
-    status, retried, _ = bel.await_dependencies(waiting.want_id, run.job_run_id, ["ext/63"])
+    bel.job_runs.start(run.job_run_id, 1, "w")
+    bel.job_runs.dep_miss(run.job_run_id, ["ext/63"], [])
+    _, first, _ = bel.wants.await_dependencies(
+        waiting.want_id, run.job_run_id, ["ext/63"]
+    )  # its start failed
+    bel.partitions.publish_external("ext/63")
+    status, retried, _ = bel.wants.await_dependencies(waiting.want_id, run.job_run_id, ["ext/63"])
     assert status.live == ["ext/63"] and not status.failed
     assert [d.spec.want_id for d in retried] == [d.spec.want_id for d in first]
     assert retried == first == [WantStart(spec=first[0].spec)]
@@ -646,47 +655,53 @@ def test_an_abandoned_run_releases_its_outputs_and_counts_who_waits(bel: BuildEv
     first, joined = spec("a/6"), spec("b/6", source="api")
     run = decide(bel, first)
     assert decide(bel, joined).job_run_id == run.job_run_id
-    bel.start_job_run(run.job_run_id, 1, "w")
-    assert bel.waiting_on(run.job_run_id) == 2
-    bel.finish_want(first.want_id, WantState.canceled, "canceled on request")
-    assert bel.waiting_on(run.job_run_id) == 1
-    bel.finish_want(joined.want_id, WantState.expired, "TTL passed")
-    assert bel.waiting_on(run.job_run_id) == 0
+    bel.job_runs.start(run.job_run_id, 1, "w")
+    assert bel.wants.waiting_on(run.job_run_id) == 2
+    bel.wants.finish(first.want_id, WantState.canceled, "canceled on request")
+    assert bel.wants.waiting_on(run.job_run_id) == 1
+    bel.wants.finish(joined.want_id, WantState.expired, "TTL passed")
+    assert bel.wants.waiting_on(run.job_run_id) == 0
 
-    bel.fail_job_run(run.job_run_id, "abandoned", JobRunCause.abandoned)
-    abandoned = bel.job_run(run.job_run_id)
+    bel.job_runs.fail(run.job_run_id, "abandoned", JobRunCause.abandoned)
+    abandoned = bel.job_runs.get(run.job_run_id)
     assert abandoned.state is JobRunState.cancelled and abandoned.cause is JobRunCause.abandoned
-    assert bel.stats().jobs[0].cancelled == 1 and bel.stats().jobs[0].success_rate is None  # not a failure
+    assert (
+        bel.events.stats().jobs[0].cancelled == 1 and bel.events.stats().jobs[0].success_rate is None
+    )  # not a failure
     assert statuses(bel, 6) == {PartitionStatus.missing}  # not fail-locked: the next want builds
     assert decide(bel, spec("a/6", source="dashboard")).kind == "execute"
 
 
 def test_external_publish_and_its_errors(bel: BuildEventLog) -> None:
-    partition, created = bel.publish_external("ext/5")
+    partition, created = bel.partitions.publish_external("ext/5")
     assert created and partition.external and partition.status is PartitionStatus.live
-    assert bel.publish_external("ext/5")[1] is False
+    assert bel.partitions.publish_external("ext/5")[1] is False
     run = decide(bel, spec("a/5"))
     with pytest.raises(InvalidTransitionError, match="being built"):
-        bel.publish_external("b/5")
+        bel.partitions.publish_external("b/5")
     assert run.kind == "execute"
     with pytest.raises(NotFoundError):
-        bel.want("w-nope")
+        bel.wants.get("w-nope")
     with pytest.raises(NotFoundError):
-        bel.job_run("jr-nope")
+        bel.job_runs.get("jr-nope")
 
 
 def test_finish_and_sla_flag_are_idempotent(bel: BuildEventLog) -> None:
     w = spec("ext/6")
-    bel.register_want(w)
-    bel.mark_sla_missed(w.want_id, datetime(2024, 1, 1, 9, tzinfo=UTC))
-    bel.mark_sla_missed(w.want_id, datetime(2024, 1, 1, 9, tzinfo=UTC))
-    bel.finish_want(w.want_id, WantState.expired, "TTL")
-    bel.finish_want(w.want_id, WantState.successful)
-    want = bel.want(w.want_id)
+    bel.wants.register(w)
+    bel.wants.mark_sla_missed(w.want_id, datetime(2024, 1, 1, 9, tzinfo=UTC))
+    bel.wants.mark_sla_missed(w.want_id, datetime(2024, 1, 1, 9, tzinfo=UTC))
+    bel.wants.finish(w.want_id, WantState.expired, "TTL")
+    bel.wants.finish(w.want_id, WantState.successful)
+    want = bel.wants.get(w.want_id)
     assert want.state is WantState.expired and want.sla_missed
-    assert [e.type for e in bel.events(want_id=w.want_id)] == ["WantCreated", "WantSlaMissed", "WantExpired"]
+    assert [e.type for e in bel.events.query(want_id=w.want_id)] == [
+        "WantCreated",
+        "WantSlaMissed",
+        "WantExpired",
+    ]
     with pytest.raises(InvalidTransitionError):
-        bel.finish_want(w.want_id, WantState.building)
+        bel.wants.finish(w.want_id, WantState.building)
 
 
 def test_a_finish_from_a_run_older_than_a_retry_changes_nothing(bel: BuildEventLog) -> None:
@@ -694,73 +709,73 @@ def test_a_finish_from_a_run_older_than_a_retry_changes_nothing(bel: BuildEventL
     opening before (its last workflow task run after the reopen) is refused, in the same transaction.
     Only a reopen replaces a run: a decision it never heard of is still its own."""
     w = spec("a/8")
-    bel.register_want(w)
-    assert bel.want(w.want_id).opening == 0
+    bel.wants.register(w)
+    assert bel.wants.get(w.want_id).opening == 0
     # The old run took three steps, and its workflow task timed out after the third committed: the run
     # never heard of it (its own step is 2), yet its finish is recorded, as no retry came since.
-    run = bel.decide(w.want_id, 3, graph.resolve(w.ref), opening=0)
-    assert run.kind == "execute" and bel.decision_seq(w.want_id) == 3
-    assert bel.finish_want(w.want_id, WantState.failed, "input failed", opening=0)[1] is Finished.recorded
-    assert bel.finish_want(w.want_id, WantState.failed, "input failed", opening=0)[1] is Finished.already
+    run = bel.decisions.decide(w.want_id, 3, graph.resolve(w.ref), opening=0)
+    assert run.kind == "execute" and bel.wants.decision_seq(w.want_id) == 3
+    assert bel.wants.finish(w.want_id, WantState.failed, "input failed", opening=0)[1] is Finished.recorded
+    assert bel.wants.finish(w.want_id, WantState.failed, "input failed", opening=0)[1] is Finished.already
 
-    (reopened,) = bel.reopen_wants([w.want_id])
-    assert reopened.state is WantState.new and bel.decision_seq(w.want_id) == 4
-    assert reopened.opening == bel.want(w.want_id).opening == 1
-    stale, finished = bel.finish_want(w.want_id, WantState.failed, "input failed", opening=0)
+    (reopened,) = bel.wants.reopen([w.want_id])
+    assert reopened.state is WantState.new and bel.wants.decision_seq(w.want_id) == 4
+    assert reopened.opening == bel.wants.get(w.want_id).opening == 1
+    stale, finished = bel.wants.finish(w.want_id, WantState.failed, "input failed", opening=0)
     assert finished is Finished.stale and stale.state is WantState.new and stale.opening == 1
-    assert bel.want(w.want_id).state is WantState.new
+    assert bel.wants.get(w.want_id).state is WantState.new
     # Nor does the old run decide: told the want's opening now, with nothing recorded.
-    last = bel.last_idx()
-    assert bel.decide(w.want_id, 5, graph.resolve(w.ref), opening=0) == Replaced(opening=1)
-    assert bel.last_idx() == last and bel.decision_seq(w.want_id) == 4
+    last = bel.events.last_idx()
+    assert bel.decisions.decide(w.want_id, 5, graph.resolve(w.ref), opening=0) == Replaced(opening=1)
+    assert bel.events.last_idx() == last and bel.wants.decision_seq(w.want_id) == 4
     # The new run decides from the step after the reopen, and its own outcome is recorded.
-    assert bel.decide(w.want_id, 5, graph.resolve(w.ref), opening=1).job_run_id == run.job_run_id
+    assert bel.decisions.decide(w.want_id, 5, graph.resolve(w.ref), opening=1).job_run_id == run.job_run_id
     assert (
-        bel.finish_want(w.want_id, WantState.canceled, "canceled on request", opening=1)[1]
+        bel.wants.finish(w.want_id, WantState.canceled, "canceled on request", opening=1)[1]
         is Finished.recorded
     )
     # Ended again: still not the old run's to tell.
-    assert bel.finish_want(w.want_id, WantState.failed, "input failed", opening=0)[1] is Finished.stale
-    types = [e.type for e in bel.events(want_id=w.want_id)]
+    assert bel.wants.finish(w.want_id, WantState.failed, "input failed", opening=0)[1] is Finished.stale
+    types = [e.type for e in bel.events.query(want_id=w.want_id)]
     assert types.count("WantFailed") == 1 and types[-1] == "WantCanceled"
-    assert bel.want(w.want_id).state is WantState.canceled
+    assert bel.wants.get(w.want_id).state is WantState.canceled
     before = projection_rows(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     assert projection_rows(bel) == before
-    assert bel.want(w.want_id).opening == 1
+    assert bel.wants.get(w.want_id).opening == 1
 
 
 def test_dependencies_awaited_by_a_run_older_than_a_retry_are_refused(bel: BuildEventLog) -> None:
     """A run of the opening a retry replaced records no wait and derives no want: WantReplacedError, which
     tells it the want's opening now. The new run's wait is recorded."""
     w = spec("a/9")
-    bel.register_want(w)
-    run = bel.decide(w.want_id, 1, graph.resolve(w.ref), opening=0)
-    bel.start_job_run(run.job_run_id, 1, "w")
-    bel.dep_miss_job_run(run.job_run_id, ["ext/9"], [])
-    bel.finish_want(w.want_id, WantState.failed, "input failed", opening=0)
-    bel.reopen_wants([w.want_id])
-    last = bel.last_idx()
+    bel.wants.register(w)
+    run = bel.decisions.decide(w.want_id, 1, graph.resolve(w.ref), opening=0)
+    bel.job_runs.start(run.job_run_id, 1, "w")
+    bel.job_runs.dep_miss(run.job_run_id, ["ext/9"], [])
+    bel.wants.finish(w.want_id, WantState.failed, "input failed", opening=0)
+    bel.wants.reopen([w.want_id])
+    last = bel.events.last_idx()
     with pytest.raises(WantReplacedError, match="serves opening 0, the want is at 1") as refused:
-        bel.await_dependencies(w.want_id, run.job_run_id, ["ext/9"], opening=0)
+        bel.wants.await_dependencies(w.want_id, run.job_run_id, ["ext/9"], opening=0)
     assert refused.value.opening == 1
-    assert bel.last_idx() == last and bel.wants(parent_want_id=w.want_id) == []
-    assert bel.want(w.want_id).state is WantState.new
-    status, started, reopened = bel.await_dependencies(w.want_id, None, ["ext/9"], opening=1)
+    assert bel.events.last_idx() == last and bel.wants.query(parent_want_id=w.want_id) == []
+    assert bel.wants.get(w.want_id).state is WantState.new
+    status, started, reopened = bel.wants.await_dependencies(w.want_id, None, ["ext/9"], opening=1)
     assert not status.live and not status.failed and reopened == []
-    assert started == [WantStart.of(d) for d in bel.wants(parent_want_id=w.want_id)]
+    assert started == [WantStart.of(d) for d in bel.wants.query(parent_want_id=w.want_id)]
     assert [(d.spec.ref, d.opening) for d in started] == [("ext/9", 0)]
-    assert bel.want(w.want_id).state is WantState.upstream_building
+    assert bel.wants.get(w.want_id).state is WantState.upstream_building
 
 
 def test_projections_rebuild_from_events_alone(bel: BuildEventLog) -> None:
     execute_then_active_then_historical_delegation(bel)
     dep_miss_releases_and_failure_fail_locks(bel)
     checks_kept_published_and_rechecked(bel)
-    bel.publish_external("ext/7")
+    bel.partitions.publish_external("ext/7")
     before = projection_rows(bel)
-    replayed = bel.rebuild_projections()
-    assert replayed == bel.last_idx()
+    replayed = bel.events.rebuild_projections()
+    assert replayed == bel.events.last_idx()
     assert projection_rows(bel) == before
 
 
@@ -796,8 +811,8 @@ def test_concurrent_claims_for_one_partition_execute_once(bel: BuildEventLog) ->
     executed = [d for d in decisions if d.kind == "execute"]
     assert len(executed) == 1
     assert {d.job_run_id for d in decisions} == {executed[0].job_run_id}
-    assert len(bel.job_runs()) == 1
-    assert len(bel.events(types=["Delegation"], limit=1000)) == 15 * 3
+    assert len(bel.job_runs.query()) == 1
+    assert len(bel.events.query(types=["Delegation"], limit=1000)) == 15 * 3
 
 
 def test_overlapping_multi_output_claims_execute_once(bel: BuildEventLog) -> None:
@@ -813,29 +828,33 @@ def test_decisions_of_one_group_see_each_other_and_commit_together(bel: BuildEve
     A step that fails takes its group's transaction with it; the combiner then runs each step alone."""
     wants = [distinct_want("b/40", 0), distinct_want("a/40", 1), distinct_want("c/41", 2)]
     for want in wants:
-        bel.register_want(want)
+        bel.wants.register(want)
     steps = [Step(w.want_id, 1, graph.resolve(w.ref), DEFAULT_LEASE, None) for w in wants]
-    before = bel.last_idx()
-    verdicts = [v for _, v in bel._decide_group(steps)]
+    before = bel.events.last_idx()
+    verdicts = [v for _, v in bel.decisions._decide_group(steps)]
     assert [v.kind for v in verdicts] == ["execute", "delegate", "execute"]
     assert verdicts[1].job_run_id == verdicts[0].job_run_id != verdicts[2].job_run_id
-    assert [e.idx for e in bel.events(since_idx=before, limit=100)] == list(
-        range(before + 1, bel.last_idx() + 1)
+    assert [e.idx for e in bel.events.query(since_idx=before, limit=100)] == list(
+        range(before + 1, bel.events.last_idx() + 1)
     )
-    assert not bel.lease_expired(verdicts[0].job_run_id) and not bel.lease_expired(verdicts[2].job_run_id)
+    assert not bel.pools.lease_expired(verdicts[0].job_run_id) and not bel.pools.lease_expired(
+        verdicts[2].job_run_id
+    )
     kept = projection_rows(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     assert projection_rows(bel) == kept
 
     good = distinct_want("a/43", 0)
-    bel.register_want(good)
-    head = bel.last_idx()
+    bel.wants.register(good)
+    head = bel.events.last_idx()
     group = [
         Step(want_id, 1, graph.resolve("a/43"), DEFAULT_LEASE, None) for want_id in (good.want_id, "nope")
     ]
     with pytest.raises(NotFoundError):
-        bel._decide_group(group)
-    assert bel.last_idx() == head and bel.want(good.want_id).state is WantState.new  # nothing of it stays
+        bel.decisions._decide_group(group)
+    assert (
+        bel.events.last_idx() == head and bel.wants.get(good.want_id).state is WantState.new
+    )  # nothing of it stays
 
 
 def test_independent_steps_of_a_group_are_read_and_projected_together(bel: BuildEventLog) -> None:
@@ -844,7 +863,7 @@ def test_independent_steps_of_a_group_are_read_and_projected_together(bel: Build
     what one step alone does. Each gets what it would alone, and replaying the log rebuilds the state."""
     wants = [distinct_want(f"a/{200 + i}", i) for i in range(13)]
     for want in wants:
-        bel.register_want(want)
+        bel.wants.register(want)
     steps = [Step(w.want_id, 1, graph.resolve(w.ref), DEFAULT_LEASE, None) for w in wants]
     statements: list[str] = []
 
@@ -853,10 +872,10 @@ def test_independent_steps_of_a_group_are_read_and_projected_together(bel: Build
 
     sql_event.listen(bel.writer, "before_cursor_execute", count)
     try:
-        alone = bel._decide_group(steps[:1])
+        alone = bel.decisions._decide_group(steps[:1])
         one = len(statements)
         statements.clear()
-        together = bel._decide_group(steps[1:])
+        together = bel.decisions._decide_group(steps[1:])
     finally:
         sql_event.remove(bel.writer, "before_cursor_execute", count)
     assert len(statements) <= 2 * one, (one, statements)
@@ -864,12 +883,12 @@ def test_independent_steps_of_a_group_are_read_and_projected_together(bel: Build
     assert [v.kind for v in verdicts] == ["execute"] * 13
     assert len({v.job_run_id for v in verdicts}) == 13
     for want, verdict in zip(wants, verdicts, strict=True):
-        assert bel.want(want.want_id).state is WantState.building
-        assert bel.job_run(verdict.job_run_id).outputs == [f"{p}/{want.ref[2:]}" for p in "abc"]
-        assert bel.partition(want.ref).building_job_run_id == verdict.job_run_id
-        assert not bel.lease_expired(verdict.job_run_id)
+        assert bel.wants.get(want.want_id).state is WantState.building
+        assert bel.job_runs.get(verdict.job_run_id).outputs == [f"{p}/{want.ref[2:]}" for p in "abc"]
+        assert bel.partitions.get(want.ref).building_job_run_id == verdict.job_run_id
+        assert not bel.pools.lease_expired(verdict.job_run_id)
     kept = projection_rows(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     assert projection_rows(bel) == kept
 
 
@@ -882,8 +901,8 @@ def test_claims_on_different_partitions_do_not_block_each_other(bel: BuildEventL
 def tail_until(bel: BuildEventLog, stop: threading.Event, seen: list[int]) -> None:
     """Tail the log as a reader does, from the start, until ``stop`` is set and the head is read."""
     cursor = 0
-    while not stop.is_set() or cursor < bel.last_idx():
-        for event in bel.events(since_idx=cursor, limit=50):
+    while not stop.is_set() or cursor < bel.events.last_idx():
+        for event in bel.events.query(since_idx=cursor, limit=50):
             seen.append(event.idx)
             cursor = event.idx
 
@@ -897,10 +916,10 @@ def test_a_reader_tailing_the_log_never_skips_a_late_commit(bel: BuildEventLog) 
 
     reader = threading.Thread(target=tail)
     reader.start()
-    released_together(8, lambda t: [bel.register_want(spec(f"ext/tail-{t}-{i}")) for i in range(10)])
+    released_together(8, lambda t: [bel.wants.register(spec(f"ext/tail-{t}-{i}")) for i in range(10)])
     stop.set()
     reader.join()
-    assert seen == list(range(1, bel.last_idx() + 1))
+    assert seen == list(range(1, bel.events.last_idx() + 1))
 
 
 def test_seed_scenario_mixed_availability(bel: BuildEventLog) -> None:
@@ -908,20 +927,20 @@ def test_seed_scenario_mixed_availability(bel: BuildEventLog) -> None:
     build(bel, spec("a/30"), "v1")
     with bel.writer.begin() as conn:  # B is lost: as if it were never built
         conn.execute(s.partitions.update().where(s.partitions.c.ref == "b/30").values(status="missing"))
-    before = bel.last_idx()
+    before = bel.events.last_idx()
     decision = decide(bel, spec("b/30", source="api"))
     assert decision.kind == "execute"
-    types = [e.type for e in bel.events(since_idx=before)]
+    types = [e.type for e in bel.events.query(since_idx=before)]
     assert types == ["WantCreated", "JobRunQueued", *["PartitionBuilding"] * 3, "WantBuilding"]
 
 
 def test_seed_scenario_all_available(bel: BuildEventLog) -> None:
     """[A, B, C] all live: a Delegation per partition to the run that built it, then JobRunSkipped."""
     run = build(bel, spec("a/31"), "v1")
-    before = bel.last_idx()
+    before = bel.events.last_idx()
     decision = decide(bel, spec("b/31", source="api"))
     assert decision.kind == "live"
-    events = bel.events(since_idx=before)
+    events = bel.events.query(since_idx=before)
     assert [e.type for e in events] == [
         "WantCreated",
         "Delegation",
@@ -933,16 +952,16 @@ def test_seed_scenario_all_available(bel: BuildEventLog) -> None:
     assert [(e.ref, e.data["delegated_to"], e.data["kind"]) for e in events[1:4]] == [
         (o, run.job_run_id, "historical") for o in ("a/31", "b/31", "c/31")
     ]
-    assert bel.job_runs(state=JobRunState.skipped)[0].outputs == ["a/31", "b/31", "c/31"]
+    assert bel.job_runs.query(state=JobRunState.skipped)[0].outputs == ["a/31", "b/31", "c/31"]
 
 
 def test_seed_scenario_active_build_conflict(bel: BuildEventLog) -> None:
     """[A, B, C] with B under an active build Y: delegate the whole job to Y, no job event."""
     active = decide(bel, spec("b/32"))
-    before = bel.last_idx()
+    before = bel.events.last_idx()
     decision = decide(bel, spec("a/32", source="api"))
     assert decision.kind == "delegate" and decision.job_run_id == active.job_run_id
-    events = bel.events(since_idx=before)
+    events = bel.events.query(since_idx=before)
     assert [e.type for e in events] == [
         "WantCreated",
         "Delegation",
@@ -951,24 +970,24 @@ def test_seed_scenario_active_build_conflict(bel: BuildEventLog) -> None:
         "WantBuilding",
     ]
     assert {(e.data["delegated_to"], e.data["kind"]) for e in events[1:4]} == {(active.job_run_id, "active")}
-    assert len(bel.job_runs()) == 1
+    assert len(bel.job_runs.query()) == 1
 
 
 def test_consumer_index_follows_instances(bel: BuildEventLog) -> None:
-    feed, _ = bel.publish_external("ext/40")
+    feed, _ = bel.partitions.publish_external("ext/40")
     run = decide(bel, spec("a/40"))
-    bel.start_job_run(run.job_run_id, 1, "w")
+    bel.job_runs.start(run.job_run_id, 1, "w")
     reads = [InstanceRef(ref="ext/40", instance_id=feed.instance_id)]
-    bel.succeed_job_run(
+    bel.job_runs.succeed(
         run.job_run_id, reads, [InstanceRef(ref=o, instance_id=f"{o}-v1") for o in run.outputs]
     )
-    edges, total = bel.consumers_of(feed.instance_id or "", limit=2)
+    edges, total = bel.partitions.consumers_of(feed.instance_id or "", limit=2)
     assert total == 3 and len(edges) == 2
     assert {run_id for run_id, _ in edges} == {run.job_run_id}
     assert edges[0][1] == InstanceRef(ref="a/40", instance_id="a/40-v1")
-    assert bel.consumers_of("a/40-v1")[1] == 0
+    assert bel.partitions.consumers_of("a/40-v1")[1] == 0
     before = projection_rows(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     assert projection_rows(bel) == before
 
 
@@ -977,17 +996,17 @@ def test_a_lookup_by_a_list_of_ids_is_one_statement_whatever_its_length(bel: Bui
     list goes as one parameter (an array on PostgreSQL, a JSON document on SQLite), so the statement's text
     (and the driver's parse of it) is the same for every length."""
     refs = [f"ext/{n}" for n in range(30)]
-    instances = [bel.publish_external(ref, f"i-{ref}")[0].instance_id or "" for ref in refs]
+    instances = [bel.partitions.publish_external(ref, f"i-{ref}")[0].instance_id or "" for ref in refs]
     sent: list[str] = []
     sql_event.listen(bel.reader, "before_cursor_execute", lambda *args: sent.append(args[2]))
     for count in (1, 7, 30):
-        assert sorted(p.ref for p in bel.partitions_by_ref([*refs[:count], "ext/none"])) == sorted(
+        assert sorted(p.ref for p in bel.partitions.by_ref([*refs[:count], "ext/none"])) == sorted(
             refs[:count]
         )
-        assert sorted(i.instance_id for i in bel.instances_by_id(instances[:count])) == sorted(
+        assert sorted(i.instance_id for i in bel.partitions.instances_by_id(instances[:count])) == sorted(
             instances[:count]
         )
-    assert bel.partitions_by_ref([]) == [] and bel.instances_by_id([]) == []
+    assert bel.partitions.by_ref([]) == [] and bel.partitions.instances_by_id([]) == []
     partition_reads = {sql for sql in sent if sql.lstrip().startswith("SELECT partitions.")}
     (read,) = partition_reads
     assert ("ANY" if bel.reader.dialect.name == "postgresql" else "json_each") in read, read
@@ -997,10 +1016,10 @@ def test_wants_that_took_part_in_a_failed_build_fail_and_newcomers_wait(bel: Bui
     runner, joiner, newcomer = spec("a/50"), spec("b/50", source="api"), spec("c/50", source="dashboard")
     run = decide(bel, runner)
     assert decide(bel, joiner).kind == "delegate"
-    bel.start_job_run(run.job_run_id, 1, "w")
-    bel.fail_job_run(run.job_run_id, "boom")
+    bel.job_runs.start(run.job_run_id, 1, "w")
+    bel.job_runs.fail(run.job_run_id, "boom")
     # The joiner missed the failure signal and decides again: it took part, so it fails all the same.
-    late = bel.decide(joiner.want_id, 2, graph.resolve(joiner.ref))
+    late = bel.decisions.decide(joiner.want_id, 2, graph.resolve(joiner.ref))
     assert late.kind == "final" and late.final_state is WantState.failed and "boom" in (late.reason or "")
     blocked = decide(bel, newcomer)
     assert blocked.kind == "blocked" and blocked.blocked_refs == ["a/50", "b/50", "c/50"]
@@ -1010,28 +1029,28 @@ def test_wants_that_took_part_in_a_failed_build_fail_and_newcomers_wait(bel: Bui
 def test_deciding_again_while_following_its_own_run_records_nothing(bel: BuildEventLog) -> None:
     want = spec("a/51")
     run = decide(bel, want)
-    before = bel.last_idx()
-    again = bel.decide(want.want_id, 2, graph.resolve(want.ref))
-    assert again.job_run_id == run.job_run_id and bel.last_idx() == before
+    before = bel.events.last_idx()
+    again = bel.decisions.decide(want.want_id, 2, graph.resolve(want.ref))
+    assert again.job_run_id == run.job_run_id and bel.events.last_idx() == before
 
 
 def test_a_retired_external_ref_fails_its_wants_and_cannot_be_published(bel: BuildEventLog) -> None:
-    bel.skip("ext/52")
+    bel.partitions.skip("ext/52")
     decision = decide(bel, spec("ext/52"))
     assert decision.kind == "final" and "retired" in (decision.reason or "")
     with pytest.raises(InvalidTransitionError, match="retired"):
-        bel.publish_external("ext/52")
+        bel.partitions.publish_external("ext/52")
 
 
 def build_layer(bel: BuildEventLog, ref: str, reads: list[str], version: str, source: str = "cli") -> str:
     """Want ``ref``, run its job reading the live instances of ``reads``, publish ``<ref>-<version>``."""
     w = spec(ref, source)
-    bel.register_want(w)
-    run = bel.decide(w.want_id, 1, layers.resolve(ref))
+    bel.wants.register(w)
+    run = bel.decisions.decide(w.want_id, 1, layers.resolve(ref))
     assert run.kind == "execute", run
-    bel.start_job_run(run.job_run_id, 1, "w")
-    inputs = [InstanceRef(ref=r, instance_id=bel.partition(r).instance_id) for r in reads]
-    bel.succeed_job_run(run.job_run_id, inputs, [InstanceRef(ref=ref, instance_id=f"{ref}-{version}")])
+    bel.job_runs.start(run.job_run_id, 1, "w")
+    inputs = [InstanceRef(ref=r, instance_id=bel.partitions.get(r).instance_id) for r in reads]
+    bel.job_runs.succeed(run.job_run_id, inputs, [InstanceRef(ref=ref, instance_id=f"{ref}-{version}")])
     return f"{ref}-{version}"
 
 
@@ -1041,26 +1060,26 @@ def test_a_build_on_its_own_previous_instance_is_neither_late_nor_stale(bel: Bui
     reader of another job that read them is late (the control)."""
     run = build(bel, spec("a/31"), "v1")
     control = spec("down/31")
-    bel.register_want(control)
-    other = bel.decide(control.want_id, 1, layers.resolve("down/31"))
-    bel.start_job_run(other.job_run_id, 1, "w")
+    bel.wants.register(control)
+    other = bel.decisions.decide(control.want_id, 1, layers.resolve("down/31"))
+    bel.job_runs.start(other.job_run_id, 1, "w")
     read = [InstanceRef(ref="a/31", instance_id="a/31-v1")]
-    bel.succeed_job_run(other.job_run_id, read, [InstanceRef(ref="down/31", instance_id="down/31-v1")])
+    bel.job_runs.succeed(other.job_run_id, read, [InstanceRef(ref="down/31", instance_id="down/31-v1")])
 
     w = spec("a/31", "api")
-    bel.register_want(w)
+    bel.wants.register(w)
     judged = Freshness(instance_id="a/31-v1", reasons=(StaleReason(kind=StaleKind.code_changed),))
-    rebuild = bel.decide(w.want_id, 1, graph.resolve("a/31"), fresh=judged)
+    rebuild = bel.decisions.decide(w.want_id, 1, graph.resolve("a/31"), fresh=judged)
     assert rebuild.kind == "execute" and rebuild.job_run_id != run.job_run_id, rebuild
-    bel.start_job_run(rebuild.job_run_id, 1, "w")
+    bel.job_runs.start(rebuild.job_run_id, 1, "w")
     previous = [InstanceRef(ref=o, instance_id=f"{o}-v1") for o in rebuild.outputs]
     built = [InstanceRef(ref=o, instance_id=f"{o}-v2") for o in rebuild.outputs]
-    bel.succeed_job_run(rebuild.job_run_id, previous, built)
+    bel.job_runs.succeed(rebuild.job_run_id, previous, built)
 
-    assert [(r.ref, r.input_read) for r in bel.late_readers(list(rebuild.outputs))] == [
+    assert [(r.ref, r.input_read) for r in bel.lineage.late_readers(list(rebuild.outputs))] == [
         ("down/31", "a/31-v1")
     ]
-    reasons = staleness(bel.live_built("*/31"), {}, [b.instance_id for b in built] + ["down/31-v1"])
+    reasons = staleness(bel.lineage.live_built("*/31"), {}, [b.instance_id for b in built] + ["down/31-v1"])
     assert list(reasons) == ["down/31-v1"], reasons
 
 
@@ -1070,43 +1089,47 @@ def test_taint_marks_the_downstream_stale_and_the_next_want_rebuilds(bel: BuildE
     down = build_layer(bel, "down/1", ["mid/1"], "v1")
     side = build_layer(bel, "down/2", ["mid/1"], "v1")
 
-    before = bel.last_idx()
-    impact = bel.taint_impact("up/1")
-    assert bel.last_idx() == before  # a preview records nothing
+    before = bel.events.last_idx()
+    impact = bel.partitions.taint_impact("up/1")
+    assert bel.events.last_idx() == before  # a preview records nothing
     assert [(d.ref, d.instance_id, d.depth, d.current) for d in impact.downstream] == [
         ("mid/1", mid, 1, True),
         ("down/1", down, 2, True),
         ("down/2", side, 2, True),
     ]
     with pytest.raises(InvalidTransitionError, match="now up/1-v1, not up/1-v0"):
-        bel.taint("up/1", instance_id="up/1-v0")
+        bel.partitions.taint("up/1", instance_id="up/1-v0")
 
-    result = bel.taint("up/1", reason="bad clicks", instance_id=up)
+    result = bel.partitions.taint("up/1", reason="bad clicks", instance_id=up)
     assert result.tainted == [InstanceRef(ref="up/1", instance_id=up)]
-    tainted = bel.partition("up/1")
+    tainted = bel.partitions.get("up/1")
     assert (tainted.status, tainted.generation, tainted.reason) == (PartitionStatus.tainted, 1, "bad clicks")
-    assert bel.instance(up).status is InstanceStatus.tainted
+    assert bel.partitions.instance(up).status is InstanceStatus.tainted
     for instance in (mid, down, side):  # still live and readable, but stale
         assert (
-            bel.instance(instance).status is InstanceStatus.live and bel.instance(instance).stale_cause == up
+            bel.partitions.instance(instance).status is InstanceStatus.live
+            and bel.partitions.instance(instance).stale_cause == up
         )
-    assert bel.partition("mid/1").status is PartitionStatus.live
+    assert bel.partitions.get("mid/1").status is PartitionStatus.live
     with pytest.raises(InvalidTransitionError, match="only a live partition can be tainted"):
-        bel.taint("up/1")
+        bel.partitions.taint("up/1")
     with pytest.raises(NotFoundError):
-        bel.taint("up/404")
+        bel.partitions.taint("up/404")
 
     # The same want again is a new generation; it rebuilds, and the old instance keeps its lineage.
     again = WantSpec(ref="up/1", data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), generation=1)
     assert again.want_id != spec("up/1").want_id
     up2 = build_layer(bel, "up/1", [], "v2", source="api")
-    assert bel.partition("up/1").instance_id == up2 and bel.partition("up/1").reason is None
-    assert bel.instance(up).status is InstanceStatus.tainted and bel.instance(up2).stale_cause is None
-    assert [ir.instance_id for ir, _ in bel.downstream_closure(up)] == [mid, down, side]
-    assert bel.downstream_closure(up2) == []
+    assert bel.partitions.get("up/1").instance_id == up2 and bel.partitions.get("up/1").reason is None
+    assert (
+        bel.partitions.instance(up).status is InstanceStatus.tainted
+        and bel.partitions.instance(up2).stale_cause is None
+    )
+    assert [ir.instance_id for ir, _ in bel.partitions.downstream_closure(up)] == [mid, down, side]
+    assert bel.partitions.downstream_closure(up2) == []
 
     before = projection_rows(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     assert projection_rows(bel) == before
 
 
@@ -1116,62 +1139,62 @@ def test_instances_keep_their_facts_and_a_changed_schema_is_flagged(bel: BuildEv
 
     def publish(source: str, version: str, *columns: tuple[str, str]) -> Instance:
         w = spec("up/7", source)
-        bel.register_want(w)
-        run = bel.decide(w.want_id, 1, layers.resolve("up/7"))
-        bel.start_job_run(run.job_run_id, 1, "w")
+        bel.wants.register(w)
+        run = bel.decisions.decide(w.want_id, 1, layers.resolve("up/7"))
+        bel.job_runs.start(run.job_run_id, 1, "w")
         shape = [Column(name=name, type=kind) for name, kind in columns]
         facts = {"up/7": InstanceFacts(rows=len(columns), bytes=10, files=1, columns=shape)}
-        bel.succeed_job_run(
+        bel.job_runs.succeed(
             run.job_run_id, [], [InstanceRef(ref="up/7", instance_id=f"up/7-{version}")], facts=facts
         )
-        bel.taint("up/7")  # so that the next want builds it again
-        return bel.instance(f"up/7-{version}")
+        bel.partitions.taint("up/7")  # so that the next want builds it again
+        return bel.partitions.instance(f"up/7-{version}")
 
     first = publish("cli", "v1", ("id", "bigint"))
     same = publish("api", "v2", ("id", "bigint"))
     wider = publish("dashboard", "v3", ("id", "bigint"), ("name", "string"))
-    announced, _ = bel.publish_external("up/7")  # no facts: nothing to compare
+    announced, _ = bel.partitions.publish_external("up/7")  # no facts: nothing to compare
     assert (
         first.facts is not None and first.facts.rows == 1 and [c.name for c in first.facts.columns] == ["id"]
     )
     assert (first.schema_changed, same.schema_changed, wider.schema_changed) == (False, False, True)
     assert wider.facts is not None and wider.facts.columns[1] == Column(name="name", type="string")
-    assert bel.instance(announced.instance_id or "").facts is None
-    assert not bel.instance(announced.instance_id or "").schema_changed
+    assert bel.partitions.instance(announced.instance_id or "").facts is None
+    assert not bel.partitions.instance(announced.instance_id or "").schema_changed
     before = projection_rows(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     assert projection_rows(bel) == before
 
 
 def test_a_build_that_read_an_instance_tainted_meanwhile_is_stale(bel: BuildEventLog) -> None:
     up = build_layer(bel, "up/2", [], "v1")
     w = spec("mid/2")
-    bel.register_want(w)
-    run = bel.decide(w.want_id, 1, layers.resolve("mid/2"))
-    bel.start_job_run(run.job_run_id, 1, "w")
-    bel.taint("up/2")  # while the job reads it
-    bel.succeed_job_run(
+    bel.wants.register(w)
+    run = bel.decisions.decide(w.want_id, 1, layers.resolve("mid/2"))
+    bel.job_runs.start(run.job_run_id, 1, "w")
+    bel.partitions.taint("up/2")  # while the job reads it
+    bel.job_runs.succeed(
         run.job_run_id, [InstanceRef(ref="up/2", instance_id=up)], [InstanceRef(ref="mid/2", instance_id="m")]
     )
-    assert bel.instance("m").stale_cause == up
+    assert bel.partitions.instance("m").stale_cause == up
 
 
 def test_taint_cascade_taints_the_current_downstream(bel: BuildEventLog) -> None:
     build_layer(bel, "up/3", [], "v1")
     mid = build_layer(bel, "mid/3", ["up/3"], "v1")
     down = build_layer(bel, "down/3", ["mid/3"], "v1")
-    result = bel.taint("up/3", cascade=True, reason="schema change")
+    result = bel.partitions.taint("up/3", cascade=True, reason="schema change")
     assert [t.ref for t in result.tainted] == ["up/3", "mid/3", "down/3"]
     for ref, instance in (("mid/3", mid), ("down/3", down)):
-        assert bel.partition(ref).status is PartitionStatus.tainted
-        assert bel.instance(instance).status is InstanceStatus.tainted
-        assert "built from tainted up/3: schema change" in (bel.partition(ref).reason or "")
+        assert bel.partitions.get(ref).status is PartitionStatus.tainted
+        assert bel.partitions.instance(instance).status is InstanceStatus.tainted
+        assert "built from tainted up/3: schema change" in (bel.partitions.get(ref).reason or "")
     # A cascaded partition that is wanted again rebuilds.
     again = spec("mid/3", "api")
-    bel.register_want(again)
-    assert bel.decide(again.want_id, 1, layers.resolve("mid/3")).kind == "execute"
+    bel.wants.register(again)
+    assert bel.decisions.decide(again.want_id, 1, layers.resolve("mid/3")).kind == "execute"
     before = projection_rows(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     assert projection_rows(bel) == before
 
 
@@ -1190,13 +1213,13 @@ GLOB_CASES = [
 
 def test_ref_globs_filter_in_sql(bel: BuildEventLog) -> None:
     for ref in GLOB_REFS:
-        bel.publish_external(ref)
+        bel.partitions.publish_external(ref)
     for pattern, expected in GLOB_CASES:
-        assert {p.ref for p in bel.partitions(ref_glob=pattern)} == expected, pattern
+        assert {p.ref for p in bel.partitions.query(ref_glob=pattern)} == expected, pattern
         assert {w for w in GLOB_REFS if compile_glob(pattern).matches(w)} == expected, pattern
     for bad in ["a/<b>", "a/%", "x" * 600, "a/***"]:
         with pytest.raises(InvalidPatternError):
-            bel.partitions(ref_glob=bad)
+            bel.partitions.query(ref_glob=bad)
     with pytest.raises(InvalidPatternError, match="empty"):
         compile_glob("")
     with pytest.raises(InvalidPatternError, match="33 wildcards; the limit is 32"):
@@ -1223,7 +1246,7 @@ def test_hostile_globs_cost_time_linear_in_the_refs(bel: BuildEventLog) -> None:
     used to run in a SQLite callback holding the GIL: one request froze the web server and worker)."""
     refs = [f"daily_users/2024-01-{n % 28 + 1:02d}/part-{n:05d}-of-the-day" for n in range(300)]
     for ref in refs:
-        bel.publish_external(ref)
+        bel.partitions.publish_external(ref)
     for hostile in [
         "**?**?**?**?**?**?**?**?**?**Z",
         "*?*?*?*?*?*?*?*?*?*y",
@@ -1232,7 +1255,7 @@ def test_hostile_globs_cost_time_linear_in_the_refs(bel: BuildEventLog) -> None:
         elapsed = []
         for _ in range(3):
             started = time.perf_counter()
-            found = {p.ref for p in bel.partitions(ref_glob=hostile, limit=1000)}
+            found = {p.ref for p in bel.partitions.query(ref_glob=hostile, limit=1000)}
             elapsed.append(time.perf_counter() - started)
         assert found == {r for r in refs if compile_glob(hostile).matches(r)}, hostile
         assert min(elapsed) < 0.1, (hostile, elapsed)
@@ -1250,7 +1273,7 @@ def test_event_cursor_pages_without_gaps_under_concurrent_appends(bel: BuildEven
         cursor = 0
         while True:
             done = stop.is_set()
-            page = bel.event_page(cursor, 7, where)
+            page = bel.events.page(cursor, 7, where)
             seen.extend(e.idx for e in page.events)
             cursor = page.next_since_idx
             if done and not page.events:
@@ -1260,27 +1283,30 @@ def test_event_cursor_pages_without_gaps_under_concurrent_appends(bel: BuildEven
     follower.start()
     released_together(
         6,
-        lambda i: [bel.publish_external(f"{'data/users' if i % 2 else 'other'}/{i}-{n}") for n in range(15)],
+        lambda i: [
+            bel.partitions.publish_external(f"{'data/users' if i % 2 else 'other'}/{i}-{n}")
+            for n in range(15)
+        ],
     )
     stop.set()
     follower.join(60)
-    expected = [e.idx for e in bel.event_page(0, 10_000, where).events]
+    expected = [e.idx for e in bel.events.page(0, 10_000, where).events]
     assert len(expected) == 45 and seen == expected
 
 
 def test_event_filters_combine_and_reject_hostile_patterns(bel: BuildEventLog) -> None:
     execute_then_active_then_historical_delegation(bel)
-    everything = bel.event_page(0, 1000, EventFilter()).events
+    everything = bel.events.page(0, 1000, EventFilter()).events
     run = next(e.job_run_id for e in everything if e.type == "JobRunQueued")
-    by_run = bel.event_page(0, 1000, EventFilter(job_run_ids=[run or ""])).events
+    by_run = bel.events.page(0, 1000, EventFilter(job_run_ids=[run or ""])).events
     assert by_run and {e.job_run_id for e in by_run} == {run}
-    by_label = bel.event_page(0, 1000, EventFilter(job_labels=["<lambda>"], types=["JobRunQueued"])).events
+    by_label = bel.events.page(0, 1000, EventFilter(job_labels=["<lambda>"], types=["JobRunQueued"])).events
     assert [e.job_run_id for e in by_label] == [e.job_run_id for e in everything if e.type == "JobRunQueued"]
-    exact = bel.event_page(0, 1000, EventFilter(refs=["a/1"], types=["PartitionLive"])).events
+    exact = bel.events.page(0, 1000, EventFilter(refs=["a/1"], types=["PartitionLive"])).events
     assert [e.ref for e in exact] == ["a/1"]
     for hostile in ["a/%", "' OR 1=1 --", "x" * 600, "a/***", "a/[bc]"]:
         with pytest.raises(InvalidPatternError):
-            bel.event_page(0, 10, EventFilter(patterns=[hostile]))
+            bel.events.page(0, 10, EventFilter(patterns=[hostile]))
     with pytest.raises(ValueError, match="illegal character"):
         EventFilter(refs=["a/<b>"])
 
@@ -1317,7 +1343,7 @@ def test_a_command_held_open_does_not_stop_others_committing_and_being_read(
     seen: list[int] = []
 
     def held() -> None:
-        with bel._write(ref_key("ext/held")) as tx:
+        with bel._log.write(ref_key("ext/held")) as tx:
             tx.append(ev.PartitionLive(ref="ext/held", instance_id="i-held", job_run_id=None, external=True))
             appended.set()
             assert release.wait(30)
@@ -1331,19 +1357,19 @@ def test_a_command_held_open_does_not_stop_others_committing_and_being_read(
     try:
         assert appended.wait(10)
         others = threading.Thread(
-            target=lambda: released_together(4, lambda i: bel.publish_external(f"ext/free-{i}"))
+            target=lambda: released_together(4, lambda i: bel.partitions.publish_external(f"ext/free-{i}"))
         )
         others.start()
         others.join(10)
         assert not others.is_alive(), "commands on other partitions waited for the held transaction"
-        assert sorted(e.ref or "" for e in bel.events()) == [f"ext/free-{i}" for i in range(4)]
-        assert bel.last_idx() == 4 and bel.find_partition("ext/held") is None
+        assert sorted(e.ref or "" for e in bel.events.query()) == [f"ext/free-{i}" for i in range(4)]
+        assert bel.events.last_idx() == 4 and bel.partitions.find("ext/held") is None
     finally:
         release.set()
         holder.join(10)
     stop.set()
     reader.join(30)
-    assert [(e.idx, e.ref) for e in bel.events(since_idx=4)] == [(5, "ext/held")]
+    assert [(e.idx, e.ref) for e in bel.events.query(since_idx=4)] == [(5, "ext/held")]
     assert seen == [1, 2, 3, 4, 5]
 
 
@@ -1358,35 +1384,39 @@ def test_events_committed_but_not_placed_are_unread_until_placed_in_commit_order
     from databuild.bel.engine.transaction import WriteTx
 
     bel = postgres_bel
-    bel.publish_external("ext/first")
+    bel.partitions.publish_external("ext/first")
     placing = create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT").connect()
     placing.execute(text("SELECT pg_advisory_lock(:space, 2)"), {"space": LOCK_SPACE})  # "placing"
-    late = threading.Thread(target=bel.publish_external, args=("ext/late",))
-    later = threading.Thread(target=bel.publish_external, args=("ext/later",))
+    late = threading.Thread(target=bel.partitions.publish_external, args=("ext/late",))
+    later = threading.Thread(target=bel.partitions.publish_external, args=("ext/later",))
     try:
         late.start()
-        wait_for(lambda: bel.find_partition("ext/late") is not None)  # committed
+        wait_for(lambda: bel.partitions.find("ext/late") is not None)  # committed
         later.start()
-        wait_for(lambda: bel.find_partition("ext/later") is not None)
+        wait_for(lambda: bel.partitions.find("ext/later") is not None)
         assert late.is_alive() and later.is_alive()  # each waits for its events' place
-        assert bel.last_idx() == 1 and bel.events(since_idx=0) == bel.events(limit=1)
-        assert [e.ref for e in bel.event_page(1, 10, EventFilter()).events] == []
+        assert bel.events.last_idx() == 1 and bel.events.query(since_idx=0) == bel.events.query(limit=1)
+        assert [e.ref for e in bel.events.page(1, 10, EventFilter()).events] == []
     finally:
         placing.execute(text("SELECT pg_advisory_unlock(:space, 2)"), {"space": LOCK_SPACE})
         late.join(10)
         later.join(10)
-    assert [(e.idx, e.ref) for e in bel.events()] == [(1, "ext/first"), (2, "ext/late"), (3, "ext/later")]
+    assert [(e.idx, e.ref) for e in bel.events.query()] == [
+        (1, "ext/first"),
+        (2, "ext/late"),
+        (3, "ext/later"),
+    ]
 
     # A writer that dies between its COMMIT and placing its events.
     monkeypatch.setattr(WriteTx, "place", lambda self: None)
     placing.execute(text("SELECT pg_advisory_lock(:space, 2)"), {"space": LOCK_SPACE})
-    bel.publish_external("ext/orphan")
+    bel.partitions.publish_external("ext/orphan")
     placing.execute(text("SELECT pg_advisory_unlock(:space, 2)"), {"space": LOCK_SPACE})
     placing.close()
     monkeypatch.undo()
-    assert bel.last_idx() == 3 and bel.find_partition("ext/orphan") is not None
+    assert bel.events.last_idx() == 3 and bel.partitions.find("ext/orphan") is not None
     BuildEventLog.create(POSTGRES_URL).dispose()  # opening the log places what is pending
-    assert [(e.idx, e.ref) for e in bel.events(since_idx=3)] == [(4, "ext/orphan")]
+    assert [(e.idx, e.ref) for e in bel.events.query(since_idx=3)] == [(4, "ext/orphan")]
 
 
 batched = Graph("batched")
@@ -1395,27 +1425,27 @@ batched.job("one/{n}", label="one", max_running=1)(lambda ctx, n: None)
 
 
 def decide_in(g: Graph, bel: BuildEventLog, w: WantSpec) -> Verdict:
-    bel.register_want(w)
-    return bel.decide(w.want_id, 1, g.resolve(w.ref))
+    bel.wants.register(w)
+    return bel.decisions.decide(w.want_id, 1, g.resolve(w.ref))
 
 
 def test_partitions_join_a_batch_until_it_is_full_or_admitted(bel: BuildEventLog) -> None:
     first, second, third = (decide_in(batched, bel, spec(f"bat/{n}")) for n in (1, 2, 3))
     assert first.kind == "execute" and third.kind == "execute" and third.job_run_id != first.job_run_id
     assert second.kind == "delegate" and second.job_run_id == first.job_run_id and second.batch_full
-    run = bel.job_run(first.job_run_id)
+    run = bel.job_runs.get(first.job_run_id)
     assert run.outputs == ["bat/1", "bat/2"] and run.partitions == [{"n": "1"}, {"n": "2"}]
-    assert bel.partition("bat/2").building_job_run_id == first.job_run_id
+    assert bel.partitions.get("bat/2").building_job_run_id == first.job_run_id
     # Admitted, a batch takes no more: the next partition starts the next batch.
-    assert bel.request_admission(third.job_run_id, {})
+    assert bel.pools.request_admission(third.job_run_id, {})
     fourth = decide_in(batched, bel, spec("bat/4"))
     assert fourth.kind == "execute" and fourth.job_run_id not in (first.job_run_id, third.job_run_id)
     # Concurrent wants fill batches without overfilling one.
     verdicts = released_together(9, lambda i: decide_in(batched, bel, spec(f"bat/{10 + i}")))
-    members = [len(bel.job_run(v.job_run_id).partitions or []) for v in verdicts if v.kind == "execute"]
+    members = [len(bel.job_runs.get(v.job_run_id).partitions or []) for v in verdicts if v.kind == "execute"]
     # One joined bat/4's batch (it had room for one); the other eight made four full batches.
     assert members == [2, 2, 2, 2]
-    assert len(bel.job_run(fourth.job_run_id).partitions or []) == 2
+    assert len(bel.job_runs.get(fourth.job_run_id).partitions or []) == 2
 
 
 def test_a_pool_admits_the_most_urgent_when_a_slot_frees(bel: BuildEventLog) -> None:
@@ -1423,28 +1453,30 @@ def test_a_pool_admits_the_most_urgent_when_a_slot_frees(bel: BuildEventLog) -> 
     going = decide_in(batched, bel, spec("one/1", "backfill"))
     older = decide_in(batched, bel, spec("one/2", "backfill"))
     urgent = decide_in(batched, bel, spec("one/3"))
-    assert bel.request_admission(going.job_run_id, pool)
-    assert not bel.request_admission(older.job_run_id, pool)
-    assert not bel.request_admission(urgent.job_run_id, pool)
-    assert bel.job_run(older.job_run_id).status == "queued (pool full: job:one)"
-    assert not bel.pools_have_room(pool)
-    assert bel.admitted_not_started() == [bel.job_run(going.job_run_id).workflow_id]  # until it starts
-    bel.start_job_run(going.job_run_id, 1, "w", [InstanceRef(ref="one/1", instance_id="i-1")])
-    bel.succeed_job_run(going.job_run_id, [], [InstanceRef(ref="one/1", instance_id="i-1")], 1)
+    assert bel.pools.request_admission(going.job_run_id, pool)
+    assert not bel.pools.request_admission(older.job_run_id, pool)
+    assert not bel.pools.request_admission(urgent.job_run_id, pool)
+    assert bel.job_runs.get(older.job_run_id).status == "queued (pool full: job:one)"
+    assert not bel.pools.have_room(pool)
+    assert bel.pools.admitted_not_started() == [
+        bel.job_runs.get(going.job_run_id).workflow_id
+    ]  # until it starts
+    bel.job_runs.start(going.job_run_id, 1, "w", [InstanceRef(ref="one/1", instance_id="i-1")])
+    bel.job_runs.succeed(going.job_run_id, [], [InstanceRef(ref="one/1", instance_id="i-1")], 1)
     # The commit that ended the run gave its slot to the interactive run, ahead of the older backfill's.
-    assert bel.admitted_not_started() == [bel.job_run(urgent.job_run_id).workflow_id]
-    assert bel.request_admission(urgent.job_run_id, pool)
-    assert bel.job_run(older.job_run_id).waiting_for_pools == ["job:one"]
-    bel.fail_job_run(urgent.job_run_id, "boom")
-    assert bel.request_admission(older.job_run_id, pool)
+    assert bel.pools.admitted_not_started() == [bel.job_runs.get(urgent.job_run_id).workflow_id]
+    assert bel.pools.request_admission(urgent.job_run_id, pool)
+    assert bel.job_runs.get(older.job_run_id).waiting_for_pools == ["job:one"]
+    bel.job_runs.fail(urgent.job_run_id, "boom")
+    assert bel.pools.request_admission(older.job_run_id, pool)
     before = projection_rows(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     assert projection_rows(bel) == before
 
 
 def test_concurrent_requests_never_overfill_a_pool(bel: BuildEventLog) -> None:
     runs = [decide_in(batched, bel, spec(f"one/{100 + i}")).job_run_id for i in range(8)]
-    admitted = released_together(8, lambda i: bel.request_admission(runs[i], {"shared": 3}))
+    admitted = released_together(8, lambda i: bel.pools.request_admission(runs[i], {"shared": 3}))
     assert sum(admitted) == 3
 
 
@@ -1458,42 +1490,42 @@ def backfill_of(refs: list[str]) -> tuple[BackfillRequest, list[WantSpec]]:
 def dep_missed(bel: BuildEventLog, want: WantSpec, missing: str) -> WantSpec:
     """The want's run dep-missed on ``missing``: its derivative want (recorded, not started)."""
     run = decide(bel, want)
-    bel.start_job_run(run.job_run_id, 1, "w")
-    bel.dep_miss_job_run(run.job_run_id, [missing], [])
-    _, (derivative,), _ = bel.await_dependencies(want.want_id, run.job_run_id, [missing])
+    bel.job_runs.start(run.job_run_id, 1, "w")
+    bel.job_runs.dep_miss(run.job_run_id, [missing], [])
+    _, (derivative,), _ = bel.wants.await_dependencies(want.want_id, run.job_run_id, [missing])
     assert derivative.opening == 0
     return derivative.spec
 
 
 def test_a_cancel_during_registration_cancels_what_is_registered_after_it(bel: BuildEventLog) -> None:
     request, specs = backfill_of([f"a/{n}" for n in range(80, 84)])
-    bel.record_backfill(request, 4, specs[:2])
-    step = bel.advance_backfill(request.backfill_id, window=10)
+    bel.backfills.record(request, 4, specs[:2])
+    step = bel.backfills.advance(request.backfill_id, window=10)
     assert ([WantStart.of(w) for w in step.to_start], step.started) == (
         [WantStart(spec=w) for w in specs[:2]],
         2,
     )
-    assert bel.cancel_backfill(request.backfill_id) and not bel.cancel_backfill(request.backfill_id)
-    reached = bel.backfill_reach(request.backfill_id)
+    assert bel.backfills.cancel(request.backfill_id) and not bel.backfills.cancel(request.backfill_id)
+    reached = bel.backfills.reach(request.backfill_id)
     assert {w.want_id for w in reached} == {w.want_id for w in specs[:2]}
-    cancelled, runs = bel.cancel_wants([w.want_id for w in reached], "its backfill was cancelled")
+    cancelled, runs = bel.wants.cancel([w.want_id for w in reached], "its backfill was cancelled")
     assert len(cancelled) == 2 and runs == []
     # The rest of the registration reads the cancel in its own transaction: recorded cancelled.
-    bel.record_backfill(request, 4, specs[2:], 2)
-    progress = bel.backfill_progress(request.backfill_id)
+    bel.backfills.record(request, 4, specs[2:], 2)
+    progress = bel.backfills.progress(request.backfill_id)
     assert progress.canceled and progress.finished and progress.by_state == {WantState.canceled: 4}
-    assert bel.backfill_reach(request.backfill_id) == []
-    assert bel.advance_backfill(request.backfill_id, window=10).to_start == []
+    assert bel.backfills.reach(request.backfill_id) == []
+    assert bel.backfills.advance(request.backfill_id, window=10).to_start == []
     # A retry lifts the cancel, hands back the wants to reopen, and its window starts them again.
-    assert {w.want_id for w in bel.retry_backfill(request.backfill_id)} == {w.want_id for w in specs}
-    assert not bel.backfill_progress(request.backfill_id).canceled
-    bel.reopen_wants([w.want_id for w in specs])
+    assert {w.want_id for w in bel.backfills.retry(request.backfill_id)} == {w.want_id for w in specs}
+    assert not bel.backfills.progress(request.backfill_id).canceled
+    bel.wants.reopen([w.want_id for w in specs])
     # Each started for its next opening: a run of the one the cancel ended is replaced.
-    assert [WantStart.of(w) for w in bel.advance_backfill(request.backfill_id, window=10).to_start] == [
+    assert [WantStart.of(w) for w in bel.backfills.advance(request.backfill_id, window=10).to_start] == [
         WantStart(spec=w, opening=1) for w in specs
     ]
     before = projection_rows(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     assert projection_rows(bel) == before
 
 
@@ -1501,13 +1533,13 @@ def test_a_cancel_reaches_the_derivatives_only_its_backfill_needs_and_their_unst
     bel: BuildEventLog,
 ) -> None:
     request, (mine, shared) = backfill_of(["a/85", "a/86"])
-    bel.record_backfill(request, 2, [mine, shared])
+    bel.backfills.record(request, 2, [mine, shared])
     waiting = dep_missed(bel, mine, "ext/85")  # waits for an external publish
     needed = dep_missed(bel, shared, "ext/86")
     outside = spec("a/86", "api")  # an interactive want that needs ext/86 too: the same derivative want
     assert dep_missed(bel, outside, "ext/86").want_id == needed.want_id
     below = layers_below(bel, mine)  # a derivative with a queued run of its own
-    assert {w.want_id for w in bel.backfill_reach(request.backfill_id)} == {
+    assert {w.want_id for w in bel.backfills.reach(request.backfill_id)} == {
         mine.want_id,
         shared.want_id,
         waiting.want_id,
@@ -1515,26 +1547,26 @@ def test_a_cancel_reaches_the_derivatives_only_its_backfill_needs_and_their_unst
     }
     # Everything below the backfill, for a resume to wake, includes the shared derivative.
     assert needed.want_id in {
-        w.want_id for w in bel.backfill_reach(request.backfill_id, everything_below=True)
+        w.want_id for w in bel.backfills.reach(request.backfill_id, everything_below=True)
     }
 
-    bel.cancel_backfill(request.backfill_id)
-    ids = [w.want_id for w in bel.backfill_reach(request.backfill_id)]
-    cancelled, runs = bel.cancel_wants(ids, "its backfill was cancelled")
+    bel.backfills.cancel(request.backfill_id)
+    ids = [w.want_id for w in bel.backfills.reach(request.backfill_id)]
+    cancelled, runs = bel.wants.cancel(ids, "its backfill was cancelled")
     assert len(cancelled) == 4 and len(runs) == 1
-    (run,) = [r for r in bel.job_runs() if r.workflow_id == runs[0]]
+    (run,) = [r for r in bel.job_runs.query() if r.workflow_id == runs[0]]
     assert run.state is JobRunState.cancelled and run.cause is JobRunCause.abandoned  # before it started
-    assert bel.want(needed.want_id).state is WantState.new  # the interactive want still needs it
+    assert bel.wants.get(needed.want_id).state is WantState.new  # the interactive want still needs it
     # A cancelled want derives nothing more: its inputs are reported failed instead.
-    status, derivatives, _ = bel.await_dependencies(mine.want_id, None, ["ext/87"])
+    status, derivatives, _ = bel.wants.await_dependencies(mine.want_id, None, ["ext/87"])
     assert derivatives == [] and list(status.failed) == ["ext/87"]
-    assert sorted(w.ref for w in bel.wants(parent_want_id=mine.want_id, limit=10)) == ["a/88", "ext/85"]
+    assert sorted(w.ref for w in bel.wants.query(parent_want_id=mine.want_id, limit=10)) == ["a/88", "ext/85"]
 
 
 def layers_below(bel: BuildEventLog, parent: WantSpec) -> WantSpec:
     """A derivative of ``parent`` for a/… of another day that has decided and queued its own run."""
     derived = parent.derive("a/88", parent.want_id)
-    status, _, _ = bel.await_dependencies(parent.want_id, None, ["a/88"])
+    status, _, _ = bel.wants.await_dependencies(parent.want_id, None, ["a/88"])
     assert not status.failed
     assert decide(bel, derived).kind == "execute"
     return derived
@@ -1544,57 +1576,57 @@ def test_a_derivative_a_cancel_ended_is_reopened_by_a_need_for_its_next_opening(
     """A want that needs a derivative its backfill's cancel ended opens it again, as a retry would: it is
     started for its next opening, the one its projection counts (a run of the one before is replaced)."""
     request, (member,) = backfill_of(["a/95"])
-    bel.record_backfill(request, 1, [member])
+    bel.backfills.record(request, 1, [member])
     derivative = dep_missed(bel, member, "ext/95")
-    bel.cancel_backfill(request.backfill_id)
-    cancelled, _ = bel.cancel_wants(
-        [w.want_id for w in bel.backfill_reach(request.backfill_id)], "its backfill was cancelled"
+    bel.backfills.cancel(request.backfill_id)
+    cancelled, _ = bel.wants.cancel(
+        [w.want_id for w in bel.backfills.reach(request.backfill_id)], "its backfill was cancelled"
     )
     assert derivative.want_id in {w.want_id for w in cancelled}
     outside = spec("a/95", "api")
     run = decide(bel, outside)
-    bel.start_job_run(run.job_run_id, 1, "w")
-    bel.dep_miss_job_run(run.job_run_id, ["ext/95"], [])
-    status, started, reopened = bel.await_dependencies(outside.want_id, run.job_run_id, ["ext/95"])
+    bel.job_runs.start(run.job_run_id, 1, "w")
+    bel.job_runs.dep_miss(run.job_run_id, ["ext/95"], [])
+    status, started, reopened = bel.wants.await_dependencies(outside.want_id, run.job_run_id, ["ext/95"])
     assert not status.failed and started == reopened
     assert [(d.spec.want_id, d.opening) for d in reopened] == [(derivative.want_id, 1)]
-    assert bel.want(derivative.want_id).opening == 1
-    assert bel.want(derivative.want_id).state is WantState.new
+    assert bel.wants.get(derivative.want_id).opening == 1
+    assert bel.wants.get(derivative.want_id).state is WantState.new
     before = projection_rows(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     assert projection_rows(bel) == before
 
 
 def test_a_paused_backfill_pauses_the_derivatives_only_it_needs(bel: BuildEventLog) -> None:
     request, (member,) = backfill_of(["a/90"])
-    bel.record_backfill(request, 1, [member])
+    bel.backfills.record(request, 1, [member])
     derivative = dep_missed(bel, member, "ext/90")
     assert decide(bel, derivative).kind == "wait_external"
-    bel.pause_backfill(request.backfill_id, True)
-    assert bel.any_backfill_paused()
+    bel.backfills.pause(request.backfill_id, True)
+    assert bel.backfills.any_paused()
     assert decide(bel, derivative, seq=2).kind == "paused"  # derived before the pause, or after
     assert decide(bel, spec("a/91", "backfill")).kind == "execute"  # not this backfill's
     # An interactive want needs the same input: the derivative goes on.
     outside = spec("a/90", "api")
     assert dep_missed(bel, outside, "ext/90").want_id == derivative.want_id
     assert decide(bel, derivative, seq=3).kind == "wait_external"
-    bel.finish_want(outside.want_id, WantState.canceled, "canceled on request")
+    bel.wants.finish(outside.want_id, WantState.canceled, "canceled on request")
     assert decide(bel, derivative, seq=4).kind == "paused"  # ... until it no longer needs it
-    bel.pause_backfill(request.backfill_id, False)
-    assert not bel.any_backfill_paused()
+    bel.backfills.pause(request.backfill_id, False)
+    assert not bel.backfills.any_paused()
     assert decide(bel, derivative, seq=5).kind == "wait_external"
 
 
 def test_a_worker_records_the_versions_it_runs(bel: BuildEventLog) -> None:
-    bel.record_worker("host:1", "q", "demo", {"raw_events": "a1", "daily_users": "b1"})
-    bel.record_worker("host:2", "q", "demo", {"raw_events": "a1", "daily_users": "b2"})
-    bel.record_worker("host:1", "q", "demo", {"raw_events": "a2", "daily_users": "b1"})  # restarted
-    found = {w.identity: w.versions for w in bel.workers(["host:1", "host:2", "host:3"])}
+    bel.workers.record("host:1", "q", "demo", {"raw_events": "a1", "daily_users": "b1"})
+    bel.workers.record("host:2", "q", "demo", {"raw_events": "a1", "daily_users": "b2"})
+    bel.workers.record("host:1", "q", "demo", {"raw_events": "a2", "daily_users": "b1"})  # restarted
+    found = {w.identity: w.versions for w in bel.workers.versions(["host:1", "host:2", "host:3"])}
     assert found == {
         "host:1": {"raw_events": "a2", "daily_users": "b1"},
         "host:2": {"raw_events": "a1", "daily_users": "b2"},
     }
-    assert [e.type for e in bel.events(types=["WorkerStarted"])] == ["WorkerStarted"] * 3
+    assert [e.type for e in bel.events.query(types=["WorkerStarted"])] == ["WorkerStarted"] * 3
     before = projection_rows(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     assert projection_rows(bel) == before

@@ -110,13 +110,13 @@ def test_commits_are_checkpointed_in_the_background_and_the_thread_ends_when_idl
     background = checkpointer(path)
     try:
         for n in range(20):  # far fewer pages than make a commit checkpoint itself
-            bel.register_want(spec(f"a/{n}"))
+            bel.wants.register(spec(f"a/{n}"))
         deadline = time.monotonic() + 10
         while background.running and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not background.running, "no commit for IDLE seconds: the thread ends"
         assert wants_in_the_database_file(path) == 20
-        bel.register_want(spec("a/20"))  # a commit after the thread ended starts another
+        bel.wants.register(spec("a/20"))  # a commit after the thread ended starts another
         assert background.running
         deadline = time.monotonic() + 10
         while wants_in_the_database_file(path) < 21 and time.monotonic() < deadline:
@@ -141,7 +141,7 @@ def test_an_exiting_process_stops_the_checkpoints_after_the_one_running(tmp_path
     bel = BuildEventLog.create(f"sqlite:///{path}")
     try:
         own = Checkpointer(path)  # not the process's: its stop is the one the exit makes
-        bel.register_want(spec("a/1"))
+        bel.wants.register(spec("a/1"))
         for _ in range(own.BATCH):
             own.committed()
         assert own.running

@@ -14,23 +14,23 @@ pytestmark = pytest.mark.unit
 def test_pages_of_events_follow_the_cursor(bel: BuildEventLog) -> None:
     up = build(bel, "up/1")
     build(bel, "mid/1", reads=[up])
-    head = bel.last_idx()
-    everything = bel.events(limit=1000)
+    head = bel.events.last_idx()
+    everything = bel.events.query(limit=1000)
     assert [e.idx for e in everything] == list(range(1, head + 1))
-    first = bel.event_page(0, 3, EventFilter())
+    first = bel.events.page(0, 3, EventFilter())
     assert [e.idx for e in first.events] == [1, 2, 3] and first.next_since_idx == 3
-    rest = bel.event_page(first.next_since_idx, 1000, EventFilter())
+    rest = bel.events.page(first.next_since_idx, 1000, EventFilter())
     assert rest.events[-1].idx == head and rest.next_since_idx == head == rest.last_idx
-    mid = bel.event_page(0, 1000, EventFilter(patterns=["mid/*"], types=["PartitionLive"]))
+    mid = bel.events.page(0, 1000, EventFilter(patterns=["mid/*"], types=["PartitionLive"]))
     assert [(e.type, e.ref) for e in mid.events] == [("PartitionLive", "mid/1")]
     assert mid.next_since_idx == head  # past the events that did not match
-    assert {e.type for e in bel.events(pattern="up/*")} >= {"PartitionBuilding", "PartitionLive"}
+    assert {e.type for e in bel.events.query(pattern="up/*")} >= {"PartitionBuilding", "PartitionLive"}
 
 
 def test_stats_count_runs_by_job_and_delegations(bel: BuildEventLog) -> None:
     build(bel, "up/1")
     decide(bel, spec("up/1", WantSource.api))  # live already: a historical delegation
-    stats = bel.stats()
+    stats = bel.events.stats()
     (up,) = stats.jobs
     assert (up.job_label, up.succeeded, up.skipped, up.success_rate) == ("up", 1, 1, 1.0)
     assert stats.delegations_historical == 1 and stats.builds_avoided == 1
@@ -39,7 +39,7 @@ def test_stats_count_runs_by_job_and_delegations(bel: BuildEventLog) -> None:
 def test_projections_rebuild_from_the_events_alone(bel: BuildEventLog) -> None:
     up = build(bel, "up/1")
     build(bel, "mid/1", reads=[up])
-    bel.taint("up/1", cascade=True)
+    bel.partitions.taint("up/1", cascade=True)
     before = projection_rows(bel)
-    assert bel.rebuild_projections() == bel.last_idx()
+    assert bel.events.rebuild_projections() == bel.events.last_idx()
     assert projection_rows(bel) == before

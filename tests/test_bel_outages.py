@@ -30,23 +30,23 @@ def outage_url() -> Iterator[str]:
 def test_a_command_rides_out_an_outage_and_nothing_else(outage_url: str) -> None:
     bel = BuildEventLog.create(outage_url)
     try:
-        assert bel.events(limit=1) == []  # the log answers before the outage
+        assert bel.events.query(limit=1) == []  # the log answers before the outage
         heard: list[str] = []
         cut_off(POSTGRES_ADMIN_URL, outage_url, 2.0)
         started = time.monotonic()
         with pytest.raises(OperationalError):
-            bel.events(limit=1)  # what a command without patience meets
+            bel.events.query(limit=1)  # what a command without patience meets
         events = through_outages(
-            lambda: bel.events(limit=1), patience=timedelta(seconds=60), waiting=heard.append
+            lambda: bel.events.query(limit=1), patience=timedelta(seconds=60), waiting=heard.append
         )
         assert events == [] and time.monotonic() - started >= 1.5
         assert heard and all("the build event log's database does not answer" in h for h in heard)
 
         with pytest.raises(NotFoundError):  # a refusal is no outage: said at once
-            through_outages(lambda: bel.job_run("no-such-run"), patience=timedelta(seconds=60))
+            through_outages(lambda: bel.job_runs.get("no-such-run"), patience=timedelta(seconds=60))
         longer = cut_off(POSTGRES_ADMIN_URL, outage_url, 3.0)  # an outage that outlasts the patience
         with pytest.raises(OperationalError):
-            through_outages(lambda: bel.events(limit=1), patience=timedelta(seconds=1))
+            through_outages(lambda: bel.events.query(limit=1), patience=timedelta(seconds=1))
         longer.join()
     finally:
         bel.dispose()
@@ -60,7 +60,7 @@ async def test_a_publish_commit_that_meets_a_failover_goes_live_on_its_first_att
     want = await stack.db.want("survived/1")
     done = await asyncio.wait_for(stack.db.wait(want), timeout=240)
     assert done.state is WantState.successful, done.reason
-    partition = stack.bel.partition("survived/1")
+    partition = stack.bel.partitions.get("survived/1")
     assert partition.status is PartitionStatus.live
-    (run,) = stack.bel.job_runs(limit=10)
+    (run,) = stack.bel.job_runs.query(limit=10)
     assert run.state is JobRunState.succeeded and run.attempts == 1, run  # the Spark work ran once

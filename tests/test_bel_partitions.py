@@ -12,14 +12,14 @@ pytestmark = pytest.mark.unit
 
 
 def test_publishing_is_idempotent_per_instance(bel: BuildEventLog) -> None:
-    partition, changed = bel.publish_external("ext/1", "i1", source="upstream", location="s3://1")
+    partition, changed = bel.partitions.publish_external("ext/1", "i1", source="upstream", location="s3://1")
     assert changed and partition.status is PartitionStatus.live and partition.external
-    assert bel.publish_external("ext/1", "i1") == (partition, False)
-    replaced, changed = bel.publish_external("ext/1", "i2")
+    assert bel.partitions.publish_external("ext/1", "i1") == (partition, False)
+    replaced, changed = bel.partitions.publish_external("ext/1", "i2")
     assert changed and replaced.instance_id == "i2"
-    assert bel.instance("i1").status is InstanceStatus.superseded
-    assert [i.instance_id for i in bel.instances("ext/1")] == ["i1", "i2"]
-    history, total = bel.instance_history("ext/1", limit=1)
+    assert bel.partitions.instance("i1").status is InstanceStatus.superseded
+    assert [i.instance_id for i in bel.partitions.instances("ext/1")] == ["i1", "i2"]
+    history, total = bel.partitions.instance_history("ext/1", limit=1)
     assert total == 2 and [i.instance_id for i in history] == ["i2"]
 
 
@@ -27,54 +27,54 @@ def test_taint_marks_the_downstream_stale_and_a_cascade_taints_the_current(bel: 
     up = build(bel, "up/1")
     mid = build(bel, "mid/1", reads=[up])
     down = build(bel, "down/1", reads=[mid])
-    impact = bel.taint_impact("up/1")
+    impact = bel.partitions.taint_impact("up/1")
     assert [(d.ref, d.depth, d.current) for d in impact.downstream] == [
         ("mid/1", 1, True),
         ("down/1", 2, True),
     ]
-    assert bel.downstream_closure(up.instance_id) == [(mid, 1), (down, 2)]
-    assert bel.consumers_of(up.instance_id)[1] == 1
+    assert bel.partitions.downstream_closure(up.instance_id) == [(mid, 1), (down, 2)]
+    assert bel.partitions.consumers_of(up.instance_id)[1] == 1
     with pytest.raises(InvalidTransitionError, match="look at the impact again"):
-        bel.taint("up/1", instance_id="other")
-    result = bel.taint("up/1", reason="bad", cascade=True, instance_id=up.instance_id)
+        bel.partitions.taint("up/1", instance_id="other")
+    result = bel.partitions.taint("up/1", reason="bad", cascade=True, instance_id=up.instance_id)
     assert [t.ref for t in result.tainted] == ["up/1", "mid/1", "down/1"] and result.not_tainted == []
-    assert {p.ref: p.status for p in bel.partitions()} == dict.fromkeys(
+    assert {p.ref: p.status for p in bel.partitions.query()} == dict.fromkeys(
         ("up/1", "mid/1", "down/1"), PartitionStatus.tainted
     )
-    assert bel.generations(["up/1", "x/1"]) == {"up/1": 1, "x/1": 0}
+    assert bel.partitions.generations(["up/1", "x/1"]) == {"up/1": 1, "x/1": 0}
     with pytest.raises(InvalidTransitionError, match="only a live partition"):
-        bel.taint("up/1")
+        bel.partitions.taint("up/1")
     with pytest.raises(NotFoundError):
-        bel.taint_impact("nope/1")
+        bel.partitions.taint_impact("nope/1")
 
 
 def test_resolve_clears_a_fail_lock_and_skip_retires(bel: BuildEventLog) -> None:
     verdict = decide(bel, spec("a/1"))
-    bel.fail_job_run(verdict.job_run_id, "boom")
-    assert {p.status for p in bel.partitions_by_ref(["a/1", "b/1"])} == {PartitionStatus.failed}
-    resolved = bel.resolve("a/1")  # its sibling was fail-locked by the same run
+    bel.job_runs.fail(verdict.job_run_id, "boom")
+    assert {p.status for p in bel.partitions.by_ref(["a/1", "b/1"])} == {PartitionStatus.failed}
+    resolved = bel.partitions.resolve("a/1")  # its sibling was fail-locked by the same run
     assert sorted(p.ref for p in resolved) == ["a/1", "b/1"]
     with pytest.raises(InvalidTransitionError):
-        bel.resolve("a/1")
+        bel.partitions.resolve("a/1")
     with pytest.raises(NotFoundError):
-        bel.resolve("nope/1")
-    assert bel.skip("ext/5").status is PartitionStatus.skipped
+        bel.partitions.resolve("nope/1")
+    assert bel.partitions.skip("ext/5").status is PartitionStatus.skipped
     with pytest.raises(InvalidTransitionError, match="retired"):
-        bel.publish_external("ext/5")
-    counts = bel.partition_counts(["a/*", "ext/*"])
+        bel.partitions.publish_external("ext/5")
+    counts = bel.partitions.counts(["a/*", "ext/*"])
     assert counts["ext/*"] == {PartitionStatus.skipped: 1}
 
 
 def test_pinning_is_idempotent(bel: BuildEventLog) -> None:
     written = build(bel, "up/1")
-    assert bel.pin_instance(written.instance_id, reason="keep").pinned
-    bel.pin_instance(written.instance_id)
-    assert not bel.pin_instance(written.instance_id, pinned=False).pinned
-    assert [e.type for e in bel.events(types=["InstancePinned", "InstanceUnpinned"])] == [
+    assert bel.partitions.pin_instance(written.instance_id, reason="keep").pinned
+    bel.partitions.pin_instance(written.instance_id)
+    assert not bel.partitions.pin_instance(written.instance_id, pinned=False).pinned
+    assert [e.type for e in bel.events.query(types=["InstancePinned", "InstanceUnpinned"])] == [
         "InstancePinned",
         "InstanceUnpinned",
     ]
-    assert bel.find_partition("up/1") == bel.partition("up/1")
-    assert bel.partitions(status=PartitionStatus.live, ref_prefix="up/") == [bel.partition("up/1")]
-    assert bel.instances_by_id([written.instance_id])[0].ref == "up/1"
+    assert bel.partitions.find("up/1") == bel.partitions.get("up/1")
+    assert bel.partitions.query(status=PartitionStatus.live, ref_prefix="up/") == [bel.partitions.get("up/1")]
+    assert bel.partitions.instances_by_id([written.instance_id])[0].ref == "up/1"
     assert InstanceRef(ref="up/1", instance_id=written.instance_id) == written

@@ -95,7 +95,7 @@ async def rows_become(stack: Stack, port: int, sql: str, expected: str, seconds:
 async def built(stack: Stack, ref: str) -> str:
     want = await asyncio.wait_for(stack.db.wait(await stack.db.want(ref)), timeout=120)
     assert want.state is WantState.successful, want.reason
-    return stack.bel.partition(ref).instance_id or ""
+    return stack.bel.partitions.get(ref).instance_id or ""
 
 
 async def test_a_published_partition_is_queried_with_beeline_after_each_change_of_its_live_instance(
@@ -144,7 +144,7 @@ async def test_a_published_partition_is_queried_with_beeline_after_each_change_o
     await rows_become(stack, sql_server, f"SELECT count(*) FROM {database}.`left` WHERE n = '{other}'", "10")
     catalog.follow(f"left/{n}")  # nothing to drop: follow is idempotent
     session = stack.parts.spark.session()
-    quoted = stack.bel.instance(second).location
+    quoted = stack.bel.partitions.instance(second).location
     session.sql(f"ALTER TABLE {database}.`left` ADD PARTITION (n = '{n}') LOCATION '{quoted}'")
     assert catalog.repair() >= 1
     shown = {row[0] for row in session.sql(f"SHOW PARTITIONS {database}.`left`").collect()}
@@ -171,7 +171,7 @@ async def test_a_batch_written_as_one_dataframe_is_one_table_partition_per_day(
         assert time.monotonic() < deadline, progress
         await asyncio.sleep(0.25)
     assert progress.by_state == {WantState.successful: 3}
-    (run,) = stack.bel.job_runs(job_label="wide", limit=10)
+    (run,) = stack.bel.job_runs.query(job_label="wide", limit=10)
     assert len(run.partitions or []) == 3  # one run, one partitionBy write
 
     # Each day is a partition of table `wide`, pointed at its own instance in the run's folder, and
@@ -181,7 +181,7 @@ async def test_a_batch_written_as_one_dataframe_is_one_table_partition_per_day(
     await rows_become(stack, sql_server, per_day, ":".join(f"{day}={k + 1}" for k, day in enumerate(days)))
     session = stack.parts.spark.session()
     for day in days:
-        instance = stack.bel.instance(stack.bel.partition(f"wide/{day}").instance_id or "")
+        instance = stack.bel.partitions.instance(stack.bel.partitions.get(f"wide/{day}").instance_id or "")
         assert instance.location is not None and instance.location.endswith(f"/~{run.job_run_id}-1/day={day}")
         (shown,) = session.sql(
             f"SHOW TABLE EXTENDED IN {database} LIKE 'wide' PARTITION (day = '{day}')"

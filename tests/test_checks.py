@@ -247,14 +247,14 @@ def test_results_show_with_the_instance_in_the_cli_the_api_and_the_dashboard(tmp
     settings = Settings(home=tmp_path)
     bel = BuildEventLog.create(settings.database_url.get_secret_value())
     spec = WantSpec(ref="a/1", data_timestamp=AT)
-    bel.register_want(spec)
-    run = bel.decide(spec.want_id, 1, graph.resolve("a/1")).job_run_id
+    bel.wants.register(spec)
+    run = bel.decisions.decide(spec.want_id, 1, graph.resolve("a/1")).job_run_id
     assert run is not None
     written = InstanceRef(ref="a/1", instance_id="i1")
-    bel.start_job_run(run, 1, "w", [written])
+    bel.job_runs.start(run, 1, "w", [written])
     found = [result("not_null(id)", "blocking", True), result("small", "warning", False)]
     found[1] = found[1].model_copy(update={"message": HOSTILE})
-    bel.succeed_job_run(run, [], [written], 1, checks={"a/1": found})
+    bel.job_runs.succeed(run, [], [written], 1, checks={"a/1": found})
 
     view = partition_view(bel, "a/1")
     assert view.index.instances["i1"].checks == found

@@ -26,27 +26,29 @@ async def test_a_failing_blocking_check_keeps_bad_data_from_readers_until_a_fix_
     assert done.state is WantState.failed
 
     # Not retried (3 attempts were allowed), nothing published, the partition fail-locked naming the check.
-    (run,) = stack.bel.job_runs(job_label="checked_events")
+    (run,) = stack.bel.job_runs.query(job_label="checked_events")
     assert run.state is JobRunState.failed and run.attempts == 1
     # Refused, its work cost all the same: recorded alone, as its outcome was never committed.
-    (cost,) = stack.bel.attempt_costs_of([run.job_run_id])
+    (cost,) = stack.bel.costs.attempts_of([run.job_run_id])
     assert cost.attempt == 1 and cost.cost is not None and cost.cost.tasks > 0
     assert run.reason is not None and run.reason.startswith(
         "CheckFailedError: check not_null(user_id) of events/1 failed: 1 null user_id; "
         "check unique(id) of events/1 failed: 1 values of (id) appear more than once, in 2 rows; "
         "check accepted_values(kind) of events/1 failed: 1 rows have a kind not accepted, e.g. 'oops'"
     )
-    events = stack.bel.partition("events/1")
+    events = stack.bel.partitions.get("events/1")
     assert events.status is PartitionStatus.failed and events.instance_id is None
     assert "check not_null(user_id) of events/1 failed" in (events.reason or "")
-    assert stack.bel.instances("events/1") == [] and stack.bel.instances("tally/1") == []
-    assert stack.bel.job_runs(job_label="tally") == [] or all(
-        r.state is not JobRunState.succeeded for r in stack.bel.job_runs(job_label="tally")
+    assert (
+        stack.bel.partitions.instances("events/1") == [] and stack.bel.partitions.instances("tally/1") == []
+    )
+    assert stack.bel.job_runs.query(job_label="tally") == [] or all(
+        r.state is not JobRunState.succeeded for r in stack.bel.job_runs.query(job_label="tally")
     )
     # The bad data was written (its location is there) and its results recorded, but no reader is told of it.
-    (bad,) = stack.bel.attempt_outputs_of(run.job_run_id)
+    (bad,) = stack.bel.job_runs.attempt_outputs_of(run.job_run_id)
     assert instance_dir(stack.settings, "events/1", bad.instance_id).exists()
-    found = {r.name: r for r in stack.bel.checks_of([bad.instance_id])[bad.instance_id]}
+    found = {r.name: r for r in stack.bel.partitions.checks_of([bad.instance_id])[bad.instance_id]}
     assert {name: r.passed for name, r in found.items()} == {
         "schema": True,
         "not_null(user_id)": False,
@@ -69,9 +71,11 @@ async def test_a_failing_blocking_check_keeps_bad_data_from_readers_until_a_fix_
     finally:
         graphs.CLEAN.discard("1")
     assert done.state is WantState.successful
-    live = stack.bel.partition("events/1")
+    live = stack.bel.partitions.get("events/1")
     assert live.status is PartitionStatus.live and live.instance_id != bad.instance_id
-    (tally_run,) = [r for r in stack.bel.job_runs(job_label="tally") if r.state is JobRunState.succeeded]
+    (tally_run,) = [
+        r for r in stack.bel.job_runs.query(job_label="tally") if r.state is JobRunState.succeeded
+    ]
     assert [r.instance_id for r in tally_run.reads] == [live.instance_id]
 
     shown = await cli(stack, "partitions", "show", "events/1", "--json")
@@ -103,7 +107,7 @@ async def test_a_failing_warning_goes_live_and_alerts_and_databuild_check_reruns
         assert (await asyncio.wait_for(stack.db.wait(spec), timeout=180)).state is WantState.successful
     finally:
         graphs.CLEAN.discard("2")
-    live = stack.bel.partition("events/2")
+    live = stack.bel.partitions.get("events/2")
     assert live.status is PartitionStatus.live and live.instance_id is not None
     await until(lambda: "check_warning" in hook.kinds(), "the warning's alert")
     warned = next(r for r in hook.received if r["kind"] == "check_warning")
@@ -115,8 +119,8 @@ async def test_a_failing_warning_goes_live_and_alerts_and_databuild_check_reruns
     found = json.loads(passed.stdout)
     assert found["fail_locked"] is False and found["instance_id"] == live.instance_id
     assert {r["name"]: r["passed"] for r in found["results"]}["small"] is False
-    assert stack.bel.partition("events/2").status is PartitionStatus.live
-    assert len(stack.bel.events(types=["InstanceChecked"], limit=100)) == 2  # at build, and now
+    assert stack.bel.partitions.get("events/2").status is PartitionStatus.live
+    assert len(stack.bel.events.query(types=["InstanceChecked"], limit=100)) == 2  # at build, and now
 
     # A check that hangs: the request gives up within DATABUILD_CHECK_TIMEOUT and says so, and the
     # results the check ends with later are not recorded.
@@ -137,15 +141,15 @@ async def test_a_failing_warning_goes_live_and_alerts_and_databuild_check_reruns
         graphs.AUDIT_FAILS.discard("events/2")
     assert failed.returncode == 1, failed.stderr
     assert "FAILED audit (blocking)" in failed.stdout and "events/2 is fail-locked" in failed.stdout
-    locked = stack.bel.partition("events/2")
+    locked = stack.bel.partitions.get("events/2")
     assert locked.status is PartitionStatus.failed and "check audit of events/2 failed" in (
         locked.reason or ""
     )
-    retired = stack.bel.instance(live.instance_id)
+    retired = stack.bel.partitions.instance(live.instance_id)
     assert retired.status.value == "tainted"
     assert {c.name: c.passed for c in retired.checks}["audit"] is False
-    tally = stack.bel.partition("tally/2")
-    assert stack.bel.instance(tally.instance_id or "").stale_cause == live.instance_id
+    tally = stack.bel.partitions.get("tally/2")
+    assert stack.bel.partitions.instance(tally.instance_id or "").stale_cause == live.instance_id
     await until(lambda: "partition_fail_locked" in hook.kinds(), "the fail-lock's alert")
     lock_alert = next(r for r in hook.received if r["kind"] == "partition_fail_locked")
     assert lock_alert["subject"] == f"check:{live.instance_id}"
@@ -153,5 +157,5 @@ async def test_a_failing_warning_goes_live_and_alerts_and_databuild_check_reruns
     # Nothing live to check now: refused, nothing recorded.
     refused = await cli(stack, "check", "events/2")
     assert refused.returncode != 0 and "checks re-run on a live instance only" in refused.stderr
-    assert len(stack.bel.events(types=["InstanceChecked"], limit=100)) == 3
+    assert len(stack.bel.events.query(types=["InstanceChecked"], limit=100)) == 3
     hook.down()

@@ -97,21 +97,21 @@ async def build_demo(stack: Stack, ref: str = DEMO_REF) -> None:
 
 
 def checksums(runtime: SparkRuntime, stack: Stack, built: list[str] = BUILT) -> dict[str, str]:
-    live = stack.bel.partitions(status=PartitionStatus.live, limit=1000)
+    live = stack.bel.partitions.query(status=PartitionStatus.live, limit=1000)
     assert sorted(p.ref for p in live) == built
     return partition_checksums(runtime.session(), {ref: live_dir(stack, ref) for ref in built})
 
 
 def live_dir(stack: Stack, ref: str) -> Path:
-    return instance_dir(stack.settings, ref, stack.bel.partition(ref).instance_id)
+    return instance_dir(stack.settings, ref, stack.bel.partitions.get(ref).instance_id)
 
 
 def assert_built_once(stack: Stack, built: list[str] = BUILT) -> None:
-    runs = stack.bel.job_runs(limit=1000)
+    runs = stack.bel.job_runs.query(limit=1000)
     succeeded = sorted(r.job_label for r in runs if r.state is JobRunState.succeeded)
     targets = {(t.job.label, tuple(t.outputs)) for ref in built if (t := stack.graph.resolve(ref).target)}
     assert succeeded == sorted(label for label, _ in targets)
-    assert all(len(stack.bel.instances(ref)) == 1 for ref in built)
+    assert all(len(stack.bel.partitions.instances(ref)) == 1 for ref in built)
 
 
 async def worker_process(stack: Stack, log: Path, **env: str) -> subprocess.Popen[bytes]:
@@ -174,7 +174,7 @@ async def test_submit_executor_on_the_cluster_matches_local_mode(
     assert_built_once(stack, DAY_BUILT)
 
     # One application per attempt (the dep-missed ones included), each done, each with executor tasks.
-    runs = stack.bel.job_runs(limit=1000)
+    runs = stack.bel.job_runs.query(limit=1000)
     status = await asyncio.to_thread(cluster.status)
     apps = [
         a for a in status["completedapps"] if a["id"] not in before and a["name"].startswith("databuild:")
@@ -200,10 +200,10 @@ async def test_submit_executor_on_the_cluster_matches_local_mode(
         ("raw_events", JobRunState.succeeded),
         ("daily_users", JobRunState.succeeded),
     ]
-    raw, users = (stack.bel.partition(ref) for ref in ("raw_events/2024-01-07", DAY_REF))
+    raw, users = (stack.bel.partitions.get(ref) for ref in ("raw_events/2024-01-07", DAY_REF))
     assert ordered[0].missing == [raw.ref]
     assert [(r.ref, r.instance_id) for r in ordered[2].reads] == [(raw.ref, raw.instance_id)]
-    facts = stack.bel.instance(users.instance_id or "").facts
+    facts = stack.bel.partitions.instance(users.instance_id or "").facts
     assert (
         facts is not None
         and facts.rows
@@ -211,7 +211,8 @@ async def test_submit_executor_on_the_cluster_matches_local_mode(
     )
     # ... and ran the demo's checks there, whose results travelled back with the facts.
     checked = {
-        c.name: (c.passed, c.severity.value) for c in stack.bel.instance(users.instance_id or "").checks
+        c.name: (c.passed, c.severity.value)
+        for c in stack.bel.partitions.instance(users.instance_id or "").checks
     }
     assert checked == {"unique(user_id)": (True, "blocking"), "enough_users": (True, "warning")}
     storage = Storage(stack.settings.storage_root)
@@ -234,7 +235,7 @@ async def test_cancelling_a_want_kills_its_submitted_application(make_stack, clu
     spec = await stack.db.want("spin/submit")
     app = await wait_for_app(cluster, "databuild:spin_job:")
     await until(lambda: cluster.tasks_finished(app["id"]) > 0, seconds=120)  # its executor is computing
-    (run,) = stack.bel.job_runs()
+    (run,) = stack.bel.job_runs.query()
 
     await stack.client.get_workflow_handle(spec.workflow_id).cancel()
     assert (await stack.db.wait(spec)).state is WantState.canceled
@@ -243,9 +244,9 @@ async def test_cancelling_a_want_kills_its_submitted_application(make_stack, clu
     status = await asyncio.to_thread(cluster.status)
     assert not [a for a in status["activeapps"] if a["name"].startswith("databuild:")], status
     assert all(w["coresused"] == 0 for w in status["workers"]), status["workers"]
-    await until(lambda: stack.bel.job_run(run.job_run_id).state.is_final, seconds=30)
-    assert stack.bel.job_run(run.job_run_id).cause is JobRunCause.abandoned
-    assert stack.bel.partition("spin/submit").status is PartitionStatus.missing
+    await until(lambda: stack.bel.job_runs.get(run.job_run_id).state.is_final, seconds=30)
+    assert stack.bel.job_runs.get(run.job_run_id).cause is JobRunCause.abandoned
+    assert stack.bel.partitions.get("spin/submit").status is PartitionStatus.missing
     # No driver (spark-submit's JVM or its Python) is left on this host.
     leftovers = await asyncio.to_thread(
         subprocess.run, ["pgrep", "-af", run.job_run_id], capture_output=True, text=True
@@ -274,7 +275,7 @@ async def test_connect_executor_matches_local_mode(
     day = {ref: local_checksums[ref] for ref in DAY_BUILT}
     assert await asyncio.to_thread(checksums, spark_runtime, stack, DAY_BUILT) == day
     # Connect cannot read Spark's accounting: each attempt's cost is recorded unknown (with why), not zero.
-    costs = stack.bel.attempt_costs()
+    costs = stack.bel.costs.attempts()
     assert costs and {(c.executor, c.cost) for c in costs} == {("connect", None)}
     assert {c.unknown_reason for c in costs} == {CONNECT_COST_UNKNOWN}
     assert all(r.task_seconds == 0 and r.unknown_attempts > 0 for r in (await stack.db.cost()).rows)
@@ -289,8 +290,8 @@ async def test_cancelling_a_want_interrupts_its_spark_connect_operations(
     )
     try:
         spec = await stack.db.want("spin/connect")
-        await until(lambda: bool(stack.bel.job_runs()), seconds=60)
-        (run,) = stack.bel.job_runs()
+        await until(lambda: bool(stack.bel.job_runs.query()), seconds=60)
+        (run,) = stack.bel.job_runs.query()
         tag = f"databuild-{run.job_run_id}-1"
 
         def running() -> list[dict[str, Any]]:
@@ -301,11 +302,11 @@ async def test_cancelling_a_want_interrupts_its_spark_connect_operations(
         assert (await stack.db.wait(spec)).state is WantState.canceled
         await until(lambda: not running(), seconds=30)
         assert [j["status"] for j in await asyncio.to_thread(connect.jobs_tagged, tag)] == ["FAILED"]
-        await until(lambda: stack.bel.job_run(run.job_run_id).state.is_final, seconds=30)
+        await until(lambda: stack.bel.job_runs.get(run.job_run_id).state.is_final, seconds=30)
     finally:
         await asyncio.to_thread(stop_group, worker)
-    assert stack.bel.job_run(run.job_run_id).cause is JobRunCause.abandoned
-    assert stack.bel.partition("spin/connect").status is PartitionStatus.missing
+    assert stack.bel.job_runs.get(run.job_run_id).cause is JobRunCause.abandoned
+    assert stack.bel.partitions.get("spin/connect").status is PartitionStatus.missing
     assert connect.proc.poll() is None  # the server (a shared application) keeps serving
 
 
@@ -328,7 +329,7 @@ async def test_connect_executor_starts_a_new_session_when_the_server_restarts(
     finally:
         if worker is not None:
             await asyncio.to_thread(stop_group, worker)
-    assert [(r.state, r.attempts) for r in stack.bel.job_runs()] == [(JobRunState.succeeded, 1)] * 2
+    assert [(r.state, r.attempts) for r in stack.bel.job_runs.query()] == [(JobRunState.succeeded, 1)] * 2
 
 
 def test_one_scan_of_a_batchs_inputs_reads_the_same_through_spark_connect(

@@ -55,8 +55,8 @@ def bel(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BuildEventLo
 def want(bel: BuildEventLog, ref: str, day: int = 0) -> tuple[str, str]:
     """Register and decide a want; (its verdict's kind, the run)."""
     spec = WantSpec(ref=ref, data_timestamp=AT + timedelta(days=day), source=WantSource.cli)
-    bel.register_want(spec)
-    verdict = bel.decide(spec.want_id, 1, priced.resolve(ref))
+    bel.wants.register(spec)
+    verdict = bel.decisions.decide(spec.want_id, 1, priced.resolve(ref))
     return verdict.kind, verdict.job_run_id or ""
 
 
@@ -75,17 +75,17 @@ def history(bel: BuildEventLog) -> str:
     kind, run = want(bel, "left/1")
     assert kind == "execute"
     assert want(bel, "right/1", day=1) == ("delegate", run)
-    bel.start_job_run(run, 1, "w")
-    assert bel.record_cost(costed(run, 1, "pair", 8.0))
-    assert not bel.record_cost(costed(run, 1, "pair", 99.0))  # once per attempt
+    bel.job_runs.start(run, 1, "w")
+    assert bel.costs.record(costed(run, 1, "pair", 8.0))
+    assert not bel.costs.record(costed(run, 1, "pair", 99.0))  # once per attempt
     writes = [InstanceRef(ref=r, instance_id=f"{r}@1") for r in ("left/1", "right/1")]
-    bel.succeed_job_run(run, [], writes)
+    bel.job_runs.succeed(run, [], writes)
     assert want(bel, "left/1", day=2)[0] == "live"
     _kind, far = want(bel, "far/1")
-    bel.start_job_run(far, 1, "w")
+    bel.job_runs.start(far, 1, "w")
     # As a worker records it: in the commit of the attempt's outcome.
     far_writes = [InstanceRef(ref="far/1", instance_id="far/1@1")]
-    bel.succeed_job_run(far, [], far_writes, attempt=1, cost=costed(far, 1, "remote", None))
+    bel.job_runs.succeed(far, [], far_writes, attempt=1, cost=costed(far, 1, "remote", None))
     assert want(bel, "far/1", day=2)[0] == "live"
     return run
 
@@ -94,16 +94,16 @@ def test_an_outcome_records_its_attempts_cost_in_its_commit_and_a_refused_one_re
     bel: BuildEventLog,
 ) -> None:
     _kind, run = want(bel, "far/2")
-    bel.start_job_run(run, 1, "w")
-    bel.start_job_run(run, 2, "w")  # attempt 1 lost its heartbeat and was retried
+    bel.job_runs.start(run, 1, "w")
+    bel.job_runs.start(run, 2, "w")  # attempt 1 lost its heartbeat and was retried
     written = [InstanceRef(ref="far/2", instance_id="far/2@1")]
     with pytest.raises(StaleAttemptError):
-        bel.succeed_job_run(run, [], written, attempt=1, cost=costed(run, 1, "remote", 2.0))
-    assert bel.attempt_costs_of([run]) == []  # refused whole: the worker records it alone then
-    missed = bel.dep_miss_job_run(run, ["far/0"], [], attempt=2, cost=costed(run, 2, "remote", 3.0))
+        bel.job_runs.succeed(run, [], written, attempt=1, cost=costed(run, 1, "remote", 2.0))
+    assert bel.costs.attempts_of([run]) == []  # refused whole: the worker records it alone then
+    missed = bel.job_runs.dep_miss(run, ["far/0"], [], attempt=2, cost=costed(run, 2, "remote", 3.0))
     assert missed.run.state.value == "dep_miss"
-    assert [(a.attempt, a.cost and a.cost.task_seconds) for a in bel.attempt_costs_of([run])] == [(2, 3.0)]
-    recorded = bel.events(types=["JobRunCostRecorded", "JobRunDepMiss"])
+    assert [(a.attempt, a.cost and a.cost.task_seconds) for a in bel.costs.attempts_of([run])] == [(2, 3.0)]
+    recorded = bel.events.query(types=["JobRunCostRecorded", "JobRunDepMiss"])
     assert [e.type for e in recorded] == ["JobRunCostRecorded", "JobRunDepMiss"]  # the cost first
     assert recorded[0].at == recorded[1].at and recorded[1].idx == recorded[0].idx + 1  # one commit
 
@@ -142,25 +142,25 @@ def logged(bel: BuildEventLog, delegations: list[tuple[str, str, str, Delegation
 
 def test_spent_per_job_day_and_partition_counts_each_build_once_per_row(bel: BuildEventLog) -> None:
     logged(bel, [])
-    by_job = {r.key: r for r in bel.cost_rows("job")}
+    by_job = {r.key: r for r in bel.costs.rows_by("job")}
     assert by_job["pair"].builds_run == 1 and by_job["pair"].task_seconds == 12.0
     assert by_job["pair"].tasks == 8 and by_job["pair"].output_bytes == 2000  # 5 tasks: 2 a partition
     assert by_job["pair"].cpu_seconds == 6.0
     assert by_job["remote"].builds_run == 1 and by_job["remote"].task_seconds == 0.0
     assert by_job["remote"].unknown_attempts == 1  # unknown, not zero: said so
-    by_day = {r.key: r for r in bel.cost_rows("day")}
+    by_day = {r.key: r for r in bel.costs.rows_by("day")}
     assert by_day["2024-01-01"].task_seconds == 5.0 and by_day["2024-01-02"].task_seconds == 10.0
     assert by_day["2024-01-01"].builds_run == 3 and by_day["2024-01-02"].builds_run == 1
-    by_ref = {r.key: r for r in bel.cost_rows("partition")}
+    by_ref = {r.key: r for r in bel.costs.rows_by("partition")}
     assert by_ref["left/1"].task_seconds == 6.0 and by_ref["right/1"].task_seconds == 6.0
     assert by_ref["left/1"].builds_run == 1 and by_ref["far/1"].unknown_attempts == 1
     assert total(by_ref.values()).task_seconds == 15.0
     # Each partition's row is its share of the run, as the run's own view splits it.
-    split = run_cost(bel.attempt_costs_of(["r1"]), RUNS["r1"][1]).per_partition
+    split = run_cost(bel.costs.attempts_of(["r1"]), RUNS["r1"][1]).per_partition
     assert {(ref, c.task_seconds, c.tasks) for ref, c in split.items()} == {
         (ref, by_ref[ref].task_seconds, by_ref[ref].tasks) for ref in ("left/1", "right/1")
     }
-    assert [r.key for r in bel.cost_rows("job", since=DAY2)] == ["pair"]
+    assert [r.key for r in bel.costs.rows_by("job", since=DAY2)] == ["pair"]
 
 
 def test_a_want_delegating_to_a_run_avoided_one_build_worth_its_share_of_what_it_delegated(
@@ -178,27 +178,27 @@ def test_a_want_delegating_to_a_run_avoided_one_build_worth_its_share_of_what_it
             ("w4", "one/1", "r-gone", "historical", DAY2),  # a run no longer known: left out
         ],
     )
-    by_job = {r.key: r for r in bel.cost_rows("job")}
+    by_job = {r.key: r for r in bel.costs.rows_by("job")}
     assert (by_job["pair"].builds_avoided, by_job["pair"].task_seconds_saved) == (1, 12.0)
     assert (by_job["single"].builds_avoided, by_job["single"].avoided_active) == (1, 1)
     assert by_job["single"].avoided_historical == 0 and by_job["single"].task_seconds_saved == 6.0
     assert (by_job["remote"].builds_avoided, by_job["remote"].unvalued_avoided) == (1, 1)
     assert by_job["remote"].task_seconds_saved == 0.0
-    by_day = {r.key: r for r in bel.cost_rows("day")}
+    by_day = {r.key: r for r in bel.costs.rows_by("day")}
     assert by_day["2024-01-02"].builds_avoided == 3 and by_day["2024-01-01"].builds_avoided == 1
     # per partition: the pair's want avoided a build of each of its outputs, each worth its half
-    by_ref = {r.key: r for r in bel.cost_rows("partition")}
+    by_ref = {r.key: r for r in bel.costs.rows_by("partition")}
     assert by_ref["left/1"].task_seconds_saved == 6.0 and by_ref["left/1"].builds_avoided == 1
     # a pattern keeps only its partitions' shares
-    only_left = bel.cost_rows("job", "left/*")
+    only_left = bel.costs.rows_by("job", "left/*")
     assert [(r.key, r.task_seconds, r.task_seconds_saved) for r in only_left] == [("pair", 6.0, 6.0)]
     # the plot's rows: each job by day; from the same statement, the rows by job and by day, each build
     # counted once per job (r1's attempts and w2's delegations fall on two days)
-    days = bel.cost_days()
+    days = bel.costs.days()
     assert [r.key for r in days.by_job_day["pair"]] == ["2024-01-01", "2024-01-02"]
     assert days.by_job_day["pair"][1].task_seconds == 10.0 and days.by_job_day["pair"][1].builds_avoided == 1
-    assert (days.by_job, days.by_day) == (bel.cost_rows("job"), bel.cost_rows("day"))
-    assert bel.cost_days(since=DAY2).by_job == bel.cost_rows("job", since=DAY2)
+    assert (days.by_job, days.by_day) == (bel.costs.rows_by("job"), bel.costs.rows_by("day"))
+    assert bel.costs.days(since=DAY2).by_job == bel.costs.rows_by("job", since=DAY2)
 
 
 def test_a_run_whose_cost_is_not_recorded_yet_leaves_its_avoided_builds_unvalued(bel: BuildEventLog) -> None:
@@ -208,7 +208,7 @@ def test_a_run_whose_cost_is_not_recorded_yet_leaves_its_avoided_builds_unvalued
         )
         made = ev.Delegation(want_id="w1", ref="one/1", delegated_to="r9", kind="active", message="")
         projector.apply_all(conn, [queued, made], DAY1)
-    (row,) = bel.cost_rows("job")
+    (row,) = bel.costs.rows_by("job")
     assert (row.builds_avoided, row.unvalued_avoided, row.task_seconds_saved, row.builds_run) == (
         1,
         1,
@@ -219,15 +219,15 @@ def test_a_run_whose_cost_is_not_recorded_yet_leaves_its_avoided_builds_unvalued
 
 def test_a_page_of_the_costliest_rows_keeps_the_total_of_them_all(bel: BuildEventLog) -> None:
     logged(bel, [("w1", "left/1", "r1", "historical", DAY2), ("w3", "far/1", "r3", "historical", DAY2)])
-    every = bel.cost_rows("partition")
+    every = bel.costs.rows_by("partition")
     assert len(every) > 2
-    shown, summed, count = bel.costliest_cost_rows(2, "partition")
+    shown, summed, count = bel.costs.costliest_rows(2, "partition")
     assert count == len(every) and summed == total(every)
     costliest = sorted(every, key=lambda r: (-r.task_seconds, r.key))[:2]
     assert shown == costliest and shown[0].task_seconds >= shown[1].task_seconds
     # No more rows than a page: all of them, by key, as the report has them.
-    assert bel.costliest_cost_rows(len(every), "partition") == (every, total(every), len(every))
-    assert bel.costliest_cost_rows(2, "partition", "nothing/*") == ([], total([]), 0)
+    assert bel.costs.costliest_rows(len(every), "partition") == (every, total(every), len(every))
+    assert bel.costs.costliest_rows(2, "partition", "nothing/*") == ([], total([]), 0)
 
 
 def test_the_report_by_partition_is_kept_as_costs_delegations_and_batch_members_are_recorded(
@@ -248,17 +248,17 @@ def test_the_report_by_partition_is_kept_as_costs_delegations_and_batch_members_
             ("w4", "one/1", "r-gone", "historical", DAY2),  # a run no longer known: left out
         ],
     )
-    by_ref = {r.key: r for r in bel.cost_rows("partition")}
+    by_ref = {r.key: r for r in bel.costs.rows_by("partition")}
     assert (by_ref["one/1"].builds_avoided, by_ref["one/1"].avoided_active) == (2, 2)
     assert by_ref["far/1"].unvalued_avoided == 1
-    assert list(by_ref.values()) == bel.cost_rows("partition", since=every)
+    assert list(by_ref.values()) == bel.costs.rows_by("partition", since=every)
     with bel.writer.begin() as conn:
         queued = ev.JobRunQueued(
             job_run_id="r8", job_label="pair", outputs=["left/8"], params={}, want_id="w8", workflow_id="r8"
         )
         active = ev.Delegation(want_id="w9", ref="left/8", delegated_to="r8", kind="active", message="")
         projector.apply_all(conn, [queued.model_copy(update={"batch": 4}), active], DAY1)
-    (unvalued,) = [r for r in bel.cost_rows("partition") if r.key == "left/8"]
+    (unvalued,) = [r for r in bel.costs.rows_by("partition") if r.key == "left/8"]
     assert (unvalued.builds_avoided, unvalued.unvalued_avoided, unvalued.builds_run) == (1, 1, 0)
     with bel.writer.begin() as conn:
         started = ev.JobRunStarted(job_run_id="r8", attempt=1, worker="w")
@@ -266,11 +266,11 @@ def test_the_report_by_partition_is_kept_as_costs_delegations_and_batch_members_
         # A partition joins the costed run (a batch after a dep-miss): every share of it is now a half.
         joined = ev.JobRunJoined(job_run_id="r8", want_id="w10", params={"n": "9"}, outputs=["left/9"])
         projector.apply_all(conn, [joined], DAY2)
-    kept = {r.key: r for r in bel.cost_rows("partition")}
+    kept = {r.key: r for r in bel.costs.rows_by("partition")}
     assert kept["left/8"].task_seconds == kept["left/9"].task_seconds == 4.0
     assert (kept["left/8"].task_seconds_saved, kept["left/8"].unvalued_avoided) == (4.0, 0)
-    assert list(kept.values()) == bel.cost_rows("partition", since=every)
-    shown, summed, count = bel.costliest_cost_rows(3, "partition")
+    assert list(kept.values()) == bel.costs.rows_by("partition", since=every)
+    shown, summed, count = bel.costs.costliest_rows(3, "partition")
     assert count == len(kept) and summed == total(kept.values())
     assert shown == sorted(kept.values(), key=lambda r: (-r.task_seconds, r.key))[:3]
 
@@ -284,14 +284,14 @@ def test_the_report_by_job_and_day_is_kept_in_parts_as_costs_delegations_and_bat
     every = AT - timedelta(days=365)
 
     def kept_is_summed() -> dict[str, CostRow]:
-        kept, summed = bel.cost_days(), bel.cost_days(since=every)
+        kept, summed = bel.costs.days(), bel.costs.days(since=every)
         assert (kept.by_job_day, kept.by_job, kept.by_day) == (
             summed.by_job_day,
             summed.by_job,
             summed.by_day,
         )
         # And they are the reports by job and by day (``databuild cost``, the API).
-        assert (kept.by_job, kept.by_day) == (bel.cost_rows("job"), bel.cost_rows("day"))
+        assert (kept.by_job, kept.by_day) == (bel.costs.rows_by("job"), bel.costs.rows_by("day"))
         return {r.key: r for r in kept.by_job}
 
     with bel.writer.begin() as conn:  # a want delegates to a batch run before it has a cost: unvalued
@@ -326,7 +326,7 @@ def test_the_report_by_job_and_day_is_kept_in_parts_as_costs_delegations_and_bat
         projector.apply_all(conn, [joined, again], DAY2)
     by_job = kept_is_summed()
     assert by_job["pair"].unvalued_avoided == 0 and by_job["pair"].builds_run == 2
-    assert bel.cost_days().by_day[1].task_seconds_saved > 0
+    assert bel.costs.days().by_day[1].task_seconds_saved > 0
 
 
 def test_spent_and_saved_per_job_and_partition_and_a_run_shows_its_cost(bel: BuildEventLog) -> None:
@@ -354,9 +354,9 @@ def test_spent_and_saved_per_job_and_partition_and_a_run_shows_its_cost(bel: Bui
     assert shown is not None and shown.total is not None and shown.total.task_seconds == 8.0
     assert {r: c.task_seconds for r, c in shown.per_partition.items()} == {"left/1": 4.0, "right/1": 4.0}
     # A log rebuilt from its events alone holds the same costs.
-    before = bel.attempt_costs()
-    bel.rebuild_projections()
-    assert bel.attempt_costs() == before
+    before = bel.costs.attempts()
+    bel.events.rebuild_projections()
+    assert bel.costs.attempts() == before
     # What /metrics reads, summed in SQL.
     with bel.reader.connect() as conn:
         counts = read_counts(conn, recent=10, upper_bounds=[1.0])

@@ -76,8 +76,8 @@ async def test_recorded_task_seconds_are_sparks_and_a_second_want_avoids_a_build
 ) -> None:
     stack = await make_stack(graph=COSTS, job_attempts=2)
     await built(stack, "sums/1")
-    (run,) = stack.bel.job_runs(job_label="sums")
-    (attempt,) = stack.bel.attempt_costs_of([run.job_run_id])
+    (run,) = stack.bel.job_runs.query(job_label="sums")
+    (attempt,) = stack.bel.costs.attempts_of([run.job_run_id])
     assert attempt.executor == "session" and attempt.cost is not None
     spark_figure = task_seconds_of_tasks(spark_runtime, attempt_name(run.job_run_id, 1))
     assert spark_figure > 0.1  # real work: 2M rows scanned and shuffled
@@ -91,7 +91,7 @@ async def test_recorded_task_seconds_are_sparks_and_a_second_want_avoids_a_build
     assert row.task_seconds == pytest.approx(attempt.cost.task_seconds)
 
     await built(stack, "sums/1", day=2)  # another want for the live partition: delegated, not built
-    assert len(stack.bel.job_runs(job_label="sums", state=None)) == 2  # the second is a skipped run
+    assert len(stack.bel.job_runs.query(job_label="sums", state=None)) == 2  # the second is a skipped run
     (after,) = (await stack.db.cost()).rows
     assert (after.builds_run, after.builds_avoided, after.avoided_historical) == (1, 1, 1)
     assert after.task_seconds == row.task_seconds  # nothing spent
@@ -101,8 +101,8 @@ async def test_recorded_task_seconds_are_sparks_and_a_second_want_avoids_a_build
     # A failed attempt's work cost too: each of the two attempts is recorded with what it ran.
     spec = await stack.db.want("broken/1")
     assert (await asyncio.wait_for(stack.db.wait(spec), timeout=300)).state is WantState.failed
-    (failed,) = stack.bel.job_runs(job_label="broken")
-    attempts = stack.bel.attempt_costs_of([failed.job_run_id])
+    (failed,) = stack.bel.job_runs.query(job_label="broken")
+    attempts = stack.bel.costs.attempts_of([failed.job_run_id])
     assert [a.attempt for a in attempts] == [1, 2]
     for a in attempts:
         assert a.cost is not None and a.cost.tasks >= 2 and a.cost.task_seconds > 0
@@ -131,8 +131,8 @@ async def test_a_submitted_application_reports_its_cost_as_its_event_log_has_it(
         ],
     )
     await built(stack, "sums/1")
-    (run,) = stack.bel.job_runs(job_label="sums")
-    (attempt,) = stack.bel.attempt_costs_of([run.job_run_id])
+    (run,) = stack.bel.job_runs.query(job_label="sums")
+    (attempt,) = stack.bel.costs.attempts_of([run.job_run_id])
     assert attempt.executor == "submit" and attempt.cost is not None
     spark_figure = task_seconds_in_event_log(events, attempt_name(run.job_run_id, 1))
     assert spark_figure > 0.1

@@ -35,13 +35,13 @@ pytestmark = pytest.mark.slow
 
 def announced(stack: Stack) -> list[str]:
     """Refs recorded live from outside, one entry per PartitionLive event."""
-    page = stack.bel.event_page(0, 1000, EventFilter(types=["PartitionLive"], patterns=["feed/*"]))
+    page = stack.bel.events.page(0, 1000, EventFilter(types=["PartitionLive"], patterns=["feed/*"]))
     return sorted(e.ref or "" for e in page.events)
 
 
 def waiting_external(stack: Stack, ref: str) -> bool:
     return any(
-        w.ref == ref and w.state is WantState.upstream_building for w in stack.bel.wants(ref_prefix=ref)
+        w.ref == ref and w.state is WantState.upstream_building for w in stack.bel.wants.query(ref_prefix=ref)
     )
 
 
@@ -73,8 +73,8 @@ async def test_pull_from_an_upstream_graph_survives_restarts(make_stack, tmp_pat
         assert report.state is WantState.successful, report.reason
         # The upstream instance keeps its UUID here: lineage crosses the graphs.
         assert (
-            down.bel.partition("feed/2024-01-01").instance_id
-            == up.bel.partition("feed/2024-01-01").instance_id
+            down.bel.partitions.get("feed/2024-01-01").instance_id
+            == up.bel.partitions.get("feed/2024-01-01").instance_id
         )
         second = await down.db.want("report/2024-01-02")
         await until(lambda: waiting_external(down, "feed/2024-01-02"))
@@ -85,16 +85,16 @@ async def test_pull_from_an_upstream_graph_survives_restarts(make_stack, tmp_pat
     async with running_worker(down.parts):
         handle = down.client.get_workflow_handle(upstream_workflow_id(down.settings.task_queue, "up"))
         await until(lambda: pull_failed(handle), "a pull that failed and backs off")
-        assert down.bel.find_partition("feed/2024-01-02") is None
+        assert down.bel.partitions.find("feed/2024-01-02") is None
         async with http_server(up, port):
             report = await asyncio.wait_for(down.db.wait(second), 90)
         assert report.state is WantState.successful, report.reason
         assert announced(down) == ["feed/2024-01-01", "feed/2024-01-02"]  # nothing missed, nothing twice
         handle = down.client.get_workflow_handle(upstream_workflow_id(down.settings.task_queue, "up"))
         status = await handle.query(QUERY_UPSTREAM_STATUS, result_type=UpstreamStatus)
-        last = up.bel.event_page(0, 1, EventFilter(refs=["feed/2024-01-02"], types=["PartitionLive"])).events[
-            0
-        ]
+        last = up.bel.events.page(
+            0, 1, EventFilter(refs=["feed/2024-01-02"], types=["PartitionLive"])
+        ).events[0]
         assert status.applied == 2 and status.cursor >= last.idx
         described = (await handle.describe()).raw_description.workflow_execution_info
         assert described.first_run_id != described.execution.run_id  # it continued as new, cursor kept
@@ -139,7 +139,7 @@ async def test_push_by_signal_http_and_cli_takes_one_path(make_stack, tmp_path: 
     assert (await asyncio.wait_for(down.db.wait(specs[2]), 60)).state is WantState.successful
 
     assert announced(down) == [f"feed/{day}" for day in days]  # each announcement applied once
-    assert down.bel.partition(f"feed/{days[0]}").instance_id == sent.instance_id
+    assert down.bel.partitions.get(f"feed/{days[0]}").instance_id == sent.instance_id
     await down.client.get_workflow_handle(upstream_workflow_id(down.settings.task_queue, "up")).terminate(
         "test over"
     )
@@ -153,10 +153,10 @@ async def pull_failed(handle: WorkflowHandle[Any, Any]) -> bool:
 
 async def test_a_want_with_external_requirements_waits_before_its_job_runs(make_stack) -> None:
     stack = await make_stack(graph="tests.graphs:chain")
-    before = stack.bel.last_idx()
+    before = stack.bel.events.last_idx()
     with pytest.raises(InvalidInputError, match=r"'\.\.' segment"):
         await stack.db.want("base/req", requires=["gate/../x"])
-    assert stack.bel.last_idx() == before  # a bad requirement records nothing
+    assert stack.bel.events.last_idx() == before  # a bad requirement records nothing
 
     spec = await stack.db.want("base/req", requires=["gate/2024-03-01", "gate/2024-03-02"])
     want = stack.client.get_workflow_handle(want_workflow_id(spec.ref, spec.want_id))
@@ -165,12 +165,12 @@ async def test_a_want_with_external_requirements_waits_before_its_job_runs(make_
         return (await want.query(QUERY_PROGRESS, result_type=WantProgress)).waiting_for == refs
 
     await until(lambda: waiting_for(["gate/2024-03-01", "gate/2024-03-02"]), "the want held for its gates")
-    assert stack.bel.job_runs(ref_prefix="base/req") == []  # held back: nothing dispatched
+    assert stack.bel.job_runs.query(ref_prefix="base/req") == []  # held back: nothing dispatched
     await stack.db.publish("gate/2024-03-01")
     await until(lambda: waiting_for(["gate/2024-03-02"]), "the want heard of one gate, still held")
-    assert stack.bel.job_runs(ref_prefix="base/req") == []  # one of two is not enough
+    assert stack.bel.job_runs.query(ref_prefix="base/req") == []  # one of two is not enough
     await stack.db.publish("gate/2024-03-02", source="upstream-b")
     done = await asyncio.wait_for(stack.db.wait(spec), 60)
     assert done.state is WantState.successful, done.reason
-    [run] = stack.bel.job_runs(ref_prefix="base/req")
+    [run] = stack.bel.job_runs.query(ref_prefix="base/req")
     assert run.state is JobRunState.succeeded

@@ -76,14 +76,14 @@ async def test_browse_from_the_demo_want_to_a_partition_and_its_builder(
         await page.wait_for_url("**/partitions/daily_users/2024-01-05")
         assert "raw_events/2024-01-05" in await text(page, "#upstream")
         assert "daily_summary/2024-01-07" in await text(page, "#downstream")
-        live = stack.bel.partition("daily_users/2024-01-05")
+        live = stack.bel.partitions.get("daily_users/2024-01-05")
         assert (live.instance_id or "")[:8] in await text(page, "#focus")
         await page.screenshot(path=str(ARTIFACTS / "dashboard-partition.png"), full_page=True)
 
         await page.locator("#built-by a.job-run").click()
         await page.wait_for_url(f"**/job-runs/{live.built_by}")
         assert await text(page, "#job-label") == "daily_users"
-        raw = stack.bel.partition("raw_events/2024-01-05")
+        raw = stack.bel.partitions.get("raw_events/2024-01-05")
         assert f"raw_events/2024-01-05 uuid:{(raw.instance_id or '')[:8]}" in await text(page, "#reads")
         assert f"daily_users/2024-01-05 uuid:{(live.instance_id or '')[:8]}" in await text(page, "#writes")
         assert "queued" in await text(page, "#history") and "succeeded" in await text(page, "#history")
@@ -175,8 +175,8 @@ async def test_operators_cancel_retry_resolve_skip_and_taint_from_the_dashboard(
     pair = await stack.db.want("left/2")  # reads input/2, builds left/2 and right/2
     assert (await stack.db.wait(failing)).state is WantState.failed
     assert (await stack.db.wait(pair)).state is WantState.successful
-    await until(lambda: stack.bel.want(waiting.want_id).state is WantState.upstream_building)
-    assert stack.bel.partition("fails/1").status is PartitionStatus.failed
+    await until(lambda: stack.bel.wants.get(waiting.want_id).state is WantState.upstream_building)
+    assert stack.bel.partitions.get("fails/1").status is PartitionStatus.failed
 
     settings = stack.settings.model_copy(update={"api_tokens": SecretStr(f"ops={TOKEN}")})
     app = create_app(web_context(settings, stack.bel, UI, client=stack.db))
@@ -189,12 +189,13 @@ async def test_operators_cancel_retry_resolve_skip_and_taint_from_the_dashboard(
                 await page.click(selector)
             return await text(page, "#flash") if await page.locator("#flash").count() else ""
 
-        before = stack.bel.last_idx()
+        before = stack.bel.events.last_idx()
         await page.goto(f"{base}/partitions/fails/1")
         await page.click("#resolve")
         assert "sign in at /sign-in" in await text(page, "#error")  # refused before anything happened
         assert (
-            stack.bel.last_idx() == before and stack.bel.partition("fails/1").status is PartitionStatus.failed
+            stack.bel.events.last_idx() == before
+            and stack.bel.partitions.get("fails/1").status is PartitionStatus.failed
         )
         await page.goto(f"{base}/sign-in?next=/partitions/fails/1")
         await page.fill("input[name=token]", TOKEN)
@@ -202,17 +203,17 @@ async def test_operators_cancel_retry_resolve_skip_and_taint_from_the_dashboard(
 
         # Resolve the fail-lock, then retire the partition.
         assert "resolved fails/1" in await flash_after("#resolve")
-        assert stack.bel.partition("fails/1").status is not PartitionStatus.failed
+        assert stack.bel.partitions.get("fails/1").status is not PartitionStatus.failed
         assert "fails/1 retired" in await flash_after("#skip")
-        assert stack.bel.partition("fails/1").status is PartitionStatus.skipped
+        assert stack.bel.partitions.get("fails/1").status is PartitionStatus.skipped
 
         # Retry an open want (it decides again), then cancel it.
         await page.goto(f"{base}/wants/{waiting.want_id}")
-        decided = stack.bel.decision_seq(waiting.want_id)
+        decided = stack.bel.wants.decision_seq(waiting.want_id)
         assert "decides again now" in await flash_after("#retry")
-        await until(lambda: stack.bel.decision_seq(waiting.want_id) > decided, seconds=30)
+        await until(lambda: stack.bel.wants.decision_seq(waiting.want_id) > decided, seconds=30)
         assert "asked want input/5 to stop" in await flash_after("#cancel")
-        await until(lambda: stack.bel.want(waiting.want_id).state is WantState.canceled, seconds=30)
+        await until(lambda: stack.bel.wants.get(waiting.want_id).state is WantState.canceled, seconds=30)
 
         # Taint shows the impact first; confirming taints the previewed instance and, with cascade, its readers.
         await page.goto(f"{base}/partitions/input/2")
@@ -228,8 +229,8 @@ async def test_operators_cancel_retry_resolve_skip_and_taint_from_the_dashboard(
             ref in tainted for ref in ("input/2", "left/2", "right/2")
         )
         for ref in ("input/2", "left/2", "right/2"):
-            assert stack.bel.partition(ref).status is PartitionStatus.tainted
-        assert stack.bel.partition("input/2").reason == "bad feed"
+            assert stack.bel.partitions.get(ref).status is PartitionStatus.tainted
+        assert stack.bel.partitions.get("input/2").reason == "bad feed"
         await page.close()
 
     # Without tokens the forms answer loopback clients only.

@@ -44,12 +44,12 @@ def test_hostile_labels_and_reasons_render_as_text(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
     spec = WantSpec(ref="h/1", data_timestamp=datetime(2024, 1, 1, tzinfo=UTC))
-    bel.register_want(spec)
-    decision = bel.decide(spec.want_id, 1, graph.resolve("h/1"))
+    bel.wants.register(spec)
+    decision = bel.decisions.decide(spec.want_id, 1, graph.resolve("h/1"))
     assert decision.job_run_id is not None
-    bel.start_job_run(decision.job_run_id, 1, "w")
-    bel.fail_job_run(decision.job_run_id, HOSTILE)
-    bel.finish_want(spec.want_id, WantState.failed, reason=HOSTILE)
+    bel.job_runs.start(decision.job_run_id, 1, "w")
+    bel.job_runs.fail(decision.job_run_id, HOSTILE)
+    bel.wants.finish(spec.want_id, WantState.failed, reason=HOSTILE)
     app = create_app(web_context(settings, bel, UI))
     with TestClient(app, base_url="http://localhost:8000", client=("127.0.0.1", 50000)) as client:
         for path in (
@@ -67,13 +67,15 @@ def test_hostile_labels_and_reasons_render_as_text(tmp_path: Path) -> None:
         assert missing.status_code == 404 and "<img" not in missing.text and "&lt;img src=x" in missing.text
         bad = client.get("/partitions/h/1", params={"fan_out": "lots"})
         assert bad.status_code == 400 and "fan_out" in bad.text and "Back to wants" in bad.text
-        before = bel.last_idx()
+        before = bel.events.last_idx()
         forged = client.post("/wants", data={"ref": "h/2"}, headers={"origin": "http://evil.example"})
         assert forged.status_code == 403 and "another site" in forged.text
         remote = TestClient(app, base_url="http://localhost:8000", client=("192.0.2.7", 50000))
         refused = remote.post("/wants", data={"ref": "h/2"})
         assert refused.status_code == 401 and "loopback clients only" in refused.text
-        assert bel.last_idx() == before and bel.wants(ref_prefix="h/2") == []  # neither was recorded
+        assert (
+            bel.events.last_idx() == before and bel.wants.query(ref_prefix="h/2") == []
+        )  # neither was recorded
         unknown = client.get("/no/such/page")
         assert unknown.status_code == 404 and "Back to wants" in unknown.text  # an HTML page, not JSON
     bel.dispose()
@@ -119,15 +121,15 @@ def report(ctx: object, day: str) -> None:  # pragma: no cover - never run
 def _run(bel: BuildEventLog, ref: str) -> str:
     """Record a run for ``ref`` and start it; returns its id."""
     spec = WantSpec(ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC))
-    bel.register_want(spec)
-    decision = bel.decide(spec.want_id, 1, POLICIES.resolve(ref))
+    bel.wants.register(spec)
+    decision = bel.decisions.decide(spec.want_id, 1, POLICIES.resolve(ref))
     assert decision.job_run_id is not None
-    bel.start_job_run(decision.job_run_id, 1, "w")
+    bel.job_runs.start(decision.job_run_id, 1, "w")
     return decision.job_run_id
 
 
 def _live(bel: BuildEventLog, ref: str) -> InstanceRef:
-    return InstanceRef(ref=ref, instance_id=bel.partition(ref).instance_id)
+    return InstanceRef(ref=ref, instance_id=bel.partitions.get(ref).instance_id)
 
 
 def _new(ref: str) -> InstanceRef:
@@ -135,7 +137,7 @@ def _new(ref: str) -> InstanceRef:
 
 
 def by_status(bel: BuildEventLog, glob: str) -> dict[PartitionStatus, int]:
-    return dict(Counter(p.status for p in bel.partitions(ref_glob=glob, limit=1000)))
+    return dict(Counter(p.status for p in bel.partitions.query(ref_glob=glob, limit=1000)))
 
 
 # SQLite is the unit tier's; PostgreSQL is a server.
@@ -151,14 +153,14 @@ def test_the_graph_view_counts_partitions_by_pattern_and_shows_declared_and_effe
         bel = BuildEventLog.create(url)
         cleanup.callback(bel.dispose)
         for day in ("2024-01-01", "2024-01-02", "2024-01-03"):
-            bel.publish_external(f"feed/{day}")
-        bel.publish_external("renamed/x")  # a ref no pattern of the graph matches any more
+            bel.partitions.publish_external(f"feed/{day}")
+        bel.partitions.publish_external("renamed/x")  # a ref no pattern of the graph matches any more
         built = _run(bel, "clean/2024-01-01")
-        bel.succeed_job_run(built, [_live(bel, "feed/2024-01-01")], [_new("clean/2024-01-01")])
-        bel.fail_job_run(_run(bel, "clean/2024-01-02"), "boom")
+        bel.job_runs.succeed(built, [_live(bel, "feed/2024-01-01")], [_new("clean/2024-01-01")])
+        bel.job_runs.fail(_run(bel, "clean/2024-01-02"), "boom")
         _run(bel, "clean/2024-01-03")  # still running: building
         reporting = _run(bel, "report/2024-01-01")
-        bel.succeed_job_run(reporting, [_live(bel, "clean/2024-01-01")], [_new("report/2024-01-01")])
+        bel.job_runs.succeed(reporting, [_live(bel, "clean/2024-01-01")], [_new("report/2024-01-01")])
 
         settings = Settings(home=tmp_path, pools={"etl": 3}, job_executors={"report": "submit"})
         view = graph_view(bel, POLICIES, settings)
@@ -215,14 +217,14 @@ def test_a_slow_partition_count_never_holds_up_the_graph(tmp_path: Path) -> None
     counts (none, and no time, before the first count ends), and one count runs however many ask."""
     bel = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
     try:
-        bel.publish_external("feed/2024-01-01")
+        bel.partitions.publish_external("feed/2024-01-01")
         settings = Settings(home=tmp_path)
         release, calls = threading.Event(), []
 
         def slow_count() -> dict[str | None, dict[PartitionStatus, int]]:
             calls.append(1)
             release.wait(30)
-            return bel.partition_counts([p.glob for p in POLICIES.patterns])
+            return bel.partitions.counts([p.glob for p in POLICIES.patterns])
 
         counter = Refreshed(slow_count, name="test counts", every=60, patience=0.05)
         started = time.monotonic()

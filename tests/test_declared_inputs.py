@@ -28,7 +28,7 @@ async def fulfilled(stack: Stack, ref: str) -> str:
 
 
 def runs(stack: Stack) -> Counter[tuple[str, JobRunState]]:
-    return Counter((r.job_label, r.state) for r in stack.bel.job_runs(limit=100))
+    return Counter((r.job_label, r.state) for r in stack.bel.job_runs.query(limit=100))
 
 
 async def test_declared_inputs_are_built_first_without_a_dep_miss(make_stack) -> None:
@@ -58,7 +58,7 @@ async def test_inputs_it_did_not_declare_are_still_discovered(make_stack) -> Non
         ("declared_stage", JobRunState.dep_miss): 1,
         ("declared_stage", JobRunState.succeeded): 1,
     }
-    miss = next(r for r in stack.bel.job_runs(limit=100) if r.state is JobRunState.dep_miss)
+    miss = next(r for r in stack.bel.job_runs.query(limit=100) if r.state is JobRunState.dep_miss)
     assert miss.missing == [f"extra/{n}"]
 
 
@@ -67,7 +67,7 @@ async def test_a_declaration_that_fails_fails_the_want_with_the_reason(make_stac
     want = await asyncio.wait_for(stack.db.wait(await stack.db.want("bad/1")), timeout=60)
     assert want.state is WantState.failed
     assert "the inputs job 'bad' declares" in (want.reason or "") and "not a ref" in (want.reason or "")
-    assert stack.bel.job_runs() == []
+    assert stack.bel.job_runs.query() == []
 
 
 async def test_the_demo_declares_its_inputs_and_builds_without_dep_miss_runs(make_stack) -> None:

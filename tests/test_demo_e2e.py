@@ -19,7 +19,7 @@ async def test_demo_want_fulfilled_through_derivative_wants(demo_run: DemoRun) -
 
     assert want.state is WantState.successful, want.reason
     bel = stack.bel
-    derivatives = bel.wants(root_want_id=want.want_id, limit=1000)
+    derivatives = bel.wants.query(root_want_id=want.want_id, limit=1000)
     by_ref = {w.ref: w for w in derivatives if w.want_id != want.want_id}
     expected = {f"daily_users/{d}" for d in DAYS} | {f"raw_events/{d}" for d in DAYS}
     assert set(by_ref) == expected
@@ -33,7 +33,7 @@ async def test_demo_want_fulfilled_through_derivative_wants(demo_run: DemoRun) -
     # Other modules on this test process build on the same demo (taints, more dates): count this
     # want's family only, whatever ran before.
     family = {w.want_id for w in derivatives}
-    runs = [r for r in bel.job_runs(limit=1000) if r.want_id in family]
+    runs = [r for r in bel.job_runs.query(limit=1000) if r.want_id in family]
     succeeded = Counter(r.job_label for r in runs if r.state is JobRunState.succeeded)
     assert succeeded == {"raw_events": 7, "daily_users": 7, "weekly_rollup": 1}
     dep_missed = Counter(r.job_label for r in runs if r.state is JobRunState.dep_miss)
@@ -42,17 +42,17 @@ async def test_demo_want_fulfilled_through_derivative_wants(demo_run: DemoRun) -
     assert rollup_miss.missing == sorted(f"daily_users/{d}" for d in DAYS)
 
     for ref in expected | {"daily_summary/2024-01-07", "top_spenders/2024-01-07"}:
-        partition = bel.partition(ref)
+        partition = bel.partitions.get(ref)
         assert partition.status is PartitionStatus.live
         assert instance_dir(stack.settings, ref, partition.instance_id).is_dir()
-        history, _ = bel.instance_history(ref, limit=100)
+        history, _ = bel.partitions.instance_history(ref, limit=100)
         built = [i for i in history if i.job_run_id in {r.job_run_id for r in runs}]
         assert len(built) == 1  # built exactly once
     # The demo's checks passed on its data: a blocking schema contract and unique users, a warning.
     checks = {
         ref: {
             c.name: (c.severity.value, c.passed)
-            for c in bel.instance(bel.partition(ref).instance_id or "").checks
+            for c in bel.partitions.instance(bel.partitions.get(ref).instance_id or "").checks
         }
         for ref in ("raw_events/2024-01-03", "daily_users/2024-01-03", "daily_summary/2024-01-07")
     }
@@ -84,7 +84,7 @@ async def test_demo_want_fulfilled_through_derivative_wants(demo_run: DemoRun) -
     described = await client.get_workflow_handle(spec.workflow_id).describe()
     assert "daily_summary/2024-01-07" in (await described.static_summary() or "")
 
-    live = stack.bel.partition("daily_summary/2024-01-07").instance_id
+    live = stack.bel.partitions.get("daily_summary/2024-01-07").instance_id
     summary = stack.parts.spark.session().read.parquet(
         str(instance_dir(stack.settings, "daily_summary/2024-01-07", live))
     )
@@ -101,12 +101,12 @@ async def test_every_want_of_the_demo_starts_its_runs_by_decision_without_a_fail
     from temporalio.api.enums.v1 import EventType
 
     stack, want = demo_run.stack, demo_run.want
-    family = stack.bel.wants(root_want_id=want.want_id, limit=1000)
+    family = stack.bel.wants.query(root_want_id=want.want_id, limit=1000)
     assert len(family) == 15
     for member in family:
         history = await stack.client.get_workflow_handle(member.workflow_id).fetch_history()
         types = [EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") for e in history.events]
         assert "WORKFLOW_TASK_FAILED" not in types, (member.ref, types)
         assert not [t for t in types if "CHILD" in t], (member.ref, types)
-        runs = stack.bel.want_job_runs(member.want_id)
+        runs = stack.bel.job_runs.of_want(member.want_id)
         assert runs and all(run.state.is_final for _, run in runs), (member.ref, runs)

@@ -69,14 +69,14 @@ async def repaired(stack, want_id: str, **options: Any) -> None:  # type: ignore
     """Repair passes until the want has ended in the BEL: visibility follows a close within a moment."""
     for _ in range(100):
         await repair_wants(stack.client, stack.bel, stack.settings.task_queue, **options)
-        if stack.bel.want(want_id).state.is_final:
+        if stack.bel.wants.get(want_id).state.is_final:
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"want {want_id} still open after 100 repair passes")
 
 
 def derivative(stack, ref: str) -> Want:  # type: ignore[no-untyped-def]
-    (found,) = [w for w in stack.bel.wants(ref_prefix=ref) if w.source is WantSource.derivative]
+    (found,) = [w for w in stack.bel.wants.query(ref_prefix=ref) if w.source is WantSource.derivative]
     return found
 
 
@@ -91,8 +91,8 @@ async def test_a_derivative_whose_workflow_closed_unheard_is_reconciled_and_its_
     spec = await waiting_for_its_feed(stack, "unheard")
     feed = derivative(stack, "feed/unheard")
     await close_unheard(stack, feed)
-    assert stack.bel.want(feed.want_id).state is WantState.upstream_building  # the BEL never heard
-    assert stack.bel.want(spec.want_id).state is WantState.upstream_building  # nor its parent
+    assert stack.bel.wants.get(feed.want_id).state is WantState.upstream_building  # the BEL never heard
+    assert stack.bel.wants.get(spec.want_id).state is WantState.upstream_building  # nor its parent
 
     async with running_worker(stack.parts, warm_spark=False):
         task_queue = stack.settings.task_queue
@@ -101,30 +101,30 @@ async def test_a_derivative_whose_workflow_closed_unheard_is_reconciled_and_its_
         await repaired(stack, feed.want_id)
         done = await asyncio.wait_for(stack.db.wait(spec), timeout=60)
         assert await repair_wants(stack.client, stack.bel, task_queue) == 0  # nothing left to do
-    ended = stack.bel.want(feed.want_id)
+    ended = stack.bel.wants.get(feed.want_id)
     assert (ended.state, ended.reason) == (WantState.canceled, "canceled on request")
     # Recorded as its own run would have: the parent heard, and failed naming it.
     assert done.state is WantState.failed
     assert f"derivative want {feed.want_id} canceled" in (done.reason or "")
-    assert [e.type for e in stack.bel.events(want_id=feed.want_id)][-1] == "WantCanceled"
+    assert [e.type for e in stack.bel.events.query(want_id=feed.want_id)][-1] == "WantCanceled"
 
 
 async def test_cancelling_a_want_whose_workflow_closed_unheard_records_it(make_stack) -> None:
     stack = await make_stack(graph="tests.graphs:late", worker=False)
     spec = await waiting_for_its_feed(stack, "stuck")
-    await close_unheard(stack, stack.bel.want(spec.want_id))
-    assert stack.bel.want(spec.want_id).state is WantState.upstream_building
+    await close_unheard(stack, stack.bel.wants.get(spec.want_id))
+    assert stack.bel.wants.get(spec.want_id).state is WantState.upstream_building
 
     async with running_worker(stack.parts, warm_spark=False):
         # What `databuild cancel` does: it used to print "cancelled" and change nothing.
         await stack.db.cancel(spec.want_id)
-        await until(lambda: stack.bel.want(spec.want_id).state.is_final, seconds=30)
+        await until(lambda: stack.bel.wants.get(spec.want_id).state.is_final, seconds=30)
         # Its derivative, still waiting for the feed, runs as usual: cancelled the usual way.
         feed = derivative(stack, "feed/stuck")
         await stack.db.cancel(feed.want_id)
-        await until(lambda: stack.bel.want(feed.want_id).state.is_final, seconds=30)
-    assert stack.bel.want(spec.want_id).state is WantState.canceled
-    assert stack.bel.want(feed.want_id).state is WantState.canceled
+        await until(lambda: stack.bel.wants.get(feed.want_id).state.is_final, seconds=30)
+    assert stack.bel.wants.get(spec.want_id).state is WantState.canceled
+    assert stack.bel.wants.get(feed.want_id).state is WantState.canceled
     assert await closed(stack, spec.workflow_id) is WorkflowExecutionStatus.COMPLETED  # the recording run
 
 
@@ -150,10 +150,10 @@ async def test_a_want_whose_workflow_completed_unheard_is_reconciled_by_the_next
     task_queue = stack.settings.task_queue
     async with Worker(stack.client, task_queue=task_queue, workflows=[CompletesUnheard]):
         await (await start_stand_in(stack, spec, WantState.upstream_building)).result()
-    assert stack.bel.want(spec.want_id).state is WantState.upstream_building  # the BEL never heard
+    assert stack.bel.wants.get(spec.want_id).state is WantState.upstream_building  # the BEL never heard
 
     async with running_worker(stack.parts, warm_spark=False):
         # Its search attributes say it ended: only the pass over lately closed workflows finds it.
         await repaired(stack, spec.want_id, closed_within=timedelta(minutes=10))
-    ended = stack.bel.want(spec.want_id)
+    ended = stack.bel.wants.get(spec.want_id)
     assert (ended.state, ended.reason) == (WantState.canceled, "stood in")

@@ -97,7 +97,7 @@ async def test_a_browser_write_from_another_site_is_refused_on_every_route(make_
         for method in sorted(route.methods & {"POST", "PUT", "PATCH", "DELETE"})
     ]
     assert len(writes) >= 15, writes  # the API's and the dashboard's forms
-    before = stack.bel.last_idx()
+    before = stack.bel.events.last_idx()
     with TestClient(app, base_url=BASE, client=LOOPBACK) as client:
         for method, path in writes:
             for headers in CROSS_SITE:
@@ -107,9 +107,9 @@ async def test_a_browser_write_from_another_site_is_refused_on_every_route(make_
                 )
                 assert refused.status_code == 403, (method, path, headers, refused.text)
                 assert "another site" in refused.text, (method, path, refused.text)
-        assert stack.bel.last_idx() == before
-        assert stack.bel.want(want.want_id).state is WantState.new
-        assert not stack.bel.backfill_progress(backfill.backfill_id).paused
+        assert stack.bel.events.last_idx() == before
+        assert stack.bel.wants.get(want.want_id).state is WantState.new
+        assert not stack.bel.backfills.progress(backfill.backfill_id).paused
 
         # Scripts (no Origin) and this server's own pages (its own Origin) go on working.
         paused = client.post(f"/api/backfills/{backfill.backfill_id}/pause")
@@ -154,7 +154,7 @@ async def test_times_at_the_edges_of_the_calendar(make_stack) -> None:
     ]
     for (_args, says), ran in zip(refused, await cli_batch(stack, *(a for a, _ in refused)), strict=True):
         one_line(ran, 2, says)
-    assert stack.bel.last_idx() == 0
+    assert stack.bel.events.last_idx() == 0
 
     # The calendar's last day, and a step that would leave the calendar, are ranges like any other.
     last_day, long_step = await cli_batch(
@@ -167,7 +167,7 @@ async def test_times_at_the_edges_of_the_calendar(make_stack) -> None:
     assert long_step.returncode == 0 and "1/1 wants registered" in long_step.stdout, long_step.stderr
 
     app = create_app(web_context(stack.settings, stack.bel, client=stack.db))
-    before = stack.bel.last_idx()
+    before = stack.bel.events.last_idx()
     bad_requests = [
         ("/api/backfills", {"start": "9999-12-31T23:00-05:00", "end": "9999-12-31T23:00-05:00"}, OUTSIDE),
         ("/api/backfills", {"start": "0001-01-01T00:00+01:00", "end": "0001-01-02"}, OUTSIDE),
@@ -186,7 +186,7 @@ async def test_times_at_the_edges_of_the_calendar(make_stack) -> None:
             body = {("pattern" if path == "/api/backfills" else "ref"): what, **fields}
             response = client.post(path, json=body)
             assert response.status_code == 400 and says in response.json()["error"], (body, response.text)
-        assert stack.bel.last_idx() == before
+        assert stack.bel.events.last_idx() == before
         edge = {"pattern": "raw_events/{date}", "start": "9950-01-01", "end": "9999-01-01", "step": "P36500D"}
         accepted = client.post("/api/backfills", json=edge)
         assert accepted.status_code == 200 and accepted.json()["partitions"] == 1, accepted.text
@@ -301,7 +301,7 @@ async def serving(db: DataBuild) -> None:
 
 def registered(bel: BuildEventLog, backfill_id: str) -> int:
     try:
-        return bel.backfill_progress(backfill_id).registered
+        return bel.backfills.progress(backfill_id).registered
     except NotFoundError:
         return 0
 
@@ -327,11 +327,11 @@ def test_storage_that_stops_answering(tmp_path: Path, monkeypatch: pytest.Monkey
         bel = BuildEventLog.create(url)
         try:
             spec = WantSpec(ref="p/1", data_timestamp=datetime(2024, 1, 1, tzinfo=UTC))
-            bel.register_want(spec)
-            decision = bel.decide(spec.want_id, 1, LOGGED.resolve("p/1"))
+            bel.wants.register(spec)
+            decision = bel.decisions.decide(spec.want_id, 1, LOGGED.resolve("p/1"))
             job_run_id = decision.job_run_id
             assert job_run_id is not None
-            bel.start_job_run(job_run_id, 1, "w")
+            bel.job_runs.start(job_run_id, 1, "w")
             storage = Storage(root)
             storage.write_text(storage.log_key(job_run_id, 1), "hello from the job\n")
             settings = Settings(home=tmp_path, storage_root=root)

@@ -78,7 +78,7 @@ async def test_registration_burst_never_blocks_the_loop(make_stack, slow_callbac
     stack = await make_stack(graph="databuild.testing.graphs:graph")
     refs = [f"live/{i}" for i in range(WANTS)]
     for ref in refs:
-        await stack.bel.call(stack.bel.publish_external, ref)
+        await stack.bel.call(stack.bel.partitions.publish_external, ref)
     settle_heap()  # as a worker does once it has started (`databuild worker`, `databuild dev`)
     loop = asyncio.get_running_loop()
     loop.slow_callback_duration = SLOW

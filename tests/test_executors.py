@@ -39,7 +39,7 @@ async def test_submit_executor_reports_job_errors_and_contract_breaches(make_sta
     fails_done, typo_done = await asyncio.wait_for(
         asyncio.gather(stack.db.wait(fails), stack.db.wait(typo)), timeout=300
     )
-    runs = {r.job_label: r for r in stack.bel.job_runs(limit=10)}
+    runs = {r.job_label: r for r in stack.bel.job_runs.query(limit=10)}
     # A job that raises is retried by the policy, and its error (with its traceback) is the reason.
     assert fails_done.state is WantState.failed
     assert runs["always_fails"].attempts == 2
@@ -98,10 +98,10 @@ async def test_gc_on_a_shared_storage_root_leaves_the_other_graphs_submissions_a
     failing = await ours.db.want(f"fails/{n}")
     assert (await asyncio.wait_for(ours.db.wait(failing), timeout=300)).state is WantState.failed
     submissions = shared / "_databuild" / "submissions"
-    (our_run,) = ours.bel.job_runs()
+    (our_run,) = ours.bel.job_runs.query()
 
     def their_progress() -> Path | None:
-        runs = theirs.bel.job_runs()
+        runs = theirs.bel.job_runs.query()
         found = submissions / f"{runs[0].job_run_id}-1" / SubmitFiles.PROGRESS if runs else None
         return found if found is not None and found.is_file() else None
 
@@ -111,7 +111,7 @@ async def test_gc_on_a_shared_storage_root_leaves_the_other_graphs_submissions_a
         await asyncio.sleep(0.1)
     progress = their_progress()
     assert progress is not None, "their application never reported progress"
-    (their_run,) = theirs.bel.job_runs()
+    (their_run,) = theirs.bel.job_runs.query()
 
     collected = await cli(ours, "gc", "--keep", "0s", "--json")
     assert collected.returncode == 0, collected.stderr
@@ -126,7 +126,7 @@ async def test_gc_on_a_shared_storage_root_leaves_the_other_graphs_submissions_a
     for _ in range(3):
         before = progress.stat().st_mtime_ns
         await until(lambda before=before: progress.stat().st_mtime_ns != before, seconds=30)
-    assert theirs.bel.job_run(their_run.job_run_id).state is JobRunState.running
+    assert theirs.bel.job_runs.get(their_run.job_run_id).state is JobRunState.running
     assert (submissions / f"{their_run.job_run_id}-1" / SubmitFiles.REQUEST).is_file()
     # Their own gc keeps their running attempt's folder too.
     kept = GcReport.model_validate_json((await cli(theirs, "gc", "--keep", "0s", "--json")).stdout)

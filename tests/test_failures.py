@@ -35,8 +35,10 @@ async def test_worker_killed_mid_job_completes_once(make_stack, tmp_path: Path) 
     first = start_worker(stack, log)
     try:
         spec = await stack.db.want("slow/killed")
-        await until(lambda: any(r.state is JobRunState.running for r in stack.bel.job_runs()), seconds=120)
-        planned = stack.bel.attempt_outputs_of(stack.bel.job_runs()[0].job_run_id)[0]
+        await until(
+            lambda: any(r.state is JobRunState.running for r in stack.bel.job_runs.query()), seconds=120
+        )
+        planned = stack.bel.job_runs.attempt_outputs_of(stack.bel.job_runs.query()[0].job_run_id)[0]
         # Mid-write: the job's Spark tasks are writing into the instance location.
         await until(
             lambda: instance_dir(stack.settings, planned.ref, planned.instance_id).is_dir(), seconds=120
@@ -45,8 +47,8 @@ async def test_worker_killed_mid_job_completes_once(make_stack, tmp_path: Path) 
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
 
-        assert stack.bel.partition("slow/killed").status is PartitionStatus.building
-        orphan = stack.bel.attempt_outputs_of(stack.bel.job_runs()[0].job_run_id)
+        assert stack.bel.partitions.get("slow/killed").status is PartitionStatus.building
+        orphan = stack.bel.job_runs.attempt_outputs_of(stack.bel.job_runs.query()[0].job_run_id)
         assert [o.attempt for o in orphan] == [1]  # its location was recorded before it was written
 
         second = start_worker(stack, log)
@@ -60,11 +62,11 @@ async def test_worker_killed_mid_job_completes_once(make_stack, tmp_path: Path) 
             os.killpg(first.pid, signal.SIGKILL)
 
     assert done.state is WantState.successful, log.read_text()[-3000:]
-    runs = stack.bel.job_runs()
+    runs = stack.bel.job_runs.query()
     assert len(runs) == 1 and runs[0].state is JobRunState.succeeded and runs[0].attempts == 2
-    lives = stack.bel.events(pattern="slow/killed", types=["PartitionLive"])
+    lives = stack.bel.events.query(pattern="slow/killed", types=["PartitionLive"])
     assert len(lives) == 1  # published exactly once
-    partition = stack.bel.partition("slow/killed")
+    partition = stack.bel.partitions.get("slow/killed")
     assert partition.status is PartitionStatus.live
     assert partition.instance_id != orphan[0].instance_id  # the retry wrote a new instance
     assert instance_dir(stack.settings, "slow/killed", partition.instance_id).is_dir()
@@ -85,19 +87,19 @@ async def test_cancelling_a_job_run_stops_its_spark_job(make_stack, monkeypatch)
     monkeypatch.setattr(graphs, "SLOW_SECONDS", 30.0)  # far longer than a cancellation takes
     stack = await make_stack(graph="tests.graphs:slow")
     spec = await stack.db.want("slow/cancel")
-    await until(lambda: any(r.state is JobRunState.running for r in stack.bel.job_runs()), seconds=60)
+    await until(lambda: any(r.state is JobRunState.running for r in stack.bel.job_runs.query()), seconds=60)
     await asyncio.sleep(1.5)
-    run = stack.bel.job_runs()[0]
+    run = stack.bel.job_runs.query()[0]
     started = time.monotonic()
     job_run = stack.client.get_workflow_handle(run.workflow_id)
     await job_run.cancel()
     done = await stack.db.wait(spec)
     assert time.monotonic() - started < 20  # the 30 s Spark tasks were interrupted
     assert done.state is WantState.failed and "canceled" in (done.reason or "")
-    cancelled = stack.bel.job_run(run.job_run_id)
+    cancelled = stack.bel.job_runs.get(run.job_run_id)
     assert cancelled.state is JobRunState.cancelled and cancelled.cause is JobRunCause.cancelled
-    assert stack.bel.partition("slow/cancel").status is PartitionStatus.failed
-    assert stack.bel.partition("slow/cancel").instance_id is None  # nothing it wrote became visible
+    assert stack.bel.partitions.get("slow/cancel").status is PartitionStatus.failed
+    assert stack.bel.partitions.get("slow/cancel").instance_id is None  # nothing it wrote became visible
     # The wants hear of the failure from the run's fan-out, just before its workflow closes.
     for _ in range(50):
         if (await job_run.describe()).status is not WorkflowExecutionStatus.RUNNING:
@@ -111,7 +113,7 @@ async def test_cancelling_a_job_run_stops_its_spark_job(make_stack, monkeypatch)
 async def test_cancelling_a_want(make_stack) -> None:
     stack = await make_stack(graph="tests.graphs:late")
     spec = await stack.db.want("report/cancelled")
-    await until(lambda: stack.bel.want(spec.want_id).state is WantState.upstream_building, seconds=60)
+    await until(lambda: stack.bel.wants.get(spec.want_id).state is WantState.upstream_building, seconds=60)
     handle = stack.client.get_workflow_handle(spec.workflow_id)
     await handle.cancel()
     done = await stack.db.wait(spec)
@@ -119,7 +121,7 @@ async def test_cancelling_a_want(make_stack) -> None:
     assert (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
     # Retry opens it again: it waits for its feed as before; then one that is open decides again.
     assert not (await stack.db.retry(spec.want_id)).state.is_final  # new, or already deciding
-    await until(lambda: stack.bel.want(spec.want_id).state is WantState.upstream_building, seconds=60)
+    await until(lambda: stack.bel.wants.get(spec.want_id).state is WantState.upstream_building, seconds=60)
     assert (await stack.db.retry(spec.want_id)).state is WantState.upstream_building
     await stack.db.cancel(spec.want_id)
     assert (await stack.db.wait(spec)).state is WantState.canceled
@@ -131,9 +133,9 @@ async def test_job_failing_beyond_retry_policy_fails_the_want(make_stack) -> Non
     done = await stack.db.wait(spec)
     assert done.state is WantState.failed
     assert "boom 1" in (done.reason or "")
-    run = stack.bel.job_runs()[0]
+    run = stack.bel.job_runs.query()[0]
     assert run.state is JobRunState.failed and run.attempts == 2
-    assert stack.bel.partition("fails/1").status is PartitionStatus.failed
+    assert stack.bel.partitions.get("fails/1").status is PartitionStatus.failed
 
 
 async def test_a_failure_deep_down_fails_every_want_above_it(make_stack) -> None:
@@ -142,7 +144,7 @@ async def test_a_failure_deep_down_fails_every_want_above_it(make_stack) -> None
     done = await asyncio.wait_for(stack.db.wait(spec), timeout=120)
     assert done.state is WantState.failed
     assert "mid/7" in (done.reason or "") and "failed" in (done.reason or "")
-    states = {w.ref: w.state for w in stack.bel.wants(limit=100)}
+    states = {w.ref: w.state for w in stack.bel.wants.query(limit=100)}
     assert states == {"top/7": WantState.failed, "mid/7": WantState.failed, "fails/7": WantState.failed}
 
     # Retry: refused while fails/7 is fail-locked; once fixed and resolved, the want and the wants it
@@ -160,10 +162,10 @@ async def test_a_failure_deep_down_fails_every_want_above_it(make_stack) -> None
     finally:
         graphs.FIXED.discard("7")
     assert done.state is WantState.successful
-    states = {w.ref: w.state for w in stack.bel.wants(limit=100)}
+    states = {w.ref: w.state for w in stack.bel.wants.query(limit=100)}
     assert set(states.values()) == {WantState.successful} and len(states) == 3
-    retried = [e.want_id for e in stack.bel.events(limit=1000) if e.type == "WantRetried"]
-    assert sorted(retried) == sorted(w.want_id for w in stack.bel.wants(limit=100))
+    retried = [e.want_id for e in stack.bel.events.query(limit=1000) if e.type == "WantRetried"]
+    assert sorted(retried) == sorted(w.want_id for w in stack.bel.wants.query(limit=100))
     with pytest.raises(InvalidTransitionError, match="succeeded"):
         await stack.db.retry(spec.want_id)
 
@@ -174,7 +176,7 @@ async def test_reading_a_ref_nobody_produces_fails_clearly(make_stack) -> None:
     done = await asyncio.wait_for(stack.db.wait(spec), timeout=120)
     assert done.state is WantState.failed
     assert "reads 'nowhere/1', which the graph cannot provide" in (done.reason or "")
-    assert stack.bel.job_runs()[0].attempts == 1  # a contract error is not retried
+    assert stack.bel.job_runs.query()[0].attempts == 1  # a contract error is not retried
 
 
 async def test_a_canceled_want_stops_the_build_only_when_no_other_want_waits(make_stack, monkeypatch) -> None:
@@ -183,7 +185,7 @@ async def test_a_canceled_want_stops_the_build_only_when_no_other_want_waits(mak
     def running(ref: str) -> list[str]:
         return [
             r.job_run_id
-            for r in stack.bel.job_runs()
+            for r in stack.bel.job_runs.query()
             if r.outputs == [ref] and r.state is JobRunState.running
         ]
 
@@ -192,12 +194,14 @@ async def test_a_canceled_want_stops_the_build_only_when_no_other_want_waits(mak
     first = await stack.db.want("slow/shared")
     await until(lambda: bool(running("slow/shared")), seconds=60)
     second = await stack.db.want("slow/shared", data_timestamp=first.data_timestamp + timedelta(seconds=1))
-    await until(lambda: stack.bel.want(second.want_id).job_run_id is not None, seconds=30)
+    await until(lambda: stack.bel.wants.get(second.want_id).job_run_id is not None, seconds=30)
     await stack.client.get_workflow_handle(first.workflow_id).cancel()
     assert (await stack.db.wait(first)).state is WantState.canceled
     assert running("slow/shared")  # still building, for the second want
     assert (await stack.db.wait(second)).state is WantState.successful
-    assert [r.state for r in stack.bel.job_runs() if r.outputs == ["slow/shared"]] == [JobRunState.succeeded]
+    assert [r.state for r in stack.bel.job_runs.query() if r.outputs == ["slow/shared"]] == [
+        JobRunState.succeeded
+    ]
 
     # A want alone on its build: cancelling it abandons the build, which stops its Spark job at once and
     # frees the partition (no fail-lock), so the next want just builds it.
@@ -209,11 +213,11 @@ async def test_a_canceled_want_stops_the_build_only_when_no_other_want_waits(mak
     started = time.monotonic()
     await stack.client.get_workflow_handle(alone.workflow_id).cancel()
     assert (await stack.db.wait(alone)).state is WantState.canceled
-    await until(lambda: stack.bel.job_run(job_run_id).state.is_final, seconds=20)
+    await until(lambda: stack.bel.job_runs.get(job_run_id).state.is_final, seconds=20)
     assert time.monotonic() - started < 20  # the 30 s Spark tasks were interrupted
-    run = stack.bel.job_run(job_run_id)
+    run = stack.bel.job_runs.get(job_run_id)
     assert run.state is JobRunState.cancelled and run.cause is JobRunCause.abandoned
-    assert stack.bel.partition("slow/alone").status is PartitionStatus.missing
+    assert stack.bel.partitions.get("slow/alone").status is PartitionStatus.missing
     assert stack.parts.spark.session().sparkContext.statusTracker().getActiveJobsIds() == []
     monkeypatch.setattr(graphs, "SLOW_SECONDS", 0.1)
     again = await stack.db.want("slow/alone", data_timestamp=alone.data_timestamp + timedelta(seconds=1))

@@ -43,11 +43,11 @@ async def test_a_first_step_decides_for_the_opening_its_run_serves(
     bel, spec = activities.bel, want(f"ext/{int(fresh)}", fresh=fresh)
     first = await activities.first_step(p.WantInput(spec=spec))
     assert first.seq == 1 and first.decision.kind == "wait_external"
-    bel.finish_want(spec.want_id, WantState.failed, "upstream never came", opening=0)
-    [reopened] = bel.reopen_wants([spec.want_id])
+    bel.wants.finish(spec.want_id, WantState.failed, "upstream never came", opening=0)
+    [reopened] = bel.wants.reopen([spec.want_id])
     assert reopened.opening == 1
     step = await activities.first_step(p.WantInput(spec=spec, opening=1))
     assert step.seq > first.seq and step.decision.kind == "wait_external"
     with pytest.raises(WantReplacedError):
         await activities.first_step(p.WantInput(spec=spec, opening=0))
-    assert [e.type for e in bel.events(want_id=spec.want_id)].count("WantCreated") == 1
+    assert [e.type for e in bel.events.query(want_id=spec.want_id)].count("WantCreated") == 1

@@ -1,4 +1,4 @@
-"""Fresh wants in the BEL (``bel.decide`` with ``views.staleness.freshness``, as the worker's decide
+"""Fresh wants in the BEL (``bel.decisions.decide`` with ``views.staleness.freshness``, as the worker's decide
 activity calls them) and through the CLI, without Temporal: a fresh want rebuilds a stale partition after
 its stale inputs, once; two build it once; an unchanged version rebuilds nothing; plans and
 ``backfill --stale-only`` see the same. (The rules alone: tests/test_domain_freshness.py; on the real
@@ -35,23 +35,23 @@ DAYS = ["2024-01-01", "2024-01-02"]
 
 def fresh_want(bel: BuildEventLog, ref: str, source: WantSource = WantSource.cli) -> WantSpec:
     spec = WantSpec(ref=ref, data_timestamp=AT, source=source, fresh=True, fresh_of=f"{source.value}-ask")
-    bel.register_want(spec)
+    bel.wants.register(spec)
     return spec
 
 
 def decide(bel: BuildEventLog, spec: WantSpec, seq: int, graph: Graph) -> Verdict:
     """A decision step as the worker's decide activity takes it: staleness judged with ``graph``."""
-    return bel.decide(
-        spec.want_id, seq, graph.resolve(spec.ref), fresh=freshness(bel, graph, bel.want(spec.want_id))
+    return bel.decisions.decide(
+        spec.want_id, seq, graph.resolve(spec.ref), fresh=freshness(bel, graph, bel.wants.get(spec.want_id))
     )
 
 
 def rebuild(bel: BuildEventLog, verdict: Verdict, reads: list[InstanceRef], graph: Graph) -> InstanceRef:
     assert isinstance(verdict, Execute), verdict
-    bel.start_job_run(verdict.job_run_id, 1, "w")
+    bel.job_runs.start(verdict.job_run_id, 1, "w")
     (ref,) = verdict.outputs
-    written = InstanceRef(ref=ref, instance_id=f"{ref}@{len(bel.instances(ref)) + 1}")
-    bel.succeed_job_run(
+    written = InstanceRef(ref=ref, instance_id=f"{ref}@{len(bel.partitions.instances(ref)) + 1}")
+    bel.job_runs.succeed(
         verdict.job_run_id, reads, [written], job_version=graph.job_by_label(ref[:-2]).version
     )
     return written
@@ -62,14 +62,14 @@ def test_a_fresh_want_rebuilds_its_stale_inputs_first_then_itself_once(bel: Buil
     down = fresh_want(bel, "down/1")
     # down/1 read mid/1, stale by its own version: mid/1 is wanted fresh first, through a derivative.
     assert decide(bel, down, 1, after) == NeedsInputs(missing=["mid/1"])
-    status, derivatives, _ = bel.await_dependencies(down.want_id, None, ["mid/1"])
+    status, derivatives, _ = bel.wants.await_dependencies(down.want_id, None, ["mid/1"])
     assert status.live == []  # live, but stale: waited for until its fresh derivative ends
     (start,) = derivatives
     mid = start.spec
     assert start.opening == 0 and mid.fresh and mid.source is WantSource.derivative and mid.ref == "mid/1"
     new_mid = rebuild(bel, decide(bel, mid, 1, after), [built["up"]], after)
-    bel.finish_want(mid.want_id, WantState.successful, instance_id=new_mid.instance_id)
-    status, _, _ = bel.await_dependencies(down.want_id, None, ["mid/1"])
+    bel.wants.finish(mid.want_id, WantState.successful, instance_id=new_mid.instance_id)
+    status, _, _ = bel.wants.await_dependencies(down.want_id, None, ["mid/1"])
     assert status.live == ["mid/1"]
     # Now down/1 read a superseded instance: it is built, once. Its run read the old mid/1 all the same
     # (as if mid/1 changed again meanwhile): its new instance is stale, and the want accepts it.
@@ -77,14 +77,14 @@ def test_a_fresh_want_rebuilds_its_stale_inputs_first_then_itself_once(bel: Buil
     new_down = rebuild(bel, run, [built["mid"]], after)
     again = decide(bel, down, 3, after)
     assert isinstance(again, Live) and again.instance_id == new_down.instance_id
-    recorded = bel.want(down.want_id)
+    recorded = bel.wants.get(down.want_id)
     assert recorded.state is WantState.successful and recorded.fresh
     assert recorded.reason is not None and "rebuilds once" in recorded.reason
     shown = want_label(recorded).plain  # as `wants show` heads its tree
     assert "fresh" in shown and "rebuilds once" in shown
     # side/1 and up/1 were not stale, and keep their instances.
-    assert bel.partition("up/1").instance_id == built["up"].instance_id
-    assert bel.partition("side/1").instance_id == built["side"].instance_id
+    assert bel.partitions.get("up/1").instance_id == built["up"].instance_id
+    assert bel.partitions.get("side/1").instance_id == built["side"].instance_id
 
 
 def test_two_fresh_wants_build_a_stale_partition_once(bel: BuildEventLog) -> None:
@@ -100,17 +100,17 @@ def test_two_fresh_wants_build_a_stale_partition_once(bel: BuildEventLog) -> Non
 def test_an_unchanged_version_rebuilds_nothing(bel: BuildEventLog) -> None:
     built = layers(bel, 1)
     down = fresh_want(bel, "down/1")
-    last = bel.last_idx()
+    last = bel.events.last_idx()
     verdict = decide(bel, down, 1, before)
     assert isinstance(verdict, Live) and verdict.instance_id == built["down"].instance_id
-    types = [e.type for e in bel.events(since_idx=last, limit=100)]
-    assert "JobRunQueued" not in types and bel.want(down.want_id).reason is None
+    types = [e.type for e in bel.events.query(since_idx=last, limit=100)]
+    assert "JobRunQueued" not in types and bel.wants.get(down.want_id).reason is None
 
 
 def test_a_fresh_want_for_a_missing_partition_is_a_usual_want(bel: BuildEventLog) -> None:
     layers(bel, 1)
     want = fresh_want(bel, "mid/2")
-    assert freshness(bel, after, bel.want(want.want_id)) is None
+    assert freshness(bel, after, bel.wants.get(want.want_id)) is None
     assert isinstance(decide(bel, want, 1, after), (Execute, NeedsInputs))
 
 
@@ -119,7 +119,7 @@ def test_fresh_plans_and_stale_only_backfills_through_the_cli(tmp_path: Path) ->
     bel = BuildEventLog.create(url)
     for day in DAYS:
         layers(bel, day)  # type: ignore[arg-type]
-    recorded = (bel.last_idx(), projection_rows(bel))
+    recorded = (bel.events.last_idx(), projection_rows(bel))
     bel.dispose()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
     env |= {"PYTHONPATH": str(ROOT), "COLUMNS": "200", "DATABUILD_TEMPORAL_ADDRESS": "127.0.0.1:9"}
@@ -169,7 +169,10 @@ def test_fresh_plans_and_stale_only_backfills_through_the_cli(tmp_path: Path) ->
     ranged = {"pattern": "mid/{n}", "start": DAYS[0], "end": DAYS[1], "stale_only": True}
     answer = api.post("/api/backfills/plan", json=ranged)
     assert answer.status_code == 200 and Plan.model_validate(answer.json()).wanted == 2, answer.text
-    assert (bel.last_idx(), projection_rows(bel)) == recorded  # plans and an empty backfill record nothing
+    assert (
+        bel.events.last_idx(),
+        projection_rows(bel),
+    ) == recorded  # plans and an empty backfill record nothing
     bel.dispose()
 
 

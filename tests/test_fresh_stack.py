@@ -23,12 +23,12 @@ async def wait_all(stack, specs) -> None:
 
 
 def live(stack) -> dict[str, str | None]:
-    return {p.ref: p.instance_id for p in stack.bel.partitions(limit=100)}
+    return {p.ref: p.instance_id for p in stack.bel.partitions.query(limit=100)}
 
 
 def runs_since(stack, seen: set[str]) -> list[JobRun]:
     """The job runs recorded since ``seen`` that built (not those skipped: a historical delegation)."""
-    found = stack.bel.job_runs(limit=200)
+    found = stack.bel.job_runs.query(limit=200)
     return [r for r in found if r.job_run_id not in seen and r.state is not JobRunState.skipped]
 
 
@@ -37,13 +37,13 @@ async def test_fresh_rebuilds_exactly_what_a_new_version_made_stale(make_stack) 
     await wait_all(
         v1, [await v1.db.want(ref) for ref in (f"derived/{ONE}", f"derived/{TWO}", f"base/{THREE}")]
     )
-    built, seen = live(v1), {r.job_run_id for r in v1.bel.job_runs(limit=200)}
+    built, seen = live(v1), {r.job_run_id for r in v1.bel.job_runs.query(limit=200)}
 
     # The graph that built it: a fresh want finds nothing stale and rebuilds nothing.
     unchanged = await v1.db.want(f"derived/{ONE}", fresh=True)
     await wait_all(v1, [unchanged])
     assert live(v1) == built and runs_since(v1, seen) == []
-    assert v1.bel.want(unchanged.want_id).fresh
+    assert v1.bel.wants.get(unchanged.want_id).fresh
 
     # A deploy with a new version of base, over the same BEL and storage.
     v2 = await make_stack(
@@ -79,7 +79,7 @@ async def test_fresh_rebuilds_exactly_what_a_new_version_made_stale(make_stack) 
     now = live(v2)
     rebuilt = {ref for ref in now if now[ref] != built.get(ref)}
     assert rebuilt == {f"base/{ONE}", f"derived/{ONE}"}
-    assert v2.bel.instance(now[f"base/{ONE}"] or "").job_version == "2"
+    assert v2.bel.partitions.instance(now[f"base/{ONE}"] or "").job_version == "2"
     seen |= {r.job_run_id for r in ran}
 
     # A stale-only backfill of derived: derived/TWO is stale (and base/TWO with it); derived/THREE was never

@@ -48,7 +48,7 @@ async def test_a_full_disk_is_said_first_and_its_space_comes_back(small_disk: Pa
     spec = await stack.db.want("fill/1")
     done = await asyncio.wait_for(stack.db.wait(spec), timeout=300)
     assert done.state is WantState.failed
-    (run,) = stack.bel.job_runs(job_label="fill", limit=5)
+    (run,) = stack.bel.job_runs.query(job_label="fill", limit=5)
     assert run.state is JobRunState.failed
     reason = run.reason or ""
     assert reason.startswith("SparkJobError: No space left on device: the storage"), reason[:300]

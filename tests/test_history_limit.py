@@ -64,7 +64,7 @@ async def db(
 
 
 def decided(db: DataBuild, want_id: str, steps: int) -> bool:
-    return db.bel.decision_seq(want_id) >= steps
+    return db.bel.wants.decision_seq(want_id) >= steps
 
 
 async def fail_lock(db: DataBuild, n: str) -> str:
@@ -73,13 +73,13 @@ async def fail_lock(db: DataBuild, n: str) -> str:
     graphs.BROKEN.add(n)
     failing = await db.want(ref, data_timestamp=DAY, source=WantSource.api)
     assert (await db.wait(failing)).state is WantState.failed
-    assert db.bel.partition(ref).status is PartitionStatus.failed
+    assert db.bel.partitions.get(ref).status is PartitionStatus.failed
     return ref
 
 
 async def blocked_want(db: DataBuild, ref: str, source: WantSource) -> WantSpec:
     spec = await db.want(ref, data_timestamp=DAY, source=source)
-    await until(lambda: db.bel.want(spec.want_id).state is WantState.upstream_building)
+    await until(lambda: db.bel.wants.get(spec.want_id).state is WantState.upstream_building)
     return spec
 
 
@@ -100,7 +100,7 @@ async def test_a_want_that_decides_often_continues_as_new_under_a_low_history_li
     for round in range(60):
         await handle.signal(p.SIGNAL_REDECIDE, p.RedecideNotice(ref=ref, reason=f"round {round}"))
         await until(partial(decided, db, spec.want_id, round + 2))
-    assert [e.type for e in db.bel.events(want_id=spec.want_id, limit=1000)].count("WantBlocked") == 61
+    assert [e.type for e in db.bel.events.query(want_id=spec.want_id, limit=1000)].count("WantBlocked") == 61
 
     graphs.BROKEN.discard("often")
     await db.resolve(ref)
@@ -123,7 +123,7 @@ async def test_a_want_whose_workflow_died_is_repaired(db: DataBuild) -> None:
     resolved = await blocked_want(db, ref, WantSource.dashboard)
     for spec in (registered, resolved):
         await db.temporal.get_workflow_handle(spec.workflow_id).terminate("simulated history limit")
-    assert db.bel.want(registered.want_id).state is WantState.upstream_building  # the BEL never heard
+    assert db.bel.wants.get(registered.want_id).state is WantState.upstream_building  # the BEL never heard
 
     # Registering the want again starts a new run, which carries on from the BEL: still blocked.
     again = await db.want(ref, data_timestamp=DAY, source=WantSource.cli)
@@ -139,7 +139,7 @@ async def test_a_want_whose_workflow_died_is_repaired(db: DataBuild) -> None:
     for spec in (registered, resolved):
         assert (await db.wait(spec)).state is WantState.successful
     built = sorted(
-        r.state.value for r in db.bel.job_runs(ref_prefix=ref) if r.state is not JobRunState.skipped
+        r.state.value for r in db.bel.job_runs.query(ref_prefix=ref) if r.state is not JobRunState.skipped
     )
     assert built == ["failed", "succeeded"]  # the failed build and one rebuild
 
@@ -166,7 +166,7 @@ async def test_workers_start_a_want_recorded_without_a_workflow(db: DataBuild) -
     """A derivative recorded by an attempt that could not start it, whose retry derived another want
     (its input was tainted meanwhile), has no workflow at all: the repair starts it."""
     spec = db.spec("b/orphan", data_timestamp=DAY, source=WantSource.api)
-    db.bel.register_want(spec)  # recorded, never started
+    db.bel.wants.register(spec)  # recorded, never started
     assert await repair_wants(db.temporal, db.bel, db.settings.task_queue, quiet=timedelta(0)) == 1
     assert (await db.wait(spec)).state is WantState.successful
     assert await repair_wants(db.temporal, db.bel, db.settings.task_queue, quiet=timedelta(0)) == 0

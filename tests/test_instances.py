@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 async def built(stack: Stack, ref: str) -> str:
     want = await asyncio.wait_for(stack.db.wait(await stack.db.want(ref)), timeout=120)
     assert want.state is WantState.successful, want.reason
-    instance_id = stack.bel.partition(ref).instance_id
+    instance_id = stack.bel.partitions.get(ref).instance_id
     assert instance_id is not None
     return instance_id
 
@@ -46,7 +46,7 @@ async def test_a_reader_keeps_the_instance_it_resolved_while_its_job_rebuilds(ma
     # A sibling output is tainted and wanted again: its job rebuilds both outputs, as new instances.
     await stack.db.taint(f"right/{n}", reason="late events")
     second = await built(stack, f"right/{n}")
-    rebuilt = stack.bel.partition(f"left/{n}").instance_id
+    rebuilt = stack.bel.partitions.get(f"left/{n}").instance_id
     assert rebuilt is not None and rebuilt != first
     assert rows(stack, f"left/{n}", rebuilt) == 20
     # Both instances exist side by side; the old one is readable by UUID, and gc keeps it while a job
@@ -60,17 +60,17 @@ async def test_a_reader_keeps_the_instance_it_resolved_while_its_job_rebuilds(ma
     graphs.RELEASE.setdefault(n, threading.Event()).set()
     done = await asyncio.wait_for(stack.db.wait(reader), timeout=120)
     assert done.state is WantState.successful, done.reason
-    held = stack.bel.partition(f"held/{n}").instance_id
+    held = stack.bel.partitions.get(f"held/{n}").instance_id
     assert held is not None and rows(stack, f"held/{n}", held) == 10  # what it resolved, to the end
-    run = stack.bel.job_run(stack.bel.partition(f"held/{n}").built_by or "")
+    run = stack.bel.job_runs.get(stack.bel.partitions.get(f"held/{n}").built_by or "")
     assert [(r.ref, r.instance_id) for r in run.reads] == [(f"left/{n}", first)]
-    assert stack.bel.instance(first).status is InstanceStatus.superseded
+    assert stack.bel.partitions.instance(first).status is InstanceStatus.superseded
 
     # Nobody can read it any more: past the retention (here none), gc deletes it, and only it.
     after = collect_garbage(storage, stack.bel, keep=timedelta(0))
     assert {c.instance_id for c in after.deleted} >= {first}
     for ref in (f"left/{n}", f"right/{n}", f"held/{n}"):
-        live = stack.bel.partition(ref).instance_id
+        live = stack.bel.partitions.get(ref).instance_id
         assert instance_dir(stack.settings, ref, live).is_dir()
         assert live not in {c.instance_id for c in after.deleted}
 
@@ -102,13 +102,13 @@ async def test_gc_racing_builds_never_deletes_a_live_or_unfinished_instance(make
     live = {
         p.instance_id
         for n in names
-        for p in (stack.bel.partition(f"base/{n}"), stack.bel.partition(f"derived/{n}"))
+        for p in (stack.bel.partitions.get(f"base/{n}"), stack.bel.partitions.get(f"derived/{n}"))
     }
     deleted = {c.instance_id for r in reports for c in r.deleted}
     assert not live & deleted
     for n in names:
         for ref in (f"base/{n}", f"derived/{n}"):
-            assert rows(stack, ref, stack.bel.partition(ref).instance_id or "") == 3
+            assert rows(stack, ref, stack.bel.partitions.get(ref).instance_id or "") == 3
 
 
 async def test_a_job_reads_a_past_instance_by_uuid_until_gc_removes_it(make_stack) -> None:

@@ -89,8 +89,8 @@ async def test_written_instances_record_rows_size_and_schema(logs_stack: Stack) 
     tag = uuid.uuid4().hex[:8]
     ref = f"chatty/{tag}/6"
     assert (await build(logs_stack, ref)).state is WantState.successful
-    partition = logs_stack.bel.partition(ref)
-    instance = logs_stack.bel.instance(partition.instance_id or "")
+    partition = logs_stack.bel.partitions.get(ref)
+    instance = logs_stack.bel.partitions.instance(partition.instance_id or "")
     facts = instance.facts
     assert facts is not None and not instance.schema_changed
     assert [(c.name, c.type) for c in facts.columns] == [("id", "bigint"), ("score", "double")]
@@ -159,7 +159,7 @@ async def test_a_rebuild_with_another_schema_is_flagged(logs_stack: Stack, api: 
     await rebuild()  # the same columns
     SHAPES[n] = "id;CAST(id AS STRING) AS name"
     await rebuild()
-    history, _ = logs_stack.bel.instance_history(ref)
+    history, _ = logs_stack.bel.partitions.instance_history(ref)
     assert [(i.schema_changed, [c.name for c in i.facts.columns] if i.facts else None) for i in history] == [
         (True, ["id", "name"]),
         (False, ["id"]),

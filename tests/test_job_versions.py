@@ -41,18 +41,18 @@ def test_a_bad_version_is_refused_naming_the_job_and_declares_nothing(version: o
 def test_each_instance_records_the_version_that_built_it(bel: BuildEventLog) -> None:
     def built(ref: str, version: str | None) -> str:
         verdict = decide(bel, spec(ref))
-        bel.start_job_run(verdict.job_run_id, 1, "w")
+        bel.job_runs.start(verdict.job_run_id, 1, "w")
         written = InstanceRef(ref=ref, instance_id=f"{ref}@{version}")
-        bel.succeed_job_run(verdict.job_run_id, [], [written], job_version=version)
+        bel.job_runs.succeed(verdict.job_run_id, [], [written], job_version=version)
         return str(written.instance_id)
 
     old = built("up/1", None)  # as a run recorded before versions were
     new = built("mid/1", "7f3a")
-    shown = {i.instance_id: i.job_version for i in bel.instances_by_id([old, new])}
+    shown = {i.instance_id: i.job_version for i in bel.partitions.instances_by_id([old, new])}
     assert shown == {old: None, new: "7f3a"}
-    assert [i.job_version for i in bel.instance_history("mid/1")[0]] == ["7f3a"]
+    assert [i.job_version for i in bel.partitions.instance_history("mid/1")[0]] == ["7f3a"]
     kept = projection_rows(bel)
-    bel.rebuild_projections()
+    bel.events.rebuild_projections()
     assert projection_rows(bel) == kept  # the version is the event's, so a rebuild derives it again
 
 

@@ -68,23 +68,23 @@ def test_a_window_too_short_or_malformed_is_refused_when_the_graph_loads(window:
 
 def test_the_bel_finds_the_live_readers_of_an_older_instance_with_their_data_time(bel: BuildEventLog) -> None:
     built = layers(bel, 1)  # ext/1 -> up/1 -> mid/1 -> down/1; side/1 reads up/1
-    assert bel.late_readers(["up/1", "ext/1"]) == []  # everything read the live instances
-    bel.taint("up/1", reason="bad rows")
+    assert bel.lineage.late_readers(["up/1", "ext/1"]) == []  # everything read the live instances
+    bel.partitions.taint("up/1", reason="bad rows")
     newer = build(
         bel, "up/1", InstanceRef(ref="ext/1", instance_id="ext/1@1")
     )  # up/1 rebuilt (its want a day later)
-    found = bel.late_readers(["up/1"])
+    found = bel.lineage.late_readers(["up/1"])
     assert [(r.ref, r.job_label, r.input_read, r.input_live) for r in found] == [
         ("mid/1", "mid", built["up"].instance_id, newer.instance_id),
         ("side/1", "side", built["up"].instance_id, newer.instance_id),
     ]
     assert {r.data_time for r in found} == {AT}  # the data time of the wants that built the readers
-    bel.publish_external("ext/1", instance_id="ext/1@2")
-    assert [(r.ref, r.input_live) for r in bel.late_readers(["ext/1"])] == [("up/1", "ext/1@2")]
+    bel.partitions.publish_external("ext/1", instance_id="ext/1@2")
+    assert [(r.ref, r.input_live) for r in bel.lineage.late_readers(["ext/1"])] == [("up/1", "ext/1@2")]
     # Asked of the readers themselves (what a rebuild that just ended read behind the news): the same.
-    assert [(r.ref, r.input_ref) for r in bel.late_readers(["up/1", "down/1"], of=False)] == [
+    assert [(r.ref, r.input_ref) for r in bel.lineage.late_readers(["up/1", "down/1"], of=False)] == [
         ("up/1", "ext/1")
     ]
-    bel.taint("mid/1", reason="rebuilt")
+    bel.partitions.taint("mid/1", reason="rebuilt")
     build(bel, "mid/1", newer)  # a rebuilt reader reads the newer one: no longer late
-    assert [r.ref for r in bel.late_readers(["up/1"])] == ["side/1"]
+    assert [r.ref for r in bel.lineage.late_readers(["up/1"])] == ["side/1"]

@@ -37,7 +37,7 @@ async def arrives_through(db: DataBuild, stack: Stack, day: str, version: int) -
 
 
 def rebuilds(stack: Stack) -> list[Want]:
-    return [w for w in stack.bel.wants(limit=1000) if w.source is WantSource.rebuild]
+    return [w for w in stack.bel.wants.query(limit=1000) if w.source is WantSource.rebuild]
 
 
 async def test_a_newer_input_rebuilds_its_readers_inside_the_window_once(make_stack) -> None:
@@ -54,7 +54,7 @@ async def test_a_newer_input_rebuilds_its_readers_inside_the_window_once(make_st
         want = await stack.db.want(ref, data_timestamp=at)
         done = await asyncio.wait_for(stack.db.wait(want), timeout=300)
         assert done.state is WantState.successful, done.reason
-    before = {p.ref: p.instance_id for p in stack.bel.partitions(limit=100)}
+    before = {p.ref: p.instance_id for p in stack.bel.partitions.query(limit=100)}
 
     # Late data for today: mid, then top (from mid's run), rebuilt; and total, which builds on its own
     # previous instance, once: superseding what it read itself is no late data.
@@ -73,17 +73,19 @@ async def test_a_newer_input_rebuilds_its_readers_inside_the_window_once(make_st
         top_want.reason,
         total_want.reason,
     )
-    total = stack.bel.partition(f"total/{recent}")
-    assert stack.bel.instance(total.instance_id or "").facts.rows == 1 + 2  # v1's row, then v2's two
+    total = stack.bel.partitions.get(f"total/{recent}")
+    assert (
+        stack.bel.partitions.instance(total.instance_id or "").facts.rows == 1 + 2
+    )  # v1's row, then v2's two
     assert partition_view(stack.bel, f"total/{recent}").data.previous == [before[f"total/{recent}"]]
-    assert stack.bel.late_readers([f"total/{recent}"]) == []  # what the fan-out of its run found
+    assert stack.bel.lineage.late_readers([f"total/{recent}"]) == []  # what the fan-out of its run found
     assert mid_want.fresh and mid_want.data_timestamp == today
     assert (
         mid_want.cause is not None
         and f"feed/{recent} has a newer instance feed-{recent}-v2" in mid_want.cause
     )
     assert top_want.cause is not None and f"mid/{recent} has a newer instance" in top_want.cause
-    after = {p.ref: p.instance_id for p in stack.bel.partitions(limit=100)}
+    after = {p.ref: p.instance_id for p in stack.bel.partitions.query(limit=100)}
     assert {ref for ref in after if after[ref] != before[ref]} == {
         f"feed/{recent}",
         f"mid/{recent}",
@@ -104,7 +106,7 @@ async def test_a_newer_input_rebuilds_its_readers_inside_the_window_once(make_st
     _, created, _ = await stack.db.publish(f"feed/{recent}", instance_id=f"feed-{recent}-v2")
     assert not created
     assert len(rebuilds(stack)) == 3
-    assert {p.ref: p.instance_id for p in stack.bel.partitions(limit=100)}[f"mid/{recent}"] == after[
+    assert {p.ref: p.instance_id for p in stack.bel.partitions.query(limit=100)}[f"mid/{recent}"] == after[
         f"mid/{recent}"
     ]
 
@@ -124,10 +126,10 @@ async def test_a_newer_input_rebuilds_its_readers_inside_the_window_once(make_st
         return settled and not await stack.db.stale(f"*/{recent}")
 
     await until(caught_up, "the readers of the feed caught up with its last version", seconds=120)
-    mid = stack.bel.partition(f"mid/{recent}")
-    assert stack.bel.instance(mid.instance_id or "").facts.rows == burst[-1]
+    mid = stack.bel.partitions.get(f"mid/{recent}")
+    assert stack.bel.partitions.instance(mid.instance_id or "").facts.rows == burst[-1]
     # Rebuilt at most once per new input (the first build, v2's rebuild, then one per announcement).
-    assert len(stack.bel.instances(f"mid/{recent}")) <= 2 + len(burst)
+    assert len(stack.bel.partitions.instances(f"mid/{recent}")) <= 2 + len(burst)
 
     # An announcement whose Temporal call failed after its commit (Temporal down a moment): repeated, it
     # starts the late rebuilds the first could not.
@@ -135,8 +137,11 @@ async def test_a_newer_input_rebuilds_its_readers_inside_the_window_once(make_st
     cut_off = DataBuild(None, stack.bel, stack.graph, offline)
     with pytest.raises(TemporalUnavailableError):
         await arrives_through(cut_off, stack, recent, 9)
-    assert len(stack.bel.late_readers([f"feed/{recent}"])) > 0  # committed: the readers are behind
+    assert len(stack.bel.lineage.late_readers([f"feed/{recent}"])) > 0  # committed: the readers are behind
     _, created, _ = await stack.db.publish(f"feed/{recent}", instance_id=f"feed-{recent}-v9")
     assert not created
     await until(caught_up, "the repeated announcement rebuilt the readers", seconds=120)
-    assert stack.bel.instance(stack.bel.partition(f"mid/{recent}").instance_id or "").facts.rows == 9
+    assert (
+        stack.bel.partitions.instance(stack.bel.partitions.get(f"mid/{recent}").instance_id or "").facts.rows
+        == 9
+    )

@@ -64,7 +64,7 @@ def test_fulfillment_tree_of_the_demo_want_is_exactly_what_was_built(demo_run: D
     view = want_view(bel, want.want_id)
     nodes = view.data.nodes
     root = nodes[view.data.want_id]
-    live = {p.ref: p.instance_id for p in bel.partitions(limit=1000)}
+    live = {p.ref: p.instance_id for p in bel.partitions.query(limit=1000)}
 
     # Root: the rollup dep-missed, then succeeded: one collapsed group of two runs.
     assert root.want_id == want.want_id and root.instance_id == live["daily_summary/2024-01-07"]
@@ -101,7 +101,7 @@ def test_fulfillment_tree_of_the_demo_want_is_exactly_what_was_built(demo_run: D
     wants, runs, instances = referenced(view)
     assert len(wants) == 15 and len(runs) == 23 and len(instances) == 15
     assert set(view.index.wants) == wants == set(nodes)
-    executed = {r.job_run_id for r in bel.job_runs(limit=1000) if r.state is not JobRunState.skipped}
+    executed = {r.job_run_id for r in bel.job_runs.query(limit=1000) if r.state is not JobRunState.skipped}
     assert set(view.index.job_runs) == runs == executed  # (other tests' wants add skipped runs)
     assert set(view.index.instances) == set(live.values())  # every instance read or written, once
 
@@ -113,7 +113,7 @@ def test_lineage_of_daily_users_links_its_raw_input_and_the_summary_job(demo_run
     builder = index.job_runs[data.built_by or ""]
     assert builder.job_label == "daily_users" and builder.state is JobRunState.succeeded
     assert [index.instances[i].ref for i in data.upstream] == ["raw_events/2024-01-03"]
-    assert data.upstream == [bel.partition("raw_events/2024-01-03").instance_id]
+    assert data.upstream == [bel.partitions.get("raw_events/2024-01-03").instance_id]
     [edge] = data.downstream
     assert index.job_runs[edge.job_run_id].job_label == "weekly_rollup"
     assert {index.instances[i].ref for i in edge.instance_ids} == {
@@ -137,8 +137,8 @@ def test_lineage_of_daily_users_links_its_raw_input_and_the_summary_job(demo_run
 
 async def test_cli_shows_the_three_views(demo_run: DemoRun) -> None:
     stack, want = demo_run.stack, demo_run.want
-    instance = stack.bel.partition("raw_events/2024-01-03").instance_id or ""
-    run_id = stack.bel.partition("daily_users/2024-01-03").built_by or ""
+    instance = stack.bel.partitions.get("raw_events/2024-01-03").instance_id or ""
+    run_id = stack.bel.partitions.get("daily_users/2024-01-03").built_by or ""
     # Each command in a process of its own, forked from one that imported the CLI once.
     tree, as_json, lineage, by_uuid, detail, listed, bad = await cli_batch(
         stack,
@@ -199,7 +199,7 @@ def test_api_responses_match_their_models_and_index_each_entity_once(
     rest = api.get("/api/partitions", params={"pattern": "**", "limit": 10, "offset": 10}).json()
     assert len(rest["data"]) == 6 and rest["page"]["next_offset"] is None
     assert {p["ref"] for p in page["data"]} | {p["ref"] for p in rest["data"]} == {
-        p.ref for p in bel.partitions(limit=100)
+        p.ref for p in bel.partitions.query(limit=100)
     }
     listed = api.get("/api/wants", params={"state": "successful", "prefix": "raw_events/"}).json()
     raw_refs = {f"raw_events/{d}" for d in DAYS}  # (other tests may add wants for these refs)
@@ -215,7 +215,7 @@ def test_api_responses_match_their_models_and_index_each_entity_once(
 
 def test_api_registers_wants_and_previews_taints(demo_run: DemoRun, api: TestClient) -> None:
     bel = demo_run.stack.bel
-    before = bel.last_idx()
+    before = bel.events.last_idx()
     for body, message in [
         ({"ref": "raw_events/../x"}, "'..' segment"),
         ({"ref": "nope/1"}, "no job in graph"),
@@ -224,7 +224,7 @@ def test_api_registers_wants_and_previews_taints(demo_run: DemoRun, api: TestCli
     ]:
         bad = api.post("/api/wants", json=body)
         assert bad.status_code in (400, 422) and message in bad.text, (body, bad.text)
-    assert bel.last_idx() == before  # rejected requests record nothing
+    assert bel.events.last_idx() == before  # rejected requests record nothing
 
     made = api.post("/api/wants", json={"ref": "raw_events/2024-01-06", "sla": "9h"})
     assert made.status_code == 201, made.text
@@ -237,12 +237,12 @@ def test_api_registers_wants_and_previews_taints(demo_run: DemoRun, api: TestCli
     preview = api.post("/api/partitions/raw_events/2024-01-06/taint", json={"dry_run": True})
     assert preview.status_code == 200 and preview.json()["tainted"] == []
     assert {d["ref"] for d in preview.json()["impact"]["downstream"]} >= {"daily_users/2024-01-06"}
-    assert bel.partition("raw_events/2024-01-06").status is PartitionStatus.live
+    assert bel.partitions.get("raw_events/2024-01-06").status is PartitionStatus.live
     missing = api.post("/api/partitions/never/built/taint", json={"dry_run": True})
     assert missing.status_code == 404
     moved = api.post("/api/partitions/raw_events/2024-01-06/taint", json={"instance_id": "not-the-live-one"})
     assert moved.status_code == 409 and "look at the impact again" in moved.json()["error"]
-    assert bel.partition("raw_events/2024-01-06").status is PartitionStatus.live
+    assert bel.partitions.get("raw_events/2024-01-06").status is PartitionStatus.live
 
 
 def copy_of_the_demo(demo: Settings, home: Path) -> dict[str, str]:
@@ -268,9 +268,9 @@ async def test_taint_then_want_again_rebuilds_and_keeps_both_lineages(
     copy = await asyncio.to_thread(copy_of_the_demo, demo_run.stack.settings, tmp_path / "demo-copy")
     stack = await make_stack(**copy)
     bel, ref = stack.bel, "daily_users/2024-01-03"
-    old = bel.partition(ref)
+    old = bel.partitions.get(ref)
     old_view = partition_view(bel, ref)
-    summary = bel.partition("daily_summary/2024-01-07").instance_id
+    summary = bel.partitions.get("daily_summary/2024-01-07").instance_id
 
     before = await stack.db.wait(await stack.db.want(ref))  # live: fulfilled at once, nothing built
     assert before.state is WantState.successful and before.instance_id == old.instance_id
@@ -278,23 +278,23 @@ async def test_taint_then_want_again_rebuilds_and_keeps_both_lineages(
     preview = await cli(stack, "taint", ref, "--dry-run", "--json")
     impact = json.loads(preview.stdout)["impact"]
     assert {d["ref"] for d in impact["downstream"]} == {"daily_summary/2024-01-07", "top_spenders/2024-01-07"}
-    assert bel.partition(ref).status is PartitionStatus.live  # a dry run records nothing
+    assert bel.partitions.get(ref).status is PartitionStatus.live  # a dry run records nothing
     refused = await cli(stack, "taint", ref, "--reason", "late")  # not a terminal, no --yes: the README's
     assert refused.returncode == 2 and "--yes" in refused.stderr
     assert "daily_summary/2024-01-07" in refused.stdout  # the impact is shown all the same
-    assert bel.partition(ref).status is PartitionStatus.live
+    assert bel.partitions.get(ref).status is PartitionStatus.live
     done = await cli(stack, "taint", ref, "--yes", "--reason", "late-arriving events", "--json")
     assert done.returncode == 0, done.stderr
-    assert bel.partition(ref).status is PartitionStatus.tainted
-    assert bel.instance(summary or "").stale_cause == old.instance_id  # downstream shows as stale
+    assert bel.partitions.get(ref).status is PartitionStatus.tainted
+    assert bel.partitions.instance(summary or "").stale_cause == old.instance_id  # downstream shows as stale
 
     spec = await stack.db.want(ref)  # the same request again is a new want after a taint
     assert spec.generation == 1 and spec.want_id != before.want_id
     rebuilt = await stack.db.wait(spec)
     assert rebuilt.state is WantState.successful, rebuilt.reason
-    new = bel.partition(ref)
+    new = bel.partitions.get(ref)
     assert new.status is PartitionStatus.live and new.instance_id != old.instance_id
-    assert bel.instance(old.instance_id or "").status is InstanceStatus.tainted
+    assert bel.partitions.instance(old.instance_id or "").status is InstanceStatus.tainted
     assert rebuilt.instance_id == new.instance_id
 
     # Each instance keeps its own lineage: the old one still feeds the summary, the new one nothing yet.
@@ -305,6 +305,6 @@ async def test_taint_then_want_again_rebuilds_and_keeps_both_lineages(
     assert fresh.data.instance_id == new.instance_id and fresh.data.built_by != old_view.data.built_by
     assert fresh.data.upstream == old_view.data.upstream  # the same raw input instance
     assert fresh.data.downstream == [] and fresh.data.history == [new.instance_id, old.instance_id]
-    assert bel.partition("daily_summary/2024-01-07").instance_id == summary  # stale, not rebuilt
+    assert bel.partitions.get("daily_summary/2024-01-07").instance_id == summary  # stale, not rebuilt
     shown = await cli(stack, "partitions", "show", "daily_summary/2024-01-07")
     assert "stale" in shown.stdout

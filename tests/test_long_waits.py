@@ -80,7 +80,7 @@ async def run_lengths(client: Client, workflow_id: str) -> list[int]:
 
 
 async def until_state(db: DataBuild, want_id: str, state: WantState) -> None:
-    await until(lambda: db.bel.want(want_id).state is state, f"want {want_id} {state.value}")
+    await until(lambda: db.bel.wants.get(want_id).state is state, f"want {want_id} {state.value}")
 
 
 async def test_want_blocked_for_a_month_keeps_a_short_history(
@@ -91,13 +91,13 @@ async def test_want_blocked_for_a_month_keeps_a_short_history(
     BROKEN.add("timed/0")
     first = await db.want("timed/0", data_timestamp=start, source=WantSource.api)
     assert (await db.wait(first)).state is WantState.failed
-    assert db.bel.partition("timed/0").status is PartitionStatus.failed  # fail-locked
+    assert db.bel.partitions.get("timed/0").status is PartitionStatus.failed  # fail-locked
 
     blocked = await db.want("timed/0", data_timestamp=start, ttl=timedelta(days=60))
     await until_state(db, blocked.want_id, WantState.upstream_building)
     await skip_time(env, timedelta(days=30))
-    assert db.bel.want(blocked.want_id).state is WantState.upstream_building
-    decisions = [e.type for e in db.bel.events(want_id=blocked.want_id, limit=1000)]
+    assert db.bel.wants.get(blocked.want_id).state is WantState.upstream_building
+    decisions = [e.type for e in db.bel.events.query(want_id=blocked.want_id, limit=1000)]
     assert decisions.count("WantBlocked") == 1  # one BEL event per decision, not per wake-up
 
     BROKEN.discard("timed/0")  # the operator fixed the cause
@@ -118,7 +118,7 @@ async def test_want_delegated_to_a_ten_day_build_keeps_a_short_history(
     await until_state(db, builder.want_id, WantState.building)
     follower = await db.want("timed/10", data_timestamp=start)
     await until_state(db, follower.want_id, WantState.building)
-    assert db.bel.want(follower.want_id).job_run_id == db.bel.want(builder.want_id).job_run_id
+    assert db.bel.wants.get(follower.want_id).job_run_id == db.bel.wants.get(builder.want_id).job_run_id
 
     await skip_time(env, timedelta(days=11))
     for spec in (builder, follower):
@@ -140,8 +140,8 @@ async def test_a_want_whose_run_ended_unheard_is_told_by_its_watch_and_decides_o
 
     await skip_time(env, timedelta(days=2))
     assert (await db.wait(spec)).state is WantState.successful
-    assert db.bel.partition("timed/1").status is PartitionStatus.live
-    runs = db.bel.want_job_runs(spec.want_id)
+    assert db.bel.partitions.get("timed/1").status is PartitionStatus.live
+    runs = db.bel.job_runs.of_want(spec.want_id)
     assert len(runs) == 1 and runs[0][1].state is JobRunState.succeeded, runs
     # One decision: told by the watch, the want did not decide again; and no workflow task failed.
     history = await env.client.get_workflow_handle(spec.workflow_id).fetch_history()

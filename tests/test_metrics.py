@@ -87,8 +87,8 @@ def bel(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BuildEventLo
 def want(bel: BuildEventLog, ref: str) -> tuple[str, str]:
     """Register a want for ``ref`` (with an SLA) and decide it: (want id, its new job run)."""
     spec = WantSpec(ref=ref, data_timestamp=T0, sla=timedelta(hours=1))
-    bel.register_want(spec)
-    verdict = bel.decide(spec.want_id, 1, graph.resolve(ref))
+    bel.wants.register(spec)
+    verdict = bel.decisions.decide(spec.want_id, 1, graph.resolve(ref))
     assert isinstance(verdict, Execute)
     return spec.want_id, verdict.job_run_id
 
@@ -131,31 +131,31 @@ async def test_the_web_server_reports_what_the_log_holds(bel: BuildEventLog, tmp
     # A job bounded to one run at a time: the first run takes the slot, the other two wait for it.
     one = [want(bel, f"one/{n}") for n in range(3)]
     job = next(j for j in graph.jobs if j.label == "one")
-    assert [bel.request_admission(run, pools_of(job, POOLS)) for _, run in one] == [True, False, False]
+    assert [bel.pools.request_admission(run, pools_of(job, POOLS)) for _, run in one] == [True, False, False]
     # Runs of another job that end in each way.
     free = [want(bel, f"free/{n}") for n in range(4)]
     written = [InstanceRef(ref=f"free/{n}", instance_id=f"i{n}") for n in range(4)]
     for (_, run), instance in zip(free, written, strict=True):
-        bel.start_job_run(run, 1, "w", [instance])
+        bel.job_runs.start(run, 1, "w", [instance])
     # Checks: a warning that failed on a published instance, a blocking one that kept another unpublished.
-    bel.succeed_job_run(
+    bel.job_runs.succeed(
         free[0][1], [], [written[0]], 1, checks={"free/0": [checked("free/0", "rows", "warning")]}
     )
-    bel.succeed_job_run(
+    bel.job_runs.succeed(
         free[1][1], [], [written[1]], 1, checks={"free/1": [checked("free/1", "rows", "warning", True)]}
     )
-    bel.record_checks(
+    bel.job_runs.record_checks(
         free[2][1],
         1,
         [written[2]],
         {"free/2": [checked("free/2", "rows", "warning"), checked("free/2", "ids", "blocking")]},
     )
-    bel.fail_job_run(free[2][1], "boom")  # free/3 goes on running
+    bel.job_runs.fail(free[2][1], "boom")  # free/3 goes on running
     # SLA flags: one want missed its SLA and was built after all, one missed it and is open, one at risk.
-    bel.mark_sla_missed(free[0][0], T0 + timedelta(hours=1))
-    bel.finish_want(free[0][0], WantState.successful)
-    bel.mark_sla_missed(free[3][0], T0 + timedelta(hours=1))
-    bel.mark_sla_at_risk(free[1][0], T0 + timedelta(hours=1), T0 + timedelta(hours=2), None)
+    bel.wants.mark_sla_missed(free[0][0], T0 + timedelta(hours=1))
+    bel.wants.finish(free[0][0], WantState.successful)
+    bel.wants.mark_sla_missed(free[3][0], T0 + timedelta(hours=1))
+    bel.wants.mark_sla_at_risk(free[1][0], T0 + timedelta(hours=1), T0 + timedelta(hours=2), None)
 
     settings = Settings(home=tmp_path, database_url=bel.url, pools="etl=2,idle=3")
     async with serving(create_app(web_context(settings, bel)), "127.0.0.1", free_port()) as base:
@@ -168,7 +168,7 @@ async def test_the_web_server_reports_what_the_log_holds(bel: BuildEventLog, tmp
     assert open_metrics.text.endswith("# EOF\n")
 
     assert value(samples, "databuild_bel_up") == 1
-    wants = bel.wants(limit=1000)
+    wants = bel.wants.query(limit=1000)
     for state in WantState:
         assert value(samples, "databuild_wants", state=state.value) == sum(w.state is state for w in wants)
         flags = {
@@ -181,7 +181,7 @@ async def test_the_web_server_reports_what_the_log_holds(bel: BuildEventLog, tmp
     assert value(samples, "databuild_wants_sla_missed", state="building") == 1
     assert value(samples, "databuild_wants_sla_at_risk", state="building") == 1
 
-    runs = bel.job_runs(limit=1000)
+    runs = bel.job_runs.query(limit=1000)
     by_job = {(r.job_label, r.state.value) for r in runs}
     assert series(samples, "databuild_job_runs", "job_label", "state") == by_job
     for label, outcome in by_job:
@@ -216,10 +216,10 @@ def test_durations_are_of_the_latest_runs_of_each_job_and_outcome(tmp_path: Path
     bel = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
     runs = [want(bel, f"free/{n}")[1] for n in range(3)]
     for n, run in enumerate(runs):  # the first takes longer than the bucket of 0.1 s; each ends later
-        bel.start_job_run(run, 1, "w")
+        bel.job_runs.start(run, 1, "w")
         time.sleep(0.2 if n == 0 else 0)
-        bel.succeed_job_run(run, [], [])
-    found = {run.job_run_id: run for run in bel.job_runs_by_id(runs)}
+        bel.job_runs.succeed(run, [], [])
+    found = {run.job_run_id: run for run in bel.job_runs.by_id(runs)}
     slow, *latest = (found[run] for run in runs)
     assert seconds(slow) > 0.1
     assert_durations(read_directly(bel, recent=3, bounds=[0.1]), [slow, *latest], [0.1])

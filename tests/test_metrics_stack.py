@@ -28,7 +28,7 @@ async def test_a_worker_serves_the_cluster_metrics_after_a_want_is_built(make_st
         ("derived", "dep_miss"),
         ("derived", "succeeded"),
     }
-    runs = stack.bel.job_runs(limit=100)
+    runs = stack.bel.job_runs.query(limit=100)
     assert_durations(worker, runs)
     assert value(worker, "databuild_bel_write_seconds_count") > 0
     assert value(worker, "process_resident_memory_bytes") > 0

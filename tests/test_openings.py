@@ -84,13 +84,13 @@ async def test_a_want_whose_task_timed_out_after_its_decision_committed_records_
     finally:
         if dying.poll() is None:
             os.killpg(dying.pid, signal.SIGKILL)
-    building = stack.bel.want(spec.want_id)
+    building = stack.bel.wants.get(spec.want_id)
     assert building.state is WantState.building  # step 2 is in the BEL, and in no history
 
     async with running_worker(stack.parts, warm_spark=False):
         done = await asyncio.wait_for(stack.db.wait(spec), timeout=120)
     assert done.state is WantState.successful
-    assert [e.type for e in stack.bel.events(want_id=spec.want_id)][-1] == "WantSucceeded"
+    assert [e.type for e in stack.bel.events.query(want_id=spec.want_id)][-1] == "WantSucceeded"
     # The path the soak found: the task that ran step 2 timed out, and the next one ended the want with
     # its two news at once, deciding nothing (its local activities: the first step, then the finish).
     types = await history_types(stack, spec.workflow_id)
@@ -108,7 +108,7 @@ async def test_a_cancel_still_in_flight_never_reaches_the_want_a_retry_reopened(
     old run's write then lands, and is refused: the reopened want is built."""
     stack = await make_stack(graph="tests.graphs:chain", worker=False)
     spec = await stack.db.want("base/d57", source=WantSource.api)  # its workflow waits for a worker
-    stack.bel.cancel_wants([spec.want_id], "its backfill bf-1 was cancelled")
+    stack.bel.wants.cancel([spec.want_id], "its backfill bf-1 was cancelled")
     old = stack.client.get_workflow_handle(spec.workflow_id)
     old_run = (await old.describe()).run_id
     await old.cancel()
@@ -130,7 +130,7 @@ async def test_a_cancel_still_in_flight_never_reaches_the_want_a_retry_reopened(
         held.go_on.set()
         done = await asyncio.wait_for(stack.db.wait(spec), timeout=120)
     assert done.state is WantState.successful
-    types = [e.type for e in stack.bel.events(want_id=spec.want_id)]
+    types = [e.type for e in stack.bel.events.query(want_id=spec.want_id)]
     assert types.count("WantCanceled") == 1 and types.index("WantCanceled") < types.index("WantRetried")
     assert types[-1] == "WantSucceeded"
     assert (await old.describe()).run_id != old_run  # the retry's run built it

@@ -54,7 +54,7 @@ async def test_job_runs_emit_start_and_a_final_event_with_instance_versions(
     done = await stack.db.wait(await stack.db.want("derived/lineage"))
     assert done.state is WantState.successful, done.reason
 
-    runs = {r.job_run_id: r for r in stack.bel.job_runs(limit=100)}
+    runs = {r.job_run_id: r for r in stack.bel.job_runs.query(limit=100)}
     states = sorted((r.job_label, r.state.value) for r in runs.values())
     assert states == [("base", "succeeded"), ("derived", "dep_miss"), ("derived", "succeeded")]
     await until(lambda: len(read_events(path)) == 2 * len(runs), seconds=10)
@@ -62,7 +62,7 @@ async def test_job_runs_emit_start_and_a_final_event_with_instance_versions(
     events = read_events(path)
     root = lake(stack.settings)
     for job_run_id, emitted in by_run(events).items():
-        run: JobRun = stack.bel.job_run(job_run_id)
+        run: JobRun = stack.bel.job_runs.get(job_run_id)
         final = {"succeeded": "COMPLETE", "dep_miss": "ABORT"}[run.state.value]
         assert [e["eventType"] for e in emitted] == ["START", final]
         start, end = emitted
@@ -76,7 +76,7 @@ async def test_job_runs_emit_start_and_a_final_event_with_instance_versions(
                 "want_id": run.want_id,
             }
         # The final event carries what the run cost, as recorded (Spark's accounting of its attempts).
-        recorded = [a.cost for a in stack.bel.attempt_costs_of([job_run_id]) if a.cost is not None]
+        recorded = [a.cost for a in stack.bel.costs.attempts_of([job_run_id]) if a.cost is not None]
         cost = end["run"]["facets"]["databuildCost"]
         assert cost["known"] and cost["attempts"] == 1 and "databuildCost" not in start["run"]["facets"]
         assert cost["task_seconds"] == sum(c.task_seconds for c in recorded)
@@ -107,7 +107,7 @@ async def test_job_runs_emit_start_and_a_final_event_with_instance_versions(
     final = next(r for r in runs.values() if r.job_label == "derived" and r.state is JobRunState.succeeded)
     base = next(r for r in runs.values() if r.job_label == "base")
     assert final.reads == base.writes  # the lineage chain is joined by the instance UUID
-    assert final.reads[0].instance_id == stack.bel.partition("base/lineage").instance_id
+    assert final.reads[0].instance_id == stack.bel.partitions.get("base/lineage").instance_id
 
 
 async def test_a_run_failing_past_its_retries_emits_one_fail(make_stack, tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ async def test_a_run_failing_past_its_retries_emits_one_fail(make_stack, tmp_pat
     stack = await make_stack(graph="tests.graphs:flaky", job_attempts=2, openlineage_url=str(path))
     done = await stack.db.wait(await stack.db.want("fails/lineage"))
     assert done.state is WantState.failed
-    run = stack.bel.job_runs()[0]
+    run = stack.bel.job_runs.query()[0]
     await until(lambda: any(e["eventType"] == "FAIL" for e in read_events(path)), seconds=10)
 
     events = read_events(path)

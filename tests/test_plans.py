@@ -35,16 +35,16 @@ graph.external("ext/{name}")
 def start(bel: BuildEventLog, ref: str) -> str:
     """A want for ``ref`` whose run has started; its job run id."""
     spec = WantSpec(ref=ref, data_timestamp=AT, source=WantSource.cli)
-    bel.register_want(spec)
-    verdict = bel.decide(spec.want_id, 1, graph.resolve(ref))
+    bel.wants.register(spec)
+    verdict = bel.decisions.decide(spec.want_id, 1, graph.resolve(ref))
     assert verdict.kind == "execute"
-    bel.start_job_run(verdict.job_run_id, 1, "w")
+    bel.job_runs.start(verdict.job_run_id, 1, "w")
     return verdict.job_run_id
 
 
 def everything(bel: BuildEventLog) -> tuple[int, dict[str, list[tuple[str, ...]]]]:
     """The log's last index and every row of every projection."""
-    return bel.last_idx(), projection_rows(bel)
+    return bel.events.last_idx(), projection_rows(bel)
 
 
 def test_a_plan_reads_the_partitions_it_reaches_and_records_nothing(bel: BuildEventLog) -> None:
@@ -65,9 +65,9 @@ def test_a_plan_reads_the_partitions_it_reaches_and_records_nothing(bel: BuildEv
     assert [m.ref for m in fresh.sla_misses] == ["down/1"]  # its deadline has passed
 
     # up built (and so timed), mid building, the feed announced.
-    bel.succeed_job_run(start(bel, "up/1"), [], [InstanceRef(ref="up/1", instance_id="up-1")])
+    bel.job_runs.succeed(start(bel, "up/1"), [], [InstanceRef(ref="up/1", instance_id="up-1")])
     building = start(bel, "mid/1")
-    bel.publish_external("ext/feed")
+    bel.partitions.publish_external("ext/feed")
     before = everything(bel)
     found = plan_wants(bel, graph, [Root(ref="down/1")], datetime.now(UTC))
     assert [(p.ref, p.status, p.action) for p in found.partitions] == [
@@ -76,7 +76,7 @@ def test_a_plan_reads_the_partitions_it_reaches_and_records_nothing(bel: BuildEv
         ("down/1", PartitionStatus.missing, Action.build),
     ]
     assert [r.job_label for r in found.runs] == ["down"] and not found.blocked
-    assert bel.job_run(building).started_at is not None
+    assert bel.job_runs.get(building).started_at is not None
     assert everything(bel) == before  # not an event, not a row
 
 

@@ -20,7 +20,7 @@ DAY = "daily_users/2024-01-07"
 
 def everything(bel: BuildEventLog) -> tuple[int, dict[str, list[tuple[str, ...]]]]:
     """The log's last index and every row of every projection."""
-    return bel.last_idx(), projection_rows(bel)
+    return bel.events.last_idx(), projection_rows(bel)
 
 
 async def test_a_plan_is_what_the_build_then_does_and_records_nothing(make_stack) -> None:
@@ -31,7 +31,7 @@ async def test_a_plan_is_what_the_build_then_does_and_records_nothing(make_stack
 
     want = await asyncio.wait_for(stack.db.wait(await stack.db.want(DAY)), timeout=300)
     assert want.state is WantState.successful, want.reason
-    runs = stack.bel.job_runs(limit=100)
+    runs = stack.bel.job_runs.query(limit=100)
     assert all(r.state is JobRunState.succeeded for r in runs)  # declared inputs: no dep-miss attempt
     built = sorted((r.job_label, tuple(r.outputs)) for r in runs)
     assert built == sorted((r.job_label, tuple(r.outputs)) for r in planned.runs)

@@ -33,7 +33,7 @@ async def test_concurrent_identical_registrations_make_one_want(make_stack) -> N
     await stack.db.publish("feed/2024-03-01")
     done = await stack.db.wait(spec)
     assert done.state is WantState.successful
-    created = [e for e in stack.bel.events(want_id=spec.want_id, limit=1000) if e.type == "WantCreated"]
+    created = [e for e in stack.bel.events.query(want_id=spec.want_id, limit=1000) if e.type == "WantCreated"]
     assert len(created) == 1
 
     # Registering it again after it finished attaches to the same (closed) workflow.
@@ -57,7 +57,7 @@ async def test_publish_racing_registration_never_loses_a_wake_up(make_stack) -> 
 
 async def test_partition_live_before_registration_is_seen(make_stack) -> None:
     stack = await make_stack(graph="tests.graphs:late")
-    stack.bel.publish_external("feed/early")  # live, but nobody was signalled
+    stack.bel.partitions.publish_external("feed/early")  # live, but nobody was signalled
     spec = await stack.db.want("feed/early")
     assert (await stack.db.wait(spec)).state is WantState.successful
 
@@ -70,7 +70,7 @@ async def test_duplicate_announcement_changes_nothing(make_stack) -> None:
     assert first[1] is True and second[1] is False
     assert first[0].instance_id == second[0].instance_id
     assert (await stack.db.wait(spec)).state is WantState.successful
-    lives = stack.bel.events(pattern="feed/twice", types=["PartitionLive"])
+    lives = stack.bel.events.query(pattern="feed/twice", types=["PartitionLive"])
     assert len(lives) == 1
 
 
@@ -97,8 +97,8 @@ async def test_fan_out_pages_and_resumes_from_its_cursor(make_stack) -> None:
     stack = await make_stack(graph="tests.graphs:late")
     specs = [await stack.db.want("feed/fan", source=source) for source in list(WantSource)[:4]]
     waiting = WantState.upstream_building
-    await until(lambda: all(stack.bel.want(s.want_id).state is waiting for s in specs))
-    partition, _ = stack.bel.publish_external("feed/fan")  # live, nobody signalled yet
+    await until(lambda: all(stack.bel.wants.get(s.want_id).state is waiting for s in specs))
+    partition, _ = stack.bel.partitions.publish_external("feed/fan")  # live, nobody signalled yet
     notice = PartitionAvailable(ref="feed/fan", instance_id=partition.instance_id or "")
     cursors: list[int] = []
 
@@ -113,14 +113,14 @@ async def test_fan_out_pages_and_resumes_from_its_cursor(make_stack) -> None:
         raise Stopped
 
     # A first attempt that stops after one page of two: two wants heard, two still wait...
-    page = stack.bel.subscriptions(["feed/fan"], 0, 2)
+    page = stack.bel.wants.subscriptions(["feed/fan"], 0, 2)
     with pytest.raises(Stopped):
         await notify_subscribers(
             stack.client, stack.bel, ["feed/fan"], signal, page_size=2, on_page=stop_after_first_page
         )
     assert cursors == [page[-1].id]
     unsignalled = [s for s in specs if s.want_id not in {sub.want_id for sub in page}]
-    assert all(stack.bel.want(s.want_id).state is waiting for s in unsignalled)
+    assert all(stack.bel.wants.get(s.want_id).state is waiting for s in unsignalled)
     # ...and a retry that resumes after the first page signals only the rest.
     resumed = await notify_subscribers(
         stack.client, stack.bel, ["feed/fan"], signal, after_id=cursors[0], page_size=2
@@ -148,12 +148,12 @@ async def test_a_want_asked_for_alone_starts_eagerly_and_a_backfills_wants_do_no
     )
     assert progress.registered == 2
     # Each has decided (its workflow ran its first task) once its want waits for the feed.
-    await until(lambda: not stack.bel.backfill_unstarted(progress.backfill_id), seconds=30)
-    members = [stack.bel.want(w) for w in stack.bel.backfill_members(progress.backfill_id)]
+    await until(lambda: not stack.bel.backfills.unstarted(progress.backfill_id), seconds=30)
+    members = [stack.bel.wants.get(w) for w in stack.bel.backfills.members(progress.backfill_id)]
     await until(
-        lambda: all(stack.bel.want(w.want_id).state is not WantState.new for w in members), seconds=30
+        lambda: all(stack.bel.wants.get(w.want_id).state is not WantState.new for w in members), seconds=30
     )
-    await until(lambda: stack.bel.want(alone.want_id).state is not WantState.new, seconds=30)
+    await until(lambda: stack.bel.wants.get(alone.want_id).state is not WantState.new, seconds=30)
     assert await first_task_identity(stack, alone.workflow_id) == stack.client.identity
     for want in members:
         assert await first_task_identity(stack, want.spec.workflow_id) != stack.client.identity

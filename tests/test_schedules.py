@@ -18,7 +18,7 @@ DAYS = [datetime(2024, 1, d, tzinfo=UTC) for d in (1, 2, 3)]
 
 
 def scheduled(stack: Stack) -> list[tuple[str, datetime]]:
-    wants = stack.bel.wants(ref_prefix="feed/", limit=100)
+    wants = stack.bel.wants.query(ref_prefix="feed/", limit=100)
     return sorted((w.ref, w.data_timestamp) for w in wants if w.source is WantSource.schedule)
 
 
@@ -71,7 +71,7 @@ async def test_a_backfill_of_three_days_registers_three_wants_once(make_stack) -
     assert repeat.returncode == 0, repeat.stderr
     await runs_done(stack, 6)
     assert scheduled(stack) == expected  # the same three wants, no more
-    created = stack.bel.events(types=["WantCreated"], limit=100)
+    created = stack.bel.events.query(types=["WantCreated"], limit=100)
     assert len(created) == 3
 
     before, removed, after = await cli_batch(

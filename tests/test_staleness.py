@@ -45,21 +45,21 @@ GRAPHS = {
 def build(bel: BuildEventLog, ref: str, *reads: InstanceRef, graph: Graph = before) -> InstanceRef:
     """A want for ``ref`` whose run reads ``reads`` and writes a new instance, recording the version of
     ``graph``'s job as a worker running it would."""
-    built = len(bel.instances(ref))
+    built = len(bel.partitions.instances(ref))
     spec = WantSpec(ref=ref, data_timestamp=AT + timedelta(days=built), source=WantSource.cli)
-    bel.register_want(spec)
+    bel.wants.register(spec)
     target = graph.resolve(ref).target
     assert target is not None
-    verdict = bel.decide(spec.want_id, 1, graph.resolve(ref))
+    verdict = bel.decisions.decide(spec.want_id, 1, graph.resolve(ref))
     assert verdict.kind == "execute", verdict
-    bel.start_job_run(verdict.job_run_id, 1, "w")
+    bel.job_runs.start(verdict.job_run_id, 1, "w")
     written = InstanceRef(ref=ref, instance_id=f"{ref}@{built + 1}")
-    bel.succeed_job_run(verdict.job_run_id, list(reads), [written], job_version=target.job.version)
+    bel.job_runs.succeed(verdict.job_run_id, list(reads), [written], job_version=target.job.version)
     return written
 
 
 def layers(bel: BuildEventLog, n: int) -> dict[str, InstanceRef]:
-    bel.publish_external(f"ext/{n}", instance_id=f"ext/{n}@1")
+    bel.partitions.publish_external(f"ext/{n}", instance_id=f"ext/{n}@1")
     ext = InstanceRef(ref=f"ext/{n}", instance_id=f"ext/{n}@1")
     up = build(bel, f"up/{n}", ext)
     mid = build(bel, f"mid/{n}", up)
@@ -84,7 +84,7 @@ def test_a_changed_version_makes_exactly_its_partitions_and_their_readers_stale(
     assert list(reasons(bel, after, "down/*")) == ["down/1", "down/2"]
     assert list(reasons(bel, after, "**/1")) == ["down/1", "mid/1"]
     # Tainted and rebuilt by the new version, mid/1 is fresh; down/1 read the tainted instance.
-    bel.taint("mid/1", reason="new code")
+    bel.partitions.taint("mid/1", reason="new code")
     build(bel, "mid/1", first["up"], graph=after)
     assert reasons(bel, after, "**/1") == {"down/1": ["read mid/1 mid/1@1, since tainted"]}
 
@@ -95,21 +95,21 @@ def test_only_instances_that_can_be_stale_are_read_to_count_the_stale(bel: Build
     first = layers(bel, 1)
     alone = build(bel, "mid/9")  # read nothing, built by the version `after` changes
     now = {job.label: job.version for job in after.jobs}
-    candidates = set(bel.live_built(stale_under=now))
-    every = set(bel.live_built())
+    candidates = set(bel.lineage.live_built(stale_under=now))
+    every = set(bel.lineage.live_built())
     assert "ext/1@1" in every and "ext/1@1" not in candidates  # external: read nothing
     assert {first[k].instance_id for k in ("up", "mid", "down", "side")} <= candidates  # each read something
     assert alone.instance_id in candidates
     assert set(reasons(bel, after)) == {"mid/1", "down/1", "mid/9"}
-    unchanged = set(bel.live_built(stale_under={job.label: job.version for job in before.jobs}))
+    unchanged = set(bel.lineage.live_built(stale_under={job.label: job.version for job in before.jobs}))
     assert unchanged == candidates - {alone.instance_id}
 
 
 def test_a_newer_or_tainted_input_makes_its_readers_stale_transitively(bel: BuildEventLog) -> None:
     layers(bel, 1)
     layers(bel, 2)
-    bel.publish_external("ext/1", instance_id="ext/1@2")  # the upstream rebuilt it
-    bel.taint("up/2", reason="bad feed")
+    bel.partitions.publish_external("ext/1", instance_id="ext/1@2")  # the upstream rebuilt it
+    bel.partitions.taint("up/2", reason="bad feed")
     found = reasons(bel, before)
     assert found == {
         "up/1": ["read ext/1 ext/1@1, since superseded by ext/1@2"],
@@ -131,12 +131,12 @@ def test_an_upstream_deeper_than_the_levels_read_one_by_one_is_read_whole(bel: B
     g = Graph("cumulative")
     g.external("ext/{n}")
     g.job("sum/{n}", label="sum", version="1")(lambda ctx, n: None)
-    bel.publish_external("ext/0", instance_id="ext/0@1")
+    bel.partitions.publish_external("ext/0", instance_id="ext/0@1")
     previous = build(bel, "sum/0", InstanceRef(ref="ext/0", instance_id="ext/0@1"), graph=g)
     for n in range(1, 20):  # each day reads the day before: 20 levels deep
         previous = build(bel, f"sum/{n}", previous, graph=g)
     assert stale_partitions(bel, g, "sum/19") == []
-    bel.publish_external("ext/0", instance_id="ext/0@2")
+    bel.partitions.publish_external("ext/0", instance_id="ext/0@2")
     (found,) = stale_partitions(bel, g, "sum/19")
     assert [str(r) for r in found.reasons] == ["read sum/18 sum/18@1, which is stale"]
     assert len(stale_partitions(bel, g)) == 20
@@ -147,7 +147,7 @@ def test_why_explains_each_state_as_a_chain_of_recorded_facts(bel: BuildEventLog
     layers(bel, 2)
     fresh = why(bel, before, "down/1")
     assert (fresh.status, fresh.stale, len(fresh.chain)) == (PartitionStatus.live, False, 1)
-    run = bel.instance("down/1@1").job_run_id
+    run = bel.partitions.instance("down/1@1").job_run_id
     assert (
         fresh.chain[0].text
         == f"live: instance down/1@1, built by job run {run} (job down, version 1) from mid/1 mid/1@1"
@@ -160,7 +160,7 @@ def test_why_explains_each_state_as_a_chain_of_recorded_facts(bel: BuildEventLog
         "stale: job mid's version changed from 1 (which built it) to 2",
     ]
     # The upstream republished ext/1: the chain ends at the newer instance and who announced it.
-    bel.publish_external("ext/1", instance_id="ext/1@2")
+    bel.partitions.publish_external("ext/1", instance_id="ext/1@2")
     chain = [(f.ref, f.text) for f in why(bel, before, "down/1").chain[1:]]
     assert chain == [
         ("down/1", "stale: read mid/1 instance mid/1@1, which is stale:"),
@@ -171,7 +171,7 @@ def test_why_explains_each_state_as_a_chain_of_recorded_facts(bel: BuildEventLog
         ),
     ]
     # A taint names its reason, in the reader's chain and in the tainted partition's own.
-    bel.taint("up/2", reason="bad feed")
+    bel.partitions.taint("up/2", reason="bad feed")
     assert [f.text for f in why(bel, before, "mid/2").chain[1:]] == [
         "stale: read up/2 instance up/2@1, which was tainted: bad feed"
     ]
@@ -183,7 +183,7 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
     url = f"sqlite:///{tmp_path / 'bel.sqlite'}"
     bel = BuildEventLog.create(url)
     layers(bel, 1)
-    down_run = bel.partition("down/1").built_by
+    down_run = bel.partitions.get("down/1").built_by
     assert down_run is not None
     bel.dispose()
     env = {k: v for k, v in os.environ.items() if not k.startswith("DATABUILD_")}
@@ -254,12 +254,12 @@ def test_stale_and_why_through_the_cli_without_temporal_and_the_api(tmp_path: Pa
     listed_api = ListView[Partition].model_validate(client.get("/api/partitions").json()).index.stale
     assert [r.kind.value for r in listed_api["down/1@1"]] == ["input_stale"] and "up/1@1" not in listed_api
     assert client.get("/partitions").text.count('class="state state-stale"') == 2
-    down = bel.partition("down/1")
+    down = bel.partitions.get("down/1")
     assert down.built_by is not None
     run = JobRunView.model_validate(client.get(f"/api/job-runs/{down.built_by}").json())
     assert run.index.stale.keys() == {"down/1@1", "mid/1@1"}  # what it wrote, and what it read
     assert client.get(f"/job-runs/{down.built_by}").text.count('class="state state-stale"') >= 2
-    (want,) = bel.wants(ref_glob="down/1")
+    (want,) = bel.wants.query(ref_glob="down/1")
     tree = WantView.model_validate(client.get(f"/api/wants/{want.want_id}").json())
     assert "down/1@1" in tree.index.stale and "stale" in client.get(f"/wants/{want.want_id}").text
     page = client.get("/partitions/down/1")

@@ -20,8 +20,11 @@ async def test_a_new_job_version_makes_exactly_its_partitions_and_their_readers_
         assert done.state is WantState.successful, done.reason
 
     versions = {job.label: job.version for job in stack.graph.jobs}
-    recorded = {p.ref: p.instance_id for p in stack.bel.partitions(limit=100)}
-    built = {i.ref: i.job_version for i in stack.bel.instances_by_id([i for i in recorded.values() if i])}
+    recorded = {p.ref: p.instance_id for p in stack.bel.partitions.query(limit=100)}
+    built = {
+        i.ref: i.job_version
+        for i in stack.bel.partitions.instances_by_id([i for i in recorded.values() if i])
+    }
     assert built == {
         "base/1": versions["base"],
         "base/2": versions["base"],

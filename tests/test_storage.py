@@ -120,43 +120,43 @@ def test_storage_roots_are_uris() -> None:
 
 
 def claim(bel: BuildEventLog, ref: str) -> Execute:
-    generation = bel.generations([ref]).get(ref, 0)  # a want after a taint is a new want
+    generation = bel.partitions.generations([ref]).get(ref, 0)  # a want after a taint is a new want
     want = WantSpec(
         ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), source="cli", generation=generation
     )  # type: ignore[arg-type]
-    bel.register_want(want)
-    decision = bel.decide(want.want_id, 1, graph.resolve(ref))
+    bel.wants.register(want)
+    decision = bel.decisions.decide(want.want_id, 1, graph.resolve(ref))
     assert isinstance(decision, Execute), decision
     return decision
 
 
 def attempt(bel: BuildEventLog, storage: Storage, ref: str, number: int = 1) -> tuple[str, str]:
     """Start an attempt of ``ref``'s job run and write its output; returns (job run id, instance id)."""
-    runs = [r for r in bel.job_runs(limit=100) if ref in r.outputs and not r.state.is_final]
+    runs = [r for r in bel.job_runs.query(limit=100) if ref in r.outputs and not r.state.is_final]
     job_run_id = runs[0].job_run_id if runs else claim(bel, ref).job_run_id
     instance_id = str(uuid.uuid4())
-    bel.start_job_run(job_run_id, number, "w", [InstanceRef(ref=ref, instance_id=instance_id)])
+    bel.job_runs.start(job_run_id, number, "w", [InstanceRef(ref=ref, instance_id=instance_id)])
     storage.write_text(f"{Storage.instance_key(ref, instance_id)}/part-0.parquet", "rows")
     return job_run_id, instance_id
 
 
 def publish(bel: BuildEventLog, storage: Storage, ref: str) -> str:
     job_run_id, instance_id = attempt(bel, storage, ref)
-    bel.succeed_job_run(job_run_id, [], [InstanceRef(ref=ref, instance_id=instance_id)])
+    bel.job_runs.succeed(job_run_id, [], [InstanceRef(ref=ref, instance_id=instance_id)])
     return instance_id
 
 
 def test_gc_deletes_only_what_nothing_needs(storage: Storage, bel: BuildEventLog) -> None:
     superseded = publish(bel, storage, "p/1")
-    bel.taint("p/1", reason="bad data")
+    bel.partitions.taint("p/1", reason="bad data")
     rebuilt = publish(bel, storage, "p/1")  # the rebuild: the tainted instance is retired now
     live = publish(bel, storage, "p/2")
     pinned = publish(bel, storage, "p/3")
-    bel.taint("p/3")
+    bel.partitions.taint("p/3")
     publish(bel, storage, "p/3")
-    bel.pin_instance(pinned, reason="the audit of 2024")
+    bel.partitions.pin_instance(pinned, reason="the audit of 2024")
     failed_run, orphan = attempt(bel, storage, "p/4")
-    bel.fail_job_run(failed_run, "boom")
+    bel.job_runs.fail(failed_run, "boom")
     _, writing = attempt(bel, storage, "p/5")  # a run that has not ended
     foreign = str(uuid.uuid4())
     storage.write_text(f"{Storage.instance_key('p/6', foreign)}/part-0.parquet", "another graph's")
@@ -183,9 +183,9 @@ def test_gc_deletes_only_what_nothing_needs(storage: Storage, bel: BuildEventLog
         orphan: "left",
     }
     left = {i.instance_id for i in storage.instances()}
-    assert left == {rebuilt, live, pinned, writing, foreign} | {bel.partition("p/3").instance_id or ""}
+    assert left == {rebuilt, live, pinned, writing, foreign} | {bel.partitions.get("p/3").instance_id or ""}
 
-    bel.pin_instance(pinned, pinned=False)
+    bel.partitions.pin_instance(pinned, pinned=False)
     unpinned = collect_garbage(storage, bel, keep=WEEK, now=later)
     assert [c.instance_id for c in unpinned.deleted] == [pinned]
 
@@ -194,11 +194,11 @@ def test_gc_keeps_what_a_job_run_open_since_may_still_read(tmp_path: Path, bel: 
     storage = Storage(tmp_path / "lake")
     old = publish(bel, storage, "p/1")
     reader = claim(bel, "p/9")  # a run that started while `old` was live, and reads it slowly
-    bel.taint("p/1")
+    bel.partitions.taint("p/1")
     publish(bel, storage, "p/1")
     later = datetime.now(UTC) + WEEK * 2
     assert collect_garbage(storage, bel, keep=timedelta(0), now=later).kept["may be read"] == 1
-    bel.fail_job_run(reader.job_run_id, "done reading")
+    bel.job_runs.fail(reader.job_run_id, "done reading")
     assert [c.instance_id for c in collect_garbage(storage, bel, keep=timedelta(0), now=later).deleted] == [
         old
     ]
@@ -214,16 +214,16 @@ def test_gc_collects_only_the_submission_folders_of_attempts_its_bel_started(
     def submitted(log: BuildEventLog, ref: str, attempts: int = 1) -> str:
         job_run_id = claim(log, ref).job_run_id
         for number in range(1, attempts + 1):  # as the submit executor does: the start, then the folder
-            log.start_job_run(job_run_id, number, "w", [InstanceRef(ref=ref, instance_id=str(uuid.uuid4()))])
+            log.job_runs.start(job_run_id, number, "w", [InstanceRef(ref=ref, instance_id=str(uuid.uuid4()))])
             storage.write_text(f"{storage.submission_key(job_run_id, number)}/request.json", "{}")
         return job_run_id
 
     try:
         failed = submitted(bel, "p/1")
-        bel.fail_job_run(failed, "boom")
+        bel.job_runs.fail(failed, "boom")
         retried = submitted(bel, "p/2", attempts=2)  # attempt 1 failed; attempt 2 is running
         their_failed = submitted(other, "p/1")
-        other.fail_job_run(their_failed, "boom")
+        other.job_runs.fail(their_failed, "boom")
         their_running = submitted(other, "p/3")
         later = datetime.now(UTC) + timedelta(minutes=1)
 
@@ -250,10 +250,10 @@ def written_together(bel: BuildEventLog, storage: Storage, refs: list[str], *, p
     job_run_id = claim(bel, refs[0]).job_run_id
     for ref in refs[1:]:  # each joins the first's batch
         want = WantSpec(ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), source="cli")  # type: ignore[arg-type]
-        bel.register_want(want)
-        assert bel.decide(want.want_id, 1, graph.resolve(ref)).job_run_id == job_run_id  # type: ignore[union-attr]
+        bel.wants.register(want)
+        assert bel.decisions.decide(want.want_id, 1, graph.resolve(ref)).job_run_id == job_run_id  # type: ignore[union-attr]
     instances = [InstanceRef(ref=ref, instance_id=str(uuid.uuid4())) for ref in refs]
-    bel.start_job_run(job_run_id, 1, "w", instances)
+    bel.job_runs.start(job_run_id, 1, "w", instances)
     folder = Storage.write_key("w", job_run_id, 1)
     keys = {ref: f"{folder}/{Storage.partition_folder({'n': ref.split('/')[1]})}" for ref in refs}
     for key in keys.values():
@@ -261,7 +261,7 @@ def written_together(bel: BuildEventLog, storage: Storage, refs: list[str], *, p
     storage.write_text(f"{folder}/_SUCCESS", "")
     if publish:
         locations = {ref: storage.uri_of(key) for ref, key in keys.items()}
-        bel.succeed_job_run(job_run_id, [], instances, 1, locations)
+        bel.job_runs.succeed(job_run_id, [], instances, 1, locations)
     return job_run_id
 
 
@@ -270,7 +270,7 @@ def test_gc_deletes_a_partitioned_write_whole_or_a_partition_at_a_time(
 ) -> None:
     live = written_together(bel, storage, ["w/1", "w/2"], publish=True)
     failed = written_together(bel, storage, ["w/3", "w/4"], publish=False)
-    bel.fail_job_run(failed, "boom")
+    bel.job_runs.fail(failed, "boom")
     writing = written_together(bel, storage, ["w/5", "w/6"], publish=False)
     foreign = Storage.write_key("w", "jr-0123456789abcdef", 1)
     storage.write_text(f"{foreign}/n=1/part-0.parquet", "another graph's")
@@ -281,7 +281,9 @@ def test_gc_deletes_a_partitioned_write_whole_or_a_partition_at_a_time(
         ("jr-0123456789abcdef", 1),
     }
     assert storage.instances() == []  # a partitioned write's folders are not instance locations
-    assert bel.instance(bel.partition("w/2").instance_id or "").location == storage.uri_of(f"w/~{live}-1/n=2")
+    assert bel.partitions.instance(bel.partitions.get("w/2").instance_id or "").location == storage.uri_of(
+        f"w/~{live}-1/n=2"
+    )
 
     later = datetime.now(UTC) + WEEK + timedelta(hours=1)
     report = collect_garbage(storage, bel, keep=WEEK, now=later)
@@ -292,11 +294,11 @@ def test_gc_deletes_a_partitioned_write_whole_or_a_partition_at_a_time(
 
     # One partition of the live write is rebuilt: after the retention (and once the run that was open
     # while it was live has ended) its folder goes, not the write's.
-    bel.taint("w/1", reason="bad data")
+    bel.partitions.taint("w/1", reason="bad data")
     publish(bel, storage, "w/1")
     much_later = later + WEEK * 2
     assert collect_garbage(storage, bel, keep=WEEK, now=much_later).kept["may be read"] == 1
-    bel.fail_job_run(writing, "stopped")
+    bel.job_runs.fail(writing, "stopped")
     retired = collect_garbage(storage, bel, keep=WEEK, now=much_later)
     assert sorted((c.ref or "", c.location) for c in retired.deleted) == [
         ("", storage.uri_of(Storage.write_key("w", writing, 1))),
@@ -304,7 +306,7 @@ def test_gc_deletes_a_partitioned_write_whole_or_a_partition_at_a_time(
     ]
     assert storage.exists(f"w/~{live}-1/n=2") and not storage.exists(f"w/~{live}-1/n=1")
     # Then the other: the write's folder goes whole.
-    bel.taint("w/2")
+    bel.partitions.taint("w/2")
     publish(bel, storage, "w/2")
     gone = collect_garbage(storage, bel, keep=WEEK, now=much_later + WEEK * 2)
     assert [c.location for c in gone.deleted] == [storage.uri_of(f"w/~{live}-1")]

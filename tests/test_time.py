@@ -51,21 +51,21 @@ async def test_sla_missed_then_fulfilled_late(skipping: tuple[WorkflowEnvironmen
     start = await env.get_current_time()
     spec = await db.want("report/late", data_timestamp=start, sla=timedelta(hours=9), ttl=timedelta(days=30))
     await until(lambda: waiting_for_feed(db, "feed/late"))
-    assert not db.bel.want(spec.want_id).sla_missed
+    assert not db.bel.wants.get(spec.want_id).sla_missed
 
     await env.sleep(timedelta(hours=10))
-    await until(lambda: db.bel.want(spec.want_id).sla_missed)
-    want = db.bel.want(spec.want_id)
+    await until(lambda: db.bel.wants.get(spec.want_id).sla_missed)
+    want = db.bel.wants.get(spec.want_id)
     assert want.state is WantState.upstream_building  # late, but still working
-    assert [w.want_id for w in db.bel.sla_misses()].count(spec.want_id) == 1
-    assert [e.type for e in db.bel.events(want_id=spec.want_id)].count("WantSlaMissed") == 1
+    assert [w.want_id for w in db.bel.wants.sla_misses()].count(spec.want_id) == 1
+    assert [e.type for e in db.bel.events.query(want_id=spec.want_id)].count("WantSlaMissed") == 1
 
     spark_runtime_session(db).range(5).write.parquet(str(lake(db.settings) / "feed/late"))
     await db.publish("feed/late")
     done = await db.wait(spec)
     assert done.state is WantState.successful
     assert done.sla_missed  # the flag stays raised
-    assert db.bel.partition("report/late").status.value == "live"
+    assert db.bel.partitions.get("report/late").status.value == "live"
 
 
 async def test_ttl_expiry_stops_the_want(skipping: tuple[WorkflowEnvironment, DataBuild]) -> None:
@@ -79,16 +79,16 @@ async def test_ttl_expiry_stops_the_want(skipping: tuple[WorkflowEnvironment, Da
     assert done.state is WantState.expired
     assert "TTL" in (done.reason or "")
     assert done.sla_missed
-    types = [e.type for e in db.bel.events(want_id=spec.want_id, limit=1000)]
+    types = [e.type for e in db.bel.events.query(want_id=spec.want_id, limit=1000)]
     assert types.count("WantExpired") == 1 and types[-1] == "WantExpired"
     # Its derivative want shares the deadline and expires too.
-    feed = next(w for w in db.bel.wants(ref_prefix="feed/never"))
-    await until(lambda: db.bel.want(feed.want_id).state is WantState.expired)
+    feed = next(w for w in db.bel.wants.query(ref_prefix="feed/never"))
+    await until(lambda: db.bel.wants.get(feed.want_id).state is WantState.expired)
 
 
 async def test_deadline_already_past_fires_at_once(skipping: tuple[WorkflowEnvironment, DataBuild]) -> None:
     env, db = skipping
     start = await env.get_current_time()
     spec = await db.want("report/overdue", data_timestamp=start - timedelta(days=1), sla=timedelta(hours=1))
-    await until(lambda: db.bel.want(spec.want_id).sla_missed)
-    assert not db.bel.want(spec.want_id).state.is_final
+    await until(lambda: db.bel.wants.get(spec.want_id).sla_missed)
+    assert not db.bel.wants.get(spec.want_id).state.is_final

@@ -48,26 +48,26 @@ async def test_a_run_stuck_on_negative_attempts_is_released_and_built_by_a_fixed
     with older_worker(monkeypatch, attempts=-1):
         async with running_worker(stack.parts):
             first = await stack.db.want("a/stuck")
-            await until(lambda: bool(stack.bel.job_runs()))
+            await until(lambda: bool(stack.bel.job_runs.query()))
             await asyncio.sleep(3)  # its workflow tasks fail meanwhile
-            [stuck] = stack.bel.job_runs()
+            [stuck] = stack.bel.job_runs.query()
             assert stuck.state is JobRunState.queued
-            assert stack.bel.partition("a/stuck").status is PartitionStatus.building
+            assert stack.bel.partitions.get("a/stuck").status is PartitionStatus.building
             second = await stack.db.want("b/stuck", source=WantSource.api)
-            await until(lambda: bool(stack.bel.want_job_runs(second.want_id)))
-            [(relation, followed)] = stack.bel.want_job_runs(second.want_id)
+            await until(lambda: bool(stack.bel.job_runs.of_want(second.want_id)))
+            [(relation, followed)] = stack.bel.job_runs.of_want(second.want_id)
             assert (relation, followed.job_run_id) == ("delegated", stuck.job_run_id)
 
     async with running_worker(stack.parts):  # the setting fixed, the worker restarted
         done = await asyncio.wait_for(asyncio.gather(stack.db.wait(first), stack.db.wait(second)), 120)
     assert {w.state for w in done} == {WantState.successful}
-    released = stack.bel.job_run(stuck.job_run_id)
+    released = stack.bel.job_runs.get(stuck.job_run_id)
     assert released.cause is JobRunCause.lost
     assert released.reason == "lost: its policy cannot run (attempts -1 is not within 1 to 1000)"
-    [built] = stack.bel.job_runs(state=JobRunState.succeeded)
-    assert stack.bel.partition("a/stuck").status is PartitionStatus.live
+    [built] = stack.bel.job_runs.query(state=JobRunState.succeeded)
+    assert stack.bel.partitions.get("a/stuck").status is PartitionStatus.live
     for want in done:
-        assert built.job_run_id in {run.job_run_id for _, run in stack.bel.want_job_runs(want.want_id)}
+        assert built.job_run_id in {run.job_run_id for _, run in stack.bel.job_runs.of_want(want.want_id)}
 
 
 async def test_a_run_retrying_for_ever_gives_up_after_the_configured_attempts(
@@ -79,7 +79,7 @@ async def test_a_run_retrying_for_ever_gives_up_after_the_configured_attempts(
     with older_worker(monkeypatch, attempts=0):
         want = await asyncio.wait_for(stack.db.wait(await stack.db.want("fails/forever")), 60)
     assert want.state is WantState.failed
-    [run] = stack.bel.job_runs()
+    [run] = stack.bel.job_runs.query()
     assert run.state is JobRunState.failed and run.attempts == 2
     assert "AttemptsExhausted: gave up after 2 attempts (DATABUILD_JOB_ATTEMPTS)" in (run.reason or "")
-    assert stack.bel.partition("fails/forever").status is PartitionStatus.failed
+    assert stack.bel.partitions.get("fails/forever").status is PartitionStatus.failed

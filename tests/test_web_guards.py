@@ -27,7 +27,7 @@ EVIL = "evil.example"
 @pytest.fixture
 def loopback_bel(tmp_path: Path) -> Iterator[BuildEventLog]:
     bel = BuildEventLog.create(Settings(home=tmp_path).database_url.get_secret_value())
-    bel.publish_external("ext/1")
+    bel.partitions.publish_external("ext/1")
     yield bel
     bel.dispose()
 
@@ -35,7 +35,7 @@ def loopback_bel(tmp_path: Path) -> Iterator[BuildEventLog]:
 async def test_requests_naming_another_host_are_refused_before_anything_else(
     tmp_path: Path, loopback_bel: BuildEventLog
 ) -> None:
-    before = loopback_bel.last_idx()
+    before = loopback_bel.events.last_idx()
     with web_server(tmp_path) as base:  # no tokens: loopback clients may write
         port = base.rsplit(":", 1)[1]
         rebound = {"host": f"{EVIL}:{port}", "origin": f"http://{EVIL}:{port}"}
@@ -49,8 +49,8 @@ async def test_requests_naming_another_host_are_refused_before_anything_else(
             for response in await asyncio.gather(*attacks):
                 assert response.status_code == 400, response.text
                 assert f"'{EVIL}:{port}'" in response.text and "DATABUILD_ALLOWED_HOSTS" in response.text
-            assert loopback_bel.last_idx() == before
-            assert loopback_bel.partition("ext/1").status is PartitionStatus.live
+            assert loopback_bel.events.last_idx() == before
+            assert loopback_bel.partitions.get("ext/1").status is PartitionStatus.live
 
             # Every loopback name answers, on any port.
             for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "localhost"):
@@ -64,7 +64,7 @@ async def test_requests_naming_another_host_are_refused_before_anything_else(
                     "/wants", data={"ref": "ext/2"}, headers={"host": host, "origin": origin}
                 )
                 assert form.status_code == 403 and "another site" in form.text, (host, origin)
-    assert loopback_bel.last_idx() == before
+    assert loopback_bel.events.last_idx() == before
 
 
 def test_allowed_hosts_are_configurable(tmp_path: Path, loopback_bel: BuildEventLog) -> None:
@@ -87,7 +87,7 @@ def test_allowed_hosts_are_configurable(tmp_path: Path, loopback_bel: BuildEvent
 def test_overflowing_durations_and_offsets_are_refused_with_the_limit(
     tmp_path: Path, loopback_bel: BuildEventLog
 ) -> None:
-    before = loopback_bel.last_idx()
+    before = loopback_bel.events.last_idx()
     app = create_app(web_context(Settings(home=tmp_path), loopback_bel))
     client = TestClient(app, base_url="http://127.0.0.1:8000", client=("127.0.0.1", 50000))
     for field, value in (("ttl", "999999999999d"), ("sla", "3000000d"), ("ttl", "9" * 5000 + "s")):
@@ -107,4 +107,4 @@ def test_overflowing_durations_and_offsets_are_refused_with_the_limit(
     ]:
         response = client.get(path, params={name: huge})
         assert response.status_code == 400 and str(2**63 - 1) in response.text, (path, response.text)
-    assert loopback_bel.last_idx() == before
+    assert loopback_bel.events.last_idx() == before

@@ -67,7 +67,7 @@ def ten_thousand(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("ten-thousand")
     bel = BuildEventLog.create(Settings(home=home).database_url.get_secret_value())
     for n in range(10_000):
-        bel.publish_external(f"raw_events/2024-{n % 12 + 1:02d}-{n % 28 + 1:02d}/part-{n:05d}")
+        bel.partitions.publish_external(f"raw_events/2024-{n % 12 + 1:02d}-{n % 28 + 1:02d}/part-{n:05d}")
     bel.dispose()
     return home
 

@@ -47,7 +47,7 @@ async def test_workers_that_disagree_on_a_version_are_shown_and_refuse_a_fresh_r
         assert env.differing == {"base": {first.versions["base"]: [first.identity], "2": [second.identity]}}
         with pytest.raises(ConfigurationError, match=r"fresh rebuild of base/v cannot converge.*'base'"):
             await stack.db.want("base/v", fresh=True)
-        assert stack.bel.find_partition("base/v") is None  # refused before anything was recorded
+        assert stack.bel.partitions.find("base/v") is None  # refused before anything was recorded
         # A want that is not fresh is taken: any live instance will do, whichever version built it.
         built = await stack.db.wait(await stack.db.want("base/v"))
         assert built.state is WantState.successful
@@ -66,4 +66,4 @@ async def test_workers_that_disagree_on_a_version_are_shown_and_refuse_a_fresh_r
         stale = BackfillRequest(pattern="base/{n}", start=at, end=at, stale_only=True)
         with pytest.raises(ConfigurationError, match="cannot converge"):
             await deployer.backfill(stale)
-        assert stack.bel.wants(ref_prefix="base/2024-01-01", limit=10) == [day]
+        assert stack.bel.wants.query(ref_prefix="base/2024-01-01", limit=10) == [day]

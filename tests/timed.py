@@ -59,12 +59,12 @@ class TimedBuilds:
     @activity.defn(name="timed_build")
     async def build(self, input: p.JobRunInput) -> p.JobOutcome:
         """Record the attempt and its outcome the way the job activity does."""
-        await asyncio.to_thread(self.bel.start_job_run, input.job_run_id, 1, "test")
+        await asyncio.to_thread(self.bel.job_runs.start, input.job_run_id, 1, "test")
         await asyncio.sleep(self.pause)
         if any(ref in BROKEN for ref in input.outputs):
             return p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.failed, reason="broken")
         writes = [InstanceRef(ref=ref, instance_id=str(uuid.uuid4())) for ref in input.outputs]
-        await asyncio.to_thread(self.bel.succeed_job_run, input.job_run_id, [], writes)
+        await asyncio.to_thread(self.bel.job_runs.succeed, input.job_run_id, [], writes)
         return p.JobOutcome(job_run_id=input.job_run_id, state=JobRunState.succeeded)
 
 
@@ -74,7 +74,7 @@ class Failures:
 
     @activity.defn
     async def fail_job_run(self, input: p.FailJobRunInput) -> None:
-        await asyncio.to_thread(self.bel.fail_job_run, input.job_run_id, input.reason)
+        await asyncio.to_thread(self.bel.job_runs.fail, input.job_run_id, input.reason)
 
 
 @workflow.defn(name=p.JOB_RUN_WORKFLOW)

@@ -265,7 +265,7 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
     # workers disagree on is refused).
     versions = {job.label: job.version for job in parts.graph.jobs}
     bel = parts.bel
-    await bel.call(bel.record_worker, built.identity, parts.settings.task_queue, parts.graph.name, versions)
+    await bel.call(bel.workers.record, built.identity, parts.settings.task_queue, parts.graph.name, versions)
     if warm_spark:
         # Start the sessions now, so the first job does not pay the JVM start-up.
         asyncio.get_running_loop().run_in_executor(None, built.jobs.executor.executors.warm)

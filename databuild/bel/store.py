@@ -10,19 +10,20 @@ import tempfile
 from pathlib import Path
 
 from databuild.bel import migrate
-from databuild.bel.aggregates.backfills import BackfillCommands
+from databuild.bel.aggregates.backfills import Backfills
 from databuild.bel.aggregates.base import new_instance_id, new_job_run_id
-from databuild.bel.aggregates.costs import CostCommands
-from databuild.bel.aggregates.decisions import DecisionCommands
-from databuild.bel.aggregates.events import EventCommands
-from databuild.bel.aggregates.job_runs import JobRunCommands
-from databuild.bel.aggregates.partitions import PartitionCommands
-from databuild.bel.aggregates.pools import PoolCommands
-from databuild.bel.aggregates.wants import WantCommands
-from databuild.bel.aggregates.workers import WorkerCommands
+from databuild.bel.aggregates.costs import Costs
+from databuild.bel.aggregates.decisions import Decisions
+from databuild.bel.aggregates.events import Events
+from databuild.bel.aggregates.job_runs import JobRuns
+from databuild.bel.aggregates.partitions import Partitions
+from databuild.bel.aggregates.pools import Pools
+from databuild.bel.aggregates.wants import Wants
+from databuild.bel.aggregates.workers import Workers
 from databuild.bel.engine import backend_for
 from databuild.bel.engine.keys import backfill_key, pool_key, ref_key, run_key, want_key
-from databuild.bel.engine.transaction import make_engines, place_pending, write_lock
+from databuild.bel.engine.recorder import Recorder
+from databuild.bel.engine.transaction import place_pending
 from databuild.bel.queries import BelQueries
 
 __all__ = [
@@ -37,29 +38,38 @@ __all__ = [
 ]
 
 
-class BuildEventLog(
-    DecisionCommands,
-    WantCommands,
-    JobRunCommands,
-    PartitionCommands,
-    PoolCommands,
-    BackfillCommands,
-    EventCommands,
-    CostCommands,
-    WorkerCommands,
-    BelQueries,
-):
+class BuildEventLog(BelQueries):
+    """The log: one service per aggregate (``bel.wants``, ``bel.job_runs``, ``bel.partitions``, ...), each
+    with its commands and reads, all on one recorder."""
+
+    wants: Wants
+    job_runs: JobRuns
+    partitions: Partitions
+    backfills: Backfills
+    events: Events
+    costs: Costs
+    workers: Workers
+    decisions: Decisions
+    pools: Pools
+
     def __init__(self, url: str) -> None:
-        self.url = url
-        self.writer, reader = make_engines(url)
-        self._write_lock = write_lock(url)
-        super().__init__(reader)
+        log = Recorder(url)
+        super().__init__(log)
+        self.wants = Wants(log)
+        self.job_runs = JobRuns(log)
+        self.partitions = Partitions(log)
+        self.backfills = Backfills(log)
+        self.events = Events(log)
+        self.costs = Costs(log)
+        self.workers = Workers(log)
+        self.decisions = Decisions(log)
+        self.pools = Pools(log)
 
     @classmethod
     def create(cls, url: str) -> "BuildEventLog":
         """Open the log, creating or upgrading its schema (Alembic) first."""
         bel = cls(url)
-        with bel._write_lock, bel.writer.begin() as conn:
+        with bel._log.write_lock, bel.writer.begin() as conn:
             migrate.upgrade(conn)
         place_pending(bel.writer)  # events of a writer that died between its COMMIT and placing them
         return bel
@@ -79,8 +89,6 @@ class BuildEventLog(
     _scratch: tempfile.TemporaryDirectory[str] | None = None
 
     def dispose(self) -> None:
-        self._threads.shutdown(wait=False, cancel_futures=True)
-        self.writer.dispose()
-        self.reader.dispose()
+        self._log.dispose()
         if self._scratch is not None:
             self._scratch.cleanup()

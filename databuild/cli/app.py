@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from pydantic import BaseModel
@@ -24,6 +24,9 @@ from databuild.graph import Graph, load_graph
 from databuild.models import MAX_INDEX
 from databuild.process import keep_traceback, log_quietly
 from databuild.views.lineage import Page
+
+if TYPE_CHECKING:
+    from databuild.bel import BuildEventLog
 
 STACK_PANEL = "Run the stack"  # where `--help` lists the commands that start a process: dev, web, worker
 app = typer.Typer(
@@ -86,7 +89,7 @@ def graph_or_note() -> Graph | None:
         return None
 
 
-def bel() -> Any:
+def bel() -> "BuildEventLog":
     from databuild.bel import BuildEventLog
 
     return BuildEventLog.create(settings().database_url.get_secret_value())

@@ -13,7 +13,7 @@ from databuild.models import MAX_INDEX, EventFilter, validated
 @app.command()
 def stats(as_json: JsonFlag = False) -> None:
     """Job success rates (skipped counts as success) and builds avoided by delegation."""
-    figures = bel().stats()
+    figures = bel().events.stats()
     emit(as_json, figures, lambda: render.stats_view(figures))
 
 
@@ -46,7 +46,7 @@ def events(
         want_ids=want or [],
         types=event_type or [],
     )
-    page = bel().event_page(since, limit, where)
+    page = bel().events.page(since, limit, where)
 
     def human() -> Any:
         from rich.table import Table
@@ -64,5 +64,5 @@ def events(
 @app.command()
 def sla(as_json: JsonFlag = False) -> None:
     """Wants that missed their SLA (flagged, or overdue and not yet built)."""
-    found = bel().sla_misses()
+    found = bel().wants.sla_misses()
     emit(as_json, found, lambda: render.wants_table(found))

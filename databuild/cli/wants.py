@@ -139,7 +139,7 @@ async def _want(asked: _Asked, *, wait: bool, as_json: bool) -> Want | None:
 
 async def _announce(db: DataBuild, spec: WantSpec, ref: str, *, as_json: bool) -> None:
     """Say the want is registered, and warn when it already existed with other deadlines."""
-    existing = await asyncio.to_thread(db.bel.find_want, spec.want_id)
+    existing = await asyncio.to_thread(db.bel.wants.find, spec.want_id)
     if not as_json:
         fresh = " (fresh: rebuilt if stale)" if spec.fresh else ""
         console.print(
@@ -156,7 +156,7 @@ async def _announce(db: DataBuild, spec: WantSpec, ref: str, *, as_json: bool) -
 
 async def _registered(db: DataBuild, spec: WantSpec, *, as_json: bool) -> Want | None:
     """The want as recorded now, printed as JSON when asked (without --wait)."""
-    found = await asyncio.to_thread(db.bel.find_want, spec.want_id)
+    found = await asyncio.to_thread(db.bel.wants.find, spec.want_id)
     if as_json:
         print(
             json.dumps(

@@ -155,7 +155,7 @@ class DataBuild:
     ) -> WantSpec:
         validate_ref(ref)
         # After a taint the same request is a new want (a new generation), so it rebuilds.
-        generation = self.bel.generations([ref])[ref]
+        generation = self.bel.partitions.generations([ref])[ref]
         return build_spec(
             self.graph,
             ref,
@@ -220,7 +220,7 @@ class DataBuild:
             await start_want(client, spec, self.settings.task_queue, self.bel, eager=True)
         # The workflow records the want too; doing it here as well (idempotently) means the want is
         # visible in the BEL as soon as this returns, and only once its workflow exists.
-        await self.bel.call(self.bel.register_want, spec)
+        await self.bel.call(self.bel.wants.register, spec)
 
     async def backfill(
         self,
@@ -257,14 +257,14 @@ class DataBuild:
         # make one invalid (a TTL already past, a deadline past the calendar) moves with the data time,
         # so checking the first and the last checks them all before anything is recorded.
         backfill_specs(graph, request, [partitions[0], partitions[-1]], {}, fresh_of)
-        await self.bel.call(self.bel.record_backfill, request, len(partitions), [])
+        await self.bel.call(self.bel.backfills.record, request, len(partitions), [])
         for first in range(0, len(partitions), BACKFILL_CHUNK):
             chunk = partitions[first : first + BACKFILL_CHUNK]
-            generations = await self.bel.call(self.bel.generations, [ref for ref, _ in chunk])
+            generations = await self.bel.call(self.bel.partitions.generations, [ref for ref, _ in chunk])
             # Recorded in the transaction that reads whether the backfill was cancelled meanwhile (then
             # they are recorded cancelled, and none starts).
             specs = backfill_specs(graph, request, chunk, generations, fresh_of)
-            await self.bel.call(self.bel.record_backfill, request, len(partitions), specs, first)
+            await self.bel.call(self.bel.backfills.record, request, len(partitions), specs, first)
             if first == 0:
                 await self._run_window(request.backfill_id)
             if on_registered is not None:
@@ -341,7 +341,7 @@ class DataBuild:
     async def cancel(self, want_id: str) -> Want:
         """Cancel a want that has not ended: it records `canceled`, and its build stops unless another
         want needs it. A want that has ended is returned as it is."""
-        want = await self.bel.call(self.bel.want, want_id)  # NotFoundError for an unknown id
+        want = await self.bel.call(self.bel.wants.get, want_id)  # NotFoundError for an unknown id
         if not want.state.is_final:
             await cancel_want(await self.temporal_client(), self.bel, want)
         return want
@@ -355,7 +355,7 @@ class DataBuild:
         outside DataBuild). One that ended failed or canceled is opened again, with the wants it derived
         that ended so, and each gets a new workflow run. Raises InvalidTransitionError, naming what to do,
         for a want that succeeded or expired, or whose partition (or a derived one) is still fail-locked."""
-        want = await self.bel.call(self.bel.want, want_id)  # NotFoundError for an unknown id
+        want = await self.bel.call(self.bel.wants.get, want_id)  # NotFoundError for an unknown id
         client = await self.temporal_client()
         if not want.state.is_final:
             handle = client.get_workflow_handle(want.workflow_id)
@@ -368,23 +368,23 @@ class DataBuild:
                 f"fix its cause, clear it with `databuild resolve {locked[0]}`, then retry {want_id}"
             )
         await self._reopen(ended)
-        return await self.bel.call(self.bel.want, want_id)
+        return await self.bel.call(self.bel.wants.get, want_id)
 
     async def retry_backfill(self, backfill_id: str) -> BackfillRetry:
         """Open again every want of the backfill that ended failed or canceled, each with the wants it
         derived that ended so (as ``retry`` does), and lift a cancel of the backfill, so that wants it
         registers from now on start. Wants whose partition (or a derived one) is fail-locked stay ended
         and are listed: resolve them, then retry again. NotFoundError for an unknown backfill."""
-        ended = await self.bel.call(self.bel.backfill_ended_wants, backfill_id)
-        families = list((await self.bel.call(self.bel.ended_families, ended)).values())
+        ended = await self.bel.call(self.bel.backfills.ended_wants, backfill_id)
+        families = list((await self.bel.call(self.bel.wants.ended_families, ended)).values())
         locked = set(await self.bel.call(fail_locked, self.bel, [w for family in families for w in family]))
         ready = [family for family in families if not locked & {w.ref for w in family}]
         # Its own wants are reopened first, for its window to start; then the retry takes the window back
         # to the start of its range. A window step in between starts nothing (the backfill is still
         # cancelled, or its place is past them), and a step planned before is not recorded after.
-        members = await self.bel.call(self.bel.backfill_members, backfill_id)
+        members = await self.bel.call(self.bel.backfills.members, backfill_id)
         await self._reopen([w for family in ready for w in family], leave=members)
-        await self.bel.call(self.bel.retry_backfill, backfill_id)
+        await self.bel.call(self.bel.backfills.retry, backfill_id)
         await self._run_window(backfill_id)
         return BackfillRetry(backfill_id=backfill_id, reopened=len(ready), fail_locked=sorted(locked))
 
@@ -395,7 +395,7 @@ class DataBuild:
         client = await self.temporal_client()
         unique = list({w.want_id: w for w in ended}.values())
         await settle_closing_runs(client, [w.workflow_id for w in unique])
-        reopened = await self.bel.call(self.bel.reopen_wants, [w.want_id for w in unique])
+        reopened = await self.bel.call(self.bel.wants.reopen, [w.want_id for w in unique])
         starts = [WantStart.of(w) for w in reopened if w.want_id not in leave]
         await start_wants(client, starts, self.settings.task_queue, self.bel)
 
@@ -405,16 +405,16 @@ class DataBuild:
         queued that have not started and nobody else needs; wants it registers from now on are recorded
         cancelled. Their workflows are told then, so a running build stops unless another want needs it.
         Returns how many wants were cancelled (0 when it was already)."""
-        await self.bel.call(self.bel.cancel_backfill, backfill_id)  # NotFoundError for an unknown id
+        await self.bel.call(self.bel.backfills.cancel, backfill_id)  # NotFoundError for an unknown id
         reason = cancel_reason(backfill_id)
         # Its window stopped at the cancel: the wants it had not started (with no workflow, nothing they
         # derived) end in bulk.
-        unstarted = await self.bel.call(self.bel.cancel_unstarted, backfill_id)
+        unstarted = await self.bel.call(self.bel.backfills.cancel_unstarted, backfill_id)
         cancelled: list[Want] = []
         runs: list[str] = []
         # A want derives wants until it is recorded cancelled: look again until nothing open is reached.
-        while reached := await self.bel.call(self.bel.backfill_reach, backfill_id):
-            wants, ended = await self.bel.call(self.bel.cancel_wants, [w.want_id for w in reached], reason)
+        while reached := await self.bel.call(self.bel.backfills.reach, backfill_id):
+            wants, ended = await self.bel.call(self.bel.wants.cancel, [w.want_id for w in reached], reason)
             cancelled += wants
             runs += ended
         client = await self.temporal_client()
@@ -429,11 +429,11 @@ class DataBuild:
         derivative wants below them that no open want outside it needs, decide nothing new while it is
         paused (nor do wants they derive, or it registers, meanwhile); runs they already follow finish.
         Idempotent."""
-        await self.bel.call(self.bel.pause_backfill, backfill_id, paused)
+        await self.bel.call(self.bel.backfills.pause, backfill_id, paused)
         # A resume wakes every derivative below the backfill: each decides whether it is still paused.
         # Wants no window has started yet have no workflow to tell: each decides on its first step.
         wants = await self.bel.call(
-            self.bel.backfill_reach, backfill_id, everything_below=not paused, started_only=True
+            self.bel.backfills.reach, backfill_id, everything_below=not paused, started_only=True
         )
         client = await self.temporal_client()
         signal = SIGNAL_PAUSE if paused else SIGNAL_RESUME
@@ -444,7 +444,7 @@ class DataBuild:
 
     async def backfill_progress(self, backfill_id: str) -> BackfillProgress:
         """A backfill's wants, counted by state."""
-        return await self.bel.call(self.bel.backfill_progress, backfill_id)
+        return await self.bel.call(self.bel.backfills.progress, backfill_id)
 
     async def wait(
         self,
@@ -488,7 +488,7 @@ class DataBuild:
             await called(on_progress, progress)
             current = progress.want
         elif on_update is not None:
-            current = await self.bel.call(self.bel.find_want, spec.want_id)
+            current = await self.bel.call(self.bel.wants.find, spec.want_id)
         else:
             return
         if on_update is not None:
@@ -497,7 +497,7 @@ class DataBuild:
     async def _final(self, want_id: str) -> Want:
         # The workflow records the final state before it completes; read it from the log.
         for _ in range(50):
-            want = await self.bel.call(self.bel.want, want_id)
+            want = await self.bel.call(self.bel.wants.get, want_id)
             if want.state.is_final:
                 return want
             await asyncio.sleep(0.1)
@@ -521,7 +521,9 @@ class DataBuild:
         graph = await self.loaded_graph()
         check_announcement(graph, ref, patterns)
         where = location or ref_uri(self.settings.storage_root, ref)
-        partition, created = await self.bel.call(self.bel.publish_external, ref, instance_id, source, where)
+        partition, created = await self.bel.call(
+            self.bel.partitions.publish_external, ref, instance_id, source, where
+        )
         assert partition.instance_id is not None
         notice = PartitionAvailable(ref=ref, instance_id=partition.instance_id, job_run_id=partition.built_by)
         client = await self.temporal_client()
@@ -539,19 +541,21 @@ class DataBuild:
     async def pin(self, instance_id: str, *, pinned: bool = True, reason: str | None = None) -> Instance:
         """Keep an instance's data from garbage collection (``pinned=False`` lets it go again), e.g. the
         exact inputs of an analysis to be re-run later."""
-        return await self.bel.call(self.bel.pin_instance, instance_id, pinned=pinned, reason=reason)
+        return await self.bel.call(
+            self.bel.partitions.pin_instance, instance_id, pinned=pinned, reason=reason
+        )
 
     async def resolve(self, ref: str) -> tuple[list[Partition], int]:
         """Clear the fail-lock on ``ref`` and on the outputs its failed job run locked with it (after
         fixing the cause); waiting wants decide again. Returns the partitions and wants woken."""
-        partitions = await self.bel.call(self.bel.resolve, ref)
+        partitions = await self.bel.call(self.bel.partitions.resolve, ref)
         return partitions, await self._redecide([p.ref for p in partitions], f"{ref} resolved")
 
     async def skip(self, ref: str) -> tuple[Partition, int]:
         """Retire ``ref``: it is never built again, and the wants waiting for it fail."""
         graph = await self.loaded_graph()
         graph.resolve(ref)  # a malformed ref, or one no job produces, is refused before recording
-        partition = await self.bel.call(self.bel.skip, ref)
+        partition = await self.bel.call(self.bel.partitions.skip, ref)
         return partition, await self._redecide([ref], f"{ref} retired")
 
     async def check(self, ref: str) -> Recheck:
@@ -561,13 +565,13 @@ class DataBuild:
         and fail-locks ``ref`` (``Recheck.fail_locked``); the worker raises the `partition_fail_locked`
         alert."""
         validate_ref(ref)
-        check_rules.checkable(await self.bel.call(self.bel.find_partition, ref), ref)  # before any worker
+        check_rules.checkable(await self.bel.call(self.bel.partitions.find, ref), ref)  # before any worker
         client = await self.temporal_client()
         return await recheck(client, self.settings.task_queue, ref, self.settings.check_timeout)
 
     async def taint_impact(self, ref: str) -> TaintImpact:
         """What tainting ``ref`` would affect (every instance built from its live one); records nothing."""
-        return await self.bel.call(self.bel.taint_impact, ref)
+        return await self.bel.call(self.bel.partitions.taint_impact, ref)
 
     async def taint(
         self, ref: str, *, reason: str | None = None, cascade: bool = False, instance_id: str | None = None
@@ -577,7 +581,7 @@ class DataBuild:
         ``instance_id`` refuses (InvalidTransitionError) unless that is still the live instance, e.g.
         the one ``taint_impact`` showed."""
         return await self.bel.call(
-            self.bel.taint, ref, reason=reason, cascade=cascade, instance_id=instance_id
+            self.bel.partitions.taint, ref, reason=reason, cascade=cascade, instance_id=instance_id
         )
 
     async def _redecide(self, refs: list[str], reason: str) -> int:

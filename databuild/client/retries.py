@@ -17,10 +17,10 @@ def retryable(bel: BelQueries, want: Want) -> list[Want]:
             f"want {want.want_id} expired (its TTL passed at {want.spec.ttl_deadline:%Y-%m-%d %H:%M}Z); "
             "want the partition again with a later --ttl"
         )
-    return bel.ended_families([want])[want.want_id]
+    return bel.wants.ended_families([want])[want.want_id]
 
 
 def fail_locked(bel: BelQueries, wants: list[Want]) -> list[str]:
     """The refs of ``wants`` that are fail-locked: a retry cannot build them until they are resolved."""
-    partitions = bel.partitions_by_ref(sorted({w.ref for w in wants}))
+    partitions = bel.partitions.by_ref(sorted({w.ref for w in wants}))
     return [p.ref for p in partitions if p.status is PartitionStatus.failed]

@@ -175,11 +175,11 @@ class Catalog:
         spec, values = mapped
         table = f"`{self.database}`.`{spec.name}`"
         where = ", ".join(f"`{c}` = '{values[c]}'" for c in spec.columns)
-        partition = self.bel.find_partition(ref)
+        partition = self.bel.partitions.find(ref)
         if partition is None or partition.status is not PartitionStatus.live:
             self._drop(table, where)
             return None
-        location = self.bel.instance(partition.instance_id or "").location
+        location = self.bel.partitions.instance(partition.instance_id or "").location
         if location is None:
             return None  # none recorded: nothing to point the table partition at
         with self._lock:
@@ -218,7 +218,7 @@ class Catalog:
         repair. Returns how many refs it looked at."""
         if self._cursor is None:
             return 0  # the repair has not run: it brings every table up to date first
-        page = self.bel.event_page(self._cursor, PAGE, EventFilter(types=list(OUT_OF_SERVICE)))
+        page = self.bel.events.page(self._cursor, PAGE, EventFilter(types=list(OUT_OF_SERVICE)))
         refs = sorted({e.ref for e in page.events if e.ref is not None})
         self._follow_all(refs)
         self._cursor = page.next_since_idx
@@ -228,9 +228,9 @@ class Catalog:
         """Bring every table up to date from the BEL (after a crash between a commit and its catalog
         change, or a catalog that was down): each live partition pointed at its live instance, each table
         partition of a ref that is no longer live dropped. Returns how many it pointed."""
-        since = self.bel.last_idx()
+        since = self.bel.events.last_idx()
         pointed = offset = 0
-        while page := self.bel.partitions(status=PartitionStatus.live, limit=PAGE, offset=offset):
+        while page := self.bel.partitions.query(status=PartitionStatus.live, limit=PAGE, offset=offset):
             offset += len(page)
             for partition in page:
                 try:
@@ -262,7 +262,7 @@ class Catalog:
         live = {
             p.ref
             for start in range(0, len(listed), PAGE)
-            for p in self.bel.partitions_by_ref(listed[start : start + PAGE])
+            for p in self.bel.partitions.by_ref(listed[start : start + PAGE])
             if p.status is PartitionStatus.live
         }
         return [ref for ref in listed if ref not in live]

@@ -115,7 +115,7 @@ class SparkJobContext:
                 ) from None
             if ref in self.outputs:
                 raise JobContractError(f"job {self.job_label} reads its own output {ref}")
-            partition = self._bel.find_partition(ref)
+            partition = self._bel.partitions.find(ref)
             if (
                 partition is None
                 or partition.status is not PartitionStatus.live
@@ -180,10 +180,10 @@ class SparkJobContext:
                 f"job {self.job_label} reads the previous instance of {ref}, which is not one of its outputs "
                 f"{self.outputs}: read_previous is for the job's own outputs, ctx.read for its inputs"
             )
-        partition = self._bel.find_partition(ref)
+        partition = self._bel.partitions.find(ref)
         if partition is None or partition.instance_id is None:
             return None
-        instance = self._bel.instance(partition.instance_id)
+        instance = self._bel.partitions.instance(partition.instance_id)
         if instance.status is not InstanceStatus.live:  # tainted or failed: nothing to build on
             return None
         return self.read_instance(instance.instance_id)
@@ -192,7 +192,7 @@ class SparkJobContext:
         """The instance and where its data is, its read recorded for lineage."""
         self._check_cancelled()
         try:
-            instance = self._bel.instance(instance_id)
+            instance = self._bel.partitions.instance(instance_id)
         except NotFoundError as error:
             raise JobContractError(f"job {self.job_label} reads instance {instance_id!r}: {error}") from None
         # gc never deletes a live instance; an older one may be gone.

@@ -72,7 +72,7 @@ class JobExecutor:
         # Each output is written straight into a new instance location, planned and recorded by the start
         # before a byte is written, so garbage collection knows it is being written.
         started = through_outages(
-            lambda: self.bel.start_attempt(job_run_id, attempt, self.worker, lease),
+            lambda: self.bel.job_runs.start_attempt(job_run_id, attempt, self.worker, lease),
             patience=self.patience,
             waiting=report,
             stop=cancelled,
@@ -84,7 +84,7 @@ class JobExecutor:
                 self._catalog(run)  # ... and may have died before telling the catalog
             return RunEnded(run=run)
         if run.attempts != attempt:  # a newer attempt already started elsewhere
-            self.bel.check_current_attempt(job_run_id, attempt)
+            self.bel.job_runs.check_current_attempt(job_run_id, attempt)
         if self.lineage is not None:
             self.lineage.started(run, attempt)
         executor = self.executors.for_job(run.job_label)
@@ -125,7 +125,7 @@ class JobExecutor:
     ) -> RunEnded:
         """Record the attempt's outcome, ``cost`` in the same commit: a dep-miss, or the publish."""
         if body.missing:
-            missed = self.bel.dep_miss_job_run(
+            missed = self.bel.job_runs.dep_miss(
                 job.job_run_id, body.missing, body.reads, job.attempt, body.missing_for, cost
             )
             self._finished(missed.run, JobRunState.dep_miss)
@@ -134,7 +134,7 @@ class JobExecutor:
         locations = {ref: self.storage.location(ref, i) for ref, i in job.instances.items()}
         locations |= {ref: self._written_at(job, key) for ref, key in body.locations.items()}
         # The commit is the publish: a superseded attempt is refused inside it.
-        succeeded = self.bel.succeed_job_run(
+        succeeded = self.bel.job_runs.succeed(
             job.job_run_id,
             body.reads,
             instances,
@@ -194,7 +194,7 @@ class JobExecutor:
         if cost is None:
             return
         try:
-            self.bel.record_cost(cost)
+            self.bel.costs.record(cost)
         except Exception as error:
             log.warning("could not record the cost of attempt %s: %s", job.group, error)
 
@@ -217,7 +217,7 @@ class JobExecutor:
             self._refuse(job, f"job {run.job_label} reports checks of {', '.join(strays)}, not its outputs")
         if failures := check_rules.blocking_failures(body.checks):
             # Not published, and not retried: the same code on the same inputs writes the same data.
-            self.bel.record_checks(job.job_run_id, job.attempt, instances, body.checks)
+            self.bel.job_runs.record_checks(job.job_run_id, job.attempt, instances, body.checks)
             self._refuse(job, check_rules.failure_reason(failures), CheckFailedError)
 
     def _written_at(self, job: JobAttempt, key: str) -> str:
@@ -257,8 +257,8 @@ class JobExecutor:
         """Record that the run failed past its retry policy, or was cancelled (idempotent), and emit its
         final lineage event if this call is the one that recorded it (a retried call, or a run that
         already ended, emits nothing)."""
-        before = self.bel.job_run(job_run_id)
-        run = self.bel.fail_job_run(job_run_id, reason, cause)
+        before = self.bel.job_runs.get(job_run_id)
+        run = self.bel.job_runs.fail(job_run_id, reason, cause)
         if not before.state.is_final:
             self._finished(run, cause.state)
         return run
@@ -269,11 +269,11 @@ class JobExecutor:
         if run.writes:
             ids = [w.instance_id for w in run.writes if w.instance_id]
         else:
-            attempts = self.bel.attempt_outputs_of(run.job_run_id)
+            attempts = self.bel.job_runs.attempt_outputs_of(run.job_run_id)
             latest = max((a.attempt for a in attempts), default=0)
             ids = [a.instance_id for a in attempts if a.attempt == latest]
         found: dict[str, list[CheckResult]] = {}
-        for results in self.bel.checks_of(ids).values():
+        for results in self.bel.partitions.checks_of(ids).values():
             found.setdefault(results[0].ref, []).extend(results)
         return found
 
@@ -281,7 +281,7 @@ class JobExecutor:
         """Emit the final lineage event of a run, if the BEL call just made recorded ``recorded``: the
         BEL returns a run that had already ended unchanged, and its end was reported then."""
         if self.lineage is not None and run.state is recorded:
-            cost = run_cost(self.bel.attempt_costs_of([run.job_run_id]), run.outputs)
-            read = self.bel.checks_of([r.instance_id for r in run.reads if r.instance_id])
+            cost = run_cost(self.bel.costs.attempts_of([run.job_run_id]), run.outputs)
+            read = self.bel.partitions.checks_of([r.instance_id for r in run.reads if r.instance_id])
             self.lineage.finished(run, self._checks_of(run), cost, read)
         return run

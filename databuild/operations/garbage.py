@@ -86,21 +86,22 @@ def _take_census(storage: Storage, bel: BelQueries, *, keep: timedelta, now: dat
     # The BEL is asked in an order that makes every race safe without a snapshot: a run read as
     # ended has published in the same commit (so its instances are found next), and a job run open
     # when an instance stopped being live is still open when asked last.
-    planned = bel.attempt_outputs(ids)
+    planned = bel.job_runs.attempt_outputs(ids)
     run_ids = (
         {o.job_run_id for o in planned.values()}
         | {w.job_run_id for w in writes}
         | {a.job_run_id for a in submissions}
         | {f.job_run_id for f in old_logs}
     )
-    runs = {r.job_run_id: r for r in bel.job_runs_by_id(sorted(run_ids))}
+    runs = {r.job_run_id: r for r in bel.job_runs.by_id(sorted(run_ids))}
     written: dict[tuple[str, int], list[str]] = {}
-    for output in bel.attempt_outputs_of_runs(sorted({w.job_run_id for w in writes})):
+    for output in bel.job_runs.attempt_outputs_of_runs(sorted({w.job_run_id for w in writes})):
         written.setdefault((output.job_run_id, output.attempt), []).append(output.instance_id)
     known = {
-        i.instance_id: i for i in bel.instances_by_id([*ids, *(i for each in written.values() for i in each)])
+        i.instance_id: i
+        for i in bel.partitions.instances_by_id([*ids, *(i for each in written.values() for i in each)])
     }
-    oldest_open = bel.oldest_open_job_run()
+    oldest_open = bel.job_runs.oldest_open()
     return _Census(
         now, keep, stored, writes, submissions, old_logs, planned, written, runs, known, oldest_open
     )

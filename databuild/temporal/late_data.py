@@ -26,8 +26,8 @@ async def rebuild_late_readers(
     windows = {job.label: job.rebuild_on_new_inputs for job in graph.jobs if job.rebuild_on_new_inputs}
     if not windows or not refs:
         return []
-    readers = await bel.call(bel.late_readers, list(refs))
-    readers += await bel.call(bel.late_readers, list(refs), of=False)
+    readers = await bel.call(bel.lineage.late_readers, list(refs))
+    readers += await bel.call(bel.lineage.late_readers, list(refs), of=False)
     specs = [
         WantSpec(
             ref=r.ref,

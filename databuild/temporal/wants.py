@@ -112,7 +112,7 @@ async def start_want(
             client, spec, task_queue, WorkflowIDReusePolicy.REJECT_DUPLICATE, opening=opening, eager=eager
         )
     except WorkflowAlreadyStartedError:
-        recorded = await bel.call(bel.find_want, spec.want_id)
+        recorded = await bel.call(bel.wants.find, spec.want_id)
         if recorded is not None and recorded.state.is_final:
             return client.get_workflow_handle(
                 spec.workflow_id, result_type=WantResult
@@ -205,9 +205,9 @@ async def repair_wants(
         dead |= {
             execution.id async for execution in client.list_workflows(f"{query} AND CloseTime > '{since}'")
         }
-    still_open = await bel.call(bel.open_wants_among, [want_id_of_workflow(w) for w in dead])
+    still_open = await bel.call(bel.wants.open_among, [want_id_of_workflow(w) for w in dead])
     repaired = 0
-    for want in sorted(await bel.call(bel.wants_by_id, sorted(still_open)), key=lambda w: w.want_id):
+    for want in sorted(await bel.call(bel.wants.by_id, sorted(still_open)), key=lambda w: w.want_id):
         if not want.state.is_final:  # it may have ended since
             done = await reconcile_want(client, bel, want, task_queue)
             repaired += done in (Reconciled.restarted, Reconciled.recorded)
@@ -341,7 +341,7 @@ async def cancel_want(client: Client, bel: BelQueries, want: Want) -> None:
 
 async def _start_unstarted(client: Client, bel: BelQueries, task_queue: str, quiet_since: datetime) -> int:
     started = 0
-    for want in await bel.call(bel.unstarted_wants, quiet_since):
+    for want in await bel.call(bel.wants.unstarted, quiet_since):
         try:
             await client.get_workflow_handle(want.workflow_id).describe()
         except RPCError as error:
@@ -391,7 +391,7 @@ async def notify_subscribers(
         if first_page is not None:
             (page, limit), first_page = first_page, None
         else:
-            page = await bel.call(bel.subscriptions, refs, after_id, page_size)
+            page = await bel.call(bel.wants.subscriptions, refs, after_id, page_size)
         targets = [
             (sub.want_id, sub.workflow_id, sig) for sub in page if (sig := signal_for(sub)) is not None
         ]
@@ -416,7 +416,7 @@ async def _signal(
     except RPCError as error:
         if error.status != RPCStatusCode.NOT_FOUND:
             raise
-    want = await bel.call(bel.find_want, want_id)
+    want = await bel.call(bel.wants.find, want_id)
     if want is None or want.state.is_final:
         return False
     # Started again, or running again meanwhile: it decides afresh, so it needs no signal.

@@ -34,7 +34,7 @@ async def serving(client: Client, bel: BelQueries, namespace: str, task_queue: s
     """The workers polling ``task_queue`` now, with their job versions (a worker that recorded none, of a
     DataBuild from before workers recorded themselves, is listed with none)."""
     seen = await polling(client, namespace, task_queue)
-    recorded = {w.identity: w for w in await bel.call(bel.workers, sorted(seen))}
+    recorded = {w.identity: w for w in await bel.call(bel.workers.versions, sorted(seen))}
     return [
         recorded[identity].model_copy(update={"last_seen": at})
         if identity in recorded

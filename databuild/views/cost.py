@@ -14,7 +14,7 @@ def cost_report(
     """Builds run and avoided, task-seconds spent and saved, per job, day or partition, of the partitions
     whose refs match the glob ``pattern`` (all when None), from ``since`` on (all when None). A build
     avoided is valued at its run's cost whenever that run ran, before ``since`` or not."""
-    rows = bel.cost_rows(by, pattern, since)
+    rows = bel.costs.rows_by(by, pattern, since)
     return CostReport(by=by, pattern=pattern, since=since, rows=rows, total=total(rows))
 
 
@@ -35,7 +35,7 @@ def cost_overview(
     for the plot, in one snapshot of the log (one statement, unless a pattern or rows by partition ask for
     a second)."""
     with bel.snapshot():
-        days = bel.cost_days(since)
+        days = bel.costs.days(since)
         if pattern is None and by != "partition":
             # Every partition by job or by day: the plot's statement has those rows already.
             every = days.by_job if by == "job" else days.by_day
@@ -43,6 +43,6 @@ def cost_overview(
             shown = every if len(every) <= rows else costliest
             summed, count = total(every), len(every)
         else:
-            shown, summed, count = bel.costliest_cost_rows(rows, by, pattern, since)
+            shown, summed, count = bel.costs.costliest_rows(rows, by, pattern, since)
     report = CostReport(by=by, pattern=pattern, since=since, rows=shown, total=summed)
     return CostOverview(report, count, days.by_job_day)

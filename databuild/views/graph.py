@@ -99,7 +99,7 @@ def partition_counter(bel: BelQueries, graph: Graph) -> Refreshed[PartitionCount
     ``COUNT_EVERY`` seconds (one pass over every partition: seconds on a million)."""
     globs = [p.glob for p in graph.patterns]
     return Refreshed(
-        lambda: bel.partition_counts(globs),
+        lambda: bel.partitions.counts(globs),
         name="partition counts",
         every=COUNT_EVERY,
         patience=COUNT_PATIENCE,
@@ -115,11 +115,11 @@ def graph_view(
     counted = (
         counter.get()
         if counter is not None
-        else Figure(bel.partition_counts([p.glob for p in patterns]), datetime.now(UTC))
+        else Figure(bel.partitions.counts([p.glob for p in patterns]), datetime.now(UTC))
     )
     counts = counted.value if counted is not None else {}
     builders = {p.text: job.label for job in graph.jobs for p in job.outputs}
-    latest = {run.job_label: run for run in bel.latest_succeeded_runs([j.label for j in graph.jobs])}
+    latest = {run.job_label: run for run in bel.job_runs.latest_succeeded([j.label for j in graph.jobs])}
     jobs = []
     for job in graph.jobs:
         run = latest.get(job.label)

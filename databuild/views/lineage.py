@@ -109,21 +109,24 @@ class IndexBuilder:
 
     def build(self, bel: BelQueries) -> RelatedEntities:
         wants = dict(self.wants)
-        wants.update({w.want_id: w for w in bel.wants_by_id(sorted(self.want_ids - wants.keys()))})
+        wants.update({w.want_id: w for w in bel.wants.by_id(sorted(self.want_ids - wants.keys()))})
         runs = dict(self.job_runs)
-        runs.update({r.job_run_id: r for r in bel.job_runs_by_id(sorted(self.job_run_ids - runs.keys()))})
+        runs.update({r.job_run_id: r for r in bel.job_runs.by_id(sorted(self.job_run_ids - runs.keys()))})
         refs = set(self.refs)
         for run in runs.values():
             refs.update(run.outputs)
         partitions = dict(self.partitions)
-        partitions.update({p.ref: p for p in bel.partitions_by_ref(sorted(refs - partitions.keys()))})
+        partitions.update({p.ref: p for p in bel.partitions.by_ref(sorted(refs - partitions.keys()))})
         instance_ids = set(self.instance_ids)
         for run in runs.values():
             instance_ids.update(io.instance_id for io in (*run.reads, *run.writes) if io.instance_id)
         instance_ids.update(p.instance_id for p in partitions.values() if p.instance_id)
         instances = dict(self.instances)
         instances.update(
-            {i.instance_id: i for i in bel.instances_by_id(sorted(instance_ids - instances.keys()))}
+            {
+                i.instance_id: i
+                for i in bel.partitions.instances_by_id(sorted(instance_ids - instances.keys()))
+            }
         )
         return RelatedEntities(wants=wants, job_runs=runs, partitions=partitions, instances=instances)
 
@@ -186,13 +189,13 @@ def want_view(bel: BelQueries, want_id: str, graph: Graph | None = None, max_wan
     """What work fulfilled this want: its job runs, the instance it got, and the derivative wants its
     dep-misses started (or joined), transitively. One batch of lookups per level of the tree. With the
     ``graph``, a want with an SLA that has not ended also gets its estimate (``databuild.operations.sla``)."""
-    root = bel.want(want_id)
+    root = bel.wants.get(want_id)
     wants: dict[str, Want] = {root.want_id: root}
     edges: dict[str, list[DerivativeEdge]] = {}
     level = [root.want_id]
     while level and len(wants) < max_wants:
         following: list[str] = []
-        for parent, run_id, _ref, child in bel.derivatives_of(level):
+        for parent, run_id, _ref, child in bel.wants.derivatives_of(level):
             if child is None:
                 continue
             known = edges.setdefault(parent, [])
@@ -200,15 +203,15 @@ def want_view(bel: BelQueries, want_id: str, graph: Graph | None = None, max_wan
                 known.append(DerivativeEdge(want_id=child, triggered_by=run_id))
             if child not in wants and child not in following:
                 following.append(child)
-        loaded = bel.wants_by_id(following)
+        loaded = bel.wants.by_id(following)
         wants.update({w.want_id: w for w in loaded})
         level = [w.want_id for w in loaded]
     links: dict[str, list[RunLink]] = {}
-    for owner, run_id, relation in bel.want_links(list(wants)):
+    for owner, run_id, relation in bel.wants.links(list(wants)):
         links.setdefault(owner, []).append(RunLink(job_run_id=run_id, relation=relation))
     index = IndexBuilder()
     index.add_wants(wants.values())
-    index.add_job_runs(bel.job_runs_by_id(sorted({link.job_run_id for ls in links.values() for link in ls})))
+    index.add_job_runs(bel.job_runs.by_id(sorted({link.job_run_id for ls in links.values() for link in ls})))
     related = index.build(bel)
 
     def created(link: RunLink) -> datetime:
@@ -253,10 +256,10 @@ class FamilyProgress(Model):
 def family_progress(bel: BelQueries, want_id: str, root_want_id: str | None = None) -> FamilyProgress:
     """The progress of ``want_id`` and the tree it belongs to (``root_want_id``: its root, if it is a
     derivative want): one query per look, however many wants the tree has."""
-    family, runs = bel.want_family(root_want_id or want_id)
+    family, runs = bel.wants.family(root_want_id or want_id)
     want = next((w for w in family if w.want_id == want_id), None)
     if want is None:  # not recorded yet, or beyond the family's first rows
-        want = bel.find_want(want_id)
+        want = bel.wants.find(want_id)
     return FamilyProgress(want=want, family=family, job_runs=runs)
 
 
@@ -302,10 +305,10 @@ class PartitionView(Model):
 @consistent
 def partition_view(bel: BelQueries, ref: str, *, fan_out: int = FAN_OUT, offset: int = 0) -> PartitionView:
     """Lineage of the ref's current instance (or, if it has none, its latest one)."""
-    partition = bel.partition(ref)
+    partition = bel.partitions.get(ref)
     instance_id = partition.instance_id
     if instance_id is None:
-        latest, _ = bel.instance_history(ref, limit=1)
+        latest, _ = bel.partitions.instance_history(ref, limit=1)
         instance_id = latest[0].instance_id if latest else None
     return _lineage(bel, partition, instance_id, fan_out=fan_out, offset=offset)
 
@@ -315,8 +318,8 @@ def instance_view(
     bel: BelQueries, instance_id: str, *, fan_out: int = FAN_OUT, offset: int = 0
 ) -> PartitionView:
     """Lineage of one instance, current or not: refs are reused across rebuilds, UUIDs are not."""
-    instance = bel.instance(instance_id)
-    return _lineage(bel, bel.partition(instance.ref), instance_id, fan_out=fan_out, offset=offset)
+    instance = bel.partitions.instance(instance_id)
+    return _lineage(bel, bel.partitions.get(instance.ref), instance_id, fan_out=fan_out, offset=offset)
 
 
 def _lineage(
@@ -324,18 +327,18 @@ def _lineage(
 ) -> PartitionView:
     index = IndexBuilder()
     index.add_partitions([partition])
-    focus = bel.instances_by_id([instance_id]) if instance_id else []
+    focus = bel.partitions.instances_by_id([instance_id]) if instance_id else []
     index.add_instances(focus)
-    builder = bel.job_runs_by_id([focus[0].job_run_id]) if focus and focus[0].job_run_id else []
+    builder = bel.job_runs.by_id([focus[0].job_run_id]) if focus and focus[0].job_run_id else []
     index.add_job_runs(builder)
-    edges, total = bel.consumers_of(instance_id, fan_out, offset) if instance_id else ([], 0)
+    edges, total = bel.partitions.consumers_of(instance_id, fan_out, offset) if instance_id else ([], 0)
     by_run: dict[str, list[str]] = {}
     for run_id, output in edges:
         if output.instance_id:
             by_run.setdefault(run_id, []).append(output.instance_id)
             index.instance_ids.add(output.instance_id)
         index.job_run_ids.add(run_id)
-    history, history_total = bel.instance_history(partition.ref)
+    history, history_total = bel.partitions.instance_history(partition.ref)
     shown = sum(len(ids) for ids in by_run.values())
     index.add_instances(history)
     lineage = PartitionLineage(
@@ -353,7 +356,7 @@ def _lineage(
         history=[i.instance_id for i in history],
         history_total=history_total,
     )
-    cost = run_cost(bel.attempt_costs_of([builder[0].job_run_id]), builder[0].outputs) if builder else None
+    cost = run_cost(bel.costs.attempts_of([builder[0].job_run_id]), builder[0].outputs) if builder else None
     share = cost.per_partition.get(partition.ref) if cost is not None else None
     return PartitionView(data=lineage, index=index.build(bel), cost=share)
 
@@ -422,12 +425,12 @@ class JobRunView(Model):
 def job_run_view(bel: BelQueries, job_run_id: str, *, fan_out: int = FAN_OUT) -> JobRunView:
     """What a job run did: who wanted it, what it read and wrote (UUIDs, in the index), its status
     history, the derivative wants its dep-miss started, and the delegations pointing at it."""
-    run = bel.job_run(job_run_id)
+    run = bel.job_runs.get(job_run_id)
     index = IndexBuilder()
     index.add_job_runs([run])
-    wanted, wanted_total = bel.wanted_by(job_run_id, fan_out)
-    delegations, delegations_total = bel.delegations_to(job_run_id, fan_out)
-    derivatives = bel.derivatives_started_by(job_run_id)
+    wanted, wanted_total = bel.wants.wanted_by(job_run_id, fan_out)
+    delegations, delegations_total = bel.wants.delegations_to(job_run_id, fan_out)
+    derivatives = bel.wants.derivatives_started_by(job_run_id)
     index.want_ids.update(w for w, _ in wanted)
     index.want_ids.update(d["want_id"] for d in delegations)
     index.want_ids.update(d for _, _, d in derivatives if d)
@@ -436,7 +439,7 @@ def job_run_view(bel: BelQueries, job_run_id: str, *, fan_out: int = FAN_OUT) ->
         StatusChange(
             idx=e.idx, at=e.at, state=_state_of(e.type, e.data), detail=_history_detail(e.type, e.data)
         )
-        for e in bel.event_page(
+        for e in bel.events.page(
             0, 1000, EventFilter(job_run_ids=[job_run_id], types=list(HISTORY_EVENTS))
         ).events
     ]
@@ -451,7 +454,7 @@ def job_run_view(bel: BelQueries, job_run_id: str, *, fan_out: int = FAN_OUT) ->
             for d in delegations
         ],
         delegations_total=delegations_total,
-        cost=run_cost(bel.attempt_costs_of([job_run_id]), run.outputs),
+        cost=run_cost(bel.costs.attempts_of([job_run_id]), run.outputs),
     )
     return JobRunView(data=detail, index=index.build(bel))
 
@@ -516,7 +519,9 @@ def list_wants(
     limit: int = 50,
     offset: int = 0,
 ) -> ListView[Want]:
-    rows = bel.wants(state=state, ref_prefix=ref_prefix, ref_glob=ref_glob, limit=limit + 1, offset=offset)
+    rows = bel.wants.query(
+        state=state, ref_prefix=ref_prefix, ref_glob=ref_glob, limit=limit + 1, offset=offset
+    )
     data, page = _page(rows, limit, offset)
     index = IndexBuilder()
     index.add_wants(data)
@@ -533,7 +538,7 @@ def list_partitions(
     limit: int = 50,
     offset: int = 0,
 ) -> ListView[Partition]:
-    rows = bel.partitions(
+    rows = bel.partitions.query(
         status=status, ref_prefix=ref_prefix, ref_glob=ref_glob, limit=limit + 1, offset=offset
     )
     data, page = _page(rows, limit, offset)
@@ -553,7 +558,7 @@ def list_job_runs(
     limit: int = 50,
     offset: int = 0,
 ) -> ListView[JobRun]:
-    rows = bel.job_runs(
+    rows = bel.job_runs.query(
         state=state,
         job_label=job_label,
         ref_prefix=ref_prefix,

@@ -26,7 +26,7 @@ def attempt_log(
 ) -> AttemptLogView:
     """The log of ``attempt`` (default: the latest) of a job run. Raises ``NotFoundError`` saying why
     there is none: an unknown run or attempt, one still running, or a log that was never kept or is gone."""
-    run = bel.job_run(job_run_id)
+    run = bel.job_runs.get(job_run_id)
     if run.attempts == 0:
         raise NotFoundError(f"job run {job_run_id} is {run.status} and has run no attempt, so it has no log")
     number = run.attempts if attempt is None else attempt

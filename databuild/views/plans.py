@@ -37,7 +37,7 @@ def _plan_wants(bel: BelQueries, graph: Graph, roots: Sequence[Root], now: datet
             raise InvalidInputError(
                 f"the plan reaches more than {MAX_PLANNED:,} partitions; plan a smaller range"
             )
-        found = {p.ref: p for p in bel.partitions_by_ref(level)}
+        found = {p.ref: p for p in bel.partitions.by_ref(level)}
         stale = _stale(bel, graph, found.values())
         for ref in level:
             partition = found.get(ref)
@@ -53,14 +53,14 @@ def _plan_wants(bel: BelQueries, graph: Graph, roots: Sequence[Root], now: datet
         )
     started = {
         run.job_run_id: run.started_at
-        for run in bel.job_runs_by_id(sorted(set(building.values())))
+        for run in bel.job_runs.by_id(sorted(set(building.values())))
         if run.state is JobRunState.running and run.started_at is not None
     }
     for ref, run_id in building.items():
         if nodes[ref].status is PartitionStatus.building and run_id in started:
             nodes[ref] = nodes[ref].model_copy(update={"running_since": started[run_id]})
     labels = sorted({n.job_label for n in nodes.values() if n.job_label})
-    return plan(roots, nodes, bel.job_durations(labels), now)
+    return plan(roots, nodes, bel.job_runs.durations(labels), now)
 
 
 def _stale(bel: BelQueries, graph: Graph, found: Iterable[Partition]) -> dict[str, StalePartition]:

@@ -23,7 +23,7 @@ def stale_partitions(bel: BelQueries, graph: Graph, pattern: str | None = None) 
         compile_glob(pattern)  # a malformed pattern is refused, naming the problem, before any read
     now = versions(graph)
     with bel.snapshot():
-        built = bel.live_built(pattern, stale_under=now)
+        built = bel.lineage.live_built(pattern, stale_under=now)
         targets = list(built)
         _add_upstream(bel, built)
     found = staleness(built, now, targets)
@@ -33,7 +33,7 @@ def stale_partitions(bel: BelQueries, graph: Graph, pattern: str | None = None) 
 def stale_of(bel: BelQueries, graph: Graph, instance_ids: list[str]) -> dict[str, StalePartition]:
     """Which of these live instances are stale (the others are left out), by instance id."""
     with bel.snapshot():
-        built = bel.built_by_id(instance_ids)
+        built = bel.lineage.built_by_id(instance_ids)
         _add_upstream(bel, built)
     found = staleness(built, versions(graph), [i for i in instance_ids if i in built])
     return {i: _stale(built[i], reasons) for i, reasons in found.items()}
@@ -45,7 +45,7 @@ def stale_upstream(
     """A live instance and every live instance it read, transitively, with the reasons of each that is
     stale: what `why` follows down to a root cause."""
     with bel.snapshot():
-        built = bel.built_by_id([instance_id])
+        built = bel.lineage.built_by_id([instance_id])
         _add_upstream(bel, built)
     return built, staleness(built, versions(graph), built)
 
@@ -90,7 +90,7 @@ def freshness(bel: BelQueries, graph: Graph, want: Want) -> Freshness | None:
     return Freshness(
         instance_id=live.instance_id,
         reasons=tuple(stale.reasons) if stale is not None else (),
-        awaited=frozenset(ref for _want, _run, ref, _derivative in bel.derivatives_of([want.want_id])),
+        awaited=frozenset(ref for _want, _run, ref, _derivative in bel.wants.derivatives_of([want.want_id])),
     )
 
 
@@ -114,13 +114,13 @@ def basis_of(instance_id: str, stale: StalePartition | None) -> str:
 def stale_among(bel: BelQueries, graph: Graph, refs: Sequence[str]) -> dict[str, StalePartition]:
     """Of ``refs``, the live ones that are stale now, by ref (``backfill --stale-only``)."""
     with bel.snapshot():
-        live = [p.instance_id for p in bel.partitions_by_ref(refs) if p.status is PartitionStatus.live]
+        live = [p.instance_id for p in bel.partitions.by_ref(refs) if p.status is PartitionStatus.live]
         found = stale_of(bel, graph, [i for i in live if i is not None])
     return {stale.ref: stale for stale in found.values()}
 
 
 def _live(bel: BelQueries, ref: str) -> Partition | None:
-    found = bel.find_partition(ref)
+    found = bel.partitions.find(ref)
     return found if found is not None and found.status is PartitionStatus.live else None
 
 
@@ -136,11 +136,11 @@ def _add_upstream(bel: BelQueries, built: dict[str, Built]) -> None:
     for _level in range(MAX_LEVELS):
         if not frontier:
             return
-        more = bel.built_by_id(frontier)
+        more = bel.lineage.built_by_id(frontier)
         built |= more
         frontier = _unread(built, more.values())
     if frontier:
-        built |= {i: b for i, b in bel.live_built().items() if i not in built}
+        built |= {i: b for i, b in bel.lineage.live_built().items() if i not in built}
 
 
 def _unread(built: dict[str, Built], instances: Iterable[Built]) -> list[str]:

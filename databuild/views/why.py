@@ -47,7 +47,7 @@ def why(bel: BelQueries, graph: Graph, ref: str) -> Why:
 
 
 def _why(bel: BelQueries, graph: Graph, ref: str) -> Why:
-    partition = bel.find_partition(ref)
+    partition = bel.partitions.find(ref)
     if partition is None:
         fact = WhyFact(
             ref=ref, text="missing: no instance of it has been recorded (nobody has wanted it yet)"
@@ -65,11 +65,13 @@ def _why(bel: BelQueries, graph: Graph, ref: str) -> Why:
     status, stale = partition.status, False
     if status is PartitionStatus.live and partition.instance_id is not None:
         built, reasons = stale_upstream(bel, graph, partition.instance_id)
-        chain.append(_built_fact(bel, bel.instance(partition.instance_id), built.get(partition.instance_id)))
+        chain.append(
+            _built_fact(bel, bel.partitions.instance(partition.instance_id), built.get(partition.instance_id))
+        )
         stale = bool(reasons.get(partition.instance_id))
         _follow(bel, partition.instance_id, built, reasons, chain, depth=0)
     elif status is PartitionStatus.tainted:
-        instance = bel.instance(partition.instance_id) if partition.instance_id else None
+        instance = bel.partitions.instance(partition.instance_id) if partition.instance_id else None
         chain.append(
             WhyFact(
                 ref=ref,
@@ -98,7 +100,7 @@ def _built_fact(bel: BelQueries, instance: Instance, built: Built | None) -> Why
     if instance.job_run_id is None:
         text = f"live: instance {instance.instance_id}, announced externally"
     else:
-        run = bel.job_run(instance.job_run_id)
+        run = bel.job_runs.get(instance.job_run_id)
         version = instance.job_version or "not recorded"
         text = (
             f"live: instance {instance.instance_id}, built by job run {run.job_run_id} "
@@ -144,7 +146,7 @@ def _reason_fact(bel: BelQueries, ref: str, instance_id: str, built: Built, reas
     if reason.kind is StaleKind.input_stale:
         return WhyFact(ref=ref, instance_id=instance_id, text=f"stale: {read}, which is stale:")
     assert reason.input_instance_id is not None
-    read_instance = bel.instance(reason.input_instance_id)
+    read_instance = bel.partitions.instance(reason.input_instance_id)
     if reason.kind is StaleKind.input_tainted:
         return WhyFact(
             ref=ref,
@@ -153,7 +155,7 @@ def _reason_fact(bel: BelQueries, ref: str, instance_id: str, built: Built, reas
             text=f"stale: {read}, which was tainted: {read_instance.reason or 'no reason was given'}",
         )
     assert reason.live_instance_id is not None
-    newer = bel.instance(reason.live_instance_id)
+    newer = bel.partitions.instance(reason.live_instance_id)
     return WhyFact(
         ref=ref,
         instance_id=instance_id,
@@ -166,11 +168,11 @@ def _reason_fact(bel: BelQueries, ref: str, instance_id: str, built: Built, reas
 def _origin(bel: BelQueries, instance: Instance) -> str:
     if instance.job_run_id is None:
         return "(announced externally)"
-    run = bel.job_run(instance.job_run_id)
+    run = bel.job_runs.get(instance.job_run_id)
     if run.want_id is None:
         return f"built by job run {run.job_run_id}"
     try:
-        want = bel.want(run.want_id)
+        want = bel.wants.get(run.want_id)
     except NotFoundError:
         return f"built by job run {run.job_run_id} for want {run.want_id}"
     return f"built by job run {run.job_run_id} for want {want.want_id} ({want.source.value}, {want.ref})"

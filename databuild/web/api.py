@@ -251,7 +251,7 @@ async def post_taint(request: Request, _caller: Caller, ref: str, body: TaintReq
     ctx = context(request)
     if body.dry_run:
         impact = await ctx.db.taint_impact(ref)
-        partition = await asyncio.to_thread(ctx.bel.partition, ref)
+        partition = await asyncio.to_thread(ctx.bel.partitions.get, ref)
         return TaintResult(partition=partition, impact=impact, tainted=[])
     return await ctx.db.taint(ref, reason=body.reason, cascade=body.cascade, instance_id=body.instance_id)
 
@@ -295,7 +295,7 @@ def get_events(
         want_ids=want_id,
         types=type,
     )
-    return context(request).bel.event_page(since_idx, limit, where)
+    return context(request).bel.events.page(since_idx, limit, where)
 
 
 @router.get("/partitions/{ref:path}", response_model=PartitionView)
@@ -383,13 +383,13 @@ def get_job_run_log(
 
 @router.get("/stats", response_model=BuildStats)
 def get_stats(request: Request) -> BuildStats:
-    return context(request).bel.stats()
+    return context(request).bel.events.stats()
 
 
 @router.get("/sla", response_model=list[Want])
 def get_sla(request: Request) -> list[Want]:
     """Wants that missed their SLA: flagged, or overdue and not yet built."""
-    return context(request).bel.sla_misses()
+    return context(request).bel.wants.sla_misses()
 
 
 @router.get("/graph", response_model=GraphView)

@@ -135,7 +135,7 @@ async def want_page(request: Request, want_id: str) -> HTMLResponse:
 
 @router.get("/backfills/{backfill_id}", response_class=HTMLResponse)
 def backfill_page(request: Request, backfill_id: str) -> HTMLResponse:
-    return _page(request, "backfill.html", progress=context(request).bel.backfill_progress(backfill_id))
+    return _page(request, "backfill.html", progress=context(request).bel.backfills.progress(backfill_id))
 
 
 @router.get("/partitions", response_class=HTMLResponse)

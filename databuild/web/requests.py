@@ -57,4 +57,4 @@ async def register_want(ctx: WebContext, request: WantRequest, source: WantSourc
         requires=request.requires,
         fresh=request.fresh,
     )
-    return await asyncio.to_thread(ctx.bel.want, spec.want_id)
+    return await asyncio.to_thread(ctx.bel.wants.get, spec.want_id)

@@ -135,7 +135,9 @@ async def settled(stack: Stack, spec: WantSpec, state: WantState = WantState.suc
 def running(stack: Stack, ref: str) -> list[str]:
     """Job-run workflows building ``ref`` now."""
     return [
-        r.workflow_id for r in stack.bel.job_runs() if ref in r.outputs and r.state is JobRunState.running
+        r.workflow_id
+        for r in stack.bel.job_runs.query()
+        if ref in r.outputs and r.state is JobRunState.running
     ]
 
 
@@ -150,7 +152,7 @@ def slow_jobs(seconds: float) -> Iterator[None]:
 
 
 def found(stack: Stack, ref: str) -> bool:
-    return stack.bel.find_partition(ref) is not None
+    return stack.bel.partitions.find(ref) is not None
 
 
 async def run_id(client: Client, workflow_id: str) -> str:
@@ -162,7 +164,7 @@ async def one_build(rec: Recorder, ref: str, want_history: str, run_history: str
     async with rec.stack("dev", "tests.graphs:chain") as stack:
         spec = await stack.db.want(ref)
         await settled(stack, spec)
-        [run] = stack.bel.job_runs()
+        [run] = stack.bel.job_runs.query()
         await rec.save(want_history, stack.client, spec.workflow_id)
         await rec.save(run_history, stack.client, run.workflow_id)
 
@@ -184,7 +186,7 @@ async def delegate(rec: Recorder) -> None:
             )
             await settled(stack, first)
             await settled(stack, second)
-            assert stack.bel.want_job_runs(second.want_id)[0][0] == "delegated"
+            assert stack.bel.job_runs.of_want(second.want_id)[0][0] == "delegated"
             await rec.save("want-delegate", stack.client, second.workflow_id)
 
 
@@ -206,7 +208,7 @@ async def fan_out_first_local(rec: Recorder) -> None:
     async with rec.stack("dev", "tests.graphs:chain") as stack:
         spec = await stack.db.want("base/2")
         await settled(stack, spec)
-        [run] = stack.bel.job_runs()
+        [run] = stack.bel.job_runs.query()
         await rec.save("job-run-fan-out-first-local", stack.client, run.workflow_id)
 
 
@@ -228,7 +230,7 @@ async def run_started_by_decision(rec: Recorder) -> None:
     async with rec.stack("dev", "examples.demo:discovering") as stack:
         spec = await stack.db.want(DEMO_REF)
         await settled(stack, spec)
-        runs = [r for r in stack.bel.want_job_runs(spec.want_id)]
+        runs = [r for r in stack.bel.job_runs.of_want(spec.want_id)]
         built = next(run for _, run in runs if run.state is JobRunState.succeeded)
         assert any(run.state is JobRunState.dep_miss for _, run in runs), runs
         await rec.save("want-run-started-by-decision", stack.client, spec.workflow_id)
@@ -249,9 +251,9 @@ async def dep_miss_chain(rec: Recorder) -> None:
     async with rec.stack("dev", "examples.demo:discovering") as stack:
         spec = await stack.db.want(DEMO_REF)
         await settled(stack, spec)
-        missed = next(r for r in stack.bel.job_runs(limit=100) if r.state is JobRunState.dep_miss)
+        missed = next(r for r in stack.bel.job_runs.query(limit=100) if r.state is JobRunState.dep_miss)
         day = DEMO_REF.rsplit("/", 1)[1]
-        [derivative] = stack.bel.wants(ref_prefix=f"daily_users/{day}")
+        [derivative] = stack.bel.wants.query(ref_prefix=f"daily_users/{day}")
         assert derivative.source is WantSource.derivative
         await rec.save("want-dep-miss-chain", stack.client, spec.workflow_id)
         await rec.save("want-derivative", stack.client, derivative.workflow_id)
@@ -265,7 +267,7 @@ async def declared_inputs(rec: Recorder) -> None:
     async with rec.stack("dev", "examples.demo:graph") as stack:
         spec = await stack.db.want(DEMO_REF)
         await settled(stack, spec)
-        assert not [r for r in stack.bel.job_runs(limit=100) if r.state is JobRunState.dep_miss]
+        assert not [r for r in stack.bel.job_runs.query(limit=100) if r.state is JobRunState.dep_miss]
         await rec.save("want-declared-inputs", stack.client, spec.workflow_id)
 
 
@@ -289,7 +291,7 @@ async def fail_then_block(stack: Stack, n: str) -> tuple[WantSpec, WantSpec]:
     failed = await stack.db.want(f"a/{n}")
     await settled(stack, failed, WantState.failed)
     blocked = await stack.db.want(f"c/{n}", source=WantSource.api)
-    await until(lambda: stack.bel.want(blocked.want_id).state is WantState.upstream_building)
+    await until(lambda: stack.bel.wants.get(blocked.want_id).state is WantState.upstream_building)
     return failed, blocked
 
 
@@ -304,7 +306,7 @@ async def resolve(stack: Stack, n: str, blocked: WantSpec) -> None:
 async def fail_lock(rec: Recorder) -> None:
     async with rec.stack("dev", "tests.graphs:trio", job_attempts=1) as stack:
         failed, blocked = await fail_then_block(stack, "locked")
-        [run] = stack.bel.job_runs()
+        [run] = stack.bel.job_runs.query()
         await resolve(stack, "locked", blocked)
         await rec.save("want-failed", stack.client, failed.workflow_id)
         await rec.save("job-run-failed", stack.client, run.workflow_id)
@@ -317,7 +319,7 @@ async def retry(rec: Recorder) -> None:
     async with rec.stack("dev", "tests.graphs:trio", job_attempts=3) as stack:
         spec = await stack.db.want("a/retry")
         await settled(stack, spec)
-        [run] = stack.bel.job_runs()
+        [run] = stack.bel.job_runs.query()
         assert run.attempts == 2
         await rec.save("job-run-retry", stack.client, run.workflow_id)
 
@@ -327,7 +329,9 @@ async def cancel(rec: Recorder) -> None:
     """A want waiting for its input's external publish is cancelled."""
     async with rec.stack("dev", "tests.graphs:late") as stack:
         spec = await stack.db.want("report/cancel")
-        await until(lambda: stack.bel.want(spec.want_id).state is WantState.upstream_building, seconds=120)
+        await until(
+            lambda: stack.bel.wants.get(spec.want_id).state is WantState.upstream_building, seconds=120
+        )
         await stack.client.get_workflow_handle(spec.workflow_id).cancel()
         await settled(stack, spec, WantState.canceled)
         await rec.save("want-cancel", stack.client, spec.workflow_id)
@@ -339,14 +343,16 @@ async def want_replaced(rec: Recorder) -> None:
     it continues as new for the want's new opening, which decides from the BEL."""
     async with rec.stack("dev", "tests.graphs:late") as stack:
         spec = await stack.db.want("report/replaced")
-        await until(lambda: stack.bel.want(spec.want_id).state is WantState.upstream_building, seconds=120)
+        await until(
+            lambda: stack.bel.wants.get(spec.want_id).state is WantState.upstream_building, seconds=120
+        )
         first = await run_id(stack.client, spec.workflow_id)
-        stack.bel.cancel_wants([spec.want_id], "recording: ended in the BEL only")
-        (reopened,) = stack.bel.reopen_wants([spec.want_id])
+        stack.bel.wants.cancel([spec.want_id], "recording: ended in the BEL only")
+        (reopened,) = stack.bel.wants.reopen([spec.want_id])
         assert reopened.opening == 1
         await stack.db.publish("feed/replaced")
         # The reopen subscribed the want to its own ref only: its input's news comes as the fan-out's would.
-        feed = stack.bel.partition("feed/replaced")
+        feed = stack.bel.partitions.get("feed/replaced")
         notice = PartitionAvailable(ref=feed.ref, instance_id=feed.instance_id or "")
         await stack.client.get_workflow_handle(spec.workflow_id).signal(SIGNAL_PARTITION_AVAILABLE, notice)
         # The new run builds; the feed announced has no data, so its job fails (the first run is the point).
@@ -466,11 +472,11 @@ async def sla_miss(rec: Recorder) -> None:
         )
         await until(lambda: waiting_for_feed(stack.db, "feed/late"), seconds=120)
         await env.sleep(timedelta(hours=10))
-        await until(lambda: stack.bel.want(spec.want_id).sla_missed)
+        await until(lambda: stack.bel.wants.get(spec.want_id).sla_missed)
         stack.parts.spark.session().range(5).write.parquet(str(lake(stack.settings) / "feed/late"))
         await stack.db.publish("feed/late")
         await settled(stack, spec)
-        assert stack.bel.want(spec.want_id).sla_missed
+        assert stack.bel.wants.get(spec.want_id).sla_missed
         await rec.save("want-sla-miss", stack.client, spec.workflow_id)
 
 
@@ -558,10 +564,10 @@ async def backfill_window(rec: Recorder) -> None:
     async with rec.stack("dev", "tests.graphs:reach", backfill_window=2) as stack:
         await stack.db.backfill(request)
         for _ in range(600):
-            if stack.bel.backfill_progress(request.backfill_id).finished:
+            if stack.bel.backfills.progress(request.backfill_id).finished:
                 break
             await asyncio.sleep(0.1)
-        progress = stack.bel.backfill_progress(request.backfill_id)
+        progress = stack.bel.backfills.progress(request.backfill_id)
         assert progress.by_state == {WantState.successful: 6}, progress
         await rec.save("backfill-window", stack.client, backfill_window_workflow_id(request.backfill_id))
 

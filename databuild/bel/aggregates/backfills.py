@@ -81,9 +81,9 @@ BACKFILLS_OF_WANT = select(s.backfill_wants.c.backfill_id).where(
 class BackfillReads(ReadBase):
     """Reads of backfills."""
 
-    def backfill_progress(self, backfill_id: str) -> BackfillProgress:
+    def progress(self, backfill_id: str) -> BackfillProgress:
         """The backfill and its wants counted by state: one query for the counts."""
-        with self.reader.connect() as conn:
+        with self._log.reader.connect() as conn:
             row = backfill_row(conn, backfill_id)
             counts = conn.execute(
                 select(s.wants.c.state, func.count())
@@ -103,7 +103,7 @@ class BackfillReads(ReadBase):
             canceled=bool(row["canceled"]),
         )
 
-    def finished_backfills_of(self, want_id: str) -> list[BackfillProgress]:
+    def finished_of(self, want_id: str) -> list[BackfillProgress]:
         """The progress of each backfill the want belongs to that has finished. Counting a backfill's
         wants is done only once none is open (the first open one found answers), so a backfill of N
         wants does not count N times N rows as they end."""
@@ -117,21 +117,21 @@ class BackfillReads(ReadBase):
                 .where(s.backfill_wants.c.backfill_id == row["backfill_id"], s.wants.c.state.not_in(final))
                 .limit(1)
             )
-            if not open_want and (progress := self.backfill_progress(row["backfill_id"])).finished:
+            if not open_want and (progress := self.progress(row["backfill_id"])).finished:
                 finished.append(progress)
         return finished
 
-    def backfill_ended_wants(self, backfill_id: str) -> list[Want]:
+    def ended_wants(self, backfill_id: str) -> list[Want]:
         """The backfill's wants that ended failed or canceled (a retry reopens them). NotFoundError for
         an unknown backfill."""
-        with self.reader.connect() as conn:
+        with self._log.reader.connect() as conn:
             backfill_row(conn, backfill_id)
             rows = conn.execute(ended_wants(backfill_id)).mappings()
             return [want_from_row(row) for row in rows]
 
-    def backfill_members(self, backfill_id: str) -> set[str]:
+    def members(self, backfill_id: str) -> set[str]:
         """The wants of a windowed backfill (its window starts them); none for one of 0.1.0."""
-        with self.reader.connect() as conn:
+        with self._log.reader.connect() as conn:
             return set(
                 conn.execute(
                     select(MEMBERS.want_id).where(
@@ -140,24 +140,24 @@ class BackfillReads(ReadBase):
                 ).scalars()
             )
 
-    def backfill_unstarted(self, backfill_id: str) -> set[str]:
+    def unstarted(self, backfill_id: str) -> set[str]:
         """The backfill's wants whose workflows no window has started yet (a pause need not tell them)."""
-        with self.reader.connect() as conn:
+        with self._log.reader.connect() as conn:
             return set(conn.execute(unstarted(backfill_id)).scalars())
 
-    def backfill_halted(self, backfill_id: str) -> tuple[bool, bool]:
+    def halted(self, backfill_id: str) -> tuple[bool, bool]:
         """Whether the backfill is paused, and whether it is cancelled, now: a window's step looks between
         the wants it starts."""
-        with self.reader.connect() as conn:
+        with self._log.reader.connect() as conn:
             row = backfill_row(conn, backfill_id)
         return bool(row["paused"]), bool(row["canceled"])
 
-    def any_backfill_paused(self) -> bool:
+    def any_paused(self) -> bool:
         return bool(
             self._all(select(s.backfills.c.backfill_id).where(s.backfills.c.paused.is_(True)).limit(1))
         )
 
-    def backfill_reach(
+    def reach(
         self, backfill_id: str, *, everything_below: bool = False, started_only: bool = False
     ) -> list[Want]:
         """The open wants a cancel or pause of the backfill reaches: its own, then the derivative wants
@@ -166,7 +166,7 @@ class BackfillReads(ReadBase):
         to wake (each decides again whether it is still paused). ``started_only``: without its wants no
         window has started (a pause or resume need not tell them, and a big backfill's are most of it).
         NotFoundError for an unknown backfill."""
-        with self.reader.connect() as conn:
+        with self._log.reader.connect() as conn:
             backfill_row(conn, backfill_id)
             members = set(
                 conn.execute(
@@ -241,14 +241,14 @@ def _following(conn: Connection, backfill_id: str, started: int, room: int) -> l
     return following
 
 
-class BackfillCommands(BackfillReads, WriteBase):
+class Backfills(BackfillReads, WriteBase):
     """Commands about backfills."""
 
-    def record_backfill(
+    def record(
         self, request: BackfillRequest, partitions: int, specs: Sequence[WantSpec], first_seq: int = 0
     ) -> None:
         """Record the backfill (the first time it is asked for) and ``specs`` as its wants at places
-        ``first_seq`` on (each recorded unless it exists), for its window to start (``advance_backfill``).
+        ``first_seq`` on (each recorded unless it exists), for its window to start (``backfills.advance``).
         Whether the backfill was cancelled is read in the same transaction, under its lock: then the open
         wants of ``specs`` end `canceled` here, so a cancel during the registration reaches every want
         registered after it."""
@@ -294,7 +294,7 @@ class BackfillCommands(BackfillReads, WriteBase):
         (``record_window_step``): a caller that dies before has its retry plan and start them again
         (starting is idempotent). ``low``: the first place of a want it started that was open at the
         last step, where counting the open ones starts."""
-        with self.reader.connect() as conn:
+        with self._log.reader.connect() as conn:
             row = backfill_row(conn, backfill_id)
             started = row["started"]
             low_open, open_wants = conn.execute(
@@ -347,16 +347,16 @@ class BackfillCommands(BackfillReads, WriteBase):
             tx.extend(events)
         return bool(events)
 
-    def advance_backfill(self, backfill_id: str, window: int, low: int = 0) -> WindowStep:
+    def advance(self, backfill_id: str, window: int, low: int = 0) -> WindowStep:
         """A step of the window whose wants were started: ``plan_window_step`` then ``record_window_step``."""
         step = self.plan_window_step(backfill_id, window, low)
         self.record_window_step(step)
         return step
 
-    def cancel_backfill(self, backfill_id: str) -> bool:
+    def cancel(self, backfill_id: str) -> bool:
         """Record that the backfill is cancelled; False if it already was. NotFoundError for an unknown
-        backfill. Its wants are cancelled by ``cancel_wants``; those it registers later, by
-        ``record_backfill``."""
+        backfill. Its wants are cancelled by ``wants.cancel``; those it registers later, by
+        ``backfills.record``."""
         with self._write(backfill_key(backfill_id)) as tx:
             events = backfill_rules.cancel(backfill_id, bool(backfill_row(tx.conn, backfill_id)["canceled"]))
             tx.extend(events)
@@ -366,11 +366,11 @@ class BackfillCommands(BackfillReads, WriteBase):
         """End `canceled` the wants of the cancelled backfill that its window has not recorded started and
         that never decided (``backfills.cancel_unstarted``): they queued nothing and derived nothing. A
         step is recorded once its wants are started, so some may have workflows, which find them ended at
-        their first decision; those that decided meanwhile are left to ``cancel_wants``. In bulk, a few
+        their first decision; those that decided meanwhile are left to ``wants.cancel``. In bulk, a few
         hundred per transaction, each under the backfill's lock (a window's step takes it too, and finds
         it cancelled) and its wants' (a decision comes before, and the want is left, or after, and finds it
         ended). Returns how many."""
-        with self.reader.connect() as conn:
+        with self._log.reader.connect() as conn:
             found = list(conn.execute(unstarted(backfill_id, open_only=True)).scalars())
         total = 0
         for first in range(0, len(found), UNSTARTED_CHUNK):
@@ -387,7 +387,7 @@ class BackfillCommands(BackfillReads, WriteBase):
             total += len(events)
         return total
 
-    def retry_backfill(self, backfill_id: str) -> list[Want]:
+    def retry(self, backfill_id: str) -> list[Want]:
         """Record that the backfill is retried (``BackfillRetried``: a cancelled one is no longer, so the
         wants it registers from then on start); returns its wants that ended failed or canceled, for the
         caller to reopen. NotFoundError for an unknown backfill."""
@@ -402,7 +402,7 @@ class BackfillCommands(BackfillReads, WriteBase):
             rows = tx.conn.execute(ended_wants(backfill_id)).mappings()
             return [want_from_row(row) for row in rows]
 
-    def pause_backfill(self, backfill_id: str, paused: bool) -> bool:
+    def pause(self, backfill_id: str, paused: bool) -> bool:
         """Record that the backfill is paused (or resumed); False if it already was. Raises NotFoundError
         for an unknown backfill."""
         with self._write(backfill_key(backfill_id)) as tx:

@@ -3,24 +3,20 @@ keys they take, and the ids they give new runs and instances."""
 
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from datetime import datetime
-from typing import ParamSpec, TypeVar
 
-from sqlalchemy import Connection, Engine, RowMapping, bindparam, select, update
+from sqlalchemy import Connection, RowMapping, bindparam, select, update
 
 from databuild.bel import schema as s
 from databuild.bel.aggregates import admission
 from databuild.bel.engine import insert_rows
-from databuild.bel.engine.transaction import WriteTx, write
+from databuild.bel.engine.transaction import WriteTx
 from databuild.bel.reads import rows
 from databuild.bel.reads.base import ReadBase
 from databuild.domain import decisions, wants
 from databuild.errors import StaleAttemptError
 from databuild.models import JobRunState, WantSpec
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 def new_job_run_id() -> str:
@@ -45,13 +41,9 @@ class WriteBase(ReadBase):
     """Commands: each runs in one write transaction (``transaction.write``) holding the keys it decides
     about, loads state, asks a rule of ``databuild.domain`` which events to append, and appends them."""
 
-    url: str
-    writer: Engine
-    _write_lock: AbstractContextManager[object]
-
     @contextmanager
     def _write(self, *keys: str, alone: bool = False) -> Iterator[WriteTx]:
-        with write(self.writer, self._write_lock, *keys, alone=alone) as tx:
+        with self._log.write(*keys, alone=alone) as tx:
             yield tx
 
     @contextmanager
@@ -59,7 +51,7 @@ class WriteBase(ReadBase):
         """A write transaction about a job run, holding its lock and its outputs' locks, and the locks of
         the pools it holds a slot of: when the run ends in it, its slots go to the runs waiting for them
         (unless not ``admitting``: the command never ends a run)."""
-        with write(self.writer, self._write_lock, run=job_run_id) as tx:
+        with self._log.write(run=job_run_id) as tx:
             yield tx
             if admitting:
                 self._admit(tx)

@@ -50,7 +50,7 @@ COST_RECORDED = select(s.job_run_costs.c.attempt).where(
 
 @dataclass(frozen=True)
 class CostDays:
-    """Each job's rows by day, and the rows by job and by day they sum to (``CostReads.cost_days``)."""
+    """Each job's rows by day, and the rows by job and by day they sum to (``CostReads.days``)."""
 
     by_job_day: dict[str, list[CostRow]]
     by_job: list[CostRow]
@@ -58,14 +58,14 @@ class CostDays:
 
 
 class CostReads(ReadBase):
-    def attempt_costs(self, since: datetime | None = None) -> list[AttemptCost]:
+    def attempts(self, since: datetime | None = None) -> list[AttemptCost]:
         """Every attempt's recorded cost (recorded at or after ``since``), oldest first."""
         query = select(s.job_run_costs).order_by(s.job_run_costs.c.recorded_at)
         if since is not None:
             query = query.where(s.job_run_costs.c.recorded_at >= since)
         return _attempts(self._all(query))
 
-    def attempt_costs_of(self, job_run_ids: Sequence[str]) -> list[AttemptCost]:
+    def attempts_of(self, job_run_ids: Sequence[str]) -> list[AttemptCost]:
         """The recorded costs of these runs' attempts, by run, then attempt."""
         found: list[AttemptCost] = []
         for chunk in chunks(job_run_ids):
@@ -73,22 +73,20 @@ class CostReads(ReadBase):
             found += _attempts(self._all(query))
         return sorted(found, key=lambda a: (a.job_run_id, a.attempt))
 
-    def cost_rows(
-        self, by: CostBy, pattern: str | None = None, since: datetime | None = None
-    ) -> list[CostRow]:
+    def rows_by(self, by: CostBy, pattern: str | None = None, since: datetime | None = None) -> list[CostRow]:
         """Builds run and avoided, task-seconds spent and saved, per job, day or partition (by key), of
         the partitions whose refs match the glob ``pattern`` (all when None), from ``since`` on."""
         summed = kept_rows() if _kept(by, pattern, since) else cost_sums([by], pattern, since)
         rows = [_row(row, row[f"key_{by}"]) for row in self._all(summed)]
         return sorted(rows, key=lambda row: row.key)
 
-    def costliest_cost_rows(
+    def costliest_rows(
         self, count: int, by: CostBy, pattern: str | None = None, since: datetime | None = None
     ) -> tuple[list[CostRow], CostRow, int]:
-        """The rows of ``cost_rows`` (by key) or, when there are more than ``count``, the ``count`` that
+        """The rows of ``rows_by`` (by key) or, when there are more than ``count``, the ``count`` that
         spent most (most first); the total of every row; and how many rows there are."""
         if _kept(by, pattern, since):  # the page by index, the totals in one pass
-            with self.snapshot():
+            with self._log.snapshot():
                 totals: Any = self._all(kept_totals())[0]
                 found = self._all(costliest_kept(count))
         else:  # every row carries the totals
@@ -99,9 +97,9 @@ class CostReads(ReadBase):
         summed = _row({name: totals[f"total_{name}"] for name in FIGURES} if in_all else {}, "total")
         return (sorted(rows, key=lambda row: row.key) if in_all <= count else rows), summed, in_all
 
-    def cost_days(self, since: datetime | None = None) -> CostDays:
+    def days(self, since: datetime | None = None) -> CostDays:
         """Each job's rows by day (the dashboard's plot over time), and from the same statement the rows
-        of ``cost_rows`` by job and by day (of every partition, from ``since`` on). Of all time, they are
+        of ``rows_by`` by job and by day (of every partition, from ``since`` on). Of all time, they are
         summed from the parts the log keeps (``run_costs``)."""
         by_job_day: dict[str, list[CostRow]] = {}
         jobs: dict[str, list[CostRow]] = {}
@@ -135,8 +133,8 @@ def _row(figures: Any, key: str) -> CostRow:
     return CostRow.model_construct(key=key, **values)
 
 
-class CostCommands(CostReads, WriteBase):
-    def record_cost(self, cost: ev.JobRunCostRecorded) -> bool:
+class Costs(CostReads, WriteBase):
+    def record(self, cost: ev.JobRunCostRecorded) -> bool:
         """Record what an attempt cost, however it ended (once: a second record of it is ignored).
         Returns whether this call recorded it. It holds the locks of the run's outputs too: their kept
         report rows (``partition_costs``) are worked out again in it, as a delegation to them does."""

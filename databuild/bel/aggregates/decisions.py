@@ -6,13 +6,14 @@ from datetime import timedelta
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, func, select
+from sqlalchemy import Connection, bindparam, func, select
 
 from databuild.bel import schema as s
 from databuild.bel.aggregates.base import WriteBase, new_job_run_id
 from databuild.bel.engine import Row, insert_rows
 from databuild.bel.engine.combining import Combiner
 from databuild.bel.engine.keys import ref_key, want_key
+from databuild.bel.engine.recorder import Recorder
 from databuild.bel.engine.transaction import WriteTx
 from databuild.bel.reads.rows import (
     derived_above,
@@ -57,7 +58,7 @@ OPEN_BATCH = (
 
 @dataclass(frozen=True)
 class Step:
-    """One want's step to decide (the arguments of ``DecisionCommands.decide``)."""
+    """One want's step to decide (the arguments of ``Decisions.decide``)."""
 
     want_id: str
     seq: int | None  # None: the step after the last one recorded (a new workflow run's first)
@@ -145,15 +146,15 @@ def followed_runs(
     return {job_run_id: run_plan(conn, job_run_id) for job_run_id in sorted(followed)}
 
 
-class DecisionCommands(WriteBase):
+class Decisions(WriteBase):
     """Steps of wants."""
 
     # Concurrent decisions of this process share one write transaction, this many at most (group commit,
     # bel.combining): on PostgreSQL a transaction's round trips are most of a decision's client time.
     GROUP = 16
 
-    def __init__(self, reader: Engine) -> None:
-        super().__init__(reader)
+    def __init__(self, log: Recorder) -> None:
+        super().__init__(log)
         self._decisions: Combiner[Step, tuple[int, Verdict]] = Combiner(self._decide_group, self.GROUP)
 
     def decide(
@@ -179,7 +180,7 @@ class DecisionCommands(WriteBase):
         """A new workflow run's first step, in one transaction: the want recorded unless it is already,
         then decided from the step after the last one recorded (not 1 for a new run of a want whose
         workflow died). Returns that step and its verdict. Not for a fresh want, whose staleness is judged
-        before its decision from what is recorded of it (``register_want``, then ``decide``)."""
+        before its decision from what is recorded of it (``wants.register``, then ``decide``)."""
         assert not spec.fresh, "a fresh want registers, then decides"
         step = Step(spec.want_id, None, resolution, lease, None, opening, registering=spec)
         return self._decisions.submit(step)

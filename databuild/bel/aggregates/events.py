@@ -31,13 +31,13 @@ class EventReads(ReadBase):
         rows = self._all(select(s.head.c.last_idx))
         return int(rows[0]["last_idx"]) if rows else 0
 
-    def event_page(self, since_idx: int, limit: int, where: EventFilter) -> EventPage:
+    def page(self, since_idx: int, limit: int, where: EventFilter) -> EventPage:
         """Events after ``since_idx`` that match, oldest first, and the cursor to continue from. Read in
         one snapshot: the index is gap-free in commit order, so every event up to the head read here is
         visible, and the cursor can skip past events that did not match."""
         for pattern in where.patterns:
             compile_glob(pattern)  # a clear error for a bad pattern, before any SQL
-        with self.snapshot():
+        with self._log.snapshot():
             head = self.last_idx()
             query = select(s.events).where(s.events.c.idx > since_idx, s.events.c.idx <= head)
             by_ref = [ref_filter(s.events.c.ref, p) for p in where.patterns]
@@ -59,7 +59,7 @@ class EventReads(ReadBase):
         following = found[-1].idx if len(found) == limit else head
         return EventPage(events=found, next_since_idx=max(following, since_idx), last_idx=head)
 
-    def events(
+    def query(
         self,
         *,
         since_idx: int = 0,
@@ -69,14 +69,14 @@ class EventReads(ReadBase):
         job_run_id: str | None = None,
         types: Sequence[str] = (),
     ) -> list[EventRecord]:
-        """Shorthand for ``event_page`` with one value per filter."""
+        """Shorthand for ``events.page`` with one value per filter."""
         where = EventFilter(
             patterns=[pattern] if pattern else [],
             want_ids=[want_id] if want_id else [],
             job_run_ids=[job_run_id] if job_run_id else [],
             types=list(types),
         )
-        return self.event_page(since_idx, limit, where).events
+        return self.page(since_idx, limit, where).events
 
     def stats(self) -> BuildStats:
         counts: dict[str, dict[str, int]] = {}
@@ -122,7 +122,7 @@ class EventReads(ReadBase):
         )
 
 
-class EventCommands(EventReads, WriteBase):
+class Events(EventReads, WriteBase):
     """Maintenance of the projections."""
 
     def rebuild_projections(self) -> int:

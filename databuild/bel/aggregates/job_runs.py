@@ -12,6 +12,7 @@ from databuild.bel.aggregates.costs import append_cost
 from databuild.bel.aggregates.partitions import PartitionReads
 from databuild.bel.aggregates.pools import ADMITTED_NOT_STARTED
 from databuild.bel.aggregates.wants import WantReads
+from databuild.bel.engine.recorder import Recorder
 from databuild.bel.engine.transaction import WriteTx
 from databuild.bel.reads import measures
 from databuild.bel.reads.base import ReadBase
@@ -57,20 +58,20 @@ _WRITES_OF_RUNS = select(s.partition_instances).where(s.one_of(s.partition_insta
 class JobRunReads(ReadBase):
     """Reads of job runs."""
 
-    def job_run(self, job_run_id: str) -> JobRun:
-        runs = self.job_runs_by_id([job_run_id])
+    def get(self, job_run_id: str) -> JobRun:
+        runs = self.by_id([job_run_id])
         if not runs:
             raise NotFoundError(f"no job run {job_run_id!r}; list them with `databuild job-runs list`")
         return runs[0]
 
-    def job_runs_by_id(self, ids: Sequence[str]) -> list[JobRun]:
+    def by_id(self, ids: Sequence[str]) -> list[JobRun]:
         runs = []
-        with self.snapshot():  # a run and what it read and wrote, as one state of the log (one checkout)
+        with self._log.snapshot():  # a run and what it read and wrote, as one state of the log (one checkout)
             for chunk in chunks(ids):
                 runs += self._hydrate_runs(self._all(_RUNS_BY_ID, {"ids": chunk}))
         return runs
 
-    def job_runs(
+    def query(
         self,
         *,
         state: JobRunState | None = None,
@@ -90,7 +91,7 @@ class JobRunReads(ReadBase):
         if job_label is not None:
             conditions.append(s.job_runs.c.job_label == job_label)
         query = newest_first(s.job_runs, conditions, "job_run_id", limit, offset, filter_first=bool(by_ref))
-        with self.snapshot():
+        with self._log.snapshot():
             return self._hydrate_runs(self._all(query))
 
     def _hydrate_runs(self, rows: list[Any]) -> list[JobRun]:
@@ -134,21 +135,21 @@ class JobRunReads(ReadBase):
             for r in rows
         ]
 
-    def want_job_runs(self, want_id: str) -> list[tuple[str, JobRun]]:
+    def of_want(self, want_id: str) -> list[tuple[str, JobRun]]:
         rows = self._all(
             select(s.want_job_runs.c.relation, s.want_job_runs.c.job_run_id).where(
                 s.want_job_runs.c.want_id == want_id
             )
         )
-        runs = {r.job_run_id: r for r in self.job_runs_by_id([row["job_run_id"] for row in rows])}
+        runs = {r.job_run_id: r for r in self.by_id([row["job_run_id"] for row in rows])}
         result = [(row["relation"], runs[row["job_run_id"]]) for row in rows]
         return sorted(result, key=lambda pair: pair[1].created_at)
 
-    def job_durations(self, labels: Sequence[str], last: int = 50) -> dict[str, Durations]:
+    def durations(self, labels: Sequence[str], last: int = 50) -> dict[str, Durations]:
         """Each job's p50 and p90 over its ``last`` succeeded runs (latest attempt's start to the end)."""
         return measures.job_durations(self._all, labels, last)
 
-    def latest_succeeded_runs(self, labels: Sequence[str]) -> list[JobRun]:
+    def latest_succeeded(self, labels: Sequence[str]) -> list[JobRun]:
         """Each job's latest succeeded run (none for a job that has not succeeded): one index seek per
         job (ix_job_runs_durations), all in one statement."""
         c = s.job_runs.c
@@ -163,7 +164,7 @@ class JobRunReads(ReadBase):
         if not latest:
             return []
         row = self._all(select(*(q.label(f"j{n}") for n, q in enumerate(latest))))[0]
-        return self.job_runs_by_id([run_id for run_id in row.values() if run_id])
+        return self.by_id([run_id for run_id in row.values() if run_id])
 
     def attempt_outputs(self, ids: Sequence[str]) -> dict[str, AttemptOutput]:
         """Which attempt writes (or wrote) each of these instance ids, for those an attempt planned."""
@@ -189,11 +190,11 @@ class JobRunReads(ReadBase):
             rows += self._all(select(s.attempt_outputs).where(s.attempt_outputs.c.job_run_id.in_(chunk)))
         return [AttemptOutput.model_validate(dict(r)) for r in rows]
 
-    def oldest_open_job_run(self) -> datetime | None:
+    def oldest_open(self) -> datetime | None:
         """When the oldest job run that has not ended was created: it may still read anything that was
         live since then."""
         open_states = [JobRunState.queued.value, JobRunState.running.value]
-        with self.reader.connect() as conn:
+        with self._log.reader.connect() as conn:
             oldest: datetime | None = conn.execute(
                 select(func.min(s.job_runs.c.created_at)).where(s.job_runs.c.state.in_(open_states))
             ).scalar()
@@ -219,20 +220,26 @@ class RunEnded(Model):
     checks: dict[str, list[CheckResult]] | None = None
 
 
-class JobRunCommands(WantReads, JobRunReads, PartitionReads, WriteBase):
+class JobRuns(JobRunReads, WriteBase):
     """Commands about job runs. Each returns what it recorded from inside its transaction."""
 
     # Subscriptions read back with a run's outcome (``RunEnded``): most runs have a few.
     SUBSCRIBERS_PAGE = 200
 
+    def __init__(self, log: Recorder) -> None:
+        super().__init__(log)
+        # An outcome comes back with its subscribers and its instances' checks.
+        self._wants = WantReads(log)
+        self._partitions = PartitionReads(log)
+
     def check_current_attempt(self, job_run_id: str, attempt: int) -> None:
         """Raises ``StaleAttemptError`` unless ``attempt`` may still publish: its run has not ended (it
         may have been failed or abandoned while a lost worker kept going) and no newer attempt started."""
-        with self.reader.connect() as conn:
+        with self._log.reader.connect() as conn:
             if self._open_run(conn, job_run_id, attempt) is None:
                 raise StaleAttemptError(f"job run {job_run_id} has ended; attempt {attempt} may not publish")
 
-    def start_job_run(
+    def start(
         self,
         job_run_id: str,
         attempt: int,
@@ -248,7 +255,7 @@ class JobRunCommands(WantReads, JobRunReads, PartitionReads, WriteBase):
     def start_attempt(
         self, job_run_id: str, attempt: int, worker: str, lease: timedelta | None = None
     ) -> StartedAttempt:
-        """``start_job_run`` with a new instance planned for each output, in the transaction that reads
+        """``job_runs.start`` with a new instance planned for each output, in the transaction that reads
         them: a batch that takes another partition cannot come between the plan and the start."""
         return self._start(job_run_id, attempt, worker, None, lease)
 
@@ -272,7 +279,7 @@ class JobRunCommands(WantReads, JobRunReads, PartitionReads, WriteBase):
             planned = {i.ref: i.instance_id for i in instances if i.instance_id}
             return StartedAttempt(run=self._as_written(tx, job_run_id), instances=planned)
 
-    def succeed_job_run(
+    def succeed(
         self,
         job_run_id: str,
         reads: list[InstanceRef],
@@ -288,7 +295,7 @@ class JobRunCommands(WantReads, JobRunReads, PartitionReads, WriteBase):
         """Publish: the commit makes each written instance live (at ``locations``, by ref, with
         ``facts``, the results of its ``checks`` and the ``job_version`` that built it). ``inputs_of``: of
         a batch, the reads each output was built from. ``cost``: what the attempt cost, recorded first in
-        the same commit (see ``record_cost``)."""
+        the same commit (see ``costs.record``)."""
         with self._write_run(job_run_id) as tx:
             if cost is not None:
                 append_cost(tx, cost)
@@ -313,7 +320,7 @@ class JobRunCommands(WantReads, JobRunReads, PartitionReads, WriteBase):
             tx.extend(check_rules.checked(job_run_id, instances, checks))
             return True
 
-    def dep_miss_job_run(
+    def dep_miss(
         self,
         job_run_id: str,
         missing: list[str],
@@ -322,7 +329,7 @@ class JobRunCommands(WantReads, JobRunReads, PartitionReads, WriteBase):
         missing_for: dict[str, list[str]] | None = None,
         cost: ev.JobRunCostRecorded | None = None,
     ) -> RunEnded:
-        """The attempt found inputs ``missing``; ``cost`` as ``succeed_job_run`` takes it."""
+        """The attempt found inputs ``missing``; ``cost`` as ``job_runs.succeed`` takes it."""
         with self._write_run(job_run_id) as tx:
             if cost is not None:
                 append_cost(tx, cost)
@@ -330,7 +337,7 @@ class JobRunCommands(WantReads, JobRunReads, PartitionReads, WriteBase):
                 tx.extend(decisions.dep_missed(run, missing, reads, missing_for))
             return self._ended(tx, job_run_id)
 
-    def fail_job_run(self, job_run_id: str, reason: str, cause: JobRunCause = JobRunCause.error) -> JobRun:
+    def fail(self, job_run_id: str, reason: str, cause: JobRunCause = JobRunCause.error) -> JobRun:
         """End the run without its outputs: failed (``cause`` error) or cancelled. Broken or cancelled
         builds fail-lock their outputs (an operator resolves them); abandoned or lost ones release them."""
         with self._write_run(job_run_id) as tx:
@@ -338,7 +345,7 @@ class JobRunCommands(WantReads, JobRunReads, PartitionReads, WriteBase):
                 tx.extend(decisions.ended_without_output(run, reason, cause))
             return self._as_written(tx, job_run_id)
 
-    def abandon_job_run(self, job_run_id: str, reason: str) -> bool:
+    def abandon(self, job_run_id: str, reason: str) -> bool:
         """Release the outputs of a run whose workflow is gone (not a build failure: no fail-lock).
         Returns whether this call abandoned it."""
         with self._write_run(job_run_id) as tx:
@@ -350,19 +357,19 @@ class JobRunCommands(WantReads, JobRunReads, PartitionReads, WriteBase):
 
     def _as_written(self, tx: WriteTx, job_run_id: str) -> JobRun:
         """The run as ``tx`` leaves it, read inside it (the projections hold its events already)."""
-        with self.reading_on(tx.conn):
-            return self.job_run(job_run_id)
+        with self._log.reading_on(tx.conn):
+            return self.get(job_run_id)
 
     def _ended(self, tx: WriteTx, job_run_id: str) -> RunEnded:
         """The run as ``tx`` leaves it, with what its fan-out reads first (``RunEnded``), read inside it
         once the slots it freed went to the runs waiting for them."""
         self._admit(tx)
-        with self.reading_on(tx.conn):
-            run = self.job_run(job_run_id)
+        with self._log.reading_on(tx.conn):
+            run = self.get(job_run_id)
             return RunEnded(
                 run=run,
-                subscribers=self.subscriptions(run.outputs, 0, self.SUBSCRIBERS_PAGE),
+                subscribers=self._wants.subscriptions(run.outputs, 0, self.SUBSCRIBERS_PAGE),
                 subscribers_limit=self.SUBSCRIBERS_PAGE,
                 admitted=[row["workflow_id"] for row in self._all(ADMITTED_NOT_STARTED)],
-                checks=self.checks_of([w.instance_id for w in run.writes if w.instance_id]),
+                checks=self._partitions.checks_of([w.instance_id for w in run.writes if w.instance_id]),
             )

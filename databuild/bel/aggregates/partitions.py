@@ -57,17 +57,17 @@ CHECKS_OF = (
 class PartitionReads(ReadBase):
     """Reads of partitions, instances and the consumer index."""
 
-    def partition(self, ref: str) -> Partition:
-        found = self.find_partition(ref)
+    def get(self, ref: str) -> Partition:
+        found = self.find(ref)
         if found is None:
             raise NotFoundError(f"no partition {ref!r} in the build event log")
         return found
 
-    def find_partition(self, ref: str) -> Partition | None:
+    def find(self, ref: str) -> Partition | None:
         rows = self._all(select(s.partitions).where(s.partitions.c.ref == ref))
         return partition_from_row(rows[0]) if rows else None
 
-    def partitions(
+    def query(
         self,
         *,
         status: PartitionStatus | None = None,
@@ -137,7 +137,7 @@ class PartitionReads(ReadBase):
         total = self._count(select(func.count()).select_from(s.partition_instances).where(where))
         return self._with_checks(rows), total
 
-    def partitions_by_ref(self, refs: Sequence[str]) -> list[Partition]:
+    def by_ref(self, refs: Sequence[str]) -> list[Partition]:
         rows = []
         for chunk in chunks(refs):
             rows += self._all(PARTITIONS_AT, {"refs": chunk})
@@ -145,7 +145,7 @@ class PartitionReads(ReadBase):
 
     def generations(self, refs: Sequence[str]) -> dict[str, int]:
         """How many times each ref has been tainted (0 for refs never tainted or never seen)."""
-        found = {p.ref: p.generation for p in self.partitions_by_ref(refs)}
+        found = {p.ref: p.generation for p in self.by_ref(refs)}
         return {ref: found.get(ref, 0) for ref in refs}
 
     def downstream_closure(self, instance_id: str, limit: int = 100_000) -> list[tuple[InstanceRef, int]]:
@@ -185,7 +185,7 @@ class PartitionReads(ReadBase):
         ]
         return edges, int(total)
 
-    def partition_counts(self, globs: Sequence[str]) -> dict[str | None, dict[PartitionStatus, int]]:
+    def counts(self, globs: Sequence[str]) -> dict[str | None, dict[PartitionStatus, int]]:
         """How many partitions match each of ``globs`` (the graph's patterns), by status as the views show
         it, in one GROUP BY (one pass over the partitions: no index counts by pattern). A ref counts under
         the first glob it matches; refs no glob matches (a job since renamed) count under None."""
@@ -203,7 +203,7 @@ class PartitionReads(ReadBase):
         return counts
 
 
-class PartitionCommands(PartitionReads, WriteBase):
+class Partitions(PartitionReads, WriteBase):
     """Commands about partitions and instances."""
 
     def resolve(self, ref: str) -> list[Partition]:
@@ -241,7 +241,7 @@ class PartitionCommands(PartitionReads, WriteBase):
 
     def taint_impact(self, ref: str) -> TaintImpact:
         """What `taint` would affect, without recording anything."""
-        partition = partition_rules.taintable(self.find_partition(ref), ref)
+        partition = partition_rules.taintable(self.find(ref), ref)
         assert partition.instance_id is not None
         closure = self.downstream_closure(partition.instance_id)
         current = {
@@ -330,7 +330,7 @@ class PartitionCommands(PartitionReads, WriteBase):
         request ``recheck_id``): a blocking failure retires the instance (what was built from it shows
         stale) and fail-locks the partition. Refused, recording nothing, if another instance went live
         meanwhile."""
-        check_rules.checkable(self.find_partition(ref), ref)
+        check_rules.checkable(self.find(ref), ref)
         with self._write(ref_key(ref), alone=True) as tx:  # alone: the impact is what readers built
             impact = self._impact(ref, instance_id)
             partition = partition_at(tx.conn, ref)
@@ -356,7 +356,7 @@ class PartitionCommands(PartitionReads, WriteBase):
         event = ev.InstanceChecked.model_validate(rows[0]["data"])
         if event.recheck_id != recheck_id:
             return None
-        partition = self.partition(ref)
+        partition = self.get(ref)
         return Recheck(ref=ref, instance_id=event.instance_id, results=event.results, partition=partition)
 
     def _impact(self, ref: str, instance_id: str) -> TaintImpact:

@@ -26,7 +26,7 @@ ADMITTED_NOT_STARTED = select(s.job_runs.c.workflow_id).where(
 )
 
 
-class PoolCommands(WriteBase):
+class Pools(WriteBase):
     """Admission and leases."""
 
     def request_admission(self, job_run_id: str, slots: Mapping[str, int]) -> bool:
@@ -58,7 +58,7 @@ class PoolCommands(WriteBase):
             and len(rows[0]["members"]) >= rows[0]["batch_limit"]
         )
 
-    def pools_have_room(self, slots: Mapping[str, int]) -> bool:
+    def have_room(self, slots: Mapping[str, int]) -> bool:
         """Whether each pool (name -> slots) has a slot no run holds (a read: admission decides)."""
         taken = {row["pool"]: int(row["n"]) for row in self._all(slots_taken(slots))}
         return all(taken.get(pool, 0) < n for pool, n in slots.items())

@@ -10,6 +10,7 @@ from databuild.bel import schema as s
 from databuild.bel.aggregates.base import WriteBase
 from databuild.bel.aggregates.partitions import PartitionReads
 from databuild.bel.engine.keys import ref_key, want_key
+from databuild.bel.engine.recorder import Recorder
 from databuild.bel.reads.base import ReadBase
 from databuild.bel.reads.rows import (
     WANT_ROW,
@@ -67,13 +68,13 @@ _SUBSCRIPTIONS_OF_WANT = _SUBSCRIBED.where(
 class WantReads(ReadBase):
     """Reads of wants, the runs they link to and the refs they subscribe to."""
 
-    def want(self, want_id: str) -> Want:
+    def get(self, want_id: str) -> Want:
         rows = self._all(WANT_ROW, {"want_id": want_id})
         if not rows:
             raise NotFoundError(f"no want {want_id!r}; list wants with `databuild wants list`")
         return want_from_row(rows[0])
 
-    def find_want(self, want_id: str) -> Want | None:
+    def find(self, want_id: str) -> Want | None:
         rows = self._all(WANT_ROW, {"want_id": want_id})
         return want_from_row(rows[0]) if rows else None
 
@@ -82,7 +83,7 @@ class WantReads(ReadBase):
         rows = self._all(DECISION_SEQ, {"want_id": want_id})
         return int(rows[0]["decision_seq"]) if rows else 0
 
-    def wants(
+    def query(
         self,
         *,
         state: WantState | None = None,
@@ -105,7 +106,7 @@ class WantReads(ReadBase):
         )
         return [want_from_row(r) for r in self._all(query)]
 
-    def unstarted_wants(self, before: datetime, limit: int = 1000) -> list[Want]:
+    def unstarted(self, before: datetime, limit: int = 1000) -> list[Want]:
         """Wants held `new` since before ``before`` that should have a workflow: not those a backfill's
         window has yet to start (a backfill of 100,000 holds most of its wants so, on purpose)."""
         waiting = (
@@ -143,20 +144,18 @@ class WantReads(ReadBase):
         )
         return [want_from_row(r) for r in self._all(query)]
 
-    def open_wants_among(self, ids: Sequence[str]) -> set[str]:
+    def open_among(self, ids: Sequence[str]) -> set[str]:
         """Those of the wants that have not ended (one indexed lookup per few hundred)."""
-        with self.reader.connect() as conn:
+        with self._log.reader.connect() as conn:
             return open_among(conn, ids)
 
-    def wants_by_id(self, ids: Sequence[str]) -> list[Want]:
+    def by_id(self, ids: Sequence[str]) -> list[Want]:
         rows = []
         for chunk in chunks(ids):
             rows += self._all(WANTS_OF, {"ids": chunk})
         return [want_from_row(r) for r in rows]
 
-    def want_family(
-        self, root_want_id: str, limit: int = 10_000
-    ) -> tuple[list[Want], dict[str, JobRunState]]:
+    def family(self, root_want_id: str, limit: int = 10_000) -> tuple[list[Want], dict[str, JobRunState]]:
         """The wants of one fulfillment tree (``root_want_id`` and its derivative wants, transitively;
         newest first, the first ``limit``) and the state of every job run they queued, joined or
         skipped. One query, however large the tree: progress views run it several times a second."""
@@ -184,7 +183,7 @@ class WantReads(ReadBase):
                 runs[row["run_id"]] = JobRunState(row["run_state"])
         return list(wants.values()), runs
 
-    def want_links(self, want_ids: Sequence[str]) -> list[tuple[str, str, str]]:
+    def links(self, want_ids: Sequence[str]) -> list[tuple[str, str, str]]:
         """(want_id, job_run_id, relation) for every job run these wants executed, joined or skipped."""
         rows = []
         for chunk in chunks(want_ids):
@@ -249,7 +248,7 @@ class WantReads(ReadBase):
             for parent, _, _, child in self.derivatives_of(level):
                 if child:
                     children.setdefault(parent, []).append(child)
-            loaded = self.wants_by_id(sorted({c for p in level for c in children.get(p, ())} - set(found)))
+            loaded = self.by_id(sorted({c for p in level for c in children.get(p, ())} - set(found)))
             found.update({w.want_id: w for w in loaded})
             level = [w.want_id for w in loaded]
         families: dict[str, list[Want]] = {}
@@ -265,10 +264,14 @@ class WantReads(ReadBase):
         return families
 
 
-class WantCommands(WantReads, PartitionReads, WriteBase):
-    """Commands about wants (their decision steps are ``DecisionCommands``)."""
+class Wants(WantReads, WriteBase):
+    """Commands about wants (their decision steps are ``Decisions``)."""
 
-    def register_want(self, spec: WantSpec) -> tuple[Want, bool]:
+    def __init__(self, log: Recorder) -> None:
+        super().__init__(log)
+        self._partitions = PartitionReads(log)  # how many times a missing input was built before
+
+    def register(self, spec: WantSpec) -> tuple[Want, bool]:
         """Record ``WantCreated`` unless the want exists. Returns the want and whether it is new. One
         transaction either way: a repeat writes nothing, and a first registration reads nothing before it."""
         with self._write(want_key(spec.want_id)) as tx:
@@ -276,7 +279,7 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
             want = want_row(tx.conn, spec.want_id)
         return want_from_row(want), created
 
-    def cancel_wants(self, want_ids: Sequence[str], reason: str) -> tuple[list[Want], list[str]]:
+    def cancel(self, want_ids: Sequence[str], reason: str) -> tuple[list[Want], list[str]]:
         """End each of the wants that has not ended `canceled` (``reason``), a few hundred per transaction
         (each holds its wants' locks, so a decision either came before and is cancelled, or comes after
         and finds the want ended). Then each queued run they followed that no open want needs any more
@@ -316,8 +319,8 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
         that serves an ``opening`` of the want that a retry replaced raises WantReplacedError. A
         derivative's id includes its ref's taint count, read under the ref's lock, so
         an input tainted since an earlier build is wanted anew."""
-        parent = self.want(want_id).spec  # a fresh want's inputs are wanted fresh
-        generations = self.generations(missing)
+        parent = self.get(want_id).spec  # a fresh want's inputs are wanted fresh
+        generations = self._partitions.generations(missing)
         derivatives = [parent.derive(ref, want_id, generations[ref]) for ref in missing]
         keys = [want_key(want_id), *map(ref_key, missing), *(want_key(d.want_id) for d in derivatives)]
         with self._write(*keys) as tx:
@@ -360,7 +363,7 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
                 and row["status"] == PartitionStatus.live.value
             ]
 
-    def finish_want(
+    def finish(
         self,
         want_id: str,
         state: WantState,
@@ -393,7 +396,7 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
             tx.extend(decided.events)
             return want_from_row(want_row(tx.conn, want_id)), decided.finished
 
-    def reopen_wants(self, want_ids: Sequence[str]) -> list[Want]:
+    def reopen(self, want_ids: Sequence[str]) -> list[Want]:
         """Open again each of the wants that ended failed or canceled (``endings.reopen``), in one
         transaction; the others are left as they are. Returns the wants reopened."""
         with self._write(*(want_key(w) for w in want_ids)) as tx:
@@ -407,7 +410,7 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
             return reopened
 
     def mark_sla_missed(self, want_id: str, deadline: datetime) -> Want:
-        current = self.want(want_id)
+        current = self.get(want_id)
         if current.sla_missed:
             return current
         with self._write(want_key(want_id)) as tx:
@@ -419,7 +422,7 @@ class WantCommands(WantReads, PartitionReads, WriteBase):
         self, want_id: str, deadline: datetime, eta: datetime, slowest_step: str | None
     ) -> tuple[Want, bool]:
         """Raise the want's at-risk flag; returns the want and whether this call raised it."""
-        current = self.want(want_id)
+        current = self.get(want_id)
         if current.sla_at_risk or current.state.is_final:
             return current, False
         with self._write(want_key(want_id)) as tx:

@@ -13,7 +13,7 @@ from databuild.domain.workers import WorkerVersions
 
 
 class WorkerReads(ReadBase):
-    def workers(self, identities: Sequence[str]) -> list[WorkerVersions]:
+    def versions(self, identities: Sequence[str]) -> list[WorkerVersions]:
         """The recorded workers of these identities (a worker that never recorded itself is left out)."""
         rows = []
         for chunk in chunks(list(identities)):
@@ -33,8 +33,8 @@ class WorkerReads(ReadBase):
         )
 
 
-class WorkerCommands(WorkerReads, WriteBase):
-    def record_worker(self, identity: str, task_queue: str, graph: str, versions: Mapping[str, str]) -> None:
+class Workers(WorkerReads, WriteBase):
+    def record(self, identity: str, task_queue: str, graph: str, versions: Mapping[str, str]) -> None:
         """A worker started serving ``task_queue`` with these job versions."""
         with self._write(f"worker:{identity}") as tx:
             tx.extend(

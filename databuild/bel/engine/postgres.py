@@ -9,7 +9,7 @@ head become visible together). Otherwise (under load) the events get provisional
 order, to the indexes after the head and advances the head. One such call places the events of many
 writers; a writer whose events another call placed returns, writing nothing, once it has the sequencer's
 lock (it waits its turn for it). A writer returns only once its events are placed, so it reads its own
-writes; a reader reads the head and the events up to it in one snapshot (``event_page``), so it sees
+writes; a reader reads the head and the events up to it in one snapshot (``events.page``), so it sees
 every index up to the head, and whatever commits later is placed after it.
 
 The order is the commit order as far as any transaction could tell: one that read or waited for another's

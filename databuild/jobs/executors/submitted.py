@@ -9,7 +9,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING
 
-from databuild.bel.engine.transaction import make_engines
+from databuild.bel.engine.recorder import Recorder
 from databuild.bel.queries import BelQueries
 from databuild.graph import load_graph
 from databuild.jobs.executors.body import JobBodies, spark_cost, with_spark_cost
@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
     session = SparkSession.builder.getOrCreate()
     context = session.sparkContext
     context.setLogLevel("WARN")
-    _writer, reader = make_engines(os.environ[DATABASE_URL_VARIABLE])
+    log = Recorder(os.environ[DATABASE_URL_VARIABLE])
     watchdog = Watchdog(files, job, context)
     watchdog.start()
     context.setJobGroup(attempt.group, attempt.description, True)
@@ -101,7 +101,7 @@ def main(argv: list[str]) -> int:
     bodies: JobBodies | None = None
     try:
         storage = Storage(job.storage_root)
-        bodies = JobBodies(BelQueries(reader), load_graph(job.graph), storage, job.log_max_bytes)
+        bodies = JobBodies(BelQueries(log), load_graph(job.graph), storage, job.log_max_bytes)
         body = bodies.run(session, attempt, cancelled=watchdog.cancelled, report=report)
         # Read here, in the application that did the work: its accounting ends with it.
         result = SubmitResult(body=with_spark_cost(body, context, attempt.group))
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
     finally:
         watchdog.stopped.set()
         watchdog.join()
-        reader.dispose()
+        log.dispose()
     files.write(SubmitFiles.RESULT, result.model_dump_json())
     session.stop()
     return 0
