@@ -3,7 +3,6 @@
 short off the writers' path."""
 
 import sqlite3
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -145,11 +144,12 @@ def test_an_exiting_process_stops_the_checkpoints_after_the_one_running(tmp_path
         for _ in range(own.BATCH):
             own.committed()
         assert own.running
-        threads = {t for t in threading.enumerate() if t.name == "bel-checkpoints"}
+        thread = own._thread  # its own (other checkpointers' threads of this process come and go)
+        assert thread is not None
         own.stop()
         for _ in range(own.BATCH):  # commits while the process exits start nothing
             own.committed()
         assert not own.running
-        assert len(threads - set(threading.enumerate())) == 1, "its thread ended"
+        assert not thread.is_alive(), "its thread ended"
     finally:
         bel.dispose()
