@@ -174,18 +174,21 @@ async def demo_run(
 # is by number of tests, which put the few-but-long modules last, each a tail run by one worker alone.)
 SLOWEST_MODULES = (
     "test_cluster",
+    "test_bench_runs",
     "test_chaos",
     "test_dev_stack",
-    "test_executors",
-    "test_failures",
+    "test_bench_builds",
     "test_error_surfaces",
-    "test_catalog",
-    "test_bench_runs",
-    "test_declared_inputs",
-    "test_lineage",
+    "test_failures",
+    "test_executors",
+    "test_bel",
     "test_backfill",
+    "test_catalog",
+    "test_openings",
+    "test_alerts",
     "test_batches",
-    "test_dashboard",
+    "test_delegation",
+    "test_declared_inputs",
 )
 
 

@@ -3,13 +3,16 @@ derivative want, and serving a stack's HTTP API. Tests import these, never each 
 
 import asyncio
 import inspect
+import json
 import logging
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from moto.server import ThreadedMotoServer
@@ -122,3 +125,21 @@ def waiting_for_feed(db: DataBuild, ref: str) -> bool:
 
 def http_server(stack: Stack, port: int) -> AbstractAsyncContextManager[str]:
     return serving(create_app(web_context(stack.settings, stack.bel)), "127.0.0.1", port)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def bench(module: str, *args: str) -> dict[str, Any]:
+    """Run the benchmark ``module`` in a process of its own; its exit code is 0 (1 on a stalled workflow task
+    or a failed want), and its last line is its figures as JSON."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures

@@ -38,12 +38,6 @@ from tests.helpers import instance_dir, lake, until
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
-DAYS = [f"2024-01-0{d}" for d in range(1, 8)]
-BUILT = sorted(
-    [f"raw_events/{d}" for d in DAYS]
-    + [f"daily_users/{d}" for d in DAYS]
-    + ["daily_summary/2024-01-07", "top_spenders/2024-01-07"]
-)
 WORKER_APP = "databuild"  # SparkRuntime's default app name, used by `databuild worker`
 WANT_TIMEOUT = 600
 CORES = 4  # offered by the cluster's worker (more than the machine has: applications mostly wait)
@@ -65,8 +59,9 @@ def connect(cluster: SparkCluster, tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.fixture(scope="module")
 async def local_checksums(demo_run: DemoRun, spark_runtime: SparkRuntime) -> dict[str, str]:
-    """The demo partitions as local mode built them (the session's demo run), once for the module."""
-    paths = {ref: live_dir(demo_run.stack, ref) for ref in BUILT}
+    """The day of the demo the executors build, as local mode built it (the session's demo run), once for the
+    module."""
+    paths = {ref: live_dir(demo_run.stack, ref) for ref in DAY_BUILT}
     return await asyncio.to_thread(lambda: partition_checksums(spark_runtime.session(), paths))
 
 
@@ -96,7 +91,7 @@ async def build_demo(stack: Stack, ref: str = DEMO_REF) -> None:
     assert want.state is WantState.successful, want.reason
 
 
-def checksums(runtime: SparkRuntime, stack: Stack, built: list[str] = BUILT) -> dict[str, str]:
+def checksums(runtime: SparkRuntime, stack: Stack, built: list[str]) -> dict[str, str]:
     live = stack.bel.partitions.query(status=PartitionStatus.live, limit=1000)
     assert sorted(p.ref for p in live) == built
     return partition_checksums(runtime.session(), {ref: live_dir(stack, ref) for ref in built})
@@ -106,7 +101,7 @@ def live_dir(stack: Stack, ref: str) -> Path:
     return instance_dir(stack.settings, ref, stack.bel.partitions.get(ref).instance_id)
 
 
-def assert_built_once(stack: Stack, built: list[str] = BUILT) -> None:
+def assert_built_once(stack: Stack, built: list[str]) -> None:
     runs = stack.bel.job_runs.query(limit=1000)
     succeeded = sorted(r.job_label for r in runs if r.state is JobRunState.succeeded)
     targets = {(t.job.label, tuple(t.outputs)) for ref in built if (t := stack.graph.resolve(ref).target)}
@@ -154,8 +149,7 @@ async def test_session_executor_on_the_cluster_matches_local_mode(
     assert cluster.tasks_finished(app_id) > 0
     # Once the worker is stopped, its driver disconnects and the master lists the application as done.
     await until(lambda: app_id in {a["id"] for a in cluster.status()["completedapps"]}, seconds=20)
-    day = {ref: local_checksums[ref] for ref in DAY_BUILT}
-    assert await asyncio.to_thread(checksums, spark_runtime, stack, DAY_BUILT) == day
+    assert await asyncio.to_thread(checksums, spark_runtime, stack, DAY_BUILT) == local_checksums
 
 
 async def test_submit_executor_on_the_cluster_matches_local_mode(
@@ -189,8 +183,7 @@ async def test_submit_executor_on_the_cluster_matches_local_mode(
         r.state is JobRunState.dep_miss for r in runs
     )
     assert all(cluster.tasks_finished(a["id"]) > 0 for a in apps if ":raw_events:" in a["name"])
-    day = {ref: local_checksums[ref] for ref in DAY_BUILT}
-    assert await asyncio.to_thread(checksums, spark_runtime, stack, DAY_BUILT) == day
+    assert await asyncio.to_thread(checksums, spark_runtime, stack, DAY_BUILT) == local_checksums
 
     # daily_users dep-missed in its own application, raw_events was built, then daily_users read it in
     # another: the lineage, facts and logs each application reported.
@@ -272,8 +265,7 @@ async def test_connect_executor_matches_local_mode(
     jobs = (await asyncio.to_thread(connect.jobs))[: -before or None]
     tagged = {t for j in jobs for t in j.get("jobTags", []) if "_Tag_databuild-" in t}
     assert len({t.rsplit("_Tag_", 1)[1] for t in tagged}) >= 2
-    day = {ref: local_checksums[ref] for ref in DAY_BUILT}
-    assert await asyncio.to_thread(checksums, spark_runtime, stack, DAY_BUILT) == day
+    assert await asyncio.to_thread(checksums, spark_runtime, stack, DAY_BUILT) == local_checksums
     # Connect cannot read Spark's accounting: each attempt's cost is recorded unknown (with why), not zero.
     costs = stack.bel.costs.attempts()
     assert costs and {(c.executor, c.cost) for c in costs} == {("connect", None)}

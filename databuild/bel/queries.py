@@ -36,6 +36,9 @@ class BelQueries:
 
     def __init__(self, log: Recorder) -> None:
         self._log = log
+        self._compose(log)
+
+    def _compose(self, log: Recorder) -> None:
         self.wants = WantReads(log)
         self.job_runs = JobRunReads(log)
         self.partitions = PartitionReads(log)

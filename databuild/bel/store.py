@@ -4,7 +4,7 @@ Three layers, each a package: ``bel.engine`` (the recorder: engines, the one wri
 group commit, outages, and one module per backend holding every dialect difference), ``bel.aggregates``
 (one set of commands per aggregate: wants, decisions, job runs, partitions, pools, backfills, costs,
 workers, the log itself) and ``bel.reads`` (the read models). ``BuildEventLog`` composes the aggregates'
-commands and reads on one engine; which events a command appends is decided in ``databuild.domain``."""
+services on one recorder; which events a command appends is decided in ``databuild.domain``."""
 
 import tempfile
 from pathlib import Path
@@ -25,6 +25,7 @@ from databuild.bel.engine.keys import backfill_key, pool_key, ref_key, run_key, 
 from databuild.bel.engine.recorder import Recorder
 from databuild.bel.engine.transaction import place_pending
 from databuild.bel.queries import BelQueries
+from databuild.bel.reads.lineage_facts import LineageFactReads
 
 __all__ = [
     "BuildEventLog",
@@ -53,8 +54,9 @@ class BuildEventLog(BelQueries):
     pools: Pools
 
     def __init__(self, url: str) -> None:
-        log = Recorder(url)
-        super().__init__(log)
+        super().__init__(Recorder(url))
+
+    def _compose(self, log: Recorder) -> None:
         self.wants = Wants(log)
         self.job_runs = JobRuns(log)
         self.partitions = Partitions(log)
@@ -64,6 +66,7 @@ class BuildEventLog(BelQueries):
         self.workers = Workers(log)
         self.decisions = Decisions(log)
         self.pools = Pools(log)
+        self.lineage = LineageFactReads(log)
 
     @classmethod
     def create(cls, url: str) -> "BuildEventLog":
