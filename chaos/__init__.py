@@ -3,7 +3,7 @@ database, `databuild worker` processes, a PostgreSQL BEL of its own), a backfill
 at moments drawn from a seed, and the invariants that must hold afterwards. It stands on the product
 and its demo, as a user's harness would, outside the installed package.
 
-Used by ``tests/test_chaos.py`` (a short run, and a scripted run with two restarts, in CI) and
+Used by ``tests/test_chaos.py`` (a short run in CI: two restarts mid-build, then the other kinds at random) and
 ``bench/bench_chaos.py`` (the soak, ``make chaos``).
 
 Faults:

@@ -40,7 +40,7 @@ class ChaosConfig:
     news: int = 2  # days whose corrections are announced again after each round (late data), twice each
     kinds: tuple[FaultKind, ...] = FAULT_KINDS  # () for a run without faults (a baseline)
     max_faults: int | None = None  # stop injecting after this many
-    # Instead of random faults: these, in order, each once a job is running (mid-build).
+    # Before the random faults: these, in order, each once a job is running (mid-build).
     script: tuple[FaultKind, ...] = ()
     minutes: float = 0.0  # soak: after the first round, taint-and-rebuild rounds until this long
     settle_seconds: float = 300.0  # after the faults stop, how long every want has to end

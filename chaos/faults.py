@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 from temporalio.api.enums.v1 import PendingActivityState
 
-from chaos.config import FAULT_WEIGHTS, FaultKind
+from chaos.config import FAULT_WEIGHTS, ChaosConfig, FaultKind
 from chaos.stack import ChaosStack, read, retrying
 from databuild.bel import BuildEventLog
 from databuild.bel import schema as s
@@ -82,13 +82,19 @@ class Faults:
         finally:
             stack.paused = False
 
+    async def injected(self, config: ChaosConfig, stop: asyncio.Event) -> None:
+        """The config's scripted faults (each mid-build), then random ones of its kinds."""
+        await self.scripted(config.script)
+        await self.random(config.kinds, config.fault_gap, config.max_faults, stop)
+
     async def random(
         self, kinds: tuple[FaultKind, ...], gap: tuple[float, float], limit: int | None, stop: asyncio.Event
     ) -> None:
-        """Faults at random moments until ``stop`` (or ``limit`` faults). Each kind comes once first, in
-        random order, and all of those are played even if the work ends sooner, so every run sees
-        every kind."""
-        plan = self.rng.sample(kinds, k=len(kinds))
+        """Faults at random moments until ``stop`` (or ``limit`` faults, those injected before counted).
+        Each kind not injected yet comes once first, in random order, and all of those are played even if
+        the work ends sooner, so every run sees every kind."""
+        fresh = [k for k in kinds if not self.counts[k]]
+        plan = self.rng.sample(fresh, k=len(fresh))
         weights = [FAULT_WEIGHTS[k] for k in kinds]
         while kinds and (limit is None or sum(self.counts.values()) < limit):
             pause = self.rng.uniform(*gap)

@@ -49,12 +49,7 @@ async def run_chaos(config: ChaosConfig, home: Path, admin_url: str, log: Log = 
             faults = Faults(stack, rng, admin_url, started, config.outage_seconds)
             stop = asyncio.Event()
             supervisor = asyncio.create_task(stack.supervise(stop))
-            if config.script:
-                injector = asyncio.create_task(faults.scripted(config.script))
-            else:
-                injector = asyncio.create_task(
-                    faults.random(config.kinds, config.fault_gap, config.max_faults, stop)
-                )
+            injector = asyncio.create_task(faults.injected(config, stop))
             try:
                 report.rounds = await soak(stack, rng, config, started, log, report.steering)
             finally:

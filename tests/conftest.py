@@ -175,9 +175,9 @@ async def demo_run(
 SLOWEST_MODULES = (
     "test_cluster",
     "test_bench_runs",
-    "test_chaos",
     "test_dev_stack",
     "test_bench_builds",
+    "test_chaos",
     "test_error_surfaces",
     "test_failures",
     "test_executors",
