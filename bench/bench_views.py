@@ -66,9 +66,10 @@ from databuild.bel import BuildEventLog, projector
 from databuild.bel import schema as s
 from databuild.bel.aggregates.base import open_run
 from databuild.bel.aggregates.decisions import followed_runs, open_batch, want_step
+from databuild.bel.aggregates.wants import WANTS_OF
 from databuild.bel.engine import direct
 from databuild.bel.reads.partition_costs import refresh_partition_costs
-from databuild.bel.reads.rows import job_run_row, partitions_at, wants_and_links
+from databuild.bel.reads.rows import job_run_row, partitions_at, want_rule_row, wants_and_links
 from databuild.bel.reads.run_costs import refresh_run_costs
 from databuild.domain import backfills as backfill_rules
 from databuild.domain import decisions, endings
@@ -157,15 +158,7 @@ class Targets:
 
 
 # What the generator reads back from the projections for its rules, beside the store's own row readers
-# (``databuild.bel.reads.rows``).
-_WANT_ROWS = select(
-    s.wants.c.want_id,
-    s.wants.c.state,
-    s.wants.c.reason,
-    s.wants.c.decision_seq,
-    s.wants.c.opening,
-    s.wants.c.job_run_id,
-).where(s.one_of(s.wants.c.want_id, "ids"))
+# (``databuild.bel.reads.rows``) and statements.
 _BACKFILL = select(s.backfills.c.started, s.backfills.c.paused, s.backfills.c.canceled).where(
     s.backfills.c.backfill_id == bindparam("backfill_id")
 )
@@ -270,7 +263,7 @@ class History:
         found: dict[str, Mapping[str, Any]] = {}
         for chunk in _chunks(want_ids):
             found.update(
-                (row["want_id"], row) for row in direct.rows(self.conn, _WANT_ROWS, {"ids": list(chunk)})
+                (row["want_id"], row) for row in direct.rows(self.conn, WANTS_OF, {"ids": list(chunk)})
             )
         return found
 
@@ -498,11 +491,7 @@ class History:
         derivatives = [spec.derive(ref, spec.want_id, generations[ref]) for ref in missing]
         rows = self.want_rows([spec.want_id, *(d.want_id for d in derivatives)])
         want = rows[spec.want_id]
-        known = {
-            d.want_id: want_rules.WantRow(WantState(r["state"]), r["reason"], r["decision_seq"], r["opening"])
-            for d in derivatives
-            if (r := rows.get(d.want_id)) is not None
-        }
+        known = {d.want_id: want_rule_row(r) for d in derivatives if (r := rows.get(d.want_id)) is not None}
         awaited = want_rules.await_dependencies(
             want_rules.Dependencies(
                 want_id=spec.want_id,

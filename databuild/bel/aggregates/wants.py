@@ -24,6 +24,7 @@ from databuild.bel.reads.rows import (
     waiting_on_count,
     want_from_row,
     want_row,
+    want_rule_row,
 )
 from databuild.domain import decisions, endings
 from databuild.domain import events as ev
@@ -338,13 +339,7 @@ class Wants(WantReads, WriteBase):
                     generations=generations,
                     partitions={ref: partition_at(tx.conn, ref) for ref in missing},
                     derivatives=derivatives,
-                    known={
-                        i: wants_rules.WantRow(
-                            WantState(row["state"]), row["reason"], row["decision_seq"], row["opening"]
-                        )
-                        for i, row in known.items()
-                        if row is not None
-                    },
+                    known={i: want_rule_row(row) for i, row in known.items() if row is not None},
                 )
             )
             tx.extend(awaited.events)

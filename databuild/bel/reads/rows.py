@@ -1,6 +1,6 @@
 """Rows of the projections, and the models read from them: shared by every aggregate of the log."""
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -8,6 +8,7 @@ from sqlalchemy import Connection, RowMapping, Select, Table, bindparam, func, s
 
 from databuild.bel import schema as s
 from databuild.bel.engine import Row, direct
+from databuild.domain.wants import WantRow
 from databuild.errors import NotFoundError
 from databuild.globs import like_prefix, ref_filter
 from databuild.models import (
@@ -165,6 +166,11 @@ def event_record(row: Any) -> EventRecord:
 # Statements on every want's path are built once (building one costs more than running it on SQLite).
 WANT_ROW = select(s.wants).where(s.wants.c.want_id == bindparam("want_id"))
 PARTITION_ROW = select(s.partitions).where(s.partitions.c.ref == bindparam("ref"))
+
+
+def want_rule_row(row: Mapping[str, Any]) -> WantRow:
+    """A want's row as the wants' rules read it."""
+    return WantRow(WantState(row["state"]), row["reason"], row["decision_seq"], row["opening"])
 
 
 def want_row(conn: Connection, want_id: str, required: bool = True) -> Any:
