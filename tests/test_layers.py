@@ -261,3 +261,23 @@ def test_no_comment_cites_a_document_the_readers_do_not_have() -> None:
         if re.search(r"\bSPEC\b", line)
     }
     assert cited == {}, f"say what the reference meant, in the comment itself: {cited}"
+
+
+def test_the_log_composes_one_service_per_aggregate_on_one_recorder(tmp_path: Path) -> None:
+    """Each service is its annotation's class: the log's with commands, the read-only view's without."""
+    from databuild.bel import BuildEventLog
+    from databuild.bel.aggregates.job_runs import JobRunReads, JobRuns
+    from databuild.bel.aggregates.wants import WantReads, Wants
+    from databuild.bel.queries import BelQueries
+
+    bel = BuildEventLog(f"sqlite:///{tmp_path / 'bel.sqlite'}")
+    try:
+        names = ["backfills", "costs", "events", "job_runs", "lineage", "partitions", "wants", "workers"]
+        assert sorted(vars(bel)) == sorted(["_log", *names, "decisions", "pools"])
+        assert type(bel.wants) is Wants and type(bel.job_runs) is JobRuns
+        assert all(getattr(bel, name)._log is bel._log for name in [*names, "decisions", "pools"])
+        view = BelQueries(bel._log)
+        assert sorted(vars(view)) == sorted(["_log", *names])
+        assert type(view.wants) is WantReads and type(view.job_runs) is JobRunReads
+    finally:
+        bel.dispose()

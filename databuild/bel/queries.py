@@ -4,7 +4,7 @@
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar, get_type_hints
 
 from sqlalchemy import Connection, Engine
 
@@ -16,10 +16,20 @@ from databuild.bel.aggregates.partitions import PartitionReads
 from databuild.bel.aggregates.wants import WantReads
 from databuild.bel.aggregates.workers import WorkerReads
 from databuild.bel.engine.recorder import Recorder
+from databuild.bel.reads.base import ReadBase
 from databuild.bel.reads.lineage_facts import LineageFactReads
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def services_of(cls: type) -> dict[str, type[ReadBase]]:
+    """The services of a view of the log: each attribute annotated with a service's class, made on the log's
+    recorder (a subclass's annotations narrow them, e.g. to the services with commands)."""
+    hints = get_type_hints(cls)
+    return {
+        name: hint for name, hint in hints.items() if isinstance(hint, type) and issubclass(hint, ReadBase)
+    }
 
 
 class BelQueries:
@@ -36,17 +46,8 @@ class BelQueries:
 
     def __init__(self, log: Recorder) -> None:
         self._log = log
-        self._compose(log)
-
-    def _compose(self, log: Recorder) -> None:
-        self.wants = WantReads(log)
-        self.job_runs = JobRunReads(log)
-        self.partitions = PartitionReads(log)
-        self.backfills = BackfillReads(log)
-        self.events = EventReads(log)
-        self.costs = CostReads(log)
-        self.workers = WorkerReads(log)
-        self.lineage = LineageFactReads(log)
+        for name, service in services_of(type(self)).items():
+            setattr(self, name, service(log))
 
     @property
     def url(self) -> str:

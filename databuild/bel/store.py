@@ -25,7 +25,6 @@ from databuild.bel.engine.keys import backfill_key, pool_key, ref_key, run_key, 
 from databuild.bel.engine.recorder import Recorder
 from databuild.bel.engine.transaction import place_pending
 from databuild.bel.queries import BelQueries
-from databuild.bel.reads.lineage_facts import LineageFactReads
 
 __all__ = [
     "BuildEventLog",
@@ -41,7 +40,7 @@ __all__ = [
 
 class BuildEventLog(BelQueries):
     """The log: one service per aggregate (``bel.wants``, ``bel.job_runs``, ``bel.partitions``, ...), each
-    with its commands and reads, all on one recorder."""
+    with its commands and reads, all on one recorder (the read side's ``lineage`` as ``BelQueries`` has it)."""
 
     wants: Wants
     job_runs: JobRuns
@@ -55,18 +54,6 @@ class BuildEventLog(BelQueries):
 
     def __init__(self, url: str) -> None:
         super().__init__(Recorder(url))
-
-    def _compose(self, log: Recorder) -> None:
-        self.wants = Wants(log)
-        self.job_runs = JobRuns(log)
-        self.partitions = Partitions(log)
-        self.backfills = Backfills(log)
-        self.events = Events(log)
-        self.costs = Costs(log)
-        self.workers = Workers(log)
-        self.decisions = Decisions(log)
-        self.pools = Pools(log)
-        self.lineage = LineageFactReads(log)
 
     @classmethod
     def create(cls, url: str) -> "BuildEventLog":
