@@ -146,5 +146,5 @@ class JobActivities:
         self.executor.executors.close()
         if self.executor.lineage is not None:
             self.executor.lineage.close()  # sends the lineage events still queued
-        if self.executor.catalog is not None:
-            self.executor.catalog.close()  # finishes the catalog changes still queued
+        if self.executor.tables is not None:
+            self.executor.tables.close()  # finishes the table commits still queued

@@ -16,7 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 from databuild.durations import MAX_DURATION, parse_setting_duration
 from databuild.errors import InvalidInputError
 from databuild.limits import MAX_ATTEMPTS, MIN_HEARTBEAT_TIMEOUT, MIN_LEASE, MIN_TIMEOUT, shown
-from databuild.models import ExecutorKind
+from databuild.models import ExecutorKind, TableFormatName
 from databuild.refs import storage_uri
 
 DEFAULT_HOME = Path(".databuild")
@@ -79,7 +79,22 @@ class Settings(BaseSettings):
         "see [Tables](operations/storage.md#tables)",
     )
     catalog_database: str = Field(
-        default="default", description="the catalog database (schema) of the tables"
+        default="default",
+        description="the catalog database (schema) of the tables: Hive's, and Iceberg's namespace",
+    )
+    table_format: TableFormatName = Field(
+        default="hive",
+        description="how output patterns are published as tables: `hive` (partitions of the Hive metastore of "
+        "`DATABUILD_CATALOG`) or `iceberg` (an Apache Iceberg commit per published instance, in "
+        "`DATABUILD_ICEBERG_CATALOG`); a job may set its own (`@graph.job(table_format=...)`); see "
+        "[Iceberg tables](operations/storage.md#iceberg-tables)",
+    )
+    # Secret: a REST catalog's URL or a database URL may hold a token or a password.
+    iceberg_catalog: SecretStr = Field(
+        default=SecretStr(""),
+        description="the Iceberg catalog: a SQL catalog in a database (a SQLAlchemy URL; the tables of "
+        "Iceberg's JDBC catalog), or a REST catalog (`https://host/path`: Polaris, Lakekeeper, Nessie, Glue)",
+        json_schema_extra=_shown_default("a SQL catalog in the BEL's database"),
     )
     sql_port: int = Field(
         default=0,
@@ -366,6 +381,18 @@ class Settings(BaseSettings):
     def _catalog(cls, value: str) -> str:
         if value not in ("embedded", "none") and not value.startswith("thrift://"):
             raise ValueError("use embedded, none, or a metastore's thrift://host:port")
+        return value
+
+    @field_validator("iceberg_catalog")
+    @classmethod
+    def _iceberg_catalog(cls, value: SecretStr) -> SecretStr:
+        url = value.get_secret_value()
+        scheme = urlsplit(url).scheme
+        if url and (not scheme or "://" not in url):
+            raise ValueError(
+                "use a database URL for a SQL catalog (sqlite:///path, postgresql+psycopg://host/db), or a REST "
+                "catalog's https://host/path; unset, it is a SQL catalog in the BEL's database"
+            )
         return value
 
     @field_validator("catalog_database")

@@ -178,6 +178,14 @@ class CheckFailedError(DataBuildError):
     retryable = False
 
 
+class TableSchemaError(DataBuildError):
+    """An output's schema would lose data in its table (a column dropped or narrowed, a type changed, other
+    partition columns): the run publishes nothing and fails, and the table keeps what it had. Not retried:
+    the same code writes the same schema; fix the job, then `databuild resolve` its partitions."""
+
+    retryable = False
+
+
 class BusyError(DataBuildError):
     """The server is doing as much of this kind of work at once as it allows (plans of big backfills
     hold memory and CPU that every other request needs): repeat in a few seconds."""

@@ -391,6 +391,21 @@ def format_bytes(n: int) -> str:
     return f"{value:.1f} TiB"
 
 
+class TableCommit(Model):
+    """The commit that put an instance into its partition's table, as DataBuild recorded it."""
+
+    format: Literal["hive", "iceberg"]
+    table: str = Field(description="`namespace.table` in its catalog")
+    snapshot_id: int | None = Field(
+        default=None, description="the table's snapshot of the commit (Iceberg; time travel reads it by this)"
+    )
+    committed_at: datetime
+    removed_at: datetime | None = Field(
+        default=None, description="when a later commit took it out of the table (replaced or withdrawn)"
+    )
+    removed_snapshot_id: int | None = None
+
+
 class Instance(Model):
     """One materialisation of a ref. Its UUID never changes; a rebuild makes a new one."""
 
@@ -420,6 +435,9 @@ class Instance(Model):
     )
     job_version: str | None = Field(
         default=None, description="the code version of the job that built it; None: external, or unknown"
+    )
+    table: TableCommit | None = Field(
+        default=None, description="its commit to its partition's table; None: not committed to one (yet)"
     )
 
     @property
@@ -585,3 +603,5 @@ class EventPage(Model):
 # Where a job body runs (databuild/jobs/executors): the worker's own SparkSession, its own application
 # through spark-submit, or a Spark Connect server.
 ExecutorKind = Literal["session", "submit", "connect"]
+# How an output pattern's table keeps its partitions (databuild.jobs.tables).
+TableFormatName = Literal["hive", "iceberg"]

@@ -23,8 +23,8 @@ from databuild.bel import BuildEventLog
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.graph import Graph, load_graph
-from databuild.jobs.catalog import embedded_catalog_conf
 from databuild.jobs.spark import SparkRuntime
+from databuild.jobs.tables.hive import embedded_catalog_conf
 from databuild.models import Want, WantSpec
 from databuild.testing import (
     POSTGRES_ADMIN_URL,

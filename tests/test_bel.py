@@ -294,6 +294,24 @@ def test_upgrading_from_0_1_0_keeps_the_history_and_continues_it(empty_url: str)
     # below with the wants recorded since, all at their first).
     assert (openings.pop(once.want_id), openings.pop(twice.want_id)) == (1, 2)
     assert openings and set(openings.values()) == {0}
+    # 0016: no commit of the history was to a table; one recorded now is the instance's, and replays.
+    assert upgraded.partitions.instance(live[0]).table is None
+    held = upgraded.partitions.instance(live[0])
+    upgraded.tables.record(
+        ev.TableCommitted(
+            table="default.a",
+            format="iceberg",
+            snapshot_id=2**62,
+            committed_at=datetime(2024, 1, 2, tzinfo=UTC),
+            instances=[InstanceRef(ref=held.ref, instance_id=held.instance_id)],
+        )
+    )
+    commit = upgraded.partitions.instance(live[0]).table
+    assert commit is not None and (commit.table, commit.snapshot_id, commit.removed_at) == (
+        "default.a",
+        2**62,
+        None,
+    )
     kept = projection_rows(upgraded)
     upgraded.events.rebuild_projections()
     assert projection_rows(upgraded) == kept

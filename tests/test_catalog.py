@@ -17,8 +17,9 @@ import pyspark
 import pytest
 
 from databuild.backfill import BackfillRequest
-from databuild.jobs.catalog import Catalog, serve_sql
 from databuild.jobs.spark import SparkRuntime
+from databuild.jobs.tables.hive import HiveTables, serve_sql
+from databuild.jobs.tables.publisher import TablePublisher
 from databuild.models import WantState
 from tests.conftest import SQL_PORT, Stack
 from tests.graphs import LEFT_AUDIT_FAILS
@@ -120,14 +121,15 @@ async def test_a_published_partition_is_queried_with_beeline_after_each_change_o
     old = stack.parts.spark.session().read.parquet(str(instance_dir(stack.settings, f"left/{n}", first)))
     assert old.count() == 10
     # A worker's repair re-points every partition from the BEL.
-    catalog = Catalog(
-        stack.parts.spark, stack.graph, stack.bel, database=database, root=stack.settings.storage_root
+    hive = HiveTables(
+        stack.parts.spark, database=database, root=stack.settings.storage_root, catalog="embedded"
     )
+    catalog = TablePublisher(stack.bel, stack.graph, {"hive": hive}, "hive")
     # A worker killed between a commit and its catalog change leaves the table behind the BEL: the
     # next worker's repair points it again.
     stack.parts.spark.session().sql(f"ALTER TABLE {database}.`left` DROP PARTITION (n = '{n}')")
     assert beeline(sql_server, count)[-1] == "0"
-    assert catalog.repair() == 2
+    assert catalog.repair() == 1
     assert beeline(sql_server, count)[-1] == "20"
 
     # A re-check that fails a blocking check, and a skip, take the table partitions out too, though
@@ -142,7 +144,7 @@ async def test_a_published_partition_is_queried_with_beeline_after_each_change_o
     other = uuid.uuid4().hex[:6]
     await built(stack, f"left/{other}")
     await rows_become(stack, sql_server, f"SELECT count(*) FROM {database}.`left` WHERE n = '{other}'", "10")
-    catalog.follow(f"left/{n}")  # nothing to drop: follow is idempotent
+    catalog.follow([f"left/{n}"])  # nothing to drop: follow is idempotent
     session = stack.parts.spark.session()
     quoted = stack.bel.partitions.instance(second).location
     session.sql(f"ALTER TABLE {database}.`left` ADD PARTITION (n = '{n}') LOCATION '{quoted}'")

@@ -9,7 +9,8 @@ import pytest
 from databuild.config import Settings
 from databuild.errors import GraphDefinitionError
 from databuild.graph import Graph, Pattern
-from databuild.jobs.catalog import TableSpec, graph_tables, spark_catalog_conf, table_of
+from databuild.jobs.tables.hive import spark_catalog_conf
+from databuild.jobs.tables.spec import TableSpec, graph_tables, table_of
 
 pytestmark = pytest.mark.unit
 

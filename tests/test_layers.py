@@ -272,7 +272,17 @@ def test_the_log_composes_one_service_per_aggregate_on_one_recorder(tmp_path: Pa
 
     bel = BuildEventLog(f"sqlite:///{tmp_path / 'bel.sqlite'}")
     try:
-        names = ["backfills", "costs", "events", "job_runs", "lineage", "partitions", "wants", "workers"]
+        names = [
+            "backfills",
+            "costs",
+            "events",
+            "job_runs",
+            "lineage",
+            "partitions",
+            "tables",
+            "wants",
+            "workers",
+        ]
         assert sorted(vars(bel)) == sorted(["_log", *names, "decisions", "pools"])
         assert type(bel.wants) is Wants and type(bel.job_runs) is JobRuns
         assert all(getattr(bel, name)._log is bel._log for name in [*names, "decisions", "pools"])

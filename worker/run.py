@@ -35,12 +35,15 @@ from databuild.config import Settings
 from databuild.domain.pools import pools_of
 from databuild.errors import InvalidInputError
 from databuild.graph import Graph, Job, load_graph
-from databuild.jobs.catalog import Catalog, TableSpec, serve_sql, spark_catalog_conf
 from databuild.jobs.execution import JobExecutor
 from databuild.jobs.executors import Executors, check_session
 from databuild.jobs.openlineage import LineageEmitter
 from databuild.jobs.spark import SparkRuntime
 from databuild.jobs.storage import Storage
+from databuild.jobs.tables.hive import serve_sql, spark_catalog_conf
+from databuild.jobs.tables.publisher import TablePublisher
+from databuild.jobs.tables.setup import table_formats
+from databuild.jobs.tables.spec import TableSpec
 from databuild.limits import policy_problem
 from databuild.operations.alerts import channels
 from databuild.operations.garbage import collect_garbage
@@ -149,14 +152,14 @@ def build_worker(parts: WorkerParts) -> BuiltWorker:
     executors = Executors.from_settings(
         settings, graph=parts.graph, bel=parts.bel, storage=storage, spark=parts.spark
     )
-    catalog = worker_catalog(parts)
+    tables = worker_tables(parts, storage)
     executor = JobExecutor(
         parts.bel,
         storage,
         executors,
         worker=identity,
         lineage=lineage,
-        catalog=catalog,
+        tables=tables,
         patience=parts.settings.bel_outage_patience,
     )
     fan_out = FanOutActivities(parts.bel, parts.client, settings, graph=parts.graph)
@@ -198,24 +201,20 @@ def check_graph_settings(graph: Graph, settings: Settings) -> None:
     channels(settings)  # an alert URL apprise cannot use
 
 
-def worker_catalog(parts: WorkerParts) -> Catalog | None:
-    """The catalog the worker's jobs register their tables in, if the settings and Spark have one."""
+def worker_tables(parts: WorkerParts, storage: Storage) -> TablePublisher | None:
+    """What publishes the worker's outputs to their tables, if any output maps to a table it can publish."""
     settings = parts.settings
-    if settings.catalog == "none" or parts.spark.catalog is None:
-        return None
-    catalog = Catalog(
-        parts.spark,
-        parts.graph,
-        parts.bel,
-        database=settings.catalog_database,
-        root=settings.storage_root,
+    publisher = TablePublisher(
+        parts.bel, parts.graph, table_formats(settings, storage, parts.spark), settings.table_format
     )
-    for pattern, table in catalog.tables.items():
+    for pattern, table in publisher.tables.items():
         if isinstance(table, TableSpec):
-            log.info("catalog: %s is table %s.%s", pattern, settings.catalog_database, table.name)
+            log.info(
+                "tables: %s is %s table %s.%s", pattern, table.format, settings.catalog_database, table.name
+            )
         else:
-            log.info("catalog: %s is no table: %s", pattern, table)
-    return catalog
+            log.info("tables: %s is no table: %s", pattern, table)
+    return publisher if publisher.specs else None
 
 
 def activities_of(
@@ -270,10 +269,11 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
         # Start the sessions now, so the first job does not pay the JVM start-up.
         asyncio.get_running_loop().run_in_executor(None, built.jobs.executor.executors.warm)
     stop = asyncio.Event()
-    if built.jobs.executor.catalog is not None:  # after a crash between a commit and its catalog change
-        serving = bool(parts.settings.sql_port)  # its session was built with that port (open_parts)
+    tables = built.jobs.executor.tables
+    serving = bool(parts.settings.sql_port) and parts.spark.catalog is not None  # its session has that port
+    if tables is not None or serving:  # after a crash between a BEL commit and its table commit
         asyncio.get_running_loop().run_in_executor(
-            None, start_catalog, built.jobs.executor.catalog, parts.spark if serving else None
+            None, start_tables, tables, parts.spark if serving else None
         )
     chores = [
         asyncio.create_task(
@@ -281,8 +281,8 @@ async def running_worker(parts: WorkerParts, *, warm_spark: bool = True) -> Asyn
         ),
         asyncio.create_task(periodically(parts.settings.repair_every, stop, repair, parts, built)),
     ]
-    if built.jobs.executor.catalog is not None:
-        chores.append(asyncio.create_task(periodically(FOLLOW_EVERY, stop, follow_catalog, parts, built)))
+    if tables is not None:
+        chores.append(asyncio.create_task(periodically(FOLLOW_EVERY, stop, follow_tables, parts, built)))
     try:
         with serving_metrics(parts.settings.metrics_port, parts.bel, parts.settings.pools):
             async with built.worker:
@@ -319,24 +319,25 @@ async def collect_storage_garbage(parts: WorkerParts, built: BuiltWorker) -> Non
         log.info("garbage-collected %s (%s)", item.location, item.reason)
 
 
-def start_catalog(catalog: Catalog, sql: SparkRuntime | None) -> None:
-    """Serve SQL over the catalog when configured (DATABUILD_SQL_PORT); repair it from the BEL."""
+def start_tables(tables: TablePublisher | None, sql: SparkRuntime | None) -> None:
+    """Serve SQL over the Hive catalog when configured (DATABUILD_SQL_PORT); catch the tables up with the
+    BEL."""
     try:
         if sql is not None:
             serve_sql(sql)
-        pointed = catalog.repair()
+        changed = 0 if tables is None else tables.repair()
     except Exception:
-        log.exception("could not repair the catalog from the BEL; the next start tries again")
+        log.exception("could not catch the tables up with the BEL; the next start tries again")
     else:
-        log.info("catalog: %d live partition(s) pointed at their instances", pointed)
+        log.info("tables: %d partition(s) caught up with the BEL", changed)
 
 
-async def follow_catalog(_parts: WorkerParts, built: BuiltWorker) -> None:
-    """Drop or re-point the table partitions whose live instance a taint, a skip or a failed re-check
-    took out of service, wherever it was done."""
-    catalog = built.jobs.executor.catalog
-    if catalog is not None:
-        await asyncio.to_thread(catalog.follow_log)
+async def follow_tables(_parts: WorkerParts, built: BuiltWorker) -> None:
+    """Withdraw the partitions whose live instance a taint, a skip or a failed re-check took out of
+    service, wherever it was done."""
+    tables = built.jobs.executor.tables
+    if tables is not None:
+        await asyncio.to_thread(tables.follow_log)
 
 
 async def repair(parts: WorkerParts, _built: BuiltWorker) -> None:

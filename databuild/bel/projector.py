@@ -12,12 +12,12 @@ from itertools import groupby
 
 from sqlalchemy import Connection
 
-from databuild.bel.projections import backfills, job_runs, partitions, wants, workers
+from databuild.bel.projections import backfills, job_runs, partitions, tables, wants, workers
 from databuild.bel.projections.common import BULK_HANDLERS, HANDLERS, projects
 from databuild.domain import events as ev
 
 # Importing the aggregates' modules registers their handlers.
-AGGREGATES = (wants, job_runs, partitions, backfills, workers)
+AGGREGATES = (wants, job_runs, partitions, backfills, workers, tables)
 
 __all__ = ["AGGREGATES", "HANDLERS", "apply", "apply_all", "merged", "projects"]
 

@@ -13,6 +13,7 @@ from databuild.bel.aggregates.costs import CostReads
 from databuild.bel.aggregates.events import EventReads
 from databuild.bel.aggregates.job_runs import JobRunReads
 from databuild.bel.aggregates.partitions import PartitionReads
+from databuild.bel.aggregates.tables import TableReads
 from databuild.bel.aggregates.wants import WantReads
 from databuild.bel.aggregates.workers import WorkerReads
 from databuild.bel.engine.recorder import Recorder
@@ -42,6 +43,7 @@ class BelQueries:
     events: EventReads
     costs: CostReads
     workers: WorkerReads
+    tables: TableReads
     lineage: LineageFactReads
 
     def __init__(self, log: Recorder) -> None:

@@ -412,6 +412,22 @@ workers = Table(
     Column("started_at", UTCDateTime, nullable=False),
 )
 
+# Which instance each table holds for each partition, as DataBuild committed it (TableCommitted): the
+# commit that added an instance, and the one that took it out again (replaced or withdrawn), if any.
+table_commits = Table(
+    "table_commits",
+    metadata,
+    Column("instance_id", ID, primary_key=True),
+    Column("ref", REF, nullable=False),
+    Column("table_name", String(512), nullable=False),
+    Column("format", String(16), nullable=False),
+    Column("snapshot_id", BigInteger),  # Iceberg's snapshot of the commit; None for a Hive table
+    Column("committed_at", UTCDateTime, nullable=False),
+    Column("removed_snapshot_id", BigInteger),
+    Column("removed_at", UTCDateTime),  # None: the table holds it now
+    Index("ix_table_commits_held", "ref", "removed_at"),
+)
+
 PROJECTIONS = [
     wants,
     partitions,
@@ -433,6 +449,7 @@ PROJECTIONS = [
     backfills,
     backfill_wants,
     workers,
+    table_commits,
 ]
 
 

@@ -3,7 +3,7 @@
 Three layers, each a package: ``bel.engine`` (the recorder: engines, the one write path with its locks,
 group commit, outages, and one module per backend holding every dialect difference), ``bel.aggregates``
 (one set of commands per aggregate: wants, decisions, job runs, partitions, pools, backfills, costs,
-workers, the log itself) and ``bel.reads`` (the read models). ``BuildEventLog`` composes the aggregates'
+workers, tables, the log itself) and ``bel.reads`` (the read models). ``BuildEventLog`` composes the aggregates'
 services on one recorder; which events a command appends is decided in ``databuild.domain``."""
 
 import tempfile
@@ -18,6 +18,7 @@ from databuild.bel.aggregates.events import Events
 from databuild.bel.aggregates.job_runs import JobRuns
 from databuild.bel.aggregates.partitions import Partitions
 from databuild.bel.aggregates.pools import Pools
+from databuild.bel.aggregates.tables import Tables
 from databuild.bel.aggregates.wants import Wants
 from databuild.bel.aggregates.workers import Workers
 from databuild.bel.engine import backend_for
@@ -49,6 +50,7 @@ class BuildEventLog(BelQueries):
     events: Events
     costs: Costs
     workers: Workers
+    tables: Tables
     decisions: Decisions
     pools: Pools
 

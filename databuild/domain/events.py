@@ -399,6 +399,21 @@ class WorkerStarted(Model):
     versions: dict[str, str] = Field(description="job label -> the version of its code this worker runs")
 
 
+class TableCommitted(Model):
+    """A table was brought in line with what the BEL says of some of its partitions, after the BEL commit
+    that decided it: each of ``instances`` is now its partition's data in the table (its previous data
+    replaced), and each ref of ``withdrawn`` has no data there any more (taken out of service)."""
+
+    type: Literal["TableCommitted"] = "TableCommitted"
+    table: str = Field(description="`namespace.table` in its catalog")
+    format: Literal["hive", "iceberg"]
+    snapshot_id: int | None = Field(default=None, description="the table's snapshot of the commit (Iceberg)")
+    committed_at: datetime = Field(description="when the table's commit was made, by the table's clock")
+    instances: list[InstanceRef] = []
+    withdrawn: list[str] = []
+    job_run_id: str | None = Field(default=None, description="the run whose instances it added, if one did")
+
+
 Event = Annotated[
     WantCreated
     | WantBuilding
@@ -438,7 +453,8 @@ Event = Annotated[
     | BackfillCanceled
     | BackfillRetried
     | BackfillAdvanced
-    | WorkerStarted,
+    | WorkerStarted
+    | TableCommitted,
     Field(discriminator="type"),
 ]
 

@@ -12,7 +12,7 @@ from databuild.graph.checks import Check, declare
 from databuild.graph.context import JobContext
 from databuild.graph.versions import code_version
 from databuild.limits import MAX_ATTEMPTS, MIN_HEARTBEAT_TIMEOUT, MIN_LOOKBACK, MIN_TIMEOUT, shown
-from databuild.models import ExecutorKind
+from databuild.models import ExecutorKind, TableFormatName
 from databuild.refs import validate_ref
 
 JobFn = Callable[..., None]
@@ -167,13 +167,35 @@ def _output_patterns(outputs: tuple[str, ...], tables: dict[str, str | None] | N
     return patterns
 
 
+def _table_formats(
+    outputs: tuple[str, ...], table_format: TableFormatName | dict[str, TableFormatName] | None
+) -> dict[str, TableFormatName]:
+    """The table format of each output pattern the job sets one for (the others take the setting's)."""
+    if table_format is None:
+        return {}
+    chosen = dict.fromkeys(outputs, table_format) if isinstance(table_format, str) else dict(table_format)
+    unknown = sorted(set(chosen) - set(outputs))
+    if unknown:
+        raise GraphDefinitionError(
+            f"table_format= names {unknown}, which are not outputs of this job {list(outputs)}"
+        )
+    bad = sorted({str(f) for f in chosen.values()} - set(get_args(TableFormatName)))
+    if bad:
+        raise GraphDefinitionError(
+            f"table_format {', '.join(bad)} is not a table format: use 'hive' or 'iceberg'"
+        )
+    return chosen
+
+
 @dataclass(frozen=True)
 class Job:
     label: str
     outputs: tuple[Pattern, ...]
     fn: JobFn
-    # pattern -> catalog table name (None: no table); see databuild.jobs.catalog
+    # pattern -> table name (None: no table), and the format of the patterns that set one (the others:
+    # DATABUILD_TABLE_FORMAT); see databuild.jobs.tables
     tables: dict[str, str | None] = field(default_factory=dict, compare=False)
+    table_formats: dict[str, TableFormatName] = field(default_factory=dict, compare=False)
     inputs: InputsFn | None = field(default=None, compare=False)
     batch: int | None = None  # the most partitions one run builds; None: one per run
     pool: str | None = None  # the named pool (settings) its runs take a slot of
@@ -269,6 +291,7 @@ class Graph:
         *outputs: str,
         label: str | None = None,
         tables: dict[str, str | None] | None = None,
+        table_format: TableFormatName | dict[str, TableFormatName] | None = None,
         inputs: InputsFn | None = None,
         batch: int | None = None,
         pool: str | None = None,
@@ -287,9 +310,11 @@ class Graph:
         Every output pattern must use the same placeholders, so one ref fixes all sibling outputs.
         The function is called as ``fn(ctx, **placeholders)``. ``tables`` names the catalog table of an
         output pattern (default: its first segment, for ``table/{column}/...`` patterns), or leaves it
-        out with None. ``inputs`` declares what the job reads, as a function of its placeholders
-        (``inputs=lambda date: [f"raw/{date}"]``): a want starts derivative wants for those before the
-        first run instead of after a dep-miss; anything else the body reads is still discovered.
+        out with None; ``table_format`` (``"iceberg"``, or one per pattern) sets the format of its tables
+        where it differs from `DATABUILD_TABLE_FORMAT`. ``inputs`` declares what the job reads, as a
+        function of its placeholders (``inputs=lambda date: [f"raw/{date}"]``): a want starts derivative
+        wants for those before the first run instead of after a dep-miss; anything else the body reads is
+        still discovered.
 
         ``batch=31`` lets one run build up to 31 partitions wanted together: the function is then called
         as ``fn(ctx, partitions)`` with one dict of placeholders per partition. ``max_running`` bounds the
@@ -324,6 +349,7 @@ class Graph:
         _check_executor(executor)
         conf = _spark_conf(spark_conf)
         patterns = _output_patterns(outputs, tables)
+        formats = _table_formats(outputs, table_format)
 
         def register(fn: JobFn) -> JobFn:
             name = label or fn.__name__
@@ -340,6 +366,7 @@ class Graph:
                 outputs=patterns,
                 fn=fn,
                 tables=dict(tables or {}),
+                table_formats=formats,
                 inputs=inputs,
                 batch=batch,
                 pool=pool,

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
+# A partitioned write whose files keep their placeholder columns is partitioned by copies of them, named so.
+KEPT_SUFFIX = "__partition"
 
 
 class SparkJobContext:
@@ -60,6 +62,7 @@ class SparkJobContext:
         params: dict[str, str],
         cancelled: threading.Event,
         partitions: list[dict[str, str]] | None = None,
+        placeholders_in_files: Sequence[str] = (),
         attempt: int = 1,
         report: Callable[[str], None] = lambda _message: None,
     ) -> None:
@@ -91,6 +94,8 @@ class SparkJobContext:
         self._cancelled = cancelled
         self._report = report
         self._attempt = attempt
+        # Output patterns whose files keep their placeholder columns (an Iceberg table reads them there).
+        self._in_files = set(placeholders_in_files)
 
     def read(self, ref: str) -> "DataFrame":
         """The live data of ``ref``. Raises ``MissingInputsError`` if it is not live."""
@@ -218,6 +223,7 @@ class SparkJobContext:
             )
         if ref in self.written:
             raise JobContractError(f"job {self.job_label} wrote {ref} twice; write each output once")
+        frame = self._with_placeholders(ref, frame)
         # "error": an instance location is written once; finding data there means something is wrong.
         frame.write.mode("error").parquet(self._storage.location(ref, self._instances[ref]))
         key = self._storage.instance_key(ref, self._instances[ref])
@@ -232,7 +238,8 @@ class SparkJobContext:
         The write goes to a folder of this attempt, ``raw_events/~<job run>-<attempt>``, and each
         partition's sub-folder (``date=2024-01-01``) is its instance location, with its own facts and
         lineage. As with ``partitionBy``, the placeholder columns are in the folder names, not the
-        files; ``read_partitioned`` gives them back. Every partition of the run must have rows, and
+        files (``read_partitioned`` gives them back), but for an output whose table reads them from its
+        files (Iceberg), whose files keep them as text. Every partition of the run must have rows, and
         every row must be one of the run's partitions; otherwise the run fails naming them, and
         publishes nothing."""
         self._check_cancelled()
@@ -251,9 +258,24 @@ class SparkJobContext:
                 f"column {', '.join(absent)}: give it one column per placeholder, named as the placeholder"
             )
         key = self._storage.write_key(pattern.prefix, self.job_run_id, self._attempt)
-        frame.write.mode("error").partitionBy(*columns).parquet(self._storage.uri_of(key))
+        kept = pattern.text in self._in_files
+        by = [f"{c}{KEPT_SUFFIX}" for c in columns] if kept else list(columns)
+        if kept:  # partitioned by copies, so that the files keep the placeholder columns themselves
+            from pyspark.sql import functions as F
+
+            taken = sorted(set(by) & set(frame.columns))
+            if taken:
+                raise JobContractError(
+                    f"job {self.job_label} writes a DataFrame with the column {', '.join(taken)}, a name "
+                    "DataBuild keeps for its partitioned writes: rename it"
+                )
+            text = {c: F.col(c).cast("string") for c in columns}
+            frame = frame.withColumns(text).withColumns(
+                {b: F.col(c) for b, c in zip(by, columns, strict=True)}
+            )
+        frame.write.mode("error").partitionBy(*by).parquet(self._storage.uri_of(key))
         folders = {
-            ref: self._storage.partition_folder({n: values[n] for n in columns})
+            ref: self._storage.partition_folder({b: values[c] for b, c in zip(by, columns, strict=True)})
             for ref, values in owned.items()
         }
         files = self._storage.partition_files(key, depth=len(columns))  # one listing for all of them
@@ -276,9 +298,20 @@ class SparkJobContext:
         for ref, folder in folders.items():
             self.locations[ref] = f"{key}/{folder}"
             summary = functools.partial(self._storage.summary_of, files[folder])
-            self.facts[ref] = self._facts_of(ref, frame, summary, but=columns)
+            self.facts[ref] = self._facts_of(ref, frame, summary, but=by if kept else columns)
             self._check(ref, self._storage.uri_of(self.locations[ref]))
             self.written.add(ref)
+
+    def _with_placeholders(self, ref: str, frame: "DataFrame") -> "DataFrame":
+        """``frame`` with its partition's placeholder values as text columns, if its table reads them from
+        the files: a column of that name is the partition's value, as in a Hive table's partition column."""
+        pattern = self._graph.pattern_for(ref)
+        if pattern is None or pattern.text not in self._in_files:
+            return frame
+        from pyspark.sql import functions as F
+
+        values = pattern.match(ref) or {}
+        return frame.withColumns({name: F.lit(values[name]) for name in pattern.placeholders})
 
     def _check(self, ref: str, location: str) -> None:
         """Run the checks of the output just written on its instance, before anything can publish it."""

@@ -15,13 +15,13 @@ from databuild.bel.store import BuildEventLog
 from databuild.domain import checks as check_rules
 from databuild.domain import events as ev
 from databuild.domain.cost import SparkCost, run_cost
-from databuild.errors import CheckFailedError, DataBuildError, JobContractError
+from databuild.errors import CheckFailedError, DataBuildError, JobContractError, TableSchemaError
 from databuild.jobs import spark_cost
 from databuild.jobs.attempt_log import line
-from databuild.jobs.catalog import Catalog
 from databuild.jobs.executors import BodyResult, Executor, Executors, JobAttempt, Progress
 from databuild.jobs.openlineage import LineageEmitter
 from databuild.jobs.storage import INSTANCE_PREFIX, Storage
+from databuild.jobs.tables.publisher import TablePublisher
 from databuild.models import CheckResult, InstanceRef, JobRun, JobRunCause, JobRunState
 from databuild.temporal.protocol import JobOutcome
 
@@ -43,7 +43,7 @@ class JobExecutor:
         worker: str,
         *,
         lineage: LineageEmitter | None = None,
-        catalog: Catalog | None = None,
+        tables: TablePublisher | None = None,
         patience: timedelta = PATIENCE,
     ) -> None:
         self.bel = bel
@@ -54,7 +54,7 @@ class JobExecutor:
         self.executors = executors
         self.worker = worker
         self.lineage = lineage
-        self.catalog = catalog
+        self.tables = tables
         self._running: dict[str, JobAttempt] = {}
 
     def execute(
@@ -81,7 +81,7 @@ class JobExecutor:
         instances = [InstanceRef(ref=ref, instance_id=i) for ref, i in planned.items()]
         if run.state is not JobRunState.running:  # an earlier attempt already recorded the outcome ...
             if run.state is JobRunState.succeeded:
-                self._catalog(run)  # ... and may have died before telling the catalog
+                self._publish(run)  # ... and may have died before committing to its tables
             return RunEnded(run=run)
         if run.attempts != attempt:  # a newer attempt already started elsewhere
             self.bel.job_runs.check_current_attempt(job_run_id, attempt)
@@ -96,6 +96,9 @@ class JobExecutor:
             instances=planned,
             partitions=run.partitions,
             spark_conf=self.executors.spark_conf.get(run.job_label, {}),
+            placeholders_in_files=[]
+            if self.tables is None
+            else self.tables.placeholders_in_files(run.job_label),
         )
         self._running[job.group] = job
         try:
@@ -133,6 +136,7 @@ class JobExecutor:
         self._verify(job, run, body, instances)
         locations = {ref: self.storage.location(ref, i) for ref, i in job.instances.items()}
         locations |= {ref: self._written_at(job, key) for ref, key in body.locations.items()}
+        self._audit(job, locations)
         # The commit is the publish: a superseded attempt is refused inside it.
         succeeded = self.bel.job_runs.succeed(
             job.job_run_id,
@@ -146,7 +150,7 @@ class JobExecutor:
             self.executors.versions.get(run.job_label),
             cost,
         )
-        self._catalog(succeeded.run)
+        self._publish(succeeded.run)
         self._finished(succeeded.run, JobRunState.succeeded)
         return succeeded
 
@@ -238,11 +242,21 @@ class JobExecutor:
             self.storage.write_text(key, self.storage.read_text(key) + line(message, "ERROR") + "\n")
         raise error(message)
 
-    def _catalog(self, run: JobRun) -> None:
-        """Point the tables of the run's outputs at their live instances, in the background. The BEL is
-        the truth: a catalog that fails is logged and repaired when a worker starts, never a failed build."""
-        if self.catalog is not None:
-            self.catalog.follow_later(run.outputs)
+    def _audit(self, job: JobAttempt, locations: dict[str, str]) -> None:
+        """Refuse outputs whose tables cannot take them without losing data (a dropped column, say),
+        before anything is published: the tables keep what they had."""
+        if self.tables is None:
+            return
+        try:
+            self.tables.audit(locations, job.instances)
+        except TableSchemaError as error:
+            self._refuse(job, str(error), TableSchemaError)
+
+    def _publish(self, run: JobRun) -> None:
+        """Commit the run's outputs to their tables, in the background. The BEL is the truth: a table
+        commit that fails is logged and caught up when a worker starts, never a failed build."""
+        if self.tables is not None:
+            self.tables.follow_later(run.outputs)
 
     def progress(self, group: str) -> Progress:
         job = self._running.get(group)

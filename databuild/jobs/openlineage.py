@@ -65,7 +65,7 @@ from databuild.config import Settings
 from databuild.domain.cost import NO_COST, RunCost
 from databuild.errors import InvalidInputError
 from databuild.graph import Graph
-from databuild.jobs.catalog import TableSpec, graph_tables
+from databuild.jobs.tables.spec import TableSpec, graph_tables
 from databuild.models import CheckResult, CheckSeverity, InstanceRef, JobRun, JobRunState
 from databuild.refs import storage_uri, validate_ref
 

@@ -40,7 +40,9 @@ class SparkRuntime:
         self.master = master
         self.driver_memory = driver_memory
         self.app_name = app_name
-        self.catalog = catalog  # Spark settings of a Hive metastore (databuild.jobs.catalog), if it has one
+        self.catalog = (
+            catalog  # Spark settings of a Hive metastore (databuild.jobs.tables.hive), if it has one
+        )
         # Where the driver JVM writes (log4j, and what it prints itself), so that it never writes over
         # the terminal of `databuild dev`; None: this process's stderr, at level ERROR (tests).
         self.log_file = log_file

@@ -372,6 +372,23 @@ class Storage:
             and not any(part.startswith(("_", ".")) for part in info.path[len(base) :].split("/"))
         ]
 
+    @_reached
+    def data_files_at(self, location: str) -> list[str]:
+        """The URIs of the data files of the instance at ``location`` (under the root), in order."""
+        root = f"{self.uri.rstrip('/')}/"
+        if not location.startswith(root):
+            raise InvalidInputError(f"{location} is not under the storage root {self.uri}")
+        base = self._path(location.removeprefix(root))
+        return sorted(self.uri_of(info.path[len(self._base) + 1 :]) for info in self._data_files(base))
+
+    def arrow_path(self, uri: str) -> str:
+        """The path of a URI under the root, as the storage's file system (``filesystem``) names it."""
+        return self._path(uri.removeprefix(f"{self.uri.rstrip('/')}/"))
+
+    @property
+    def filesystem(self) -> fs.FileSystem:
+        return self._fs
+
     def local_path(self, key: str) -> Path | None:
         """The local path of ``key`` when the storage is the local file system (tests, benchmarks)."""
         if not isinstance(self._fs, fs.LocalFileSystem):

@@ -46,7 +46,22 @@ CONSUMERS_OF = (
     .where(s.one_of(s.consumers.c.input_instance_id, "ids"))
     .order_by(s.consumers.c.id)
 )
-INSTANCES_OF = select(s.partition_instances).where(s.one_of(s.partition_instances.c.instance_id, "ids"))
+# An instance with its commit to its table, if it has one.
+_tc = s.table_commits.c
+INSTANCES = select(
+    s.partition_instances,
+    _tc.table_name,
+    _tc.format.label("table_format"),
+    _tc.snapshot_id,
+    _tc.committed_at,
+    _tc.removed_at,
+    _tc.removed_snapshot_id,
+).select_from(
+    s.partition_instances.outerjoin(
+        s.table_commits, s.table_commits.c.instance_id == s.partition_instances.c.instance_id
+    )
+)
+INSTANCES_OF = INSTANCES.where(s.one_of(s.partition_instances.c.instance_id, "ids"))
 CHECKS_OF = (
     select(s.instance_checks)
     .where(s.one_of(s.instance_checks.c.instance_id, "ids"))
@@ -129,8 +144,7 @@ class PartitionReads(ReadBase):
         """The ref's instances, newest first (the first ``limit``), and how many there are."""
         where = s.partition_instances.c.ref == ref
         rows = self._all(
-            select(s.partition_instances)
-            .where(where)
+            INSTANCES.where(where)
             .order_by(s.partition_instances.c.created_at.desc(), s.partition_instances.c.instance_id)
             .limit(limit)
         )

@@ -20,6 +20,7 @@ from databuild.models import (
     InstanceStatus,
     Partition,
     PartitionStatus,
+    TableCommit,
     Want,
     WantSource,
     WantState,
@@ -85,6 +86,21 @@ def instance_from_row(row: Any, checks: Sequence[CheckResult] = ()) -> Instance:
         schema_changed=bool(row["schema_changed"]),
         job_version=row["job_version"],
         checks=list(checks),
+        table=table_commit_from_row(row),
+    )
+
+
+def table_commit_from_row(row: Any) -> TableCommit | None:
+    """The table commit of an instance read with its commit joined (None: it has none)."""
+    if row.get("table_name") is None:
+        return None
+    return TableCommit(
+        format=row["table_format"],
+        table=row["table_name"],
+        snapshot_id=row["snapshot_id"],
+        committed_at=row["committed_at"],
+        removed_at=row["removed_at"],
+        removed_snapshot_id=row["removed_snapshot_id"],
     )
 
 

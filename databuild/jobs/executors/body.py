@@ -43,6 +43,10 @@ class JobAttempt(Model):
         default=None, description="of a batch run: the placeholders of each partition it builds"
     )
     spark_conf: dict[str, str] = Field(default={}, description="Spark properties the job declares")
+    placeholders_in_files: list[str] = Field(
+        default=[],
+        description="output patterns whose data files hold their placeholder columns (Iceberg tables)",
+    )
 
     @property
     def outputs(self) -> list[str]:
@@ -162,6 +166,7 @@ class JobBodies:
             instances=attempt.instances,
             params=attempt.params,
             partitions=attempt.partitions,
+            placeholders_in_files=attempt.placeholders_in_files,
             attempt=attempt.attempt,
             cancelled=cancelled,
             report=report,

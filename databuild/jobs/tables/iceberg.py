@@ -1,0 +1,284 @@
+"""Apache Iceberg tables: each published instance (or each run's batch of instances) is one Iceberg commit
+that replaces exactly its partitions' files with the instance's own, where Spark wrote them (Iceberg's
+add-files path: nothing is copied or rewritten), its snapshot summary naming the DataBuild instances, run,
+want and job version. A taint is a delete snapshot of its partition. Any Iceberg reader (Spark, Trino,
+Flink, DuckDB, pyiceberg) sees only what the BEL made live, and travels back to an older instance by the
+snapshot id DataBuild recorded for it.
+
+The catalog is a SQL catalog (Iceberg's JDBC catalog tables, by default in the BEL's own database) or a
+REST catalog. Each table is partitioned by its pattern's placeholders (identity), whose values the data
+files hold, and created by its first publish with the schema of its first instance."""
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from functools import reduce
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
+
+from databuild.domain.table_schemas import schema_change
+from databuild.errors import ConfigurationError
+from databuild.jobs.storage import Storage
+from databuild.jobs.tables.base import TableState
+from databuild.jobs.tables.spec import Committed, Placed, TableSpec
+from databuild.refs import RESERVED_SEGMENT
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+CATALOG_NAME = "databuild"  # the JDBC catalog's `catalog_name`: Spark, Trino and Flink name it so too
+INSTANCES = "databuild.instances"  # the snapshot summary's list of the instances it added
+COMMIT_RETRIES = "10"  # Iceberg's optimistic retries of a commit that raced another writer's
+FOOTER_THREADS = 8
+
+
+def open_catalog(url: str, root: str) -> "Catalog":
+    """The Iceberg catalog at ``url``: a REST catalog (``http(s)://``), else a SQL catalog in that database.
+    New tables go under ``<root>/_databuild/tables``."""
+    warehouse = f"{root.rstrip('/')}/{RESERVED_SEGMENT}/tables"
+    scheme = urlsplit(url).scheme
+    if scheme in ("http", "https"):
+        from pyiceberg.catalog.rest import RestCatalog
+
+        return RestCatalog(CATALOG_NAME, uri=url, warehouse=warehouse)
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    if scheme.startswith("sqlite") and "timeout=" not in url:
+        # Beside the BEL's own writes: wait for the database's write lock as the BEL does, not 5 s.
+        url += ("&" if "?" in url else "?") + "timeout=20"
+    try:
+        return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse)
+    except Exception as error:  # the driver's and SQLAlchemy's errors: the catalog is not usable
+        raise ConfigurationError(
+            f"cannot open the Iceberg catalog: {str(error).splitlines()[0][:300]}; check DATABUILD_ICEBERG_CATALOG"
+        ) from error
+
+
+class IcebergTables:
+    """Tables of one Iceberg catalog namespace."""
+
+    name: Literal["iceberg"] = "iceberg"
+
+    def __init__(self, catalog_url: str, *, namespace: str, storage: Storage, shown: str) -> None:
+        self.catalog_url = catalog_url
+        self.namespace = namespace
+        self.storage = storage
+        self.shown = shown  # the catalog as messages name it: no credentials
+        self._catalog: Catalog | None = None
+        self._opening = threading.Lock()
+
+    @property
+    def catalog(self) -> "Catalog":
+        """Opened at first use: a worker whose tables are all Hive never connects to it."""
+        with self._opening:
+            if self._catalog is None:
+                self._catalog = open_catalog(self.catalog_url, self.storage.uri)
+                self._catalog.create_namespace_if_not_exists(self.namespace)
+            return self._catalog
+
+    def qualified(self, spec: TableSpec) -> str:
+        return f"{self.namespace}.{spec.name}"
+
+    def _load(self, spec: TableSpec) -> "Table | None":
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.catalog.load_table(self.qualified(spec))
+        except NoSuchTableError:
+            return None
+
+    def _create(self, spec: TableSpec, schema: "pa.Schema") -> "Table":
+        """The table, partitioned by the pattern's placeholders, with the schema of its first instance (or
+        the table another process has just created)."""
+        from pyiceberg.exceptions import TableAlreadyExistsError
+
+        location = f"{self.storage.uri.rstrip('/')}/{RESERVED_SEGMENT}/tables/{self.namespace}/{spec.name}"
+        properties = {"databuild.pattern": spec.pattern, "commit.retry.num-retries": COMMIT_RETRIES}
+        try:
+            with (
+                self.catalog.create_table_transaction(
+                    self.qualified(spec), schema=schema, location=location, properties=properties
+                ) as created,
+                created.update_spec() as partitioning,
+            ):
+                for column in spec.columns:
+                    partitioning.add_identity(column)
+        except TableAlreadyExistsError:
+            pass
+        table = self._load(spec)
+        assert table is not None
+        return table
+
+    # Before the BEL commit -------------------------------------------------------------------------------
+    def audit(self, spec: TableSpec, placed: Sequence[Placed]) -> None:
+        """Refuse instances whose schema would lose data in the table (``TableSchemaError``, one line)."""
+        table = self._load(spec)
+        if table is None:
+            return  # its first publish creates it with the first instance's schema
+        columns, partitioned_by = _columns_of(table)
+        for schema in self._schemas(placed):
+            schema_change(
+                self.qualified(spec), columns, partitioned_by, _iceberg_columns(schema), spec.columns
+            )
+
+    def _schemas(self, placed: Sequence[Placed]) -> list["pa.Schema"]:
+        """The distinct schemas of the instances' files (one footer of each instance)."""
+        import pyarrow.parquet as pq
+
+        firsts = [files[0] for files in self._files_of(placed).values() if files]
+
+        def read(uri: str) -> "pa.Schema":
+            return pq.read_schema(self.storage.arrow_path(uri), filesystem=self.storage.filesystem)
+
+        with ThreadPoolExecutor(max(1, min(FOOTER_THREADS, len(firsts)))) as pool:
+            schemas = list(pool.map(read, firsts))
+        distinct: list[pa.Schema] = []
+        for schema in schemas:
+            if not any(schema.equals(seen) for seen in distinct):
+                distinct.append(schema)
+        return distinct
+
+    def _files_of(self, placed: Sequence[Placed]) -> dict[str, list[str]]:
+        """The data files of each instance, by instance id, as URIs."""
+        found: dict[str, list[str]] = {}
+        for each in placed:
+            assert each.instance_id is not None and each.location is not None
+            found[each.instance_id] = self.storage.data_files_at(each.location)
+        return found
+
+    # After the BEL commit --------------------------------------------------------------------------------
+    def publish(self, spec: TableSpec, placed: Sequence[Placed], summary: Mapping[str, str]) -> Committed:
+        files = self._files_of(placed)
+        every = sorted(f for each in files.values() for f in each)
+        table = self._load(spec)
+        if table is None:
+            table = self._create(spec, self._schemas(placed)[0])
+        done = self._already(table, spec, placed, every)
+        if done is not None:
+            return done
+        columns, partitioned_by = _columns_of(table)
+        schemas = self._schemas(placed)
+        changes = [
+            schema_change(self.qualified(spec), columns, partitioned_by, _iceberg_columns(s), spec.columns)
+            for s in schemas
+        ]
+        properties = {**summary, INSTANCES: ",".join(sorted(files))}
+        with table.transaction() as tx:
+            if any(change.evolves for change in changes):
+                with tx.update_schema() as update:
+                    for schema in schemas:
+                        update.union_by_name(schema)
+            if table.current_snapshot() is not None:
+                tx.delete(_partitions_filter(spec, placed), snapshot_properties=properties)
+            tx.add_files(every, snapshot_properties=properties, check_duplicate_files=False)
+        snapshot = table.current_snapshot()
+        assert snapshot is not None
+        return Committed(snapshot.snapshot_id, _at(snapshot.timestamp_ms))
+
+    def _already(
+        self, table: "Table", spec: TableSpec, placed: Sequence[Placed], files: list[str]
+    ) -> Committed | None:
+        """The commit of exactly these instances, if one was made and the table still shows their files
+        (a publish repeated after a crash, or after a lost answer, commits nothing)."""
+        ids = ",".join(sorted(p.instance_id or "" for p in placed))
+        ours = [s for s in table.snapshots() if s.summary is not None and s.summary.get(INSTANCES) == ids]
+        if not ours:
+            return None
+        shown = {
+            task.file.file_path
+            for task in table.scan(row_filter=_partitions_filter(spec, placed)).plan_files()
+        }
+        if shown != set(files):
+            return None  # committed once, replaced or withdrawn since: it is to be shown again
+        last = ours[-1]
+        return Committed(last.snapshot_id, _at(last.timestamp_ms))
+
+    def withdraw(self, spec: TableSpec, placed: Sequence[Placed], summary: Mapping[str, str]) -> Committed:
+        table = self._load(spec)
+        if table is None or table.current_snapshot() is None:
+            return Committed(None, datetime.now(UTC))
+        with table.transaction() as tx:
+            tx.delete(_partitions_filter(spec, placed), snapshot_properties=dict(summary))
+        snapshot = table.current_snapshot()
+        assert snapshot is not None
+        return Committed(snapshot.snapshot_id, _at(snapshot.timestamp_ms))
+
+    def listed(self, spec: TableSpec) -> list[dict[str, str]]:
+        table = self._load(spec)
+        if table is None or table.current_snapshot() is None:
+            return []
+        partitions = table.inspect.partitions().column("partition").to_pylist()
+        return [{column: str(values[column]) for column in spec.columns} for values in partitions]
+
+    def describe(self, spec: TableSpec) -> TableState:
+        table = self._load(spec)
+        if table is None:
+            return TableState(table=self.qualified(spec), catalog=self.shown, exists=False)
+        snapshot = table.current_snapshot()
+        return TableState(
+            table=self.qualified(spec),
+            catalog=self.shown,
+            exists=True,
+            snapshot_id=None if snapshot is None else snapshot.snapshot_id,
+            committed_at=None if snapshot is None else _at(snapshot.timestamp_ms),
+            location=table.location(),
+        )
+
+    def expire(self, spec: TableSpec, keep: set[int], older_than: datetime) -> list[int]:
+        table = self._load(spec)
+        if table is None or table.current_snapshot() is None:
+            return []
+        current = table.current_snapshot()
+        assert current is not None
+        cutoff = older_than.timestamp() * 1000
+        gone = [
+            s.snapshot_id
+            for s in table.snapshots()
+            if s.snapshot_id != current.snapshot_id and s.snapshot_id not in keep and s.timestamp_ms < cutoff
+        ]
+        if gone:
+            table.maintenance.expire_snapshots().by_ids(gone).commit()
+        return gone
+
+
+def _columns_of(table: "Table") -> tuple[dict[str, str], list[str]]:
+    """The table's columns (name to Iceberg type) and its partition columns."""
+    schema = table.schema()
+    columns = {field.name: str(field.field_type) for field in schema.fields}
+    partitioned_by = [schema.find_field(field.source_id).name for field in table.spec().fields]
+    return columns, partitioned_by
+
+
+def _iceberg_columns(schema: "pa.Schema") -> dict[str, str]:
+    """The columns of a Parquet file's schema, as Iceberg types them."""
+    from pyiceberg.catalog import Catalog
+
+    converted = Catalog._convert_schema_if_needed(schema)  # Iceberg's own mapping of Arrow types
+    return {field.name: str(field.field_type) for field in converted.fields}
+
+
+def _partitions_filter(spec: TableSpec, placed: Sequence[Placed]) -> "BooleanExpression":
+    """Rows of exactly the partitions of ``placed``."""
+    from pyiceberg.expressions import And, EqualTo, In, Or
+
+    # pydantic models whose own __init__ takes the term and value by position (mypy sees only the fields).
+    def equal(column: str, value: str) -> "BooleanExpression":
+        return EqualTo(column, value)  # type: ignore[call-arg]
+
+    if len(spec.columns) == 1:
+        (column,) = spec.columns
+        values = sorted({p.values[column] for p in placed})
+        return equal(column, values[0]) if len(values) == 1 else In(column, values)  # type: ignore[call-arg]
+    each = [reduce(And, [equal(column, p.values[column]) for column in spec.columns]) for p in placed]
+    return reduce(Or, each)
+
+
+def _at(timestamp_ms: int) -> datetime:
+    return datetime.fromtimestamp(timestamp_ms / 1000, UTC)
