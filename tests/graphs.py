@@ -190,6 +190,16 @@ def held(ctx: JobContext, n: str) -> None:
     ctx.write(f"held/{n}", frame)
 
 
+# shape/{n}: its columns are SHAPE's (a test changes them between builds: a new job version).
+SHAPE = ["id", "label"]
+
+
+@lake.job("shape/{n}")
+def shape(ctx: JobContext, n: str) -> None:
+    columns = {"id": "id", "label": "concat('row ', id) AS label", "score": "id * 1.5 AS score"}
+    ctx.write(f"shape/{n}", ctx.spark.range(3).selectExpr(*(columns[c] for c in SHAPE)))
+
+
 # declared: top/{n} declares that it reads base/{n}; stage/{n} declares base/{n} but also reads extra/{n},
 # which it does not declare (runtime discovery still finds it).
 declared = Graph("declared")

@@ -11,6 +11,7 @@ files hold, and created by its first publish with the schema of its first instan
 
 import logging
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -159,7 +160,7 @@ class IcebergTables:
         every = sorted(f for each in files.values() for f in each)
         table = self._load(spec)
         if table is None:
-            table = self._create(spec, self._schemas(placed)[0])
+            table = self._create(spec, _optional(self._schemas(placed)[0]))
         done = self._already(table, spec, placed, every)
         if done is not None:
             return done
@@ -174,9 +175,11 @@ class IcebergTables:
             if any(change.evolves for change in changes):
                 with tx.update_schema() as update:
                     for schema in schemas:
-                        update.union_by_name(schema)
+                        update.union_by_name(_optional(schema))
             if table.current_snapshot() is not None:
-                tx.delete(_partitions_filter(spec, placed), snapshot_properties=properties)
+                with warnings.catch_warnings():  # a partition published for the first time has nothing to delete
+                    warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                    tx.delete(_partitions_filter(spec, placed), snapshot_properties=properties)
             tx.add_files(every, snapshot_properties=properties, check_duplicate_files=False)
         snapshot = table.current_snapshot()
         assert snapshot is not None
@@ -204,7 +207,8 @@ class IcebergTables:
         table = self._load(spec)
         if table is None or table.current_snapshot() is None:
             return Committed(None, datetime.now(UTC))
-        with table.transaction() as tx:
+        with table.transaction() as tx, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Delete operation did not match any records")
             tx.delete(_partitions_filter(spec, placed), snapshot_properties=dict(summary))
         snapshot = table.current_snapshot()
         assert snapshot is not None
@@ -246,6 +250,14 @@ class IcebergTables:
         if gone:
             table.maintenance.expire_snapshots().by_ids(gone).commit()
         return gone
+
+
+def _optional(schema: "pa.Schema") -> "pa.Schema":
+    """``schema`` with every column optional, as the table keeps them: Spark marks a column that cannot be
+    null in one instance's plan required, and a later instance's may well be null."""
+    import pyarrow as pa
+
+    return pa.schema([field.with_nullable(True) for field in schema], metadata=schema.metadata)
 
 
 def _columns_of(table: "Table") -> tuple[dict[str, str], list[str]]:

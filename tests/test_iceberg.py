@@ -1,0 +1,116 @@
+"""Iceberg tables on the real stack: Temporal, Spark writing the instances, the BEL, and pyiceberg reading
+the tables from the SQL catalog in the BEL's own database (Spark's Iceberg runtime cannot be installed on
+these machines, so every read here is pyiceberg's)."""
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from databuild.jobs.tables.iceberg import INSTANCES, open_catalog
+from databuild.models import Instance, WantState
+from tests import graphs
+from tests.conftest import Stack
+
+pytestmark = pytest.mark.slow
+
+
+async def built(stack: Stack, ref: str) -> Instance:
+    want = await asyncio.wait_for(stack.db.wait(await stack.db.want(ref)), timeout=120)
+    assert want.state is WantState.successful, want.reason
+    return stack.bel.partitions.instance(stack.bel.partitions.get(ref).instance_id or "")
+
+
+async def committed(stack: Stack, instance_id: str, seconds: float = 60) -> Instance:
+    """The instance once its table commit is recorded (the commit follows the BEL's, in the background)."""
+    deadline = time.monotonic() + seconds
+    while (instance := stack.bel.partitions.instance(instance_id)).table is None:
+        assert time.monotonic() < deadline, f"instance {instance_id} was never committed to its table"
+        await asyncio.sleep(0.1)
+    return instance
+
+
+async def withdrawn(stack: Stack, instance_id: str, seconds: float = 60) -> Instance:
+    deadline = time.monotonic() + seconds
+    while (instance := stack.bel.partitions.instance(instance_id)).table is None or instance.table.removed_at is None:
+        assert time.monotonic() < deadline, f"instance {instance_id} was never taken out of its table"
+        await asyncio.sleep(0.1)
+    return instance
+
+
+def rows_by(table: Any, column: str, **scan: Any) -> dict[str, int]:
+    counted: dict[str, int] = {}
+    for value in table.scan(**scan).to_arrow().column(column).to_pylist():
+        counted[value] = counted.get(value, 0) + 1
+    return counted
+
+
+async def test_instances_are_iceberg_commits_audited_before_they_are_published(make_stack) -> None:  # type: ignore[no-untyped-def]
+    namespace = f"ice_{uuid.uuid4().hex[:8]}"
+    stack = await make_stack(graph="tests.graphs:lake", table_format="iceberg", catalog_database=namespace)
+    catalog = open_catalog(stack.settings.database_url.get_secret_value(), stack.settings.storage_root)
+    a, b = uuid.uuid4().hex[:6], uuid.uuid4().hex[:6]
+
+    # Two runs, two commits; each snapshot names the build it is.
+    first_a = await committed(stack, (await built(stack, f"left/{a}")).instance_id)
+    first_b = await committed(stack, (await built(stack, f"left/{b}")).instance_id)
+    table = catalog.load_table(f"{namespace}.left")
+    assert rows_by(table, "n") == {a: 10, b: 10}
+    assert [f.name for f in table.spec().fields] == ["n"]
+    assert first_a.table is not None and first_a.table.format == "iceberg"
+    assert first_a.table.table == f"{namespace}.left"
+    snapshot = table.snapshot_by_id(first_a.table.snapshot_id or 0)
+    assert snapshot is not None and snapshot.summary is not None
+    run = stack.bel.job_runs.get(first_a.job_run_id or "")
+    assert snapshot.summary[INSTANCES] == first_a.instance_id
+    assert snapshot.summary["databuild.job-run"] == run.job_run_id
+    assert snapshot.summary["databuild.want"] == run.want_id
+    assert snapshot.summary["databuild.job-version"] == first_a.job_version
+    assert snapshot.summary["databuild.refs"] == f"left/{a}"
+    # The files are where Spark wrote them: the instance's own location.
+    files = {task.file.file_path for task in table.scan().plan_files()}
+    assert all("/~" in path for path in files) and any(first_a.instance_id in path for path in files)
+    b_files = {path for path in files if first_b.instance_id in path}
+
+    # A taint takes the partition out of the current snapshot (a delete snapshot); the rebuild adds the new
+    # instance and leaves every other partition's files as they were.
+    await stack.db.taint(f"left/{a}", reason="late events")
+    await withdrawn(stack, first_a.instance_id)
+    table.refresh()
+    assert rows_by(table, "n") == {b: 10}
+    second_a = await committed(stack, (await built(stack, f"left/{a}")).instance_id)
+    table.refresh()
+    assert rows_by(table, "n") == {a: 20, b: 10}
+    assert {p for p in (t.file.file_path for t in table.scan().plan_files()) if first_b.instance_id in p} == b_files
+    # Time travel to the first instance by the snapshot id the BEL recorded for it.
+    assert rows_by(table, "n", snapshot_id=first_a.table.snapshot_id) == {a: 10}
+    assert second_a.table is not None and second_a.table.snapshot_id != first_a.table.snapshot_id
+
+    # A blocking check that fails publishes nothing: no snapshot, nothing in the BEL.
+    snapshots = len(table.snapshots())
+    failing = uuid.uuid4().hex[:6]
+    graphs.LEFT_AUDIT_FAILS.add(f"left/{failing}")
+    want = await asyncio.wait_for(stack.db.wait(await stack.db.want(f"left/{failing}")), timeout=120)
+    assert want.state is WantState.failed
+    table.refresh()
+    assert len(table.snapshots()) == snapshots and failing not in rows_by(table, "n")
+
+    # A new column evolves the table; a dropped one is refused in one line, and nothing is published.
+    graphs.SHAPE[:] = ["id", "label"]
+    await committed(stack, (await built(stack, f"shape/{a}")).instance_id)
+    graphs.SHAPE[:] = ["id", "label", "score"]
+    await committed(stack, (await built(stack, f"shape/{b}")).instance_id)
+    shape = catalog.load_table(f"{namespace}.shape")
+    assert [f.name for f in shape.schema().fields] == ["id", "label", "n", "score"]
+    scanned = shape.scan().to_arrow().to_pydict()
+    assert sorted(zip(scanned["n"], scanned["score"], strict=True))[0][1] in (None, 0.0)
+    graphs.SHAPE[:] = ["id", "score"]
+    dropped = uuid.uuid4().hex[:6]
+    want = await asyncio.wait_for(stack.db.wait(await stack.db.want(f"shape/{dropped}")), timeout=120)
+    assert want.state is WantState.failed
+    reason = stack.bel.partitions.get(f"shape/{dropped}").reason or ""
+    assert f"table {namespace}.shape" in reason and "'label'" in reason and "\n" not in reason, reason
+    shape.refresh()
+    assert dropped not in rows_by(shape, "n")
