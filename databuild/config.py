@@ -78,22 +78,15 @@ class Settings(BaseSettings):
         "`<home>/catalog`, one worker process), `thrift://host:9083` (a shared metastore) or `none`; "
         "see [Tables](operations/storage.md#tables)",
     )
-    catalog_database: str = Field(
-        default="default",
-        description="the catalog database (schema) of the tables: Hive's, and Iceberg's namespace",
-    )
+    catalog_database: str = Field(default="default", description="the tables' database (namespace)")
     table_format: TableFormatName = Field(
         default="hive",
-        description="how output patterns are published as tables: `hive` (partitions of the Hive metastore of "
-        "`DATABUILD_CATALOG`) or `iceberg` (an Apache Iceberg commit per published instance, in "
-        "`DATABUILD_ICEBERG_CATALOG`); a job may set its own (`@graph.job(table_format=...)`); see "
-        "[Iceberg tables](operations/storage.md#iceberg-tables)",
+        description="tables as `hive` (partitions in `DATABUILD_CATALOG`) or `iceberg` (a commit per instance in "
+        "`DATABUILD_ICEBERG_CATALOG`); see [Iceberg tables](operations/storage.md#iceberg-tables)",
     )
-    # Secret: a REST catalog's URL or a database URL may hold a token or a password.
-    iceberg_catalog: SecretStr = Field(
+    iceberg_catalog: SecretStr = Field(  # Secret: a URL may hold a token or a password
         default=SecretStr(""),
-        description="the Iceberg catalog: a SQL catalog in a database (a SQLAlchemy URL; the tables of "
-        "Iceberg's JDBC catalog), or a REST catalog (`https://host/path`: Polaris, Lakekeeper, Nessie, Glue)",
+        description="a SQL catalog's database (SQLAlchemy URL) or a REST catalog (`https://…`: Polaris, Nessie, Glue)",
         json_schema_extra=_shown_default("a SQL catalog in the BEL's database"),
     )
     sql_port: int = Field(
@@ -386,13 +379,8 @@ class Settings(BaseSettings):
     @field_validator("iceberg_catalog")
     @classmethod
     def _iceberg_catalog(cls, value: SecretStr) -> SecretStr:
-        url = value.get_secret_value()
-        scheme = urlsplit(url).scheme
-        if url and (not scheme or "://" not in url):
-            raise ValueError(
-                "use a database URL for a SQL catalog (sqlite:///path, postgresql+psycopg://host/db), or a REST "
-                "catalog's https://host/path; unset, it is a SQL catalog in the BEL's database"
-            )
+        if value.get_secret_value() and "://" not in value.get_secret_value():
+            raise ValueError("use a database URL (sqlite:///path, postgresql+psycopg://host/db) or https://…")
         return value
 
     @field_validator("catalog_database")

@@ -396,14 +396,9 @@ class TableCommit(Model):
 
     format: Literal["hive", "iceberg"]
     table: str = Field(description="`namespace.table` in its catalog")
-    snapshot_id: int | None = Field(
-        default=None, description="the table's snapshot of the commit (Iceberg; time travel reads it by this)"
-    )
+    snapshot_id: int | None = Field(default=None, description="its snapshot (Iceberg): time travel reads it")
     committed_at: datetime
-    removed_at: datetime | None = Field(
-        default=None, description="when a later commit took it out of the table (replaced or withdrawn)"
-    )
-    removed_snapshot_id: int | None = None
+    removed_at: datetime | None = Field(default=None, description="when a later commit took it out")
 
 
 class Instance(Model):
@@ -436,9 +431,7 @@ class Instance(Model):
     job_version: str | None = Field(
         default=None, description="the code version of the job that built it; None: external, or unknown"
     )
-    table: TableCommit | None = Field(
-        default=None, description="its commit to its partition's table; None: not committed to one (yet)"
-    )
+    table: TableCommit | None = Field(default=None, description="its commit to its table, if it has one")
 
     @property
     def stale(self) -> bool:
@@ -603,5 +596,5 @@ class EventPage(Model):
 # Where a job body runs (databuild/jobs/executors): the worker's own SparkSession, its own application
 # through spark-submit, or a Spark Connect server.
 ExecutorKind = Literal["session", "submit", "connect"]
-# How an output pattern's table keeps its partitions (databuild.jobs.tables).
+# How a pattern's table keeps its partitions (databuild.jobs.tables).
 TableFormatName = Literal["hive", "iceberg"]

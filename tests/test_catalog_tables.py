@@ -16,21 +16,35 @@ pytestmark = pytest.mark.unit
 
 
 def test_patterns_map_to_tables_or_say_why_not() -> None:
-    assert table_of(Pattern.parse("daily_users/{date}")) == TableSpec("daily_users", ("date",))
-    assert table_of(Pattern.parse("events/{region}/{date}")) == TableSpec("events", ("region", "date"))
-    assert table_of(Pattern.parse("x/{d}"), "renamed") == TableSpec("renamed", ("d",))
+    assert table_of(Pattern.parse("daily_users/{date}")) == TableSpec(
+        "daily_users", ("date",), "hive", "daily_users/{date}"
+    )
+    events = table_of(Pattern.parse("events/{region}/{date}"), format_="iceberg")
+    assert events == TableSpec("events", ("region", "date"), "iceberg", "events/{region}/{date}")
+    assert isinstance(events, TableSpec) and events.prefix == "events/"
+    assert table_of(Pattern.parse("x/{d}"), "renamed") == TableSpec("renamed", ("d",), "hive", "x/{d}")
     assert "only `table/{column}/...` patterns" in str(table_of(Pattern.parse("raw/{date}/part")))
     assert "only `table/{column}/...` patterns" in str(table_of(Pattern.parse("single")))
     assert "is not a table name" in str(table_of(Pattern.parse("2024-data/{d}")))
 
     graph = Graph("tables")
     graph.job("a/{d}", "b/{d}", tables={"a/{d}": "alpha", "b/{d}": None})(lambda ctx, d: None)
+    graph.job("c/{d}", "e/{d}", label="ce", table_format={"e/{d}": "iceberg"})(lambda ctx, d: None)
     assert graph_tables(graph) == {
-        "a/{d}": TableSpec("alpha", ("d",)),
+        "a/{d}": TableSpec("alpha", ("d",), "hive", "a/{d}"),
         "b/{d}": "left out by the graph (tables={...: None})",
+        "c/{d}": TableSpec("c", ("d",), "hive", "c/{d}"),
+        "e/{d}": TableSpec("e", ("d",), "iceberg", "e/{d}"),
     }
+    assert graph_tables(graph, "iceberg")["c/{d}"] == TableSpec("c", ("d",), "iceberg", "c/{d}")
     with pytest.raises(GraphDefinitionError, match="not outputs of this job"):
-        graph.job("c/{d}", tables={"z/{d}": "zed"})
+        graph.job("f/{d}", tables={"z/{d}": "zed"})
+    with pytest.raises(GraphDefinitionError, match="table_format= names"):
+        graph.job("g/{d}", table_format={"z/{d}": "iceberg"})
+    with pytest.raises(
+        GraphDefinitionError, match="'delta' is not a table format|delta is not a table format"
+    ):
+        graph.job("h/{d}", table_format="delta")  # type: ignore[arg-type]
 
 
 def test_the_embedded_catalog_is_held_by_one_worker_process_at_a_time(tmp_path: Path) -> None:

@@ -34,7 +34,9 @@ async def committed(stack: Stack, instance_id: str, seconds: float = 60) -> Inst
 
 async def withdrawn(stack: Stack, instance_id: str, seconds: float = 60) -> Instance:
     deadline = time.monotonic() + seconds
-    while (instance := stack.bel.partitions.instance(instance_id)).table is None or instance.table.removed_at is None:
+    while (
+        instance := stack.bel.partitions.instance(instance_id)
+    ).table is None or instance.table.removed_at is None:
         assert time.monotonic() < deadline, f"instance {instance_id} was never taken out of its table"
         await asyncio.sleep(0.1)
     return instance
@@ -83,7 +85,9 @@ async def test_instances_are_iceberg_commits_audited_before_they_are_published(m
     second_a = await committed(stack, (await built(stack, f"left/{a}")).instance_id)
     table.refresh()
     assert rows_by(table, "n") == {a: 20, b: 10}
-    assert {p for p in (t.file.file_path for t in table.scan().plan_files()) if first_b.instance_id in p} == b_files
+    assert {
+        p for p in (t.file.file_path for t in table.scan().plan_files()) if first_b.instance_id in p
+    } == b_files
     # Time travel to the first instance by the snapshot id the BEL recorded for it.
     assert rows_by(table, "n", snapshot_id=first_a.table.snapshot_id) == {a: 10}
     assert second_a.table is not None and second_a.table.snapshot_id != first_a.table.snapshot_id

@@ -55,7 +55,6 @@ INSTANCES = select(
     _tc.snapshot_id,
     _tc.committed_at,
     _tc.removed_at,
-    _tc.removed_snapshot_id,
 ).select_from(
     s.partition_instances.outerjoin(
         s.table_commits, s.table_commits.c.instance_id == s.partition_instances.c.instance_id

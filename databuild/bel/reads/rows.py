@@ -100,7 +100,6 @@ def table_commit_from_row(row: Any) -> TableCommit | None:
         snapshot_id=row["snapshot_id"],
         committed_at=row["committed_at"],
         removed_at=row["removed_at"],
-        removed_snapshot_id=row["removed_snapshot_id"],
     )
 
 

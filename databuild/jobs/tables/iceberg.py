@@ -177,7 +177,9 @@ class IcebergTables:
                     for schema in schemas:
                         update.union_by_name(_optional(schema))
             if table.current_snapshot() is not None:
-                with warnings.catch_warnings():  # a partition published for the first time has nothing to delete
+                with (
+                    warnings.catch_warnings()
+                ):  # a partition published for the first time has nothing to delete
                     warnings.filterwarnings("ignore", "Delete operation did not match any records")
                     tx.delete(_partitions_filter(spec, placed), snapshot_properties=properties)
             tx.add_files(every, snapshot_properties=properties, check_duplicate_files=False)
