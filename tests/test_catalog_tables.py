@@ -41,9 +41,7 @@ def test_patterns_map_to_tables_or_say_why_not() -> None:
         graph.job("f/{d}", tables={"z/{d}": "zed"})
     with pytest.raises(GraphDefinitionError, match="table_format= names"):
         graph.job("g/{d}", table_format={"z/{d}": "iceberg"})
-    with pytest.raises(
-        GraphDefinitionError, match="'delta' is not a table format|delta is not a table format"
-    ):
+    with pytest.raises(GraphDefinitionError, match="delta is not a table format"):
         graph.job("h/{d}", table_format="delta")  # type: ignore[arg-type]
 
 

@@ -204,6 +204,25 @@ def test_datasets_are_tables_in_the_catalog_or_patterns_under_the_root(tmp_path:
     assert odd("kept/2024-01-03")[:2] == ("s3a://bucket", "/lake/kept/{date}")
     tables_off = DatasetNaming(Settings(home=tmp_path, catalog="none"), graph)
     assert tables_off("daily_users/2024-01-03")[1] == f"{tmp_path.resolve()}/data/daily_users/{{date}}"
+    # An Iceberg table: its location (as Spark's integration names it), its catalog name a symlink; the
+    # catalog's namespace never carries its password.
+    iceberg = Settings(
+        home=tmp_path,
+        storage_root="s3a://bucket/lake",
+        table_format="iceberg",
+        catalog="none",
+        database_url="postgresql+psycopg://bel:secret@db.internal:5432/bel",
+    )
+    naming = DatasetNaming(iceberg, graph)
+    assert naming("daily_users/2024-01-03")[:2] == (
+        "s3a://bucket",
+        "/lake/_databuild/tables/default/daily_users",
+    )
+    assert naming.symlink("daily_users/2024-01-03") == (
+        "postgresql://db.internal:5432",
+        "default.daily_users",
+    )
+    assert embedded.symlink("daily_users/2024-01-03") is None
 
 
 def test_check_results_are_quality_assertions_of_the_inputs_and_checks_of_the_outputs(tmp_path: Path) -> None:

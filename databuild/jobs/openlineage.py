@@ -54,6 +54,7 @@ from openlineage.client.facet_v2 import (
     dataset_version_dataset,
     error_message_run,
     job_type_job,
+    symlinks_dataset,
 )
 from openlineage.client.transport.file import FileConfig, FileTransport
 from openlineage.client.transport.http import ApiKeyTokenProvider, HttpConfig, HttpTransport, TokenProvider
@@ -65,7 +66,7 @@ from databuild.config import Settings
 from databuild.domain.cost import NO_COST, RunCost
 from databuild.errors import InvalidInputError
 from databuild.graph import Graph
-from databuild.jobs.tables.spec import TableSpec, graph_tables
+from databuild.jobs.tables.spec import TableSpec, graph_tables, table_folder
 from databuild.models import CheckResult, CheckSeverity, InstanceRef, JobRun, JobRunState
 from databuild.refs import storage_uri, validate_ref
 
@@ -109,15 +110,37 @@ class DataBuildDatasetFacet(DatasetFacet):
 
 
 class DatasetNaming:
-    """Names a ref's dataset: its catalog table, or its output pattern under the storage root."""
+    """Names a ref's dataset: its Hive table, its Iceberg table's location (with the table's name as a
+    symlink), or its output pattern under the storage root."""
 
     def __init__(self, settings: Settings, graph: Graph | None) -> None:
         self.root = storage_uri(settings.storage_root)
         self.graph = graph
-        self.tables = graph_tables(graph) if graph is not None and settings.catalog != "none" else {}
+        found = graph_tables(graph, settings.table_format) if graph is not None else {}
+        self.tables = {
+            pattern: spec
+            for pattern, spec in found.items()
+            if isinstance(spec, TableSpec) and (spec.format == "iceberg" or settings.catalog != "none")
+        }
         self.database = settings.catalog_database
         metastore = urlsplit(settings.catalog)
         self.catalog_namespace = f"hive://{metastore.netloc}" if metastore.netloc else "hive://embedded"
+        iceberg = urlsplit(
+            settings.iceberg_catalog.get_secret_value() or settings.database_url.get_secret_value()
+        )
+        # The catalog as a namespace: its scheme and authority, never a password (as the Hive metastore's).
+        self.iceberg_namespace = f"{iceberg.scheme.split('+')[0]}://{iceberg.hostname or 'localhost'}" + (
+            f":{iceberg.port}" if iceberg.port else ""
+        )
+
+    def symlink(self, ref: str) -> tuple[str, str] | None:
+        """The catalog name of an Iceberg table's dataset (namespace, ``<namespace>.<table>``), if ref's
+        pattern is one: its dataset is named by its location, as Spark's OpenLineage integration names it."""
+        pattern = self.graph.pattern_for(ref) if self.graph is not None else None
+        table = self.tables.get(pattern.text) if pattern is not None else None
+        if isinstance(table, TableSpec) and table.format == "iceberg":
+            return self.iceberg_namespace, f"{self.database}.{table.name}"
+        return None
 
     def __call__(self, ref: str) -> tuple[str, str, dict[str, str]]:
         """(namespace, name, the partition's placeholder values)."""
@@ -126,6 +149,8 @@ class DatasetNaming:
             return (*self._path(validate_ref(ref)), {})
         values = pattern.match(ref) or {}
         table = self.tables.get(pattern.text)
+        if isinstance(table, TableSpec) and table.format == "iceberg":
+            return (*self._path(table_folder(self.database, table.name)), values)
         if isinstance(table, TableSpec):
             return self.catalog_namespace, f"{self.database}.{table.name}", values
         return (*self._path(pattern.text), values)
@@ -369,6 +394,11 @@ class LineageEmitter:
             )
         if checks:
             facets["databuild"].checks = assertions(checks)
+        if (table := self.naming.symlink(ref)) is not None:
+            facets["symlinks"] = symlinks_dataset.SymlinksDatasetFacet(
+                identifiers=[symlinks_dataset.Identifier(namespace=table[0], name=table[1], type="TABLE")],
+                producer=PRODUCER,
+            )
         return {"namespace": namespace, "name": name, "facets": facets}
 
     def _input(self, read: InstanceRef, checks: Sequence[CheckResult] | None) -> InputDataset:

@@ -23,7 +23,7 @@ from databuild.domain.table_schemas import schema_change
 from databuild.errors import ConfigurationError
 from databuild.jobs.storage import Storage
 from databuild.jobs.tables.base import TableState
-from databuild.jobs.tables.spec import Committed, Placed, TableSpec
+from databuild.jobs.tables.spec import Committed, Placed, TableSpec, table_folder
 from databuild.refs import RESERVED_SEGMENT
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class IcebergTables:
         the table another process has just created)."""
         from pyiceberg.exceptions import TableAlreadyExistsError
 
-        location = f"{self.storage.uri.rstrip('/')}/{RESERVED_SEGMENT}/tables/{self.namespace}/{spec.name}"
+        location = self.storage.uri_of(table_folder(self.namespace, spec.name))
         properties = {"databuild.pattern": spec.pattern, "commit.retry.num-retries": COMMIT_RETRIES}
         try:
             with (

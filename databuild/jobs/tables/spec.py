@@ -7,6 +7,7 @@ from datetime import datetime
 
 from databuild.graph import Graph, Pattern
 from databuild.models import TableFormatName
+from databuild.refs import RESERVED_SEGMENT
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLACEHOLDER_SEGMENT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -41,6 +42,12 @@ class Committed:
 
     snapshot_id: int | None
     committed_at: datetime
+
+
+def table_folder(namespace: str, table: str) -> str:
+    """Where an Iceberg table DataBuild creates keeps its metadata, under the storage root (its data files
+    are the instances' own)."""
+    return f"{RESERVED_SEGMENT}/tables/{namespace}/{table}"
 
 
 def table_of(pattern: Pattern, name: str | None = None, format_: TableFormatName = "hive") -> TableSpec | str:
