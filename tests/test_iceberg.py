@@ -5,12 +5,17 @@ these machines, so every read here is pyiceberg's)."""
 import asyncio
 import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from databuild.jobs.storage import Storage
 from databuild.jobs.tables.iceberg import INSTANCES, open_catalog
+from databuild.jobs.tables.publisher import TablePublisher
+from databuild.jobs.tables.setup import iceberg_tables
 from databuild.models import Instance, WantState
+from databuild.operations.garbage import collect_garbage
 from tests import graphs
 from tests.conftest import Stack
 
@@ -118,3 +123,24 @@ async def test_instances_are_iceberg_commits_audited_before_they_are_published(m
     assert f"table {namespace}.shape" in reason and "'label'" in reason and "\n" not in reason, reason
     shape.refresh()
     assert dropped not in rows_by(shape, "n")
+
+    # Retention: b's first snapshot also reads a's first instance (tainted since). Pinned, it is kept with
+    # the files it reads, though gc keeps nothing else; unpinned, it expires and a's files go.
+    storage = Storage(stack.settings.storage_root)
+    tables = TablePublisher(
+        stack.bel, stack.graph, {"iceberg": iceberg_tables(stack.settings, storage)}, "iceberg"
+    )
+    await stack.db.pin(first_b.instance_id)
+    report = collect_garbage(storage, stack.bel, keep=timedelta(0), tables=tables)
+    assert report.expired_snapshots > 0 and first_a.instance_id not in {c.instance_id for c in report.deleted}
+    table.refresh()
+    assert {s.snapshot_id for s in table.snapshots()} == {
+        first_b.table.snapshot_id,
+        table.current_snapshot().snapshot_id,
+    }
+    assert rows_by(table, "n", snapshot_id=first_b.table.snapshot_id) == {a: 10, b: 10}
+    await stack.db.pin(first_b.instance_id, pinned=False)
+    report = collect_garbage(storage, stack.bel, keep=timedelta(0), tables=tables)
+    assert first_a.instance_id in {c.instance_id for c in report.deleted}
+    table.refresh()
+    assert len(table.snapshots()) == 1 and rows_by(table, "n") == {a: 20, b: 10}

@@ -314,7 +314,9 @@ async def periodically(every: timedelta, stop: asyncio.Event, chore: Chore, *arg
 
 async def collect_storage_garbage(parts: WorkerParts, built: BuiltWorker) -> None:
     storage = built.jobs.executor.storage
-    report = await asyncio.to_thread(collect_garbage, storage, parts.bel, keep=parts.settings.gc_keep)
+    report = await asyncio.to_thread(
+        collect_garbage, storage, parts.bel, keep=parts.settings.gc_keep, tables=built.jobs.executor.tables
+    )
     for item in report.deleted:
         log.info("garbage-collected %s (%s)", item.location, item.reason)
 

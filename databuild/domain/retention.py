@@ -1,7 +1,8 @@
 """Which instance locations garbage collection may delete: a pure rule over what the storage holds and
 what the BEL says about it."""
 
-from collections.abc import Sequence
+import bisect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal
@@ -9,7 +10,15 @@ from typing import Literal
 from databuild.durations import format_duration
 from databuild.models import AttemptOutput, Instance, InstanceStatus, JobRun
 
-Kept = Literal["live", "pinned", "may be read", "being written", "within retention", "unknown to the BEL"]
+Kept = Literal[
+    "live",
+    "pinned",
+    "may be read",
+    "being written",
+    "within retention",
+    "in a table snapshot",
+    "unknown to the BEL",
+]
 
 
 @dataclass(frozen=True)
@@ -31,13 +40,31 @@ def instance_verdict(
     now: datetime,
     keep: timedelta,
     oldest_open_run: datetime | None,
+    in_snapshot: bool = False,
 ) -> Verdict:
     """May the location of ``ref``'s instance go?
 
     ``instance``: the BEL's instance of that id, if it was ever published. ``written_by``: the attempt
     that planned it, and that attempt's job run. ``modified``: the newest file in the location.
     ``oldest_open_run``: when the oldest job run that has not ended was created (it may be reading any
-    instance that was live since)."""
+    instance that was live since). ``in_snapshot``: a retained snapshot of its table holds its files."""
+    verdict = _instance_verdict(ref, modified, instance, written_by, now, keep, oldest_open_run)
+    if verdict.delete and in_snapshot:
+        return Verdict(
+            "in a table snapshot", "a retained snapshot of its table reads it; kept until it expires"
+        )
+    return verdict
+
+
+def _instance_verdict(
+    ref: str,
+    modified: datetime | None,
+    instance: Instance | None,
+    written_by: tuple[AttemptOutput, JobRun | None] | None,
+    now: datetime,
+    keep: timedelta,
+    oldest_open_run: datetime | None,
+) -> Verdict:
     if instance is not None:
         if instance.ref != ref:
             return Verdict(
@@ -77,6 +104,7 @@ def write_verdict(
     now: datetime,
     keep: timedelta,
     oldest_open_run: datetime | None,
+    in_snapshots: frozenset[str] = frozenset(),
 ) -> tuple[Verdict, dict[str, Verdict]]:
     """May the folder of an attempt's partitioned write go? If not, the verdict of each instance the BEL
     published from it, by id (its partitions' folders may go one by one).
@@ -95,7 +123,14 @@ def write_verdict(
         return _by_age(left, now - (modified or now), keep), {}
     each = {
         i.instance_id: instance_verdict(
-            i.ref, modified, i, None, now=now, keep=keep, oldest_open_run=oldest_open_run
+            i.ref,
+            modified,
+            i,
+            None,
+            now=now,
+            keep=keep,
+            oldest_open_run=oldest_open_run,
+            in_snapshot=i.instance_id in in_snapshots,
         )
         for i in inside
     }
@@ -149,3 +184,54 @@ def log_verdict(modified: datetime | None, run: JobRun | None, *, now: datetime,
     if not run.state.is_final:
         return Verdict("being written", f"job run {run.job_run_id} has not ended")
     return _by_age(f"logs of a job run {run.state.value}, last written", now - (modified or now), keep)
+
+
+@dataclass(frozen=True)
+class TableHolding:
+    """One instance's time in one table's snapshots, as DataBuild committed it."""
+
+    instance_id: str
+    table: str
+    snapshot_id: int | None  # the commit's snapshot (None: a table with no snapshots, Hive)
+    committed_at: datetime
+    removed_at: datetime | None  # None: the current snapshot holds it
+
+
+def retained_snapshots(
+    holdings: Sequence[TableHolding], verdicts: Mapping[str, Verdict], *, now: datetime, keep: timedelta
+) -> dict[str, set[int]]:
+    """The snapshots each table keeps, by table, in step with the BEL's retention: an instance's own
+    snapshot while the BEL keeps the instance out of service (pinned, read by an open run, or retired
+    within the retention), and every snapshot for the retention after its commit. A live instance older
+    than that is read in the table's current snapshot, which is never expired. ``verdicts``: the BEL's
+    verdict on each instance, by id."""
+    kept_out_of_service = {"pinned", "may be read", "within retention"}
+    retained: dict[str, set[int]] = {}
+    for holding in holdings:
+        if holding.snapshot_id is None:
+            continue
+        verdict = verdicts.get(holding.instance_id)
+        if now - holding.committed_at < keep or (verdict is not None and verdict.kept in kept_out_of_service):
+            retained.setdefault(holding.table, set()).add(holding.snapshot_id)
+    return retained
+
+
+def held_by_snapshots(holdings: Sequence[TableHolding], retained: Mapping[str, set[int]]) -> frozenset[str]:
+    """The instances whose files a retained snapshot reads: those the current snapshot holds, and each
+    committed at or before a retained snapshot's commit and not yet taken out of the table by it."""
+    times: dict[str, list[datetime]] = {}
+    for holding in holdings:
+        if holding.snapshot_id in retained.get(holding.table, ()):
+            times.setdefault(holding.table, []).append(holding.committed_at)
+    for each in times.values():
+        each.sort()
+    held = set()
+    for holding in holdings:
+        if holding.removed_at is None:  # the current snapshot, never expired, holds it
+            held.add(holding.instance_id)
+            continue
+        moments = times.get(holding.table, [])
+        first = bisect.bisect_left(moments, holding.committed_at)  # the first retained one at or after it
+        if first < len(moments) and (holding.removed_at is None or moments[first] < holding.removed_at):
+            held.add(holding.instance_id)
+    return frozenset(held)

@@ -6,17 +6,20 @@ BEL as writing or live (an attempt records its instance ids before it writes a b
 themselves are ``databuild.domain.retention``."""
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import Field
 
 from databuild.bel.queries import BelQueries
 from databuild.domain.retention import (
     Verdict,
+    held_by_snapshots,
     instance_verdict,
     log_verdict,
+    retained_snapshots,
     submission_verdict,
     write_verdict,
 )
@@ -40,6 +43,14 @@ class GcReport(Model):
     )
     deleted: list[Collected] = Field(description="deleted, or what would be with --dry-run")
     kept: dict[str, int] = Field(description="instance locations kept, counted by why")
+    expired_snapshots: int = Field(default=0, description="table snapshots expired (none with --dry-run)")
+
+
+class SnapshotExpiry(Protocol):
+    def expire(self, retained: Mapping[str, set[int]], older_than: datetime) -> int:
+        """Expire every snapshot of its tables older than ``older_than`` but the current ones and those of
+        ``retained`` (by table); returns how many it expired."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -57,22 +68,34 @@ class _Census:
     runs: dict[str, JobRun]
     known: dict[str, Instance]
     oldest_open: datetime | None
+    retained: dict[str, set[int]]  # the snapshots each table keeps
+    in_snapshots: frozenset[str]  # the instances a retained snapshot reads
 
 
 def collect_garbage(
-    storage: Storage, bel: BelQueries, *, keep: timedelta, now: datetime | None = None, dry_run: bool = False
+    storage: Storage,
+    bel: BelQueries,
+    *,
+    keep: timedelta,
+    now: datetime | None = None,
+    dry_run: bool = False,
+    tables: SnapshotExpiry | None = None,
 ) -> GcReport:
-    """Delete instance locations that are not live, not pinned, not being written and past ``keep``,
-    the submission folders of ended or superseded attempts of its BEL's past ``keep``, and the logs of
-    its BEL's job runs that ended, ``keep`` after their last log was written. What its BEL does not
-    know is another graph's under the same root: left alone."""
+    """Delete instance locations that are not live, not pinned, not being written, past ``keep`` and read
+    by no retained table snapshot, the submission folders of ended or superseded attempts of its BEL's
+    past ``keep``, and the logs of its BEL's job runs that ended, ``keep`` after their last log was
+    written. What its BEL does not know is another graph's under the same root: left alone. ``tables``
+    expires the table snapshots the BEL's retention no longer keeps, first."""
     census = _take_census(storage, bel, keep=keep, now=now or datetime.now(UTC))
+    expired = 0
+    if tables is not None and not dry_run:
+        expired = tables.expire(census.retained, census.now - keep)
     deleted: list[Collected] = []
     kept = _collect_instances(census, storage, deleted, dry_run=dry_run)
     kept += _collect_writes(census, storage, deleted, dry_run=dry_run)
     _collect_submissions(census, storage, deleted, dry_run=dry_run)
     _collect_logs(census, storage, deleted, dry_run=dry_run)
-    return GcReport(dry_run=dry_run, keep=keep, deleted=deleted, kept=dict(kept))
+    return GcReport(dry_run=dry_run, keep=keep, deleted=deleted, kept=dict(kept), expired_snapshots=expired)
 
 
 def _take_census(storage: Storage, bel: BelQueries, *, keep: timedelta, now: datetime) -> _Census:
@@ -102,8 +125,32 @@ def _take_census(storage: Storage, bel: BelQueries, *, keep: timedelta, now: dat
         for i in bel.partitions.instances_by_id([*ids, *(i for each in written.values() for i in each)])
     }
     oldest_open = bel.job_runs.oldest_open()
+    holdings = bel.tables.holdings("iceberg")
+    # A pinned instance keeps its snapshot, live or not.
+    verdicts = {
+        h.instance_id: Verdict("pinned", "pinned")
+        if (instance := known[h.instance_id]).pinned
+        else instance_verdict(
+            instance.ref, None, instance, None, now=now, keep=keep, oldest_open_run=oldest_open
+        )
+        for h in holdings
+        if h.instance_id in known
+    }
+    retained = retained_snapshots(holdings, verdicts, now=now, keep=keep)
     return _Census(
-        now, keep, stored, writes, submissions, old_logs, planned, written, runs, known, oldest_open
+        now,
+        keep,
+        stored,
+        writes,
+        submissions,
+        old_logs,
+        planned,
+        written,
+        runs,
+        known,
+        oldest_open,
+        retained,
+        held_by_snapshots(holdings, retained),
     )
 
 
@@ -122,6 +169,7 @@ def _collect_instances(
             now=census.now,
             keep=census.keep,
             oldest_open_run=census.oldest_open,
+            in_snapshot=found.instance_id in census.in_snapshots,
         )
         if verdict.kept is not None:
             kept[verdict.kept] += 1
@@ -163,6 +211,7 @@ def _collect_writes(
             now=census.now,
             keep=census.keep,
             oldest_open_run=census.oldest_open,
+            in_snapshots=census.in_snapshots,
         )
         if verdict.kept is None:
             collected = Collected(

@@ -10,12 +10,27 @@ from databuild.bel.aggregates.base import WriteBase
 from databuild.bel.reads.base import ReadBase
 from databuild.bel.reads.rows import chunks
 from databuild.domain import events as ev
+from databuild.domain.retention import TableHolding
 from databuild.models import PartitionStatus
 
 p, t = s.partitions.c, s.table_commits.c
 
 
 class TableReads(ReadBase):
+    def holdings(self, format_: str) -> list[TableHolding]:
+        """Every instance's time in a table of ``format_``, as committed (for retention)."""
+        rows = self._all(
+            select(t.instance_id, t.table_name, t.snapshot_id, t.committed_at, t.removed_at).where(
+                t.format == format_
+            )
+        )
+        return [
+            TableHolding(
+                r["instance_id"], r["table_name"], r["snapshot_id"], r["committed_at"], r["removed_at"]
+            )
+            for r in rows
+        ]
+
     def held(self, table: str, refs: Sequence[str]) -> dict[str, str]:
         """The instance ``table`` holds now of each of ``refs`` that it holds one of, as committed."""
         found: dict[str, str] = {}

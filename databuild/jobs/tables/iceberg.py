@@ -54,12 +54,18 @@ def open_catalog(url: str, root: str) -> "Catalog":
     if scheme.startswith("sqlite") and "timeout=" not in url:
         # Beside the BEL's own writes: wait for the database's write lock as the BEL does, not 5 s.
         url += ("&" if "?" in url else "?") + "timeout=20"
-    try:
-        return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse)
-    except Exception as error:  # the driver's and SQLAlchemy's errors: the catalog is not usable
-        raise ConfigurationError(
-            f"cannot open the Iceberg catalog: {str(error).splitlines()[0][:300]}; check DATABUILD_ICEBERG_CATALOG"
-        ) from error
+    for attempt in range(3):
+        try:
+            return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse)
+        except Exception as error:  # the driver's and SQLAlchemy's errors: the catalog is not usable
+            # Two processes creating the catalog's tables at once: one finds them made by the other.
+            if attempt < 2 and "already exists" in str(error):
+                continue
+            raise ConfigurationError(
+                f"cannot open the Iceberg catalog: {str(error).splitlines()[0][:300]}; check "
+                "DATABUILD_ICEBERG_CATALOG"
+            ) from error
+    raise AssertionError("unreachable")
 
 
 class IcebergTables:

@@ -11,6 +11,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 
 from databuild.bel.store import BuildEventLog
 from databuild.domain import events as ev
@@ -256,6 +257,23 @@ class TablePublisher:
 
     def _ref_of(self, spec: TableSpec, values: Mapping[str, str]) -> str:
         return next(p for p in self.graph.patterns if p.text == spec.pattern).format(dict(values))
+
+    def expire(self, retained: Mapping[str, set[int]], older_than: datetime) -> int:
+        """Expire every snapshot of the tables older than ``older_than`` but their current ones and those of
+        ``retained`` (by table, as the BEL's retention keeps them); returns how many it expired."""
+        expired = 0
+        for spec in self.specs:
+            format_ = self.formats[spec.format]
+            try:
+                with self._lock:
+                    gone = format_.expire(spec, retained.get(format_.qualified(spec), set()), older_than)
+            except Exception as error:  # one table must not stop the others, nor gc
+                log.warning("tables: could not expire the snapshots of %s: %s", spec.name, error)
+                continue
+            if gone:
+                log.info("tables: expired %d snapshot(s) of %s", len(gone), format_.qualified(spec))
+            expired += len(gone)
+        return expired
 
     def describe(self) -> list[tuple[TableSpec, TableState]]:
         """Every table of the graph as its format describes it."""
