@@ -42,8 +42,8 @@ from databuild.jobs.spark import SparkRuntime
 from databuild.jobs.storage import Storage
 from databuild.jobs.tables.hive import serve_sql, spark_catalog_conf
 from databuild.jobs.tables.publisher import TablePublisher
-from databuild.jobs.tables.setup import table_formats
-from databuild.jobs.tables.spec import TableSpec
+from databuild.jobs.tables.setup import table_publisher
+from databuild.jobs.tables.spec import TableSpec, graph_tables
 from databuild.limits import policy_problem
 from databuild.operations.alerts import channels
 from databuild.operations.garbage import collect_garbage
@@ -204,17 +204,15 @@ def check_graph_settings(graph: Graph, settings: Settings) -> None:
 def worker_tables(parts: WorkerParts, storage: Storage) -> TablePublisher | None:
     """What publishes the worker's outputs to their tables, if any output maps to a table it can publish."""
     settings = parts.settings
-    publisher = TablePublisher(
-        parts.bel, parts.graph, table_formats(settings, storage, parts.spark), settings.table_format
-    )
-    for pattern, table in publisher.tables.items():
+    publisher = table_publisher(settings, parts.bel, parts.graph, storage, parts.spark)
+    for pattern, table in graph_tables(parts.graph, settings.table_format).items():
         if isinstance(table, TableSpec):
             log.info(
                 "tables: %s is %s table %s.%s", pattern, table.format, settings.catalog_database, table.name
             )
         else:
             log.info("tables: %s is no table: %s", pattern, table)
-    return publisher if publisher.specs else None
+    return publisher
 
 
 def activities_of(

@@ -428,6 +428,18 @@ table_commits = Table(
     Index("ix_table_commits_held", "ref", "removed_at"),
 )
 
+# Each table's commits and failed commits, counted (/metrics), with the latest failure's reason.
+table_stats = Table(
+    "table_stats",
+    metadata,
+    Column("table_name", String(512), primary_key=True),
+    Column("format", String(16), nullable=False),
+    Column("commits", Integer, nullable=False, server_default="0"),
+    Column("failures", Integer, nullable=False, server_default="0"),
+    Column("last_failure", Text),
+    Column("last_failure_at", UTCDateTime),
+)
+
 PROJECTIONS = [
     wants,
     partitions,
@@ -450,6 +462,7 @@ PROJECTIONS = [
     backfill_wants,
     workers,
     table_commits,
+    table_stats,
 ]
 
 

@@ -15,6 +15,7 @@ from databuild.cli.app import (
     client,
     console,
     emit,
+    err,
     jsonable,
     run,
     settings,
@@ -22,6 +23,8 @@ from databuild.cli.app import (
 )
 from databuild.config import masked_url
 from databuild.durations import parse_setting_duration
+from databuild.errors import GraphDefinitionError
+from databuild.graph import load_graph
 
 
 @app.command()
@@ -159,9 +162,17 @@ def gc(
     (superseded, tainted, or never published) longer than the retention ago; and the folders failed
     submitted attempts left. Workers do this every DATABUILD_GC_EVERY (1h)."""
     from databuild.jobs.storage import Storage  # pyarrow: loaded by gc only
+    from databuild.jobs.tables.setup import table_publisher
     from databuild.operations.garbage import collect_garbage
 
     configured = settings()
     retention = parse_setting_duration(keep) if keep is not None else configured.gc_keep
-    report = collect_garbage(Storage(configured.storage_root), bel(), keep=retention, dry_run=dry_run)
+    storage, log = Storage(configured.storage_root), bel()
+    try:
+        graph = load_graph(configured.graph)
+    except GraphDefinitionError as error:  # the storage is still collected; only the tables wait
+        err.print(f"[yellow]note:[/] table snapshots are not expired: {error}")
+        graph = None
+    tables = None if graph is None else table_publisher(configured, log, graph, storage, None)
+    report = collect_garbage(storage, log, keep=retention, dry_run=dry_run, tables=tables)
     emit(as_json, report, lambda: render.gc_report(report))

@@ -24,6 +24,7 @@ from databuild.models import (
     JobRunState,
     Partition,
     PartitionStatus,
+    TableCommit,
     TaintImpact,
     Want,
     WantState,
@@ -244,6 +245,9 @@ def lineage_view(view: PartitionView) -> RenderableType:
             focus.append("  schema changed", style="bold yellow")
         if shown.job_version is not None:
             focus.append(f"\n  job version {shown.job_version}")
+        if shown.table is not None:
+            focus.append("\n  table ")
+            focus.append_text(table_commit(shown.table))
         for reason in view.stale:
             focus.append(f"\n  stale: {reason}", style="yellow")
         if shown.checks:
@@ -275,10 +279,23 @@ def lineage_view(view: PartitionView) -> RenderableType:
             label.append(f"  {past.facts.summary}", style="dim")
         if past is not None and past.schema_changed:
             label.append("  schema changed", style="yellow")
+        if past is not None and past.table is not None and past.table.snapshot_id is not None:
+            label.append(f"  snapshot {past.table.snapshot_id}", style="dim")
         if past is not None and past.location:
             label.append(f"  {past.location}", style="dim cyan")
         history.add(label)
     return Group(head, focus, up, down, history)
+
+
+def table_commit(commit: TableCommit) -> Text:
+    """``default.daily_users (iceberg) snapshot 123, committed 2024-01-03 09:00:00 UTC``."""
+    text = Text(f"{commit.table} ({commit.format})")
+    if commit.snapshot_id is not None:
+        text.append(f" snapshot {commit.snapshot_id}", style="bold")
+    text.append(f", committed {commit.committed_at:%Y-%m-%d %H:%M:%S} UTC")
+    if commit.removed_at is not None:
+        text.append(f", taken out {commit.removed_at:%Y-%m-%d %H:%M:%S} UTC", style="yellow")
+    return text
 
 
 def check_lines(checks: Sequence[CheckResult]) -> Text:
@@ -458,7 +475,10 @@ def gc_report(report: "GcReport") -> Group:
         table.add_row(item.kind, Text(item.location), item.reason)
     kept = ", ".join(f"{n} {why}" for why, n in sorted(report.kept.items())) or "none"
     verb = "to delete" if report.dry_run else "deleted"
-    summary = Text(f"{len(report.deleted)} {verb} (retention {format_duration(report.keep)}); kept: {kept}")
+    expired = f"; {report.expired_snapshots} table snapshot(s) expired" if report.expired_snapshots else ""
+    summary = Text(
+        f"{len(report.deleted)} {verb} (retention {format_duration(report.keep)}); kept: {kept}{expired}"
+    )
     return Group(table, summary)
 
 

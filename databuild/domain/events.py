@@ -414,6 +414,17 @@ class TableCommitted(Model):
     job_run_id: str | None = Field(default=None, description="the run whose instances it added, if one did")
 
 
+class TableCommitFailed(Model):
+    """A commit to a table failed (its catalog down, a schema it refused): the partitions stay behind the
+    BEL until a later commit, or a worker's start, brings them in line."""
+
+    type: Literal["TableCommitFailed"] = "TableCommitFailed"
+    table: str
+    format: Literal["hive", "iceberg"]
+    refs: list[str]
+    reason: str
+
+
 Event = Annotated[
     WantCreated
     | WantBuilding
@@ -454,7 +465,8 @@ Event = Annotated[
     | BackfillRetried
     | BackfillAdvanced
     | WorkerStarted
-    | TableCommitted,
+    | TableCommitted
+    | TableCommitFailed,
     Field(discriminator="type"),
 ]
 

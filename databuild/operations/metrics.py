@@ -131,6 +131,17 @@ class _Families:
             labels=["job_label", "check", "severity"],
         )
 
+        self.table_commits = CounterMetricFamily(
+            "databuild_table_commits",
+            "Commits DataBuild made to a table (an Iceberg snapshot, a Hive re-point), by table and format",
+            labels=["table", "format"],
+        )
+        self.table_failures = CounterMetricFamily(
+            "databuild_table_commit_failures",
+            "Commits to a table that failed, leaving it behind the BEL until a later one, by table and format",
+            labels=["table", "format"],
+        )
+
     def all(self) -> list[Metric]:
         return [
             self.up,
@@ -146,6 +157,8 @@ class _Families:
             self.check_failures,
             self.task_seconds,
             self.avoided,
+            self.table_commits,
+            self.table_failures,
         ]
 
     def fill(self, counts: ClusterCounts, pools: Mapping[str, int]) -> None:
@@ -178,6 +191,9 @@ class _Families:
             self.task_seconds.add_metric([spent.job_label], spent.task_seconds)
         for avoided in counts.avoided:
             self.avoided.add_metric([avoided.job_label, avoided.kind], avoided.builds)
+        for table in counts.tables:
+            self.table_commits.add_metric([table.table, table.format], table.commits)
+            self.table_failures.add_metric([table.table, table.format], table.failures)
         for failed in counts.check_failures:
             self.check_failures.add_metric(
                 [failed.job_label, failed.check, failed.severity.value], failed.instances

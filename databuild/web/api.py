@@ -46,6 +46,7 @@ from databuild.views.lineage import (
 )
 from databuild.views.logs import AttemptLogView, attempt_log
 from databuild.views.staleness import with_staleness
+from databuild.views.tables import TableView
 from databuild.views.why import Why
 from databuild.web.auth import GuardedRoute, caller, guard
 from databuild.web.context import context
@@ -323,6 +324,12 @@ async def get_cost(
 ) -> CostReport:
     """Builds run and avoided, task-seconds spent (Spark's accounting) and saved (by delegation)."""
     return await context(request).db.cost(pattern, since=since, by=by)
+
+
+@router.get("/tables", response_model=list[TableView])
+async def get_tables(request: Request) -> list[TableView]:
+    """Each output pattern's table: format, catalog, current snapshot, partitions held and behind the BEL."""
+    return await context(request).db.tables()
 
 
 @router.get("/why/{ref:path}", response_model=Why)

@@ -1,6 +1,7 @@
 """Tables: the commits DataBuild made to them, and the partitions they have not caught up with."""
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Select, and_, func, select
@@ -11,12 +12,36 @@ from databuild.bel.reads.base import ReadBase
 from databuild.bel.reads.rows import chunks
 from databuild.domain import events as ev
 from databuild.domain.retention import TableHolding
-from databuild.models import PartitionStatus
+from databuild.models import Model, PartitionStatus
 
 p, t = s.partitions.c, s.table_commits.c
 
 
+class TableStats(Model):
+    table: str
+    format: str
+    commits: int
+    failures: int
+    last_failure: str | None = None
+    last_failure_at: datetime | None = None
+
+
 class TableReads(ReadBase):
+    def stats(self) -> list[TableStats]:
+        """Each table's commits and failed commits, with the latest failure's reason."""
+        c = s.table_stats.c
+        return [
+            TableStats(
+                table=r["table_name"],
+                format=r["format"],
+                commits=r["commits"],
+                failures=r["failures"],
+                last_failure=r["last_failure"],
+                last_failure_at=r["last_failure_at"],
+            )
+            for r in self._all(select(s.table_stats).order_by(c.table_name))
+        ]
+
     def holdings(self, format_: str) -> list[TableHolding]:
         """Every instance's time in a table of ``format_``, as committed (for retention)."""
         rows = self._all(
@@ -105,7 +130,8 @@ class TableReads(ReadBase):
 
 
 class Tables(TableReads, WriteBase):
-    def record(self, commit: ev.TableCommitted) -> None:
-        """A commit made to a table (after it was made: the table's own history is its proof)."""
+    def record(self, commit: ev.TableCommitted | ev.TableCommitFailed) -> None:
+        """A commit made to a table (after it was made: the table's own history is its proof), or one that
+        failed."""
         with self._write(f"table:{commit.table}") as tx:
             tx.extend([commit])

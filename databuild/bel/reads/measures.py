@@ -68,6 +68,13 @@ class CheckFailureCount(Model):
     instances: int = Field(description="instances whose latest result of the check failed")
 
 
+class TableCount(Model):
+    table: str
+    format: str
+    commits: int
+    failures: int
+
+
 class TaskSeconds(Model):
     job_label: str
     task_seconds: float = Field(description="Spark executor run time of every attempt whose cost is known")
@@ -87,6 +94,7 @@ class ClusterCounts(Model):
     check_failures: list[CheckFailureCount] = []
     task_seconds: list[TaskSeconds] = []
     avoided: list[AvoidedCount] = []
+    tables: list[TableCount] = []
 
 
 def read_counts(conn: Connection, *, recent: int, upper_bounds: Sequence[float]) -> ClusterCounts:
@@ -101,7 +109,15 @@ def read_counts(conn: Connection, *, recent: int, upper_bounds: Sequence[float])
         check_failures=_check_failures(conn),
         task_seconds=_task_seconds(conn),
         avoided=_avoided(conn),
+        tables=_table_counts(conn),
     )
+
+
+def _table_counts(conn: Connection) -> list[TableCount]:
+    """Each table's commits and failed commits (one row a table)."""
+    c = s.table_stats.c
+    rows = conn.execute(select(c.table_name, c.format, c.commits, c.failures).order_by(c.table_name))
+    return [TableCount(table=t, format=f, commits=n, failures=m) for t, f, n, m in rows]
 
 
 def _task_seconds(conn: Connection) -> list[TaskSeconds]:

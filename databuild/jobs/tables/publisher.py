@@ -142,11 +142,32 @@ class TablePublisher:
             held = self.bel.tables.held(table, [p.ref for p in placed])
             stale = [p.ref for p in placed if p.ref in live and (again or held.get(p.ref) != live[p.ref])]
             gone = [p.ref for p in placed if p.ref not in live and p.ref in held]
-            for run_instances in _by_run([instances[live[ref]] for ref in stale if live[ref] in instances]):
-                moved += self._publish(spec, run_instances)
-            if gone:
-                moved += self._withdraw(spec, gone)
+            try:
+                for run_instances in _by_run(
+                    [instances[live[ref]] for ref in stale if live[ref] in instances]
+                ):
+                    moved += self._publish(spec, run_instances)
+                if gone:
+                    moved += self._withdraw(spec, gone)
+            except Exception as error:  # this table stays behind; the others go on
+                self._failed(spec, [*stale, *gone], error)
         return moved
+
+    def _failed(self, spec: TableSpec, refs: Sequence[str], error: Exception) -> None:
+        """Say why a table stays behind the BEL: in the log, and in the BEL (`databuild tables`, /metrics)."""
+        reason = str(error).splitlines()[0][:500] if str(error) else type(error).__name__
+        log.warning("tables: could not bring %s in line for %s: %s", spec.name, _shown(list(refs)), reason)
+        try:
+            self.bel.tables.record(
+                ev.TableCommitFailed(
+                    table=self.formats[spec.format].qualified(spec),
+                    format=spec.format,
+                    refs=list(refs),
+                    reason=reason,
+                )
+            )
+        except Exception as recording:  # the BEL is down too: the log says it, the next start catches up
+            log.warning("tables: could not record the failure in the BEL: %s", recording)
 
     def _publish(self, spec: TableSpec, instances: Sequence[Instance]) -> list[str]:
         located = [i for i in instances if i.location is not None]

@@ -1,11 +1,14 @@
 """The table formats a process has, from its settings."""
 
+from databuild.bel.store import BuildEventLog
 from databuild.config import Settings, masked_url
+from databuild.graph import Graph
 from databuild.jobs.spark import SparkRuntime
 from databuild.jobs.storage import Storage
 from databuild.jobs.tables.base import TableFormat
 from databuild.jobs.tables.hive import HiveTables
 from databuild.jobs.tables.iceberg import IcebergTables
+from databuild.jobs.tables.publisher import TablePublisher
 from databuild.models import TableFormatName
 
 
@@ -27,3 +30,12 @@ def table_formats(
             spark, database=settings.catalog_database, root=settings.storage_root, catalog=settings.catalog
         )
     return formats
+
+
+def table_publisher(
+    settings: Settings, bel: BuildEventLog, graph: Graph, storage: Storage, spark: SparkRuntime | None
+) -> TablePublisher | None:
+    """What publishes the graph's outputs to their tables, if any output maps to a table this process can
+    publish (without a Spark session, a Hive table cannot be)."""
+    publisher = TablePublisher(bel, graph, table_formats(settings, storage, spark), settings.table_format)
+    return publisher if publisher.specs else None

@@ -1,4 +1,5 @@
-"""Which instance each table holds for each partition (``table_commits``)
+"""Which instance each table holds for each partition (``table_commits``), and each table's commits
+and failures counted (``table_stats``)
 
 Revision ID: 0016
 Revises: 0015
@@ -31,8 +32,18 @@ def upgrade() -> None:
         sa.Column("removed_at", sa.DateTime(timezone=True)),
     )
     op.create_index("ix_table_commits_held", "table_commits", ["ref", "removed_at"])
+    op.create_table(
+        "table_stats",
+        sa.Column("table_name", sa.String(512), primary_key=True),
+        sa.Column("format", sa.String(16), nullable=False),
+        sa.Column("commits", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("failures", sa.Integer(), nullable=False, server_default="0"),
+        sa.Column("last_failure", sa.Text()),
+        sa.Column("last_failure_at", sa.DateTime(timezone=True)),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("table_stats")
     op.drop_index("ix_table_commits_held", table_name="table_commits")
     op.drop_table("table_commits")
