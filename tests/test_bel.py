@@ -1648,3 +1648,63 @@ def test_a_worker_records_the_versions_it_runs(bel: BuildEventLog) -> None:
     before = projection_rows(bel)
     bel.events.rebuild_projections()
     assert projection_rows(bel) == before
+
+
+def test_a_table_behind_the_bel_is_found_from_its_recorded_commits(bel: BuildEventLog) -> None:
+    """bel.aggregates.tables: what a table holds, as committed, against what the BEL says is live; a prefix
+    with LIKE's wildcards (``_``) matches only itself."""
+    from tests.bel_sqlite import build
+    from tests.bel_sqlite import decide as bel_decide
+    from tests.bel_sqlite import spec as bel_spec
+
+    first, other = build(bel, "up/1"), build(bel, "up/2")
+    build(bel, "mid/1")
+    assert (
+        bel.tables.behind("up/", "iceberg") == ["up/1", "up/2"] and bel.tables.count_behind("up/", "iceberg") == 2
+    )
+
+    def committed(
+        snapshot: int, instances: list[InstanceRef], withdrawn: list[str] = (), minute: int = 0
+    ) -> None:
+        bel.tables.record(
+            ev.TableCommitted(
+                table="db.a",
+                format="iceberg",
+                snapshot_id=snapshot,
+                committed_at=datetime(2024, 1, 1, 0, minute, tzinfo=UTC),
+                instances=instances,
+                withdrawn=list(withdrawn),
+            )
+        )
+
+    committed(1, [first, other])
+    assert bel.tables.behind("up/", "iceberg") == [] and bel.tables.held_count("up/", "iceberg") == 2
+    assert bel.tables.behind("up/", "hive") == ["up/1", "up/2"]  # another format's table is its own
+    assert bel.tables.behind("mid/", "iceberg") == ["mid/1"] and bel.tables.behind("m_d/", "iceberg") == []
+    bel.partitions.taint("up/1", reason="late data")
+    assert bel.tables.behind("up/", "iceberg") == ["up/1"]  # held, but no longer live
+    verdict = bel_decide(bel, bel_spec("up/1", WantSource.api))
+    bel.job_runs.start(verdict.job_run_id, 1, "w")
+    rebuilt = InstanceRef(ref="up/1", instance_id="up/1@2")
+    bel.job_runs.succeed(verdict.job_run_id, [], [rebuilt])
+    assert bel.tables.behind("up/", "iceberg") == ["up/1"]  # live, but not held
+    committed(2, [rebuilt], minute=1)
+    bel.partitions.taint("up/2", reason="bad")
+    assert bel.tables.behind("up/", "iceberg") == ["up/2"]
+    committed(3, [], withdrawn=["up/2"], minute=2)
+    assert bel.tables.behind("up/", "iceberg") == [] and bel.tables.held("db.a", ["up/1", "up/2"]) == {
+        "up/1": rebuilt.instance_id
+    }
+    held = {(h.instance_id, h.snapshot_id, h.removed_at is None) for h in bel.tables.holdings("iceberg")}
+    assert held == {
+        (first.instance_id, 1, False),
+        (other.instance_id, 1, False),
+        (rebuilt.instance_id, 2, True),
+    }
+    replaced = bel.partitions.instance(first.instance_id or "").table
+    assert replaced is not None and replaced.removed_at == datetime(2024, 1, 1, 0, 1, tzinfo=UTC)
+    bel.tables.record(
+        ev.TableCommitFailed(table="db.a", format="iceberg", refs=["up/1"], reason="catalog down")
+    )
+    (stats,) = bel.tables.stats()
+    assert (stats.commits, stats.failures, stats.last_failure) == (3, 1, "catalog down")

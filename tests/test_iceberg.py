@@ -16,6 +16,8 @@ from databuild.jobs.tables.publisher import TablePublisher
 from databuild.jobs.tables.setup import iceberg_tables
 from databuild.models import Instance, WantState
 from databuild.operations.garbage import collect_garbage
+from databuild.operations.metrics import BelCollector
+from databuild.views.lineage import partition_view
 from tests import graphs
 from tests.conftest import Stack
 
@@ -96,6 +98,31 @@ async def test_instances_are_iceberg_commits_audited_before_they_are_published(m
     # Time travel to the first instance by the snapshot id the BEL recorded for it.
     assert rows_by(table, "n", snapshot_id=first_a.table.snapshot_id) == {a: 10}
     assert second_a.table is not None and second_a.table.snapshot_id != first_a.table.snapshot_id
+
+    # Everywhere a user looks: the instance's commit in `partitions show --json`, the table in `tables`,
+    # the commits in /metrics.
+    shown = partition_view(stack.bel, f"left/{a}").model_dump(mode="json")
+    commit = shown["index"]["instances"][second_a.instance_id]["table"]
+    assert (commit["format"], commit["table"], commit["snapshot_id"]) == (
+        "iceberg",
+        f"{namespace}.left",
+        second_a.table.snapshot_id,
+    )
+    assert shown["index"]["instances"][first_a.instance_id]["table"]["removed_at"] is not None
+    (left,) = [view for view in await stack.db.tables() if view.pattern == "left/{n}"]
+    assert (left.table, left.format, left.exists, left.partitions, left.behind) == (
+        f"{namespace}.left",
+        "iceberg",
+        True,
+        2,
+        0,
+    )
+    assert left.snapshot_id == second_a.table.snapshot_id and left.commits == 4 and left.failures == 0
+    scraped = {m.name: m for m in BelCollector(stack.bel, {}).collect()}
+    assert any(
+        sample.labels == {"table": f"{namespace}.left", "format": "iceberg"} and sample.value == 4
+        for sample in scraped["databuild_table_commits"].samples
+    )
 
     # A blocking check that fails publishes nothing: no snapshot, nothing in the BEL.
     snapshots = len(table.snapshots())
