@@ -1660,7 +1660,8 @@ def test_a_table_behind_the_bel_is_found_from_its_recorded_commits(bel: BuildEve
     first, other = build(bel, "up/1"), build(bel, "up/2")
     build(bel, "mid/1")
     assert (
-        bel.tables.behind("up/", "iceberg") == ["up/1", "up/2"] and bel.tables.count_behind("up/", "iceberg") == 2
+        bel.tables.behind("up/", "iceberg") == ["up/1", "up/2"]
+        and bel.tables.count_behind("up/", "iceberg") == 2
     )
 
     def committed(

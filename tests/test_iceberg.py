@@ -3,9 +3,14 @@ the tables from the SQL catalog in the BEL's own database (Spark's Iceberg runti
 these machines, so every read here is pyiceberg's)."""
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,12 +19,13 @@ from databuild.jobs.storage import Storage
 from databuild.jobs.tables.iceberg import INSTANCES, open_catalog
 from databuild.jobs.tables.publisher import TablePublisher
 from databuild.jobs.tables.setup import iceberg_tables
-from databuild.models import Instance, WantState
+from databuild.models import Instance, PartitionStatus, WantState
 from databuild.operations.garbage import collect_garbage
 from databuild.operations.metrics import BelCollector
 from databuild.views.lineage import partition_view
 from tests import graphs
-from tests.conftest import Stack
+from tests.conftest import ROOT, Stack, stack_env
+from worker.run import running_worker
 
 pytestmark = pytest.mark.slow
 
@@ -171,3 +177,59 @@ async def test_instances_are_iceberg_commits_audited_before_they_are_published(m
     assert first_a.instance_id in {c.instance_id for c in report.deleted}
     table.refresh()
     assert len(table.snapshots()) == 1 and rows_by(table, "n") == {a: 20, b: 10}
+
+
+def start_dying_publisher(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """tests/dying_publisher.py in its own process group: the kill takes its Spark JVM too."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.dying_publisher", "worker"],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+async def test_a_publish_repeated_after_a_crash_commits_once(make_stack, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The worker is killed after its table commit and before the BEL recorded it; the next worker's start
+    finds the commit in the table's history (by the instance ids in its summary) and records it: one
+    snapshot, not two."""
+    namespace = f"ice_{uuid.uuid4().hex[:8]}"
+    stack = await make_stack(
+        graph="tests.graphs:lake", worker=False, table_format="iceberg", catalog_database=namespace
+    )
+    await asyncio.to_thread(stack.parts.spark.session)  # warm: the next worker builds at once
+    env = stack_env(
+        stack, DATABUILD_TABLE_FORMAT="iceberg", DATABUILD_CATALOG_DATABASE=namespace, PYTHONUNBUFFERED="1"
+    )
+    dying = start_dying_publisher(env, tmp_path / "dying.log")
+    try:
+        ref = f"left/{uuid.uuid4().hex[:6]}"
+        await stack.db.want(ref)
+        assert await asyncio.to_thread(dying.wait, 240) == -signal.SIGKILL, (
+            tmp_path / "dying.log"
+        ).read_text()[-3000:]
+    finally:
+        if dying.poll() is None:
+            os.killpg(dying.pid, signal.SIGKILL)
+    live = stack.bel.partitions.get(ref)
+    assert live.status is PartitionStatus.live and live.instance_id is not None
+    assert stack.bel.partitions.instance(live.instance_id).table is None  # committed, not recorded
+    catalog = open_catalog(stack.settings.database_url.get_secret_value(), stack.settings.storage_root)
+    table = catalog.load_table(f"{namespace}.left")
+
+    def ours() -> list[int]:
+        table.refresh()
+        return [
+            s.snapshot_id
+            for s in table.snapshots()
+            if s.summary and s.summary.get(INSTANCES) == live.instance_id
+        ]
+
+    (snapshot,) = ours()
+    async with running_worker(stack.parts, warm_spark=False):
+        recorded = await committed(stack, live.instance_id)
+    assert recorded.table is not None and recorded.table.snapshot_id == snapshot
+    assert ours() == [snapshot] and len(table.snapshots()) == 1
