@@ -184,6 +184,7 @@ SLOWEST_MODULES = (
     "test_bel",
     "test_backfill",
     "test_catalog",
+    "test_iceberg",
     "test_openings",
     "test_alerts",
     "test_batches",

@@ -10,6 +10,7 @@ REST catalog. Each table is partitioned by its pattern's placeholders (identity)
 files hold, and created by its first publish with the schema of its first instance."""
 
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -40,15 +41,26 @@ COMMIT_RETRIES = "10"  # Iceberg's optimistic retries of a commit that raced ano
 FOOTER_THREADS = 8
 
 
+def object_store_properties() -> dict[str, str]:
+    """Iceberg's file settings for an S3-compatible store, from the AWS variables that point DataBuild's own
+    storage at it (pyarrow reads them itself; Iceberg's file IO is told)."""
+    found = {
+        "s3.endpoint": os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"),
+        "s3.region": os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"),
+    }
+    return {key: value for key, value in found.items() if value}
+
+
 def open_catalog(url: str, root: str) -> "Catalog":
     """The Iceberg catalog at ``url``: a REST catalog (``http(s)://``), else a SQL catalog in that database.
     New tables go under ``<root>/_databuild/tables``."""
     warehouse = f"{root.rstrip('/')}/{RESERVED_SEGMENT}/tables"
     scheme = urlsplit(url).scheme
+    files = object_store_properties()
     if scheme in ("http", "https"):
         from pyiceberg.catalog.rest import RestCatalog
 
-        return RestCatalog(CATALOG_NAME, uri=url, warehouse=warehouse)
+        return RestCatalog(CATALOG_NAME, uri=url, warehouse=warehouse, **files)
     from pyiceberg.catalog.sql import SqlCatalog
 
     if scheme.startswith("sqlite") and "timeout=" not in url:
@@ -56,7 +68,7 @@ def open_catalog(url: str, root: str) -> "Catalog":
         url += ("&" if "?" in url else "?") + "timeout=20"
     for attempt in range(3):
         try:
-            return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse)
+            return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse, **files)
         except Exception as error:  # the driver's and SQLAlchemy's errors: the catalog is not usable
             # Two processes creating the catalog's tables at once: one finds them made by the other.
             if attempt < 2 and "already exists" in str(error):
@@ -86,8 +98,13 @@ class IcebergTables:
         """Opened at first use: a worker whose tables are all Hive never connects to it."""
         with self._opening:
             if self._catalog is None:
-                self._catalog = open_catalog(self.catalog_url, self.storage.uri)
-                self._catalog.create_namespace_if_not_exists(self.namespace)
+                catalog = open_catalog(self.catalog_url, self.storage.uri)
+                try:
+                    catalog.create_namespace_if_not_exists(self.namespace)
+                except Exception:
+                    if not catalog.namespace_exists(self.namespace):  # not made by another process meanwhile
+                        raise
+                self._catalog = catalog
             return self._catalog
 
     def qualified(self, spec: TableSpec) -> str:

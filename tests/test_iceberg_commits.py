@@ -1,0 +1,96 @@
+"""Iceberg commits without Spark: the publisher over pyiceberg, on local files and on an S3-compatible
+server on loopback (moto), with instances the BEL made live: concurrent commits of different partitions,
+each from a publisher of its own, all land (Iceberg's optimistic retry), and a crash before the table
+commit is caught up by the next start, once. (With Spark and Temporal: tests/test_iceberg.py.)"""
+
+import threading
+import uuid
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from databuild.bel import BuildEventLog
+from databuild.graph import Graph
+from databuild.jobs.storage import Storage
+from databuild.jobs.tables.iceberg import INSTANCES, IcebergTables, open_catalog
+from databuild.jobs.tables.publisher import TablePublisher
+from databuild.models import InstanceRef, WantSpec
+from tests.test_storage import s3_endpoint, storage  # noqa: F401 (fixtures: a local and an S3 storage)
+
+graph = Graph("ice_commits")
+graph.job("t/{day}")(lambda ctx, day: None)
+
+
+def built(bel: BuildEventLog, store: Storage, day: str, rows: int = 3) -> InstanceRef:
+    """A run of ``t/{day}`` that wrote ``rows`` rows (the partition column in the files) and went live."""
+    ref = f"t/{day}"
+    want = WantSpec(ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), source="cli")  # type: ignore[arg-type]
+    bel.wants.register(want)
+    verdict = bel.decisions.decide(want.want_id, 1, graph.resolve(ref))
+    assert verdict.kind == "execute"
+    instance = InstanceRef(ref=ref, instance_id=str(uuid.uuid4()))
+    bel.job_runs.start(verdict.job_run_id, 1, "w")
+    location = store.location(ref, instance.instance_id or "")
+    store.filesystem.create_dir(store.arrow_path(location))
+    frame = pa.table({"id": list(range(rows)), "day": [day] * rows})
+    pq.write_table(frame, store.arrow_path(f"{location}/part-0.parquet"), filesystem=store.filesystem)
+    bel.job_runs.succeed(verdict.job_run_id, [], [instance], 1, {ref: location})
+    return instance
+
+
+def publisher(bel: BuildEventLog, store: Storage, namespace: str) -> TablePublisher:
+    """A publisher as a worker of its own has one: its own catalog connection."""
+    tables = IcebergTables(bel.url, namespace=namespace, storage=store, shown="the BEL's database")
+    return TablePublisher(bel, graph, {"iceberg": tables}, "iceberg")
+
+
+def test_concurrent_commits_of_different_partitions_all_land_and_a_crash_is_caught_up_once(
+    storage: Storage,  # noqa: F811
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    bel = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
+    namespace = f"ns_{uuid.uuid4().hex[:6]}"
+    try:
+        days = [f"2024-01-0{k}" for k in range(1, 5)]
+        instances = {day: built(bel, storage, day, rows=k + 1) for k, day in enumerate(days)}
+        # Four workers publish one partition each, at once: each commit races the others'.
+        publishers = [publisher(bel, storage, namespace) for _ in days]
+        publishers[0].follow([])  # the table is created by the first publish; make the catalog's tables
+        start = threading.Barrier(len(days))
+        failures: list[BaseException] = []
+
+        def publish(each: TablePublisher, day: str) -> None:
+            start.wait()
+            try:
+                assert each.follow([f"t/{day}"]) == 1
+            except BaseException as error:
+                failures.append(error)
+
+        threads = [threading.Thread(target=publish, args=pair) for pair in zip(publishers, days, strict=True)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert failures == []
+        catalog = open_catalog(bel.url, storage.uri)
+        table = catalog.load_table(f"{namespace}.t")
+        rows = table.scan().to_arrow().column("day").to_pylist()
+        assert {day: rows.count(day) for day in days} == {day: k + 1 for k, day in enumerate(days)}
+        named = sorted(
+            s.summary.get(INSTANCES) for s in table.snapshots() if s.summary and s.summary.get(INSTANCES)
+        )
+        assert named == sorted(i.instance_id for i in instances.values())
+        assert all(bel.partitions.instance(i.instance_id or "").table is not None for i in instances.values())
+        files = {task.file.file_path for task in table.scan().plan_files()}
+        assert all(path.startswith(storage.uri) and "/~" in path for path in files)  # where they were written
+
+        # A worker that died after the BEL commit and before its table commit: the next start commits it,
+        # once; a second start finds nothing behind.
+        late = built(bel, storage, "2024-01-05")
+        assert publisher(bel, storage, namespace).repair() == 1
+        assert publisher(bel, storage, namespace).repair() == 0
+        table.refresh()
+        assert [s.summary.get(INSTANCES) for s in table.snapshots() if s.summary].count(late.instance_id) == 1
+    finally:
+        bel.dispose()
