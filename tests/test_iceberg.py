@@ -9,12 +9,14 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import timedelta
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from databuild.backfill import BackfillRequest
 from databuild.jobs.storage import Storage
 from databuild.jobs.tables.iceberg import INSTANCES, open_catalog
 from databuild.jobs.tables.publisher import TablePublisher
@@ -22,9 +24,10 @@ from databuild.jobs.tables.setup import iceberg_tables
 from databuild.models import Instance, PartitionStatus, WantState
 from databuild.operations.garbage import collect_garbage
 from databuild.operations.metrics import BelCollector
+from databuild.testing import POSTGRES_ADMIN_URL, postgres_database
 from databuild.views.lineage import partition_view
 from tests import graphs
-from tests.conftest import ROOT, Stack, stack_env
+from tests.conftest import ROOT, Stack, require_postgres, stack_env
 from worker.run import running_worker
 
 pytestmark = pytest.mark.slow
@@ -233,3 +236,52 @@ async def test_a_publish_repeated_after_a_crash_commits_once(make_stack, tmp_pat
         recorded = await committed(stack, live.instance_id)
     assert recorded.table is not None and recorded.table.snapshot_id == snapshot
     assert ours() == [snapshot] and len(table.snapshots()) == 1
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A database of its own on the PostgreSQL server, for a BEL and its SQL catalog (requested before the
+    stack, so it outlives the stack's worker)."""
+    require_postgres()
+    with postgres_database(POSTGRES_ADMIN_URL, "iceberg", durable=False) as url:
+        yield url
+
+
+async def test_a_batch_on_a_postgresql_bel_is_one_snapshot_of_every_partition_it_built(  # type: ignore[no-untyped-def]
+    postgres_url: str, make_stack
+) -> None:
+    """One run writes three days as one DataFrame (ctx.write_partitioned): its three instances are one
+    Iceberg commit, in the SQL catalog in the PostgreSQL BEL's own database, the day in the files."""
+    namespace, url = f"ice_{uuid.uuid4().hex[:8]}", postgres_url
+    stack = await make_stack(
+        graph="tests.graphs:lake",
+        database_url=url,
+        table_format="iceberg",
+        catalog_database=namespace,
+        batch_window=timedelta(seconds=60),
+    )
+    start = datetime(2024, 5, 1, tzinfo=UTC)
+    days = [(start + timedelta(days=k)).date().isoformat() for k in range(3)]
+    backfill = await stack.db.backfill(
+        BackfillRequest(pattern="wide/{day}", start=start, end=start + timedelta(days=2))
+    )
+    deadline = time.monotonic() + 120
+    while not (progress := await stack.db.backfill_progress(backfill.backfill_id)).finished:
+        assert time.monotonic() < deadline, progress
+        await asyncio.sleep(0.25)
+    assert progress.by_state == {WantState.successful: 3}
+    (run,) = stack.bel.job_runs.query(job_label="wide", limit=10)
+    instances = [
+        await committed(stack, stack.bel.partitions.get(f"wide/{day}").instance_id or "") for day in days
+    ]
+    assert {i.table.snapshot_id for i in instances if i.table} == {instances[0].table.snapshot_id}
+    table = open_catalog(url, stack.settings.storage_root).load_table(f"{namespace}.wide")
+    (snapshot,) = table.snapshots()
+    assert snapshot.summary is not None and snapshot.summary["databuild.job-run"] == run.job_run_id
+    assert snapshot.summary[INSTANCES] == ",".join(sorted(i.instance_id for i in instances))
+    assert rows_by(table, "day") == {day: k + 1 for k, day in enumerate(days)}
+    # Each day's instance is its own folder of the run's one write, its files holding the day.
+    for day, instance in zip(days, instances, strict=True):
+        assert instance.location and instance.location.endswith(f"/~{run.job_run_id}-1/day__partition={day}")
+        files = {t.file.file_path for t in table.scan(row_filter=f"day = '{day}'").plan_files()}
+        assert files and all(path.startswith(instance.location) for path in files)

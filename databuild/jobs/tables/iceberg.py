@@ -121,7 +121,7 @@ class IcebergTables:
     def _create(self, spec: TableSpec, schema: "pa.Schema") -> "Table":
         """The table, partitioned by the pattern's placeholders, with the schema of its first instance (or
         the table another process has just created)."""
-        from pyiceberg.exceptions import TableAlreadyExistsError
+        from pyiceberg.exceptions import CommitFailedException, TableAlreadyExistsError
 
         location = self.storage.uri_of(table_folder(self.namespace, spec.name))
         properties = {"databuild.pattern": spec.pattern, "commit.retry.num-retries": COMMIT_RETRIES}
@@ -134,8 +134,11 @@ class IcebergTables:
             ):
                 for column in spec.columns:
                     partitioning.add_identity(column)
-        except TableAlreadyExistsError:
-            pass
+        except (TableAlreadyExistsError, CommitFailedException):
+            # Created meanwhile by another process (a create that lost the race is refused as a commit).
+            if (table := self._load(spec)) is None:
+                raise
+            return table
         table = self._load(spec)
         assert table is not None
         return table
