@@ -16,6 +16,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import make_url
 
+from databuild.bel import BuildEventLog
+from databuild.jobs.tables.iceberg import INSTANCES, open_catalog
+from databuild.models import PartitionStatus
+from databuild.refs import storage_uri
 from databuild.testing import POSTGRES_URL, free_port
 from tests.helpers import until_listening
 from worker.ports import listener_pid
@@ -122,10 +126,11 @@ def leftovers() -> Iterator[Leftovers]:
 
 
 def test_dev_stack_runs_the_demo_and_serves_the_dashboard(tmp_path: Path) -> None:
+    """The newcomer's command, with the demo's tables in Iceberg (read with pyiceberg at the end)."""
     port, ui_port, web_port = free_port(), free_port(), free_port()
     log = tmp_path / "dev.log"
     command = dev_command("--demo", "--exit", port=port, ui_port=ui_port, web_port=web_port)
-    process = start_dev(tmp_path, log, command, dev_env(COLUMNS="160"))
+    process = start_dev(tmp_path, log, command, dev_env(COLUMNS="160", DATABUILD_TABLE_FORMAT="iceberg"))
     # While the demo runs, the dashboard and the API answer.
     served = None
     deadline = time.monotonic() + 120
@@ -158,6 +163,35 @@ def test_dev_stack_runs_the_demo_and_serves_the_dashboard(tmp_path: Path) -> Non
     assert "[Stage" not in spark  # no progress bar anywhere
     assert "Spark driver started" in (logs / "databuild.log").read_text()
     assert "Temporal Server:" in (logs / "temporal.log").read_text()
+    demo_tables_are_iceberg_commits(tmp_path / ".databuild")
+
+
+def demo_tables_are_iceberg_commits(home: Path) -> None:
+    """Every live partition of the demo is in its Iceberg table (its rows, its partition), each committed
+    by a snapshot whose summary names its instance; `dev` finished its commits before it exited."""
+    bel = BuildEventLog(f"sqlite:///{home / 'bel.sqlite'}")
+    try:
+        catalog = open_catalog(bel.url, storage_uri(home / "data"))
+        for name in ("raw_events", "daily_users", "daily_summary", "top_spenders"):
+            live = {
+                p.ref: p
+                for p in bel.partitions.query(status=PartitionStatus.live, ref_prefix=f"{name}/", limit=100)
+            }
+            table = catalog.load_table(f"default.{name}")
+            dates = table.scan().to_arrow().column("date").to_pylist()
+            assert {str(d) for d in dates} == {ref.split("/")[1] for ref in live}, name
+            named = {
+                id for s in table.snapshots() if s.summary for id in s.summary.get(INSTANCES, "").split(",")
+            }
+            assert {p.instance_id for p in live.values()} <= named, name
+            for partition in live.values():
+                instance = bel.partitions.instance(partition.instance_id or "")
+                assert instance.table is not None and instance.table.snapshot_id is not None
+                assert instance.facts is not None and instance.facts.rows == dates.count(
+                    next(d for d in dates if str(d) == partition.ref.split("/")[1])
+                )
+    finally:
+        bel.dispose()
 
 
 def test_dev_takes_its_temporal_server_down_with_it_and_never_joins_another(

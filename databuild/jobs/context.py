@@ -239,7 +239,7 @@ class SparkJobContext:
         partition's sub-folder (``date=2024-01-01``) is its instance location, with its own facts and
         lineage. As with ``partitionBy``, the placeholder columns are in the folder names, not the
         files (``read_partitioned`` gives them back), but for an output whose table reads them from its
-        files (Iceberg), whose files keep them as text. Every partition of the run must have rows, and
+        files (Iceberg), whose files keep them as the DataFrame has them. Every partition of the run must have rows, and
         every row must be one of the run's partitions; otherwise the run fails naming them, and
         publishes nothing."""
         self._check_cancelled()
@@ -303,15 +303,17 @@ class SparkJobContext:
             self.written.add(ref)
 
     def _with_placeholders(self, ref: str, frame: "DataFrame") -> "DataFrame":
-        """``frame`` with its partition's placeholder values as text columns, if its table reads them from
-        the files: a column of that name is the partition's value, as in a Hive table's partition column."""
+        """``frame`` with its partition's placeholder values as text columns where it has none of that name,
+        if its table reads them from the files (a column the job wrote, of any type, is kept: its table
+        checks that it holds the partition's value)."""
         pattern = self._graph.pattern_for(ref)
         if pattern is None or pattern.text not in self._in_files:
             return frame
         from pyspark.sql import functions as F
 
         values = pattern.match(ref) or {}
-        return frame.withColumns({name: F.lit(values[name]) for name in pattern.placeholders})
+        missing = {name: F.lit(values[name]) for name in pattern.placeholders if name not in frame.columns}
+        return frame.withColumns(missing) if missing else frame
 
     def _check(self, ref: str, location: str) -> None:
         """Run the checks of the output just written on its instance, before anything can publish it."""

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 JOB_SQL_CONF: dict[str, bool | float | int | str | None] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.sources.partitionOverwriteMode": "static",
+    # Timestamps as Parquet's standard microseconds, which every engine and Iceberg read (Spark's default,
+    # INT96, is a legacy of Impala that an Iceberg table cannot take).
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 # The log4j2 configuration of a driver whose output goes to a log file (see SparkRuntime.log_file).
 LOG4J_CONFIG = Path(__file__).with_name("spark-log4j2.properties")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 from databuild.domain.table_schemas import schema_change
-from databuild.errors import ConfigurationError
+from databuild.errors import ConfigurationError, TableSchemaError
 from databuild.jobs.storage import Storage
 from databuild.jobs.tables.base import TableState
 from databuild.jobs.tables.spec import Committed, Placed, TableSpec, table_folder
@@ -29,6 +29,7 @@ from databuild.refs import RESERVED_SEGMENT
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
     from pyiceberg.catalog import Catalog
     from pyiceberg.expressions import BooleanExpression
     from pyiceberg.table import Table
@@ -145,32 +146,44 @@ class IcebergTables:
 
     # Before the BEL commit -------------------------------------------------------------------------------
     def audit(self, spec: TableSpec, placed: Sequence[Placed]) -> None:
-        """Refuse instances whose schema would lose data in the table (``TableSchemaError``, one line)."""
+        """Refuse instances whose files hold other partitions' values, or whose schema would lose data in
+        the table (``TableSchemaError``, one line)."""
+        footers = self._footers(placed, every=True)
+        for each in placed:
+            for footer in footers[each.instance_id or ""]:
+                _check_partition_values(self.qualified(spec), spec, each, footer)
+        schemas = [_iceberg_columns(self.qualified(spec), s) for s in _distinct_schemas(footers)]
         table = self._load(spec)
         if table is None:
             return  # its first publish creates it with the first instance's schema
         columns, partitioned_by = _columns_of(table)
-        for schema in self._schemas(placed):
-            schema_change(
-                self.qualified(spec), columns, partitioned_by, _iceberg_columns(schema), spec.columns
-            )
+        for schema in schemas:
+            schema_change(self.qualified(spec), columns, partitioned_by, schema, spec.columns)
 
     def _schemas(self, placed: Sequence[Placed]) -> list["pa.Schema"]:
         """The distinct schemas of the instances' files (one footer of each instance)."""
+        return _distinct_schemas(self._footers(placed, every=False))
+
+    def _footers(self, placed: Sequence[Placed], *, every: bool) -> dict[str, list["pq.FileMetaData"]]:
+        """The Parquet footers of each instance's files (``every`` file, or its first), by instance id, read
+        on parallel threads (an object store's reads mostly wait)."""
         import pyarrow.parquet as pq
 
-        firsts = [files[0] for files in self._files_of(placed).values() if files]
+        wanted = [
+            (instance_id, uri)
+            for instance_id, uris in self._files_of(placed).items()
+            for uri in (uris if every else uris[:1])
+        ]
 
-        def read(uri: str) -> "pa.Schema":
-            return pq.read_schema(self.storage.arrow_path(uri), filesystem=self.storage.filesystem)
+        def read(uri: str) -> pq.FileMetaData:
+            return pq.read_metadata(self.storage.arrow_path(uri), filesystem=self.storage.filesystem)
 
-        with ThreadPoolExecutor(max(1, min(FOOTER_THREADS, len(firsts)))) as pool:
-            schemas = list(pool.map(read, firsts))
-        distinct: list[pa.Schema] = []
-        for schema in schemas:
-            if not any(schema.equals(seen) for seen in distinct):
-                distinct.append(schema)
-        return distinct
+        with ThreadPoolExecutor(max(1, min(FOOTER_THREADS, len(wanted)))) as pool:
+            footers = list(pool.map(read, (uri for _, uri in wanted)))
+        found: dict[str, list[pq.FileMetaData]] = {each.instance_id or "": [] for each in placed}
+        for (instance_id, _), footer in zip(wanted, footers, strict=True):
+            found[instance_id].append(footer)
+        return found
 
     def _files_of(self, placed: Sequence[Placed]) -> dict[str, list[str]]:
         """The data files of each instance, by instance id, as URIs."""
@@ -193,7 +206,13 @@ class IcebergTables:
         columns, partitioned_by = _columns_of(table)
         schemas = self._schemas(placed)
         changes = [
-            schema_change(self.qualified(spec), columns, partitioned_by, _iceberg_columns(s), spec.columns)
+            schema_change(
+                self.qualified(spec),
+                columns,
+                partitioned_by,
+                _iceberg_columns(self.qualified(spec), s),
+                spec.columns,
+            )
             for s in schemas
         ]
         properties = {**summary, INSTANCES: ",".join(sorted(files))}
@@ -280,6 +299,40 @@ class IcebergTables:
         return gone
 
 
+def _distinct_schemas(footers: Mapping[str, Sequence["pq.FileMetaData"]]) -> list["pa.Schema"]:
+    distinct: list[pa.Schema] = []
+    for each in footers.values():
+        for footer in each:
+            schema = footer.schema.to_arrow_schema()
+            if not any(schema.equals(seen) for seen in distinct):
+                distinct.append(schema)
+    return distinct
+
+
+def _check_partition_values(table: str, spec: TableSpec, placed: Placed, footer: "pq.FileMetaData") -> None:
+    """Each partition column of a file holds only its partition's value, by the file's statistics (an
+    Iceberg table reads a file's partition from them)."""
+    names = footer.schema.to_arrow_schema().names
+    for column in spec.columns:
+        expected = placed.values[column]
+        if column not in names:
+            raise TableSchemaError(
+                f"table {table}: {placed.ref} was written without its partition column {column!r}; write it "
+                "with ctx.write or ctx.write_partitioned, which add it"
+            )
+        index = names.index(column)
+        for group in range(footer.num_row_groups):
+            stats = footer.row_group(group).column(index).statistics
+            if stats is None or not stats.has_min_max:
+                continue
+            if str(stats.min) != expected or str(stats.max) != expected:
+                raise TableSchemaError(
+                    f"table {table}: column {column!r} of {placed.ref} holds {stats.min} to {stats.max}, not only "
+                    f"its partition's {expected}; write only the partition's rows, or leave the column out "
+                    "(DataBuild writes it)"
+                )
+
+
 def _optional(schema: "pa.Schema") -> "pa.Schema":
     """``schema`` with every column optional, as the table keeps them: Spark marks a column that cannot be
     null in one instance's plan required, and a later instance's may well be null."""
@@ -296,11 +349,17 @@ def _columns_of(table: "Table") -> tuple[dict[str, str], list[str]]:
     return columns, partitioned_by
 
 
-def _iceberg_columns(schema: "pa.Schema") -> dict[str, str]:
-    """The columns of a Parquet file's schema, as Iceberg types them."""
+def _iceberg_columns(table: str, schema: "pa.Schema") -> dict[str, str]:
+    """The columns of a Parquet file's schema, as Iceberg types them; ``TableSchemaError`` for a type an
+    Iceberg table cannot hold."""
     from pyiceberg.catalog import Catalog
 
-    converted = Catalog._convert_schema_if_needed(schema)  # Iceberg's own mapping of Arrow types
+    try:
+        converted = Catalog._convert_schema_if_needed(schema)  # Iceberg's own mapping of Arrow types
+    except (ValueError, TypeError) as error:
+        raise TableSchemaError(
+            f"table {table}: {str(error).splitlines()[0]}; cast the column to a type Iceberg holds in the job"
+        ) from None
     return {field.name: str(field.field_type) for field in converted.fields}
 
 
