@@ -9,8 +9,10 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from databuild.bel import BuildEventLog
+from databuild.errors import TableSchemaError
 from databuild.graph import Graph
 from databuild.jobs.storage import Storage
 from databuild.jobs.tables.iceberg import INSTANCES, IcebergTables, open_catalog
@@ -92,5 +94,28 @@ def test_concurrent_commits_of_different_partitions_all_land_and_a_crash_is_caug
         assert publisher(bel, storage, namespace).repair() == 0
         table.refresh()
         assert [s.summary.get(INSTANCES) for s in table.snapshots() if s.summary].count(late.instance_id) == 1
+    finally:
+        bel.dispose()
+
+
+@pytest.mark.unit
+def test_files_holding_another_partitions_rows_are_refused_before_anything_is_published(
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    bel = BuildEventLog.create(f"sqlite:///{tmp_path / 'bel.sqlite'}")
+    store = Storage(tmp_path / "lake")
+    try:
+        tables = publisher(bel, store, "ns")
+        for frame, problem in (
+            (pa.table({"id": [1, 2], "day": ["2024-01-01", "2024-01-02"]}), "holds 2024-01-01 to 2024-01-02"),
+            (pa.table({"id": [1]}), "without its partition column 'day'"),
+        ):
+            ref, instance_id = "t/2024-01-01", str(uuid.uuid4())
+            location = store.location(ref, instance_id)
+            store.filesystem.create_dir(store.arrow_path(location))
+            pq.write_table(frame, store.arrow_path(f"{location}/part-0.parquet"), filesystem=store.filesystem)
+            with pytest.raises(TableSchemaError, match=f"^table ns.t: .*{problem}"):
+                tables.audit({ref: location}, {ref: instance_id})
+        assert not open_catalog(bel.url, store.uri).table_exists("ns.t")
     finally:
         bel.dispose()
