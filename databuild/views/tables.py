@@ -24,6 +24,9 @@ class TableView(Model):
     snapshot_id: int | None = Field(default=None, description="its current snapshot (Iceberg)")
     committed_at: datetime | None = Field(default=None, description="when its current snapshot was made")
     location: str | None = None
+    metadata: str | None = Field(
+        default=None, description="its current metadata file (Iceberg): what DuckDB's `iceberg_scan` opens"
+    )
     partitions: int = Field(default=0, description="partitions it holds, as DataBuild committed them")
     behind: int = Field(
         default=0, description="partitions it has not caught up with the BEL on (a commit not yet made)"
@@ -86,6 +89,7 @@ def _view(
             "snapshot_id": state.snapshot_id,
             "committed_at": state.committed_at,
             "location": state.location,
+            "metadata": state.metadata,
             "note": None if state.exists else "created by its first publish",
         }
     )

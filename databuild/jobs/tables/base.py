@@ -20,6 +20,7 @@ class TableState:
     snapshot_id: int | None = None  # its current snapshot (Iceberg)
     committed_at: datetime | None = None  # of its current snapshot
     location: str | None = None
+    metadata: str | None = None  # its current metadata file (Iceberg): what `iceberg_scan` and others open
 
 
 class TableFormat(Protocol):

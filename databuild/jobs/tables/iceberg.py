@@ -280,6 +280,7 @@ class IcebergTables:
             snapshot_id=None if snapshot is None else snapshot.snapshot_id,
             committed_at=None if snapshot is None else _at(snapshot.timestamp_ms),
             location=table.location(),
+            metadata=table.metadata_location,
         )
 
     def expire(self, spec: TableSpec, keep: set[int], older_than: datetime) -> list[int]:
