@@ -239,9 +239,9 @@ class SparkJobContext:
         partition's sub-folder (``date=2024-01-01``) is its instance location, with its own facts and
         lineage. As with ``partitionBy``, the placeholder columns are in the folder names, not the
         files (``read_partitioned`` gives them back), but for an output whose table reads them from its
-        files (Iceberg), whose files keep them as the DataFrame has them. Every partition of the run must have rows, and
-        every row must be one of the run's partitions; otherwise the run fails naming them, and
-        publishes nothing."""
+        files (Iceberg): its files keep them as the DataFrame has them. Every partition of the run must
+        have rows, and every row must be one of the run's partitions; otherwise the run fails naming
+        them, and publishes nothing."""
         self._check_cancelled()
         pattern = self._output_pattern(output)
         owned = {ref: values for ref in self._instances if (values := pattern.match(ref)) is not None}
@@ -269,10 +269,7 @@ class SparkJobContext:
                     f"job {self.job_label} writes a DataFrame with the column {', '.join(taken)}, a name "
                     "DataBuild keeps for its partitioned writes: rename it"
                 )
-            text = {c: F.col(c).cast("string") for c in columns}
-            frame = frame.withColumns(text).withColumns(
-                {b: F.col(c) for b, c in zip(by, columns, strict=True)}
-            )
+            frame = frame.withColumns({b: F.col(c) for b, c in zip(by, columns, strict=True)})
         frame.write.mode("error").partitionBy(*by).parquet(self._storage.uri_of(key))
         folders = {
             ref: self._storage.partition_folder({b: values[c] for b, c in zip(by, columns, strict=True)})
