@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from databuild.backfill import BackfillRequest
 from databuild.jobs.storage import Storage
@@ -26,6 +27,7 @@ from databuild.operations.garbage import collect_garbage
 from databuild.operations.metrics import BelCollector
 from databuild.testing import POSTGRES_ADMIN_URL, postgres_database
 from databuild.views.lineage import partition_view
+from databuild.web import create_app, web_context
 from tests import graphs
 from tests.conftest import ROOT, Stack, require_postgres, stack_env
 from worker.run import running_worker
@@ -127,6 +129,14 @@ async def test_instances_are_iceberg_commits_audited_before_they_are_published(m
         0,
     )
     assert left.snapshot_id == second_a.table.snapshot_id and left.commits == 4 and left.failures == 0
+    app = create_app(web_context(stack.settings, stack.bel, "http://127.0.0.1:8233"))
+    with TestClient(app, base_url="http://localhost:8000", client=("127.0.0.1", 50000)) as client:
+        page = client.get(f"/partitions/left/{a}").text
+        assert 'id="table-commit"' in page and str(second_a.table.snapshot_id) in page
+        listed = client.get("/api/tables").json()
+        assert {"pattern": "left/{n}", "snapshot_id": left.snapshot_id, "behind": 0}.items() <= next(
+            t for t in listed if t["pattern"] == "left/{n}"
+        ).items()
     scraped = {m.name: m for m in BelCollector(stack.bel, {}).collect()}
     assert any(
         sample.labels == {"table": f"{namespace}.left", "format": "iceberg"} and sample.value == 4

@@ -7,7 +7,8 @@ import pytest
 
 from databuild.domain.retention import TableHolding, Verdict, held_by_snapshots, retained_snapshots
 from databuild.domain.table_schemas import SchemaChange, schema_change, widens
-from databuild.errors import TableSchemaError
+from databuild.errors import ConfigurationError, TableSchemaError
+from databuild.jobs.tables.iceberg import rest_catalog_properties
 
 pytestmark = pytest.mark.unit
 
@@ -69,3 +70,16 @@ def test_retention_keeps_the_snapshots_the_bel_keeps_and_every_file_they_read() 
     assert recent == {"db.t": {1}} and "a1" in held_by_snapshots(holdings, recent)
     # Within the retention of their commits, every snapshot stays.
     assert retained_snapshots(holdings, verdicts, now=at(5), keep=week) == {"db.t": {1, 2, 4}}
+
+
+def test_a_rest_catalogs_url_carries_its_warehouse_and_credentials() -> None:
+    url, properties = rest_catalog_properties(
+        "https://polaris:8181/api/catalog?warehouse=prod&credential=id:s"
+    )
+    assert (url, properties) == (
+        "https://polaris:8181/api/catalog",
+        {"warehouse": "prod", "credential": "id:s"},
+    )
+    assert rest_catalog_properties("http://nessie:19120/iceberg") == ("http://nessie:19120/iceberg", {})
+    with pytest.raises(ConfigurationError, match="not password"):
+        rest_catalog_properties("https://catalog/api?password=x")

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from databuild.domain.table_schemas import schema_change
 from databuild.errors import ConfigurationError, TableSchemaError
@@ -61,7 +61,8 @@ def open_catalog(url: str, root: str) -> "Catalog":
     if scheme in ("http", "https"):
         from pyiceberg.catalog.rest import RestCatalog
 
-        return RestCatalog(CATALOG_NAME, uri=url, warehouse=warehouse, **files)
+        uri, properties = rest_catalog_properties(url)
+        return RestCatalog(CATALOG_NAME, uri=uri, **files, **properties)
     from pyiceberg.catalog.sql import SqlCatalog
 
     if scheme.startswith("sqlite") and "timeout=" not in url:
@@ -79,6 +80,25 @@ def open_catalog(url: str, root: str) -> "Catalog":
                 "DATABUILD_ICEBERG_CATALOG"
             ) from error
     raise AssertionError("unreachable")
+
+
+# What a REST catalog's URL may carry as query parameters: the warehouse it serves (Polaris and Lakekeeper
+# name one), and its credentials (OAuth2 client credentials, or a bearer token).
+REST_PROPERTIES = ("warehouse", "credential", "token", "scope", "oauth2-server-uri", "prefix")
+
+
+def rest_catalog_properties(url: str) -> tuple[str, dict[str, str]]:
+    """A REST catalog's URL without the properties its query names (``?warehouse=prod&credential=id:secret``),
+    and those properties."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    unknown = sorted({key for key, _ in query} - set(REST_PROPERTIES))
+    if unknown:
+        raise ConfigurationError(
+            f"DATABUILD_ICEBERG_CATALOG: a REST catalog takes {', '.join(REST_PROPERTIES)} as parameters, not "
+            f"{', '.join(unknown)}"
+        )
+    return urlunsplit(parts._replace(query="")), dict(query)
 
 
 class IcebergTables:
