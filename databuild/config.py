@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
 
-from pydantic import Field, JsonValue, SecretStr, ValidationError, field_validator
+from pydantic import Field, JsonValue, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
@@ -80,9 +80,7 @@ class Settings(BaseSettings):
     )
     catalog_database: str = Field(default="default", description="the tables' database (namespace)")
     table_format: TableFormatName = Field(
-        default="hive",
-        description="tables as `hive` (partitions in `DATABUILD_CATALOG`) or `iceberg` (a commit per instance in "
-        "`DATABUILD_ICEBERG_CATALOG`); see [Iceberg tables](operations/storage.md#iceberg-tables)",
+        default="hive", description="`hive` or `iceberg`: see [Tables](operations/storage.md#iceberg-tables)"
     )
     iceberg_catalog: SecretStr = Field(  # Secret: a URL may hold a token or a password
         default=SecretStr(""),
@@ -369,17 +367,17 @@ class Settings(BaseSettings):
                 f"not a duration: write it like 9h, 30d, 1d12h, 90m or 45s (at most {shown(MAX_DURATION)})"
             ) from None
 
-    @field_validator("catalog")
+    @field_validator("catalog", "iceberg_catalog")
     @classmethod
-    def _catalog(cls, value: str) -> str:
-        if value not in ("embedded", "none") and not value.startswith("thrift://"):
+    def _catalogs(cls, value: str | SecretStr, info: ValidationInfo) -> str | SecretStr:
+        url = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if (
+            info.field_name == "catalog"
+            and url not in ("embedded", "none")
+            and not url.startswith("thrift://")
+        ):
             raise ValueError("use embedded, none, or a metastore's thrift://host:port")
-        return value
-
-    @field_validator("iceberg_catalog")
-    @classmethod
-    def _iceberg_catalog(cls, value: SecretStr) -> SecretStr:
-        if value.get_secret_value() and "://" not in value.get_secret_value():
+        if info.field_name == "iceberg_catalog" and url and "://" not in url:
             raise ValueError("use a database URL (sqlite:///path, postgresql+psycopg://host/db) or https://…")
         return value
 
@@ -502,7 +500,7 @@ class Settings(BaseSettings):
 
     def process_env(self) -> dict[str, str]:
         """The variables that point another `databuild` process (a worker, the CLI) at the same Temporal,
-        task queue, BEL, storage and graph as these settings."""
+        task queue, BEL, storage, tables and graph as these settings."""
         shared = (
             "home",
             "temporal_address",
@@ -511,6 +509,9 @@ class Settings(BaseSettings):
             "database_url",
             "storage_root",
             "graph",
+            "catalog_database",
+            "table_format",
+            "iceberg_catalog",
         )
         return {ENV_NAMES[name]: _plain(getattr(self, name)) for name in shared}
 

@@ -17,6 +17,7 @@ from databuild.graph import Graph
 from databuild.jobs.storage import Storage
 from databuild.jobs.tables.iceberg import INSTANCES, IcebergTables, open_catalog
 from databuild.jobs.tables.publisher import TablePublisher
+from databuild.jobs.tables.spec import Placed
 from databuild.models import InstanceRef, WantSpec
 from tests.test_storage import s3_endpoint, storage  # noqa: F401 (fixtures: a local and an S3 storage)
 
@@ -94,6 +95,25 @@ def test_concurrent_commits_of_different_partitions_all_land_and_a_crash_is_caug
         assert publisher(bel, storage, namespace).repair() == 0
         table.refresh()
         assert [s.summary.get(INSTANCES) for s in table.snapshots() if s.summary].count(late.instance_id) == 1
+        # One that died after its table commit, before the BEL recorded it: the commit is found in the
+        # table's history by the instance in its summary, recorded, and not made again.
+        later = built(bel, storage, "2024-01-06")
+        dying = publisher(bel, storage, namespace)
+        spec, values = dying.table("t/2024-01-06") or (None, {})
+        assert spec is not None
+        placed = Placed(
+            "t/2024-01-06",
+            values,
+            later.instance_id,
+            bel.partitions.instance(later.instance_id or "").location,
+        )
+        made = dying.formats["iceberg"].publish(spec, [placed], {})
+        assert bel.partitions.instance(later.instance_id or "").table is None
+        snapshots = len(table.refresh().snapshots())
+        assert publisher(bel, storage, namespace).repair() == 1
+        assert len(table.refresh().snapshots()) == snapshots
+        recorded = bel.partitions.instance(later.instance_id or "").table
+        assert recorded is not None and recorded.snapshot_id == made.snapshot_id
     finally:
         bel.dispose()
 

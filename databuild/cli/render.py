@@ -19,6 +19,7 @@ from databuild.durations import format_duration
 from databuild.models import (
     BuildStats,
     CheckResult,
+    Instance,
     InstanceStatus,
     JobRun,
     JobRunState,
@@ -234,26 +235,7 @@ def lineage_view(view: PartitionView) -> RenderableType:
     focus = instance_label(data.instance_id, data.ref, index, "instance")
     shown = index.instances.get(data.instance_id or "")
     if shown is not None:
-        focus.append(f"\n  location {shown.location or '(none recorded)'}", style="cyan")
-        if shown.pinned:
-            focus.append("  pinned", style="magenta")
-        if shown.facts is not None:
-            focus.append(f"\n  facts {shown.facts.summary}")
-            columns = ", ".join(f"{c.name} {c.type}" for c in shown.facts.columns)
-            focus.append(f"\n  schema {columns or '(no columns)'}")
-        if shown.schema_changed:
-            focus.append("  schema changed", style="bold yellow")
-        if shown.job_version is not None:
-            focus.append(f"\n  job version {shown.job_version}")
-        if shown.table is not None:
-            focus.append("\n  table ")
-            focus.append_text(table_commit(shown.table))
-        for reason in view.stale:
-            focus.append(f"\n  stale: {reason}", style="yellow")
-        if shown.checks:
-            for line in check_lines(shown.checks).split("\n"):
-                focus.append("\n  check ")
-                focus.append_text(line)
+        instance_details(focus, shown, view.stale)
     up = Tree(Text("upstream", style="bold"))
     if data.built_by is not None:
         builder = up.add(job_run_label(index.job_runs[data.built_by]))
@@ -285,6 +267,30 @@ def lineage_view(view: PartitionView) -> RenderableType:
             label.append(f"  {past.location}", style="dim cyan")
         history.add(label)
     return Group(head, focus, up, down, history)
+
+
+def instance_details(focus: Text, shown: Instance, stale: Sequence[StaleReason]) -> None:
+    """What `partitions show` says of the instance it is about, under its label."""
+    focus.append(f"\n  location {shown.location or '(none recorded)'}", style="cyan")
+    if shown.pinned:
+        focus.append("  pinned", style="magenta")
+    if shown.facts is not None:
+        focus.append(f"\n  facts {shown.facts.summary}")
+        columns = ", ".join(f"{c.name} {c.type}" for c in shown.facts.columns)
+        focus.append(f"\n  schema {columns or '(no columns)'}")
+    if shown.schema_changed:
+        focus.append("  schema changed", style="bold yellow")
+    if shown.job_version is not None:
+        focus.append(f"\n  job version {shown.job_version}")
+    if shown.table is not None:
+        focus.append("\n  table ")
+        focus.append_text(table_commit(shown.table))
+    for reason in stale:
+        focus.append(f"\n  stale: {reason}", style="yellow")
+    if shown.checks:
+        for line in check_lines(shown.checks).split("\n"):
+            focus.append("\n  check ")
+            focus.append_text(line)
 
 
 def table_commit(commit: TableCommit) -> Text:

@@ -4,7 +4,6 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence, Set
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -68,11 +67,9 @@ from databuild.views.cost import cost_report
 from databuild.views.lineage import FamilyProgress, WantView, family_progress, want_view
 from databuild.views.plans import plan_wants
 from databuild.views.staleness import fresh_basis, stale_partitions
+from databuild.views.tables import TableView, tables_view
 from databuild.views.why import Why
 from databuild.views.why import why as why_view
-
-if TYPE_CHECKING:
-    from databuild.views.tables import TableView
 
 __all__ = ["BACKFILL_CHUNK", "DataBuild", "build_spec"]
 
@@ -324,13 +321,9 @@ class DataBuild:
         matching the glob ``pattern``, from ``since`` on); see ``databuild.domain.cost``. Reads only."""
         return await self.bel.call(cost_report, self.bel, by, pattern, since)
 
-    async def tables(self) -> "list[TableView]":
-        """Each output pattern's table: format, catalog, current snapshot, and the partitions it holds and
-        is behind the BEL on (``databuild.views.tables``). Reads only."""
-        from databuild.views.tables import tables_view  # pyarrow and the table formats: loaded by this only
-
-        graph = await self.loaded_graph()
-        return await self.bel.call(tables_view, self.bel, graph, self.settings)
+    async def tables(self) -> list[TableView]:
+        """Each output pattern's table and how far it is behind the BEL (``databuild.views.tables``)."""
+        return await self.bel.call(tables_view, self.bel, await self.loaded_graph(), self.settings)
 
     async def why(self, ref: str) -> Why:
         """Why ``ref`` is in its state: the chain of recorded facts (``databuild.views.why``). Reads only."""

@@ -2,17 +2,18 @@
 partitions it holds and is behind the BEL on, as the BEL says (`databuild tables`, `/api/tables`)."""
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from databuild.bel.queries import BelQueries
 from databuild.config import Settings, masked_url
 from databuild.graph import Graph
-from databuild.jobs.storage import Storage
-from databuild.jobs.tables.base import TableFormat
-from databuild.jobs.tables.setup import table_formats
 from databuild.jobs.tables.spec import TableSpec, graph_tables
 from databuild.models import Model, TableFormatName
+
+if TYPE_CHECKING:
+    from databuild.jobs.tables.base import TableFormat
 
 
 class TableView(Model):
@@ -39,6 +40,9 @@ class TableView(Model):
 
 def tables_view(bel: BelQueries, graph: Graph, settings: Settings) -> list[TableView]:
     """Every output pattern of the graph with its table, in pattern order."""
+    from databuild.jobs.storage import Storage  # pyarrow and the formats: loaded when tables are asked for
+    from databuild.jobs.tables.setup import table_formats
+
     formats = table_formats(settings, Storage(settings.storage_root), None)
     stats = {each.table: each for each in bel.tables.stats()}
     views = [
@@ -60,7 +64,7 @@ def _view(
     settings: Settings,
     pattern: str,
     spec: TableSpec | str,
-    formats: dict[TableFormatName, TableFormat],
+    formats: "dict[TableFormatName, TableFormat]",
 ) -> TableView:
     if isinstance(spec, str):
         return TableView(pattern=pattern, note=spec)
