@@ -587,6 +587,24 @@ class History:
         started = window["started"]
         self.emit_all(backfill_rules.moved(backfill_id, current=started, read=started, to=step.started))
 
+    def commit_table(self, ref: str, *, failed_first: bool) -> None:
+        """The report's commit to its Iceberg table, as the worker records it after the build's (a first one
+        that failed, then the one that landed, when ``failed_first``)."""
+        if failed_first:
+            reason = "cannot open the Iceberg catalog: connection refused"
+            self.emit(
+                ev.TableCommitFailed(table="default.report", format="iceberg", refs=[ref], reason=reason)
+            )
+        self.emit(
+            ev.TableCommitted(
+                table="default.report",
+                format="iceberg",
+                snapshot_id=self.idx,
+                committed_at=self.at,
+                instances=[InstanceRef(ref=ref, instance_id=self.live(ref))],
+            )
+        )
+
     # The history -----------------------------------------------------------------------------------
     def run(self, progress: Callable[[int], None]) -> None:
         shape = self.shape
@@ -615,6 +633,7 @@ class History:
             self.enroll(days, shape.days, [spec], day)
             self.targets.day_roots.append(spec.want_id)
             self.fulfil(spec, joiners=shape.joiners if day == shape.days // 2 else 0)
+            self.commit_table(spec.ref, failed_first=day == 0)
             rebuilt = historical = 0
             while self.idx - first < budget:
                 before = self.idx
