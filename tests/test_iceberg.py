@@ -67,135 +67,200 @@ def rows_by(table: Any, column: str, **scan: Any) -> dict[str, int]:
     return counted
 
 
-async def test_instances_are_iceberg_commits_audited_before_they_are_published(make_stack) -> None:  # type: ignore[no-untyped-def]
+async def test_instances_are_iceberg_commits_audited_before_they_are_published(  # type: ignore[no-untyped-def]
+    postgres_url: str, make_stack, tmp_path: Path
+) -> None:
+    """One scenario on a PostgreSQL BEL, its SQL catalog in the BEL's own database: a worker killed
+    between the BEL commit and its table commit; commits that name their builds; a taint, a rebuild and time
+    travel; everywhere a user looks; a failed check and a dropped column publishing nothing; a new column;
+    retention; a batch as one snapshot."""
     namespace = f"ice_{uuid.uuid4().hex[:8]}"
-    stack = await make_stack(graph="tests.graphs:lake", table_format="iceberg", catalog_database=namespace)
-    catalog = open_catalog(stack.settings.database_url.get_secret_value(), stack.settings.storage_root)
+    stack = await make_stack(
+        graph="tests.graphs:lake",
+        worker=False,
+        database_url=postgres_url,
+        table_format="iceberg",
+        catalog_database=namespace,
+        batch_window=timedelta(seconds=60),
+    )
+    catalog = open_catalog(postgres_url, stack.settings.storage_root)
     a, b = uuid.uuid4().hex[:6], uuid.uuid4().hex[:6]
 
-    # Two runs, two commits; each snapshot names the build it is.
-    first_a = await committed(stack, (await built(stack, f"left/{a}")).instance_id)
-    first_b = await committed(stack, (await built(stack, f"left/{b}")).instance_id)
-    table = catalog.load_table(f"{namespace}.left")
-    assert rows_by(table, "n") == {a: 10, b: 10}
-    assert [f.name for f in table.spec().fields] == ["n"]
-    assert first_a.table is not None and first_a.table.format == "iceberg"
-    assert first_a.table.table == f"{namespace}.left"
-    snapshot = table.snapshot_by_id(first_a.table.snapshot_id or 0)
-    assert snapshot is not None and snapshot.summary is not None
-    run = stack.bel.job_runs.get(first_a.job_run_id or "")
-    assert snapshot.summary[INSTANCES] == first_a.instance_id
-    assert snapshot.summary["databuild.job-run"] == run.job_run_id
-    assert snapshot.summary["databuild.want"] == run.want_id
-    assert snapshot.summary["databuild.job-version"] == first_a.job_version
-    assert snapshot.summary["databuild.refs"] == f"left/{a}"
-    # The files are where Spark wrote them: the instance's own location.
-    files = {task.file.file_path for task in table.scan().plan_files()}
-    assert all("/~" in path for path in files) and any(first_a.instance_id in path for path in files)
-    b_files = {path for path in files if first_b.instance_id in path}
+    # The worker is killed after the BEL commit that made left/a live, as it was to commit it to its table:
+    # the next worker's start makes that commit, once, and the want completes.
+    await asyncio.to_thread(stack.parts.spark.session)  # warm: the next worker builds at once
+    dying = start_dying_publisher(stack_env(stack, PYTHONUNBUFFERED="1"), tmp_path / "dying.log")
+    try:
+        want_a = await stack.db.want(f"left/{a}")
+        killed = await asyncio.to_thread(dying.wait, 240)
+        assert killed == -signal.SIGKILL, (tmp_path / "dying.log").read_text()[-3000:]
+    finally:
+        if dying.poll() is None:
+            os.killpg(dying.pid, signal.SIGKILL)
+    live = stack.bel.partitions.get(f"left/{a}")
+    assert live.status is PartitionStatus.live and live.instance_id is not None
+    assert stack.bel.partitions.instance(live.instance_id).table is None
+    assert not catalog.table_exists(f"{namespace}.left")  # the table was never made
+    graphs.BUILDS[a] = 1  # left/a's first build was the dying worker's (10 rows): its next has 20
+    async with running_worker(stack.parts, warm_spark=False):
+        first_a = await committed(stack, live.instance_id)
+        done = await asyncio.wait_for(stack.db.wait(want_a), timeout=120)
+        assert done.state is WantState.successful
+        assert len(catalog.load_table(f"{namespace}.left").snapshots()) == 1
 
-    # A taint takes the partition out of the current snapshot (a delete snapshot); the rebuild adds the new
-    # instance and leaves every other partition's files as they were.
-    await stack.db.taint(f"left/{a}", reason="late events")
-    await withdrawn(stack, first_a.instance_id)
-    table.refresh()
-    assert rows_by(table, "n") == {b: 10}
-    second_a = await committed(stack, (await built(stack, f"left/{a}")).instance_id)
-    table.refresh()
-    assert rows_by(table, "n") == {a: 20, b: 10}
-    assert {
-        p for p in (t.file.file_path for t in table.scan().plan_files()) if first_b.instance_id in p
-    } == b_files
-    # Time travel to the first instance by the snapshot id the BEL recorded for it.
-    assert rows_by(table, "n", snapshot_id=first_a.table.snapshot_id) == {a: 10}
-    assert second_a.table is not None and second_a.table.snapshot_id != first_a.table.snapshot_id
+        # A second run, a second commit; each snapshot names the build it is.
+        first_b = await committed(stack, (await built(stack, f"left/{b}")).instance_id)
+        table = catalog.load_table(f"{namespace}.left")
+        assert rows_by(table, "n") == {a: 10, b: 10}
+        assert [f.name for f in table.spec().fields] == ["n"]
+        assert first_a.table is not None and first_a.table.format == "iceberg"
+        assert first_a.table.table == f"{namespace}.left"
+        snapshot = table.snapshot_by_id(first_a.table.snapshot_id or 0)
+        assert snapshot is not None and snapshot.summary is not None
+        run = stack.bel.job_runs.get(first_a.job_run_id or "")
+        assert snapshot.summary[INSTANCES] == first_a.instance_id
+        assert snapshot.summary["databuild.job-run"] == run.job_run_id
+        assert snapshot.summary["databuild.want"] == run.want_id
+        assert snapshot.summary["databuild.job-version"] == first_a.job_version
+        assert snapshot.summary["databuild.refs"] == f"left/{a}"
+        # The files are where Spark wrote them: the instance's own location.
+        files = {task.file.file_path for task in table.scan().plan_files()}
+        assert all("/~" in path for path in files) and any(first_a.instance_id in path for path in files)
+        b_files = {path for path in files if first_b.instance_id in path}
 
-    # Everywhere a user looks: the instance's commit in `partitions show --json`, the table in `tables`,
-    # the commits in /metrics.
-    shown = partition_view(stack.bel, f"left/{a}").model_dump(mode="json")
-    commit = shown["index"]["instances"][second_a.instance_id]["table"]
-    assert (commit["format"], commit["table"], commit["snapshot_id"]) == (
-        "iceberg",
-        f"{namespace}.left",
-        second_a.table.snapshot_id,
-    )
-    assert shown["index"]["instances"][first_a.instance_id]["table"]["removed_at"] is not None
-    (left,) = [view for view in await stack.db.tables() if view.pattern == "left/{n}"]
-    assert (left.table, left.format, left.exists, left.partitions, left.behind) == (
-        f"{namespace}.left",
-        "iceberg",
-        True,
-        2,
-        0,
-    )
-    assert left.snapshot_id == second_a.table.snapshot_id and left.commits == 4 and left.failures == 0
-    app = create_app(web_context(stack.settings, stack.bel, "http://127.0.0.1:8233"))
-    with TestClient(app, base_url="http://localhost:8000", client=("127.0.0.1", 50000)) as client:
-        page = client.get(f"/partitions/left/{a}").text
-        assert 'id="table-commit"' in page and str(second_a.table.snapshot_id) in page
-        listed = client.get("/api/tables").json()
-        assert {"pattern": "left/{n}", "snapshot_id": left.snapshot_id, "behind": 0}.items() <= next(
-            t for t in listed if t["pattern"] == "left/{n}"
-        ).items()
-    shown_cli, tables_cli = await cli_batch(stack, ["partitions", "show", f"left/{a}"], ["tables"])
-    assert f"table {namespace}.left (iceberg) snapshot {second_a.table.snapshot_id}" in shown_cli.stdout, (
-        shown_cli
-    )
-    (row,) = [line.split() for line in tables_cli.stdout.splitlines() if line.split()[:1] == ["left/{n}"]]
-    assert row[:4] == ["left/{n}", f"{namespace}.left", "iceberg", str(left.snapshot_id)], tables_cli
-    scraped = {m.name: m for m in BelCollector(stack.bel, {}).collect()}
-    assert any(
-        sample.labels == {"table": f"{namespace}.left", "format": "iceberg"} and sample.value == 4
-        for sample in scraped["databuild_table_commits"].samples
-    )
+        # A taint takes the partition out of the current snapshot (a delete snapshot); the rebuild adds the new
+        # instance and leaves every other partition's files as they were.
+        await stack.db.taint(f"left/{a}", reason="late events")
+        await withdrawn(stack, first_a.instance_id)
+        table.refresh()
+        assert rows_by(table, "n") == {b: 10}
+        second_a = await committed(stack, (await built(stack, f"left/{a}")).instance_id)
+        table.refresh()
+        assert rows_by(table, "n") == {a: 20, b: 10}
+        assert {
+            p for p in (t.file.file_path for t in table.scan().plan_files()) if first_b.instance_id in p
+        } == b_files
+        # Time travel to the first instance by the snapshot id the BEL recorded for it.
+        assert rows_by(table, "n", snapshot_id=first_a.table.snapshot_id) == {a: 10}
+        assert second_a.table is not None and second_a.table.snapshot_id != first_a.table.snapshot_id
 
-    # A blocking check that fails publishes nothing: no snapshot, nothing in the BEL.
-    snapshots = len(table.snapshots())
-    failing = uuid.uuid4().hex[:6]
-    graphs.LEFT_AUDIT_FAILS.add(f"left/{failing}")
-    want = await asyncio.wait_for(stack.db.wait(await stack.db.want(f"left/{failing}")), timeout=120)
-    assert want.state is WantState.failed
-    table.refresh()
-    assert len(table.snapshots()) == snapshots and failing not in rows_by(table, "n")
+        # Everywhere a user looks: the instance's commit in `partitions show --json`, the table in `tables`,
+        # the commits in /metrics.
+        shown = partition_view(stack.bel, f"left/{a}").model_dump(mode="json")
+        commit = shown["index"]["instances"][second_a.instance_id]["table"]
+        assert (commit["format"], commit["table"], commit["snapshot_id"]) == (
+            "iceberg",
+            f"{namespace}.left",
+            second_a.table.snapshot_id,
+        )
+        assert shown["index"]["instances"][first_a.instance_id]["table"]["removed_at"] is not None
+        (left,) = [view for view in await stack.db.tables() if view.pattern == "left/{n}"]
+        assert (left.table, left.format, left.exists, left.partitions, left.behind) == (
+            f"{namespace}.left",
+            "iceberg",
+            True,
+            2,
+            0,
+        )
+        assert left.snapshot_id == second_a.table.snapshot_id and left.commits == 4 and left.failures == 0
+        app = create_app(web_context(stack.settings, stack.bel, "http://127.0.0.1:8233"))
+        with TestClient(app, base_url="http://localhost:8000", client=("127.0.0.1", 50000)) as client:
+            page = client.get(f"/partitions/left/{a}").text
+            assert 'id="table-commit"' in page and str(second_a.table.snapshot_id) in page
+            listed = client.get("/api/tables").json()
+            assert {"pattern": "left/{n}", "snapshot_id": left.snapshot_id, "behind": 0}.items() <= next(
+                t for t in listed if t["pattern"] == "left/{n}"
+            ).items()
+        shown_cli, tables_cli = await cli_batch(stack, ["partitions", "show", f"left/{a}"], ["tables"])
+        assert (
+            f"table {namespace}.left (iceberg) snapshot {second_a.table.snapshot_id}" in shown_cli.stdout
+        ), shown_cli
+        (row,) = [line.split() for line in tables_cli.stdout.splitlines() if line.split()[:1] == ["left/{n}"]]
+        assert row[:4] == ["left/{n}", f"{namespace}.left", "iceberg", str(left.snapshot_id)], tables_cli
+        scraped = {m.name: m for m in BelCollector(stack.bel, {}).collect()}
+        assert any(
+            sample.labels == {"table": f"{namespace}.left", "format": "iceberg"} and sample.value == 4
+            for sample in scraped["databuild_table_commits"].samples
+        )
 
-    # A new column evolves the table; a dropped one is refused in one line, and nothing is published.
-    graphs.SHAPE[:] = ["id", "label"]
-    await committed(stack, (await built(stack, f"shape/{a}")).instance_id)
-    graphs.SHAPE[:] = ["id", "label", "score"]
-    await committed(stack, (await built(stack, f"shape/{b}")).instance_id)
-    shape = catalog.load_table(f"{namespace}.shape")
-    assert [f.name for f in shape.schema().fields] == ["id", "label", "n", "score"]
-    scanned = shape.scan().to_arrow().to_pydict()
-    assert sorted(zip(scanned["n"], scanned["score"], strict=True))[0][1] in (None, 0.0)
-    graphs.SHAPE[:] = ["id", "score"]
-    dropped = uuid.uuid4().hex[:6]
-    want = await asyncio.wait_for(stack.db.wait(await stack.db.want(f"shape/{dropped}")), timeout=120)
-    assert want.state is WantState.failed
-    reason = stack.bel.partitions.get(f"shape/{dropped}").reason or ""
-    assert f"table {namespace}.shape" in reason and "'label'" in reason and "\n" not in reason, reason
-    shape.refresh()
-    assert dropped not in rows_by(shape, "n")
+        # A blocking check that fails publishes nothing: no snapshot, nothing in the BEL.
+        snapshots = len(table.snapshots())
+        failing = uuid.uuid4().hex[:6]
+        graphs.LEFT_AUDIT_FAILS.add(f"left/{failing}")
+        want = await asyncio.wait_for(stack.db.wait(await stack.db.want(f"left/{failing}")), timeout=120)
+        assert want.state is WantState.failed
+        table.refresh()
+        assert len(table.snapshots()) == snapshots and failing not in rows_by(table, "n")
 
-    # Retention: b's first snapshot also reads a's first instance (tainted since). Pinned, it is kept with
-    # the files it reads, though gc keeps nothing else; unpinned, it expires and a's files go.
-    storage = Storage(stack.settings.storage_root)
-    tables = TablePublisher(
-        stack.bel, stack.graph, {"iceberg": iceberg_tables(stack.settings, storage)}, "iceberg"
-    )
-    await stack.db.pin(first_b.instance_id)
-    report = collect_garbage(storage, stack.bel, keep=timedelta(0), tables=tables)
-    assert report.expired_snapshots > 0 and first_a.instance_id not in {c.instance_id for c in report.deleted}
-    table.refresh()
-    assert {s.snapshot_id for s in table.snapshots()} == {
-        first_b.table.snapshot_id,
-        table.current_snapshot().snapshot_id,
-    }
-    assert rows_by(table, "n", snapshot_id=first_b.table.snapshot_id) == {a: 10, b: 10}
-    await stack.db.pin(first_b.instance_id, pinned=False)
-    report = collect_garbage(storage, stack.bel, keep=timedelta(0), tables=tables)
-    assert first_a.instance_id in {c.instance_id for c in report.deleted}
-    table.refresh()
-    assert len(table.snapshots()) == 1 and rows_by(table, "n") == {a: 20, b: 10}
+        # A new column evolves the table; a dropped one is refused in one line, and nothing is published.
+        graphs.SHAPE[:] = ["id", "label"]
+        await committed(stack, (await built(stack, f"shape/{a}")).instance_id)
+        graphs.SHAPE[:] = ["id", "label", "score"]
+        await committed(stack, (await built(stack, f"shape/{b}")).instance_id)
+        shape = catalog.load_table(f"{namespace}.shape")
+        assert [f.name for f in shape.schema().fields] == ["id", "label", "n", "score"]
+        scanned = shape.scan().to_arrow().to_pydict()
+        assert sorted(zip(scanned["n"], scanned["score"], strict=True))[0][1] in (None, 0.0)
+        graphs.SHAPE[:] = ["id", "score"]
+        dropped = uuid.uuid4().hex[:6]
+        want = await asyncio.wait_for(stack.db.wait(await stack.db.want(f"shape/{dropped}")), timeout=120)
+        assert want.state is WantState.failed
+        reason = stack.bel.partitions.get(f"shape/{dropped}").reason or ""
+        assert f"table {namespace}.shape" in reason and "'label'" in reason and "\n" not in reason, reason
+        shape.refresh()
+        assert dropped not in rows_by(shape, "n")
+
+        # Retention: b's first snapshot also reads a's first instance (tainted since). Pinned, it is kept with
+        # the files it reads, though gc keeps nothing else; unpinned, it expires and a's files go.
+        storage = Storage(stack.settings.storage_root)
+        tables = TablePublisher(
+            stack.bel, stack.graph, {"iceberg": iceberg_tables(stack.settings, storage)}, "iceberg"
+        )
+        await stack.db.pin(first_b.instance_id)
+        report = collect_garbage(storage, stack.bel, keep=timedelta(0), tables=tables)
+        assert report.expired_snapshots > 0 and first_a.instance_id not in {
+            c.instance_id for c in report.deleted
+        }
+        table.refresh()
+        assert {s.snapshot_id for s in table.snapshots()} == {
+            first_b.table.snapshot_id,
+            table.current_snapshot().snapshot_id,
+        }
+        assert rows_by(table, "n", snapshot_id=first_b.table.snapshot_id) == {a: 10, b: 10}
+        await stack.db.pin(first_b.instance_id, pinned=False)
+        report = collect_garbage(storage, stack.bel, keep=timedelta(0), tables=tables)
+        assert first_a.instance_id in {c.instance_id for c in report.deleted}
+        table.refresh()
+        assert len(table.snapshots()) == 1 and rows_by(table, "n") == {a: 20, b: 10}
+
+        # A batch: one run writes three days as one DataFrame (ctx.write_partitioned), one snapshot.
+        start = datetime(2024, 5, 1, tzinfo=UTC)
+        days = [(start + timedelta(days=k)).date().isoformat() for k in range(3)]
+        backfill = await stack.db.backfill(
+            BackfillRequest(pattern="wide/{day}", start=start, end=start + timedelta(days=2))
+        )
+        deadline = time.monotonic() + 120
+        while not (progress := await stack.db.backfill_progress(backfill.backfill_id)).finished:
+            assert time.monotonic() < deadline, progress
+            await asyncio.sleep(0.25)
+        assert progress.by_state == {WantState.successful: 3}
+        (run,) = stack.bel.job_runs.query(job_label="wide", limit=10)
+        instances = [
+            await committed(stack, stack.bel.partitions.get(f"wide/{day}").instance_id or "") for day in days
+        ]
+        assert {i.table.snapshot_id for i in instances if i.table} == {instances[0].table.snapshot_id}
+        table = catalog.load_table(f"{namespace}.wide")
+        (snapshot,) = table.snapshots()
+        assert snapshot.summary is not None and snapshot.summary["databuild.job-run"] == run.job_run_id
+        assert snapshot.summary[INSTANCES] == ",".join(sorted(i.instance_id for i in instances))
+        assert rows_by(table, "day") == {day: k + 1 for k, day in enumerate(days)}
+        # Each day's instance is its own folder of the run's one write, its files holding the day.
+        for day, instance in zip(days, instances, strict=True):
+            assert instance.location and instance.location.endswith(
+                f"/~{run.job_run_id}-1/day__partition={day}"
+            )
+            files = {t.file.file_path for t in table.scan(row_filter=f"day = '{day}'").plan_files()}
+            assert files and all(path.startswith(instance.location) for path in files)
 
 
 def start_dying_publisher(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -211,47 +276,6 @@ def start_dying_publisher(env: dict[str, str], log: Path) -> subprocess.Popen[by
         )
 
 
-async def test_a_worker_killed_between_the_bel_commit_and_the_table_commit_leaves_one_commit_to_make(  # type: ignore[no-untyped-def]
-    make_stack, tmp_path: Path
-) -> None:
-    """The worker is killed after the BEL commit that made its instance live, as it was to commit it to its
-    table; the next worker's start makes that commit, once, and the run's retried attempt (the activity
-    the kill cut short) finds it made. (Killed after the table commit instead, before the BEL recorded
-    it: tests/test_iceberg_commits.py.)"""
-    namespace = f"ice_{uuid.uuid4().hex[:8]}"
-    stack = await make_stack(
-        graph="tests.graphs:lake", worker=False, table_format="iceberg", catalog_database=namespace
-    )
-    await asyncio.to_thread(stack.parts.spark.session)  # warm: the next worker builds at once
-    env = stack_env(
-        stack, DATABUILD_TABLE_FORMAT="iceberg", DATABUILD_CATALOG_DATABASE=namespace, PYTHONUNBUFFERED="1"
-    )
-    dying = start_dying_publisher(env, tmp_path / "dying.log")
-    try:
-        ref = f"left/{uuid.uuid4().hex[:6]}"
-        want = await stack.db.want(ref)
-        assert await asyncio.to_thread(dying.wait, 240) == -signal.SIGKILL, (
-            tmp_path / "dying.log"
-        ).read_text()[-3000:]
-    finally:
-        if dying.poll() is None:
-            os.killpg(dying.pid, signal.SIGKILL)
-    live = stack.bel.partitions.get(ref)
-    assert live.status is PartitionStatus.live and live.instance_id is not None
-    assert stack.bel.partitions.instance(live.instance_id).table is None
-    catalog = open_catalog(stack.settings.database_url.get_secret_value(), stack.settings.storage_root)
-    assert not catalog.table_exists(f"{namespace}.left")  # the table was never made
-    async with running_worker(stack.parts, warm_spark=False):
-        recorded = await committed(stack, live.instance_id)
-        done = await asyncio.wait_for(stack.db.wait(want), timeout=120)  # its attempt retried, elsewhere
-    assert done.state is WantState.successful
-    table = catalog.load_table(f"{namespace}.left")
-    (snapshot,) = table.snapshots()
-    assert snapshot.summary is not None and snapshot.summary[INSTANCES] == live.instance_id
-    assert recorded.table is not None and recorded.table.snapshot_id == snapshot.snapshot_id
-    assert rows_by(table, "n") == {ref.split("/")[1]: 10}
-
-
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A database of its own on the PostgreSQL server, for a BEL and its SQL catalog (requested before the
@@ -259,43 +283,3 @@ def postgres_url() -> Iterator[str]:
     require_postgres()
     with postgres_database(POSTGRES_ADMIN_URL, "iceberg", durable=False) as url:
         yield url
-
-
-async def test_a_batch_on_a_postgresql_bel_is_one_snapshot_of_every_partition_it_built(  # type: ignore[no-untyped-def]
-    postgres_url: str, make_stack
-) -> None:
-    """One run writes three days as one DataFrame (ctx.write_partitioned): its three instances are one
-    Iceberg commit, in the SQL catalog in the PostgreSQL BEL's own database, the day in the files."""
-    namespace, url = f"ice_{uuid.uuid4().hex[:8]}", postgres_url
-    stack = await make_stack(
-        graph="tests.graphs:lake",
-        database_url=url,
-        table_format="iceberg",
-        catalog_database=namespace,
-        batch_window=timedelta(seconds=60),
-    )
-    start = datetime(2024, 5, 1, tzinfo=UTC)
-    days = [(start + timedelta(days=k)).date().isoformat() for k in range(3)]
-    backfill = await stack.db.backfill(
-        BackfillRequest(pattern="wide/{day}", start=start, end=start + timedelta(days=2))
-    )
-    deadline = time.monotonic() + 120
-    while not (progress := await stack.db.backfill_progress(backfill.backfill_id)).finished:
-        assert time.monotonic() < deadline, progress
-        await asyncio.sleep(0.25)
-    assert progress.by_state == {WantState.successful: 3}
-    (run,) = stack.bel.job_runs.query(job_label="wide", limit=10)
-    instances = [
-        await committed(stack, stack.bel.partitions.get(f"wide/{day}").instance_id or "") for day in days
-    ]
-    assert {i.table.snapshot_id for i in instances if i.table} == {instances[0].table.snapshot_id}
-    table = open_catalog(url, stack.settings.storage_root).load_table(f"{namespace}.wide")
-    (snapshot,) = table.snapshots()
-    assert snapshot.summary is not None and snapshot.summary["databuild.job-run"] == run.job_run_id
-    assert snapshot.summary[INSTANCES] == ",".join(sorted(i.instance_id for i in instances))
-    assert rows_by(table, "day") == {day: k + 1 for k, day in enumerate(days)}
-    # Each day's instance is its own folder of the run's one write, its files holding the day.
-    for day, instance in zip(days, instances, strict=True):
-        assert instance.location and instance.location.endswith(f"/~{run.job_run_id}-1/day__partition={day}")
-        files = {t.file.file_path for t in table.scan(row_filter=f"day = '{day}'").plan_files()}
-        assert files and all(path.startswith(instance.location) for path in files)
