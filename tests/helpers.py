@@ -143,3 +143,17 @@ def bench(module: str, *args: str) -> dict[str, Any]:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return figures
+
+
+def start_in_own_group(module: str, env: dict[str, str], log: Path) -> "subprocess.Popen[bytes]":
+    """`python -m MODULE worker` (a test's worker that dies on purpose) in its own process group, so that
+    killing the group takes its Spark JVM too; its output appended to ``log``."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", module, "worker"],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

@@ -5,8 +5,6 @@ these machines, so every read here is pyiceberg's)."""
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,7 +27,8 @@ from databuild.testing import POSTGRES_ADMIN_URL, postgres_database
 from databuild.views.lineage import partition_view
 from databuild.web import create_app, web_context
 from tests import graphs
-from tests.conftest import ROOT, Stack, cli_batch, require_postgres, stack_env
+from tests.conftest import Stack, cli_batch, require_postgres, stack_env
+from tests.helpers import start_in_own_group
 from worker.run import running_worker
 
 pytestmark = pytest.mark.slow
@@ -89,7 +88,9 @@ async def test_instances_are_iceberg_commits_audited_before_they_are_published( 
     # The worker is killed after the BEL commit that made left/a live, as it was to commit it to its table:
     # the next worker's start makes that commit, once, and the want completes.
     await asyncio.to_thread(stack.parts.spark.session)  # warm: the next worker builds at once
-    dying = start_dying_publisher(stack_env(stack, PYTHONUNBUFFERED="1"), tmp_path / "dying.log")
+    dying = start_in_own_group(
+        "tests.dying_publisher", stack_env(stack, PYTHONUNBUFFERED="1"), tmp_path / "dying.log"
+    )
     try:
         want_a = await stack.db.want(f"left/{a}")
         killed = await asyncio.to_thread(dying.wait, 240)
@@ -261,19 +262,6 @@ async def test_instances_are_iceberg_commits_audited_before_they_are_published( 
             )
             files = {t.file.file_path for t in table.scan(row_filter=f"day = '{day}'").plan_files()}
             assert files and all(path.startswith(instance.location) for path in files)
-
-
-def start_dying_publisher(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """tests/dying_publisher.py in its own process group: the kill takes its Spark JVM too."""
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "tests.dying_publisher", "worker"],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ one activity of the real worker held at the moment the faults struck:
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,8 @@ from activities.wants import WantActivities
 from databuild.models import WantSource, WantState
 from databuild.temporal import protocol as p
 from databuild.temporal.wants import want_search_attributes
-from tests.conftest import ROOT, stack_env
+from tests.conftest import stack_env
+from tests.helpers import start_in_own_group
 from worker.run import running_worker
 
 pytestmark = pytest.mark.slow
@@ -44,19 +43,6 @@ async def history_types(stack: Any, workflow_id: str, run_id: str | None = None)
     return [EventType.Name(event.event_type) async for event in handle.fetch_history_events()]
 
 
-def start_dying_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    """tests/dying_worker.py in its own process group: the kill takes its Spark JVM too."""
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "tests.dying_worker", "worker"],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
 async def test_a_want_whose_task_timed_out_after_its_decision_committed_records_its_end(
     make_stack, tmp_path: Path
 ) -> None:
@@ -67,7 +53,7 @@ async def test_a_want_whose_task_timed_out_after_its_decision_committed_records_
     stack = await make_stack(graph="tests.graphs:chain", worker=False)
     await asyncio.to_thread(stack.parts.spark.session)  # warm: the next worker builds at once
     env = stack_env(stack, DATABUILD_TEST_DIE_AFTER_STEP="2", PYTHONUNBUFFERED="1")
-    dying = start_dying_worker(env, tmp_path / "dying.log")
+    dying = start_in_own_group("tests.dying_worker", env, tmp_path / "dying.log")
     try:
         # Step 1 queues a run that dep-misses base/d56; its derivative builds it, which wakes step 2. Its
         # workflow tasks may take 20 s (Temporal's default 10): the dying worker builds within that.

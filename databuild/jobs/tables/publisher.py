@@ -16,8 +16,8 @@ from datetime import datetime
 from databuild.bel.store import BuildEventLog
 from databuild.domain import events as ev
 from databuild.graph import Graph
-from databuild.jobs.tables.base import TableFormat, TableState
-from databuild.jobs.tables.spec import Placed, TableSpec, graph_tables
+from databuild.jobs.tables.base import TableFormat
+from databuild.jobs.tables.spec import Committed, Placed, TableSpec, graph_tables
 from databuild.models import EventFilter, Instance, InstanceRef, PartitionStatus, TableFormatName
 
 log = logging.getLogger(__name__)
@@ -178,16 +178,8 @@ class TablePublisher:
         summary = self._summary(located)
         with self._lock:
             committed = format_.publish(spec, placed, summary)
-        self.bel.tables.record(
-            ev.TableCommitted(
-                table=format_.qualified(spec),
-                format=spec.format,
-                snapshot_id=committed.snapshot_id,
-                committed_at=committed.committed_at,
-                instances=[InstanceRef(ref=i.ref, instance_id=i.instance_id) for i in located],
-                job_run_id=located[0].job_run_id,
-            )
-        )
+        added = [InstanceRef(ref=i.ref, instance_id=i.instance_id) for i in located]
+        self._record(spec, committed, instances=added, job_run_id=located[0].job_run_id)
         return [i.ref for i in located]
 
     def _withdraw(self, spec: TableSpec, refs: Sequence[str]) -> list[str]:
@@ -195,16 +187,30 @@ class TablePublisher:
         placed = [Placed(ref, self._values(ref)) for ref in refs]
         with self._lock:
             committed = format_.withdraw(spec, placed, {"databuild.withdrawn": ",".join(refs)})
+        self._record(spec, committed, withdrawn=list(refs))
+        return list(refs)
+
+    def _record(
+        self,
+        spec: TableSpec,
+        committed: Committed,
+        *,
+        instances: Sequence[InstanceRef] = (),
+        withdrawn: Sequence[str] = (),
+        job_run_id: str | None = None,
+    ) -> None:
+        """Record in the BEL a commit made to a table (after it was made)."""
         self.bel.tables.record(
             ev.TableCommitted(
-                table=format_.qualified(spec),
+                table=self.formats[spec.format].qualified(spec),
                 format=spec.format,
                 snapshot_id=committed.snapshot_id,
                 committed_at=committed.committed_at,
-                withdrawn=list(refs),
+                instances=list(instances),
+                withdrawn=list(withdrawn),
+                job_run_id=job_run_id,
             )
         )
-        return list(refs)
 
     def _values(self, ref: str) -> dict[str, str]:
         mapped = self.table(ref)
@@ -295,10 +301,6 @@ class TablePublisher:
                 log.info("tables: expired %d snapshot(s) of %s", len(gone), format_.qualified(spec))
             expired += len(gone)
         return expired
-
-    def describe(self) -> list[tuple[TableSpec, TableState]]:
-        """Every table of the graph as its format describes it."""
-        return [(spec, self.formats[spec.format].describe(spec)) for spec in self.specs]
 
 
 def _by_run(instances: Iterable[Instance]) -> list[list[Instance]]:
