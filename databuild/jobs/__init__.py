@@ -1,2 +1,2 @@
 """Running jobs: the context a job body sees, the executors (a Spark session, spark-submit, Spark
-Connect), partition storage, the catalog, attempt logs and OpenLineage."""
+Connect), partition storage, the tables (Hive, Iceberg), attempt logs and OpenLineage."""
