@@ -22,21 +22,21 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.common import run_and_exit
 from databuild.bel import BuildEventLog
 from databuild.domain import events as ev
-from databuild.domain.decisions import Execute
 from databuild.graph import Graph
 from databuild.jobs.spark import SparkRuntime
 from databuild.jobs.storage import Storage
 from databuild.jobs.tables.iceberg import IcebergTables
 from databuild.jobs.tables.publisher import TablePublisher
 from databuild.jobs.tables.spec import Placed, TableSpec
-from databuild.models import InstanceRef, WantSource, WantSpec
+from databuild.models import InstanceRef
+from databuild.testing import record_build
 from examples import demo
 
 if TYPE_CHECKING:
@@ -68,16 +68,14 @@ def one_run(bel: BuildEventLog, storage: Storage, spark: "SparkSession", day: st
     """A job run of ``raw_events/{day}`` as a worker records it: (ref, location, seconds it took)."""
     ref = f"raw_events/{day}"
     started = time.perf_counter()
-    at = datetime.fromisoformat(day).replace(tzinfo=UTC)
-    want = WantSpec(ref=ref, data_timestamp=at, source=WantSource.cli)
-    bel.wants.register(want)
-    run = bel.decisions.decide(want.want_id, 1, graph.resolve(ref))
-    assert isinstance(run, Execute)
-    instance = InstanceRef(ref=ref, instance_id=str(uuid.uuid4()))
-    bel.job_runs.start(run.job_run_id, 1, "bench")
+    instance = record_build(
+        bel,
+        graph,
+        storage,
+        ref,
+        lambda location: demo.raw_events(Writing(spark, location), day),  # type: ignore[arg-type]
+    )
     location = storage.location(ref, instance.instance_id or "")
-    demo.raw_events(Writing(spark, location), day)  # type: ignore[arg-type]
-    bel.job_runs.succeed(run.job_run_id, [], [instance], 1, {ref: location})
     return ref, location, time.perf_counter() - started
 
 

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
@@ -19,6 +20,7 @@ from moto.server import ThreadedMotoServer
 from pyarrow import fs
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
+from databuild.backfill import BackfillProgress, BackfillRequest
 from databuild.client import DataBuild
 from databuild.config import Settings
 from databuild.jobs.storage import Storage
@@ -157,3 +159,24 @@ def start_in_own_group(module: str, env: dict[str, str], log: Path) -> "subproce
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+async def backfill_finished(db: DataBuild, backfill_id: str, seconds: float = 120) -> BackfillProgress:
+    """The backfill's progress once every want of it ended, waited for ``seconds`` of wall time."""
+    deadline = time.monotonic() + seconds
+    while not (progress := await db.backfill_progress(backfill_id)).finished:
+        assert time.monotonic() < deadline, f"backfill {backfill_id} did not finish: {progress}"
+        await asyncio.sleep(0.25)
+    return progress
+
+
+async def wide_days_built(db: DataBuild) -> list[str]:
+    """Three days of tests.graphs:lake's ``wide/{day}`` backfilled, all successful (with a batch window, one
+    run and one partitioned write): the days."""
+    start = datetime(2024, 5, 1, tzinfo=UTC)
+    backfill = await db.backfill(
+        BackfillRequest(pattern="wide/{day}", start=start, end=start + timedelta(days=2))
+    )
+    progress = await backfill_finished(db, backfill.backfill_id)
+    assert progress.by_state == {WantState.successful: 3}
+    return [(start + timedelta(days=k)).date().isoformat() for k in range(3)]

@@ -1,7 +1,6 @@
 """Backfills at scale on the real stack: batched job runs, a cluster-wide pool, backfills yielding to
 interactive wants, and a batch in which one partition's input is missing."""
 
-import asyncio
 import threading
 from datetime import UTC, date, datetime, timedelta
 
@@ -17,7 +16,7 @@ from databuild.models import JobRun, JobRunState, PartitionStatus, WantState
 from databuild.operations.garbage import collect_garbage
 from tests import graphs
 from tests.conftest import Stack
-from tests.helpers import lake, until
+from tests.helpers import backfill_finished, lake, until
 
 pytestmark = pytest.mark.slow
 
@@ -67,16 +66,6 @@ async def feed(stack: Stack, spark: SparkRuntime, day: str) -> None:
     await stack.db.publish(f"feed/{day}")
 
 
-async def finished(stack: Stack, backfill_id: str, seconds: float = 120) -> None:
-    for _ in range(int(seconds * 4)):
-        if (await stack.db.backfill_progress(backfill_id)).finished:
-            return
-        await asyncio.sleep(0.25)
-    raise AssertionError(
-        f"backfill {backfill_id} did not finish: {await stack.db.backfill_progress(backfill_id)}"
-    )
-
-
 async def test_a_backfill_runs_in_full_batches_within_its_pool(make_stack, spark_runtime) -> None:
     # A long window: a batch starts only when full, so 60 partitions make exactly 6 runs.
     stack = await make_stack(graph=GRAPH, pools=POOLS, batch_window=timedelta(seconds=60))
@@ -86,7 +75,7 @@ async def test_a_backfill_runs_in_full_batches_within_its_pool(make_stack, spark
     backfill = request("daily/{day}", first, 60)
     progress = await stack.db.backfill(backfill)
     assert progress.partitions == 60
-    await finished(stack, progress.backfill_id)
+    await backfill_finished(stack.db, progress.backfill_id)
     assert (await stack.db.backfill_progress(progress.backfill_id)).by_state == {WantState.successful: 60}
 
     runs = runs_of(stack, "daily_batch")
@@ -127,7 +116,7 @@ async def test_an_interactive_want_starts_before_the_queued_backfill_runs(make_s
 
     urgent = await stack.db.want("paced/2024-07-01", data_timestamp=datetime(2024, 7, 1, tzinfo=UTC))
     assert (await stack.db.wait(urgent)).state is WantState.successful
-    await finished(stack, progress.backfill_id)
+    await backfill_finished(stack.db, progress.backfill_id)
 
     started = [e for e in stack.bel.events.query(limit=100_000) if e.type == "JobRunStarted"]
     order = [stack.bel.job_runs.get(e.job_run_id).outputs[0] for e in started]
@@ -158,7 +147,7 @@ async def test_a_want_whose_sla_is_at_risk_goes_first_then_by_slack_and_backfill
         graphs.GATES.pop("hold", None)
     for spec in (relaxed, at_risk):
         assert (await stack.db.wait(spec)).state is WantState.successful
-    await finished(stack, progress.backfill_id)
+    await backfill_finished(stack.db, progress.backfill_id)
     started = [e for e in stack.bel.events.query(limit=100_000) if e.type == "JobRunStarted"]
     order = [stack.bel.job_runs.get(e.job_run_id).outputs[0] for e in started]
     assert order[:3] == ["gated/hold", "gated/at-risk", "gated/relaxed"], order
@@ -189,7 +178,7 @@ async def test_a_batch_missing_one_input_waits_for_that_input_only(make_stack, s
     )
 
     await feed(stack, spark_runtime, late)
-    await finished(stack, progress.backfill_id)
+    await backfill_finished(stack.db, progress.backfill_id)
     assert (await stack.db.backfill_progress(progress.backfill_id)).by_state == {WantState.successful: 5}
     built = [r for r in runs_of(stack, "undeclared_batch") if r.state is JobRunState.succeeded]
     assert len(built) == 1 and len(built[0].partitions or []) == 5
@@ -213,7 +202,7 @@ async def test_a_batch_written_as_one_dataframe_gives_each_partition_its_own_ins
     # Five days in one run, one partitionBy write: each day its own live instance in the run's folder,
     # read alone as written (the day in the folder's name, not in the files), with its own lineage.
     built = await stack.db.backfill(request("partitioned/{day}", first, 5))
-    await finished(stack, built.backfill_id)
+    await backfill_finished(stack.db, built.backfill_id)
     assert (await stack.db.backfill_progress(built.backfill_id)).by_state == {WantState.successful: 5}
     (run,) = runs_of(stack, "partitioned_batch")
     assert run.state is JobRunState.succeeded and len(run.partitions or []) == 5
@@ -265,11 +254,11 @@ async def test_a_batch_written_as_one_dataframe_gives_each_partition_its_own_ins
     # naming it, and none of its partitions is published.
     graphs.DROPPED.add(days(first, 7)[6])
     dropped = await stack.db.backfill(request("partitioned/{day}", date(2024, 9, 6), 5))
-    await finished(stack, dropped.backfill_id)
+    await backfill_finished(stack.db, dropped.backfill_id)
     graphs.DROPPED.clear()
     graphs.STRAYS.add("2031-01-01")
     stray = await stack.db.backfill(request("partitioned/{day}", date(2024, 9, 11), 5))
-    await finished(stack, stray.backfill_id)
+    await backfill_finished(stack.db, stray.backfill_id)
     failed = {r.reason or "" for r in runs_of(stack, "partitioned_batch") if r.state is JobRunState.failed}
     assert any("wrote no rows for partitioned/2024-09-07:" in reason for reason in failed), failed
     assert any("wrote rows for day=2031-01-01, which this run does not build" in r for r in failed), failed

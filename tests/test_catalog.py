@@ -9,21 +9,20 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pyspark
 import pytest
 
-from databuild.backfill import BackfillRequest
 from databuild.jobs.spark import SparkRuntime
 from databuild.jobs.tables.hive import HiveTables, serve_sql
 from databuild.jobs.tables.publisher import TablePublisher
 from databuild.models import WantState
 from tests.conftest import SQL_PORT, Stack
 from tests.graphs import LEFT_AUDIT_FAILS
-from tests.helpers import instance_dir
+from tests.helpers import instance_dir, wide_days_built
 
 pytestmark = pytest.mark.slow
 BEELINE = Path(pyspark.__file__).parent / "bin" / "beeline"
@@ -163,16 +162,7 @@ async def test_a_batch_written_as_one_dataframe_is_one_table_partition_per_day(
         catalog_database=database,
         batch_window=timedelta(seconds=60),
     )
-    start = datetime(2024, 5, 1, tzinfo=UTC)
-    days = [(start + timedelta(days=k)).date().isoformat() for k in range(3)]
-    backfill = await stack.db.backfill(
-        BackfillRequest(pattern="wide/{day}", start=start, end=start + timedelta(days=2))
-    )
-    deadline = time.monotonic() + 120
-    while not (progress := await stack.db.backfill_progress(backfill.backfill_id)).finished:
-        assert time.monotonic() < deadline, progress
-        await asyncio.sleep(0.25)
-    assert progress.by_state == {WantState.successful: 3}
+    days = await wide_days_built(stack.db)
     (run,) = stack.bel.job_runs.query(job_label="wide", limit=10)
     assert len(run.partitions or []) == 3  # one run, one partitionBy write
 

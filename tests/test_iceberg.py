@@ -8,14 +8,13 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from databuild.backfill import BackfillRequest
 from databuild.jobs.storage import Storage
 from databuild.jobs.tables.iceberg import INSTANCES, open_catalog
 from databuild.jobs.tables.publisher import TablePublisher
@@ -28,7 +27,7 @@ from databuild.views.lineage import partition_view
 from databuild.web import create_app, web_context
 from tests import graphs
 from tests.conftest import Stack, cli_batch, require_postgres, stack_env
-from tests.helpers import start_in_own_group
+from tests.helpers import start_in_own_group, wide_days_built
 from worker.run import running_worker
 
 pytestmark = pytest.mark.slow
@@ -235,16 +234,7 @@ async def test_instances_are_iceberg_commits_audited_before_they_are_published( 
         assert len(table.snapshots()) == 1 and rows_by(table, "n") == {a: 20, b: 10}
 
         # A batch: one run writes three days as one DataFrame (ctx.write_partitioned), one snapshot.
-        start = datetime(2024, 5, 1, tzinfo=UTC)
-        days = [(start + timedelta(days=k)).date().isoformat() for k in range(3)]
-        backfill = await stack.db.backfill(
-            BackfillRequest(pattern="wide/{day}", start=start, end=start + timedelta(days=2))
-        )
-        deadline = time.monotonic() + 120
-        while not (progress := await stack.db.backfill_progress(backfill.backfill_id)).finished:
-            assert time.monotonic() < deadline, progress
-            await asyncio.sleep(0.25)
-        assert progress.by_state == {WantState.successful: 3}
+        days = await wide_days_built(stack.db)
         (run,) = stack.bel.job_runs.query(job_label="wide", limit=10)
         instances = [
             await committed(stack, stack.bel.partitions.get(f"wide/{day}").instance_id or "") for day in days

@@ -5,7 +5,6 @@ commit is caught up by the next start, once. (With Spark and Temporal: tests/tes
 
 import threading
 import uuid
-from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,7 +17,8 @@ from databuild.jobs.storage import Storage
 from databuild.jobs.tables.iceberg import INSTANCES, IcebergTables, open_catalog
 from databuild.jobs.tables.publisher import TablePublisher
 from databuild.jobs.tables.spec import Placed
-from databuild.models import InstanceRef, WantSpec
+from databuild.models import InstanceRef
+from databuild.testing import record_build
 from tests.test_storage import s3_endpoint, storage  # noqa: F401 (fixtures: a local and an S3 storage)
 
 graph = Graph("ice_commits")
@@ -27,19 +27,13 @@ graph.job("t/{day}")(lambda ctx, day: None)
 
 def built(bel: BuildEventLog, store: Storage, day: str, rows: int = 3) -> InstanceRef:
     """A run of ``t/{day}`` that wrote ``rows`` rows (the partition column in the files) and went live."""
-    ref = f"t/{day}"
-    want = WantSpec(ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), source="cli")  # type: ignore[arg-type]
-    bel.wants.register(want)
-    verdict = bel.decisions.decide(want.want_id, 1, graph.resolve(ref))
-    assert verdict.kind == "execute"
-    instance = InstanceRef(ref=ref, instance_id=str(uuid.uuid4()))
-    bel.job_runs.start(verdict.job_run_id, 1, "w")
-    location = store.location(ref, instance.instance_id or "")
-    store.filesystem.create_dir(store.arrow_path(location))
-    frame = pa.table({"id": list(range(rows)), "day": [day] * rows})
-    pq.write_table(frame, store.arrow_path(f"{location}/part-0.parquet"), filesystem=store.filesystem)
-    bel.job_runs.succeed(verdict.job_run_id, [], [instance], 1, {ref: location})
-    return instance
+
+    def write(location: str) -> None:
+        store.filesystem.create_dir(store.arrow_path(location))
+        frame = pa.table({"id": list(range(rows)), "day": [day] * rows})
+        pq.write_table(frame, store.arrow_path(f"{location}/part-0.parquet"), filesystem=store.filesystem)
+
+    return record_build(bel, graph, store, f"t/{day}", write)
 
 
 def publisher(bel: BuildEventLog, store: Storage, namespace: str) -> TablePublisher:

@@ -47,24 +47,8 @@ def instance_verdict(
     ``instance``: the BEL's instance of that id, if it was ever published. ``written_by``: the attempt
     that planned it, and that attempt's job run. ``modified``: the newest file in the location.
     ``oldest_open_run``: when the oldest job run that has not ended was created (it may be reading any
-    instance that was live since). ``in_snapshot``: a retained snapshot of its table holds its files."""
-    verdict = _instance_verdict(ref, modified, instance, written_by, now, keep, oldest_open_run)
-    if verdict.delete and in_snapshot:
-        return Verdict(
-            "in a table snapshot", "a retained snapshot of its table reads it; kept until it expires"
-        )
-    return verdict
-
-
-def _instance_verdict(
-    ref: str,
-    modified: datetime | None,
-    instance: Instance | None,
-    written_by: tuple[AttemptOutput, JobRun | None] | None,
-    now: datetime,
-    keep: timedelta,
-    oldest_open_run: datetime | None,
-) -> Verdict:
+    instance that was live since). ``in_snapshot``: a retained snapshot of its table reads its files (only
+    a published instance is ever in a table)."""
     if instance is not None:
         if instance.ref != ref:
             return Verdict(
@@ -79,7 +63,12 @@ def _instance_verdict(
             return Verdict(
                 "may be read", f"{instance.status.value}, and a job run open since it was live may read it"
             )
-        return _by_age(f"{instance.status.value}", now - retired, keep)
+        aged = _by_age(f"{instance.status.value}", now - retired, keep)
+        if aged.delete and in_snapshot:
+            return Verdict(
+                "in a table snapshot", "a retained snapshot of its table reads it; kept until it expires"
+            )
+        return aged
     if written_by is None:
         return Verdict(
             "unknown to the BEL", "not an instance this BEL knows (another graph's storage root?): left alone"

@@ -2,7 +2,8 @@
 scripts that measure and tests/ imports nothing from it.
 
 Here: throwaway environments (a Temporal dev server, settings for a scratch home, a PostgreSQL database of
-one's own, a free port) and the check that a log's projections are what its events alone say. In the
+one's own, a free port), the check that a log's projections are what its events alone say, and a build
+recorded as a worker records it without Temporal. In the
 submodules: a Spark standalone cluster and `databuild worker` processes on loopback (``cluster``), the
 proof under faults (``chaos``), and the graphs the benchmarks run (``graphs``)."""
 
@@ -15,8 +16,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from datetime import timedelta
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,10 @@ from databuild.temporal.protocol import SEARCH_ATTRIBUTES
 
 if TYPE_CHECKING:  # imported where used: a graph of ``graphs`` loads in a `databuild` command's start
     from temporalio.testing import WorkflowEnvironment
+
+    from databuild.graph import Graph
+    from databuild.jobs.storage import Storage
+    from databuild.models import InstanceRef
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +155,26 @@ def postgres_database(admin_url: str, prefix: str, durable: bool = True) -> Iter
         with admin.connect() as conn:
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.dispose()
+
+
+def record_build(
+    bel: BuildEventLog, graph: "Graph", storage: "Storage", ref: str, write: "Callable[[str], None]"
+) -> "InstanceRef":
+    """A job run of ``ref`` as a worker records it (a want, its decision, the run's start, the commit that
+    makes its instance live), ``write(location)`` writing the instance between the start and the commit."""
+    from databuild.domain.decisions import Execute
+    from databuild.models import InstanceRef, WantSource, WantSpec
+
+    want = WantSpec(ref=ref, data_timestamp=datetime(2024, 1, 1, tzinfo=UTC), source=WantSource.cli)
+    bel.wants.register(want)
+    run = bel.decisions.decide(want.want_id, 1, graph.resolve(ref))
+    assert isinstance(run, Execute), f"{ref} is not to be built: {run}"
+    instance = InstanceRef(ref=ref, instance_id=str(uuid.uuid4()))
+    bel.job_runs.start(run.job_run_id, 1, "recorded")
+    location = storage.location(ref, instance.instance_id or "")
+    write(location)
+    bel.job_runs.succeed(run.job_run_id, [], [instance], 1, {ref: location})
+    return instance
 
 
 def projection_rows(bel: BuildEventLog) -> dict[str, list[tuple[str, ...]]]:

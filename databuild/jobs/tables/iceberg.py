@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import pyarrow.parquet as pq
     from pyiceberg.catalog import Catalog
     from pyiceberg.expressions import BooleanExpression
-    from pyiceberg.table import Table
+    from pyiceberg.table import Table, Transaction
 
 log = logging.getLogger(__name__)
 
@@ -68,18 +68,19 @@ def open_catalog(url: str, root: str) -> "Catalog":
     if scheme.startswith("sqlite") and "timeout=" not in url:
         # Beside the BEL's own writes: wait for the database's write lock as the BEL does, not 5 s.
         url += ("&" if "?" in url else "?") + "timeout=20"
-    for attempt in range(3):
+    try:
         try:
             return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse, **files)
-        except Exception as error:  # the driver's and SQLAlchemy's errors: the catalog is not usable
-            # Two processes creating the catalog's tables at once: one finds them made by the other.
-            if attempt < 2 and "already exists" in str(error):
-                continue
-            raise ConfigurationError(
-                f"cannot open the Iceberg catalog: {str(error).splitlines()[0][:300]}; check "
-                "DATABUILD_ICEBERG_CATALOG"
-            ) from error
-    raise AssertionError("unreachable")
+        except Exception as error:
+            if "already exists" not in str(error):
+                raise
+            # Another process made the catalog's tables as this one did: they are there now.
+            return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse, **files)
+    except Exception as error:  # the driver's and SQLAlchemy's errors: the catalog is not usable
+        raise ConfigurationError(
+            f"cannot open the Iceberg catalog: {str(error).splitlines()[0][:300]}; check "
+            "DATABUILD_ICEBERG_CATALOG"
+        ) from error
 
 
 # What a REST catalog's URL may carry as query parameters: the warehouse it serves (Polaris and Lakekeeper
@@ -168,7 +169,7 @@ class IcebergTables:
     def audit(self, spec: TableSpec, placed: Sequence[Placed]) -> None:
         """Refuse instances whose files hold other partitions' values, or whose schema would lose data in
         the table (``TableSchemaError``, one line)."""
-        footers = self._footers(placed, every=True)
+        footers = self._footers(self._files_of(placed), every=True)
         for each in placed:
             for footer in footers[each.instance_id or ""]:
                 _check_partition_values(self.qualified(spec), spec, each, footer)
@@ -180,19 +181,15 @@ class IcebergTables:
         for schema in schemas:
             schema_change(self.qualified(spec), columns, partitioned_by, schema, spec.columns)
 
-    def _schemas(self, placed: Sequence[Placed]) -> list["pa.Schema"]:
-        """The distinct schemas of the instances' files (one footer of each instance)."""
-        return _distinct_schemas(self._footers(placed, every=False))
-
-    def _footers(self, placed: Sequence[Placed], *, every: bool) -> dict[str, list["pq.FileMetaData"]]:
-        """The Parquet footers of each instance's files (``every`` file, or its first), by instance id, read
-        on parallel threads (an object store's reads mostly wait)."""
+    def _footers(
+        self, files: Mapping[str, Sequence[str]], *, every: bool
+    ) -> dict[str, list["pq.FileMetaData"]]:
+        """The Parquet footers of each instance's ``files`` (``every`` file, or its first), by instance id,
+        read on parallel threads (an object store's reads mostly wait)."""
         import pyarrow.parquet as pq
 
         wanted = [
-            (instance_id, uri)
-            for instance_id, uris in self._files_of(placed).items()
-            for uri in (uris if every else uris[:1])
+            (instance_id, uri) for instance_id, uris in files.items() for uri in (uris if every else uris[:1])
         ]
 
         def read(uri: str) -> pq.FileMetaData:
@@ -200,7 +197,7 @@ class IcebergTables:
 
         with ThreadPoolExecutor(max(1, min(FOOTER_THREADS, len(wanted)))) as pool:
             footers = list(pool.map(read, (uri for _, uri in wanted)))
-        found: dict[str, list[pq.FileMetaData]] = {each.instance_id or "": [] for each in placed}
+        found: dict[str, list[pq.FileMetaData]] = {instance_id: [] for instance_id in files}
         for (instance_id, _), footer in zip(wanted, footers, strict=True):
             found[instance_id].append(footer)
         return found
@@ -217,14 +214,12 @@ class IcebergTables:
     def publish(self, spec: TableSpec, placed: Sequence[Placed], summary: Mapping[str, str]) -> Committed:
         files = self._files_of(placed)
         every = sorted(f for each in files.values() for f in each)
-        table = self._load(spec)
-        if table is None:
-            table = self._create(spec, _optional(self._schemas(placed)[0]))
+        schemas = _distinct_schemas(self._footers(files, every=False))  # one footer an instance
+        table = self._load(spec) or self._create(spec, _optional(schemas[0]))
         done = self._already(table, spec, placed, every)
         if done is not None:
             return done
         columns, partitioned_by = _columns_of(table)
-        schemas = self._schemas(placed)
         changes = [
             schema_change(
                 self.qualified(spec),
@@ -242,11 +237,7 @@ class IcebergTables:
                     for schema in schemas:
                         update.union_by_name(_optional(schema))
             if table.current_snapshot() is not None:
-                with (
-                    warnings.catch_warnings()
-                ):  # a partition published for the first time has nothing to delete
-                    warnings.filterwarnings("ignore", "Delete operation did not match any records")
-                    tx.delete(_partitions_filter(spec, placed), snapshot_properties=properties)
+                _delete(tx, spec, placed, properties)
             tx.add_files(every, snapshot_properties=properties, check_duplicate_files=False)
         snapshot = table.current_snapshot()
         assert snapshot is not None
@@ -274,9 +265,8 @@ class IcebergTables:
         table = self._load(spec)
         if table is None or table.current_snapshot() is None:
             return Committed(None, datetime.now(UTC))
-        with table.transaction() as tx, warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "Delete operation did not match any records")
-            tx.delete(_partitions_filter(spec, placed), snapshot_properties=dict(summary))
+        with table.transaction() as tx:
+            _delete(tx, spec, placed, summary)
         snapshot = table.current_snapshot()
         assert snapshot is not None
         return Committed(snapshot.snapshot_id, _at(snapshot.timestamp_ms))
@@ -382,6 +372,15 @@ def _iceberg_columns(table: str, schema: "pa.Schema") -> dict[str, str]:
             f"table {table}: {str(error).splitlines()[0]}; cast the column to a type Iceberg holds in the job"
         ) from None
     return {field.name: str(field.field_type) for field in converted.fields}
+
+
+def _delete(
+    tx: "Transaction", spec: TableSpec, placed: Sequence[Placed], properties: Mapping[str, str]
+) -> None:
+    """Delete the partitions of ``placed`` in ``tx`` (whole files: each holds one partition)."""
+    with warnings.catch_warnings():  # a partition the table never held has nothing to delete: no news
+        warnings.filterwarnings("ignore", "Delete operation did not match any records")
+        tx.delete(_partitions_filter(spec, placed), snapshot_properties=dict(properties))
 
 
 def _partitions_filter(spec: TableSpec, placed: Sequence[Placed]) -> "BooleanExpression":

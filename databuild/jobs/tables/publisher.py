@@ -79,20 +79,17 @@ class TablePublisher:
     def audit(self, locations: Mapping[str, str], instances: Mapping[str, str]) -> None:
         """Before the BEL commit that makes these outputs live (``locations`` and ``instances`` by ref):
         raises ``TableSchemaError`` if a table cannot take them without losing data."""
-        placed = [
-            Placed(ref, self._values(ref), instances[ref], location)
-            for ref, location in locations.items()
-            if self.table(ref) is not None
-        ]
-        for spec, group in self._by_table(placed).items():
-            self.formats[spec.format].audit(spec, group)
+        for spec, refs in self._by_table(locations).items():
+            placed = [Placed(ref, self._values(ref), instances[ref], locations[ref]) for ref in refs]
+            self.formats[spec.format].audit(spec, placed)
 
-    def _by_table(self, placed: Iterable[Placed]) -> dict[TableSpec, list[Placed]]:
-        found: dict[TableSpec, list[Placed]] = defaultdict(list)
-        for each in placed:
-            mapped = self.table(each.ref)
+    def _by_table(self, refs: Iterable[str]) -> dict[TableSpec, list[str]]:
+        """The refs of each table (refs of no table left out), in their order."""
+        found: dict[TableSpec, list[str]] = defaultdict(list)
+        for ref in refs:
+            mapped = self.table(ref)
             if mapped is not None:
-                found[mapped[0]].append(each)
+                found[mapped[0]].append(ref)
         return found
 
     # Following the BEL -----------------------------------------------------------------------------------
@@ -137,11 +134,10 @@ class TablePublisher:
             i.instance_id: i for i in self.bel.partitions.instances_by_id(sorted(set(live.values())))
         }
         moved: list[str] = []
-        for spec, placed in self._by_table(Placed(ref, {}) for ref in refs).items():
-            table = self.formats[spec.format].qualified(spec)
-            held = self.bel.tables.held(table, [p.ref for p in placed])
-            stale = [p.ref for p in placed if p.ref in live and (again or held.get(p.ref) != live[p.ref])]
-            gone = [p.ref for p in placed if p.ref not in live and p.ref in held]
+        for spec, of_table in self._by_table(refs).items():
+            held = self.bel.tables.held(self.formats[spec.format].qualified(spec), of_table)
+            stale = [ref for ref in of_table if ref in live and (again or held.get(ref) != live[ref])]
+            gone = [ref for ref in of_table if ref not in live and ref in held]
             try:
                 for run_instances in _by_run(
                     [instances[live[ref]] for ref in stale if live[ref] in instances]
