@@ -12,6 +12,7 @@ files hold, and created by its first publish with the schema of its first instan
 import logging
 import os
 import threading
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,10 @@ CATALOG_NAME = "databuild"  # the JDBC catalog's `catalog_name`: Spark, Trino an
 INSTANCES = "databuild.instances"  # the snapshot summary's list of the instances it added
 COMMIT_RETRIES = "10"  # Iceberg's optimistic retries of a commit that raced another writer's
 FOOTER_THREADS = 8
+# A partition the table never held has nothing to delete: no news. Set once for the process (a filter set
+# around each delete with catch_warnings would race the other threads' filters).
+warnings.filterwarnings("ignore", "Delete operation did not match any records", UserWarning)
+CATALOG_OPENINGS = 5  # tries at opening a SQL catalog whose tables other processes are making at once
 
 
 def object_store_properties() -> dict[str, str]:
@@ -68,19 +73,26 @@ def open_catalog(url: str, root: str) -> "Catalog":
     if scheme.startswith("sqlite") and "timeout=" not in url:
         # Beside the BEL's own writes: wait for the database's write lock as the BEL does, not 5 s.
         url += ("&" if "?" in url else "?") + "timeout=20"
-    try:
+    for _ in range(CATALOG_OPENINGS - 1):
         try:
             return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse, **files)
         except Exception as error:
             if "already exists" not in str(error):
-                raise
-            # Another process made the catalog's tables as this one did: they are there now.
-            return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse, **files)
-    except Exception as error:  # the driver's and SQLAlchemy's errors: the catalog is not usable
-        raise ConfigurationError(
-            f"cannot open the Iceberg catalog: {str(error).splitlines()[0][:300]}; check "
-            "DATABUILD_ICEBERG_CATALOG"
-        ) from error
+                raise _unusable(error) from error
+            # Another process is making the catalog's tables at this moment (one at a time, not in one
+            # transaction): they are there once it is done.
+            time.sleep(0.1)
+    try:
+        return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse, **files)
+    except Exception as error:
+        raise _unusable(error) from error
+
+
+def _unusable(error: Exception) -> ConfigurationError:
+    """The driver's and SQLAlchemy's errors, as one line: the catalog is not usable."""
+    return ConfigurationError(
+        f"cannot open the Iceberg catalog: {str(error).splitlines()[0][:300]}; check DATABUILD_ICEBERG_CATALOG"
+    )
 
 
 # What a REST catalog's URL may carry as query parameters: the warehouse it serves (Polaris and Lakekeeper
@@ -378,9 +390,7 @@ def _delete(
     tx: "Transaction", spec: TableSpec, placed: Sequence[Placed], properties: Mapping[str, str]
 ) -> None:
     """Delete the partitions of ``placed`` in ``tx`` (whole files: each holds one partition)."""
-    with warnings.catch_warnings():  # a partition the table never held has nothing to delete: no news
-        warnings.filterwarnings("ignore", "Delete operation did not match any records")
-        tx.delete(_partitions_filter(spec, placed), snapshot_properties=dict(properties))
+    tx.delete(_partitions_filter(spec, placed), snapshot_properties=dict(properties))
 
 
 def _partitions_filter(spec: TableSpec, placed: Sequence[Placed]) -> "BooleanExpression":
